@@ -1,0 +1,82 @@
+# npl: NodePortLocal for any cluster, and the controller that feeds load
+# balancers from it. `make help` lists the targets.
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+BIN        := $(CURDIR)/bin
+VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS    := -s -w -X github.com/nodeportlocal/npl/internal/buildinfo.Version=$(VERSION)
+GO         ?= go
+GOTEST     := $(GO) test -count=1
+COMMANDS   := npl-agent npl-lbsync nplctl
+GOLANGCI_LINT_VERSION := v2.11.4
+PROVIDER   ?= mock
+KEEP       ?= 0
+
+##@ Build
+
+.PHONY: build
+build: ## Build npl-agent, npl-lbsync and nplctl into ./bin (and the kubectl-npl plugin link).
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ $(addprefix ./cmd/,$(COMMANDS))
+	@ln -sf nplctl $(BIN)/kubectl-npl
+
+.PHONY: tools
+tools: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler into ./bin (idempotent).
+	BIN_DIR=$(BIN) test/tools/build.sh
+
+.PHONY: deps
+deps: ## Install the system packages tests and the demo need (iproute2, iptables, conntrack), when missing.
+	hack/deps.sh
+
+##@ Test
+
+.PHONY: test
+test: deps tools build lint ## Everything a fresh machine needs, then every test (unit and end to end).
+	$(GOTEST) -timeout 25m ./...
+
+.PHONY: test-unit
+test-unit: ## Unit tests only (packages outside test/).
+	$(GOTEST) -timeout 10m $$($(GO) list ./... | grep -v '/test/')
+
+.PHONY: test-e2e
+test-e2e: deps tools build ## End-to-end tests on the local cluster (test/...).
+	$(GOTEST) -timeout 25m ./test/...
+
+.PHONY: fmt
+fmt: ## Format the code.
+	gofmt -w $$(git ls-files '*.go')
+
+.PHONY: vet
+vet: ## go vet.
+	$(GO) vet ./...
+
+.PHONY: lint
+lint: vet ## gofmt check, go vet and golangci-lint.
+	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@if [ ! -x $(BIN)/golangci-lint ] || ! $(BIN)/golangci-lint version 2>/dev/null | grep -q "$(GOLANGCI_LINT_VERSION:v%=%)"; then \
+	  echo "lint: installing golangci-lint $(GOLANGCI_LINT_VERSION)"; \
+	  GOBIN=$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); fi
+	$(BIN)/golangci-lint run ./...
+
+##@ Run
+
+.PHONY: demo
+demo: deps tools build ## Run the whole system on one machine with real traffic (PROVIDER=mock|avi|bigip, KEEP=1).
+	$(GO) run ./test/demo/cmd/npl-demo --provider $(PROVIDER) --keep=$(KEEP)
+
+.PHONY: bench
+bench: deps tools build ## Measure speed and memory (Go benchmarks and scale runs on the local cluster).
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x -timeout 30m ./...
+
+.PHONY: clean
+clean: ## Remove ./bin and test caches.
+	rm -rf $(BIN)
+	$(GO) clean -testcache
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} /^[a-zA-Z0-9_-]+:.*?##/ { printf "  %-12s %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)

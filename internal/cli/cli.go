@@ -1,0 +1,120 @@
+// Package cli holds the command-line plumbing the three binaries share: the
+// --version, --kubeconfig and -v flags, and the exit codes (2 for a bad flag
+// or configuration, with one clear line).
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeportlocal/npl/internal/buildinfo"
+)
+
+// UsageError is a bad flag, argument or configuration: the binary prints it on
+// one line and exits 2.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// Usagef returns a UsageError.
+func Usagef(format string, args ...any) error {
+	return &UsageError{Err: fmt.Errorf(format, args...)}
+}
+
+// ExitError ends the binary with a given code after printing Err, if any.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+// NewRoot prepares a root command: --version, -v (klog verbosity), silenced
+// cobra error printing (Execute prints once), and bad flags as UsageErrors.
+func NewRoot(cmd *cobra.Command) *cobra.Command {
+	cmd.Version = buildinfo.String(cmd.Name())
+	cmd.SetVersionTemplate("{{.Version}}\n")
+	cmd.SilenceErrors = true
+	cmd.SilenceUsage = true
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &UsageError{Err: err} })
+
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	cmd.PersistentFlags().AddGoFlag(klogFlags.Lookup("v"))
+	cmd.PersistentFlags().Lookup("v").Shorthand = "v"
+	return cmd
+}
+
+// Execute runs the command and returns the process exit code: 0, 2 for a
+// usage error, an ExitError's code, or 1 for any other error.
+func Execute(cmd *cobra.Command, stderr io.Writer) int {
+	err := cmd.Execute()
+	defer klog.Flush()
+	if err == nil {
+		return 0
+	}
+	var usage *UsageError
+	var exit *ExitError
+	switch {
+	case errors.As(err, &exit):
+		if exit.Err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", cmd.Name(), exit.Err)
+		}
+		return exit.Code
+	case errors.As(err, &usage):
+		fmt.Fprintf(stderr, "%s: %v\n", cmd.Name(), usage.Err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "%s: %v\n", cmd.Name(), err)
+		return 1
+	}
+}
+
+// Main runs cmd and exits the process with its code.
+func Main(cmd *cobra.Command) {
+	os.Exit(Execute(cmd, os.Stderr))
+}
+
+// AddKubeconfigFlag registers --kubeconfig on cmd and returns its value.
+func AddKubeconfigFlag(cmd *cobra.Command) *string {
+	var path string
+	cmd.PersistentFlags().StringVar(&path, "kubeconfig", "", "path to a kubeconfig (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)")
+	return &path
+}
+
+// RESTConfig loads the client configuration: the --kubeconfig file when
+// given, else the in-cluster configuration, else $KUBECONFIG and
+// ~/.kube/config through the usual loading rules.
+func RESTConfig(kubeconfig, userAgent string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	switch {
+	case kubeconfig != "":
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	default:
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			rules := clientcmd.NewDefaultClientConfigLoadingRules()
+			cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	cfg.UserAgent = userAgent
+	return cfg, nil
+}

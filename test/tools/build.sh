@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds the control-plane binaries of the local test cluster into BIN_DIR
+# from the Go modules pinned in test/tools/go.mod. Idempotent: a binary that
+# already reports the pinned version is not rebuilt.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+bin=${BIN_DIR:-$here/../../bin}
+mkdir -p "$bin"
+bin=$(cd "$bin" && pwd)
+
+k8s_version=$(awk '$1=="k8s.io/kubernetes" {print $2; exit}' "$here/go.mod")
+etcd_version=$(awk '$1=="go.etcd.io/etcd/server/v3" {print $2; exit}' "$here/go.mod")
+minor=$(echo "$k8s_version" | cut -d. -f2)
+pkg=k8s.io/component-base/version
+ldflags="-s -w -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+
+cd "$here"
+todo=()
+for c in kube-apiserver kube-controller-manager kube-scheduler; do
+  if [ -x "$bin/$c" ] && [ "$("$bin/$c" --version 2>/dev/null)" = "Kubernetes $k8s_version" ]; then
+    echo "tools: $c $k8s_version is up to date"
+  else
+    todo+=("k8s.io/kubernetes/cmd/$c")
+  fi
+done
+if [ ${#todo[@]} -gt 0 ]; then
+  echo "tools: building ${todo[*]##*/} $k8s_version (a few minutes the first time)"
+  go build -trimpath -ldflags "$ldflags" -o "$bin/" "${todo[@]}"
+fi
+if [ -x "$bin/etcd" ] && "$bin/etcd" --version 2>/dev/null | grep -q "etcd Version: ${etcd_version#v}\$"; then
+  echo "tools: etcd $etcd_version is up to date"
+else
+  echo "tools: building etcd $etcd_version"
+  go build -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3
+fi
