@@ -1,0 +1,148 @@
+// Package annotation owns the NodePortLocal annotation contract shared with
+// Antrea, AKO and F5 CIS: the keys, the JSON shape of the Pod annotation and
+// its parsing and formatting. npl-agent writes it; npl-lbsync and nplctl read it.
+package annotation
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+)
+
+const (
+	// ServiceEnabledKey opts a Service in. Only the exact value "true" counts.
+	ServiceEnabledKey = "nodeportlocal.antrea.io/enabled"
+	// PodKey is the Pod annotation that lists the node-port mappings.
+	PodKey = "nodeportlocal.antrea.io"
+
+	// ProtocolTCP and ProtocolUDP are the protocol values of an entry, lowercase as Antrea writes them.
+	ProtocolTCP = "tcp"
+	ProtocolUDP = "udp"
+
+	// FamilyIPv4 and FamilyIPv6 are the ipFamily values of an entry.
+	FamilyIPv4 = "IPv4"
+	FamilyIPv6 = "IPv6"
+)
+
+// Entry is one mapping of a Pod port to a node port. The JSON field names and
+// their order are those Antrea writes, so consumers that compare bytes agree.
+type Entry struct {
+	PodPort  int    `json:"podPort"`
+	NodeIP   string `json:"nodeIP"`
+	NodePort int    `json:"nodePort"`
+	Protocol string `json:"protocol"`
+	IPFamily string `json:"ipFamily"`
+}
+
+// ServiceEnabled reports whether a Service's annotations opt it in.
+func ServiceEnabled(annotations map[string]string) bool {
+	return annotations[ServiceEnabledKey] == "true"
+}
+
+// Parse decodes a Pod annotation value. It accepts what Antrea writes, also
+// entries without ipFamily (IPv4) or with an uppercase protocol, and returns
+// an error naming the first entry that is not a usable mapping. The entries
+// come back normalised (lowercase protocol, ipFamily set) and sorted.
+func Parse(value string) ([]Entry, error) {
+	var entries []Entry
+	dec := json.NewDecoder(strings.NewReader(value))
+	if err := dec.Decode(&entries); err != nil {
+		return nil, fmt.Errorf("parse %s annotation: %w", PodKey, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("parse %s annotation: trailing data after the JSON array", PodKey)
+	}
+	for i := range entries {
+		if err := normalise(&entries[i]); err != nil {
+			return nil, fmt.Errorf("parse %s annotation: entry %d: %w", PodKey, i, err)
+		}
+	}
+	Sort(entries)
+	return entries, nil
+}
+
+func normalise(e *Entry) error {
+	e.Protocol = strings.ToLower(e.Protocol)
+	if e.Protocol != ProtocolTCP && e.Protocol != ProtocolUDP {
+		return fmt.Errorf("protocol %q is not tcp or udp", e.Protocol)
+	}
+	if e.PodPort < 1 || e.PodPort > 65535 {
+		return fmt.Errorf("podPort %d is out of 1-65535", e.PodPort)
+	}
+	if e.NodePort < 1 || e.NodePort > 65535 {
+		return fmt.Errorf("nodePort %d is out of 1-65535", e.NodePort)
+	}
+	addr, err := netip.ParseAddr(e.NodeIP)
+	if err != nil {
+		return fmt.Errorf("nodeIP %q: %w", e.NodeIP, err)
+	}
+	family := FamilyIPv4
+	if addr.Is6() && !addr.Is4In6() {
+		family = FamilyIPv6
+	}
+	switch e.IPFamily {
+	case "":
+		e.IPFamily = family
+	case FamilyIPv4, FamilyIPv6:
+		if e.IPFamily != family {
+			return fmt.Errorf("nodeIP %s is not of ipFamily %s", e.NodeIP, e.IPFamily)
+		}
+	default:
+		return fmt.Errorf("ipFamily %q is not IPv4 or IPv6", e.IPFamily)
+	}
+	return nil
+}
+
+// Format encodes entries as the annotation value, sorted so equal sets give
+// equal bytes. An empty list formats as "" (the caller deletes the key).
+func Format(entries []Entry) (string, error) {
+	if len(entries) == 0 {
+		return "", nil
+	}
+	sorted := append([]Entry(nil), entries...)
+	Sort(sorted)
+	b, err := json.Marshal(sorted)
+	if err != nil {
+		return "", fmt.Errorf("format %s annotation: %w", PodKey, err)
+	}
+	return string(b), nil
+}
+
+// Sort orders entries by family, protocol, podPort, then nodeIP and nodePort.
+func Sort(entries []Entry) {
+	sort.Slice(entries, func(i, j int) bool {
+		a, b := entries[i], entries[j]
+		if a.IPFamily != b.IPFamily {
+			return a.IPFamily < b.IPFamily
+		}
+		if a.Protocol != b.Protocol {
+			return a.Protocol < b.Protocol
+		}
+		if a.PodPort != b.PodPort {
+			return a.PodPort < b.PodPort
+		}
+		if a.NodeIP != b.NodeIP {
+			return a.NodeIP < b.NodeIP
+		}
+		return a.NodePort < b.NodePort
+	})
+}
+
+// Equal reports whether two entry lists hold the same mappings in any order.
+func Equal(a, b []Entry) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	x := append([]Entry(nil), a...)
+	y := append([]Entry(nil), b...)
+	Sort(x)
+	Sort(y)
+	for i := range x {
+		if x[i] != y[i] {
+			return false
+		}
+	}
+	return true
+}
