@@ -1,0 +1,395 @@
+package datapath
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/coreos/go-iptables/iptables"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeportlocal/npl/agent/annotation"
+)
+
+// Backend modes of iptables.
+const (
+	ModeNFT    = "nft"
+	ModeLegacy = "legacy"
+)
+
+// Options tune NewIPTables.
+type Options struct {
+	// Mode is ModeNFT or ModeLegacy; empty means the mode of the iptables
+	// (or ip6tables) command on PATH. It must match what kube-proxy and the
+	// CNI use, or the rules land in tables nobody evaluates first.
+	Mode string
+	// WaitSeconds bounds the wait for the xtables lock (iptables -w,
+	// iptables-restore -w). Zero means 5.
+	WaitSeconds int
+}
+
+// Stats counts the commands a datapath ran.
+type Stats struct {
+	Restores int // iptables-restore runs
+	Execs    int // every command run: iptables, iptables-restore, iptables-save, conntrack
+}
+
+// IPTables programs the chains of one IP family with iptables. It is safe for
+// concurrent use; its writes are serialised.
+type IPTables struct {
+	family  string
+	mode    string
+	version string
+	wait    int
+	ipt     *iptables.IPTables
+	restore string // path of iptables-restore for the mode and family
+	save    string // path of iptables-save for the mode and family
+
+	mu sync.Mutex
+	// jumpsOK is set once Sync has seen or inserted every jump, and cleared
+	// when a Check finds drift, a Sync fails or Cleanup runs: a jump deleted
+	// meanwhile is found by the periodic Check, and the checks (one exec each,
+	// 10-30 ms on a large nft table) stay off the path of every update.
+	jumpsOK  bool
+	restores atomic.Int64
+	execs    atomic.Int64
+}
+
+var _ Datapath = (*IPTables)(nil)
+
+// NewIPTables detects the iptables backend of family (annotation.FamilyIPv4
+// or annotation.FamilyIPv6) and returns a datapath that uses the matching
+// iptables, iptables-restore and iptables-save binaries.
+func NewIPTables(family string, opts Options) (*IPTables, error) {
+	base, proto := "iptables", iptables.ProtocolIPv4
+	switch family {
+	case annotation.FamilyIPv4:
+	case annotation.FamilyIPv6:
+		base, proto = "ip6tables", iptables.ProtocolIPv6
+	default:
+		return nil, fmt.Errorf("new iptables datapath: unknown IP family %q", family)
+	}
+	t := &IPTables{family: family, wait: opts.WaitSeconds}
+	if t.wait <= 0 {
+		t.wait = 5
+	}
+	cmd, err := t.binaries(base, opts.Mode)
+	if err != nil {
+		return nil, fmt.Errorf("new %s datapath: %w", family, err)
+	}
+	t.execs.Add(1) // go-iptables runs --version
+	t.ipt, err = iptables.New(iptables.IPFamily(proto), iptables.Path(cmd), iptables.Timeout(t.wait))
+	if err != nil {
+		return nil, fmt.Errorf("new %s datapath: %s: %w", family, cmd, err)
+	}
+	v1, v2, v3 := t.ipt.GetIptablesVersion()
+	t.version = fmt.Sprintf("%d.%d.%d", v1, v2, v3)
+	return t, nil
+}
+
+var modePattern = regexp.MustCompile(`v\d+\.\d+(?:\.\d+)?(?:\s+\((\w+)\))?`)
+
+// modeOf runs `cmd --version` and returns its backend mode.
+func (t *IPTables) modeOf(cmd string) (string, error) {
+	t.execs.Add(1)
+	out, err := exec.Command(cmd, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", cmd, err)
+	}
+	m := modePattern.FindStringSubmatch(string(out))
+	switch {
+	case m == nil:
+		return "", fmt.Errorf("%s --version: no version in %q", cmd, strings.TrimSpace(string(out)))
+	case m[1] == "nf_tables":
+		return ModeNFT, nil
+	case m[1] == "" || m[1] == "legacy":
+		return ModeLegacy, nil
+	}
+	return "", fmt.Errorf("%s --version: unknown mode %q", cmd, m[1])
+}
+
+// binaries picks the iptables command of base for mode and sets the
+// restore and save binaries that go with it: base-nft or base-legacy when
+// installed, otherwise base itself if it runs in that mode.
+func (t *IPTables) binaries(base, mode string) (string, error) {
+	if mode == "" {
+		path, err := exec.LookPath(base)
+		if err != nil {
+			return "", fmt.Errorf("%s not found (apt-get install iptables): %w", base, err)
+		}
+		if mode, err = t.modeOf(path); err != nil {
+			return "", err
+		}
+	}
+	if mode != ModeNFT && mode != ModeLegacy {
+		return "", fmt.Errorf("iptables mode %q is not %s or %s", mode, ModeNFT, ModeLegacy)
+	}
+	t.mode = mode
+	if cmd, err := exec.LookPath(base + "-" + mode); err == nil {
+		restore, err1 := exec.LookPath(base + "-" + mode + "-restore")
+		save, err2 := exec.LookPath(base + "-" + mode + "-save")
+		if err := errors.Join(err1, err2); err != nil {
+			return "", fmt.Errorf("%s is installed without its restore and save commands: %w", cmd, err)
+		}
+		t.restore, t.save = restore, save
+		return cmd, nil
+	}
+	cmd, err := exec.LookPath(base)
+	if err != nil {
+		return "", fmt.Errorf("%s not found (apt-get install iptables): %w", base, err)
+	}
+	if got, err := t.modeOf(cmd); err != nil {
+		return "", err
+	} else if got != mode {
+		return "", fmt.Errorf("%s runs in %s mode and %s-%s is not installed", cmd, got, base, mode)
+	}
+	restore, err1 := exec.LookPath(base + "-restore")
+	save, err2 := exec.LookPath(base + "-save")
+	if err := errors.Join(err1, err2); err != nil {
+		return "", fmt.Errorf("%s is installed without its restore and save commands: %w", cmd, err)
+	}
+	t.restore, t.save = restore, save
+	return cmd, nil
+}
+
+// Family returns the IP family this datapath programs.
+func (t *IPTables) Family() string { return t.family }
+
+// Mode returns the iptables backend in use: ModeNFT or ModeLegacy.
+func (t *IPTables) Mode() string { return t.mode }
+
+// Version returns the iptables version, e.g. "1.8.9".
+func (t *IPTables) Version() string { return t.version }
+
+// Stats returns the commands run so far.
+func (t *IPTables) Stats() Stats {
+	return Stats{Restores: int(t.restores.Load()), Execs: int(t.execs.Load())}
+}
+
+// Sync writes both chains with one iptables-restore. Then, unless it has
+// already seen them since the last drift, it makes sure the jumps to the
+// chains exist, inserting a missing one at the top of its built-in chain so
+// that no rule of another component shadows it.
+func (t *IPTables) Sync(ctx context.Context, d Desired) error {
+	if err := d.Validate(); err != nil {
+		return fmt.Errorf("sync %s datapath: %w", t.family, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.runRestore(ctx, Render(t.family, d)); err != nil {
+		t.jumpsOK = false
+		return fmt.Errorf("sync %s datapath: %w", t.family, err)
+	}
+	if t.jumpsOK {
+		return nil
+	}
+	if err := t.ensureJumps(ctx); err != nil {
+		return fmt.Errorf("sync %s datapath: %w", t.family, err)
+	}
+	t.jumpsOK = true
+	return nil
+}
+
+func (t *IPTables) ensureJumps(ctx context.Context) error {
+	for _, j := range jumps {
+		t.execs.Add(1)
+		ok, err := t.ipt.Exists("nat", j.chain, j.spec...)
+		if err != nil {
+			return fmt.Errorf("check jump from %s: %w", j.chain, err)
+		}
+		if ok {
+			continue
+		}
+		t.execs.Add(1)
+		if err := t.ipt.Insert("nat", j.chain, 1, j.spec...); err != nil {
+			return fmt.Errorf("insert jump from %s: %w", j.chain, err)
+		}
+		klog.FromContext(ctx).V(2).Info("Inserted jump", "family", t.family, "chain", j.chain)
+	}
+	return nil
+}
+
+func (t *IPTables) runRestore(ctx context.Context, input []byte) error {
+	t.execs.Add(1)
+	t.restores.Add(1)
+	cmd := exec.CommandContext(ctx, t.restore, "--noflush", "-w", strconv.Itoa(t.wait))
+	cmd.Stdin = bytes.NewReader(input)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s --noflush: %w: %s", t.restore, err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// natState is what iptables-save shows of the nat table.
+type natState struct {
+	chains map[string]bool     // declared chains
+	rules  map[string][]string // per chain, each rule's arguments in canonical form
+}
+
+func (t *IPTables) readNAT(ctx context.Context) (natState, error) {
+	t.execs.Add(1)
+	cmd := exec.CommandContext(ctx, t.save, "-t", "nat")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return natState{}, fmt.Errorf("%s -t nat: %w: %s", t.save, err, strings.TrimSpace(stderr.String()))
+	}
+	return parseSave(stdout.String()), nil
+}
+
+// parseSave reads iptables-save output of one table.
+func parseSave(out string) natState {
+	s := natState{chains: make(map[string]bool), rules: make(map[string][]string)}
+	for line := range strings.Lines(out) {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, ":"):
+			name, _, _ := strings.Cut(line[1:], " ")
+			s.chains[name] = true
+		case strings.HasPrefix(line, "-A "):
+			args := splitRule(line)
+			if len(args) < 2 {
+				continue
+			}
+			s.rules[args[1]] = append(s.rules[args[1]], joinArgs(args[2:]))
+		}
+	}
+	return s
+}
+
+// Check compares the nat table with d: our two chains must hold exactly the
+// rules Render writes, in order, and the three jumps must exist.
+func (t *IPTables) Check(ctx context.Context, d Desired) (bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	got, err := t.readNAT(ctx)
+	if err != nil {
+		return false, fmt.Errorf("check %s datapath: %w", t.family, err)
+	}
+	if reason := drift(got, desiredRules(t.family, d)); reason != "" {
+		t.jumpsOK = false
+		klog.FromContext(ctx).V(2).Info("Datapath drift", "family", t.family, "reason", reason)
+		return true, nil
+	}
+	return false, nil
+}
+
+// drift describes the first difference between the nat table and the rules we
+// want, or returns "" when there is none.
+func drift(got natState, want []rule) string {
+	for _, chain := range []string{ChainNodePortLocal, ChainPostrouting} {
+		if !got.chains[chain] {
+			return "chain " + chain + " is missing"
+		}
+		var rules []string
+		for _, r := range want {
+			if r.chain == chain {
+				rules = append(rules, joinArgs(r.args))
+			}
+		}
+		have := got.rules[chain]
+		if !slices.Equal(have, rules) {
+			return fmt.Sprintf("chain %s has %d rules, want %d%s", chain, len(have), len(rules), firstDiff(have, rules))
+		}
+	}
+	for _, j := range jumps {
+		if !slices.Contains(got.rules[j.chain], joinArgs(j.spec)) {
+			return "jump from " + j.chain + " is missing"
+		}
+	}
+	return ""
+}
+
+func firstDiff(have, want []string) string {
+	for i := range max(len(have), len(want)) {
+		switch {
+		case i >= len(have):
+			return fmt.Sprintf("; missing %q", want[i])
+		case i >= len(want):
+			return fmt.Sprintf("; unexpected %q", have[i])
+		case have[i] != want[i]:
+			return fmt.Sprintf("; rule %d is %q, want %q", i+1, have[i], want[i])
+		}
+	}
+	return ""
+}
+
+// FlushUDP deletes the conntrack entries of UDP flows whose original
+// destination port is nodePort.
+func (t *IPTables) FlushUDP(ctx context.Context, nodePort int) error {
+	conntrack, err := exec.LookPath("conntrack")
+	if err != nil {
+		return fmt.Errorf("flush UDP conntrack entries of node port %d: conntrack not found (apt-get install conntrack): %w", nodePort, err)
+	}
+	family := "ipv4"
+	if t.family == annotation.FamilyIPv6 {
+		family = "ipv6"
+	}
+	args := []string{"-D", "-f", family, "-p", "udp", "--orig-port-dst", strconv.Itoa(nodePort)}
+	t.execs.Add(1)
+	cmd := exec.CommandContext(ctx, conntrack, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 1 {
+		return nil // nothing matched
+	}
+	if err != nil {
+		return fmt.Errorf("flush UDP conntrack entries of node port %d: %w: %s", nodePort, err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// Cleanup deletes every rule that jumps to our chains and both chains, in one
+// iptables-restore; with nothing to delete it only reads the table.
+func (t *IPTables) Cleanup(ctx context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.jumpsOK = false
+	got, err := t.readNAT(ctx)
+	if err != nil {
+		return fmt.Errorf("clean up %s datapath: %w", t.family, err)
+	}
+	var b strings.Builder
+	for _, chain := range slices.Sorted(maps.Keys(got.rules)) {
+		if isOurs(chain) {
+			continue
+		}
+		for _, r := range got.rules[chain] {
+			args := splitRule(r)
+			if i := slices.Index(args, "-j"); i >= 0 && i+1 < len(args) && isOurs(args[i+1]) {
+				b.WriteString(formatRule("-D", chain, args) + "\n")
+			}
+		}
+	}
+	for _, chain := range []string{ChainNodePortLocal, ChainPostrouting} {
+		if got.chains[chain] {
+			// Declaring the chain flushes it, so -X finds it empty.
+			b.WriteString(":" + chain + " - [0:0]\n-X " + chain + "\n")
+		}
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := t.runRestore(ctx, []byte("*nat\n"+b.String()+"COMMIT\n")); err != nil {
+		return fmt.Errorf("clean up %s datapath: %w", t.family, err)
+	}
+	klog.FromContext(ctx).Info("Removed NodePortLocal chains and jumps", "family", t.family)
+	return nil
+}
+
+func isOurs(chain string) bool {
+	return chain == ChainNodePortLocal || chain == ChainPostrouting
+}

@@ -1,0 +1,231 @@
+package datapath
+
+import (
+	"bytes"
+	"cmp"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nodeportlocal/npl/agent/annotation"
+)
+
+const (
+	hairpinComment = "npl hairpin"
+	// maxCommentLen is the longest comment the comment match stores
+	// (XT_MAX_COMMENT_LEN less its NUL byte).
+	maxCommentLen = 255
+)
+
+// jump is a rule in a built-in chain that sends traffic to one of ours.
+type jump struct {
+	chain string
+	spec  []string
+}
+
+// jumps are the rules that hook our chains into the nat table. Node-local
+// clients (a process on the node dialing nodeIP:nodePort) are served by the
+// OUTPUT jump; they keep the node IP as source and need no masquerade.
+var jumps = []jump{
+	{"PREROUTING", []string{"-m", "addrtype", "--dst-type", "LOCAL", "-m", "comment", "--comment", "npl node ports", "-j", ChainNodePortLocal}},
+	{"OUTPUT", []string{"-m", "addrtype", "--dst-type", "LOCAL", "-m", "comment", "--comment", "npl node ports", "-j", ChainNodePortLocal}},
+	{"POSTROUTING", []string{"-m", "comment", "--comment", "npl hairpin", "-j", ChainPostrouting}},
+}
+
+// rule is one rule of our chains as argument tokens, without "-A chain".
+type rule struct {
+	chain string
+	args  []string
+}
+
+// Render returns the iptables-restore input that gives the nat chains
+// NPL-NODE-PORT-LOCAL and NPL-POSTROUTING the content d asks for, for family
+// (annotation.FamilyIPv4 or annotation.FamilyIPv6). It is meant for
+// `iptables-restore --noflush`: the ":CHAIN" lines flush exactly our two
+// chains, so the write also drops stale rules, and nothing else in nat moves.
+//
+// Mappings and hairpin sources of the other family are left out, as are
+// mappings that Desired.Validate rejects. Rules are sorted (protocol, node
+// port, then target) so equal states render to equal bytes.
+//
+// Mapping rules match on destination port only, behind jumps that match
+// any local destination address, and do not SNAT, so client IPs are kept.
+// The masquerade rules cover same-node hairpin: traffic from a local Pod
+// whose connection NPL DNATed (original destination port in the range) is
+// masqueraded, so a Pod that reaches itself or a neighbour through
+// nodeIP:nodePort gets the replies back through the node.
+//
+// 127.0.0.1:nodePort is deliberately not served: DNAT of loopback-sourced
+// traffic to a Pod only works with net.ipv4.conf.*.route_localnet=1, which
+// exposes services bound to localhost to the node's neighbours
+// (CVE-2020-8558). Node-local clients dial nodeIP:nodePort instead.
+func Render(family string, d Desired) []byte {
+	var b bytes.Buffer
+	b.WriteString("*nat\n")
+	b.WriteString(":" + ChainNodePortLocal + " - [0:0]\n")
+	b.WriteString(":" + ChainPostrouting + " - [0:0]\n")
+	for _, r := range desiredRules(family, d) {
+		b.WriteString(formatRule("-A", r.chain, r.args))
+		b.WriteByte('\n')
+	}
+	b.WriteString("COMMIT\n")
+	return b.Bytes()
+}
+
+// desiredRules returns the rules of both chains in the order Render writes them.
+func desiredRules(family string, d Desired) []rule {
+	if family != annotation.FamilyIPv6 {
+		family = annotation.FamilyIPv4
+	}
+	var mappings []Mapping
+	for _, m := range d.Mappings {
+		if m.validate() == nil && familyOf(m.PodIP) == family {
+			m.PodIP = m.PodIP.Unmap()
+			mappings = append(mappings, m)
+		}
+	}
+	slices.SortFunc(mappings, func(a, b Mapping) int {
+		return cmp.Or(
+			cmp.Compare(a.Protocol, b.Protocol),
+			cmp.Compare(a.NodePort, b.NodePort),
+			a.PodIP.Compare(b.PodIP),
+			cmp.Compare(a.PodPort, b.PodPort),
+			cmp.Compare(a.Pod, b.Pod),
+		)
+	})
+	mappings = slices.Compact(mappings)
+
+	rules := make([]rule, 0, len(mappings)+len(d.HairpinSources))
+	for _, m := range mappings {
+		rules = append(rules, rule{ChainNodePortLocal, []string{
+			"-p", m.Protocol, "-m", m.Protocol, "--dport", strconv.Itoa(m.NodePort),
+			"-m", "comment", "--comment", comment(m.Pod + ":" + strconv.Itoa(m.PodPort)),
+			"-j", "DNAT", "--to-destination", netip.AddrPortFrom(m.PodIP, uint16(m.PodPort)).String(),
+		}})
+	}
+
+	lo, hi := d.PortRange[0], d.PortRange[1]
+	if d.PortRange == [2]int{} || lo < 1 || hi > 65535 || lo > hi {
+		return rules
+	}
+	ports := strconv.Itoa(lo)
+	if hi != lo {
+		// iptables-save prints a one-port range as a single port.
+		ports += ":" + strconv.Itoa(hi)
+	}
+	var sources []netip.Addr
+	for _, a := range d.HairpinSources {
+		if a.IsValid() && a.Zone() == "" && familyOf(a) == family {
+			sources = append(sources, a.Unmap())
+		}
+	}
+	slices.SortFunc(sources, netip.Addr.Compare)
+	for _, a := range slices.Compact(sources) {
+		rules = append(rules, rule{ChainPostrouting, []string{
+			"-s", netip.PrefixFrom(a, a.BitLen()).String(),
+			"-m", "conntrack", "--ctstate", "DNAT", "--ctorigdstport", ports,
+			"-m", "comment", "--comment", hairpinComment,
+			"-j", "MASQUERADE",
+		}})
+	}
+	return rules
+}
+
+// comment makes s safe for a rule comment: printable ASCII only (a newline
+// would end the restore line), at most maxCommentLen bytes.
+func comment(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c < 0x20 || c >= 0x7f {
+			b[i] = '?'
+		}
+	}
+	if len(b) > maxCommentLen {
+		b = b[:maxCommentLen]
+	}
+	return string(b)
+}
+
+// formatRule writes a rule line as iptables-save does, quoting arguments
+// the way iptables-restore reads them back.
+func formatRule(op, chain string, args []string) string {
+	return op + " " + chain + " " + joinArgs(args)
+}
+
+// joinArgs joins rule arguments with the quoting of iptables-save, so that
+// splitRule gives them back.
+func joinArgs(args []string) string {
+	var sb strings.Builder
+	for i, a := range args {
+		if i > 0 {
+			sb.WriteByte(' ')
+		}
+		if (i > 0 && args[i-1] == "--comment") || needsQuotes(a) {
+			sb.WriteString(quoteArg(a))
+		} else {
+			sb.WriteString(a)
+		}
+	}
+	return sb.String()
+}
+
+// quoteArg quotes a as iptables-save quotes strings (xtables_save_string):
+// bare when made of [A-Za-z0-9_-] only, otherwise in double quotes with ", \
+// and ' escaped by a backslash.
+func quoteArg(a string) string {
+	if a != "" && strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == "" {
+		return a
+	}
+	var sb strings.Builder
+	sb.WriteByte('"')
+	for _, c := range []byte(a) {
+		if c == '"' || c == '\\' || c == '\'' {
+			sb.WriteByte('\\')
+		}
+		sb.WriteByte(c)
+	}
+	sb.WriteByte('"')
+	return sb.String()
+}
+
+// needsQuotes reports whether iptables-restore would split or alter a if it
+// were written bare.
+func needsQuotes(a string) bool {
+	return a == "" || strings.ContainsAny(a, " \t\n\r\"\\'")
+}
+
+// splitRule splits a rule line into arguments as iptables-restore does:
+// spaces separate, double quotes group, and inside quotes a backslash takes
+// the next character literally.
+func splitRule(line string) []string {
+	var args []string
+	var cur strings.Builder
+	inQuote, escaped, started := false, false, false
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case escaped:
+			cur.WriteByte(c)
+			escaped = false
+		case inQuote && c == '\\':
+			escaped = true
+		case c == '"':
+			inQuote = !inQuote
+			started = true
+		case !inQuote && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			if started {
+				args = append(args, cur.String())
+				cur.Reset()
+				started = false
+			}
+		default:
+			cur.WriteByte(c)
+			started = true
+		}
+	}
+	if started {
+		args = append(args, cur.String())
+	}
+	return args
+}

@@ -1,0 +1,245 @@
+package datapath
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// SyncerOptions tune a Syncer. Zero values take the defaults.
+type SyncerOptions struct {
+	// Window is how long the first update of a burst waits for more before
+	// the latest state is written. Default 20ms.
+	Window time.Duration
+	// CheckInterval is the period of the drift check. Default 60s.
+	CheckInterval time.Duration
+	// MinBackoff and MaxBackoff bound the retry delay after a failure, which
+	// grows by half each time. Defaults 1s and 5s.
+	MinBackoff time.Duration
+	MaxBackoff time.Duration
+}
+
+func (o SyncerOptions) withDefaults() SyncerOptions {
+	if o.Window <= 0 {
+		o.Window = 20 * time.Millisecond
+	}
+	if o.CheckInterval <= 0 {
+		o.CheckInterval = time.Minute
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = time.Second
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 5 * time.Second
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = o.MinBackoff
+	}
+	return o
+}
+
+// SyncerStats counts what a Syncer did.
+type SyncerStats struct {
+	Syncs        int // successful writes, repairs included
+	Checks       int // drift checks run
+	DriftRepairs int // writes made because a check found drift
+	Failures     int // failed writes or checks (each retried)
+}
+
+// Syncer writes the latest desired state to a Datapath. Updates that arrive
+// within a short window are coalesced into one write; a periodic check
+// rewrites the chains when they drifted (a rule or jump deleted, a chain
+// flushed); failures are retried with backoff (Antrea #2554: xtables lock
+// contention must not kill the agent).
+//
+// Each Update returns a generation; Wait(ctx, gen) returns once that state,
+// or a later one, is programmed, so the caller publishes a node port only
+// after its rule exists.
+type Syncer struct {
+	dp   Datapath
+	opts SyncerOptions
+
+	updated chan struct{}
+	trigger chan struct{}
+
+	mu      sync.Mutex
+	desired Desired
+	gen     uint64        // generation of desired
+	written uint64        // generation last programmed
+	advance chan struct{} // closed when written advances
+	stats   SyncerStats
+}
+
+// NewSyncer returns a Syncer for dp. Call Run to start it.
+func NewSyncer(dp Datapath, opts SyncerOptions) *Syncer {
+	return &Syncer{
+		dp:      dp,
+		opts:    opts.withDefaults(),
+		updated: make(chan struct{}, 1),
+		trigger: make(chan struct{}, 1),
+		advance: make(chan struct{}),
+	}
+}
+
+// Update records d as the desired state and returns its generation. The
+// Syncer keeps its own copy of d's slices.
+func (s *Syncer) Update(d Desired) uint64 {
+	d.Mappings = slices.Clone(d.Mappings)
+	d.HairpinSources = slices.Clone(d.HairpinSources)
+	s.mu.Lock()
+	s.desired = d
+	s.gen++
+	gen := s.gen
+	s.mu.Unlock()
+	notify(s.updated)
+	return gen
+}
+
+// Trigger asks for a drift check now.
+func (s *Syncer) Trigger() { notify(s.trigger) }
+
+func notify(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// Wait blocks until generation gen (or a later one) is programmed, or ctx ends.
+func (s *Syncer) Wait(ctx context.Context, gen uint64) error {
+	for {
+		s.mu.Lock()
+		written, advance := s.written, s.advance
+		s.mu.Unlock()
+		if written >= gen {
+			return nil
+		}
+		select {
+		case <-advance:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for datapath generation %d (programmed: %d): %w", gen, written, ctx.Err())
+		}
+	}
+}
+
+// Synced reports whether the latest update is programmed; false before the
+// first update.
+func (s *Syncer) Synced() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen > 0 && s.written == s.gen
+}
+
+// Stats returns the counters so far.
+func (s *Syncer) Stats() SyncerStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// Run writes updates and checks for drift until ctx ends. Nothing is written
+// or checked before the first Update, so the agent can restore its state
+// first.
+func (s *Syncer) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithName("datapath-syncer")
+	ctx = klog.NewContext(ctx, logger)
+	ticker := time.NewTicker(s.opts.CheckInterval)
+	defer ticker.Stop()
+	var window, retry <-chan time.Time
+	var backoff time.Duration
+	for {
+		check := true
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.updated:
+			if window == nil && retry == nil {
+				window = time.After(s.opts.Window)
+			}
+			continue
+		case <-window:
+			window, check = nil, false
+		case <-retry:
+			retry = nil
+		case <-ticker.C:
+			if window != nil || retry != nil {
+				continue // a write or retry is due anyway
+			}
+		case <-s.trigger:
+			retry = nil
+		}
+		if err := s.reconcile(ctx, check); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			backoff = nextBackoff(backoff, s.opts.MinBackoff, s.opts.MaxBackoff)
+			logger.Error(err, "Datapath sync failed; retrying", "retryIn", backoff)
+			retry, window = time.After(backoff), nil
+			continue
+		}
+		backoff = 0
+	}
+}
+
+// nextBackoff grows the retry delay by half, from min up to max.
+func nextBackoff(cur, lo, hi time.Duration) time.Duration {
+	if cur < lo {
+		return lo
+	}
+	return min(cur*3/2, hi)
+}
+
+// reconcile writes a pending update; without one, and when check is set, it
+// checks for drift and rewrites the chains if needed.
+func (s *Syncer) reconcile(ctx context.Context, check bool) error {
+	s.mu.Lock()
+	d, gen, written := s.desired, s.gen, s.written
+	s.mu.Unlock()
+	logger := klog.FromContext(ctx)
+	if gen == 0 {
+		return nil
+	}
+	if gen != written {
+		if err := s.dp.Sync(ctx, d); err != nil {
+			s.count(func(st *SyncerStats) { st.Failures++ })
+			return err
+		}
+		s.mu.Lock()
+		s.stats.Syncs++
+		s.written = gen
+		close(s.advance)
+		s.advance = make(chan struct{})
+		s.mu.Unlock()
+		logger.V(2).Info("Programmed datapath", "generation", gen, "mappings", len(d.Mappings))
+		return nil
+	}
+	if !check {
+		return nil
+	}
+	drift, err := s.dp.Check(ctx, d)
+	s.count(func(st *SyncerStats) { st.Checks++ })
+	if err != nil {
+		s.count(func(st *SyncerStats) { st.Failures++ })
+		return err
+	}
+	if !drift {
+		return nil
+	}
+	logger.Info("Datapath drifted from the desired state; rewriting it", "generation", gen)
+	if err := s.dp.Sync(ctx, d); err != nil {
+		s.count(func(st *SyncerStats) { st.Failures++ })
+		return err
+	}
+	s.count(func(st *SyncerStats) { st.Syncs++; st.DriftRepairs++ })
+	return nil
+}
+
+func (s *Syncer) count(f func(*SyncerStats)) {
+	s.mu.Lock()
+	f(&s.stats)
+	s.mu.Unlock()
+}

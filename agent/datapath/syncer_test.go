@@ -1,0 +1,203 @@
+package datapath_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nodeportlocal/npl/agent/datapath"
+	"github.com/nodeportlocal/npl/agent/datapath/datapathtest"
+)
+
+// deadline bounds a wait that should end quickly, so a bug fails the test
+// instead of hanging it. It asserts nothing about speed.
+const deadline = 30 * time.Second
+
+// fastOptions keep the unit tests quick; the values are not asserted.
+var fastOptions = datapath.SyncerOptions{
+	Window:        5 * time.Millisecond,
+	CheckInterval: time.Hour,
+	MinBackoff:    time.Millisecond,
+	MaxBackoff:    2 * time.Millisecond,
+}
+
+func desired(n int) datapath.Desired {
+	d := datapath.Desired{PortRange: [2]int{61000, 62000}}
+	for i := range n {
+		pod := netip.AddrFrom4([4]byte{198, 19, byte(i / 250), byte(i%250 + 2)})
+		d.Mappings = append(d.Mappings, datapath.Mapping{
+			NodePort: 61000 + i, Protocol: "tcp", PodIP: pod, PodPort: 8080, Pod: "ns/pod-" + pod.String(),
+		})
+		d.HairpinSources = append(d.HairpinSources, pod)
+	}
+	return d
+}
+
+func startSyncer(t *testing.T, dp datapath.Datapath, opts datapath.SyncerOptions) *datapath.Syncer {
+	t.Helper()
+	s := datapath.NewSyncer(dp, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return s
+}
+
+func wait(t *testing.T, s *datapath.Syncer, gen uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	if err := s.Wait(ctx, gen); err != nil {
+		t.Fatalf("Wait(%d): %v", gen, err)
+	}
+}
+
+// eventually polls cond until it holds, failing the test after deadline.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(deadline); !cond(); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+	}
+}
+
+func TestSyncer_coalescesABurstOfUpdates(t *testing.T) {
+	fake := &datapathtest.Fake{}
+	// A window longer than the burst, so the burst fits in it.
+	s := startSyncer(t, fake, datapath.SyncerOptions{Window: 200 * time.Millisecond, CheckInterval: time.Hour})
+	var gen uint64
+	for i := range 100 {
+		gen = s.Update(desired(i + 1))
+	}
+	wait(t, s, gen)
+	if n := fake.Syncs(); n < 1 || n > 2 {
+		t.Errorf("100 updates gave %d writes, want 1 or 2", n)
+	}
+	last, _ := fake.Last()
+	if diff := cmp.Diff(len(desired(100).Mappings), len(last.Mappings)); diff != "" {
+		t.Errorf("the last write does not hold the last update (-want +got):\n%s", diff)
+	}
+	if !s.Synced() {
+		t.Error("Synced() = false after the last generation was written")
+	}
+}
+
+func TestSyncer_waitReturnsOnlyOnceTheStateIsWritten(t *testing.T) {
+	fake := &datapathtest.Fake{}
+	fake.FailSyncs(3, errors.New("xtables lock held"))
+	s := startSyncer(t, fake, fastOptions)
+	gen := s.Update(desired(2))
+	wait(t, s, gen)
+	last, ok := fake.Last()
+	if !ok || len(last.Mappings) != 2 {
+		t.Fatalf("Wait returned but the datapath holds %+v (written: %v)", last, ok)
+	}
+	st := s.Stats()
+	if st.Failures != 3 || st.Syncs != 1 {
+		t.Errorf("stats = %+v, want 3 failures retried then 1 sync", st)
+	}
+}
+
+func TestSyncer_waitEndsWithItsContext(t *testing.T) {
+	fake := &datapathtest.Fake{}
+	s := datapath.NewSyncer(fake, fastOptions) // not running: nothing is ever written
+	gen := s.Update(desired(1))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Wait(ctx, gen); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait = %v, want context.Canceled", err)
+	}
+	if s.Synced() {
+		t.Error("Synced() = true before any write")
+	}
+}
+
+func TestSyncer_repairsDriftOnTrigger(t *testing.T) {
+	fake := &datapathtest.Fake{}
+	s := startSyncer(t, fake, fastOptions)
+	wait(t, s, s.Update(desired(3)))
+	fake.SetDrift(true)
+	s.Trigger()
+	eventually(t, "a drift repair", func() bool { return s.Stats().DriftRepairs == 1 })
+	if n := fake.Syncs(); n != 2 {
+		t.Errorf("writes = %d, want 2 (the update and the repair)", n)
+	}
+}
+
+func TestSyncer_checksPeriodically(t *testing.T) {
+	fake := &datapathtest.Fake{}
+	opts := fastOptions
+	opts.CheckInterval = 5 * time.Millisecond
+	s := startSyncer(t, fake, opts)
+	wait(t, s, s.Update(desired(1)))
+	fake.SetDrift(true)
+	eventually(t, "a drift repair without Trigger", func() bool { return s.Stats().DriftRepairs >= 1 })
+	checks := fake.Checks()
+	eventually(t, "more checks", func() bool { return fake.Checks() > checks+2 })
+	if n := s.Stats().DriftRepairs; n != 1 {
+		t.Errorf("drift repairs = %d after the datapath stopped drifting, want 1", n)
+	}
+}
+
+func TestSyncer_retriesAFailedCheck(t *testing.T) {
+	fake := &datapathtest.Fake{}
+	s := startSyncer(t, fake, fastOptions)
+	wait(t, s, s.Update(desired(1)))
+	fake.FailChecks(2, errors.New("iptables-save: exit status 4"))
+	fake.SetDrift(true)
+	s.Trigger()
+	eventually(t, "a drift repair after failed checks", func() bool { return s.Stats().DriftRepairs == 1 })
+	if st := s.Stats(); st.Failures != 2 || st.Checks != 3 {
+		t.Errorf("stats = %+v, want 2 failures and 3 checks", st)
+	}
+}
+
+func TestSyncer_touchesNothingBeforeTheFirstUpdate(t *testing.T) {
+	fake := &datapathtest.Fake{}
+	opts := fastOptions
+	opts.CheckInterval = time.Millisecond
+	s := startSyncer(t, fake, opts)
+	s.Trigger()
+	wait(t, s, s.Update(desired(1)))
+	// Checks may follow the first write, but nothing may precede it: the agent
+	// restores its state before its first update.
+	if calls := fake.Calls(); len(calls) == 0 || calls[0] != "Sync" {
+		t.Errorf("datapath calls = %v, want the first to be the Sync of the first update", calls)
+	}
+}
+
+func TestMulti_fansOutToEachFamily(t *testing.T) {
+	v4, v6 := &datapathtest.Fake{}, &datapathtest.Fake{}
+	dp := datapath.Multi(v4, v6)
+	ctx := context.Background()
+	if err := dp.Sync(ctx, desired(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.FlushUDP(ctx, 61000); err != nil {
+		t.Fatal(err)
+	}
+	v6.SetDrift(true)
+	drift, err := dp.Check(ctx, desired(1))
+	if err != nil || !drift {
+		t.Errorf("Check = %v, %v; want drift when one family drifted", drift, err)
+	}
+	v4.FailSyncs(1, errors.New("boom"))
+	if err := dp.Sync(ctx, desired(1)); err == nil {
+		t.Error("Sync succeeded although one family failed")
+	}
+	got := []int{v4.Syncs(), v6.Syncs(), len(v4.FlushedUDP()), len(v6.FlushedUDP())}
+	if diff := cmp.Diff([]int{1, 2, 1, 1}, got); diff != "" {
+		t.Errorf("calls [v4 syncs, v6 syncs, v4 flushes, v6 flushes] (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,164 @@
+package datapath_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodeportlocal/npl/agent/datapath"
+)
+
+// Addresses of the traffic test, inside the private namespace: the outer
+// namespace is the node, a second one is the Pod, joined by a veth.
+const (
+	nodeIP   = "198.18.0.1"
+	podIP    = "198.18.0.2"
+	nodePort = 61000
+	podPort  = 8080
+)
+
+// inNetNS runs fn on an OS thread that joined the namespace at path, so the
+// sockets fn creates belong to that namespace.
+func inNetNS(path string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread ends with the goroutine.
+		runtime.LockOSThread()
+		f, err := os.Open(path)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("setns %s: %w", path, err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// newPod creates the Pod namespace, wires it to the node with a veth and
+// returns its path.
+func newPod(t *testing.T) string {
+	t.Helper()
+	pod := newNetNS(t)
+	run(t, "ip", "link", "add", "npl-node0", "type", "veth", "peer", "name", "npl-pod0", "netns", pod)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", "npl-node0").Run() })
+	run(t, "ip", "addr", "add", nodeIP+"/24", "dev", "npl-node0")
+	run(t, "ip", "link", "set", "npl-node0", "up")
+	in := func(args ...string) { run(t, "nsenter", append([]string{"--net=" + pod, "ip"}, args...)...) }
+	in("addr", "add", podIP+"/24", "dev", "npl-pod0")
+	in("link", "set", "npl-pod0", "up")
+	in("link", "set", "lo", "up")
+	in("route", "add", "default", "via", nodeIP)
+	// Hairpin traffic leaves the node by the interface it came in on. This is
+	// the private namespace's sysctl, not the host's.
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
+		t.Fatalf("enable forwarding in the private namespace: %v", err)
+	}
+	return pod
+}
+
+// serveRemoteAddr listens on podIP:podPort in the Pod and answers each
+// connection with the client address it sees.
+func serveRemoteAddr(t *testing.T, pod string) {
+	t.Helper()
+	var ln net.Listener
+	err := inNetNS(pod, func() (err error) {
+		ln, err = net.Listen("tcp4", net.JoinHostPort(podIP, fmt.Sprint(podPort)))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("listen in the Pod: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintln(c, c.RemoteAddr().(*net.TCPAddr).IP)
+			c.Close()
+		}
+	}()
+}
+
+// askPeer connects with dial and returns the client address the Pod saw.
+func askPeer(dial func() (net.Conn, error)) (string, error) {
+	c, err := dial()
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(deadline))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(line), err
+}
+
+func TestIPTables_trafficToNodePortReachesThePod(t *testing.T) {
+	ipt := newIPTables(t, v4, "")
+	pod := newPod(t)
+	serveRemoteAddr(t, pod)
+	// The agent holds the node port with a socket; DNAT must win over it.
+	reservation, err := net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", nodePort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reservation.Close()
+
+	target := net.JoinHostPort(nodeIP, fmt.Sprint(nodePort))
+	mapping := datapath.Mapping{NodePort: nodePort, Protocol: "tcp", PodIP: netip.MustParseAddr(podIP), PodPort: podPort, Pod: "ns/web"}
+	fromNode := func() (net.Conn, error) { return net.DialTimeout("tcp4", target, 5*time.Second) }
+	fromPod := func() (conn net.Conn, err error) {
+		err = inNetNS(pod, func() error {
+			conn, err = net.DialTimeout("tcp4", target, 2*time.Second)
+			return err
+		})
+		return conn, err
+	}
+
+	ctx := context.Background()
+	// Without a hairpin source the Pod cannot reach itself through the node:
+	// the masquerade rule is what makes the next step work.
+	if err := ipt.Sync(ctx, datapath.Desired{Mappings: []datapath.Mapping{mapping}, PortRange: [2]int{61000, 62000}}); err != nil {
+		t.Fatal(err)
+	}
+	if peer, err := askPeer(fromPod); err == nil {
+		t.Fatalf("the Pod reached itself through %s without masquerade (it saw %s); the test cannot tell whether the hairpin rule works", target, peer)
+	}
+
+	if err := ipt.Sync(ctx, datapath.Desired{
+		Mappings:       []datapath.Mapping{mapping},
+		HairpinSources: []netip.Addr{netip.MustParseAddr(podIP)},
+		PortRange:      [2]int{61000, 62000},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	peer, err := askPeer(fromNode)
+	if err != nil {
+		t.Fatalf("node-local client to %s: %v", target, err)
+	}
+	if peer != nodeIP {
+		t.Errorf("the Pod saw a node-local client as %s, want %s (no SNAT for node-local clients)", peer, nodeIP)
+	}
+	peer, err = askPeer(fromPod)
+	if err != nil {
+		t.Fatalf("Pod to itself through %s: %v", target, err)
+	}
+	if peer != nodeIP {
+		t.Errorf("the Pod saw its own hairpin connection as %s, want the node address %s (masqueraded)", peer, nodeIP)
+	}
+}

@@ -1,0 +1,306 @@
+// Package portalloc allocates node ports for NodePortLocal mappings and
+// reserves each allocated port with a socket the agent holds, so no host
+// process can take a port that a DNAT rule points at.
+//
+// Ports are tracked in one table per (IP family, protocol): the same number
+// can be TCP for one Pod and UDP for another, and IPv4 and IPv6 are
+// independent. Mappings are keyed by Pod name, never by Pod IP, so a dead
+// Pod's cleanup cannot remove the mapping of a live Pod that reuses its IP
+// (Antrea #6527).
+package portalloc
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"syscall"
+
+	"github.com/nodeportlocal/npl/agent/annotation"
+)
+
+var (
+	// ErrExhausted is wrapped by Allocate when every port of a table is in
+	// use or busy on the host.
+	ErrExhausted = errors.New("no free node port")
+	// ErrTaken is wrapped by Restore when another key holds the port.
+	ErrTaken = errors.New("node port taken by another mapping")
+)
+
+// Key names one mapping: a Pod port, its protocol and IP family.
+type Key struct {
+	Pod      string // namespace/name
+	PodPort  int32
+	Protocol string // annotation.ProtocolTCP or annotation.ProtocolUDP
+	Family   string // annotation.FamilyIPv4 or annotation.FamilyIPv6
+}
+
+// String formats k for logs and errors.
+func (k Key) String() string {
+	return fmt.Sprintf("%s:%d/%s/%s", k.Pod, k.PodPort, k.Protocol, k.Family)
+}
+
+func (k Key) validate() error {
+	switch {
+	case k.Pod == "":
+		return fmt.Errorf("key %s: empty Pod name", k)
+	case k.PodPort < 1 || k.PodPort > 65535:
+		return fmt.Errorf("key %s: Pod port %d is out of 1-65535", k, k.PodPort)
+	case k.Protocol != annotation.ProtocolTCP && k.Protocol != annotation.ProtocolUDP:
+		return fmt.Errorf("key %s: protocol %q is not %s or %s", k, k.Protocol, annotation.ProtocolTCP, annotation.ProtocolUDP)
+	case k.Family != annotation.FamilyIPv4 && k.Family != annotation.FamilyIPv6:
+		return fmt.Errorf("key %s: IP family %q is not %s or %s", k, k.Family, annotation.FamilyIPv4, annotation.FamilyIPv6)
+	}
+	return nil
+}
+
+type tableID struct {
+	family, proto string
+}
+
+// table is the port table of one (family, protocol).
+type table struct {
+	used map[int]Key
+	// next is where the round-robin search starts: one past the port allocated
+	// last, so a port just released is not handed out again at once.
+	next int
+}
+
+type mapping struct {
+	port   int
+	closer io.Closer
+}
+
+// Allocator hands out node ports from one Range. It is safe for concurrent use.
+type Allocator struct {
+	rng      Range
+	reserver Reserver
+
+	mu     sync.Mutex
+	tables map[tableID]*table
+	keys   map[Key]mapping
+}
+
+// New returns an allocator for the ports of r, reserving them with reserver.
+func New(r Range, reserver Reserver) (*Allocator, error) {
+	if err := r.Validate(); err != nil {
+		return nil, fmt.Errorf("new port allocator: %w", err)
+	}
+	if reserver == nil {
+		return nil, errors.New("new port allocator: nil reserver")
+	}
+	return &Allocator{
+		rng:      r,
+		reserver: reserver,
+		tables:   make(map[tableID]*table),
+		keys:     make(map[Key]mapping),
+	}, nil
+}
+
+// Range returns the port range the allocator serves.
+func (a *Allocator) Range() Range { return a.rng }
+
+func (a *Allocator) table(family, proto string) *table {
+	id := tableID{family, proto}
+	t := a.tables[id]
+	if t == nil {
+		t = &table{used: make(map[int]Key), next: a.rng.Start}
+		a.tables[id] = t
+	}
+	return t
+}
+
+// Allocate returns the node port of key, allocating and reserving one when key
+// has none yet. The search starts one past the port allocated last in key's
+// table and wraps around the range; it skips ports the table holds and ports a
+// host process uses (the bind fails with EADDRINUSE). When no port is left the
+// error wraps ErrExhausted.
+func (a *Allocator) Allocate(key Key) (int, error) {
+	if err := key.validate(); err != nil {
+		return 0, fmt.Errorf("allocate node port: %w", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if m, ok := a.keys[key]; ok {
+		return m.port, nil
+	}
+	t := a.table(key.Family, key.Protocol)
+	busy := 0
+	port := t.next
+	for range a.rng.Size() {
+		if _, used := t.used[port]; !used {
+			c, err := a.reserver.Reserve(key.Family, key.Protocol, port)
+			if err == nil {
+				a.take(t, key, port, c)
+				t.next = a.wrap(port + 1)
+				return port, nil
+			}
+			if !errors.Is(err, syscall.EADDRINUSE) {
+				return 0, fmt.Errorf("allocate node port for %s: %w", key, err)
+			}
+			busy++
+		}
+		port = a.wrap(port + 1)
+	}
+	return 0, fmt.Errorf("allocate node port for %s in %s: %w (%d held by mappings, %d busy on the host)",
+		key, a.rng, ErrExhausted, len(t.used), busy)
+}
+
+// Restore takes port for key, as found in an annotation when the agent
+// starts, so mappings keep their ports across restarts. It fails when port is
+// out of range, held by another key (ErrTaken), or its bind fails. Restoring
+// the port key already holds is a no-op; restoring another port for a key that
+// holds one is an error (release it first).
+func (a *Allocator) Restore(key Key, port int) error {
+	if err := key.validate(); err != nil {
+		return fmt.Errorf("restore node port %d: %w", port, err)
+	}
+	if !a.rng.Contains(port) {
+		return fmt.Errorf("restore node port %d for %s: out of range %s", port, key, a.rng)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if m, ok := a.keys[key]; ok {
+		if m.port == port {
+			return nil
+		}
+		return fmt.Errorf("restore node port %d for %s: key already holds port %d", port, key, m.port)
+	}
+	t := a.table(key.Family, key.Protocol)
+	if other, used := t.used[port]; used {
+		return fmt.Errorf("restore node port %d for %s: %w (%s)", port, key, ErrTaken, other)
+	}
+	c, err := a.reserver.Reserve(key.Family, key.Protocol, port)
+	if err != nil {
+		return fmt.Errorf("restore node port %d for %s: %w", port, key, err)
+	}
+	a.take(t, key, port, c)
+	return nil
+}
+
+func (a *Allocator) take(t *table, key Key, port int, c io.Closer) {
+	t.used[port] = key
+	a.keys[key] = mapping{port: port, closer: c}
+}
+
+func (a *Allocator) wrap(port int) int {
+	if port > a.rng.End {
+		return a.rng.Start
+	}
+	return port
+}
+
+// Release closes the socket that reserves key's port and frees the port.
+// Releasing a key that holds no port is a no-op. The port is freed even when
+// closing the socket fails: the kernel releases the descriptor either way.
+func (a *Allocator) Release(key Key) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.release(key)
+}
+
+func (a *Allocator) release(key Key) error {
+	m, ok := a.keys[key]
+	if !ok {
+		return nil
+	}
+	delete(a.keys, key)
+	delete(a.table(key.Family, key.Protocol).used, m.port)
+	if err := m.closer.Close(); err != nil {
+		return fmt.Errorf("release node port %d of %s: %w", m.port, key, err)
+	}
+	return nil
+}
+
+// ReleasePod releases every key of pod (namespace/name).
+func (a *Allocator) ReleasePod(pod string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var errs []error
+	for _, k := range a.keysOf(pod) {
+		errs = append(errs, a.release(k))
+	}
+	return errors.Join(errs...)
+}
+
+// Lookup returns the node port key holds.
+func (a *Allocator) Lookup(key Key) (int, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m, ok := a.keys[key]
+	return m.port, ok
+}
+
+// Keys returns the keys of pod (namespace/name) that hold a port, sorted.
+func (a *Allocator) Keys(pod string) []Key {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.keysOf(pod)
+}
+
+func (a *Allocator) keysOf(pod string) []Key {
+	var keys []Key
+	for k := range a.keys {
+		if k.Pod == pod {
+			keys = append(keys, k)
+		}
+	}
+	sortKeys(keys)
+	return keys
+}
+
+// All returns every key that holds a port with its port, for resyncs and
+// debugging.
+func (a *Allocator) All() map[Key]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	all := make(map[Key]int, len(a.keys))
+	for k, m := range a.keys {
+		all[k] = m.port
+	}
+	return all
+}
+
+// InUse returns how many ports the (family, protocol) table holds.
+func (a *Allocator) InUse(family, proto string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if t := a.tables[tableID{family, proto}]; t != nil {
+		return len(t.used)
+	}
+	return 0
+}
+
+// Free returns how many ports of the range the (family, protocol) table does
+// not hold. Some of them may still be busy on the host.
+func (a *Allocator) Free(family, proto string) int {
+	return a.rng.Size() - a.InUse(family, proto)
+}
+
+// Close releases every port.
+func (a *Allocator) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var errs []error
+	for k := range a.keys {
+		errs = append(errs, a.release(k))
+	}
+	return errors.Join(errs...)
+}
+
+func sortKeys(keys []Key) {
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		if a.Pod != b.Pod {
+			return a.Pod < b.Pod
+		}
+		if a.Family != b.Family {
+			return a.Family < b.Family
+		}
+		if a.Protocol != b.Protocol {
+			return a.Protocol < b.Protocol
+		}
+		return a.PodPort < b.PodPort
+	})
+}

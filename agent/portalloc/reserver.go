@@ -1,0 +1,93 @@
+package portalloc
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodeportlocal/npl/agent/annotation"
+)
+
+// Reserver holds a node port so that no host process can take it while a
+// mapping uses it. Reserve returns an error wrapping syscall.EADDRINUSE when a
+// host process already uses the port; the allocator then tries the next one.
+type Reserver interface {
+	Reserve(family, proto string, port int) (io.Closer, error)
+}
+
+// SocketReserver reserves a port with a bound socket on the family's wildcard
+// address, as kube-proxy and Antrea do: a TCP socket that listens and never
+// accepts, or a bound UDP socket. The DNAT rules run before the socket is
+// consulted, so traffic to the port reaches the Pod, not the socket.
+//
+// The socket lives in the network namespace of the calling thread, or in the
+// namespace at NetNSPath when it is set (e.g. "/proc/1234/ns/net"); a socket
+// keeps the namespace it was created in.
+type SocketReserver struct {
+	NetNSPath string
+}
+
+// Reserve binds the socket that holds port.
+func (s SocketReserver) Reserve(family, proto string, port int) (io.Closer, error) {
+	var network, host string
+	switch family {
+	case annotation.FamilyIPv4:
+		network, host = "4", "0.0.0.0"
+	case annotation.FamilyIPv6:
+		// Go sets IPV6_V6ONLY for "tcp6"/"udp6", so the IPv4 table stays independent.
+		network, host = "6", "::"
+	default:
+		return nil, fmt.Errorf("reserve port %d: unknown IP family %q", port, family)
+	}
+	if proto != annotation.ProtocolTCP && proto != annotation.ProtocolUDP {
+		return nil, fmt.Errorf("reserve port %d: unknown protocol %q", port, proto)
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	var c io.Closer
+	err := inNetNS(s.NetNSPath, func() error {
+		var lc net.ListenConfig
+		var err error
+		if proto == annotation.ProtocolTCP {
+			c, err = lc.Listen(context.Background(), "tcp"+network, addr)
+		} else {
+			c, err = lc.ListenPacket(context.Background(), "udp"+network, addr)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reserve %s/%s port %d: %w", proto, family, port, err)
+	}
+	return c, nil
+}
+
+// inNetNS runs fn on a dedicated OS thread that has joined the network
+// namespace at path; with an empty path it runs fn directly.
+func inNetNS(path string, fn func() error) error {
+	if path == "" {
+		return fn()
+	}
+	errc := make(chan error, 1)
+	go func() {
+		// The thread is never unlocked: when this goroutine ends, the runtime
+		// terminates the thread instead of reusing it in the wrong namespace.
+		runtime.LockOSThread()
+		f, err := os.Open(path)
+		if err != nil {
+			errc <- fmt.Errorf("open network namespace: %w", err)
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("enter network namespace %s: %w", path, err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
