@@ -49,6 +49,7 @@ func NewRoot(cmd *cobra.Command) *cobra.Command {
 	cmd.Version = buildinfo.String(cmd.Name())
 	cmd.SetVersionTemplate("{{.Version}}\n")
 	cmd.SilenceErrors = true
+	cmd.CompletionOptions.DisableDefaultCmd = true
 	cmd.SilenceUsage = true
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &UsageError{Err: err} })
 

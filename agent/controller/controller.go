@@ -1,0 +1,389 @@
+// Package controller is npl-agent's control loop: it watches the node's own
+// Pods, all Services and its Node, decides which Pod ports to publish
+// (Targets), allocates node ports (portalloc), programs the datapath and
+// writes the Pod annotation. It restores every valid mapping from the Pods'
+// annotations before its workers start, so node ports survive a restart.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/agent/datapath"
+	"github.com/nodeportlocal/npl/agent/portalloc"
+)
+
+// Config configures the controller.
+type Config struct {
+	NodeName         string
+	PortRange        portalloc.Range
+	NodeIPPreference []corev1.NodeAddressType
+	// Workers is the number of Pods synced in parallel.
+	Workers int
+	// ResyncPeriod re-queues every local Pod; 0 disables it. The datapath
+	// repairs itself independently.
+	ResyncPeriod time.Duration
+}
+
+// Datapath is what the controller needs from a family's datapath: program a
+// whole desired state and wait until it is written, and flush UDP state.
+type Datapath interface {
+	// Update hands over the complete desired content and returns a
+	// generation to wait for.
+	Update(d datapath.Desired) uint64
+	// Wait blocks until generation gen (or a later one) is written.
+	Wait(ctx context.Context, gen uint64) error
+	// FlushUDP removes the conntrack entries of a UDP node port.
+	FlushUDP(ctx context.Context, nodePort int) error
+}
+
+// Allocator is the node-port allocator (portalloc.Allocator).
+type Allocator interface {
+	Allocate(key portalloc.Key) (int, error)
+	Restore(key portalloc.Key, nodePort int) error
+	Release(key portalloc.Key) error
+	Keys(pod string) []portalloc.Key
+	Lookup(key portalloc.Key) (int, bool)
+}
+
+// mapping is one published port of a Pod.
+type mapping struct {
+	target   Target
+	nodePort int
+	podIP    netip.Addr
+}
+
+// podState is what the agent has published for one Pod, keyed by namespace/name.
+type podState struct {
+	mappings []mapping
+}
+
+// Controller reconciles the node's Pods.
+type Controller struct {
+	cfg      Config
+	client   kubernetes.Interface
+	alloc    Allocator
+	paths    map[string]Datapath // by family
+	recorder record.EventRecorder
+	metrics  *Metrics
+
+	podFactory  informers.SharedInformerFactory
+	svcFactory  informers.SharedInformerFactory
+	nodeFactory informers.SharedInformerFactory
+	podLister  corelisters.PodLister
+	svcLister  corelisters.ServiceLister
+	svcIndexer cache.Indexer
+	nodeLister corelisters.NodeLister
+	synced     []cache.InformerSynced
+
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	mu      sync.Mutex
+	pods    map[string]*podState
+	nodeIPs map[string]netip.Addr
+	starved map[string]bool // Pods waiting for free ports
+	ready   bool
+}
+
+const serviceNamespaceIndex = "namespace"
+
+// New builds the controller and its informers. Nothing runs until Run.
+func New(cfg Config, client kubernetes.Interface, alloc Allocator, paths map[string]Datapath, metrics *Metrics) *Controller {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	podFactory := informers.NewSharedInformerFactoryWithOptions(client, cfg.ResyncPeriod,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
+		}),
+		informers.WithTransform(TrimPod))
+	svcFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(TrimService))
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.NodeName).String()
+		}),
+		informers.WithTransform(TrimNode))
+
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "npl-agent", Host: cfg.NodeName})
+
+	c := &Controller{
+		cfg:        cfg,
+		client:     client,
+		alloc:      alloc,
+		paths:      paths,
+		recorder:   recorder,
+		metrics:    metrics,
+		podFactory: podFactory,
+		svcFactory: svcFactory,
+		// Per-Pod backoff from 100 ms capped at 30 s: retries never stop, and
+		// a transient error (xtables lock, apiserver) recovers quickly.
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "npl-agent"}),
+		pods:    map[string]*podState{},
+		nodeIPs: map[string]netip.Addr{},
+		starved: map[string]bool{},
+	}
+
+	podInformer := podFactory.Core().V1().Pods()
+	svcInformer := svcFactory.Core().V1().Services()
+	nodeInformer := nodeFactory.Core().V1().Nodes()
+	c.podLister = podInformer.Lister()
+	c.svcLister = svcInformer.Lister()
+	c.nodeLister = nodeInformer.Lister()
+	c.svcIndexer = svcInformer.Informer().GetIndexer()
+	utilruntime.Must(svcInformer.Informer().AddIndexers(cache.Indexers{serviceNamespaceIndex: cache.MetaNamespaceIndexFunc}))
+
+	_, _ = podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.enqueuePod(obj) },
+		UpdateFunc: func(_, obj any) { c.enqueuePod(obj) },
+		DeleteFunc: func(obj any) { c.enqueuePod(obj) },
+	})
+	_, _ = svcInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.enqueueServicePods(nil, obj) },
+		UpdateFunc: func(old, obj any) { c.enqueueServicePods(old, obj) },
+		DeleteFunc: func(obj any) { c.enqueueServicePods(nil, obj) },
+	})
+	_, _ = nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.nodeChanged(obj) },
+		UpdateFunc: func(_, obj any) { c.nodeChanged(obj) },
+	})
+	c.synced = []cache.InformerSynced{podInformer.Informer().HasSynced, svcInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced}
+	c.nodeFactory = nodeFactory
+	return c
+}
+
+// Ready reports whether the initial restore is done and workers run.
+func (c *Controller) Ready() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ready
+}
+
+// Run starts the informers, waits for their caches and a Node IP, restores
+// the mappings from annotations, then runs the workers until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+
+	c.podFactory.Start(ctx.Done())
+	c.svcFactory.Start(ctx.Done())
+	c.nodeFactory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return fmt.Errorf("wait for informer caches: %w", ctx.Err())
+	}
+	if err := c.waitForNodeIP(ctx); err != nil {
+		return err
+	}
+	if err := c.restore(ctx); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.ready = true
+	c.mu.Unlock()
+	logger.Info("Starting workers", "workers", c.cfg.Workers, "node", c.cfg.NodeName)
+
+	pods, err := c.podLister.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("list pods: %w", err)
+	}
+	for _, p := range pods {
+		c.queue.Add(keyOf(p))
+	}
+	var wg sync.WaitGroup
+	for range c.cfg.Workers {
+		wg.Go(func() { wait.UntilWithContext(ctx, c.worker, time.Second) })
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) waitForNodeIP(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	return wait.PollUntilContextCancel(ctx, time.Second, true, func(context.Context) (bool, error) {
+		node, err := c.nodeLister.Get(c.cfg.NodeName)
+		if err != nil {
+			logger.Info("Waiting for the Node object", "node", c.cfg.NodeName, "err", err)
+			return false, nil
+		}
+		ips := NodeIPs(node, c.cfg.NodeIPPreference)
+		if len(ips) == 0 {
+			logger.Info("Waiting for an address on the Node", "node", c.cfg.NodeName)
+			return false, nil
+		}
+		c.mu.Lock()
+		c.nodeIPs = ips
+		c.mu.Unlock()
+		return true, nil
+	})
+}
+
+func (c *Controller) worker(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	start := time.Now()
+	err := c.syncPod(ctx, key)
+	c.metrics.observeSync(time.Since(start), err)
+	switch {
+	case err == nil:
+		c.queue.Forget(key)
+	case errors.Is(err, portalloc.ErrExhausted):
+		// Retried when a port frees up (releasePorts), and slowly meanwhile.
+		c.queue.AddAfter(key, 30*time.Second)
+	default:
+		klog.FromContext(ctx).Error(err, "Sync failed; will retry", "pod", key)
+		c.queue.AddRateLimited(key)
+	}
+	return true
+}
+
+func keyOf(obj metav1.Object) string {
+	if obj.GetNamespace() == "" {
+		return obj.GetName()
+	}
+	return obj.GetNamespace() + "/" + obj.GetName()
+}
+
+func (c *Controller) enqueuePod(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		c.queue.Add(d.Key)
+		return
+	}
+	if p, ok := obj.(*corev1.Pod); ok {
+		c.queue.Add(keyOf(p))
+	}
+}
+
+// enqueueServicePods queues the Pods a Service selects now or selected
+// before the change, so both the gaining and the losing side are synced.
+func (c *Controller) enqueueServicePods(oldObj, obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return
+	}
+	if old, ok := oldObj.(*corev1.Service); ok && !serviceChangeMatters(old, svc) {
+		return
+	}
+	c.enqueueSelected(svc)
+	if old, ok := oldObj.(*corev1.Service); ok {
+		c.enqueueSelected(old)
+	}
+}
+
+func (c *Controller) enqueueSelected(svc *corev1.Service) {
+	if len(svc.Spec.Selector) == 0 {
+		return
+	}
+	pods, err := c.podLister.Pods(svc.Namespace).List(labels.SelectorFromSet(svc.Spec.Selector))
+	if err != nil {
+		return
+	}
+	for _, p := range pods {
+		c.queue.Add(keyOf(p))
+	}
+}
+
+func (c *Controller) nodeChanged(obj any) {
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	ips := NodeIPs(node, c.cfg.NodeIPPreference)
+	c.mu.Lock()
+	changed := !equalIPs(ips, c.nodeIPs)
+	if changed && len(ips) > 0 {
+		c.nodeIPs = ips
+	}
+	ready := c.ready
+	c.mu.Unlock()
+	if changed && ready {
+		pods, _ := c.podLister.List(labels.Everything())
+		for _, p := range pods {
+			c.queue.Add(keyOf(p))
+		}
+	}
+}
+
+func equalIPs(a, b map[string]netip.Addr) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// servicesInNamespace returns the cached Services of a namespace.
+func (c *Controller) servicesInNamespace(ns string) []*corev1.Service {
+	objs, err := c.svcIndexer.ByIndex(serviceNamespaceIndex, ns)
+	if err != nil {
+		return nil
+	}
+	out := make([]*corev1.Service, 0, len(objs))
+	for _, o := range objs {
+		if s, ok := o.(*corev1.Service); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// annotationEntries renders a Pod's mappings as annotation entries.
+func (c *Controller) annotationEntries(st *podState) []annotation.Entry {
+	entries := make([]annotation.Entry, 0, len(st.mappings))
+	for _, m := range st.mappings {
+		nodeIP, ok := c.nodeIPs[m.target.Family]
+		if !ok {
+			continue
+		}
+		entries = append(entries, annotation.Entry{
+			PodPort:  int(m.target.PodPort),
+			NodeIP:   nodeIP.String(),
+			NodePort: m.nodePort,
+			Protocol: m.target.Protocol,
+			IPFamily: m.target.Family,
+		})
+	}
+	annotation.Sort(entries)
+	return entries
+}

@@ -1,0 +1,296 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/agent/datapath"
+	"github.com/nodeportlocal/npl/agent/portalloc"
+)
+
+// syncPod makes one Pod's published ports match what its Services ask for:
+// allocate or release node ports, program the datapath and wait until it is
+// written, then patch the annotation when its content changed. Ports that
+// could be allocated are published even when others could not (exhaustion).
+func (c *Controller) syncPod(ctx context.Context, key string) error {
+	logger := klog.FromContext(ctx).WithValues("pod", key)
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	pod, err := c.podLister.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		pod = nil
+	} else if err != nil {
+		return fmt.Errorf("get pod %s: %w", key, err)
+	}
+
+	var targets []Target
+	var skips []Skip
+	if pod != nil {
+		c.mu.Lock()
+		families := make([]string, 0, len(c.nodeIPs))
+		for f := range c.nodeIPs {
+			families = append(families, f)
+		}
+		c.mu.Unlock()
+		slices.Sort(families)
+		targets, skips = Targets(pod, c.servicesInNamespace(ns), families)
+	}
+	for _, s := range skips {
+		c.recorder.Eventf(s.Service, corev1.EventTypeWarning, "NodePortLocalSkipped", "Port %s/%d not mapped: %s", s.Port.Protocol, s.Port.Port, s.Reason)
+	}
+
+	c.mu.Lock()
+	st := c.pods[key]
+	if st == nil {
+		st = &podState{}
+	}
+	var podIPs map[string]netip.Addr
+	if pod != nil {
+		podIPs = PodIPs(pod)
+	}
+	next, released, flush, allocErr := c.reconcileMappings(key, st.mappings, targets, podIPs)
+	changed := !slices.Equal(next, st.mappings)
+	st.mappings = next
+	if len(next) == 0 {
+		delete(c.pods, key)
+	} else {
+		c.pods[key] = st
+	}
+	if allocErr != nil {
+		c.starved[key] = true
+	} else {
+		delete(c.starved, key)
+	}
+	var wake []string
+	if released > 0 {
+		for k := range c.starved {
+			if k != key {
+				wake = append(wake, k)
+			}
+		}
+	}
+	gens := map[string]uint64{}
+	if changed {
+		gens = c.updateDatapathLocked()
+	}
+	entries := c.annotationEntries(st)
+	c.mu.Unlock()
+
+	for _, k := range wake {
+		c.queue.Add(k)
+	}
+	if allocErr != nil {
+		c.metrics.AllocationFailures.Inc()
+		if pod != nil {
+			c.recorder.Eventf(pod, corev1.EventTypeWarning, "NodePortExhausted", "No free node port in %s: %v", c.cfg.PortRange, allocErr)
+		}
+	}
+	for fam, gen := range gens {
+		if err := c.paths[fam].Wait(ctx, gen); err != nil {
+			return fmt.Errorf("program datapath for pod %s: %w", key, err)
+		}
+	}
+	for _, f := range flush {
+		if err := c.paths[f.family].FlushUDP(ctx, f.port); err != nil {
+			logger.Error(err, "Flush UDP conntrack entries", "nodePort", f.port)
+		}
+	}
+	if pod != nil {
+		if err := c.patchAnnotation(ctx, pod, entries); err != nil {
+			return err
+		}
+	}
+	if allocErr != nil {
+		return allocErr
+	}
+	return nil
+}
+
+type flushPort struct {
+	family string
+	port   int
+}
+
+// reconcileMappings turns the current mappings of a Pod into the mappings
+// its targets ask for. It releases the ports no longer wanted, allocates the
+// missing ones, and rewrites the Pod IP of those whose IP changed. Called
+// with c.mu held.
+func (c *Controller) reconcileMappings(key string, current []mapping, targets []Target, podIPs map[string]netip.Addr) (next []mapping, released int, flush []flushPort, err error) {
+	want := map[Target]bool{}
+	for _, t := range targets {
+		want[t] = true
+	}
+	have := map[Target]mapping{}
+	for _, m := range current {
+		if want[m.target] {
+			have[m.target] = m
+			continue
+		}
+		if m.target.HostPort == 0 {
+			if relErr := c.alloc.Release(allocKey(key, m.target)); relErr != nil {
+				// Keep the mapping: its socket or rule is still there, and the
+				// next sync retries the release.
+				next = append(next, m)
+				err = errors.Join(err, relErr)
+				continue
+			}
+			released++
+			if m.target.Protocol == annotation.ProtocolUDP {
+				flush = append(flush, flushPort{m.target.Family, m.nodePort})
+			}
+		}
+	}
+	for _, t := range targets {
+		ip := podIPs[t.Family]
+		if m, ok := have[t]; ok {
+			if m.podIP != ip && t.HostPort == 0 && t.Protocol == annotation.ProtocolUDP {
+				flush = append(flush, flushPort{t.Family, m.nodePort})
+			}
+			m.podIP = ip
+			next = append(next, m)
+			continue
+		}
+		if t.HostPort != 0 {
+			next = append(next, mapping{target: t, nodePort: int(t.HostPort), podIP: ip})
+			continue
+		}
+		port, allocErr := c.alloc.Allocate(allocKey(key, t))
+		if allocErr != nil {
+			err = errors.Join(err, fmt.Errorf("allocate node port for %s %s/%d: %w", key, t.Protocol, t.PodPort, allocErr))
+			continue
+		}
+		next = append(next, mapping{target: t, nodePort: port, podIP: ip})
+	}
+	slices.SortFunc(next, compareMappings)
+	return next, released, flush, err
+}
+
+func compareMappings(a, b mapping) int {
+	switch {
+	case a.target.Family != b.target.Family:
+		return cmpString(a.target.Family, b.target.Family)
+	case a.target.Protocol != b.target.Protocol:
+		return cmpString(a.target.Protocol, b.target.Protocol)
+	default:
+		return int(a.target.PodPort - b.target.PodPort)
+	}
+}
+
+func cmpString(a, b string) int {
+	if a < b {
+		return -1
+	}
+	return 1
+}
+
+func allocKey(pod string, t Target) portalloc.Key {
+	return portalloc.Key{Pod: pod, PodPort: t.PodPort, Protocol: t.Protocol, Family: t.Family}
+}
+
+// updateDatapathLocked hands every family's datapath the complete desired
+// content computed from all Pods. Called with c.mu held.
+func (c *Controller) updateDatapathLocked() map[string]uint64 {
+	desired := map[string]*datapath.Desired{}
+	for fam := range c.paths {
+		desired[fam] = &datapath.Desired{PortRange: [2]int{c.cfg.PortRange.Start, c.cfg.PortRange.End}}
+	}
+	total := 0
+	for key, st := range c.pods {
+		for _, m := range st.mappings {
+			d := desired[m.target.Family]
+			if d == nil || m.target.HostPort != 0 || !m.podIP.IsValid() {
+				continue
+			}
+			d.Mappings = append(d.Mappings, datapath.Mapping{
+				NodePort: m.nodePort, Protocol: m.target.Protocol, PodIP: m.podIP, PodPort: int(m.target.PodPort), Pod: key,
+			})
+			total++
+		}
+	}
+	for _, ip := range c.localPodIPs() {
+		fam := annotation.FamilyIPv4
+		if ip.Is6() {
+			fam = annotation.FamilyIPv6
+		}
+		if d := desired[fam]; d != nil {
+			d.HairpinSources = append(d.HairpinSources, ip)
+		}
+	}
+	c.metrics.Mappings.Set(float64(total))
+	gens := make(map[string]uint64, len(desired))
+	for fam, d := range desired {
+		gens[fam] = c.paths[fam].Update(*d)
+	}
+	return gens
+}
+
+// localPodIPs lists the IPs of the node's Pods that have their own network
+// namespace: the sources whose traffic to a node port may hairpin back to
+// this node and so needs masquerading.
+func (c *Controller) localPodIPs() []netip.Addr {
+	pods, err := c.podLister.List(everything)
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, p := range pods {
+		if !PodMappable(p) {
+			continue
+		}
+		for _, ip := range PodIPs(p) {
+			out = append(out, ip)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
+// patchAnnotation writes the Pod annotation through the pods/status
+// subresource (so the agent needs no write access to Pods), only when its
+// content differs, and deletes it when there is nothing to publish.
+func (c *Controller) patchAnnotation(ctx context.Context, pod *corev1.Pod, entries []annotation.Entry) error {
+	current, hasCurrent := pod.Annotations[annotation.PodKey]
+	if hasCurrent {
+		if parsed, err := annotation.Parse(current); err == nil && len(entries) > 0 && annotation.Equal(parsed, entries) {
+			return nil
+		}
+	} else if len(entries) == 0 {
+		return nil
+	}
+	var value any // nil deletes the key in a JSON merge patch
+	if len(entries) > 0 {
+		s, err := annotation.Format(entries)
+		if err != nil {
+			return err
+		}
+		value = s
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{annotation.PodKey: value}}})
+	if err != nil {
+		return fmt.Errorf("encode annotation patch: %w", err)
+	}
+	_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("patch %s annotation of pod %s/%s: %w", annotation.PodKey, pod.Namespace, pod.Name, err)
+	}
+	c.metrics.AnnotationPatches.Inc()
+	klog.FromContext(ctx).V(2).Info("Patched annotation", "pod", klog.KObj(pod), "entries", len(entries))
+	return nil
+}

@@ -1,0 +1,146 @@
+package controller
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/agent/podports"
+)
+
+// Target is one Pod port the agent must publish on the node: the unit of
+// allocation, one per (podPort, protocol, IP family).
+type Target struct {
+	PodPort  int32
+	Protocol string // tcp | udp
+	Family   string // IPv4 | IPv6
+	// HostPort, when set, is published as is: the container already has
+	// a hostPort for this port and protocol, so no rule or socket is needed.
+	HostPort int32
+}
+
+// Skip is a Service port the agent cannot map, for an Event on the Service.
+type Skip struct {
+	Service *corev1.Service
+	Port    corev1.ServicePort
+	Reason  string
+}
+
+// ServiceCounts reports whether a Service opts its Pods in: the annotation is
+// exactly "true", the type is ClusterIP or LoadBalancer (an empty type is
+// ClusterIP), and the selector is not empty.
+func ServiceCounts(svc *corev1.Service) bool {
+	if !annotation.ServiceEnabled(svc.Annotations) || len(svc.Spec.Selector) == 0 {
+		return false
+	}
+	switch svc.Spec.Type {
+	case "", corev1.ServiceTypeClusterIP, corev1.ServiceTypeLoadBalancer:
+		return true
+	}
+	return false
+}
+
+// Selects reports whether svc counts and selects pod (same namespace, the
+// whole selector matches the Pod's labels).
+func Selects(svc *corev1.Service, pod *corev1.Pod) bool {
+	return svc.Namespace == pod.Namespace && ServiceCounts(svc) &&
+		labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels))
+}
+
+// PodIPs returns the Pod's IPs by family. A Pod without an IP has none.
+func PodIPs(pod *corev1.Pod) map[string]netip.Addr {
+	out := map[string]netip.Addr{}
+	add := func(s string) {
+		ip, err := netip.ParseAddr(s)
+		if err != nil {
+			return
+		}
+		ip = ip.Unmap()
+		fam := annotation.FamilyIPv4
+		if ip.Is6() {
+			fam = annotation.FamilyIPv6
+		}
+		if _, ok := out[fam]; !ok {
+			out[fam] = ip
+		}
+	}
+	for _, p := range pod.Status.PodIPs {
+		add(p.IP)
+	}
+	add(pod.Status.PodIP)
+	return out
+}
+
+// PodMappable reports whether the agent maps ports of pod at all: it is not
+// terminal, not on the host network, and has an IP.
+func PodMappable(pod *corev1.Pod) bool {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	if pod.Spec.HostNetwork {
+		return false
+	}
+	return len(PodIPs(pod)) > 0
+}
+
+// Targets computes the ports to publish for pod from the Services that
+// select it, for the families both the Pod and the node have. It is a pure
+// function of its inputs; Skips name the Service ports it cannot map.
+func Targets(pod *corev1.Pod, services []*corev1.Service, nodeFamilies []string) ([]Target, []Skip) {
+	if !PodMappable(pod) {
+		return nil, nil
+	}
+	podIPs := PodIPs(pod)
+	var families []string
+	for _, f := range nodeFamilies {
+		if _, ok := podIPs[f]; ok {
+			families = append(families, f)
+		}
+	}
+	seen := map[Target]bool{}
+	var out []Target
+	var skips []Skip
+	for _, svc := range services {
+		if !Selects(svc, pod) {
+			continue
+		}
+		for _, sp := range svc.Spec.Ports {
+			proto := sp.Protocol
+			if proto == "" {
+				proto = corev1.ProtocolTCP
+			}
+			if proto != corev1.ProtocolTCP && proto != corev1.ProtocolUDP {
+				skips = append(skips, Skip{Service: svc, Port: sp, Reason: fmt.Sprintf("protocol %s is not supported by NodePortLocal", proto)})
+				continue
+			}
+			port, ok := podports.Resolve(pod, sp)
+			if !ok {
+				skips = append(skips, Skip{Service: svc, Port: sp, Reason: fmt.Sprintf("targetPort %q does not resolve on Pod %s/%s", sp.TargetPort.String(), pod.Namespace, pod.Name)})
+				continue
+			}
+			hostPort := podports.HostPort(pod, port, proto)
+			for _, fam := range families {
+				t := Target{PodPort: port, Protocol: strings.ToLower(string(proto)), Family: fam, HostPort: hostPort}
+				if !seen[t] {
+					seen[t] = true
+					out = append(out, t)
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Target) int {
+		if a.Family != b.Family {
+			return strings.Compare(a.Family, b.Family)
+		}
+		if a.Protocol != b.Protocol {
+			return strings.Compare(a.Protocol, b.Protocol)
+		}
+		return int(a.PodPort - b.PodPort)
+	})
+	return out, skips
+}

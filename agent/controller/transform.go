@@ -1,0 +1,106 @@
+package controller
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodeportlocal/npl/agent/annotation"
+)
+
+// TrimPod keeps only what the agent reads of a Pod, to bound the memory of
+// its cache: identity, labels, our annotation, the container ports, host
+// networking, phase and IPs.
+func TrimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Pod{}
+	out.Name, out.Namespace, out.UID, out.ResourceVersion = pod.Name, pod.Namespace, pod.UID, pod.ResourceVersion
+	out.Labels = pod.Labels
+	out.DeletionTimestamp = pod.DeletionTimestamp
+	if v, ok := pod.Annotations[annotation.PodKey]; ok {
+		out.Annotations = map[string]string{annotation.PodKey: v}
+	}
+	out.Spec.NodeName = pod.Spec.NodeName
+	out.Spec.HostNetwork = pod.Spec.HostNetwork
+	out.Spec.Containers = trimContainers(pod.Spec.Containers, false)
+	out.Spec.InitContainers = trimContainers(pod.Spec.InitContainers, true)
+	out.Status.Phase = pod.Status.Phase
+	out.Status.PodIP = pod.Status.PodIP
+	out.Status.PodIPs = pod.Status.PodIPs
+	return out, nil
+}
+
+func trimContainers(cs []corev1.Container, sidecarsOnly bool) []corev1.Container {
+	var out []corev1.Container
+	for _, c := range cs {
+		if len(c.Ports) == 0 {
+			continue
+		}
+		if sidecarsOnly && (c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways) {
+			continue
+		}
+		out = append(out, corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy})
+	}
+	return out
+}
+
+// TrimService keeps what decides the opt-in and the ports of a Service.
+func TrimService(obj any) (any, error) {
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Service{}
+	out.TypeMeta = svc.TypeMeta
+	out.Name, out.Namespace, out.UID, out.ResourceVersion = svc.Name, svc.Namespace, svc.UID, svc.ResourceVersion
+	if v, ok := svc.Annotations[annotation.ServiceEnabledKey]; ok {
+		out.Annotations = map[string]string{annotation.ServiceEnabledKey: v}
+	}
+	out.Spec.Type = svc.Spec.Type
+	out.Spec.Selector = svc.Spec.Selector
+	out.Spec.Ports = svc.Spec.Ports
+	out.Spec.IPFamilies = svc.Spec.IPFamilies
+	return out, nil
+}
+
+// TrimNode keeps the Node's name and addresses.
+func TrimNode(obj any) (any, error) {
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Node{}
+	out.Name, out.UID, out.ResourceVersion = node.Name, node.UID, node.ResourceVersion
+	out.Status.Addresses = node.Status.Addresses
+	return out, nil
+}
+
+// serviceChangeMatters reports whether a Service update can change any
+// Pod's mappings: opt-in, type, selector or ports.
+func serviceChangeMatters(old, cur *corev1.Service) bool {
+	if annotation.ServiceEnabled(old.Annotations) != annotation.ServiceEnabled(cur.Annotations) || old.Spec.Type != cur.Spec.Type {
+		return true
+	}
+	if !equalStringMaps(old.Spec.Selector, cur.Spec.Selector) || len(old.Spec.Ports) != len(cur.Spec.Ports) {
+		return true
+	}
+	for i := range old.Spec.Ports {
+		if old.Spec.Ports[i] != cur.Spec.Ports[i] {
+			return true
+		}
+	}
+	return false
+}
+
+func equalStringMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,228 @@
+// Command npl-agent is the NodePortLocal node agent: it gives each backend
+// Pod port of an opted-in Service its own port on the node, programs the DNAT
+// rules and writes the nodeportlocal.antrea.io Pod annotation.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/agent/controller"
+	"github.com/nodeportlocal/npl/agent/datapath"
+	"github.com/nodeportlocal/npl/agent/portalloc"
+	"github.com/nodeportlocal/npl/internal/cli"
+	"github.com/nodeportlocal/npl/internal/serve"
+)
+
+func main() {
+	cli.Main(newCommand())
+}
+
+type options struct {
+	kubeconfig       *string
+	nodeName         string
+	portRange        string
+	serviceNodePorts string
+	nodeIPPreference string
+	metricsAddr      string
+	healthAddr       string
+	checkInterval    time.Duration
+	syncWindow       time.Duration
+	workers          int
+}
+
+func newCommand() *cobra.Command {
+	o := &options{}
+	cmd := cli.NewRoot(&cobra.Command{
+		Use:   "npl-agent",
+		Short: "NodePortLocal node agent: a node port per backend Pod port, with iptables DNAT",
+		Long: `npl-agent runs on every node (a DaemonSet). For every Service annotated
+nodeportlocal.antrea.io/enabled: "true" it gives each backend Pod port on its node
+its own node port, programs iptables DNAT nodeIP:nodePort -> podIP:podPort, and
+writes the Antrea-compatible Pod annotation nodeportlocal.antrea.io.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), o) },
+	})
+	o.kubeconfig = cli.AddKubeconfigFlag(cmd)
+	cmd.PersistentFlags().StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node (default $NODE_NAME)")
+	f := cmd.Flags()
+	f.StringVar(&o.portRange, "port-range", "61000-62000", "node ports to allocate from, inclusive")
+	f.StringVar(&o.serviceNodePorts, "service-node-port-range", "30000-32767", "the cluster's NodePort range, which --port-range must not overlap")
+	f.StringVar(&o.nodeIPPreference, "node-ip-preference", "InternalIP,ExternalIP", "Node address types to publish as nodeIP, most preferred first")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":9101", "address of the Prometheus metrics listener (0 disables it)")
+	f.StringVar(&o.healthAddr, "health-probe-bind-address", ":9102", "address of the /healthz and /readyz listener (0 disables it)")
+	f.DurationVar(&o.checkInterval, "datapath-check-interval", time.Minute, "how often the iptables chains are checked for drift and repaired")
+	f.DurationVar(&o.syncWindow, "datapath-sync-window", 20*time.Millisecond, "changes within this window are written in one iptables-restore")
+	f.IntVar(&o.workers, "workers", 4, "Pods synced in parallel")
+	cmd.AddCommand(newCleanupCommand(o))
+	return cmd
+}
+
+// validate checks the flags and returns the port range to allocate from.
+func (o *options) validate() (portalloc.Range, []corev1.NodeAddressType, error) {
+	if o.nodeName == "" {
+		return portalloc.Range{}, nil, cli.Usagef("--node-name is required (or set $NODE_NAME)")
+	}
+	rng, err := portalloc.ParseRange(o.portRange)
+	if err != nil {
+		return rng, nil, cli.Usagef("--port-range: %v", err)
+	}
+	nodePorts, err := portalloc.ParseRange(o.serviceNodePorts)
+	if err != nil {
+		return rng, nil, cli.Usagef("--service-node-port-range: %v", err)
+	}
+	if err := portalloc.CheckRange(rng, nodePorts); err != nil {
+		return rng, nil, cli.Usagef("--port-range: %v", err)
+	}
+	pref, err := controller.ParseNodeIPPreference(o.nodeIPPreference)
+	if err != nil {
+		return rng, nil, cli.Usagef("--node-ip-preference: %v", err)
+	}
+	if o.workers < 1 {
+		return rng, nil, cli.Usagef("--workers must be at least 1")
+	}
+	return rng, pref, nil
+}
+
+// familyPath joins a family's coalescing syncer and its datapath.
+type familyPath struct {
+	*datapath.Syncer
+	dp datapath.Datapath
+}
+
+func (f familyPath) FlushUDP(ctx context.Context, port int) error { return f.dp.FlushUDP(ctx, port) }
+
+func run(ctx context.Context, o *options) error {
+	rng, pref, err := o.validate()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	logger := klog.FromContext(ctx).WithValues("node", o.nodeName)
+	ctx = klog.NewContext(ctx, logger)
+
+	restCfg, err := cli.RESTConfig(*o.kubeconfig, "npl-agent/"+o.nodeName)
+	if err != nil {
+		return cli.Usagef("%v", err)
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return cli.Usagef("kubernetes client: %v", err)
+	}
+	families, err := nodeFamilies(ctx, client, o.nodeName, pref)
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := controller.NewMetrics(reg)
+
+	alloc, err := portalloc.New(rng, portalloc.SocketReserver{})
+	if err != nil {
+		return fmt.Errorf("port allocator: %w", err)
+	}
+	defer func() { _ = alloc.Close() }()
+	paths := map[string]controller.Datapath{}
+	var syncers []*datapath.Syncer
+	for _, fam := range families {
+		ipt, err := datapath.NewIPTables(fam, datapath.Options{})
+		if err != nil {
+			return fmt.Errorf("datapath %s: %w", fam, err)
+		}
+		logger.Info("Datapath", "family", fam, "mode", ipt.Mode(), "version", ipt.Version())
+		s := datapath.NewSyncer(ipt, datapath.SyncerOptions{Window: o.syncWindow, CheckInterval: o.checkInterval})
+		paths[fam] = familyPath{Syncer: s, dp: ipt}
+		syncers = append(syncers, s)
+		registerDatapathMetrics(reg, fam, ipt, s)
+	}
+	registerAllocatorMetrics(reg, alloc, families)
+
+	ctrl := controller.New(controller.Config{
+		NodeName: o.nodeName, PortRange: rng, NodeIPPreference: pref, Workers: o.workers,
+	}, client, alloc, paths, metrics)
+
+	if err := serve.Listen(ctx, "metrics", o.metricsAddr, serve.Metrics(reg)); err != nil {
+		return cli.Usagef("%v", err)
+	}
+	ready := func() error {
+		if !ctrl.Ready() {
+			return fmt.Errorf("restoring mappings")
+		}
+		return nil
+	}
+	if err := serve.Listen(ctx, "health", o.healthAddr, serve.Probes(nil, ready)); err != nil {
+		return cli.Usagef("%v", err)
+	}
+	for _, s := range syncers {
+		go s.Run(ctx)
+	}
+	logger.Info("Starting npl-agent", "portRange", rng.String(), "families", families)
+	// Rules stay in place on exit, so traffic keeps flowing while the agent
+	// restarts; `npl-agent cleanup` removes them on uninstall.
+	return ctrl.Run(ctx)
+}
+
+// nodeFamilies waits for the Node object and returns the IP families it has
+// an address of, which decides the datapaths to run.
+func nodeFamilies(ctx context.Context, client kubernetes.Interface, name string, pref []corev1.NodeAddressType) ([]string, error) {
+	var families []string
+	err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
+		node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			klog.FromContext(ctx).Info("Waiting for the Node", "err", err)
+			return false, nil
+		}
+		ips := controller.NodeIPs(node, pref)
+		for _, fam := range []string{annotation.FamilyIPv4, annotation.FamilyIPv6} {
+			if _, ok := ips[fam]; ok {
+				families = append(families, fam)
+			}
+		}
+		return len(families) > 0, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("wait for node %s and its addresses: %w", name, err)
+	}
+	return families, nil
+}
+
+func registerDatapathMetrics(reg prometheus.Registerer, family string, ipt *datapath.IPTables, s *datapath.Syncer) {
+	labels := prometheus.Labels{"family": family}
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "npl_agent_datapath_writes_total", Help: "iptables-restore runs.", ConstLabels: labels},
+			func() float64 { return float64(ipt.Stats().Restores) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "npl_agent_datapath_execs_total", Help: "iptables, iptables-restore, iptables-save and conntrack commands run.", ConstLabels: labels},
+			func() float64 { return float64(ipt.Stats().Execs) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "npl_agent_drift_repairs_total", Help: "Chain rewrites made because a check found drift.", ConstLabels: labels},
+			func() float64 { return float64(s.Stats().DriftRepairs) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "npl_agent_datapath_failures_total", Help: "Failed datapath writes or checks (each retried).", ConstLabels: labels},
+			func() float64 { return float64(s.Stats().Failures) }),
+	)
+}
+
+func registerAllocatorMetrics(reg prometheus.Registerer, alloc *portalloc.Allocator, families []string) {
+	for _, fam := range families {
+		for _, proto := range []string{annotation.ProtocolTCP, annotation.ProtocolUDP} {
+			labels := prometheus.Labels{"family": fam, "protocol": proto}
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "npl_agent_free_ports", Help: "Node ports still free for allocation.", ConstLabels: labels,
+			}, func() float64 { return float64(alloc.Free(fam, proto)) }))
+		}
+	}
+}
