@@ -14,8 +14,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -91,11 +91,11 @@ type Controller struct {
 	podFactory  informers.SharedInformerFactory
 	svcFactory  informers.SharedInformerFactory
 	nodeFactory informers.SharedInformerFactory
-	podLister  corelisters.PodLister
-	svcLister  corelisters.ServiceLister
-	svcIndexer cache.Indexer
-	nodeLister corelisters.NodeLister
-	synced     []cache.InformerSynced
+	podLister   corelisters.PodLister
+	svcLister   corelisters.ServiceLister
+	svcIndexer  cache.Indexer
+	nodeLister  corelisters.NodeLister
+	synced      []cache.InformerSynced
 
 	queue workqueue.TypedRateLimitingInterface[string]
 
