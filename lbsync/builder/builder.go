@@ -1,0 +1,524 @@
+// Package builder turns Kubernetes objects into the load balancer model:
+// a Service, the Pods of its namespace, the Nodes and optionally the
+// EndpointSlices in, a providers.LoadBalancer and a Report out. It is pure
+// (no client-go calls, no clock), so every rule is tested with tables.
+package builder
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/agent/podports"
+	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/providers"
+)
+
+// Service types: what a pool member is. They are the values of the
+// serviceType configuration field.
+const (
+	// ServiceTypeNodePortLocal makes each Pod port's node port (from the
+	// nodeportlocal.antrea.io annotation) a member: nodeIP:nodePort.
+	ServiceTypeNodePortLocal = "NodePortLocal"
+	// ServiceTypeNodePort makes every Ready, schedulable node a member:
+	// nodeIP:spec.ports[].nodePort.
+	ServiceTypeNodePort = "NodePort"
+	// ServiceTypeClusterIP makes each Ready Pod a member: podIP:targetPort,
+	// for load balancers that route to Pod IPs directly.
+	ServiceTypeClusterIP = "ClusterIP"
+)
+
+// Input is everything Build reads. Build does not modify it.
+type Input struct {
+	// ClusterName prefixes the load balancer name.
+	ClusterName string
+	// ServiceType is one of the ServiceType constants; empty means
+	// ServiceTypeNodePortLocal.
+	ServiceType string
+	// Family is annotation.FamilyIPv4 or annotation.FamilyIPv6: members of
+	// other families are left out. Empty means IPv4.
+	Family string
+	// Service is the Service to build for.
+	Service *corev1.Service
+	// Pods are candidate Pods, typically those of the Service's namespace;
+	// Build checks namespace and selector itself.
+	Pods []*corev1.Pod
+	// Nodes are used in ServiceTypeNodePort mode only.
+	Nodes []*corev1.Node
+	// EndpointSlices are optional. When given, those of the Service (same
+	// namespace, kubernetes.io/service-name label) disable the members of
+	// endpoints that are not serving or are terminating.
+	EndpointSlices []*discoveryv1.EndpointSlice
+}
+
+// Report says what Build could not use and why, for Events and logs.
+type Report struct {
+	// Errors are mistakes in the Service the user must fix. Build still
+	// returns a usable model without the faulty part (an invalid requested
+	// VIP is not requested).
+	Errors []string
+	// Warnings explain empty pools that are not errors (no selector, no
+	// nodePort).
+	Warnings []string
+	// Skipped lists the ports and Pods left out, in the order met.
+	Skipped []Skip
+	// ReadyBackends counts the enabled members over all pools; zero means
+	// the load balancer has nothing to send traffic to.
+	ReadyBackends int
+}
+
+// SkipKind says what a Skip is about.
+type SkipKind string
+
+const (
+	// SkipPort is a Service port that gets no listener.
+	SkipPort SkipKind = "port"
+	// SkipPod is a Pod that contributes nothing to one or all pools.
+	SkipPod SkipKind = "pod"
+)
+
+// Skip is one port or Pod that Build left out.
+type Skip struct {
+	Kind SkipKind
+	// Name is "9000/SCTP" for a port, "namespace/name" for a Pod.
+	Name   string
+	Reason string
+}
+
+// Summary joins the warnings and the first limit skips into one line for an
+// Event or a condition message, e.g. "pod shop/web-1: no node port yet: ...;
+// and 3 more skipped". It is empty when there is nothing to say.
+func (r Report) Summary(limit int) string {
+	parts := slices.Clone(r.Warnings)
+	for i, s := range r.Skipped {
+		if i == limit {
+			parts = append(parts, fmt.Sprintf("and %d more skipped", len(r.Skipped)-limit))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %s: %s", s.Kind, s.Name, s.Reason))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Build returns the load balancer model of in.Service and a report. The model
+// is nil when the input cannot give one (no Service, an unknown service type
+// or family); the reason is in Report.Errors and nothing should be synced.
+// Otherwise listeners are sorted by protocol then port and members by IP then
+// port, without duplicates.
+func Build(in Input) (*providers.LoadBalancer, Report) {
+	var r Report
+	svc := in.Service
+	if svc == nil {
+		r.Errors = append(r.Errors, "no Service to build from")
+		return nil, r
+	}
+	mode := in.ServiceType
+	if mode == "" {
+		mode = ServiceTypeNodePortLocal
+	}
+	switch mode {
+	case ServiceTypeNodePortLocal, ServiceTypeNodePort, ServiceTypeClusterIP:
+	default:
+		r.Errors = append(r.Errors, fmt.Sprintf("unknown service type %q", mode))
+		return nil, r
+	}
+	family := in.Family
+	if family == "" {
+		family = annotation.FamilyIPv4
+	}
+	if family != annotation.FamilyIPv4 && family != annotation.FamilyIPv6 {
+		r.Errors = append(r.Errors, fmt.Sprintf("unknown IP family %q", family))
+		return nil, r
+	}
+
+	name := providers.LoadBalancerName(in.ClusterName, svc.Namespace, svc.Name)
+	lb := &providers.LoadBalancer{
+		Name:         name,
+		Service:      svc.Namespace + "/" + svc.Name,
+		RequestedVIP: requestedVIP(svc, &r),
+		Listeners:    make([]providers.Listener, 0, len(svc.Spec.Ports)),
+	}
+	b := newBackends(in, mode, family, &r)
+	for _, sp := range svc.Spec.Ports {
+		proto, ok := listenerProtocol(sp.Protocol)
+		if !ok {
+			r.Skipped = append(r.Skipped, Skip{Kind: SkipPort, Name: portName(sp),
+				Reason: fmt.Sprintf("protocol %s is not supported", sp.Protocol)})
+			continue
+		}
+		var members []providers.Member
+		switch mode {
+		case ServiceTypeNodePortLocal:
+			members = b.nodePortLocalMembers(sp, proto)
+		case ServiceTypeNodePort:
+			members = b.nodePortMembers(sp)
+		case ServiceTypeClusterIP:
+			members = b.clusterIPMembers(sp)
+		}
+		members = providers.SortMembers(members)
+		for _, m := range members {
+			if m.Enabled {
+				r.ReadyBackends++
+			}
+		}
+		lb.Listeners = append(lb.Listeners, providers.Listener{
+			Port:     sp.Port,
+			Protocol: proto,
+			Pool:     providers.Pool{Name: providers.PoolName(name, proto, sp.Port), Members: members},
+		})
+	}
+	providers.SortListeners(lb.Listeners)
+	return lb, r
+}
+
+// Selects reports whether svc selects pod: same namespace, and a non-empty
+// selector whose every label matches. It ignores the Pod's phase, so the
+// controller can also map a Pod that just finished to its Services.
+func Selects(svc *corev1.Service, pod *corev1.Pod) bool {
+	if svc == nil || pod == nil || pod.Namespace != svc.Namespace || len(svc.Spec.Selector) == 0 {
+		return false
+	}
+	for k, v := range svc.Spec.Selector {
+		if got, ok := pod.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// requestedVIP returns the canonical address the Service asks for, from
+// spec.loadBalancerIP or else the npl.io/load-balancer-ip annotation.
+func requestedVIP(svc *corev1.Service, r *Report) string {
+	field, value := "spec.loadBalancerIP", svc.Spec.LoadBalancerIP
+	if ann := svc.Annotations[claim.LoadBalancerIPKey]; ann != "" {
+		if value == "" {
+			field, value = "annotation "+claim.LoadBalancerIPKey, ann
+		} else if ann != value {
+			r.Warnings = append(r.Warnings, fmt.Sprintf("annotation %s %q ignored: spec.loadBalancerIP %q is set",
+				claim.LoadBalancerIPKey, ann, value))
+		}
+	}
+	if value == "" {
+		return ""
+	}
+	addr, err := netip.ParseAddr(value)
+	if err != nil || addr.Zone() != "" {
+		r.Errors = append(r.Errors, fmt.Sprintf("%s %q is not an IP address: no VIP requested", field, value))
+		return ""
+	}
+	return addr.Unmap().String()
+}
+
+func listenerProtocol(p corev1.Protocol) (providers.Protocol, bool) {
+	switch p {
+	case "", corev1.ProtocolTCP:
+		return providers.TCP, true
+	case corev1.ProtocolUDP:
+		return providers.UDP, true
+	default:
+		return "", false
+	}
+}
+
+func portName(sp corev1.ServicePort) string {
+	proto := sp.Protocol
+	if proto == "" {
+		proto = corev1.ProtocolTCP
+	}
+	return fmt.Sprintf("%d/%s", sp.Port, proto)
+}
+
+// candidate is a selected Pod that may contribute members.
+type candidate struct {
+	pod *corev1.Pod
+	// enabled is false for a draining Pod: terminating, or not serving in
+	// the EndpointSlices.
+	enabled bool
+	// entries are the Pod's node-port mappings of the wanted family, in
+	// NodePortLocal mode.
+	entries []annotation.Entry
+	// ip is the Pod IP of the wanted family, in ClusterIP mode.
+	ip string
+}
+
+// backends holds what all ports of a Service share: the selected Pods with
+// their parsed annotation, and the usable Nodes.
+type backends struct {
+	svc        *corev1.Service
+	family     string
+	r          *Report
+	candidates []candidate
+	nodes      []*corev1.Node
+}
+
+func newBackends(in Input, mode, family string, r *Report) *backends {
+	b := &backends{svc: in.Service, family: family, r: r}
+	if len(in.Service.Spec.Selector) == 0 && mode != ServiceTypeNodePort {
+		r.Warnings = append(r.Warnings, "the Service has no selector: no Pods are selected")
+		return b
+	}
+	notServing := endpointsNotServing(in.Service, in.EndpointSlices)
+	for _, pod := range in.Pods {
+		if !Selects(in.Service, pod) || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		terminating := pod.DeletionTimestamp != nil
+		if !terminating && !podReady(pod) {
+			continue
+		}
+		c := candidate{pod: pod, enabled: !terminating && !notServing.has(pod)}
+		switch mode {
+		case ServiceTypeNodePortLocal:
+			entries, ok := b.podEntries(pod, c.enabled)
+			if !ok {
+				continue
+			}
+			c.entries = entries
+		case ServiceTypeClusterIP:
+			c.ip = podIP(pod, family)
+			if c.ip == "" {
+				if c.enabled {
+					b.skipPod(pod, fmt.Sprintf("no %s Pod IP yet", family))
+				}
+				continue
+			}
+		}
+		b.candidates = append(b.candidates, c)
+	}
+	if mode == ServiceTypeNodePort {
+		b.nodes = b.usableNodes(in.Nodes)
+	}
+	return b
+}
+
+// podEntries returns the Pod's node-port mappings of the wanted family. A Pod
+// without the annotation has none yet (reported when it should serve); one
+// with a malformed annotation contributes nothing and is reported.
+func (b *backends) podEntries(pod *corev1.Pod, enabled bool) ([]annotation.Entry, bool) {
+	value, ok := pod.Annotations[annotation.PodKey]
+	if !ok {
+		if enabled {
+			b.skipPod(pod, "no node port yet: annotation "+annotation.PodKey+" is absent")
+		}
+		return nil, false
+	}
+	entries, err := annotation.Parse(value)
+	if err != nil {
+		b.skipPod(pod, err.Error())
+		return nil, false
+	}
+	kept := entries[:0]
+	for _, e := range entries {
+		if e.IPFamily != b.family {
+			continue
+		}
+		addr, err := netip.ParseAddr(e.NodeIP)
+		if err != nil {
+			continue // annotation.Parse rejects this; kept for safety.
+		}
+		e.NodeIP = addr.Unmap().String()
+		kept = append(kept, e)
+	}
+	return kept, true
+}
+
+func (b *backends) skipPod(pod *corev1.Pod, reason string) {
+	b.r.Skipped = append(b.r.Skipped, Skip{Kind: SkipPod, Name: pod.Namespace + "/" + pod.Name, Reason: reason})
+}
+
+// nodePortLocalMembers: for each candidate, its annotation entries for the
+// resolved targetPort and the port's protocol.
+func (b *backends) nodePortLocalMembers(sp corev1.ServicePort, proto providers.Protocol) []providers.Member {
+	members := make([]providers.Member, 0, len(b.candidates))
+	for _, c := range b.candidates {
+		port, ok := b.resolve(c.pod, sp)
+		if !ok {
+			continue
+		}
+		for _, e := range c.entries {
+			if int32(e.PodPort) == port && strings.EqualFold(e.Protocol, string(proto)) {
+				members = append(members, providers.Member{IP: e.NodeIP, Port: int32(e.NodePort), Enabled: c.enabled})
+			}
+		}
+	}
+	return members
+}
+
+// clusterIPMembers: for each candidate, its Pod IP and the resolved targetPort.
+func (b *backends) clusterIPMembers(sp corev1.ServicePort) []providers.Member {
+	members := make([]providers.Member, 0, len(b.candidates))
+	for _, c := range b.candidates {
+		if port, ok := b.resolve(c.pod, sp); ok {
+			members = append(members, providers.Member{IP: c.ip, Port: port, Enabled: c.enabled})
+		}
+	}
+	return members
+}
+
+// nodePortMembers: every usable node's address and the port's nodePort.
+func (b *backends) nodePortMembers(sp corev1.ServicePort) []providers.Member {
+	if sp.NodePort == 0 {
+		b.r.Warnings = append(b.r.Warnings, fmt.Sprintf("port %s has no nodePort: no members", portName(sp)))
+		return []providers.Member{}
+	}
+	local := b.svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+	var onNode map[string]bool // node name -> whether a Pod there serves
+	if local {
+		onNode = make(map[string]bool, len(b.candidates))
+		for _, c := range b.candidates {
+			onNode[c.pod.Spec.NodeName] = onNode[c.pod.Spec.NodeName] || c.enabled
+		}
+	}
+	members := make([]providers.Member, 0, len(b.nodes))
+	for _, n := range b.nodes {
+		enabled := true
+		if local {
+			// kube-proxy drops traffic on nodes without a local endpoint.
+			serving, ok := onNode[n.Name]
+			if !ok {
+				continue
+			}
+			enabled = serving
+		}
+		members = append(members, providers.Member{IP: nodeIP(n, b.family), Port: sp.NodePort, Enabled: enabled})
+	}
+	return members
+}
+
+func (b *backends) resolve(pod *corev1.Pod, sp corev1.ServicePort) (int32, bool) {
+	port, ok := podports.Resolve(pod, sp)
+	if !ok {
+		b.skipPod(pod, fmt.Sprintf("targetPort %s of port %s does not resolve", sp.TargetPort.String(), portName(sp)))
+	}
+	return port, ok
+}
+
+// usableNodes are the Ready, schedulable nodes not excluded from load
+// balancers that have an InternalIP of the family.
+func (b *backends) usableNodes(nodes []*corev1.Node) []*corev1.Node {
+	out := make([]*corev1.Node, 0, len(nodes))
+	for _, n := range nodes {
+		if n == nil || n.DeletionTimestamp != nil || n.Spec.Unschedulable || !nodeReady(n) {
+			continue
+		}
+		if _, excluded := n.Labels[corev1.LabelNodeExcludeBalancers]; excluded {
+			continue
+		}
+		if nodeIP(n, b.family) == "" {
+			continue
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// nodeIP returns the node's first InternalIP of the family, canonical, or "".
+func nodeIP(n *corev1.Node, family string) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if ip := ofFamily(a.Address, family); ip != "" {
+			return ip
+		}
+	}
+	return ""
+}
+
+// podIP returns the Pod's IP of the family, canonical, or "".
+func podIP(pod *corev1.Pod, family string) string {
+	for _, p := range pod.Status.PodIPs {
+		if ip := ofFamily(p.IP, family); ip != "" {
+			return ip
+		}
+	}
+	return ofFamily(pod.Status.PodIP, family)
+}
+
+// ofFamily returns s in canonical form when it is an address of the family.
+func ofFamily(s, family string) string {
+	addr, err := netip.ParseAddr(s)
+	if err != nil || addr.Zone() != "" {
+		return ""
+	}
+	addr = addr.Unmap()
+	if (addr.Is4() && family == annotation.FamilyIPv4) || (addr.Is6() && family == annotation.FamilyIPv6) {
+		return addr.String()
+	}
+	return ""
+}
+
+// podSet is the set of Pods whose endpoints must drain, by namespace/name
+// and, when the slice recorded it, UID (a StatefulSet reuses names).
+type podSet map[types.NamespacedName]types.UID
+
+func (s podSet) has(pod *corev1.Pod) bool {
+	uid, ok := s[types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}]
+	return ok && (uid == "" || pod.UID == "" || uid == pod.UID)
+}
+
+// endpointsNotServing collects the Pods that the Service's EndpointSlices
+// report as not serving or terminating.
+func endpointsNotServing(svc *corev1.Service, slices []*discoveryv1.EndpointSlice) podSet {
+	var out podSet
+	for _, s := range slices {
+		if s == nil || s.Namespace != svc.Namespace || s.Labels[discoveryv1.LabelServiceName] != svc.Name {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			ref := ep.TargetRef
+			if ref == nil || (ref.Kind != "" && ref.Kind != "Pod") || !drains(ep.Conditions) {
+				continue
+			}
+			ns := ref.Namespace
+			if ns == "" {
+				ns = s.Namespace
+			}
+			if out == nil {
+				out = podSet{}
+			}
+			out[types.NamespacedName{Namespace: ns, Name: ref.Name}] = ref.UID
+		}
+	}
+	return out
+}
+
+// drains reports whether an endpoint must not get new connections. Serving
+// is unset on API servers that predate it; Ready stands in for it there.
+func drains(c discoveryv1.EndpointConditions) bool {
+	if c.Terminating != nil && *c.Terminating {
+		return true
+	}
+	switch {
+	case c.Serving != nil:
+		return !*c.Serving
+	case c.Ready != nil:
+		return !*c.Ready
+	default:
+		return false
+	}
+}

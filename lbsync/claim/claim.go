@@ -1,0 +1,96 @@
+// Package claim decides which Services npl-lbsync serves and manages the
+// NodePortLocal opt-in annotation it adds to them. It holds the npl.io keys
+// that the controller and nplctl share. It is pure: objects in, answers out.
+package claim
+
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodeportlocal/npl/agent/annotation"
+)
+
+const (
+	// AutoAnnotatedKey marks a Service whose NodePortLocal opt-in npl-lbsync
+	// added, so that it removes only what it added.
+	AutoAnnotatedKey = "npl.io/auto-annotated"
+	// LoadBalancerIPKey is the Service annotation that requests a VIP when
+	// spec.loadBalancerIP is not set.
+	LoadBalancerIPKey = "npl.io/load-balancer-ip"
+	// SyncedConditionType is the Service condition that reports whether the
+	// load balancer matches the Service.
+	SyncedConditionType = "npl.io/LoadBalancerSynced"
+	// CleanupFinalizer keeps a Service until its load balancer is deleted.
+	CleanupFinalizer = "npl.io/load-balancer-cleanup"
+	// RegisteredReadinessGate is the Pod readiness gate that turns true once
+	// the Pod is a member of its load balancer pools.
+	RegisteredReadinessGate = "npl.io/lb-registered"
+)
+
+// ClaimConfig is the part of the configuration that decides ownership.
+type ClaimConfig struct {
+	// LoadBalancerClass is the spec.loadBalancerClass we serve.
+	LoadBalancerClass string
+	// DefaultLoadBalancer makes Services with no class ours too.
+	DefaultLoadBalancer bool
+}
+
+// Ours reports whether svc is a LoadBalancer Service that npl-lbsync serves:
+// its class is cfg.LoadBalancerClass, or it has no class and
+// cfg.DefaultLoadBalancer is set.
+//
+// Ours looks at the spec only, not at deletionTimestamp: a Service being
+// deleted is still ours, so the controller deletes its load balancer and then
+// drops CleanupFinalizer. A Service that stopped being ours (its type changed)
+// but still carries CleanupFinalizer must be cleaned up as well; see
+// HasCleanupFinalizer.
+func Ours(svc *corev1.Service, cfg ClaimConfig) bool {
+	if svc == nil || svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		return false
+	}
+	class := svc.Spec.LoadBalancerClass
+	if class == nil || *class == "" {
+		return cfg.DefaultLoadBalancer
+	}
+	return *class == cfg.LoadBalancerClass
+}
+
+// HasCleanupFinalizer reports whether svc carries CleanupFinalizer, that is
+// whether npl-lbsync may still own a load balancer for it.
+func HasCleanupFinalizer(svc *corev1.Service) bool {
+	return svc != nil && slices.Contains(svc.Finalizers, CleanupFinalizer)
+}
+
+// AnnotationPatch returns the JSON merge patch that makes svc's NodePortLocal
+// opt-in match want, and whether one is needed.
+//
+// With want, a Service that lacks nodeportlocal.antrea.io/enabled: "true"
+// gets it together with AutoAnnotatedKey; one that already has it (the
+// user's own opt-in or ours) is left alone and never marked as ours. Without
+// want, both keys are removed only when AutoAnnotatedKey is "true": a user's
+// own opt-in is never removed. A value other than "true" (for example
+// "false") does not opt in; with want it is overwritten, and removed later as
+// ours.
+func AnnotationPatch(svc *corev1.Service, want bool) (patch []byte, changed bool) {
+	if svc == nil {
+		return nil, false
+	}
+	switch {
+	case want && !annotation.ServiceEnabled(svc.Annotations):
+		return []byte(addPatch), true
+	case !want && svc.Annotations[AutoAnnotatedKey] == "true":
+		return []byte(removePatch), true
+	default:
+		return nil, false
+	}
+}
+
+// The keys hold no character that JSON escapes, so the patches are literals.
+// In a merge patch, null deletes a key.
+const (
+	addPatch = `{"metadata":{"annotations":{"` + annotation.ServiceEnabledKey + `":"true","` +
+		AutoAnnotatedKey + `":"true"}}}`
+	removePatch = `{"metadata":{"annotations":{"` + annotation.ServiceEnabledKey + `":null,"` +
+		AutoAnnotatedKey + `":null}}}`
+)

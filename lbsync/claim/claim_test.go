@@ -1,0 +1,212 @@
+package claim
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeportlocal/npl/agent/annotation"
+)
+
+func lbService(class *string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
+		Spec: corev1.ServiceSpec{
+			Type:              corev1.ServiceTypeLoadBalancer,
+			LoadBalancerClass: class,
+		},
+	}
+}
+
+func strPtr(s string) *string { return &s }
+
+func TestOurs_selectsByClassAndDefault(t *testing.T) {
+	ours := ClaimConfig{LoadBalancerClass: "npl.io/lb"}
+	oursAndDefault := ClaimConfig{LoadBalancerClass: "npl.io/lb", DefaultLoadBalancer: true}
+	deleting := lbService(strPtr("npl.io/lb"))
+	deleting.DeletionTimestamp = &metav1.Time{}
+	clusterIP := lbService(nil)
+	clusterIP.Spec.Type = corev1.ServiceTypeClusterIP
+	nodePort := lbService(strPtr("npl.io/lb"))
+	nodePort.Spec.Type = corev1.ServiceTypeNodePort
+
+	tests := []struct {
+		name string
+		svc  *corev1.Service
+		cfg  ClaimConfig
+		want bool
+	}{
+		{"our class", lbService(strPtr("npl.io/lb")), ours, true},
+		{"our class, also default", lbService(strPtr("npl.io/lb")), oursAndDefault, true},
+		{"another class", lbService(strPtr("ako.vmware.com/avi-lb")), oursAndDefault, false},
+		{"no class, not default", lbService(nil), ours, false},
+		{"no class, default", lbService(nil), oursAndDefault, true},
+		{"empty class counts as none, default", lbService(strPtr("")), oursAndDefault, true},
+		{"empty class counts as none, not default", lbService(strPtr("")), ours, false},
+		{"being deleted is still ours", deleting, ours, true},
+		{"ClusterIP is never ours", clusterIP, oursAndDefault, false},
+		{"NodePort with our class is not ours", nodePort, ours, false},
+		{"nil Service", nil, oursAndDefault, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Ours(tt.svc, tt.cfg); got != tt.want {
+				t.Errorf("Ours() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestHasCleanupFinalizer(t *testing.T) {
+	with := lbService(nil)
+	with.Finalizers = []string{"other.io/x", CleanupFinalizer}
+	other := lbService(nil)
+	other.Finalizers = []string{"service.kubernetes.io/load-balancer-cleanup"}
+	tests := []struct {
+		name string
+		svc  *corev1.Service
+		want bool
+	}{
+		{"ours among others", with, true},
+		{"only the cloud provider's", other, false},
+		{"none", lbService(nil), false},
+		{"nil Service", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := HasCleanupFinalizer(tt.svc); got != tt.want {
+				t.Errorf("HasCleanupFinalizer() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// applyMergePatch applies a JSON merge patch of metadata.annotations the way
+// the API server does: a string sets a key, null deletes it.
+func applyMergePatch(t *testing.T, annotations map[string]string, patch []byte) map[string]string {
+	t.Helper()
+	var p struct {
+		Metadata struct {
+			Annotations map[string]*string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(patch))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		t.Fatalf("patch %s is not a metadata.annotations merge patch: %v", patch, err)
+	}
+	out := map[string]string{}
+	for k, v := range annotations {
+		out[k] = v
+	}
+	for k, v := range p.Metadata.Annotations {
+		if v == nil {
+			delete(out, k)
+			continue
+		}
+		out[k] = *v
+	}
+	return out
+}
+
+func TestAnnotationPatch(t *testing.T) {
+	const enabled = annotation.ServiceEnabledKey
+	tests := []struct {
+		name        string
+		annotations map[string]string
+		want        bool
+		wantChanged bool
+		// wantAfter is the annotations after applying the patch.
+		wantAfter map[string]string
+	}{
+		{
+			name:        "want, absent: add opt-in and mark it ours",
+			annotations: map[string]string{"team": "a"},
+			want:        true,
+			wantChanged: true,
+			wantAfter:   map[string]string{"team": "a", enabled: "true", AutoAnnotatedKey: "true"},
+		},
+		{
+			name:        "want, no annotations at all",
+			want:        true,
+			wantChanged: true,
+			wantAfter:   map[string]string{enabled: "true", AutoAnnotatedKey: "true"},
+		},
+		{
+			name:        "want, user's own opt-in: no change and never marked",
+			annotations: map[string]string{enabled: "true"},
+			want:        true,
+			wantAfter:   map[string]string{enabled: "true"},
+		},
+		{
+			name:        "want, already ours: no change",
+			annotations: map[string]string{enabled: "true", AutoAnnotatedKey: "true"},
+			want:        true,
+			wantAfter:   map[string]string{enabled: "true", AutoAnnotatedKey: "true"},
+		},
+		{
+			name:        "want, value other than true does not opt in: overwritten",
+			annotations: map[string]string{enabled: "True"},
+			want:        true,
+			wantChanged: true,
+			wantAfter:   map[string]string{enabled: "true", AutoAnnotatedKey: "true"},
+		},
+		{
+			name:        "want, our marker left but opt-in removed: restored",
+			annotations: map[string]string{AutoAnnotatedKey: "true"},
+			want:        true,
+			wantChanged: true,
+			wantAfter:   map[string]string{enabled: "true", AutoAnnotatedKey: "true"},
+		},
+		{
+			name:        "not wanted, ours: both keys removed",
+			annotations: map[string]string{"team": "a", enabled: "true", AutoAnnotatedKey: "true"},
+			wantChanged: true,
+			wantAfter:   map[string]string{"team": "a"},
+		},
+		{
+			name:        "not wanted, user's own opt-in: kept",
+			annotations: map[string]string{enabled: "true"},
+			wantAfter:   map[string]string{enabled: "true"},
+		},
+		{
+			name:        "not wanted, marker not exactly true: kept",
+			annotations: map[string]string{enabled: "true", AutoAnnotatedKey: "false"},
+			wantAfter:   map[string]string{enabled: "true", AutoAnnotatedKey: "false"},
+		},
+		{
+			name:      "not wanted, nothing there",
+			wantAfter: map[string]string{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := lbService(nil)
+			svc.Annotations = tt.annotations
+			patch, changed := AnnotationPatch(svc, tt.want)
+			if changed != tt.wantChanged {
+				t.Fatalf("changed = %v, want %v (patch %s)", changed, tt.wantChanged, patch)
+			}
+			if !changed {
+				if patch != nil {
+					t.Fatalf("no change but patch %s", patch)
+				}
+				patch = []byte(`{"metadata":{"annotations":{}}}`)
+			}
+			got := applyMergePatch(t, tt.annotations, patch)
+			if diff := cmp.Diff(tt.wantAfter, got); diff != "" {
+				t.Errorf("annotations after patch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestAnnotationPatch_nilService(t *testing.T) {
+	if patch, changed := AnnotationPatch(nil, true); changed || patch != nil {
+		t.Errorf("AnnotationPatch(nil) = %s, %v; want nil, false", patch, changed)
+	}
+}

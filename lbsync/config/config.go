@@ -1,0 +1,372 @@
+// Package config loads npl-lbsync's configuration file: YAML decoded
+// strictly (unknown keys are errors), defaults applied and everything
+// validated once, including the chosen provider's section. The result is
+// read through getters, so it cannot change after Load.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/validate/content"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/lbsync/builder"
+	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/providers/registry"
+)
+
+// Defaults of the optional fields.
+const (
+	DefaultServiceType       = builder.ServiceTypeNodePortLocal
+	DefaultLoadBalancerClass = "npl.io/lb"
+	DefaultIngressClass      = "npl"
+	DefaultResyncPeriod      = 10 * time.Minute
+	DefaultDrainSeconds      = 30
+	DefaultIPFamily          = annotation.FamilyIPv4
+	// MaxClusterNameLength keeps object names short enough for the load
+	// balancers once namespace and Service name are added.
+	MaxClusterNameLength = 32
+)
+
+// Config is npl-lbsync's validated configuration. It is immutable: getters
+// return copies.
+type Config struct {
+	dir                 string
+	clusterName         string
+	serviceType         string
+	loadBalancerClass   string
+	defaultLoadBalancer bool
+	ingressClass        string
+	vipPool             []netip.Prefix
+	resyncPeriod        time.Duration
+	drainSeconds        int
+	ipFamily            string
+	providerName        string
+	provider            providers.Config
+}
+
+// ClusterName prefixes every load balancer object and marks ownership.
+func (c *Config) ClusterName() string { return c.clusterName }
+
+// ServiceType is what pool members are: one of builder's ServiceType
+// constants.
+func (c *Config) ServiceType() string { return c.serviceType }
+
+// LoadBalancerClass is the spec.loadBalancerClass of the Services we serve.
+func (c *Config) LoadBalancerClass() string { return c.loadBalancerClass }
+
+// DefaultLoadBalancer reports whether LoadBalancer Services with no class
+// are ours too.
+func (c *Config) DefaultLoadBalancer() bool { return c.defaultLoadBalancer }
+
+// IngressClass is the IngressClass name of the Ingresses we serve.
+func (c *Config) IngressClass() string { return c.ingressClass }
+
+// VIPPool returns the ranges VIPs are taken from, for providers that do not
+// allocate them.
+func (c *Config) VIPPool() []netip.Prefix { return slices.Clone(c.vipPool) }
+
+// ResyncPeriod is how often every Service is synced again.
+func (c *Config) ResyncPeriod() time.Duration { return c.resyncPeriod }
+
+// DrainPeriod is how long a draining (disabled) member stays in its pool.
+func (c *Config) DrainPeriod() time.Duration { return time.Duration(c.drainSeconds) * time.Second }
+
+// IPFamily is the family of pool members: annotation.FamilyIPv4 or IPv6.
+func (c *Config) IPFamily() string { return c.ipFamily }
+
+// ProviderName is provider.name.
+func (c *Config) ProviderName() string { return c.providerName }
+
+// Provider is the chosen provider's parsed configuration; Open it to get the
+// providers.Provider.
+func (c *Config) Provider() providers.Config { return c.provider }
+
+// Common is the part of the configuration every provider sees.
+func (c *Config) Common() providers.Common {
+	return providers.Common{ClusterName: c.clusterName, VIPPool: c.VIPPool()}
+}
+
+// Claim is the part of the configuration that decides which Services are
+// ours.
+func (c *Config) Claim() claim.ClaimConfig {
+	return claim.ClaimConfig{LoadBalancerClass: c.loadBalancerClass, DefaultLoadBalancer: c.defaultLoadBalancer}
+}
+
+// Dir is the directory the configuration was read from (baseDir).
+func (c *Config) Dir() string { return c.dir }
+
+// Load reads and parses the configuration file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(data, filepath.Dir(path))
+}
+
+// file is the YAML shape of the configuration. Optional fields that have a
+// non-zero default are pointers, so an explicit zero is told from absence.
+type file struct {
+	ClusterName         string          `json:"clusterName"`
+	ServiceType         string          `json:"serviceType"`
+	LoadBalancerClass   string          `json:"loadBalancerClass"`
+	DefaultLoadBalancer bool            `json:"defaultLoadBalancer"`
+	IngressClass        string          `json:"ingressClass"`
+	VIPPool             []string        `json:"vipPool"`
+	ResyncPeriod        string          `json:"resyncPeriod"`
+	DrainSeconds        *int            `json:"drainSeconds"`
+	IPFamily            string          `json:"ipFamily"`
+	Provider            json.RawMessage `json:"provider"`
+}
+
+// Parse decodes a configuration file's content. baseDir is the directory it
+// came from; it is only recorded (Dir): file paths in provider sections are
+// used as given, so a relative path is relative to the working directory.
+// Every error is one line that starts with "config: " and names the field.
+func Parse(data []byte, baseDir string) (*Config, error) {
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		// YAML errors may span lines ("unmarshal errors:\n  line 3: ...").
+		return nil, fmt.Errorf("config: %s", strings.Join(strings.Fields(err.Error()), " "))
+	}
+	var f file
+	if err := decodeStrict(js, &f); err != nil {
+		return nil, err
+	}
+	c := &Config{
+		dir:                 baseDir,
+		clusterName:         f.ClusterName,
+		serviceType:         or(f.ServiceType, DefaultServiceType),
+		loadBalancerClass:   or(f.LoadBalancerClass, DefaultLoadBalancerClass),
+		defaultLoadBalancer: f.DefaultLoadBalancer,
+		ingressClass:        or(f.IngressClass, DefaultIngressClass),
+		resyncPeriod:        DefaultResyncPeriod,
+		drainSeconds:        DefaultDrainSeconds,
+		ipFamily:            or(f.IPFamily, DefaultIPFamily),
+	}
+	if err := c.validate(&f); err != nil {
+		return nil, err
+	}
+	if err := c.parseProvider(f.Provider); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Config) validate(f *file) error {
+	if err := checkClusterName(c.clusterName); err != nil {
+		return fieldError("clusterName", "%v", err)
+	}
+	if err := oneOf(c.serviceType, builder.ServiceTypeNodePortLocal, builder.ServiceTypeNodePort,
+		builder.ServiceTypeClusterIP); err != nil {
+		return fieldError("serviceType", "%v", err)
+	}
+	if msgs := content.IsLabelKey(c.loadBalancerClass); len(msgs) > 0 {
+		return fieldError("loadBalancerClass", "%q: %s", c.loadBalancerClass, strings.Join(msgs, "; "))
+	}
+	if msgs := content.IsDNS1123Subdomain(c.ingressClass); len(msgs) > 0 {
+		return fieldError("ingressClass", "%q: %s", c.ingressClass, strings.Join(msgs, "; "))
+	}
+	for i, s := range f.VIPPool {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return fieldError(fmt.Sprintf("vipPool[%d]", i), "%v", err)
+		}
+		if p != p.Masked() {
+			return fieldError(fmt.Sprintf("vipPool[%d]", i), "%s has host bits set; the range is %s", s, p.Masked())
+		}
+		for j, q := range c.vipPool {
+			if p.Overlaps(q) {
+				return fieldError(fmt.Sprintf("vipPool[%d]", i), "%s overlaps vipPool[%d] %s", p, j, q)
+			}
+		}
+		c.vipPool = append(c.vipPool, p)
+	}
+	if f.ResyncPeriod != "" {
+		d, err := time.ParseDuration(f.ResyncPeriod)
+		if err != nil {
+			return fieldError("resyncPeriod", "%v", err)
+		}
+		if d <= 0 {
+			return fieldError("resyncPeriod", "%s is not positive", f.ResyncPeriod)
+		}
+		c.resyncPeriod = d
+	}
+	if f.DrainSeconds != nil {
+		if *f.DrainSeconds < 0 {
+			return fieldError("drainSeconds", "%d is negative", *f.DrainSeconds)
+		}
+		c.drainSeconds = *f.DrainSeconds
+	}
+	if err := oneOf(c.ipFamily, annotation.FamilyIPv4, annotation.FamilyIPv6); err != nil {
+		return fieldError("ipFamily", "%v", err)
+	}
+	return nil
+}
+
+// fieldPathRE matches an error message that starts with a field path such as
+// "passwordFile: " or "pools[0].name: ".
+var fieldPathRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*(\[[0-9]+\]|\.[A-Za-z][A-Za-z0-9_]*)*: `)
+
+var clusterNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+func checkClusterName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("required")
+	case len(name) > MaxClusterNameLength:
+		return fmt.Errorf("%q is %d characters long, at most %d", name, len(name), MaxClusterNameLength)
+	case !clusterNameRE.MatchString(name):
+		return fmt.Errorf("%q must consist of lowercase letters, digits and '-', and start and end with a letter or digit", name)
+	case strings.Contains(name, "--"):
+		// "--" ends the cluster name in object names (providers.OwnedBy).
+		return fmt.Errorf("%q must not contain \"--\"", name)
+	}
+	return nil
+}
+
+// parseProvider checks provider: {name: X, X: {section}} and hands the
+// section to X's ParseFunc.
+func (c *Config) parseProvider(raw json.RawMessage) error {
+	if isNull(raw) {
+		return fieldError("provider", "required (valid names: %s)", strings.Join(registry.Names(), ", "))
+	}
+	var p map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return fieldError("provider", "want a mapping with a name")
+	}
+	nameRaw, ok := p["name"]
+	if !ok || isNull(nameRaw) {
+		return fieldError("provider.name", "required (valid: %s)", strings.Join(registry.Names(), ", "))
+	}
+	var name string
+	if err := json.Unmarshal(nameRaw, &name); err != nil {
+		return fieldError("provider.name", "want a string, got %s", nameRaw)
+	}
+	if !registry.Known(name) {
+		return fieldError("provider.name", "unknown provider %q (valid: %s)", name, strings.Join(registry.Names(), ", "))
+	}
+	for _, k := range slices.Sorted(maps.Keys(p)) {
+		if k != "name" && k != name {
+			return fieldError("provider."+k, "only the section of the chosen provider %q may be given", name)
+		}
+	}
+	section := p[name]
+	if isNull(section) {
+		section = json.RawMessage("{}")
+	}
+	cfg, err := registry.Parse(name, c.Common(), section)
+	if err != nil {
+		return providerError(name, err)
+	}
+	c.providerName, c.provider = name, cfg
+	return nil
+}
+
+// providerError places a provider's parse error under provider.<name>, so
+// that it reads "config: provider.avi.passwordFile: open /x: no such file"
+// whether the provider named the field only ("passwordFile: ..."), the whole
+// path ("provider.avi.passwordFile: ..."), or no field at all.
+func providerError(name string, err error) error {
+	msg := err.Error()
+	switch {
+	case strings.HasPrefix(msg, "provider."+name+".") || strings.HasPrefix(msg, "provider."+name+": "):
+		return fmt.Errorf("config: %w", err)
+	case fieldPathRE.MatchString(msg):
+		return fmt.Errorf("config: provider.%s.%w", name, err)
+	default:
+		return fmt.Errorf("config: provider.%s: %w", name, err)
+	}
+}
+
+// decodeStrict decodes a JSON object into f. Keys are compared exactly, not
+// case-insensitively as encoding/json does, so that a mistyped key is an
+// error naming it rather than a silently applied value.
+func decodeStrict(js []byte, f *file) error {
+	if isNull(js) {
+		return nil // An empty file: validation reports what is missing.
+	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(js, &keys); err != nil {
+		return errors.New("config: want a mapping of fields at the top level")
+	}
+	known := jsonKeys(reflect.TypeFor[file]())
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if !slices.Contains(known, k) {
+			return fieldError(k, "unknown field")
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(f); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return fieldError(typeErr.Field, "got %s, want %s", typeErr.Value, typeName(typeErr.Type))
+		}
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
+}
+
+func typeName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "an integer"
+	case reflect.Slice:
+		return "a list"
+	default:
+		return t.String()
+	}
+}
+
+// jsonKeys lists the JSON names of a struct's fields.
+func jsonKeys(t reflect.Type) []string {
+	keys := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		keys = append(keys, name)
+	}
+	return keys
+}
+
+func isNull(raw []byte) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+func oneOf(v string, valid ...string) error {
+	if slices.Contains(valid, v) {
+		return nil
+	}
+	return fmt.Errorf("%q is not one of %s", v, strings.Join(valid, ", "))
+}
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func fieldError(path, format string, args ...any) error {
+	return fmt.Errorf("config: %s: %s", path, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,127 @@
+package controller
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodeportlocal/npl/providers"
+)
+
+// Metrics are npl-lbsync's Prometheus metrics (npl_lbsync_*).
+type Metrics struct {
+	ReconcileDuration *prometheus.HistogramVec
+	ProviderCalls     *prometheus.CounterVec
+	ProviderDuration  *prometheus.HistogramVec
+	SyncFailures      prometheus.Counter
+	members           *prometheus.GaugeVec
+
+	mu         sync.Mutex
+	queueDepth func() float64
+	perService map[string][2]int // enabled, disabled members per Service
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		ReconcileDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "npl_lbsync_reconcile_duration_seconds", Help: "Time to sync one Service, provider call included.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"result"}),
+		ProviderCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "npl_lbsync_provider_calls_total", Help: "Calls to the load balancer provider by verb and result.",
+		}, []string{"verb", "result"}),
+		ProviderDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "npl_lbsync_provider_call_duration_seconds", Help: "Duration of provider calls by verb.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"verb"}),
+		SyncFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "npl_lbsync_sync_failures_total", Help: "Service syncs that failed and were queued for retry.",
+		}),
+		members: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "npl_lbsync_members", Help: "Pool members of the load balancers by state.",
+		}, []string{"state"}),
+
+		perService: map[string][2]int{},
+	}
+	if reg != nil {
+		reg.MustRegister(m.ReconcileDuration, m.ProviderCalls, m.ProviderDuration, m.SyncFailures, m.members,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "npl_lbsync_queue_depth", Help: "Services waiting to be synced."},
+				func() float64 {
+					m.mu.Lock()
+					f := m.queueDepth
+					m.mu.Unlock()
+					if f == nil {
+						return 0
+					}
+					return f()
+				}))
+	}
+	return m
+}
+
+func (m *Metrics) setQueueDepth(f func() float64) {
+	m.mu.Lock()
+	m.queueDepth = f
+	m.mu.Unlock()
+}
+
+func (m *Metrics) observeReconcile(d time.Duration, err error) {
+	m.ReconcileDuration.WithLabelValues(result(err)).Observe(d.Seconds())
+}
+
+func (m *Metrics) observeMembers(key string, lb *providers.LoadBalancer) {
+	var n [2]int
+	for _, l := range lb.Listeners {
+		for _, mem := range l.Pool.Members {
+			if mem.Enabled {
+				n[0]++
+			} else {
+				n[1]++
+			}
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.perService[key] = n
+	var total [2]int
+	for _, v := range m.perService {
+		total[0] += v[0]
+		total[1] += v[1]
+	}
+	m.members.WithLabelValues("enabled").Set(float64(total[0]))
+	m.members.WithLabelValues("disabled").Set(float64(total[1]))
+}
+
+func result(err error) string {
+	if err != nil {
+		return "error"
+	}
+	return "success"
+}
+
+func (c *Controller) callEnsure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
+	start := time.Now()
+	st, err := c.provider.Ensure(ctx, lb)
+	c.metrics.ProviderDuration.WithLabelValues("ensure").Observe(time.Since(start).Seconds())
+	c.metrics.ProviderCalls.WithLabelValues("ensure", result(err)).Inc()
+	return st, err
+}
+
+func (c *Controller) callDelete(ctx context.Context, name string) error {
+	start := time.Now()
+	err := c.provider.Delete(ctx, name)
+	c.metrics.ProviderDuration.WithLabelValues("delete").Observe(time.Since(start).Seconds())
+	c.metrics.ProviderCalls.WithLabelValues("delete", result(err)).Inc()
+	return err
+}
+
+func (c *Controller) callList(ctx context.Context) ([]providers.LoadBalancer, error) {
+	start := time.Now()
+	lbs, err := c.provider.List(ctx)
+	c.metrics.ProviderDuration.WithLabelValues("list").Observe(time.Since(start).Seconds())
+	c.metrics.ProviderCalls.WithLabelValues("list", result(err)).Inc()
+	return lbs, err
+}

@@ -1,0 +1,133 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodeportlocal/npl/lbsync/claim"
+)
+
+func (c *Controller) patchService(ctx context.Context, svc *corev1.Service, patch []byte, subresources ...string) error {
+	_, err := c.client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, subresources...)
+	if err != nil {
+		return fmt.Errorf("patch service %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	return nil
+}
+
+// patchOptIn adds or removes the NodePortLocal opt-in that we manage.
+func (c *Controller) patchOptIn(ctx context.Context, svc *corev1.Service, want bool) error {
+	patch, changed := claim.AnnotationPatch(svc, want)
+	if !changed {
+		return nil
+	}
+	return c.patchService(ctx, svc, patch)
+}
+
+// addFinalizer makes the Service's deletion wait for its load balancer.
+func (c *Controller) addFinalizer(ctx context.Context, svc *corev1.Service) error {
+	if claim.HasCleanupFinalizer(svc) {
+		return nil
+	}
+	finalizers := append(slices.Clone(svc.Finalizers), claim.CleanupFinalizer)
+	return c.patchFinalizers(ctx, svc, finalizers)
+}
+
+func (c *Controller) removeFinalizer(ctx context.Context, svc *corev1.Service) error {
+	if !claim.HasCleanupFinalizer(svc) {
+		return nil
+	}
+	finalizers := slices.DeleteFunc(slices.Clone(svc.Finalizers), func(f string) bool { return f == claim.CleanupFinalizer })
+	return c.patchFinalizers(ctx, svc, finalizers)
+}
+
+func (c *Controller) patchFinalizers(ctx context.Context, svc *corev1.Service, finalizers []string) error {
+	// The resourceVersion makes the patch fail on a concurrent change
+	// rather than drop another controller's finalizer.
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"finalizers": finalizers, "resourceVersion": svc.ResourceVersion,
+	}})
+	if err != nil {
+		return err
+	}
+	return c.patchService(ctx, svc, patch)
+}
+
+// setStatus writes the VIPs into status.loadBalancer.ingress when they differ.
+func (c *Controller) setStatus(ctx context.Context, svc *corev1.Service, vips []string) error {
+	ingress := make([]corev1.LoadBalancerIngress, 0, len(vips))
+	for _, v := range vips {
+		ingress = append(ingress, corev1.LoadBalancerIngress{IP: v})
+	}
+	if equalIngress(svc.Status.LoadBalancer.Ingress, ingress) {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"loadBalancer": map[string]any{"ingress": ingress}}})
+	if err != nil {
+		return err
+	}
+	return c.patchService(ctx, svc, patch, "status")
+}
+
+func (c *Controller) clearStatus(ctx context.Context, svc *corev1.Service) error {
+	hasCondition := slices.ContainsFunc(svc.Status.Conditions, func(cd metav1.Condition) bool { return cd.Type == claim.SyncedConditionType })
+	if len(svc.Status.LoadBalancer.Ingress) == 0 && !hasCondition {
+		return nil
+	}
+	conditions := slices.DeleteFunc(slices.Clone(svc.Status.Conditions), func(cd metav1.Condition) bool { return cd.Type == claim.SyncedConditionType })
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"loadBalancer": map[string]any{"ingress": nil}, "conditions": conditions}})
+	if err != nil {
+		return err
+	}
+	return c.patchService(ctx, svc, patch, "status")
+}
+
+func equalIngress(a, b []corev1.LoadBalancerIngress) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].IP != b[i].IP || a[i].Hostname != b[i].Hostname {
+			return false
+		}
+	}
+	return true
+}
+
+// setCondition sets the npl.io/LoadBalancerSynced condition, writing only
+// when its status, reason or message changes.
+func (c *Controller) setCondition(ctx context.Context, svc *corev1.Service, ok bool, reason, message string) error {
+	status := metav1.ConditionFalse
+	if ok {
+		status = metav1.ConditionTrue
+	}
+	conditions := slices.Clone(svc.Status.Conditions)
+	i := slices.IndexFunc(conditions, func(cd metav1.Condition) bool { return cd.Type == claim.SyncedConditionType })
+	next := metav1.Condition{
+		Type: claim.SyncedConditionType, Status: status, Reason: reason, Message: message,
+		ObservedGeneration: svc.Generation, LastTransitionTime: metav1.Now(),
+	}
+	if i >= 0 {
+		cur := conditions[i]
+		if cur.Status == status && cur.Reason == reason && cur.Message == message && cur.ObservedGeneration == svc.Generation {
+			return nil
+		}
+		if cur.Status == status {
+			next.LastTransitionTime = cur.LastTransitionTime
+		}
+		conditions[i] = next
+	} else {
+		conditions = append(conditions, next)
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": conditions}})
+	if err != nil {
+		return err
+	}
+	return c.patchService(ctx, svc, patch, "status")
+}

@@ -1,0 +1,71 @@
+package controller
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/lbsync/claim"
+)
+
+// trim is the informer transform: it keeps only what npl-lbsync reads, to
+// bound the memory of its caches (a Pod costs a few hundred bytes instead of
+// tens of KiB with managedFields, env, volumes and status details).
+func trim(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		return trimPod(o), nil
+	case *corev1.Service:
+		out := o.DeepCopy()
+		out.ManagedFields = nil
+		delete(out.Annotations, "kubectl.kubernetes.io/last-applied-configuration")
+		return out, nil
+	case *corev1.Node:
+		out := &corev1.Node{}
+		out.Name, out.UID, out.ResourceVersion, out.Labels = o.Name, o.UID, o.ResourceVersion, o.Labels
+		out.Spec.Unschedulable = o.Spec.Unschedulable
+		out.Status.Addresses = o.Status.Addresses
+		for _, c := range o.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				out.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
+			}
+		}
+		return out, nil
+	case *discoveryv1.EndpointSlice:
+		out := o.DeepCopy()
+		out.ManagedFields = nil
+		return out, nil
+	}
+	return obj, nil
+}
+
+func trimPod(pod *corev1.Pod) *corev1.Pod {
+	out := &corev1.Pod{}
+	out.Name, out.Namespace, out.UID, out.ResourceVersion = pod.Name, pod.Namespace, pod.UID, pod.ResourceVersion
+	out.Labels = pod.Labels
+	out.DeletionTimestamp = pod.DeletionTimestamp
+	if v, ok := pod.Annotations[annotation.PodKey]; ok {
+		out.Annotations = map[string]string{annotation.PodKey: v}
+	}
+	out.Spec.NodeName = pod.Spec.NodeName
+	out.Spec.ReadinessGates = pod.Spec.ReadinessGates
+	for _, c := range pod.Spec.Containers {
+		if len(c.Ports) > 0 {
+			out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
+		}
+	}
+	for _, c := range pod.Spec.InitContainers {
+		if len(c.Ports) > 0 && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			out.Spec.InitContainers = append(out.Spec.InitContainers, corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy})
+		}
+	}
+	out.Status.Phase = pod.Status.Phase
+	out.Status.PodIP, out.Status.PodIPs = pod.Status.PodIP, pod.Status.PodIPs
+	out.Status.HostIP = pod.Status.HostIP
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady || c.Type == claim.RegisteredReadinessGate {
+			out.Status.Conditions = append(out.Status.Conditions, corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason})
+		}
+	}
+	return out
+}

@@ -1,0 +1,575 @@
+// Package mock is an in-memory load balancer that implements
+// providers.Provider: the demo's default provider and the tests' workhorse.
+// It allocates VIPs from the configured pool, writes only when the desired
+// model differs from what it holds, counts every call, can persist its state
+// to a file so that it survives a restart of npl-lbsync as a real load
+// balancer would, and can be told to fail or slow down, from Go or over HTTP.
+package mock
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nodeportlocal/npl/providers"
+)
+
+// ErrInjected is the error of a call failed by FailNext or failCalls, and of
+// SetFault with a nil error.
+var ErrInjected = errors.New("mock: injected failure")
+
+// Mock is the in-memory load balancer. It is safe for concurrent use.
+type Mock struct {
+	cluster    string
+	vipPool    []netip.Prefix
+	stateFile  string
+	allowFault bool
+	now        func() time.Time
+
+	mu sync.Mutex
+	// lbs holds every load balancer, normalised (sorted), VIPs set. Those of
+	// another cluster (from a shared state file) are kept but not touched.
+	lbs        map[string]*providers.LoadBalancer
+	vipOwner   map[netip.Addr]string
+	counters   Counters
+	latency    time.Duration
+	failNext   int
+	faultErr   error
+	faultUntil time.Time
+}
+
+// State is a snapshot of the mock: every load balancer sorted by name, with
+// sorted listeners and members, and the call counters.
+type State struct {
+	LoadBalancers []providers.LoadBalancer `json:"loadBalancers"`
+	Counters      Counters                 `json:"counters"`
+}
+
+// Counters count the calls made since the mock was opened; they are not
+// persisted. Calls failed by an injected fault count as calls and failures.
+type Counters struct {
+	Ensure int64 `json:"ensure"`
+	Delete int64 `json:"delete"`
+	List   int64 `json:"list"`
+	// Writes counts the Ensures that changed something and the Deletes that
+	// removed something.
+	Writes int64 `json:"writes"`
+	// Failures counts the calls failed by an injected fault.
+	Failures int64 `json:"failures"`
+	// PerLoadBalancer holds the counts of each load balancer name.
+	PerLoadBalancer map[string]LoadBalancerCounters `json:"perLoadBalancer"`
+}
+
+// LoadBalancerCounters count the calls made for one load balancer.
+type LoadBalancerCounters struct {
+	Ensure int64 `json:"ensure"`
+	Delete int64 `json:"delete"`
+	Writes int64 `json:"writes"`
+}
+
+// New opens a mock. With cfg.StateFile set, the state saved there is loaded
+// (a missing file is an empty state) and every change is saved to it.
+func New(cfg Config) (*Mock, error) {
+	if cfg.Common.ClusterName == "" {
+		return nil, errors.New("open mock: no cluster name")
+	}
+	m := &Mock{
+		cluster:    cfg.Common.ClusterName,
+		vipPool:    slices.Clone(cfg.Common.VIPPool),
+		stateFile:  cfg.StateFile,
+		allowFault: cfg.AllowFaultInjection,
+		now:        time.Now,
+		lbs:        map[string]*providers.LoadBalancer{},
+		vipOwner:   map[netip.Addr]string{},
+		counters:   Counters{PerLoadBalancer: map[string]LoadBalancerCounters{}},
+		latency:    cfg.Latency,
+		failNext:   cfg.FailCalls,
+	}
+	if m.stateFile != "" {
+		if err := m.load(); err != nil {
+			return nil, fmt.Errorf("open mock: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Ensure makes the load balancer lb.Name match lb. It writes nothing when
+// the stored load balancer already equals lb. The VIP is lb.RequestedVIP when
+// set (an error if another load balancer holds it), else the one it already
+// has, else the first free address of the VIP pool.
+func (m *Mock) Ensure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
+	name := ""
+	if lb != nil {
+		name = lb.Name
+	}
+	var status providers.Status
+	err := m.call(ctx, kindEnsure, name, func() error {
+		desired, err := m.normalise(lb)
+		if err != nil {
+			return err
+		}
+		prev, exists := m.lbs[name]
+		if exists && sameModel(prev, desired) {
+			status.VIPs = slices.Clone(prev.VIPs)
+			return nil
+		}
+		vip, err := m.pickVIP(desired.RequestedVIP, prev)
+		if err != nil {
+			return err
+		}
+		desired.VIPs = []string{vip.String()}
+		m.put(desired)
+		if err := m.save(); err != nil {
+			m.restore(name, prev)
+			return err
+		}
+		m.countWrite(name)
+		status.VIPs = slices.Clone(desired.VIPs)
+		klog.FromContext(ctx).V(2).Info("Mock load balancer written", "loadBalancer", name, "vip", vip,
+			"listeners", len(desired.Listeners))
+		return nil
+	})
+	if err != nil {
+		return providers.Status{}, fmt.Errorf("ensure %s: %w", name, err)
+	}
+	return status, nil
+}
+
+// Delete removes the load balancer name and releases its VIP. Deleting one
+// that does not exist is not an error and counts no write.
+func (m *Mock) Delete(ctx context.Context, name string) error {
+	err := m.call(ctx, kindDelete, name, func() error {
+		if !providers.OwnedBy(m.cluster, name) {
+			return fmt.Errorf("not owned by cluster %s", m.cluster)
+		}
+		prev, exists := m.lbs[name]
+		if !exists {
+			return nil
+		}
+		m.remove(name)
+		if err := m.save(); err != nil {
+			m.restore(name, prev)
+			return err
+		}
+		m.countWrite(name)
+		klog.FromContext(ctx).V(2).Info("Mock load balancer deleted", "loadBalancer", name)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", name, err)
+	}
+	return nil
+}
+
+// List returns the load balancers of this cluster sorted by name.
+func (m *Mock) List(ctx context.Context) ([]providers.LoadBalancer, error) {
+	var out []providers.LoadBalancer
+	err := m.call(ctx, kindList, "", func() error {
+		out = m.snapshot(func(name string) bool { return providers.OwnedBy(m.cluster, name) })
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list load balancers: %w", err)
+	}
+	return out, nil
+}
+
+// State returns a snapshot of every load balancer and of the counters.
+func (m *Mock) State() State {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return State{LoadBalancers: m.snapshot(nil), Counters: m.countersCopy()}
+}
+
+// Counters returns a copy of the call counters.
+func (m *Mock) Counters() Counters {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.countersCopy()
+}
+
+// SetFault makes every call fail with err (ErrInjected when nil) until the
+// time until; a zero or past time clears it.
+func (m *Mock) SetFault(err error, until time.Time) {
+	if err == nil {
+		err = ErrInjected
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.faultErr, m.faultUntil = err, until
+}
+
+// FailNext makes the next n calls fail with ErrInjected; n <= 0 clears it.
+func (m *Mock) FailNext(n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.failNext = max(n, 0)
+}
+
+// ClearFaults cancels SetFault and FailNext.
+func (m *Mock) ClearFaults() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.failNext, m.faultErr, m.faultUntil = 0, nil, time.Time{}
+}
+
+// SetLatency sets the delay added to every call.
+func (m *Mock) SetLatency(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.latency = max(d, 0)
+}
+
+type callKind int
+
+const (
+	kindEnsure callKind = iota
+	kindDelete
+	kindList
+)
+
+// call waits the latency, then, under the lock, counts the call, applies an
+// injected fault and otherwise runs op. op must leave the state unchanged
+// when it fails.
+func (m *Mock) call(ctx context.Context, kind callKind, name string, op func() error) error {
+	m.mu.Lock()
+	latency := m.latency
+	m.mu.Unlock()
+	waitErr := wait(ctx, latency)
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.countCall(kind, name)
+	if waitErr != nil {
+		return waitErr
+	}
+	if err := m.fault(); err != nil {
+		m.counters.Failures++
+		return err
+	}
+	return op()
+}
+
+func wait(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (m *Mock) fault() error {
+	if m.failNext > 0 {
+		m.failNext--
+		return ErrInjected
+	}
+	if m.faultErr != nil && m.now().Before(m.faultUntil) {
+		return m.faultErr
+	}
+	return nil
+}
+
+func (m *Mock) countCall(kind callKind, name string) {
+	per := m.counters.PerLoadBalancer[name]
+	switch kind {
+	case kindEnsure:
+		m.counters.Ensure++
+		per.Ensure++
+	case kindDelete:
+		m.counters.Delete++
+		per.Delete++
+	case kindList:
+		m.counters.List++
+		return
+	}
+	if name != "" {
+		m.counters.PerLoadBalancer[name] = per
+	}
+}
+
+func (m *Mock) countWrite(name string) {
+	m.counters.Writes++
+	per := m.counters.PerLoadBalancer[name]
+	per.Writes++
+	m.counters.PerLoadBalancer[name] = per
+}
+
+func (m *Mock) countersCopy() Counters {
+	c := m.counters
+	c.PerLoadBalancer = make(map[string]LoadBalancerCounters, len(m.counters.PerLoadBalancer))
+	for k, v := range m.counters.PerLoadBalancer {
+		c.PerLoadBalancer[k] = v
+	}
+	return c
+}
+
+// snapshot returns deep copies of the load balancers keep accepts (all when
+// nil), sorted by name.
+func (m *Mock) snapshot(keep func(name string) bool) []providers.LoadBalancer {
+	out := make([]providers.LoadBalancer, 0, len(m.lbs))
+	for name, lb := range m.lbs {
+		if keep == nil || keep(name) {
+			out = append(out, deepCopy(lb))
+		}
+	}
+	slices.SortFunc(out, func(a, b providers.LoadBalancer) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// normalise checks lb and returns a sorted deep copy of it without VIPs.
+func (m *Mock) normalise(lb *providers.LoadBalancer) (*providers.LoadBalancer, error) {
+	if lb == nil {
+		return nil, errors.New("no load balancer")
+	}
+	if !providers.OwnedBy(m.cluster, lb.Name) {
+		return nil, fmt.Errorf("not owned by cluster %s", m.cluster)
+	}
+	cp := deepCopy(lb)
+	out := &cp
+	out.VIPs = nil
+	if out.RequestedVIP != "" {
+		addr, err := netip.ParseAddr(out.RequestedVIP)
+		if err != nil {
+			return nil, fmt.Errorf("requested VIP: %w", err)
+		}
+		out.RequestedVIP = addr.String()
+	}
+	providers.SortListeners(out.Listeners)
+	for i := range out.Listeners {
+		l := &out.Listeners[i]
+		if l.Protocol != providers.TCP && l.Protocol != providers.UDP {
+			return nil, fmt.Errorf("listener %d: protocol %q is not TCP or UDP", l.Port, l.Protocol)
+		}
+		if l.Port < 1 || l.Port > 65535 {
+			return nil, fmt.Errorf("listener %s/%d: port out of 1-65535", l.Protocol, l.Port)
+		}
+		if i > 0 && out.Listeners[i-1].Protocol == l.Protocol && out.Listeners[i-1].Port == l.Port {
+			return nil, fmt.Errorf("listener %s/%d: given twice", l.Protocol, l.Port)
+		}
+		if l.Pool.Name == "" {
+			return nil, fmt.Errorf("listener %s/%d: pool has no name", l.Protocol, l.Port)
+		}
+		for _, mb := range l.Pool.Members {
+			if _, err := netip.ParseAddr(mb.IP); err != nil {
+				return nil, fmt.Errorf("pool %s: member %q: %w", l.Pool.Name, mb.IP, err)
+			}
+			if mb.Port < 1 || mb.Port > 65535 {
+				return nil, fmt.Errorf("pool %s: member %s:%d: port out of 1-65535", l.Pool.Name, mb.IP, mb.Port)
+			}
+		}
+		l.Pool.Members = providers.SortMembers(l.Pool.Members)
+	}
+	return out, nil
+}
+
+// pickVIP returns the VIP for a load balancer whose stored version is prev
+// (nil when new): the requested one if free, else prev's, else the first
+// free address of the pool.
+func (m *Mock) pickVIP(requested string, prev *providers.LoadBalancer) (netip.Addr, error) {
+	name := ""
+	if prev != nil {
+		name = prev.Name
+	}
+	if requested != "" {
+		addr := netip.MustParseAddr(requested) // checked by normalise
+		if owner, used := m.vipOwner[addr]; used && owner != name {
+			return netip.Addr{}, fmt.Errorf("requested VIP %s is in use by %s", addr, owner)
+		}
+		return addr, nil
+	}
+	if prev != nil && len(prev.VIPs) > 0 {
+		if addr, err := netip.ParseAddr(prev.VIPs[0]); err == nil {
+			return addr, nil
+		}
+	}
+	if len(m.vipPool) == 0 {
+		return netip.Addr{}, errors.New("no VIP requested and the VIP pool is empty")
+	}
+	for _, p := range m.vipPool {
+		for addr := p.Masked().Addr(); addr.IsValid() && p.Contains(addr); addr = addr.Next() {
+			if skipped(p, addr) {
+				continue
+			}
+			if _, used := m.vipOwner[addr]; !used {
+				return addr, nil
+			}
+		}
+	}
+	return netip.Addr{}, errors.New("no free VIP in the VIP pool")
+}
+
+// skipped leaves out the network and broadcast addresses of IPv4 prefixes
+// that have them, which a real network cannot use as a VIP.
+func skipped(p netip.Prefix, addr netip.Addr) bool {
+	if !addr.Is4() || p.Bits() > 30 {
+		return false
+	}
+	return addr == p.Masked().Addr() || !p.Contains(addr.Next())
+}
+
+// put stores lb (VIPs set), releasing the VIP its previous version held.
+func (m *Mock) put(lb *providers.LoadBalancer) {
+	m.releaseVIPs(lb.Name)
+	m.lbs[lb.Name] = lb
+	for _, v := range lb.VIPs {
+		if addr, err := netip.ParseAddr(v); err == nil {
+			m.vipOwner[addr] = lb.Name
+		}
+	}
+}
+
+func (m *Mock) remove(name string) {
+	m.releaseVIPs(name)
+	delete(m.lbs, name)
+}
+
+// restore puts back prev (nil: nothing) after a failed save.
+func (m *Mock) restore(name string, prev *providers.LoadBalancer) {
+	if prev == nil {
+		m.remove(name)
+		return
+	}
+	m.put(prev)
+}
+
+func (m *Mock) releaseVIPs(name string) {
+	if old, ok := m.lbs[name]; ok {
+		for _, v := range old.VIPs {
+			if addr, err := netip.ParseAddr(v); err == nil && m.vipOwner[addr] == name {
+				delete(m.vipOwner, addr)
+			}
+		}
+	}
+}
+
+// sameModel reports whether the stored a already matches the desired b;
+// VIPs are the mock's to choose and are not compared.
+func sameModel(a, b *providers.LoadBalancer) bool {
+	return a.Name == b.Name && a.Service == b.Service && a.RequestedVIP == b.RequestedVIP &&
+		slices.EqualFunc(a.Listeners, b.Listeners, func(x, y providers.Listener) bool {
+			return x.Port == y.Port && x.Protocol == y.Protocol && x.Pool.Name == y.Pool.Name &&
+				slices.Equal(x.Pool.Members, y.Pool.Members)
+		})
+}
+
+func deepCopy(lb *providers.LoadBalancer) providers.LoadBalancer {
+	out := *lb
+	out.VIPs = slices.Clone(lb.VIPs)
+	out.Listeners = make([]providers.Listener, len(lb.Listeners))
+	for i, l := range lb.Listeners {
+		out.Listeners[i] = l
+		out.Listeners[i].Pool.Members = append([]providers.Member{}, l.Pool.Members...)
+	}
+	return out
+}
+
+// persisted is the content of the state file.
+type persisted struct {
+	Version       int                      `json:"version"`
+	LoadBalancers []providers.LoadBalancer `json:"loadBalancers"`
+}
+
+const stateVersion = 1
+
+// save writes the whole state to the state file atomically: a temporary file
+// in the same directory, fsync, rename, fsync of the directory.
+func (m *Mock) save() error {
+	if m.stateFile == "" {
+		return nil
+	}
+	data, err := json.MarshalIndent(persisted{Version: stateVersion, LoadBalancers: m.snapshot(nil)}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("save state: %w", err)
+	}
+	if err := writeFileAtomic(m.stateFile, append(data, '\n')); err != nil {
+		return fmt.Errorf("save state: %w", err)
+	}
+	return nil
+}
+
+func writeFileAtomic(path string, data []byte) (err error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tmp.Close()
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = tmp.Write(data); err != nil {
+		return err
+	}
+	if err = tmp.Sync(); err != nil {
+		return err
+	}
+	if err = tmp.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	// The rename is durable only once the directory is synced.
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// load reads the state file; a missing file is an empty state.
+func (m *Mock) load() error {
+	data, err := os.ReadFile(m.stateFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("load state: %w", err)
+	}
+	var p persisted
+	if err := json.Unmarshal(data, &p); err != nil {
+		return fmt.Errorf("load state %s: %w", m.stateFile, err)
+	}
+	if p.Version != stateVersion {
+		return fmt.Errorf("load state %s: version %d, want %d", m.stateFile, p.Version, stateVersion)
+	}
+	for i := range p.LoadBalancers {
+		lb := &p.LoadBalancers[i]
+		if lb.Name == "" {
+			return fmt.Errorf("load state %s: load balancer %d has no name", m.stateFile, i)
+		}
+		if _, dup := m.lbs[lb.Name]; dup {
+			return fmt.Errorf("load state %s: load balancer %s given twice", m.stateFile, lb.Name)
+		}
+		for _, v := range lb.VIPs {
+			addr, err := netip.ParseAddr(v)
+			if err != nil {
+				return fmt.Errorf("load state %s: load balancer %s: VIP %q: %w", m.stateFile, lb.Name, v, err)
+			}
+			if owner, used := m.vipOwner[addr]; used {
+				return fmt.Errorf("load state %s: VIP %s held by both %s and %s", m.stateFile, addr, owner, lb.Name)
+			}
+		}
+		m.put(lb)
+	}
+	return nil
+}

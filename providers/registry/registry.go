@@ -1,0 +1,46 @@
+// Package registry builds a provider's configuration from its name and its
+// section of npl-lbsync's configuration file. The table of providers is
+// explicit: a provider is linked in only when it is listed here.
+package registry
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/providers/mock"
+)
+
+// parsers maps provider.name to the provider's ParseFunc.
+var parsers = map[string]providers.ParseFunc{
+	mock.Name: mock.Parse,
+	// Add the load balancer providers here as they land:
+	//   avi.Name:   avi.Parse,
+	//   bigip.Name: bigip.Parse,
+}
+
+// Names returns the valid provider names, sorted.
+func Names() []string {
+	return slices.Sorted(maps.Keys(parsers))
+}
+
+// Known reports whether name is a valid provider name.
+func Known(name string) bool {
+	_, ok := parsers[name]
+	return ok
+}
+
+// Parse decodes and checks the configuration section of the provider name.
+// An unknown name is an error listing the valid ones. A provider's own error
+// is returned as is: by convention it starts with the path of the field it
+// concerns ("passwordFile: open /x: no such file"), which the config package
+// joins to its own ("config: provider.avi.passwordFile: ...").
+func Parse(name string, common providers.Common, section []byte) (providers.Config, error) {
+	parse, ok := parsers[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown provider %q (valid: %s)", name, strings.Join(Names(), ", "))
+	}
+	return parse(common, section)
+}
