@@ -63,6 +63,7 @@ func NewRoot(cmd *cobra.Command) *cobra.Command {
 // Execute runs the command and returns the process exit code: 0, 2 for a
 // usage error, an ExitError's code, or 1 for any other error.
 func Execute(cmd *cobra.Command, stderr io.Writer) int {
+	usageArgs(cmd)
 	err := cmd.Execute()
 	defer klog.Flush()
 	if err == nil {
@@ -118,4 +119,20 @@ func RESTConfig(kubeconfig, userAgent string) (*rest.Config, error) {
 	}
 	cfg.UserAgent = userAgent
 	return cfg, nil
+}
+
+// usageArgs makes wrong positional arguments UsageErrors (exit 2) in cmd
+// and all its subcommands.
+func usageArgs(cmd *cobra.Command) {
+	if validate := cmd.Args; validate != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if err := validate(c, args); err != nil {
+				return &UsageError{Err: err}
+			}
+			return nil
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		usageArgs(sub)
+	}
 }

@@ -1,0 +1,209 @@
+// Command npl-lbsync is the cluster syncer: it claims LoadBalancer Services,
+// turns the NodePortLocal annotations of their Pods into pools of
+// nodeIP:nodePort members, pushes them to a load balancer provider and writes
+// the VIP into the Service status. It runs leader-elected.
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeportlocal/npl/internal/cli"
+	"github.com/nodeportlocal/npl/internal/serve"
+	"github.com/nodeportlocal/npl/lbsync/config"
+	"github.com/nodeportlocal/npl/lbsync/controller"
+)
+
+func main() {
+	cli.Main(newCommand())
+}
+
+type options struct {
+	kubeconfig     *string
+	configPath     string
+	leaderElect    bool
+	leaseNamespace string
+	leaseName      string
+	leaseDuration  time.Duration
+	renewDeadline  time.Duration
+	retryPeriod    time.Duration
+	metricsAddr    string
+	healthAddr     string
+	workers        int
+	maxBackoff     time.Duration
+}
+
+func newCommand() *cobra.Command {
+	o := &options{}
+	cmd := cli.NewRoot(&cobra.Command{
+		Use:   "npl-lbsync",
+		Short: "Feed external load balancers from NodePortLocal Pod annotations",
+		Long: `npl-lbsync claims LoadBalancer Services (by loadBalancerClass), opts them in to
+NodePortLocal, builds a pool of nodeIP:nodePort members per Service port from the
+Pods' nodeportlocal.antrea.io annotations, makes the configured load balancer
+(avi, bigip or mock) match, and writes the VIP into the Service status.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), o) },
+	})
+	o.kubeconfig = cli.AddKubeconfigFlag(cmd)
+	f := cmd.Flags()
+	f.StringVar(&o.configPath, "config", "/etc/npl/config.yaml", "configuration file (YAML, validated strictly)")
+	f.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader through a Lease so that only one replica writes")
+	f.StringVar(&o.leaseNamespace, "leader-elect-namespace", envOr("POD_NAMESPACE", "default"), "namespace of the Lease (default $POD_NAMESPACE)")
+	f.StringVar(&o.leaseName, "leader-elect-lease-name", "npl-lbsync", "name of the Lease")
+	f.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a follower waits before taking over an unrenewed Lease")
+	f.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it steps down")
+	f.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":9103", "address of the Prometheus metrics listener (0 disables it)")
+	f.StringVar(&o.healthAddr, "health-probe-bind-address", ":9104", "address of the /healthz and /readyz listener (0 disables it)")
+	f.IntVar(&o.workers, "workers", 4, "Services synced in parallel")
+	f.DurationVar(&o.maxBackoff, "max-backoff", 30*time.Second, "cap of the retry delay of a failed sync")
+	return cmd
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func run(ctx context.Context, o *options) error {
+	cfg, err := config.Load(o.configPath)
+	if err != nil {
+		return &cli.UsageError{Err: err}
+	}
+	if o.workers < 1 {
+		return cli.Usagef("--workers must be at least 1")
+	}
+	if o.leaderElect && !(o.leaseDuration > o.renewDeadline && o.renewDeadline > o.retryPeriod && o.retryPeriod > 0) {
+		return cli.Usagef("leader election needs lease duration > renew deadline > retry period > 0")
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	logger := klog.FromContext(ctx)
+
+	restCfg, err := cli.RESTConfig(*o.kubeconfig, "npl-lbsync")
+	if err != nil {
+		return cli.Usagef("%v", err)
+	}
+	restCfg.QPS, restCfg.Burst = 50, 100
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return cli.Usagef("kubernetes client: %v", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := controller.NewMetrics(reg)
+	var leading sync.Map
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "npl_lbsync_leader", Help: "1 when this replica is the leader."},
+		func() float64 {
+			if _, ok := leading.Load("leader"); ok {
+				return 1
+			}
+			return 0
+		}))
+
+	provider, err := cfg.Provider().Open(ctx)
+	if err != nil {
+		return fmt.Errorf("open provider %s: %w", cfg.ProviderName(), err)
+	}
+	ctrl := controller.New(controller.Settings{
+		ClusterName:  cfg.ClusterName(),
+		ServiceType:  cfg.ServiceType(),
+		Family:       cfg.IPFamily(),
+		Claim:        cfg.Claim(),
+		ResyncPeriod: cfg.ResyncPeriod(),
+		Workers:      o.workers,
+		MaxBackoff:   o.maxBackoff,
+	}, client, provider, metrics)
+
+	metricsMux := serve.Metrics(reg)
+	if h, ok := provider.(interface{ Handler() http.Handler }); ok {
+		metricsMux.Handle("/providers/", h.Handler())
+	}
+	if err := serve.Listen(ctx, "metrics", o.metricsAddr, metricsMux); err != nil {
+		return cli.Usagef("%v", err)
+	}
+	ready := func() error {
+		if !ctrl.CachesSynced() {
+			return fmt.Errorf("informer caches not synced")
+		}
+		if _, ok := leading.Load("leader"); ok && !ctrl.FirstSyncDone() {
+			return fmt.Errorf("first sync not done")
+		}
+		return nil
+	}
+	if err := serve.Listen(ctx, "health", o.healthAddr, serve.Probes(nil, ready)); err != nil {
+		return cli.Usagef("%v", err)
+	}
+
+	logger.Info("Starting npl-lbsync", "cluster", cfg.ClusterName(), "provider", cfg.ProviderName(), "serviceType", cfg.ServiceType())
+	if err := ctrl.Start(ctx); err != nil {
+		return err
+	}
+	if !o.leaderElect {
+		leading.Store("leader", true)
+		ctrl.RunWorkers(ctx)
+		return nil
+	}
+
+	host, _ := os.Hostname()
+	id := host + "_" + uuid.NewString()[:8]
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: o.leaseNamespace, Name: o.leaseName},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+	}
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   o.leaseDuration,
+		RenewDeadline:   o.renewDeadline,
+		RetryPeriod:     o.retryPeriod,
+		ReleaseOnCancel: true,
+		Name:            o.leaseName,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				logger.Info("Became the leader", "identity", id)
+				leading.Store("leader", true)
+				ctrl.RunWorkers(ctx)
+			},
+			OnStoppedLeading: func() {
+				leading.Delete("leader")
+				logger.Info("Stopped leading", "identity", id)
+			},
+			OnNewLeader: func(identity string) {
+				if identity != id {
+					logger.Info("Following the leader", "leader", identity)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return cli.Usagef("leader election: %v", err)
+	}
+	elector.Run(ctx)
+	if ctx.Err() == nil {
+		// Leadership was lost without a shutdown: exit so the Pod restarts
+		// with fresh state, as client-go recommends.
+		return fmt.Errorf("lost leadership")
+	}
+	return nil
+}
