@@ -1,0 +1,118 @@
+package bigip
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
+)
+
+const benchLBs = 1000
+
+// benchEnv starts a simulator (plain HTTP on loopback) and a token-auth
+// provider on it.
+func benchEnv(b *testing.B) (*bigipsim.Server, providers.Provider) {
+	b.Helper()
+	sim := bigipsim.New(bigipsim.Options{})
+	if err := sim.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(sim.Close)
+	dir := b.TempDir()
+	for name, content := range map[string]string{"username": "admin", "password": "admin"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	section, _ := json.Marshal(map[string]any{
+		"url": sim.URL(), "usernameFile": filepath.Join(dir, "username"), "passwordFile": filepath.Join(dir, "password"),
+	})
+	common := providers.Common{ClusterName: "bench", VIPPool: []netip.Prefix{netip.MustParsePrefix("198.18.96.0/22")}}
+	cfg, err := Parse(common, section)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := cfg.Open(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return sim, p
+}
+
+// benchLB is load balancer i: one TCP listener with three members, the
+// third on port 61000+gen so that gen changes the membership.
+func benchLB(i, gen int) *providers.LoadBalancer {
+	name := providers.LoadBalancerName("bench", "ns", fmt.Sprintf("svc-%04d", i))
+	node := func(n int) string { return fmt.Sprintf("198.18.%d.%d", n/250, n%250+1) }
+	return &providers.LoadBalancer{Name: name, Service: fmt.Sprintf("ns/svc-%04d", i), Listeners: []providers.Listener{{
+		Port: 80, Protocol: providers.TCP, Pool: providers.Pool{Name: providers.PoolName(name, providers.TCP, 80), Members: []providers.Member{
+			{IP: node(i % 500), Port: 61000, Enabled: true},
+			{IP: node((i + 1) % 500), Port: 61000, Enabled: true},
+			{IP: node((i + 2) % 500), Port: int32(61001 + gen%500), Enabled: true},
+		}},
+	}}}
+}
+
+// BenchmarkEnsure1000 measures, against the simulator through go-bigip,
+// creating 1000 load balancers on an empty BIG-IP (one op = 1000 Ensure
+// calls), then changing the membership of one load balancer (one op = one
+// Ensure). It reports the calls and writes each needs.
+func BenchmarkEnsure1000(b *testing.B) {
+	// Quiet: the provider's one Info line per run would break up the results.
+	ctx := klog.NewContext(context.Background(), klog.Background().V(10))
+	b.Run("cold", func(b *testing.B) {
+		var writes, calls int
+		for range b.N {
+			b.StopTimer()
+			sim, p := benchEnv(b)
+			sim.ResetCounters()
+			b.StartTimer()
+			for i := range benchLBs {
+				if _, err := p.Ensure(ctx, benchLB(i, 0)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			writes += sim.Writes()
+			for _, n := range sim.Calls() {
+				calls += n
+			}
+			sim.Close()
+			b.StartTimer()
+		}
+		n := float64(b.N * benchLBs)
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n, "ns/lb")
+		b.ReportMetric(float64(writes)/n, "writes/lb")
+		b.ReportMetric(float64(calls)/n, "calls/lb")
+	})
+	b.Run("membership-change", func(b *testing.B) {
+		sim, p := benchEnv(b)
+		for i := range benchLBs {
+			if _, err := p.Ensure(ctx, benchLB(i, 0)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		sim.ResetCounters()
+		b.ResetTimer()
+		for n := range b.N {
+			if _, err := p.Ensure(ctx, benchLB(n%benchLBs, n/benchLBs+1)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		calls := 0
+		for _, c := range sim.Calls() {
+			calls += c
+		}
+		b.ReportMetric(float64(sim.Writes())/float64(b.N), "writes/change")
+		b.ReportMetric(float64(calls)/float64(b.N), "calls/change")
+	})
+}

@@ -1,0 +1,185 @@
+package bigip
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/nodeportlocal/npl/providers"
+)
+
+// The iControl REST bodies the provider sends and reads. Only the fields it
+// manages are listed.
+
+type memberBody struct {
+	Name      string `json:"name"`
+	Partition string `json:"partition"`
+	Session   string `json:"session"`
+}
+
+type poolCreate struct {
+	Name        string       `json:"name"`
+	Partition   string       `json:"partition"`
+	Description string       `json:"description"`
+	Monitor     string       `json:"monitor"`
+	Members     []memberBody `json:"members"`
+}
+
+type poolState struct {
+	Name             string `json:"name"`
+	Partition        string `json:"partition"`
+	FullPath         string `json:"fullPath"`
+	Description      string `json:"description"`
+	Monitor          string `json:"monitor"`
+	MembersReference struct {
+		Items []memberState `json:"items"`
+	} `json:"membersReference"`
+}
+
+type memberState struct {
+	Name      string `json:"name"`
+	Partition string `json:"partition"`
+	Address   string `json:"address"`
+	Session   string `json:"session"`
+}
+
+type profileRef struct {
+	Name      string `json:"name"`
+	Partition string `json:"partition"`
+	FullPath  string `json:"fullPath,omitempty"`
+	Context   string `json:"context,omitempty"`
+}
+
+type addressTranslation struct {
+	Type string `json:"type"`
+}
+
+type virtualCreate struct {
+	Name                     string             `json:"name"`
+	Partition                string             `json:"partition"`
+	Description              string             `json:"description"`
+	Destination              string             `json:"destination"`
+	IPProtocol               string             `json:"ipProtocol"`
+	Pool                     string             `json:"pool"`
+	SourceAddressTranslation addressTranslation `json:"sourceAddressTranslation"`
+	Profiles                 []profileRef       `json:"profiles"`
+}
+
+type virtualState struct {
+	Name                     string             `json:"name"`
+	Partition                string             `json:"partition"`
+	FullPath                 string             `json:"fullPath"`
+	Description              string             `json:"description"`
+	Destination              string             `json:"destination"`
+	IPProtocol               string             `json:"ipProtocol"`
+	Pool                     string             `json:"pool"`
+	SourceAddressTranslation addressTranslation `json:"sourceAddressTranslation"`
+	ProfilesReference        struct {
+		Items []profileRef `json:"items"`
+	} `json:"profilesReference"`
+}
+
+type collectionOf[T any] struct {
+	Items []T `json:"items"`
+}
+
+const (
+	ownerName       = "npl"
+	sessionEnabled  = "user-enabled"
+	sessionDisabled = "user-disabled"
+	automap         = "automap"
+)
+
+// ownerTag is the JSON the provider writes in each object's description: it
+// tells which cluster, Service and load balancer the object belongs to, so
+// that List and garbage collection touch only this cluster's objects.
+type ownerTag struct {
+	Owner   string `json:"owner"`
+	Cluster string `json:"cluster"`
+	Service string `json:"service,omitempty"`
+	LB      string `json:"lb"`
+}
+
+func (t ownerTag) String() string {
+	b, _ := json.Marshal(t) // a struct of strings always encodes
+	return string(b)
+}
+
+// parseOwner reads the tag in a description; ok is false for objects the
+// cluster does not own: no tag, another owner, another cluster.
+func parseOwner(description, cluster string) (ownerTag, bool) {
+	var t ownerTag
+	if !strings.HasPrefix(description, "{") || json.Unmarshal([]byte(description), &t) != nil {
+		return ownerTag{}, false
+	}
+	return t, t.Owner == ownerName && t.Cluster == cluster && t.LB != ""
+}
+
+// path is the iControl REST path of a named object: "ltm/pool/~P~name".
+func objectPath(collection, partition, name string) string {
+	return collection + "/~" + partition + "~" + name
+}
+
+func fullPath(partition, name string) string { return "/" + partition + "/" + name }
+
+// memberName spells a member as BIG-IP does: ip:port, or ip.port for IPv6.
+func memberName(ip netip.Addr, port int32) string {
+	if ip.Is6() && !ip.Is4In6() {
+		return ip.String() + "." + strconv.Itoa(int(port))
+	}
+	return ip.String() + ":" + strconv.Itoa(int(port))
+}
+
+// parseEndpoint reads "ip:port", "ip.port" (IPv6), with an optional %rd and
+// an optional /partition/ prefix, as BIG-IP spells members and destinations.
+func parseEndpoint(s string) (netip.Addr, int32, error) {
+	if strings.HasPrefix(s, "/") {
+		if i := strings.LastIndexByte(s, '/'); i >= 0 {
+			s = s[i+1:]
+		}
+	}
+	sep := strings.LastIndexByte(s, ':')
+	if strings.Count(s, ":") > 1 {
+		sep = strings.LastIndexByte(s, '.')
+	}
+	if sep < 0 {
+		return netip.Addr{}, 0, fmt.Errorf("%q is not address:port", s)
+	}
+	host, port := s[:sep], s[sep+1:]
+	if i := strings.IndexByte(host, '%'); i >= 0 {
+		host = host[:i]
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}, 0, fmt.Errorf("%q is not address:port: %w", s, err)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return netip.Addr{}, 0, fmt.Errorf("%q is not address:port: bad port", s)
+	}
+	return ip, int32(p), nil
+}
+
+// ipProtocol, monitor and profile of a listener protocol.
+func protocolParts(p providers.Protocol) (ipProtocol, monitor, profile string) {
+	proto := strings.ToLower(string(p))
+	return proto, "/Common/" + proto, proto
+}
+
+// validName reports whether name can be used as a BIG-IP object name and in
+// a URL path as it is.
+func validName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, c := range name {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,342 @@
+package bigipsim
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Fault makes matching calls fail or slow down. go-bigip sleeps 10 s and
+// retries on a 503 (and on "there is an active asynchronous task executing"),
+// so tests should inject 500 or 502 unless they test that retry.
+type Fault struct {
+	// Method matches the HTTP method; empty matches any.
+	Method string `json:"method,omitempty"`
+	// Path is a regular expression matched against the URL path, for
+	// example "ltm/pool/~npl-c~web$"; empty matches any.
+	Path string `json:"path,omitempty"`
+	// Status answers matching calls with this error status; 0 only delays.
+	Status int `json:"status,omitempty"`
+	// Message is the error message; a BIG-IP-like text when empty.
+	Message string `json:"message,omitempty"`
+	// Count ends the fault after this many matching calls; 0 for no limit.
+	Count int `json:"count,omitempty"`
+	// For ends the fault this long after it is injected; 0 for no limit.
+	For time.Duration `json:"-"`
+	// Latency delays matching calls before they are answered.
+	Latency time.Duration `json:"-"`
+}
+
+// UnmarshalJSON reads a Fault with durations written as "250ms"; unknown
+// keys are errors, so a typo does not inject a fault that matches everything.
+func (f *Fault) UnmarshalJSON(b []byte) error {
+	type plain Fault
+	var w struct {
+		plain
+		For     string `json:"for,omitempty"`
+		Latency string `json:"latency,omitempty"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return err
+	}
+	*f = Fault(w.plain)
+	for _, d := range []struct {
+		s   string
+		dst *time.Duration
+	}{{w.For, &f.For}, {w.Latency, &f.Latency}} {
+		if d.s == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.s)
+		if err != nil {
+			return fmt.Errorf("fault duration %q: %w", d.s, err)
+		}
+		*d.dst = v
+	}
+	return nil
+}
+
+// MarshalJSON writes a Fault with durations as "250ms".
+func (f Fault) MarshalJSON() ([]byte, error) {
+	type plain Fault
+	w := struct {
+		plain
+		For     string `json:"for,omitempty"`
+		Latency string `json:"latency,omitempty"`
+	}{plain: plain(f)}
+	if f.For > 0 {
+		w.For = f.For.String()
+	}
+	if f.Latency > 0 {
+		w.Latency = f.Latency.String()
+	}
+	return json.Marshal(w)
+}
+
+type fault struct {
+	Fault
+	id      int
+	path    *regexp.Regexp
+	left    int
+	expires time.Time
+}
+
+// InjectFault adds a fault and returns its id for RemoveFault.
+func (s *Server) InjectFault(f Fault) (int, error) {
+	af := &fault{Fault: f, left: f.Count}
+	if f.Path != "" {
+		re, err := regexp.Compile(f.Path)
+		if err != nil {
+			return 0, fmt.Errorf("fault path: %w", err)
+		}
+		af.path = re
+	}
+	if f.For > 0 {
+		af.expires = time.Now().Add(f.For)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faultSeq++
+	af.id = s.faultSeq
+	s.faults = append(s.faults, af)
+	return af.id, nil
+}
+
+// RemoveFault removes one fault.
+func (s *Server) RemoveFault(id int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, f := range s.faults {
+		if f.id == id {
+			s.faults = append(s.faults[:i], s.faults[i+1:]...)
+			return
+		}
+	}
+}
+
+// ClearFaults removes every fault.
+func (s *Server) ClearFaults() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = nil
+}
+
+// matchFault returns the first live fault that matches the call, and uses
+// up one of its calls.
+func (s *Server) matchFault(method, path string) *Fault {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	live := s.faults[:0]
+	var hit *Fault
+	for _, f := range s.faults {
+		if !f.expires.IsZero() && now.After(f.expires) {
+			continue
+		}
+		if hit == nil && (f.Method == "" || strings.EqualFold(f.Method, method)) && (f.path == nil || f.path.MatchString(path)) {
+			c := f.Fault
+			hit = &c
+			if f.Count > 0 {
+				f.left--
+				if f.left == 0 {
+					continue
+				}
+			}
+		}
+		live = append(live, f)
+	}
+	s.faults = live
+	return hit
+}
+
+func writeFault(w http.ResponseWriter, f *Fault, path string) {
+	msg := f.Message
+	if msg == "" {
+		msg = fmt.Sprintf("01070000:3: %s (fault injected by bigipsim on %s)", http.StatusText(f.Status), path)
+	}
+	writeResponse(w, errorf(f.Status, "%s", msg))
+}
+
+// Kinds of path the counters use.
+const (
+	KindLogin       = "login"
+	KindToken       = "token"
+	KindTransaction = "transaction"
+	KindPool        = "pool"
+	KindMember      = "member"
+	KindVirtual     = "virtual"
+	KindProfile     = "virtual-profile"
+	KindPolicy      = "virtual-policy"
+	KindNode        = "node"
+	KindMonitor     = "monitor"
+	KindFolder      = "folder"
+	KindPartition   = "partition"
+	KindOther       = "other"
+)
+
+// kindOf classifies a URL path for the counters.
+func kindOf(path string) string {
+	switch {
+	case path == loginPath:
+		return KindLogin
+	case strings.HasPrefix(path, tokensPath):
+		return KindToken
+	case path == txnPath || strings.HasPrefix(path, txnPath+"/"):
+		return KindTransaction
+	case !strings.HasPrefix(path, tmPrefix):
+		return KindOther
+	}
+	s := strings.Split(strings.Trim(strings.TrimPrefix(path, tmPrefix), "/"), "/")
+	if len(s) < 2 {
+		return KindOther
+	}
+	switch s[0] + "/" + s[1] {
+	case "ltm/pool":
+		if len(s) > 3 && s[3] == "members" {
+			return KindMember
+		}
+		return KindPool
+	case "ltm/virtual":
+		if len(s) > 3 && s[3] == "profiles" {
+			return KindProfile
+		}
+		if len(s) > 3 && s[3] == "policies" {
+			return KindPolicy
+		}
+		return KindVirtual
+	case "ltm/node":
+		return KindNode
+	case "ltm/monitor":
+		return KindMonitor
+	case "sys/folder":
+		return KindFolder
+	case "auth/partition":
+		return KindPartition
+	}
+	return KindOther
+}
+
+func (s *Server) count(method, path string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls[method+" "+kindOf(path)]++
+	if method != http.MethodGet && strings.HasPrefix(path, tmPrefix) {
+		s.writes++
+	}
+}
+
+// Calls returns how many calls the server received, by "METHOD kind" (for
+// example "PUT pool", "GET virtual"; see the Kind constants), whatever their
+// outcome, faults and authentication failures included.
+func (s *Server) Calls() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.calls)
+}
+
+// Count returns how many calls of method on kind the server received.
+func (s *Server) Count(method, kind string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[method+" "+kind]
+}
+
+// Writes returns how many POST, PUT, PATCH and DELETE calls under /mgmt/tm/
+// the server received, whatever their outcome.
+func (s *Server) Writes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writes
+}
+
+// ResetCounters sets every counter to zero.
+func (s *Server) ResetCounters() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = map[string]int{}
+	s.writes = 0
+}
+
+// State is the configuration a Server holds, in a form tests compare.
+type State struct {
+	Partitions []string  `json:"partitions"`
+	Pools      []Pool    `json:"pools"`
+	Virtuals   []Virtual `json:"virtuals"`
+	Nodes      []Node    `json:"nodes"`
+}
+
+// Pool is a pool in State.
+type Pool struct {
+	FullPath    string   `json:"fullPath"`
+	Description string   `json:"description,omitempty"`
+	Monitor     string   `json:"monitor,omitempty"`
+	Members     []Member `json:"members"`
+}
+
+// Member is a pool member in State.
+type Member struct {
+	FullPath string `json:"fullPath"`
+	Address  string `json:"address"`
+	Session  string `json:"session"`
+	State    string `json:"state"`
+}
+
+// Virtual is a virtual server in State.
+type Virtual struct {
+	FullPath                 string   `json:"fullPath"`
+	Description              string   `json:"description,omitempty"`
+	Destination              string   `json:"destination"`
+	IPProtocol               string   `json:"ipProtocol"`
+	Pool                     string   `json:"pool,omitempty"`
+	SourceAddressTranslation string   `json:"sourceAddressTranslation"`
+	Profiles                 []string `json:"profiles"`
+}
+
+// Node is a node in State.
+type Node struct {
+	FullPath string `json:"fullPath"`
+	Address  string `json:"address"`
+}
+
+// Dump returns the whole configuration, sorted by full path; members keep
+// their order in the pool.
+func (s *Server) Dump() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.st
+	out := State{Partitions: sortedKeys(st.folders), Pools: []Pool{}, Virtuals: []Virtual{}, Nodes: []Node{}}
+	for _, fp := range sortedKeys(st.pools) {
+		p := st.pools[fp]
+		dp := Pool{FullPath: fp, Description: str(p.props, "description"), Monitor: str(p.props, "monitor"), Members: []Member{}}
+		for _, m := range p.members {
+			dp.Members = append(dp.Members, Member{
+				FullPath: str(m, "fullPath"), Address: str(m, "address"), Session: str(m, "session"), State: str(m, "state"),
+			})
+		}
+		out.Pools = append(out.Pools, dp)
+	}
+	for _, fp := range sortedKeys(st.virtuals) {
+		v := st.virtuals[fp]
+		sat, _ := v.props["sourceAddressTranslation"].(map[string]any)
+		dv := Virtual{
+			FullPath: fp, Description: str(v.props, "description"), Destination: str(v.props, "destination"),
+			IPProtocol: str(v.props, "ipProtocol"), Pool: str(v.props, "pool"), SourceAddressTranslation: str(sat, "type"),
+			Profiles: []string{},
+		}
+		for _, p := range v.profiles {
+			dv.Profiles = append(dv.Profiles, str(p, "fullPath"))
+		}
+		out.Virtuals = append(out.Virtuals, dv)
+	}
+	for _, fp := range sortedKeys(st.nodes) {
+		out.Nodes = append(out.Nodes, Node{FullPath: fp, Address: str(st.nodes[fp], "address")})
+	}
+	return out
+}
