@@ -10,15 +10,16 @@ import (
 	"strings"
 
 	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/providers/avi"
 	"github.com/nodeportlocal/npl/providers/bigip"
 	"github.com/nodeportlocal/npl/providers/mock"
 )
 
 // parsers maps provider.name to the provider's ParseFunc.
 var parsers = map[string]providers.ParseFunc{
-	mock.Name: mock.Parse,
+	avi.Name:  avi.Parse,
 	"bigip":   bigip.Parse,
-	// The Avi provider joins this table when it lands: avi.Name: avi.Parse.
+	mock.Name: mock.Parse,
 }
 
 // Names returns the valid provider names, sorted.

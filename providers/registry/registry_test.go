@@ -13,7 +13,7 @@ import (
 )
 
 func TestNames_listsEveryProviderSorted(t *testing.T) {
-	if diff := cmp.Diff([]string{"bigip", "mock"}, Names()); diff != "" {
+	if diff := cmp.Diff([]string{"avi", "bigip", "mock"}, Names()); diff != "" {
 		t.Errorf("Names (-want +got):\n%s", diff)
 	}
 	for _, n := range Names() {
@@ -48,8 +48,8 @@ func TestParse_errors(t *testing.T) {
 	tests := []struct {
 		name, provider, section, wantErr string
 	}{
-		{"unknown provider lists the valid ones", "f5", `{}`, `unknown provider "f5" (valid: bigip, mock)`},
-		{"empty name", "", `{}`, `unknown provider "" (valid: bigip, mock)`},
+		{"unknown provider lists the valid ones", "f5", `{}`, `unknown provider "f5" (valid: avi, bigip, mock)`},
+		{"empty name", "", `{}`, `unknown provider "" (valid: avi, bigip, mock)`},
 		{"the provider's own error is kept as is", "mock", `{"latency":"x"}`, `latency: time: invalid duration "x"`},
 	}
 	for _, tt := range tests {
