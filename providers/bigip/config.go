@@ -19,7 +19,10 @@ import (
 )
 
 // fieldPrefix names the configuration section in errors.
-const fieldPrefix = "provider.bigip."
+// Name is the provider's name in npl-lbsync's configuration.
+const Name = "bigip"
+
+const fieldPrefix = "provider." + Name + "."
 
 const defaultTimeout = 30 * time.Second
 

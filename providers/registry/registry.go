@@ -17,9 +17,9 @@ import (
 
 // parsers maps provider.name to the provider's ParseFunc.
 var parsers = map[string]providers.ParseFunc{
-	avi.Name:  avi.Parse,
-	"bigip":   bigip.Parse,
-	mock.Name: mock.Parse,
+	avi.Name:   avi.Parse,
+	bigip.Name: bigip.Parse,
+	mock.Name:  mock.Parse,
 }
 
 // Names returns the valid provider names, sorted.
