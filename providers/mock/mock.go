@@ -46,6 +46,42 @@ type Mock struct {
 	failNext   int
 	faultErr   error
 	faultUntil time.Time
+	// stateStamp identifies the state file content last loaded or saved,
+	// so that a change made by another process sharing it (a second
+	// replica, as two replicas share one real load balancer) is reloaded.
+	stateStamp fileStamp
+}
+
+type fileStamp struct {
+	modTime time.Time
+	size    int64
+}
+
+func stampOf(path string) fileStamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}
+	}
+	return fileStamp{modTime: fi.ModTime(), size: fi.Size()}
+}
+
+// refresh reloads the state file when another process changed it. Called
+// with m.mu held.
+func (m *Mock) refresh() error {
+	if m.stateFile == "" {
+		return nil
+	}
+	// A vanished file is not an empty load balancer: keep what we have.
+	if st := stampOf(m.stateFile); st == (fileStamp{}) || st == m.stateStamp {
+		return nil
+	}
+	lbs, owners := m.lbs, m.vipOwner
+	m.lbs, m.vipOwner = map[string]*providers.LoadBalancer{}, map[netip.Addr]string{}
+	if err := m.load(); err != nil {
+		m.lbs, m.vipOwner = lbs, owners
+		return err
+	}
+	return nil
 }
 
 // State is a snapshot of the mock: every load balancer sorted by name, with
@@ -255,6 +291,9 @@ func (m *Mock) call(ctx context.Context, kind callKind, name string, op func() e
 	}
 	if err := m.fault(); err != nil {
 		m.counters.Failures++
+		return err
+	}
+	if err := m.refresh(); err != nil {
 		return err
 	}
 	return op()
@@ -500,6 +539,7 @@ func (m *Mock) save() error {
 	if err := writeFileAtomic(m.stateFile, append(data, '\n')); err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
+	m.stateStamp = stampOf(m.stateFile)
 	return nil
 }
 
@@ -538,6 +578,7 @@ func writeFileAtomic(path string, data []byte) (err error) {
 
 // load reads the state file; a missing file is an empty state.
 func (m *Mock) load() error {
+	m.stateStamp = stampOf(m.stateFile)
 	data, err := os.ReadFile(m.stateFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil

@@ -568,3 +568,21 @@ func TestMock_concurrentEnsuresGetDistinctVIPs(t *testing.T) {
 		}
 	}
 }
+
+func TestMock_reloadsStateWrittenByAnotherReplica(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.json")
+	a := newMock(t, Config{Common: common("203.0.113.0/29"), StateFile: path})
+	b := newMock(t, Config{Common: common("203.0.113.0/29"), StateFile: path})
+	vip := mustEnsure(t, a, model("web", member("198.18.0.11", 61000)))
+	// b opened before a wrote: it must see a's load balancer and its VIP.
+	lbs, err := b.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lbs) != 1 || lbs[0].Name != model("web").Name {
+		t.Fatalf("b.List = %+v, want web", lbs)
+	}
+	if got := mustEnsure(t, b, model("api")); got[0] == vip[0] {
+		t.Errorf("b gave api the VIP %s that web holds", got[0])
+	}
+}
