@@ -1,0 +1,176 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// bridgeName is the bridge in the private test namespace that joins the nodes.
+const bridgeName = "npl-br0"
+
+// command builds a child process that dies with us: whatever the caller
+// forgets, a dead test binary leaves no process behind.
+func command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+// run runs a short command and returns its output in the error.
+func run(name string, args ...string) error {
+	return runContext(context.Background(), name, args...)
+}
+
+func runContext(ctx context.Context, name string, args ...string) error {
+	out, err := command(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// ipBatch runs several ip commands in one exec, inside netns when it is not
+// empty. It stops at the first failing line.
+func ipBatch(ctx context.Context, netns string, lines ...string) error {
+	args := []string{"-batch", "-"}
+	if netns != "" {
+		args = append([]string{"-n", netns}, args...)
+	}
+	cmd := command(ctx, "ip", args...)
+	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		where := "test namespace"
+		if netns != "" {
+			where = "netns " + netns
+		}
+		return fmt.Errorf("ip batch in %s: %w: %s", where, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// netnsPath is where a named network namespace is mounted.
+func netnsPath(name string) string { return filepath.Join(privateNetnsDir, name) }
+
+func addNetns(ctx context.Context, name string) error {
+	if err := ensurePrivateNetns(); err != nil {
+		return err
+	}
+	return runContext(ctx, "ip", "netns", "add", name)
+}
+
+// deleteNetns removes a named network namespace; a missing one is not an error.
+func deleteNetns(name string) error {
+	if _, err := os.Stat(netnsPath(name)); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return run("ip", "netns", "delete", name)
+}
+
+// listNetns returns the names of the network namespaces in /run/netns.
+func listNetns() ([]string, error) {
+	entries, err := os.ReadDir(privateNetnsDir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list network namespaces: %w", err)
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names, nil
+}
+
+// doInNetns runs fn on an OS thread that has entered the network namespace at
+// path, then returns the thread to its namespace. Only fn's own goroutine is
+// in the namespace: sockets it opens stay there, goroutines it starts do not.
+// If the thread cannot return, it is left locked so that Go discards it.
+func doInNetns(path string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open current network namespace: %w", err)
+			return
+		}
+		defer orig.Close()
+		target, err := os.Open(path)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open network namespace %s: %w", path, err)
+			return
+		}
+		err = unix.Setns(int(target.Fd()), unix.CLONE_NEWNET)
+		target.Close()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("enter network namespace %s: %w", path, err)
+			return
+		}
+		fnErr := fn()
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			// Stay locked: the thread dies with this goroutine.
+			errc <- fmt.Errorf("leave network namespace %s: %w", path, err)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- fnErr
+	}()
+	return <-errc
+}
+
+// writeSysctls sets sysctls (keys as paths under /proc/sys) inside the
+// network namespace at path: /proc/sys/net follows the writing thread's
+// namespace.
+func writeSysctls(path string, values map[string]string) error {
+	return doInNetns(path, func() error {
+		for key, v := range values {
+			if err := os.WriteFile(filepath.Join("/proc/sys", key), []byte(v), 0o644); err != nil {
+				return fmt.Errorf("set %s=%s: %w", key, v, err)
+			}
+		}
+		return nil
+	})
+}
+
+// createBridge replaces any npl-br0 left by an earlier cluster of this process
+// with a fresh one at 198.18.0.1/24.
+func createBridge(ctx context.Context) error {
+	if err := ensurePrivateNetns(); err != nil {
+		return err
+	}
+	_ = deleteBridge()
+	return ipBatch(ctx, "",
+		"link add "+bridgeName+" type bridge",
+		"addr add "+bridgeIP.String()+"/24 dev "+bridgeName,
+		"link set "+bridgeName+" up",
+	)
+}
+
+// deleteBridge removes npl-br0, and with it the routes to the Pod CIDRs.
+func deleteBridge() error { return deleteLink(bridgeName) }
+
+// deleteLink removes a device of the test namespace; a missing one is not an
+// error.
+func deleteLink(name string) error {
+	// Not /sys/class/net: sysfs still shows the host's devices here.
+	if _, err := net.InterfaceByName(name); err != nil {
+		return nil
+	}
+	return run("ip", "link", "delete", name)
+}
