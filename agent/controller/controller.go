@@ -106,8 +106,6 @@ type Controller struct {
 	ready   bool
 }
 
-const serviceNamespaceIndex = "namespace"
-
 // New builds the controller and its informers. Nothing runs until Run.
 func New(cfg Config, client kubernetes.Interface, alloc Allocator, paths map[string]Datapath, metrics *Metrics) *Controller {
 	if cfg.Workers <= 0 {
@@ -155,7 +153,6 @@ func New(cfg Config, client kubernetes.Interface, alloc Allocator, paths map[str
 	c.svcLister = svcInformer.Lister()
 	c.nodeLister = nodeInformer.Lister()
 	c.svcIndexer = svcInformer.Informer().GetIndexer()
-	utilruntime.Must(svcInformer.Informer().AddIndexers(cache.Indexers{serviceNamespaceIndex: cache.MetaNamespaceIndexFunc}))
 
 	_, _ = podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueuePod(obj) },
@@ -355,7 +352,7 @@ func equalIPs(a, b map[string]netip.Addr) bool {
 
 // servicesInNamespace returns the cached Services of a namespace.
 func (c *Controller) servicesInNamespace(ns string) []*corev1.Service {
-	objs, err := c.svcIndexer.ByIndex(serviceNamespaceIndex, ns)
+	objs, err := c.svcIndexer.ByIndex(cache.NamespaceIndex, ns)
 	if err != nil {
 		return nil
 	}

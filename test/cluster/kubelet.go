@@ -301,6 +301,10 @@ func (k *kubelet) startSandbox(ctx context.Context, pod *corev1.Pod, rt *podRunt
 	if err := ipBatch(ctx, k.node.Netns,
 		fmt.Sprintf("link add %s type veth peer name eth0 netns %s", hostVeth, netns),
 		fmt.Sprintf("link set %s master cbr0", hostVeth),
+		// Hairpin mode, as the bridge CNI plugin sets it (hairpinMode:
+		// true): with bridge netfilter on, a Pod's packet DNATed back to
+		// the Pod itself is bridged out the port it came in on.
+		fmt.Sprintf("link set %s type bridge_slave hairpin on", hostVeth),
 		fmt.Sprintf("link set %s up", hostVeth),
 	); err != nil {
 		return fail(err)
