@@ -23,6 +23,10 @@ const (
 	SyncedConditionType = "npl.io/LoadBalancerSynced"
 	// CleanupFinalizer keeps a Service until its load balancer is deleted.
 	CleanupFinalizer = "npl.io/load-balancer-cleanup"
+	// ClaimedByKey names, on a Service, the npl-lbsync installation (its
+	// clusterName) that holds a load balancer for it, so that several
+	// installations serving different classes never undo each other's work.
+	ClaimedByKey = "npl.io/claimed-by"
 	// RegisteredReadinessGate is the Pod readiness gate that turns true once
 	// the Pod is a member of its load balancer pools.
 	RegisteredReadinessGate = "npl.io/lb-registered"
@@ -94,3 +98,18 @@ const (
 	removePatch = `{"metadata":{"annotations":{"` + annotation.ServiceEnabledKey + `":null,"` +
 		AutoAnnotatedKey + `":null}}}`
 )
+
+// ReleasableBy reports whether the installation clusterName holds (or may
+// hold) a load balancer for svc that it must clean up once the Service is
+// no longer its own: it claimed it, or the Service carries our finalizer
+// with no claim recorded (the claim annotation was removed by hand).
+func ReleasableBy(svc *corev1.Service, clusterName string) bool {
+	if svc == nil {
+		return false
+	}
+	owner, recorded := svc.Annotations[ClaimedByKey]
+	if recorded {
+		return owner == clusterName
+	}
+	return HasCleanupFinalizer(svc)
+}

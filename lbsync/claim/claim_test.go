@@ -210,3 +210,27 @@ func TestAnnotationPatch_nilService(t *testing.T) {
 		t.Errorf("AnnotationPatch(nil) = %s, %v; want nil, false", patch, changed)
 	}
 }
+
+func TestReleasableBy_onlyTheInstallationThatClaimed(t *testing.T) {
+	withAnn := func(ann map[string]string, finalizers ...string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: ann, Finalizers: finalizers}}
+	}
+	cases := []struct {
+		name string
+		svc  *corev1.Service
+		want bool
+	}{
+		{"claimed by us", withAnn(map[string]string{ClaimedByKey: "prod"}, CleanupFinalizer), true},
+		{"claimed by another installation", withAnn(map[string]string{ClaimedByKey: "other"}, CleanupFinalizer), false},
+		{"finalizer without a claim record", withAnn(nil, CleanupFinalizer), true},
+		{"never claimed", withAnn(nil), false},
+		{"nil", nil, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ReleasableBy(tc.svc, "prod"); got != tc.want {
+				t.Errorf("ReleasableBy = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -339,11 +339,15 @@ func (c *Controller) syncService(ctx context.Context, key string) error {
 		c.forget(key)
 		return nil
 	}
-	ours := claim.Ours(svc, c.settings.Claim) && svc.DeletionTimestamp == nil
-	if !ours {
+	if claim.Ours(svc, c.settings.Claim) && svc.DeletionTimestamp == nil {
+		return c.ensure(ctx, svc)
+	}
+	if claim.ReleasableBy(svc, c.settings.ClusterName) {
 		return c.release(ctx, svc)
 	}
-	return c.ensure(ctx, svc)
+	// Another installation's, or nobody's: not ours to touch.
+	c.forget(key)
+	return nil
 }
 
 func (c *Controller) forget(key string) {
@@ -426,7 +430,7 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) error {
 // deleted: the load balancer, the status, the opt-in we added, the finalizer.
 func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 	key := keyOf(svc)
-	if claim.HasCleanupFinalizer(svc) {
+	if claim.HasCleanupFinalizer(svc) || svc.Annotations[claim.ClaimedByKey] != "" {
 		name := providers.LoadBalancerName(c.settings.ClusterName, svc.Namespace, svc.Name)
 		if err := c.callDelete(ctx, name); err != nil {
 			c.recorder.Eventf(svc, corev1.EventTypeWarning, "DeleteFailed", "Load balancer %s: %v", name, err)
@@ -482,7 +486,7 @@ func (c *Controller) claimed(lb providers.LoadBalancer) bool {
 		if providers.LoadBalancerName(c.settings.ClusterName, s.Namespace, s.Name) != lb.Name {
 			continue
 		}
-		return (claim.Ours(s, c.settings.Claim) && s.DeletionTimestamp == nil) || claim.HasCleanupFinalizer(s)
+		return (claim.Ours(s, c.settings.Claim) && s.DeletionTimestamp == nil) || claim.ReleasableBy(s, c.settings.ClusterName)
 	}
 	return false
 }

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
 	"github.com/nodeportlocal/npl/lbsync/claim"
 )
@@ -30,28 +31,37 @@ func (c *Controller) patchOptIn(ctx context.Context, svc *corev1.Service, want b
 	return c.patchService(ctx, svc, patch)
 }
 
-// addFinalizer makes the Service's deletion wait for its load balancer.
+// addFinalizer makes the Service's deletion wait for its load balancer and
+// records which installation claimed it.
 func (c *Controller) addFinalizer(ctx context.Context, svc *corev1.Service) error {
-	if claim.HasCleanupFinalizer(svc) {
+	if claim.HasCleanupFinalizer(svc) && svc.Annotations[claim.ClaimedByKey] == c.settings.ClusterName {
 		return nil
 	}
-	finalizers := append(slices.Clone(svc.Finalizers), claim.CleanupFinalizer)
-	return c.patchFinalizers(ctx, svc, finalizers)
+	finalizers := slices.Clone(svc.Finalizers)
+	if !claim.HasCleanupFinalizer(svc) {
+		finalizers = append(finalizers, claim.CleanupFinalizer)
+	}
+	return c.patchClaim(ctx, svc, finalizers, c.settings.ClusterName)
 }
 
+// removeFinalizer drops the finalizer and the claim record.
 func (c *Controller) removeFinalizer(ctx context.Context, svc *corev1.Service) error {
-	if !claim.HasCleanupFinalizer(svc) {
+	_, recorded := svc.Annotations[claim.ClaimedByKey]
+	if !claim.HasCleanupFinalizer(svc) && !recorded {
 		return nil
 	}
 	finalizers := slices.DeleteFunc(slices.Clone(svc.Finalizers), func(f string) bool { return f == claim.CleanupFinalizer })
-	return c.patchFinalizers(ctx, svc, finalizers)
+	return c.patchClaim(ctx, svc, finalizers, nil)
 }
 
-func (c *Controller) patchFinalizers(ctx context.Context, svc *corev1.Service, finalizers []string) error {
+// patchClaim sets the finalizers and the claim annotation (nil deletes it).
+func (c *Controller) patchClaim(ctx context.Context, svc *corev1.Service, finalizers []string, owner any) error {
 	// The resourceVersion makes the patch fail on a concurrent change
 	// rather than drop another controller's finalizer.
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"finalizers": finalizers, "resourceVersion": svc.ResourceVersion,
+		"finalizers":      finalizers,
+		"annotations":     map[string]any{claim.ClaimedByKey: owner},
+		"resourceVersion": svc.ResourceVersion,
 	}})
 	if err != nil {
 		return err
@@ -72,6 +82,7 @@ func (c *Controller) setStatus(ctx context.Context, svc *corev1.Service, vips []
 	if err != nil {
 		return err
 	}
+	klog.FromContext(ctx).V(2).Info("Writing load balancer status", "service", klog.KObj(svc), "vips", vips)
 	return c.patchService(ctx, svc, patch, "status")
 }
 
