@@ -1,0 +1,260 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/test/stack"
+)
+
+// lbsyncFor starts a load balancer backend and an npl-lbsync serving the
+// class npl.io/<provider>, both stopped at the end of the test.
+func (e *env) lbsyncFor(t *testing.T, provider string, vipSubnet netip.Prefix) (*stack.LBSync, stack.Backend, string) {
+	t.Helper()
+	dir := t.TempDir()
+	backend, err := stack.StartBackend(provider, dir, vipSubnet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(backend.Close)
+	cluster := "e2e-" + provider
+	cfg := fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/%s\nvipPool: [%q]\nresyncPeriod: 1m\n%s",
+		cluster, provider, vipSubnet, backend.ProviderConfig())
+	l, err := stack.StartLBSync(context.Background(), e.c, stack.LBSyncOptions{Name: "npl-lbsync-" + provider, Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("--- %s log tail:\n%s", l.Name, l.Tail(40))
+		}
+		_ = l.Stop()
+	})
+	return l, backend, cluster
+}
+
+// deployment spreads replicas of the web server over the nodes.
+func deployment(ns, name string, replicas int32) *appsv1.Deployment {
+	lbls := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: lbls},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: lbls},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{Name: "web", Image: "npl.io/test-server", Ports: []corev1.ContainerPort{
+						{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP},
+					}}},
+					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+						MaxSkew: 1, TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: corev1.DoNotSchedule,
+						LabelSelector: &metav1.LabelSelector{MatchLabels: lbls},
+					}},
+					TerminationGracePeriodSeconds: new(int64),
+				},
+			},
+		},
+	}
+}
+
+// expectedMembers returns the ready Pods' nodeIP:nodePort for podPort 8080,
+// and which Pod each member should reach.
+func (e *env) expectedMembers(t *testing.T, ns string, sel map[string]string, replicas int) ([]providers.Member, map[string]string) {
+	t.Helper()
+	var members []providers.Member
+	owner := map[string]string{}
+	waitFor(t, 60*time.Second, fmt.Sprintf("%d ready, annotated Pods", replicas), func() (bool, error) {
+		pods, err := e.client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: labels.SelectorFromSet(sel).String()})
+		if err != nil {
+			return false, err
+		}
+		members, owner = nil, map[string]string{}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil || !podReady(&p) {
+				continue
+			}
+			es, err := annotation.Parse(p.Annotations[annotation.PodKey])
+			if err != nil || len(es) != 1 {
+				return false, nil
+			}
+			members = append(members, providers.Member{IP: es[0].NodeIP, Port: int32(es[0].NodePort), Enabled: true})
+			owner[addr(es[0].NodeIP, es[0].NodePort)] = p.Name
+		}
+		return len(members) == replicas && len(pods.Items) == replicas, nil
+	})
+	return providers.SortMembers(members), owner
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// TestLBSync_endToEnd: for each provider, a Deployment behind a LoadBalancer
+// Service gets a VIP from the load balancer, the load balancer's pool holds
+// exactly the ready Pods' nodeIP:nodePort, each member answers HTTP with a
+// distinct Pod, and scaling 3 -> 6 -> 2 converges. A restart of npl-lbsync
+// writes nothing; an orphan of this cluster is deleted and another owner's
+// object is never touched.
+func TestLBSync_endToEnd(t *testing.T) {
+	e := setup(t)
+	for i, provider := range []string{"mock", "avi", "bigip"} {
+		t.Run(provider, func(t *testing.T) {
+			vipSubnet := netip.MustParsePrefix(fmt.Sprintf("198.18.%d.0/28", 110+i))
+			l, backend, cluster := e.lbsyncFor(t, provider, vipSubnet)
+			ns := e.namespace(t)
+			if _, err := e.client.AppsV1().Deployments(ns).Create(context.Background(), deployment(ns, "web", 3), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			class := "npl.io/" + provider
+			svc := &corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, Selector: map[string]string{"app": "web"},
+					Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}}},
+			}
+			e.createService(t, svc)
+			lbName := providers.LoadBalancerName(cluster, ns, "web")
+			pool := providers.PoolName(lbName, providers.TCP, 80)
+
+			for _, replicas := range []int{3, 6, 2} {
+				e.scale(t, ns, "web", int32(replicas))
+				want, owner := e.expectedMembers(t, ns, map[string]string{"app": "web"}, replicas)
+				start := time.Now()
+				var got map[string][]providers.Member
+				var vips []string
+				waitFor(t, 30*time.Second, fmt.Sprintf("pool with the %d ready Pods", replicas), func() (bool, error) {
+					var ok bool
+					var err error
+					got, vips, ok, err = backend.Pools(lbName)
+					if err == nil && !slices.Equal(got[pool], want) {
+						err = fmt.Errorf("pool %s has %v, want %v (ok %v)", pool, got[pool], want, ok)
+					}
+					return ok && err == nil, err
+				})
+				t.Logf("%s: %d replicas converged %s after the Pods were ready", provider, replicas, time.Since(start).Round(time.Millisecond))
+				answered := map[string]bool{}
+				for _, m := range got[pool] {
+					target := addr(m.IP, int(m.Port))
+					body, err := get(target)
+					if err != nil || body != owner[target] {
+						t.Errorf("member %s answered %q (%v), want Pod %s", target, body, err, owner[target])
+					}
+					answered[body] = true
+				}
+				if len(answered) != replicas {
+					t.Errorf("members reached %d distinct Pods, want %d", len(answered), replicas)
+				}
+				waitFor(t, 20*time.Second, "the VIP in the Service status", func() (bool, error) {
+					in := e.service(t, ns, "web").Status.LoadBalancer.Ingress
+					return len(vips) == 1 && len(in) == 1 && in[0].IP == vips[0] && vipSubnet.Contains(netip.MustParseAddr(vips[0])), nil
+				})
+			}
+
+			// A restart with nothing changed writes nothing.
+			writes := backend.Writes()
+			e.restartLBSync(t, l, nil)
+			time.Sleep(2 * time.Second)
+			if provider == "mock" {
+				st, err := l.MockState()
+				if err != nil || st.Counters.Writes != 0 || st.Counters.Delete != 0 {
+					t.Errorf("writes after a restart with no change: %+v (err %v)", st.Counters, err)
+				}
+			} else if got := backend.Writes(); got != writes {
+				t.Errorf("a restart with no change made %d writes", got-writes)
+			}
+
+			// A Service deleted while npl-lbsync is down leaves an orphan; an
+			// object of another owner sits beside it.
+			ghost := svc.DeepCopy()
+			ghost.ObjectMeta = metav1.ObjectMeta{Name: "ghost", Namespace: ns}
+			e.createService(t, ghost)
+			ghostLB := providers.LoadBalancerName(cluster, ns, "ghost")
+			waitFor(t, 30*time.Second, "ghost load balancer", func() (bool, error) {
+				_, _, ok, err := backend.Pools(ghostLB)
+				return ok, err
+			})
+			if err := l.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			foreign, err := backend.AddForeign()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.client.CoreV1().Services(ns).Patch(context.Background(), "ghost", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.client.CoreV1().Services(ns).Delete(context.Background(), "ghost", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.WaitReady(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 30*time.Second, "the orphan deleted", func() (bool, error) {
+				_, _, ok, err := backend.Pools(ghostLB)
+				return !ok && err == nil, err
+			})
+			time.Sleep(2 * time.Second)
+			if !foreign() {
+				t.Error("another owner's object was changed or deleted")
+			}
+			if got, _, _, _ := backend.Pools(lbName); len(got[pool]) != 2 {
+				t.Errorf("the live pool changed across the restart: %v", got)
+			}
+		})
+	}
+}
+
+// restartLBSync stops npl-lbsync, runs between (if any) and starts it again.
+func (e *env) restartLBSync(t *testing.T, l *stack.LBSync, between func()) {
+	t.Helper()
+	if err := l.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if between != nil {
+		between()
+	}
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WaitReady(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) scale(t *testing.T, ns, name string, replicas int32) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas)
+	if _, err := e.client.AppsV1().Deployments(ns).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("scale %s to %d: %v", name, replicas, err)
+	}
+}
+
+func (e *env) service(t *testing.T, ns, name string) *corev1.Service {
+	t.Helper()
+	s, err := e.client.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get service %s: %v", name, err)
+	}
+	return s
+}
