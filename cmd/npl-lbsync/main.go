@@ -74,6 +74,7 @@ Pods' nodeportlocal.antrea.io annotations, makes the configured load balancer
 	f.StringVar(&o.healthAddr, "health-probe-bind-address", ":9104", "address of the /healthz and /readyz listener (0 disables it)")
 	f.IntVar(&o.workers, "workers", 4, "Services synced in parallel")
 	f.DurationVar(&o.maxBackoff, "max-backoff", 30*time.Second, "cap of the retry delay of a failed sync")
+	cmd.AddCommand(newCleanupCommand(o))
 	return cmd
 }
 
