@@ -27,6 +27,10 @@ build: ## Build npl-agent, npl-lbsync and nplctl into ./bin (and the kubectl-npl
 tools: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler into ./bin (idempotent).
 	BIN_DIR=$(BIN) test/tools/build.sh
 
+.PHONY: kubectl
+kubectl: ## Build kubectl into ./bin (for make demo-shell).
+	BIN_DIR=$(BIN) test/tools/build.sh kubectl
+
 .PHONY: deps
 deps: ## Install the system packages tests and the demo need (iproute2, iptables, conntrack), when missing.
 	hack/deps.sh
@@ -67,6 +71,12 @@ lint: vet ## gofmt check, go vet and golangci-lint.
 .PHONY: demo
 demo: deps tools build ## Run the whole system on one machine with real traffic (PROVIDER=mock|avi|bigip, KEEP=1).
 	$(GO) run ./test/demo/cmd/npl-demo --provider $(PROVIDER) --keep=$(KEEP)
+
+.PHONY: demo-shell
+demo-shell: kubectl ## Open a shell inside a running `make demo KEEP=1` (its network namespace, KUBECONFIG set).
+	@pid=$$(cat /tmp/npl-demo/pid 2>/dev/null) && kill -0 $$pid 2>/dev/null || { echo "demo-shell: no demo is running: start one with 'make demo KEEP=1'"; exit 1; }; \
+	  echo "demo-shell: inside the demo (exit to leave); try: kubectl get pods -n npl-demo -o wide"; \
+	  nsenter --target $$pid --net --mount -- env KUBECONFIG=$$(cat /tmp/npl-demo/kubeconfig) PATH=$(BIN):$$PATH bash -i
 
 .PHONY: bench
 bench: deps tools build ## Measure speed and memory (Go benchmarks and scale runs on the local cluster).

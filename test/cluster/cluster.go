@@ -70,6 +70,10 @@ type Options struct {
 	// (and serving) before the kubelet stand-in removes it, so that drain
 	// tests can watch a terminating Pod.
 	TerminationDelay time.Duration
+	// KubeProxy runs a stand-in for kube-proxy's NodePort handling: every
+	// node opens the nodePorts of NodePort and LoadBalancer Services and
+	// DNATs them to a random ready endpoint, with masquerade.
+	KubeProxy bool
 	// NoKubelet creates the nodes but runs no Pods: scheduled Pods stay
 	// Pending unless the test writes their status. For scale benchmarks.
 	NoKubelet bool
@@ -231,6 +235,11 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	for _, n := range c.nodes {
 		n.StartHeartbeat()
+	}
+	if c.opts.KubeProxy {
+		if err := c.startKubeProxy(c.bgCtx); err != nil {
+			return err
+		}
 	}
 	if !c.opts.NoKubelet {
 		for _, n := range c.nodes {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the control-plane binaries of the local test cluster into BIN_DIR
 # from the Go modules pinned in test/tools/go.mod. Idempotent: a binary that
-# already reports the pinned version is not rebuilt.
+# already reports the pinned version is not rebuilt. With the argument
+# "kubectl" it builds kubectl (for `make demo-shell`) instead.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -16,6 +17,15 @@ pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
 
 cd "$here"
+if [ "${1:-}" = kubectl ]; then
+  if [ -x "$bin/kubectl" ] && "$bin/kubectl" version --client 2>/dev/null | grep -q "Client Version: $k8s_version\$"; then
+    echo "tools: kubectl $k8s_version is up to date"
+  else
+    echo "tools: building kubectl $k8s_version"
+    go build -trimpath -ldflags "$ldflags" -o "$bin/kubectl" k8s.io/kubernetes/cmd/kubectl
+  fi
+  exit 0
+fi
 todo=()
 for c in kube-apiserver kube-controller-manager kube-scheduler; do
   if [ -x "$bin/$c" ] && [ "$("$bin/$c" --version 2>/dev/null)" = "Kubernetes $k8s_version" ]; then

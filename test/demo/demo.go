@@ -1,0 +1,570 @@
+// Package demo runs the whole system on one machine: a local 3-node cluster,
+// npl-agent on every node, npl-lbsync with a load balancer (the mock, or
+// the Avi or BIG-IP simulator), the manifests in examples/, and real traffic.
+// `make demo` and its test run this same code.
+package demo
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/test/cluster"
+	"github.com/nodeportlocal/npl/test/stack"
+)
+
+// Namespace is where the examples live.
+const Namespace = "npl-demo"
+
+// Options configure a run.
+type Options struct {
+	// Provider is mock, avi or bigip.
+	Provider string
+	// Keep leaves everything running until ctx ends, for kubectl and curl.
+	Keep bool
+	// Out receives the report.
+	Out io.Writer
+	// StateDir holds the pid and kubeconfig pointers of a kept demo
+	// (default /tmp/npl-demo), for `make demo-shell`.
+	StateDir string
+}
+
+// Result is what the run measured; the test asserts on it.
+type Result struct {
+	// Answers maps each pool member "ip:port" of web to the Pod that
+	// answered, and Expected to the Pod that should have.
+	Answers, Expected map[string]string
+	// UDPAnswers maps each UDP member of dns to its echo reply.
+	UDPAnswers map[string]string
+	// NodePortOpen and NPLOpen say, per node, whether the NodePort Service
+	// and web's node ports answer there; Backends counts web Pods per node.
+	NodePortOpen, NPLOpen map[string]bool
+	Backends              map[string]int
+	// ScaleConvergence is the time from the scale to 2 until the load
+	// balancer's pool held exactly the 2 remaining Pods.
+	ScaleConvergence time.Duration
+}
+
+type run struct {
+	opts    Options
+	out     io.Writer
+	c       *cluster.Cluster
+	client  kubernetes.Interface
+	backend stack.Backend
+	lbsync  *stack.LBSync
+	agents  []*stack.Agent
+	cluster string
+	bin     string
+	root    string
+	res     *Result
+}
+
+// Run runs the demo; it cleans up everything it started before returning,
+// also on failure (after ctx ends when Keep is set).
+func Run(ctx context.Context, opts Options) (*Result, error) {
+	if opts.Out == nil {
+		opts.Out = os.Stdout
+	}
+	if opts.Provider == "" {
+		opts.Provider = "mock"
+	}
+	if opts.StateDir == "" {
+		opts.StateDir = "/tmp/npl-demo"
+	}
+	switch opts.Provider {
+	case "mock", "avi", "bigip":
+	default:
+		return nil, fmt.Errorf("provider %q: want mock, avi or bigip", opts.Provider)
+	}
+	r := &run{opts: opts, out: opts.Out, cluster: "demo", res: &Result{
+		Answers: map[string]string{}, Expected: map[string]string{}, UDPAnswers: map[string]string{},
+		NodePortOpen: map[string]bool{}, NPLOpen: map[string]bool{}, Backends: map[string]int{},
+	}}
+	defer r.cleanup()
+	if err := r.steps(ctx); err != nil {
+		return r.res, err
+	}
+	if opts.Keep {
+		r.keep(ctx)
+	}
+	return r.res, nil
+}
+
+func (r *run) printf(format string, args ...any) { fmt.Fprintf(r.out, format, args...) }
+
+func (r *run) step(title string, f func() error) error {
+	r.printf("%s ... ", title)
+	start := time.Now()
+	if err := f(); err != nil {
+		r.printf("failed\n")
+		return err
+	}
+	r.printf("done in %s\n", time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+func (r *run) steps(ctx context.Context) error {
+	var err error
+	if r.bin, err = stack.BinDir(); err != nil {
+		return err
+	}
+	if r.root, err = cluster.RepoRoot(); err != nil {
+		return err
+	}
+	r.printf("npl demo: NodePortLocal on a local 3-node cluster, load balancer: %s\n\n", r.opts.Provider)
+	if err := r.step("Starting the cluster (etcd, kube-apiserver, controller-manager, scheduler, 3 nodes)", func() error {
+		r.c, err = cluster.Start(ctx, cluster.Options{Nodes: 3, KubeProxy: true})
+		if err != nil {
+			return err
+		}
+		r.client = r.c.Client()
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := r.step("Starting npl-agent on every node", func() error {
+		r.agents, err = stack.StartAgents(ctx, r.c, stack.AgentOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := r.step("Starting npl-lbsync with the "+r.opts.Provider+" load balancer", func() error { return r.startLBSync(ctx) }); err != nil {
+		return err
+	}
+	if err := r.step("Applying examples/ and waiting for Pods, annotations and pools", func() error {
+		if err := r.apply(ctx); err != nil {
+			return err
+		}
+		return r.waitConverged(ctx, "web", 4)
+	}); err != nil {
+		return err
+	}
+	for _, f := range []func(context.Context) error{r.showPods, r.showPools, r.showTraffic, r.showContrast, r.showScale} {
+		if err := f(ctx); err != nil {
+			return err
+		}
+	}
+	r.printf("\nAll good: every pool member is one hop to the right Pod.\n")
+	return nil
+}
+
+func (r *run) startLBSync(ctx context.Context) error {
+	dir := filepath.Join(r.c.LogDir(), "lb")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	vips := netip.MustParsePrefix("198.18.200.0/24")
+	var err error
+	if r.backend, err = stack.StartBackend(r.opts.Provider, dir, vips); err != nil {
+		return err
+	}
+	cfg := fmt.Sprintf("clusterName: %s\ndefaultLoadBalancer: true\nvipPool: [%q]\n%s", r.cluster, vips, r.backend.ProviderConfig())
+	r.lbsync, err = stack.StartLBSync(ctx, r.c, stack.LBSyncOptions{Config: cfg})
+	return err
+}
+
+// apply creates the objects of every file in examples/, in name order.
+func (r *run) apply(ctx context.Context) error {
+	files, err := filepath.Glob(filepath.Join(r.root, "examples", "*.yaml"))
+	if err != nil {
+		return err
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		for _, doc := range strings.Split(string(b), "\n---") {
+			if strings.TrimSpace(stripComments(doc)) == "" {
+				continue
+			}
+			obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+			if err != nil {
+				return fmt.Errorf("%s: %w", filepath.Base(f), err)
+			}
+			if err := r.create(ctx, obj); err != nil {
+				return fmt.Errorf("%s: %w", filepath.Base(f), err)
+			}
+		}
+	}
+	return nil
+}
+
+func stripComments(doc string) string {
+	var keep []string
+	for _, l := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+func (r *run) create(ctx context.Context, obj any) error {
+	var err error
+	switch o := obj.(type) {
+	case *corev1.Namespace:
+		_, err = r.client.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{})
+		if err == nil {
+			err = waitUntil(ctx, 30*time.Second, func() (bool, error) {
+				_, err := r.client.CoreV1().ServiceAccounts(o.Name).Get(ctx, "default", metav1.GetOptions{})
+				return err == nil, nil
+			})
+		}
+	case *appsv1.Deployment:
+		_, err = r.client.AppsV1().Deployments(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+	case *corev1.Service:
+		_, err = r.client.CoreV1().Services(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+	default:
+		return fmt.Errorf("the demo does not apply %T", obj)
+	}
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+func waitUntil(ctx context.Context, d time.Duration, cond func() (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var last error
+	for {
+		ok, err := cond()
+		if ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// pods returns the running Pods of an app, sorted by name.
+func (r *run) pods(ctx context.Context, app string) ([]corev1.Pod, error) {
+	list, err := r.client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil {
+		return nil, err
+	}
+	out := slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	slices.SortFunc(out, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// members returns the nodeIP:nodePort entries of the ready Pods of an app
+// for one protocol, with the Pod behind each.
+func (r *run) members(ctx context.Context, app, proto string) ([]providers.Member, map[string]string, error) {
+	pods, err := r.pods(ctx, app)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []providers.Member
+	owner := map[string]string{}
+	for _, p := range pods {
+		if !ready(&p) {
+			continue
+		}
+		es, err := annotation.Parse(p.Annotations[annotation.PodKey])
+		if err != nil {
+			continue
+		}
+		for _, e := range es {
+			if e.Protocol == proto {
+				out = append(out, providers.Member{IP: e.NodeIP, Port: int32(e.NodePort), Enabled: true})
+				owner[fmt.Sprintf("%s:%d", e.NodeIP, e.NodePort)] = p.Name
+			}
+		}
+	}
+	return providers.SortMembers(out), owner, nil
+}
+
+func ready(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// waitConverged waits until n Pods of app are ready and annotated and the
+// load balancer's TCP pool holds exactly their node ports.
+func (r *run) waitConverged(ctx context.Context, app string, n int) error {
+	lb := providers.LoadBalancerName(r.cluster, Namespace, app)
+	var last string
+	err := waitUntil(ctx, 90*time.Second, func() (bool, error) {
+		want, _, err := r.members(ctx, app, annotation.ProtocolTCP)
+		if err != nil || len(want) != n {
+			last = fmt.Sprintf("%d of %d Pods ready and annotated", len(want), n)
+			return false, err
+		}
+		pools, _, ok, err := r.backend.Pools(lb)
+		if err != nil || !ok {
+			last = "no load balancer yet"
+			return false, err
+		}
+		for name, got := range pools {
+			if strings.Contains(name, "-TCP-") && slices.Equal(got, want) {
+				return true, nil
+			}
+		}
+		last = fmt.Sprintf("pools %v, want %v", pools, want)
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s did not converge: %s: %w", app, last, err)
+	}
+	return nil
+}
+
+func (r *run) showPods(ctx context.Context) error {
+	r.printf("\n1. Pods, their nodes and their nodeportlocal.antrea.io annotations (written by npl-agent)\n\n")
+	tw := tabwriter.NewWriter(r.out, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "POD\tNODE\tPOD IP\tANNOTATION")
+	for _, app := range []string{"web", "dns"} {
+		pods, err := r.pods(ctx, app)
+		if err != nil {
+			return err
+		}
+		for _, p := range pods {
+			if p.Spec.NodeName != "" {
+				r.res.Backends[p.Spec.NodeName] += map[bool]int{true: 1}[app == "web"]
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Name, p.Spec.NodeName, p.Status.PodIP, p.Annotations[annotation.PodKey])
+		}
+	}
+	return tw.Flush()
+}
+
+func (r *run) showPools(ctx context.Context) error {
+	r.printf("\n2. nplctl pools -o wide: each pool's expected members (from the Pods) beside the load balancer's\n\n")
+	// dns converges independently of web; wait for both before printing.
+	if err := r.waitConverged(ctx, "dns", 2); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(r.bin, "nplctl"), "pools", "-o", "wide",
+		"--kubeconfig", r.c.Kubeconfig(), "--config", r.lbsync.ConfigPath, "-n", Namespace)
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("nplctl pools: %v: %s", err, stderr.String())
+	}
+	_, err := r.out.Write(out.Bytes())
+	return err
+}
+
+func (r *run) showTraffic(ctx context.Context) error {
+	r.printf("\n3. One request to every pool member, from outside the nodes\n\n")
+	lb := providers.LoadBalancerName(r.cluster, Namespace, "web")
+	pools, vips, _, err := r.backend.Pools(lb)
+	if err != nil {
+		return err
+	}
+	_, owner, err := r.members(ctx, "web", annotation.ProtocolTCP)
+	if err != nil {
+		return err
+	}
+	pods, err := r.pods(ctx, "web")
+	if err != nil {
+		return err
+	}
+	nodeOf := map[string]string{}
+	for _, p := range pods {
+		nodeOf[p.Name] = p.Spec.NodeName
+	}
+	r.printf("web (VIP %s)\n", strings.Join(vips, ","))
+	for _, name := range sortedKeys(pools) {
+		for _, m := range pools[name] {
+			target := fmt.Sprintf("%s:%d", m.IP, m.Port)
+			body, err := stack.HTTPGet(target)
+			r.res.Answers[target], r.res.Expected[target] = body, owner[target]
+			verdict := "one hop, the right Pod"
+			if err != nil {
+				body, verdict = "error: "+err.Error(), "FAILED"
+			} else if body != owner[target] {
+				verdict = "WRONG Pod, want " + owner[target]
+			}
+			r.printf("  GET http://%-20s -> %-24s on %-11s %s\n", target, body, nodeOf[body], verdict)
+		}
+	}
+	udp, uowner, err := r.members(ctx, "dns", annotation.ProtocolUDP)
+	if err != nil {
+		return err
+	}
+	r.printf("dns over UDP\n")
+	for _, m := range udp {
+		target := fmt.Sprintf("%s:%d", m.IP, m.Port)
+		reply, err := stack.UDPEcho(target, "ping")
+		if err != nil {
+			reply = "error: " + err.Error()
+		}
+		r.res.UDPAnswers[target] = reply
+		r.printf("  udp %-24s -> %q (want %s)\n", target, reply, uowner[target])
+	}
+	for t, want := range r.res.Expected {
+		if r.res.Answers[t] != want {
+			return fmt.Errorf("member %s answered %q, want %q", t, r.res.Answers[t], want)
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func (r *run) showContrast(ctx context.Context) error {
+	r.printf("\n4. NodePort vs NodePortLocal for the same web Pods: which nodes open a port?\n\n")
+	var nodePort int32
+	if err := waitUntil(ctx, 30*time.Second, func() (bool, error) {
+		s, err := r.client.CoreV1().Services(Namespace).Get(ctx, "web-nodeport", metav1.GetOptions{})
+		if err == nil && len(s.Spec.Ports) > 0 {
+			nodePort = s.Spec.Ports[0].NodePort
+		}
+		return nodePort != 0, err
+	}); err != nil {
+		return fmt.Errorf("web-nodeport has no nodePort: %w", err)
+	}
+	members, _, err := r.members(ctx, "web", annotation.ProtocolTCP)
+	if err != nil {
+		return err
+	}
+	pods, err := r.pods(ctx, "web")
+	if err != nil {
+		return err
+	}
+	nodeOf := map[string]string{}
+	for _, p := range pods {
+		nodeOf[p.Name] = p.Spec.NodeName
+	}
+	tw := tabwriter.NewWriter(r.out, 0, 8, 2, ' ', 0)
+	fmt.Fprintf(tw, "NODE\tWEB PODS\tNODEPORT :%d\tNODEPORTLOCAL (web's node ports on this node)\n", nodePort)
+	for _, n := range r.c.Nodes() {
+		ip := n.IP.String()
+		np := "closed"
+		// The NodePort answer is random among the endpoints; ask until the
+		// kube-proxy stand-in has programmed it (a few hundred ms).
+		_ = waitUntil(ctx, 10*time.Second, func() (bool, error) {
+			body, err := stack.HTTPGet(fmt.Sprintf("%s:%d", ip, nodePort))
+			if err != nil {
+				return false, nil
+			}
+			hop := "one hop"
+			if nodeOf[body] != n.Name {
+				hop = "second hop to " + nodeOf[body]
+			}
+			np = fmt.Sprintf("open -> %s (%s)", body, hop)
+			r.res.NodePortOpen[n.Name] = true
+			return true, nil
+		})
+		var ports []int
+		for _, m := range members {
+			ports = append(ports, int(m.Port))
+		}
+		slices.Sort(ports)
+		var open []string
+		for _, p := range slices.Compact(ports) {
+			if _, err := stack.HTTPGet(fmt.Sprintf("%s:%d", ip, p)); err == nil {
+				open = append(open, fmt.Sprintf(":%d", p))
+			}
+		}
+		npl := "none open (no backend here)"
+		if len(open) > 0 {
+			npl = "open " + strings.Join(open, " ")
+			r.res.NPLOpen[n.Name] = true
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", n.Name, r.res.Backends[n.Name], np, npl)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	r.printf("A NodePort opens on every node and may take a second hop; NodePortLocal opens only where a backend runs.\n")
+	return nil
+}
+
+func (r *run) showScale(ctx context.Context) error {
+	r.printf("\n5. Scaling web from 4 to 2 replicas\n\n")
+	start := time.Now()
+	patch := []byte(`{"spec":{"replicas":2}}`)
+	if _, err := r.client.AppsV1().Deployments(Namespace).Patch(ctx, "web", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return err
+	}
+	if err := r.waitConverged(ctx, "web", 2); err != nil {
+		return err
+	}
+	r.res.ScaleConvergence = time.Since(start)
+	members, _, err := r.members(ctx, "web", annotation.ProtocolTCP)
+	if err != nil {
+		return err
+	}
+	var addrs []string
+	for _, m := range members {
+		addrs = append(addrs, fmt.Sprintf("%s:%d", m.IP, m.Port))
+	}
+	r.printf("  the pool holds %s, %s after the scale (Pods deleted, ports released, pool updated)\n",
+		strings.Join(addrs, " and "), r.res.ScaleConvergence.Round(time.Millisecond))
+	return nil
+}
+
+// keep prints how to reach the running demo and waits until ctx ends.
+func (r *run) keep(ctx context.Context) {
+	if err := os.MkdirAll(r.opts.StateDir, 0o755); err == nil {
+		_ = os.WriteFile(filepath.Join(r.opts.StateDir, "pid"), []byte(fmt.Sprint(os.Getpid())), 0o644)
+		_ = os.WriteFile(filepath.Join(r.opts.StateDir, "kubeconfig"), []byte(r.c.Kubeconfig()), 0o644)
+		defer os.RemoveAll(r.opts.StateDir)
+	}
+	r.printf(`
+The demo keeps running (Ctrl-C ends it and removes everything). Its network is private, so from another terminal:
+
+  make demo-shell                              # a shell inside it, with KUBECONFIG set and ./bin on PATH
+  kubectl get pods -n %[1]s -o wide      # (make demo-shell builds kubectl first)
+  nplctl pools -n %[1]s -o wide --config %[2]s
+  nplctl mappings -n %[1]s
+  curl http://<nodeIP>:<nodePort>/             # any member from nplctl pools
+`, Namespace, r.lbsync.ConfigPath)
+	<-ctx.Done()
+}
+
+func (r *run) cleanup() {
+	if r.lbsync != nil {
+		_ = r.lbsync.Stop()
+	}
+	stack.StopAgents(r.agents)
+	if r.backend != nil {
+		r.backend.Close()
+	}
+	if r.c != nil {
+		_ = r.c.Close()
+	}
+}
