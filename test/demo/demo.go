@@ -495,7 +495,9 @@ func (r *run) showContrast(ctx context.Context) error {
 		slices.Sort(ports)
 		var open []string
 		for _, p := range slices.Compact(ports) {
-			if _, err := stack.HTTPGet(fmt.Sprintf("%s:%d", ip, p)); err == nil {
+			// Another app's node port may use the same number: only a web
+			// Pod answering counts.
+			if body, err := stack.HTTPGet(fmt.Sprintf("%s:%d", ip, p)); err == nil && nodeOf[body] != "" {
 				open = append(open, fmt.Sprintf(":%d", p))
 			}
 		}
