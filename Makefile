@@ -11,7 +11,7 @@ LDFLAGS    := -s -w -X github.com/nodeportlocal/npl/internal/buildinfo.Version=$
 GO         ?= go
 GOTEST     := $(GO) test -count=1
 COMMANDS   := npl-agent npl-lbsync nplctl
-GOLANGCI_LINT_VERSION := v2.11.4
+GOLANGCI_LINT_VERSION := v2.15.0
 PROVIDER   ?= mock
 KEEP       ?= 0
 

@@ -93,7 +93,7 @@ func run(ctx context.Context, o *options) error {
 	if o.workers < 1 {
 		return cli.Usagef("--workers must be at least 1")
 	}
-	if o.leaderElect && !(o.leaseDuration > o.renewDeadline && o.renewDeadline > o.retryPeriod && o.retryPeriod > 0) {
+	if o.leaderElect && (o.leaseDuration <= o.renewDeadline || o.renewDeadline <= o.retryPeriod || o.retryPeriod <= 0) {
 		return cli.Usagef("leader election needs lease duration > renew deadline > retry period > 0")
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,7 +31,6 @@ type kubeProxy struct {
 	svcs    cache.Indexer
 	slices  cache.Indexer
 	trigger chan struct{}
-	mu      sync.Mutex
 	last    []byte
 }
 

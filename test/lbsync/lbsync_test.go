@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -302,5 +301,3 @@ func condition(s *corev1.Service) *metav1.Condition {
 // nodeIP of the i-th node.
 func (e *env) nodeIP(i int) string   { return e.c.Nodes()[i].IP.String() }
 func (e *env) nodeName(i int) string { return e.c.Nodes()[i].Name }
-
-func sorted(s []string) []string { slices.Sort(s); return s }
