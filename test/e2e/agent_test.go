@@ -379,8 +379,10 @@ func TestAgent_repairsDriftWithoutRestart(t *testing.T) {
 	waitFor(t, 15*time.Second, "flushed chain repaired", func() (bool, error) { return hasRule(t, n, "tcp", x.NodePort), nil })
 	eventually(t, 10*time.Second, "traffic after repairs", func() error { return expectBody(get(target))("web") })
 	repairsAfter, err := e.agent(node0).Metric("npl_agent_drift_repairs_total")
-	if err != nil || repairsAfter < repairsBefore+3 {
-		t.Errorf("npl_agent_drift_repairs_total = %v (err %v), want at least %v", repairsAfter, err, repairsBefore+3)
+	// The deleted jump can only come back through a drift check; the rule
+	// and the chain may also come back with a write caused by other Pods.
+	if err != nil || repairsAfter < repairsBefore+1 {
+		t.Errorf("npl_agent_drift_repairs_total = %v (err %v), want more than %v", repairsAfter, err, repairsBefore)
 	}
 }
 
