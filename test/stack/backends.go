@@ -344,3 +344,26 @@ func number(v any) (float64, error) {
 	}
 	return 0, fmt.Errorf("%v (%T) is not a number", v, v)
 }
+
+// SetMembers replaces a pool's members behind npl-lbsync's back, as a person
+// editing the BIG-IP would (drift on the load balancer side).
+func (b *bigipBackend) SetMembers(pool string, members []providers.Member) error {
+	var partition string
+	for _, p := range b.sim.Dump().Pools {
+		if strings.HasSuffix(p.FullPath, "/"+pool) {
+			partition = strings.Split(p.FullPath, "/")[1]
+		}
+	}
+	if partition == "" {
+		return fmt.Errorf("no pool %s on the BIG-IP simulator", pool)
+	}
+	list := make([]any, 0, len(members))
+	for _, m := range members {
+		list = append(list, map[string]any{"name": fmt.Sprintf("%s:%d", m.IP, m.Port)})
+	}
+	code, body := b.sim.Do("PUT", "/mgmt/tm/ltm/pool/~"+partition+"~"+pool, map[string]any{"members": list})
+	if code != 200 {
+		return fmt.Errorf("set members of %s: %d %s", pool, code, body)
+	}
+	return nil
+}
