@@ -134,6 +134,7 @@ func run(ctx context.Context, o *options) error {
 		ResyncPeriod: cfg.ResyncPeriod(),
 		Workers:      o.workers,
 		MaxBackoff:   o.maxBackoff,
+		DrainPeriod:  cfg.DrainPeriod(),
 	}, client, provider, metrics)
 
 	metricsMux := serve.Metrics(reg)

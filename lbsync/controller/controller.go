@@ -49,6 +49,9 @@ type Settings struct {
 	CoalesceWindow time.Duration
 	// MaxBackoff caps the retry delay of a failed sync (default 30 s).
 	MaxBackoff time.Duration
+	// DrainPeriod keeps a draining (disabled) member in its pool at least
+	// this long, even after its Pod is gone; 0 removes it with the Pod.
+	DrainPeriod time.Duration
 }
 
 // Controller reconciles load balancers with Services.
@@ -75,6 +78,8 @@ type Controller struct {
 	// noBackends remembers which Services had no ready backend, so the
 	// NoReadyBackends Event fires on the transition only.
 	noBackends map[string]bool
+	// drains holds each Service's draining members (drain.go).
+	drains map[string]drainTracker
 
 	cachesSynced atomic.Bool
 	firstSync    atomic.Bool
@@ -113,6 +118,7 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "npl-lbsync"}),
 		applied:    map[string]string{},
 		noBackends: map[string]bool{},
+		drains:     map[string]drainTracker{},
 	}
 
 	svcInformer := factory.Core().V1().Services()
@@ -354,6 +360,7 @@ func (c *Controller) forget(key string) {
 	c.mu.Lock()
 	delete(c.applied, key)
 	delete(c.noBackends, key)
+	delete(c.drains, key)
 	c.mu.Unlock()
 }
 
@@ -382,6 +389,17 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) error {
 	}
 	if lb == nil {
 		return c.setCondition(ctx, svc, false, "InvalidService", fmt.Sprint(report.Errors))
+	}
+	c.mu.Lock()
+	drains := c.drains[key]
+	if drains == nil {
+		drains = drainTracker{}
+		c.drains[key] = drains
+	}
+	c.mu.Unlock()
+	if next := drains.apply(lb, c.settings.DrainPeriod, time.Now()); !next.IsZero() {
+		// Sync again when the next draining member is due for removal.
+		c.queue.AddAfter(key, time.Until(next)+10*time.Millisecond)
 	}
 	c.metrics.observeMembers(key, lb)
 

@@ -179,7 +179,9 @@ func (r *run) startLBSync(ctx context.Context) error {
 	if r.backend, err = stack.StartBackend(r.opts.Provider, dir, vips); err != nil {
 		return err
 	}
-	cfg := fmt.Sprintf("clusterName: %s\ndefaultLoadBalancer: true\nvipPool: [%q]\n%s", r.cluster, vips, r.backend.ProviderConfig())
+	// drainSeconds 0: the demo shows a scaled-down Pod leaving its pool at
+	// once; the default (30 s) keeps it there, disabled, while it drains.
+	cfg := fmt.Sprintf("clusterName: %s\ndefaultLoadBalancer: true\ndrainSeconds: 0\nvipPool: [%q]\n%s", r.cluster, vips, r.backend.ProviderConfig())
 	r.lbsync, err = stack.StartLBSync(ctx, r.c, stack.LBSyncOptions{Config: cfg})
 	return err
 }

@@ -31,7 +31,7 @@ func (e *env) lbsyncFor(t *testing.T, provider string, vipSubnet netip.Prefix) (
 	}
 	t.Cleanup(backend.Close)
 	cluster := "e2e-" + provider
-	cfg := fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/%s\nvipPool: [%q]\nresyncPeriod: 1m\n%s",
+	cfg := fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/%s\nvipPool: [%q]\nresyncPeriod: 1m\ndrainSeconds: 0\n%s",
 		cluster, provider, vipSubnet, backend.ProviderConfig())
 	l, err := stack.StartLBSync(context.Background(), e.c, stack.LBSyncOptions{Name: "npl-lbsync-" + provider, Config: cfg})
 	if err != nil {

@@ -90,6 +90,7 @@ serviceType: %s
 loadBalancerClass: %s
 vipPool: [%q]
 resyncPeriod: 1m
+drainSeconds: 1
 provider:
   name: mock
   mock:

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeportlocal/npl/agent/annotation"
@@ -15,11 +16,12 @@ import (
 )
 
 // startExtra starts another npl-lbsync for its own class, stopped at the end.
-func (e *env) startExtra(t *testing.T, name, serviceType, class, vipPool string, leaderElect bool) *syncer {
+func (e *env) startExtra(t *testing.T, name, serviceType, class, vipPool string, leaderElect bool, replace ...string) *syncer {
 	t.Helper()
 	cluster := clusterName + "-" + strings.TrimPrefix(class, "npl.io/")
+	cfg := strings.NewReplacer(replace...).Replace(e.config(cluster, serviceType, class, vipPool))
 	l, err := stack.StartLBSync(context.Background(), e.c, stack.LBSyncOptions{
-		Name: name, Config: e.config(cluster, serviceType, class, vipPool), LeaderElect: leaderElect,
+		Name: name, Config: cfg, LeaderElect: leaderElect,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -253,5 +255,39 @@ func TestLBSync_leaderElectionHandsOver(t *testing.T) {
 	}
 	if in := e.service(t, ns, "web").Status.LoadBalancer.Ingress; len(in) != 1 || in[0].IP != vip {
 		t.Errorf("status VIP after the handover: %v, want %s", in, vip)
+	}
+}
+
+// TestLBSync_drainOutlivesThePod: with drainSeconds longer than the Pod's
+// termination, the member stays disabled after the Pod is gone, until the
+// drain period ends.
+func TestLBSync_drainOutlivesThePod(t *testing.T) {
+	e := setup(t)
+	l := e.startExtra(t, "npl-lbsync-drain", "NodePortLocal", "npl.io/drain", "198.18.106.0/28", false, "drainSeconds: 1", "drainSeconds: 10")
+	ns := e.namespace(t)
+	ip := e.nodeIP(0)
+	e.pod(t, ns, "stay", e.nodeName(0), list(entry(8080, ip, 61000, "tcp")))
+	e.pod(t, ns, "leave", e.nodeName(0), list(entry(8080, ip, 61001, "tcp")))
+	e.createService(t, lbService(ns, "web", ptr("npl.io/drain")))
+	pool := l.poolName(ns, "web", providers.TCP, 80)
+	waitPools(t, l, ns, "web", map[string][]providers.Member{pool: {member(ip, 61000, true), member(ip, 61001, true)}})
+	deleted := time.Now()
+	if err := e.client.CoreV1().Pods(ns).Delete(context.Background(), "leave", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	draining := map[string][]providers.Member{pool: {member(ip, 61000, true), member(ip, 61001, false)}}
+	waitPools(t, l, ns, "web", draining)
+	// The Pod is gone after 4 s (TerminationDelay); the member stays.
+	waitFor(t, 20*time.Second, "the Pod gone", func() (bool, error) {
+		_, err := e.client.CoreV1().Pods(ns).Get(context.Background(), "leave", metav1.GetOptions{})
+		return err != nil, nil
+	})
+	time.Sleep(time.Second)
+	if got, _, _, _ := pools(l, ns, "web"); !cmp.Equal(got, draining) && time.Since(deleted) < 9*time.Second {
+		t.Errorf("the draining member left with its Pod, %s after the deletion: %v", time.Since(deleted).Round(time.Second), got)
+	}
+	waitPools(t, l, ns, "web", map[string][]providers.Member{pool: {member(ip, 61000, true)}})
+	if d := time.Since(deleted); d < 9*time.Second {
+		t.Errorf("the draining member was removed %s after the deletion, before the 10 s drain period", d.Round(time.Second))
 	}
 }

@@ -1,0 +1,79 @@
+package controller
+
+import (
+	"time"
+
+	"github.com/nodeportlocal/npl/providers"
+)
+
+// drainKey names one member of one pool.
+type drainKey struct {
+	pool string
+	ip   string
+	port int32
+}
+
+// drainTracker keeps a disabled (draining) member in its pool for the drain
+// period after it was first seen disabled, even when its Pod is already
+// gone: a member is removed after drainSeconds or when the Pod is gone,
+// whichever is later. It is owned by the Service's sync (one worker).
+type drainTracker map[drainKey]time.Time
+
+// apply records the disabled members of lb, puts back those still within
+// their drain period that the model no longer has, forgets the others, and
+// returns when the next one expires (zero if none).
+func (d drainTracker) apply(lb *providers.LoadBalancer, period time.Duration, now time.Time) (next time.Time) {
+	if period <= 0 {
+		clear(d)
+		return time.Time{}
+	}
+	present := map[drainKey]bool{}
+	for _, l := range lb.Listeners {
+		for _, m := range l.Pool.Members {
+			k := drainKey{l.Pool.Name, m.IP, m.Port}
+			present[k] = true
+			if m.Enabled {
+				delete(d, k)
+			} else if _, ok := d[k]; !ok {
+				d[k] = now.Add(period)
+			}
+		}
+	}
+	for i := range lb.Listeners {
+		pool := &lb.Listeners[i].Pool
+		added := false
+		for k, until := range d {
+			if k.pool != pool.Name || present[k] {
+				continue
+			}
+			if !now.Before(until) {
+				delete(d, k)
+				continue
+			}
+			pool.Members = append(pool.Members, providers.Member{IP: k.ip, Port: k.port, Enabled: false})
+			added = true
+		}
+		if added {
+			pool.Members = providers.SortMembers(pool.Members)
+		}
+	}
+	for k, until := range d {
+		if !lbHasPool(lb, k.pool) {
+			delete(d, k)
+			continue
+		}
+		if next.IsZero() || until.Before(next) {
+			next = until
+		}
+	}
+	return next
+}
+
+func lbHasPool(lb *providers.LoadBalancer, pool string) bool {
+	for _, l := range lb.Listeners {
+		if l.Pool.Name == pool {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,72 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nodeportlocal/npl/providers"
+)
+
+func lbWith(members ...providers.Member) *providers.LoadBalancer {
+	return &providers.LoadBalancer{Name: "c--ns-web", Listeners: []providers.Listener{{
+		Port: 80, Protocol: providers.TCP, Pool: providers.Pool{Name: "c--ns-web-TCP-80", Members: members},
+	}}}
+}
+
+func mem(ip string, port int32, enabled bool) providers.Member {
+	return providers.Member{IP: ip, Port: port, Enabled: enabled}
+}
+
+func TestDrainTracker_keepsADisabledMemberForTheDrainPeriod(t *testing.T) {
+	d := drainTracker{}
+	t0 := time.Unix(1000, 0)
+	period := 30 * time.Second
+
+	// The Pod is terminating: its member is disabled and remembered.
+	lb := lbWith(mem("198.18.0.10", 61000, true), mem("198.18.0.11", 61001, false))
+	if next := d.apply(lb, period, t0); !next.Equal(t0.Add(period)) {
+		t.Errorf("next = %v, want %v", next, t0.Add(period))
+	}
+
+	// The Pod is gone 5 s later: the member stays, disabled.
+	lb = lbWith(mem("198.18.0.10", 61000, true))
+	d.apply(lb, period, t0.Add(5*time.Second))
+	want := []providers.Member{mem("198.18.0.10", 61000, true), mem("198.18.0.11", 61001, false)}
+	if diff := cmp.Diff(want, lb.Listeners[0].Pool.Members); diff != "" {
+		t.Errorf("members while draining (-want +got):\n%s", diff)
+	}
+
+	// After the drain period it is removed.
+	lb = lbWith(mem("198.18.0.10", 61000, true))
+	if next := d.apply(lb, period, t0.Add(31*time.Second)); !next.IsZero() {
+		t.Errorf("next = %v after expiry, want none", next)
+	}
+	if diff := cmp.Diff([]providers.Member{mem("198.18.0.10", 61000, true)}, lb.Listeners[0].Pool.Members); diff != "" {
+		t.Errorf("members after the drain (-want +got):\n%s", diff)
+	}
+}
+
+func TestDrainTracker_podStillTerminatingAfterThePeriodStays(t *testing.T) {
+	d := drainTracker{}
+	t0 := time.Unix(1000, 0)
+	lb := lbWith(mem("198.18.0.11", 61001, false))
+	d.apply(lb, time.Second, t0)
+	// Still in the model (the Pod still exists): whichever is later wins.
+	lb = lbWith(mem("198.18.0.11", 61001, false))
+	d.apply(lb, time.Second, t0.Add(10*time.Second))
+	if len(lb.Listeners[0].Pool.Members) != 1 {
+		t.Errorf("a terminating Pod's member was removed while the Pod exists")
+	}
+}
+
+func TestDrainTracker_zeroPeriodRemovesAtOnce(t *testing.T) {
+	d := drainTracker{}
+	d.apply(lbWith(mem("198.18.0.11", 61001, false)), 0, time.Unix(1000, 0))
+	lb := lbWith()
+	d.apply(lb, 0, time.Unix(1001, 0))
+	if len(lb.Listeners[0].Pool.Members) != 0 || len(d) != 0 {
+		t.Errorf("drain period 0 kept %v (tracker %v)", lb.Listeners[0].Pool.Members, d)
+	}
+}
