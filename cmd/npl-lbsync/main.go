@@ -47,6 +47,8 @@ type options struct {
 	healthAddr     string
 	workers        int
 	maxBackoff     time.Duration
+	webhookAddr    string
+	webhookCertDir string
 }
 
 func newCommand() *cobra.Command {
@@ -74,6 +76,8 @@ Pods' nodeportlocal.antrea.io annotations, makes the configured load balancer
 	f.StringVar(&o.healthAddr, "health-probe-bind-address", ":9104", "address of the /healthz and /readyz listener (0 disables it)")
 	f.IntVar(&o.workers, "workers", 4, "Services synced in parallel")
 	f.DurationVar(&o.maxBackoff, "max-backoff", 30*time.Second, "cap of the retry delay of a failed sync")
+	f.StringVar(&o.webhookAddr, "webhook-bind-address", "", "address of the HTTPS admission webhook that injects the npl.io/lb-registered readiness gate (empty disables it)")
+	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/etc/npl/webhook", "directory with the webhook's tls.crt and tls.key")
 	cmd.AddCommand(newCleanupCommand(o))
 	return cmd
 }
@@ -160,6 +164,11 @@ func run(ctx context.Context, o *options) error {
 	logger.Info("Starting npl-lbsync", "cluster", cfg.ClusterName(), "provider", cfg.ProviderName(), "serviceType", cfg.ServiceType())
 	if err := ctrl.Start(ctx); err != nil {
 		return err
+	}
+	if o.webhookAddr != "" {
+		if err := serveWebhook(ctx, o, client, ctrl, cfg); err != nil {
+			return err
+		}
 	}
 	if !o.leaderElect {
 		leading.Store("leader", true)

@@ -4,6 +4,7 @@ package serve
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -48,12 +49,20 @@ func Metrics(gatherer prometheus.Gatherer) *http.ServeMux {
 // Listen binds addr now, so a port in use is reported at start, and serves h
 // on it until ctx ends. An empty addr or "0" disables the listener.
 func Listen(ctx context.Context, name, addr string, h http.Handler) error {
+	return ListenTLS(ctx, name, addr, h, nil)
+}
+
+// ListenTLS is Listen with TLS when cfg is not nil.
+func ListenTLS(ctx context.Context, name, addr string, h http.Handler, cfg *tls.Config) error {
 	if addr == "" || addr == "0" {
 		return nil
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s listener on %s: %w", name, addr, err)
+	}
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {

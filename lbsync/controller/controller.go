@@ -80,6 +80,9 @@ type Controller struct {
 	noBackends map[string]bool
 	// drains holds each Service's draining members (drain.go).
 	drains map[string]drainTracker
+	// registered records, per gated Pod, which Services have it applied
+	// on the load balancer (readiness.go).
+	registered map[string]map[string]bool
 
 	cachesSynced atomic.Bool
 	firstSync    atomic.Bool
@@ -119,6 +122,7 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		applied:    map[string]string{},
 		noBackends: map[string]bool{},
 		drains:     map[string]drainTracker{},
+		registered: map[string]map[string]bool{},
 	}
 
 	svcInformer := factory.Core().V1().Services()
@@ -161,6 +165,9 @@ func (c *Controller) Start(ctx context.Context) error {
 	c.cachesSynced.Store(true)
 	return nil
 }
+
+// Services is the cached Service lister (for the admission webhook).
+func (c *Controller) Services() corelisters.ServiceLister { return c.svcLister }
 
 // CachesSynced reports whether Start has finished.
 func (c *Controller) CachesSynced() bool { return c.cachesSynced.Load() }
@@ -285,6 +292,12 @@ func (c *Controller) enqueuePodServices(oldObj, obj any) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return
+	}
+	if oldObj == nil && hasRegistrationGate(pod) {
+		// A delete (or an add): forget what an earlier Pod of this name had.
+		c.mu.Lock()
+		delete(c.registered, keyOf(pod))
+		c.mu.Unlock()
 	}
 	keys := map[string]bool{}
 	for _, s := range c.servicesSelecting(pod) {
@@ -416,7 +429,7 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) error {
 	unchanged := c.applied[key] == hash
 	c.mu.Unlock()
 	if unchanged && len(svc.Status.LoadBalancer.Ingress) > 0 {
-		return nil
+		return c.updateRegistrations(ctx, svc, lb)
 	}
 	status, err := c.callEnsure(ctx, lb)
 	if err != nil {
@@ -434,6 +447,9 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) error {
 		return err
 	}
 	if err := c.setCondition(ctx, svc, true, "Synced", fmt.Sprintf("%d listener(s), %d ready backend(s)", len(lb.Listeners), report.ReadyBackends)); err != nil {
+		return err
+	}
+	if err := c.updateRegistrations(ctx, svc, lb); err != nil {
 		return err
 	}
 	if !unchanged && !first {

@@ -16,7 +16,10 @@ type Metrics struct {
 	ProviderCalls     *prometheus.CounterVec
 	ProviderDuration  *prometheus.HistogramVec
 	SyncFailures      prometheus.Counter
-	members           *prometheus.GaugeVec
+	// ReadinessGatePatches counts writes of the npl.io/lb-registered Pod
+	// condition by status.
+	ReadinessGatePatches *prometheus.CounterVec
+	members              *prometheus.GaugeVec
 
 	mu         sync.Mutex
 	queueDepth func() float64
@@ -40,6 +43,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		SyncFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "npl_lbsync_sync_failures_total", Help: "Service syncs that failed and were queued for retry.",
 		}),
+		ReadinessGatePatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "npl_lbsync_readiness_gate_patches_total", Help: "Writes of the npl.io/lb-registered Pod condition by status.",
+		}, []string{"status"}),
 		members: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "npl_lbsync_members", Help: "Pool members of the load balancers by state.",
 		}, []string{"state"}),
@@ -47,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		perService: map[string][2]int{},
 	}
 	if reg != nil {
-		reg.MustRegister(m.ReconcileDuration, m.ProviderCalls, m.ProviderDuration, m.SyncFailures, m.members,
+		reg.MustRegister(m.ReconcileDuration, m.ProviderCalls, m.ProviderDuration, m.SyncFailures, m.ReadinessGatePatches, m.members,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "npl_lbsync_queue_depth", Help: "Services waiting to be synced."},
 				func() float64 {
 					m.mu.Lock()

@@ -5,7 +5,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/nodeportlocal/npl/agent/annotation"
-	"github.com/nodeportlocal/npl/lbsync/claim"
 )
 
 // trim is the informer transform: it keeps only what npl-lbsync reads, to
@@ -62,9 +61,15 @@ func trimPod(pod *corev1.Pod) *corev1.Pod {
 	out.Status.Phase = pod.Status.Phase
 	out.Status.PodIP, out.Status.PodIPs = pod.Status.PodIP, pod.Status.PodIPs
 	out.Status.HostIP = pod.Status.HostIP
+	// Ready, ContainersReady and the readiness gates' conditions decide
+	// membership (builder) and registration (readiness.go).
+	keep := map[corev1.PodConditionType]bool{corev1.PodReady: true, corev1.ContainersReady: true}
+	for _, g := range pod.Spec.ReadinessGates {
+		keep[g.ConditionType] = true
+	}
 	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady || c.Type == claim.RegisteredReadinessGate {
-			out.Status.Conditions = append(out.Status.Conditions, corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason})
+		if keep[c.Type] {
+			out.Status.Conditions = append(out.Status.Conditions, corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message})
 		}
 	}
 	return out

@@ -234,7 +234,13 @@ func (k *kubelet) terminate(ctx context.Context, key string, pod *corev1.Pod) (t
 		k.terminating[key] = t
 	}
 	k.mu.Unlock()
-	if remaining := k.c.opts.TerminationDelay - now.Sub(t.since); remaining > 0 {
+	delay := k.c.opts.TerminationDelay
+	if v, ok := pod.Annotations[AnnotationTerminationDelay]; ok {
+		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+			delay = d
+		}
+	}
+	if remaining := delay - now.Sub(t.since); remaining > 0 {
 		return remaining, nil
 	}
 	k.teardown(ctx, key)

@@ -19,6 +19,10 @@ const (
 	// AnnotationReadinessDelay (a Go duration, "2s") is how long after start
 	// the containers become ready; it overrides Options.ReadinessDelay.
 	AnnotationReadinessDelay = "test.npl.io/readiness-delay"
+	// AnnotationTerminationDelay (a Go duration) is how long a deleted Pod
+	// keeps running and serving, as a preStop sleep makes it; it overrides
+	// Options.TerminationDelay.
+	AnnotationTerminationDelay = "test.npl.io/termination-delay"
 )
 
 // runningPod is what the kubelet stand-in knows about a Pod it runs.
