@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/sim/avi/avisim"
@@ -366,4 +367,11 @@ func (b *bigipBackend) SetMembers(pool string, members []providers.Member) error
 		return fmt.Errorf("set members of %s: %d %s", pool, code, body)
 	}
 	return nil
+}
+
+// SlowPoolWrites makes every pool write of the Avi simulator take d, as a
+// busy controller does, until the returned function is called.
+func (a *aviBackend) SlowPoolWrites(d time.Duration) (undo func()) {
+	id := a.sim.AddFault(avisim.Fault{Method: "PUT", Path: "/api/pool/*", Latency: d})
+	return func() { a.sim.RemoveFault(id) }
 }
