@@ -133,6 +133,14 @@ func TestAgent_multiPortNamedPortAndTCPUDP(t *testing.T) {
 		return nil
 	})
 
+	udpFlows := func() string {
+		out, _ := e.node(node1).Command(context.Background(), "conntrack", "-L", "-p", "udp", "--orig-port-dst", fmt.Sprint(udp.NodePort)).CombinedOutput()
+		return string(out)
+	}
+	if !strings.Contains(udpFlows(), fmt.Sprintf("dport=%d ", udp.NodePort)) {
+		t.Fatalf("no conntrack entry for the UDP flow to %d:\n%s", udp.NodePort, udpFlows())
+	}
+
 	// Removing the UDP port keeps the TCP entry on the same Pod port.
 	e.updateService(t, ns, "multi", func(s *corev1.Service) { s.Spec.Ports = s.Spec.Ports[:3] })
 	es = e.waitEntries(t, ns, "multi", 3)
@@ -144,6 +152,11 @@ func TestAgent_multiPortNamedPortAndTCPUDP(t *testing.T) {
 	n := e.node(node1)
 	waitFor(t, 10*time.Second, "UDP rule and socket released", func() (bool, error) {
 		return !hasRule(t, n, "udp", udp.NodePort) && !portHeld(t, n, "udp", udp.NodePort), nil
+	})
+	// The UDP flow the echo created is gone from conntrack, so a client
+	// reusing its source port is not sent to the old Pod.
+	waitFor(t, 10*time.Second, "UDP conntrack entries flushed", func() (bool, error) {
+		return !strings.Contains(udpFlows(), fmt.Sprintf("dport=%d ", udp.NodePort)), nil
 	})
 	if tcp := byKey["tcp/5353"]; !hasRule(t, n, "tcp", tcp.NodePort) {
 		t.Errorf("TCP rule for 5353 was removed with the UDP port")
