@@ -1,0 +1,52 @@
+package inspect
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nodeportlocal/npl/providers"
+)
+
+func TestCompare_statesAndDifferences(t *testing.T) {
+	m := func(ip string, port int32, enabled bool) providers.Member {
+		return providers.Member{IP: ip, Port: port, Enabled: enabled}
+	}
+	lb := func(name string, members ...providers.Member) *providers.LoadBalancer {
+		return &providers.LoadBalancer{Name: "c--ns-" + name, Service: "ns/" + name, Listeners: []providers.Listener{{
+			Port: 80, Protocol: providers.TCP, Pool: providers.Pool{Name: "c--ns-" + name + "-TCP-80", Members: members}}}}
+	}
+	expected := []*providers.LoadBalancer{
+		lb("same", m("198.18.0.10", 61000, true)),
+		lb("drift", m("198.18.0.10", 61000, true), m("198.18.0.11", 61000, true)),
+		lb("disabled", m("198.18.0.10", 61000, false)),
+		lb("gone", m("198.18.0.10", 61000, true)),
+	}
+	actual := []providers.LoadBalancer{
+		*lb("same", m("198.18.0.10", 61000, true)),
+		*lb("drift", m("198.18.0.11", 61000, true), m("198.18.0.12", 61000, true)),
+		*lb("disabled", m("198.18.0.10", 61000, true)),
+	}
+	got := map[string]Pool{}
+	for _, p := range Compare(expected, actual).Pools {
+		got[p.Service] = p
+	}
+	want := map[string]struct {
+		state          string
+		missing, extra []string
+	}{
+		"ns/same":     {StateInSync, nil, nil},
+		"ns/drift":    {StateDrift, []string{"198.18.0.10:61000"}, []string{"198.18.0.12:61000"}},
+		"ns/disabled": {StateDrift, []string{"198.18.0.10:61000 (disabled)"}, []string{"198.18.0.10:61000"}},
+		"ns/gone":     {StateMissing, []string{"198.18.0.10:61000"}, nil},
+	}
+	for svc, w := range want {
+		p := got[svc]
+		if p.State != w.state || !cmp.Equal(p.Missing, w.missing) || !cmp.Equal(p.Extra, w.extra) {
+			t.Errorf("%s: state %s missing %v extra %v, want %s %v %v", svc, p.State, p.Missing, p.Extra, w.state, w.missing, w.extra)
+		}
+	}
+	if Compare(expected[:1], actual).InSync() != true || Compare(expected, actual).InSync() {
+		t.Error("InSync disagrees with the states")
+	}
+}
