@@ -7,8 +7,14 @@ package providers
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 )
 
 // Protocol of a listener, as Kubernetes spells it.
@@ -19,6 +25,23 @@ const (
 	TCP Protocol = "TCP"
 	// UDP is a UDP listener.
 	UDP Protocol = "UDP"
+	// HTTP is a plain HTTP listener of an L7 load balancer.
+	HTTP Protocol = "HTTP"
+	// HTTPS is an HTTP listener of an L7 load balancer that terminates TLS
+	// with the certificates of its HTTPRoutes.
+	HTTPS Protocol = "HTTPS"
+)
+
+// Kind says at which layer a load balancer works.
+type Kind string
+
+const (
+	// L4 forwards connections: each listener has its own pool. The zero
+	// Kind means L4 too, so L4 models are built and stored without a kind.
+	L4 Kind = "L4"
+	// L7 routes HTTP requests: its listeners (HTTP, HTTPS) have no pool of
+	// their own; the rules of its HTTPRoutes pick one of its Pools.
+	L7 Kind = "L7"
 )
 
 // LoadBalancer is one load balancer: desired when built by npl-lbsync,
@@ -35,13 +58,97 @@ type LoadBalancer struct {
 	VIPs []string `json:"vips,omitempty"`
 	// Listeners are sorted by protocol then port.
 	Listeners []Listener `json:"listeners"`
+
+	// Kind is L4 when empty. The fields below are for L7 only.
+	Kind Kind `json:"kind,omitempty"`
+	// Ingress is the owning Ingress as "namespace/name" of an L7 load
+	// balancer of its own; empty for one that Ingresses share.
+	Ingress string `json:"ingress,omitempty"`
+	// Pools are the pools of an L7 load balancer, sorted by name (SortPools);
+	// every listener shares them.
+	Pools []Pool `json:"pools,omitempty"`
+	// HTTP routes the requests of an L7 load balancer to its Pools.
+	HTTP *HTTPRoutes `json:"http,omitempty"`
 }
 
-// Listener is one frontend port and the pool it forwards to.
+// IsL7 reports whether lb routes HTTP requests.
+func (lb *LoadBalancer) IsL7() bool { return lb != nil && lb.Kind == L7 }
+
+// Listener is one frontend port and the pool it forwards to. The listeners
+// of an L7 load balancer have no pool (the zero Pool).
 type Listener struct {
 	Port     int32    `json:"port"`
 	Protocol Protocol `json:"protocol"`
-	Pool     Pool     `json:"pool"`
+	Pool     Pool     `json:"pool,omitzero"`
+}
+
+// HTTPRoutes is the L7 part of a load balancer: which pool serves a request,
+// and the certificates of its HTTPS listener.
+type HTTPRoutes struct {
+	// Rules are sorted by SortRules, so that a load balancer that takes the
+	// first matching rule gives each request the rule Kubernetes would.
+	Rules []Rule `json:"rules"`
+	// DefaultPool serves the requests no rule matches; empty when none.
+	DefaultPool string `json:"defaultPool,omitempty"`
+	// TLS are the certificates of the HTTPS listener, sorted by Secret.
+	TLS []TLSCert `json:"tls,omitempty"`
+}
+
+// PathType says how a rule's path matches a request path.
+type PathType string
+
+const (
+	// PathExact matches the path exactly, case-sensitively.
+	PathExact PathType = "Exact"
+	// PathPrefix matches the path and every path under it, element by
+	// element: /foo matches /foo and /foo/bar, not /foobar.
+	PathPrefix PathType = "Prefix"
+)
+
+// Rule sends the requests for a host and a path to a pool.
+type Rule struct {
+	// Host is a host name, a wildcard such as *.example.com (one DNS label),
+	// or empty for every host.
+	Host string `json:"host,omitempty"`
+	// Path starts with "/"; a Prefix path has no trailing "/" unless it is
+	// "/" itself.
+	Path     string   `json:"path"`
+	PathType PathType `json:"pathType"`
+	// Pool names one of the load balancer's Pools.
+	Pool string `json:"pool"`
+}
+
+// TLSCert is a certificate and key the HTTPS listener serves, from a
+// Kubernetes TLS Secret. The PEM data is never persisted nor printed; the
+// Fingerprint stands for it in stored models and in what providers list.
+type TLSCert struct {
+	// Secret is the Secret the certificate comes from, as "namespace/name".
+	Secret string `json:"secret"`
+	// Hosts are the host names it serves, sorted.
+	Hosts []string `json:"hosts,omitempty"`
+	// Fingerprint is CertFingerprint(CertPEM).
+	Fingerprint string `json:"fingerprint"`
+	// CertPEM is the certificate chain and KeyPEM the private key, PEM
+	// encoded. They are set in desired models only.
+	CertPEM []byte `json:"-"`
+	KeyPEM  []byte `json:"-"`
+}
+
+// String describes the certificate without its key material, so that
+// printing a model never prints a private key.
+func (c TLSCert) String() string {
+	return fmt.Sprintf("{Secret:%s Hosts:%v Fingerprint:%s}", c.Secret, c.Hosts, c.Fingerprint)
+}
+
+// GoString is String: %#v must not print the key either.
+func (c TLSCert) GoString() string { return "providers.TLSCert" + c.String() }
+
+// WithoutKeys returns a copy of c without the PEM data: what a provider can
+// report of a certificate it holds.
+func (c TLSCert) WithoutKeys() TLSCert {
+	c.CertPEM, c.KeyPEM = nil, nil
+	c.Hosts = slices.Clone(c.Hosts)
+	return c
 }
 
 // Pool is a named set of backend members.
@@ -128,6 +235,227 @@ func compareIP(a, b string) int {
 		return cmp.Compare(a, b)
 	}
 	return x.Compare(y)
+}
+
+// SortPools sorts pools by name.
+func SortPools(pools []Pool) {
+	slices.SortFunc(pools, func(a, b Pool) int { return cmp.Compare(a.Name, b.Name) })
+}
+
+// SortRules sorts rules by precedence, most specific first: hosts named
+// exactly (by name), then wildcard hosts (longest first), then rules for
+// every host; within a host, Exact paths, then Prefix paths longest first.
+// A load balancer that takes the first rule that matches then picks the
+// rule Kubernetes prescribes.
+func SortRules(rules []Rule) {
+	slices.SortFunc(rules, func(a, b Rule) int {
+		if c := cmp.Compare(hostClass(a.Host), hostClass(b.Host)); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(len(b.Host), len(a.Host)); c != 0 && strings.HasPrefix(a.Host, "*") {
+			return c
+		}
+		if c := cmp.Compare(a.Host, b.Host); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(pathClass(a.PathType), pathClass(b.PathType)); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(len(b.Path), len(a.Path)); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(a.Path, b.Path), cmp.Compare(a.Pool, b.Pool))
+	})
+}
+
+func hostClass(h string) int {
+	switch {
+	case h == "":
+		return 2
+	case strings.HasPrefix(h, "*."):
+		return 1
+	}
+	return 0
+}
+
+func pathClass(t PathType) int {
+	if t == PathExact {
+		return 0
+	}
+	return 1
+}
+
+// PathMatch is one test of a request path as load balancers express it,
+// character by character.
+type PathMatch struct {
+	Path string
+	// Prefix tests that the request path begins with Path; otherwise that
+	// it equals Path.
+	Prefix bool
+}
+
+// PathMatches returns the tests whose union is the rule's path: an Exact
+// path is one equality; Prefix "/" is every path; another Prefix path p is
+// p itself or any path that begins with p + "/".
+func (r Rule) PathMatches() []PathMatch {
+	switch {
+	case r.PathType == PathExact:
+		return []PathMatch{{Path: r.Path}}
+	case r.Path == "/":
+		return []PathMatch{{Path: "/", Prefix: true}}
+	}
+	return []PathMatch{{Path: r.Path}, {Path: r.Path + "/", Prefix: true}}
+}
+
+// PathOf is the inverse of Rule.PathMatches: the path and path type whose
+// tests are ms, in that order. ok is false when no rule has these tests.
+func PathOf(ms []PathMatch) (path string, typ PathType, ok bool) {
+	switch {
+	case len(ms) == 1 && !ms[0].Prefix:
+		return ms[0].Path, PathExact, true
+	case len(ms) == 1 && ms[0].Path == "/":
+		return "/", PathPrefix, true
+	case len(ms) == 2 && !ms[0].Prefix && ms[1].Prefix && ms[1].Path == ms[0].Path+"/" && ms[0].Path != "/":
+		return ms[0].Path, PathPrefix, true
+	}
+	return "", "", false
+}
+
+// CertFingerprint identifies a certificate chain: the SHA-256, in hex, of
+// the DER bytes of its CERTIFICATE blocks, so that re-encoding the PEM does
+// not change it. The key needs no fingerprint of its own: it must match the
+// certificate. It is empty when certPEM holds no certificate.
+func CertFingerprint(certPEM []byte) string {
+	h := sha256.New()
+	found := false
+	for rest := certPEM; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type == "CERTIFICATE" {
+			h.Write(block.Bytes)
+			found = true
+		}
+	}
+	if !found {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ValidateL7 checks that lb is a well-formed L7 load balancer: HTTP and
+// HTTPS listeners without pools, HTTPS exactly when there are certificates,
+// pools with names and valid members, rules and a default pool that name
+// existing pools, and certificates with their PEM data. Providers call it on
+// desired models before they change anything.
+func (lb *LoadBalancer) ValidateL7() error {
+	if !lb.IsL7() {
+		return errors.New("not an L7 load balancer")
+	}
+	if lb.HTTP == nil {
+		return errors.New("L7 load balancer without HTTP routes")
+	}
+	var https bool
+	type frontend struct {
+		port  int32
+		proto Protocol
+	}
+	seen := map[frontend]bool{}
+	for _, l := range lb.Listeners {
+		key := frontend{l.Port, l.Protocol}
+		switch {
+		case l.Protocol != HTTP && l.Protocol != HTTPS:
+			return fmt.Errorf("listener %s/%d: an L7 listener is HTTP or HTTPS", l.Protocol, l.Port)
+		case l.Port < 1 || l.Port > 65535:
+			return fmt.Errorf("listener %s/%d: port out of 1-65535", l.Protocol, l.Port)
+		case l.Pool.Name != "" || len(l.Pool.Members) > 0:
+			return fmt.Errorf("listener %s/%d: an L7 listener has no pool of its own", l.Protocol, l.Port)
+		case seen[key]:
+			return fmt.Errorf("listener %s/%d: given twice", l.Protocol, l.Port)
+		}
+		seen[key] = true
+		https = https || l.Protocol == HTTPS
+	}
+	if len(lb.Listeners) == 0 {
+		return errors.New("no listeners")
+	}
+	switch {
+	case https && len(lb.HTTP.TLS) == 0:
+		return errors.New("an HTTPS listener without TLS certificates")
+	case !https && len(lb.HTTP.TLS) > 0:
+		return errors.New("TLS certificates without an HTTPS listener")
+	}
+	pools := map[string]bool{}
+	for _, p := range lb.Pools {
+		if p.Name == "" {
+			return errors.New("a pool has no name")
+		}
+		if pools[p.Name] {
+			return fmt.Errorf("pool %s: given twice", p.Name)
+		}
+		pools[p.Name] = true
+		for _, m := range p.Members {
+			if _, err := netip.ParseAddr(m.IP); err != nil {
+				return fmt.Errorf("pool %s: member %q: %w", p.Name, m.IP, err)
+			}
+			if m.Port < 1 || m.Port > 65535 {
+				return fmt.Errorf("pool %s: member %s:%d: port out of 1-65535", p.Name, m.IP, m.Port)
+			}
+		}
+	}
+	if d := lb.HTTP.DefaultPool; d != "" && !pools[d] {
+		return fmt.Errorf("default pool %s is not one of the pools", d)
+	}
+	rules := map[Rule]bool{}
+	for _, r := range lb.HTTP.Rules {
+		switch {
+		case !pools[r.Pool]:
+			return fmt.Errorf("rule %s%s: pool %s is not one of the pools", r.Host, r.Path, r.Pool)
+		case !strings.HasPrefix(r.Path, "/"):
+			return fmt.Errorf("rule %s%s: the path does not start with /", r.Host, r.Path)
+		case r.PathType != PathExact && r.PathType != PathPrefix:
+			return fmt.Errorf("rule %s%s: path type %q is not Exact or Prefix", r.Host, r.Path, r.PathType)
+		case r.PathType == PathPrefix && r.Path != "/" && strings.HasSuffix(r.Path, "/"):
+			return fmt.Errorf("rule %s%s: a Prefix path other than / has no trailing /", r.Host, r.Path)
+		case !validHost(r.Host):
+			return fmt.Errorf("rule %s%s: %q is not a host name or a *. wildcard", r.Host, r.Path, r.Host)
+		}
+		key := Rule{Host: r.Host, Path: r.Path, PathType: r.PathType}
+		if rules[key] {
+			return fmt.Errorf("rule %s%s (%s): given twice", r.Host, r.Path, r.PathType)
+		}
+		rules[key] = true
+	}
+	secrets := map[string]bool{}
+	for _, c := range lb.HTTP.TLS {
+		switch {
+		case c.Secret == "":
+			return errors.New("a TLS certificate has no Secret")
+		case secrets[c.Secret]:
+			return fmt.Errorf("TLS Secret %s: given twice", c.Secret)
+		case len(c.CertPEM) == 0 || len(c.KeyPEM) == 0:
+			return fmt.Errorf("TLS Secret %s: no certificate or key", c.Secret)
+		case c.Fingerprint == "":
+			return fmt.Errorf("TLS Secret %s: no PEM certificate and no fingerprint", c.Secret)
+		case c.Fingerprint != CertFingerprint(c.CertPEM):
+			return fmt.Errorf("TLS Secret %s: the fingerprint is not the certificate's", c.Secret)
+		}
+		secrets[c.Secret] = true
+	}
+	return nil
+}
+
+// validHost accepts an empty host, a host name, or a wildcard *.name.
+func validHost(h string) bool {
+	if strings.HasPrefix(h, "*") {
+		h = strings.TrimPrefix(h, "*.")
+		if h == "" {
+			return false
+		}
+	}
+	return !strings.ContainsAny(h, " /:*")
 }
 
 // SortListeners sorts listeners by protocol then port.

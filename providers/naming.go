@@ -42,3 +42,51 @@ func Shorten(name string, max int) string {
 	}
 	return name[:keep] + suffix
 }
+
+// l7Suffix marks the load balancer of an Ingress. It is upper case, which no
+// Kubernetes name can be, so an Ingress and a Service of the same name never
+// share a load balancer name, nor can an L7 pool take an L4 pool's name.
+const l7Suffix = "-L7"
+
+// IngressLoadBalancerName is the name of the load balancer of an Ingress
+// that has its own VIP: <clusterName>--<namespace>-<ingress>-L7.
+func IngressLoadBalancerName(clusterName, namespace, ingress string) string {
+	return clusterName + nameSeparator + namespace + "-" + ingress + l7Suffix
+}
+
+// SharedIngressLoadBalancerName is the name of the load balancer that all
+// Ingresses of an IngressClass share when they share one VIP:
+// <clusterName>--Shared-L7-<class>, as AKO names its shared virtual services.
+func SharedIngressLoadBalancerName(clusterName, class string) string {
+	return clusterName + nameSeparator + "Shared" + l7Suffix + "-" + class
+}
+
+// IngressPoolName is the name of the pool of an L7 load balancer that serves
+// one port of a Service: <lbName>-<namespace>-<service>-<port>, where port is
+// the Service port's number, or its name when the Service does not resolve
+// it. It starts with the load balancer's name, as L4 pool names do.
+func IngressPoolName(lbName, namespace, service, port string) string {
+	return lbName + "-" + namespace + "-" + service + "-" + port
+}
+
+// ListenerName is the name of the objects a provider makes per listener of
+// an L7 load balancer (BIG-IP virtual servers): <lbName>-<PROTO>-<port>, the
+// scheme of L4 pool names.
+func ListenerName(lbName string, protocol Protocol, port int32) string {
+	return PoolName(lbName, protocol, port)
+}
+
+// CertificateName is the name of the certificate objects a provider makes for
+// a TLS Secret ("namespace/name") of an L7 load balancer:
+// <lbName>-<namespace>-<secret>-TLS. The upper-case suffix keeps it apart
+// from pool names.
+func CertificateName(lbName, secret string) string {
+	return lbName + "-" + strings.ReplaceAll(secret, "/", "-") + "-TLS"
+}
+
+// IsL7Name reports whether lbName is the name of an Ingress load balancer,
+// from IngressLoadBalancerName or SharedIngressLoadBalancerName. Providers
+// use it where only a name is given (Delete).
+func IsL7Name(lbName string) bool {
+	return strings.HasSuffix(lbName, l7Suffix) || strings.Contains(lbName, nameSeparator+"Shared"+l7Suffix+"-")
+}

@@ -118,22 +118,8 @@ func Build(in Input) (*providers.LoadBalancer, Report) {
 		r.Errors = append(r.Errors, "no Service to build from")
 		return nil, r
 	}
-	mode := in.ServiceType
-	if mode == "" {
-		mode = ServiceTypeNodePortLocal
-	}
-	switch mode {
-	case ServiceTypeNodePortLocal, ServiceTypeNodePort, ServiceTypeClusterIP:
-	default:
-		r.Errors = append(r.Errors, fmt.Sprintf("unknown service type %q", mode))
-		return nil, r
-	}
-	family := in.Family
-	if family == "" {
-		family = annotation.FamilyIPv4
-	}
-	if family != annotation.FamilyIPv4 && family != annotation.FamilyIPv6 {
-		r.Errors = append(r.Errors, fmt.Sprintf("unknown IP family %q", family))
+	mode, family, ok := settings(in, &r)
+	if !ok {
 		return nil, r
 	}
 
@@ -152,21 +138,8 @@ func Build(in Input) (*providers.LoadBalancer, Report) {
 				Reason: fmt.Sprintf("protocol %s is not supported", sp.Protocol)})
 			continue
 		}
-		var members []providers.Member
-		switch mode {
-		case ServiceTypeNodePortLocal:
-			members = b.nodePortLocalMembers(sp, proto)
-		case ServiceTypeNodePort:
-			members = b.nodePortMembers(sp)
-		case ServiceTypeClusterIP:
-			members = b.clusterIPMembers(sp)
-		}
-		members = providers.SortMembers(members)
-		for _, m := range members {
-			if m.Enabled {
-				r.ReadyBackends++
-			}
-		}
+		members := b.members(mode, sp, proto)
+		r.ReadyBackends += countEnabled(members)
 		lb.Listeners = append(lb.Listeners, providers.Listener{
 			Port:     sp.Port,
 			Protocol: proto,
@@ -418,13 +391,28 @@ func (b *backends) usableNodes(nodes []*corev1.Node) []*corev1.Node {
 	return out
 }
 
+// podReady reports whether a Pod may receive traffic: its Ready condition is
+// True, or all that holds it back is our own readiness gate
+// npl.io/lb-registered while its containers are ready. That gate turns True
+// only once the Pod is a member of its pools, so membership cannot wait for
+// it (as the AWS Load Balancer Controller registers such targets).
 func podReady(pod *corev1.Pod) bool {
+	status := map[corev1.PodConditionType]corev1.ConditionStatus{}
 	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
+		status[c.Type] = c.Status
+	}
+	if status[corev1.PodReady] == corev1.ConditionTrue {
+		return true
+	}
+	gated := false
+	for _, g := range pod.Spec.ReadinessGates {
+		if g.ConditionType == claim.RegisteredReadinessGate {
+			gated = true
+		} else if status[g.ConditionType] != corev1.ConditionTrue {
+			return false
 		}
 	}
-	return false
+	return gated && status[corev1.ContainersReady] == corev1.ConditionTrue
 }
 
 func nodeReady(n *corev1.Node) bool {

@@ -2,7 +2,11 @@
 // Advanced Load Balancer), driven through the alb-sdk. It lays a load
 // balancer out as AKO does for an L4 Service in NodePortLocal mode: a VsVip,
 // one Pool per listener, an L4PolicySet that selects the pool by port and
-// protocol, and a VirtualService, all tagged with the cluster.
+// protocol, and a VirtualService, all tagged with the cluster. An L7 load
+// balancer (an Ingress) is a VsVip, one Pool per backend Service port, an
+// SSLKeyAndCertificate per TLS Secret, an HTTPPolicySet whose rules match
+// host and path and switch to a pool, and an HTTP VirtualService with SSL on
+// its HTTPS port (see l7.go).
 package avi
 
 import (

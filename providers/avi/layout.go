@@ -41,12 +41,30 @@ const (
 const (
 	markerCluster = "clustername"
 	markerService = "service"
+	// markerIngress names the Ingress of an L7 load balancer of its own.
+	markerIngress = "ingress"
+	// markerLB names, on every object of an L7 load balancer, the load
+	// balancer, so that List groups them even when names were shortened.
+	markerLB = "loadbalancer"
+	// markerSecret and markerHosts say which Secret and hosts a certificate
+	// serves.
+	markerSecret = "secret"
+	markerHosts  = "hosts"
+	// markerModelName holds an L7 pool's model name when its Avi name had
+	// to be shortened.
+	markerModelName = "modelname"
 )
 
-// markers is what an object's markers say about its owner.
+// markers is what an object's markers say about its owner. The fields L4
+// objects do not use are omitted from checksums, which stay as they were.
 type markers struct {
-	Cluster string `json:"cluster"`
-	Service string `json:"service,omitempty"`
+	Cluster string   `json:"cluster"`
+	Service string   `json:"service,omitempty"`
+	Ingress string   `json:"ingress,omitempty"`
+	LB      string   `json:"lb,omitempty"`
+	Secret  string   `json:"secret,omitempty"`
+	Hosts   []string `json:"hosts,omitempty"`
+	Name    string   `json:"name,omitempty"`
 }
 
 // The specs below are the part of each object the provider decides. A spec
@@ -80,6 +98,8 @@ type serviceSpec struct {
 	Port int32 `json:"port"`
 	// NetworkProfile overrides the virtual service's one for this port.
 	NetworkProfile string `json:"networkProfile,omitempty"`
+	// SSL terminates TLS on this port (L7 only).
+	SSL bool `json:"ssl,omitempty"`
 }
 
 type vsSpec struct {
@@ -92,6 +112,11 @@ type vsSpec struct {
 	NetworkProfile     string        `json:"networkProfile"`
 	Services           []serviceSpec `json:"services"`
 	Markers            markers       `json:"markers"`
+	// The L7 fields, omitted (so L4 checksums stay as they were) when empty.
+	HTTPPolicySet string   `json:"httpPolicySet,omitempty"`
+	DefaultPool   string   `json:"defaultPool,omitempty"`
+	Certificates  []string `json:"certificates,omitempty"`
+	SSLProfile    string   `json:"sslProfile,omitempty"`
 }
 
 type vsvipSpec struct {
@@ -194,20 +219,13 @@ func (p *Provider) plan(lb *providers.LoadBalancer) (*layout, error) {
 		if slices.ContainsFunc(l.pools, func(ps poolSpec) bool { return ps.Name == poolName }) {
 			return nil, fmt.Errorf("pool %s is used by two listeners", poolName)
 		}
-		members := make([]providers.Member, 0, len(ln.Pool.Members))
-		for _, m := range ln.Pool.Members {
-			ip, err := netip.ParseAddr(m.IP)
-			if err != nil {
-				return nil, fmt.Errorf("pool %s: member %q is not an IP address", poolName, m.IP)
-			}
-			if m.Port < 1 || m.Port > 65535 {
-				return nil, fmt.Errorf("pool %s: member %s port %d is not in 1-65535", poolName, m.IP, m.Port)
-			}
-			members = append(members, providers.Member{IP: ip.Unmap().String(), Port: m.Port, Enabled: m.Enabled})
+		members, err := poolMembers(poolName, ln.Pool.Members)
+		if err != nil {
+			return nil, err
 		}
 		l.pools = append(l.pools, poolSpec{
 			Name: poolName, Cloud: p.cfg.Cloud, Monitors: []string{monitor},
-			Members: providers.SortMembers(members), Graceful: gracefulDisableTimeout, Markers: mk,
+			Members: members, Graceful: gracefulDisableTimeout, Markers: mk,
 		})
 		l.policy.Rules = append(l.policy.Rules, ruleSpec{Port: ln.Port, Protocol: ln.Protocol, Pool: poolName})
 		svc := serviceSpec{Port: ln.Port}
@@ -220,6 +238,22 @@ func (p *Provider) plan(lb *providers.LoadBalancer) (*layout, error) {
 	sortRules(l.policy.Rules)
 	sortServices(l.vs.Services)
 	return l, nil
+}
+
+// poolMembers checks a pool's members and returns them canonical and sorted.
+func poolMembers(poolName string, in []providers.Member) ([]providers.Member, error) {
+	members := make([]providers.Member, 0, len(in))
+	for _, m := range in {
+		ip, err := netip.ParseAddr(m.IP)
+		if err != nil {
+			return nil, fmt.Errorf("pool %s: member %q is not an IP address", poolName, m.IP)
+		}
+		if m.Port < 1 || m.Port > 65535 {
+			return nil, fmt.Errorf("pool %s: member %s port %d is not in 1-65535", poolName, m.IP, m.Port)
+		}
+		members = append(members, providers.Member{IP: ip.Unmap().String(), Port: m.Port, Enabled: m.Enabled})
+	}
+	return providers.SortMembers(members), nil
 }
 
 func sortRules(rules []ruleSpec) {
@@ -263,6 +297,16 @@ func markersOf(labels []*models.RoleFilterMatchLabel) markers {
 			m.Cluster = l.Values[0]
 		case markerService:
 			m.Service = l.Values[0]
+		case markerIngress:
+			m.Ingress = l.Values[0]
+		case markerLB:
+			m.LB = l.Values[0]
+		case markerSecret:
+			m.Secret = l.Values[0]
+		case markerHosts:
+			m.Hosts = slices.Clone(l.Values)
+		case markerModelName:
+			m.Name = l.Values[0]
 		}
 	}
 	return m
@@ -339,11 +383,21 @@ func vsSpecOf(o *models.VirtualService) vsSpec {
 	if len(o.L4Policies) == 1 && o.L4Policies[0] != nil {
 		s.PolicySet = refName(o.L4Policies[0].L4PolicySetRef)
 	}
+	if len(o.HTTPPolicies) == 1 && o.HTTPPolicies[0] != nil {
+		s.HTTPPolicySet = refName(o.HTTPPolicies[0].HTTPPolicySetRef)
+	}
+	s.DefaultPool = refName(o.PoolRef)
+	s.SSLProfile = refName(o.SslProfileRef)
+	for _, ref := range o.SslKeyAndCertificateRefs {
+		s.Certificates = append(s.Certificates, refName(&ref))
+	}
+	slices.Sort(s.Certificates)
 	for _, svc := range o.Services {
 		if svc == nil || svc.Port == nil {
 			continue
 		}
-		s.Services = append(s.Services, serviceSpec{Port: *svc.Port, NetworkProfile: refName(svc.OverrideNetworkProfileRef)})
+		s.Services = append(s.Services, serviceSpec{Port: *svc.Port, NetworkProfile: refName(svc.OverrideNetworkProfileRef),
+			SSL: svc.EnableSsl != nil && *svc.EnableSsl})
 	}
 	sortServices(s.Services)
 	return s
@@ -403,8 +457,16 @@ func objectRef(u *string) *string {
 
 func markerLabels(m markers) []*models.RoleFilterMatchLabel {
 	out := []*models.RoleFilterMatchLabel{{Key: ptr(markerCluster), Values: []string{m.Cluster}}}
-	if m.Service != "" {
-		out = append(out, &models.RoleFilterMatchLabel{Key: ptr(markerService), Values: []string{m.Service}})
+	for _, kv := range []struct{ key, value string }{
+		{markerService, m.Service}, {markerIngress, m.Ingress}, {markerLB, m.LB}, {markerSecret, m.Secret},
+		{markerModelName, m.Name},
+	} {
+		if kv.value != "" {
+			out = append(out, &models.RoleFilterMatchLabel{Key: ptr(kv.key), Values: []string{kv.value}})
+		}
+	}
+	if len(m.Hosts) > 0 {
+		out = append(out, &models.RoleFilterMatchLabel{Key: ptr(markerHosts), Values: slices.Clone(m.Hosts)})
 	}
 	return out
 }
@@ -487,23 +549,50 @@ func (p *Provider) policyModel(s policySpec, poolURLs map[string]*string) *model
 	return o
 }
 
-func (p *Provider) vsModel(s vsSpec, vsvipURL, policyURL *string) *models.VirtualService {
+// vsRefs are the URLs of the objects a virtual service refers to, as the
+// controller gave them; nil where the virtual service has none.
+type vsRefs struct {
+	vsvip, l4Policy, httpPolicy, defaultPool *string
+	certificates                             []*string
+}
+
+// httpPolicyIndex is where the virtual service's one HTTP policy set sits.
+const httpPolicyIndex = 11
+
+func (p *Provider) vsModel(s vsSpec, refs vsRefs) *models.VirtualService {
 	o := &models.VirtualService{
 		Name:                  ptr(s.Name),
 		CloudRef:              nameRef("cloud", s.Cloud),
 		SeGroupRef:            nameRef("serviceenginegroup", s.ServiceEngineGroup),
-		VsvipRef:              objectRef(vsvipURL),
+		VsvipRef:              objectRef(refs.vsvip),
 		ApplicationProfileRef: nameRef("applicationprofile", s.ApplicationProfile),
 		NetworkProfileRef:     nameRef("networkprofile", s.NetworkProfile),
-		L4Policies:            []*models.L4Policies{{Index: ptr(int32(0)), L4PolicySetRef: objectRef(policyURL)}},
 		CreatedBy:             ptr(p.owner),
 		Markers:               markerLabels(s.Markers),
 		CloudConfigCksum:      ptr(checksum(s)),
+	}
+	if refs.l4Policy != nil {
+		o.L4Policies = []*models.L4Policies{{Index: ptr(int32(0)), L4PolicySetRef: objectRef(refs.l4Policy)}}
+	}
+	if refs.httpPolicy != nil {
+		o.HTTPPolicies = []*models.HTTPPolicies{{Index: ptr(int32(httpPolicyIndex)), HTTPPolicySetRef: objectRef(refs.httpPolicy)}}
+	}
+	if refs.defaultPool != nil {
+		o.PoolRef = objectRef(refs.defaultPool)
+	}
+	for _, c := range refs.certificates {
+		o.SslKeyAndCertificateRefs = append(o.SslKeyAndCertificateRefs, *objectRef(c))
+	}
+	if s.SSLProfile != "" {
+		o.SslProfileRef = nameRef("sslprofile", s.SSLProfile)
 	}
 	for _, svc := range s.Services {
 		out := &models.Service{Port: ptr(svc.Port)}
 		if svc.NetworkProfile != "" {
 			out.OverrideNetworkProfileRef = nameRef("networkprofile", svc.NetworkProfile)
+		}
+		if svc.SSL {
+			out.EnableSsl = ptr(true)
 		}
 		o.Services = append(o.Services, out)
 	}

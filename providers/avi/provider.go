@@ -330,6 +330,9 @@ func (p *Provider) read(s *aviSession, name string, wanted map[string]bool) (*cu
 // already in sync cost no write, so a membership change is one PUT of the
 // pool. An error leaves everything else as it was; calling again converges.
 func (p *Provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
+	if lb.IsL7() {
+		return p.ensureL7(ctx, lb)
+	}
 	want, err := p.plan(lb)
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
@@ -347,30 +350,13 @@ func (p *Provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (prov
 		return providers.Status{}, err
 	}
 
-	// VsVips are read by name alone (they have no created_by).
-	if cur.vsvip != nil {
-		if err := adoptable(p, vsvipKind, cur.vsvip); err != nil {
-			return providers.Status{}, fmt.Errorf("ensure vsvip %s: %w", want.name, err)
-		}
-	}
-	vsvipSum := checksum(want.vsvip)
-	vsvip, err := apply(s, p, log, vsvipKind, want.name, cur.vsvip,
-		func(c *models.VsVip) *models.VsVip { return p.vsvipModel(want.vsvip, c) },
-		func(o *models.VsVip) bool { return checksum(vsvipSpecOf(o)) == vsvipSum })
+	vsvip, err := p.applyVsVip(s, log, want.vsvip, cur.vsvip)
 	if err != nil {
 		return providers.Status{}, err
 	}
-
-	poolURLs := map[string]*string{}
-	for _, spec := range want.pools {
-		sum := checksum(spec)
-		pool, err := apply(s, p, log, poolKind, spec.Name, cur.pools[spec.Name],
-			func(*models.Pool) *models.Pool { return p.poolModel(spec) },
-			func(o *models.Pool) bool { return deref(o.CloudConfigCksum) == sum && checksum(poolSpecOf(o)) == sum })
-		if err != nil {
-			return providers.Status{}, err
-		}
-		poolURLs[spec.Name] = pool.URL
+	poolURLs, err := p.applyPools(s, log, want.pools, cur.pools)
+	if err != nil {
+		return providers.Status{}, err
 	}
 
 	policySum := checksum(want.policy)
@@ -383,24 +369,64 @@ func (p *Provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (prov
 
 	vsSum := checksum(want.vs)
 	if _, err := apply(s, p, log, vsKind, want.name, cur.vs,
-		func(*models.VirtualService) *models.VirtualService { return p.vsModel(want.vs, vsvip.URL, policy.URL) },
+		func(*models.VirtualService) *models.VirtualService {
+			return p.vsModel(want.vs, vsRefs{vsvip: vsvip.URL, l4Policy: policy.URL})
+		},
 		func(o *models.VirtualService) bool {
 			return deref(o.CloudConfigCksum) == vsSum && checksum(vsSpecOf(o)) == vsSum
 		}); err != nil {
 		return providers.Status{}, err
 	}
 
-	for _, o := range cur.stale {
-		if err := remove(s, poolKind.typ, deref(o.UUID)); err != nil {
-			return providers.Status{}, fmt.Errorf("delete pool %s: %w", deref(o.Name), err)
-		}
-		log.V(2).Info("Deleted Avi object", "type", poolKind.typ, "name", deref(o.Name))
+	if err := removePools(s, log, cur.stale); err != nil {
+		return providers.Status{}, err
 	}
 	return providers.Status{VIPs: vipsOf(vsvip)}, nil
 }
 
+// applyVsVip makes the VsVip match spec. VsVips are read by name alone
+// (they have no created_by), so one found must be adoptable.
+func (p *Provider) applyVsVip(s *aviSession, log klog.Logger, spec vsvipSpec, cur *models.VsVip) (*models.VsVip, error) {
+	if cur != nil {
+		if err := adoptable(p, vsvipKind, cur); err != nil {
+			return nil, fmt.Errorf("ensure vsvip %s: %w", spec.Name, err)
+		}
+	}
+	sum := checksum(spec)
+	return apply(s, p, log, vsvipKind, spec.Name, cur,
+		func(c *models.VsVip) *models.VsVip { return p.vsvipModel(spec, c) },
+		func(o *models.VsVip) bool { return checksum(vsvipSpecOf(o)) == sum })
+}
+
+// applyPools makes the pools match specs and returns their URLs by name.
+func (p *Provider) applyPools(s *aviSession, log klog.Logger, specs []poolSpec, cur map[string]*models.Pool) (map[string]*string, error) {
+	urls := make(map[string]*string, len(specs))
+	for _, spec := range specs {
+		sum := checksum(spec)
+		pool, err := apply(s, p, log, poolKind, spec.Name, cur[spec.Name],
+			func(*models.Pool) *models.Pool { return p.poolModel(spec) },
+			func(o *models.Pool) bool { return deref(o.CloudConfigCksum) == sum && checksum(poolSpecOf(o)) == sum })
+		if err != nil {
+			return nil, err
+		}
+		urls[spec.Name] = pool.URL
+	}
+	return urls, nil
+}
+
+func removePools(s *aviSession, log klog.Logger, pools []*models.Pool) error {
+	for _, o := range pools {
+		if err := remove(s, poolKind.typ, deref(o.UUID)); err != nil {
+			return fmt.Errorf("delete pool %s: %w", deref(o.Name), err)
+		}
+		log.V(2).Info("Deleted Avi object", "type", poolKind.typ, "name", deref(o.Name))
+	}
+	return nil
+}
+
 // Delete removes the virtual service, policy set, pools and VsVip of the
-// load balancer name, in that order; what does not exist is skipped.
+// load balancer name, in that order, and for an L7 load balancer its HTTP
+// policy set and certificates too; what does not exist is skipped.
 func (p *Provider) Delete(ctx context.Context, name string) error {
 	s, err := p.acquire(ctx)
 	if err != nil {
@@ -410,12 +436,34 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 	defer s.auth.bind(ctx)()
 	log := klog.FromContext(ctx).WithValues("loadBalancer", name)
 
+	var victims []victim
+	if providers.IsL7Name(name) {
+		if victims, err = p.l7Victims(s, name); err != nil {
+			return fmt.Errorf("delete %s: %w", name, err)
+		}
+	} else if victims, err = p.l4Victims(s, name); err != nil {
+		return fmt.Errorf("delete %s: %w", name, err)
+	}
+	for _, v := range victims {
+		if err := remove(s, v.typ, v.uuid); err != nil {
+			return fmt.Errorf("delete %s %s: %w", v.typ, v.name, err)
+		}
+		log.V(2).Info("Deleted Avi object", "type", v.typ, "name", v.name)
+	}
+	return nil
+}
+
+// victim is an object Delete removes.
+type victim struct{ typ, name, uuid string }
+
+// l4Victims lists, in delete order, the objects of the L4 load balancer
+// name: virtual service, policy set, pools, VsVip.
+func (p *Provider) l4Victims(s *aviSession, name string) ([]victim, error) {
 	aviName := providers.Shorten(name, maxNameLength)
 	cur, err := p.read(s, aviName, nil)
 	if err != nil {
-		return fmt.Errorf("delete %s: %w", name, err)
+		return nil, err
 	}
-	type victim struct{ typ, name, uuid string }
 	var victims []victim
 	if cur.vs != nil {
 		victims = append(victims, victim{vsKind.typ, aviName, deref(cur.vs.UUID)})
@@ -430,13 +478,7 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 	if cur.vsvip != nil && vsvipKind.owner(cur.vsvip) == p.cfg.ClusterName {
 		victims = append(victims, victim{vsvipKind.typ, aviName, deref(cur.vsvip.UUID)})
 	}
-	for _, v := range victims {
-		if err := remove(s, v.typ, v.uuid); err != nil {
-			return fmt.Errorf("delete %s %s: %w", v.typ, v.name, err)
-		}
-		log.V(2).Info("Deleted Avi object", "type", v.typ, "name", v.name)
-	}
-	return nil
+	return victims, nil
 }
 
 // List returns every load balancer of this cluster as the controller holds
@@ -474,7 +516,18 @@ func (p *Provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return p.group(vss, policies, pools, vsvips), nil
+	httpPolicies, err := list[models.HTTPPolicySet](s, httpPolicyKind.typ, ours)
+	if err != nil {
+		return nil, err
+	}
+	certs, err := list[models.SSLKeyAndCertificate](s, certKind.typ, ours)
+	if err != nil {
+		return nil, err
+	}
+	l7, vss, pools, vsvips := p.groupL7(vss, httpPolicies, pools, certs, vsvips)
+	out := append(p.group(vss, policies, pools, vsvips), l7...)
+	slices.SortFunc(out, func(a, b providers.LoadBalancer) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
 }
 
 // group assembles load balancers from the objects List read.

@@ -275,3 +275,45 @@ func classify(data []byte, err error) error {
 	}
 	return err
 }
+
+// upload sends a file to BIG-IP's upload directory (/var/config/rest/
+// downloads/<name>) with go-bigip's UploadBytes, for a sys/file object to
+// load by sourcePath. With token authentication a 401 triggers one new
+// login and one retry.
+func (c *client) upload(ctx context.Context, name string, data []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(4).Info("BIG-IP upload", "file", name, "bytes", len(data))
+	var token string
+	if c.cfg.TokenAuth {
+		var err error
+		if token, err = c.currentToken(ctx); err != nil {
+			return err
+		}
+	}
+	err := c.uploadOnce(ctx, name, data, token)
+	if c.cfg.TokenAuth && statusOf(err) == http.StatusUnauthorized {
+		if token, err = c.renewToken(ctx, token); err != nil {
+			return err
+		}
+		err = c.uploadOnce(ctx, name, data, token)
+	}
+	if err != nil {
+		return fmt.Errorf("upload %s: %w", name, err)
+	}
+	return nil
+}
+
+func (c *client) uploadOnce(ctx context.Context, name string, data []byte, token string) error {
+	var b *f5.BigIP
+	select {
+	case b = <-c.idle:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { c.idle <- b }()
+	b.Token = token
+	_, err := b.UploadBytes(data, name)
+	return classify(nil, err)
+}

@@ -3,7 +3,11 @@
 // go-bigip client. Each listener becomes a pool of nodeIP:nodePort members
 // (drained members are user-disabled) and a virtual server on the load
 // balancer's VIP. Every object carries an ownership tag in its description,
-// so the provider changes and deletes only its cluster's objects.
+// so the provider changes and deletes only its cluster's objects. An L7 load
+// balancer (an Ingress) is pools, an LTM policy whose rules match host and
+// path and forward to them, client-ssl profiles with their certificates and
+// keys, and one virtual server per listener with the http profile (see
+// l7.go).
 package bigip
 
 import (
@@ -83,24 +87,35 @@ func (p *provider) plan(lb *providers.LoadBalancer) ([]listenerPlan, netip.Addr,
 		}
 		frontends[frontend] = true
 		ipProtocol, monitor, profile := protocolParts(l.Protocol)
-		plan := listenerPlan{name: l.Pool.Name, port: l.Port, ipProtocol: ipProtocol, monitor: monitor, profile: profile, members: []memberBody{}}
-		for _, m := range providers.SortMembers(slices.Clone(l.Pool.Members)) {
-			ip, err := netip.ParseAddr(m.IP)
-			if err != nil || ip.Zone() != "" {
-				return nil, netip.Addr{}, fmt.Errorf("pool %s: member IP %q is not an IP address", l.Pool.Name, m.IP)
-			}
-			if m.Port < 1 || m.Port > 65535 {
-				return nil, netip.Addr{}, fmt.Errorf("pool %s: member %s port %d out of range 1-65535", l.Pool.Name, m.IP, m.Port)
-			}
-			session := sessionEnabled
-			if !m.Enabled {
-				session = sessionDisabled
-			}
-			plan.members = append(plan.members, memberBody{Name: memberName(ip.Unmap(), m.Port), Partition: p.cfg.Partition, Session: session})
+		members, err := p.memberBodies(l.Pool.Name, l.Pool.Members)
+		if err != nil {
+			return nil, netip.Addr{}, err
 		}
-		plans = append(plans, plan)
+		plans = append(plans, listenerPlan{name: l.Pool.Name, port: l.Port, ipProtocol: ipProtocol, monitor: monitor,
+			profile: profile, members: members})
 	}
 	return plans, requested, nil
+}
+
+// memberBodies checks the members of a pool and spells them as BIG-IP does,
+// sorted.
+func (p *provider) memberBodies(pool string, members []providers.Member) ([]memberBody, error) {
+	out := []memberBody{}
+	for _, m := range providers.SortMembers(slices.Clone(members)) {
+		ip, err := netip.ParseAddr(m.IP)
+		if err != nil || ip.Zone() != "" {
+			return nil, fmt.Errorf("pool %s: member IP %q is not an IP address", pool, m.IP)
+		}
+		if m.Port < 1 || m.Port > 65535 {
+			return nil, fmt.Errorf("pool %s: member %s port %d out of range 1-65535", pool, m.IP, m.Port)
+		}
+		session := sessionEnabled
+		if !m.Enabled {
+			session = sessionDisabled
+		}
+		out = append(out, memberBody{Name: memberName(ip.Unmap(), m.Port), Partition: p.cfg.Partition, Session: session})
+	}
+	return out, nil
 }
 
 // Ensure makes the pools and virtual servers of lb match it, writing only
@@ -110,6 +125,9 @@ func (p *provider) plan(lb *providers.LoadBalancer) ([]listenerPlan, netip.Addr,
 func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
 	if lb == nil || lb.Name == "" {
 		return providers.Status{}, errors.New("ensure load balancer: no name")
+	}
+	if lb.IsL7() {
+		return p.ensureL7(ctx, lb)
 	}
 	plans, requested, err := p.plan(lb)
 	if err != nil {
@@ -124,7 +142,11 @@ func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (prov
 	}
 	tag := ownerTag{Owner: ownerName, Cluster: p.cfg.common.ClusterName, Service: lb.Service, LB: lb.Name}
 
-	virtuals, pools, err := p.readObjects(ctx, lb.Name, plans)
+	names := make([]string, 0, len(plans))
+	for _, l := range plans {
+		names = append(names, l.name)
+	}
+	virtuals, pools, err := p.readObjects(ctx, lb.Name, names, names)
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
 	}
@@ -181,15 +203,20 @@ func (p *provider) fail(lb string, err error) error {
 // those the inventory lists for it, and those it should have that exist.
 // An object of another owner under a name the load balancer needs is an
 // error: the provider never takes it over.
-func (p *provider) readObjects(ctx context.Context, lb string, plans []listenerPlan) (map[string]*virtualState, map[string]*poolState, error) {
+func (p *provider) readObjects(ctx context.Context, lb string, virtualNames, poolNames []string) (map[string]*virtualState, map[string]*poolState, error) {
 	oldVirtuals, oldPools := p.inv.objectsOf(lb)
 	wantVirtuals, wantPools := map[string]bool{}, map[string]bool{}
-	for _, l := range plans {
-		if p.inv.hasVirtual(l.name) {
-			wantVirtuals[l.name] = true
+	desiredVirtuals, desiredPools := map[string]bool{}, map[string]bool{}
+	for _, n := range virtualNames {
+		desiredVirtuals[n] = true
+		if p.inv.hasVirtual(n) {
+			wantVirtuals[n] = true
 		}
-		if p.inv.hasPool(l.name) {
-			wantPools[l.name] = true
+	}
+	for _, n := range poolNames {
+		desiredPools[n] = true
+		if p.inv.hasPool(n) {
+			wantPools[n] = true
 		}
 	}
 	for _, n := range oldVirtuals {
@@ -197,10 +224,6 @@ func (p *provider) readObjects(ctx context.Context, lb string, plans []listenerP
 	}
 	for _, n := range oldPools {
 		wantPools[n] = true
-	}
-	desired := map[string]bool{}
-	for _, l := range plans {
-		desired[l.name] = true
 	}
 
 	virtuals := map[string]*virtualState{}
@@ -212,7 +235,7 @@ func (p *provider) readObjects(ctx context.Context, lb string, plans []listenerP
 		if v == nil {
 			continue
 		}
-		if err := p.checkOwner("virtual server", name, v.Description, lb, desired[name]); err != nil {
+		if err := p.checkOwner("virtual server", name, v.Description, lb, desiredVirtuals[name]); err != nil {
 			return nil, nil, err
 		}
 		if p.owns(v.Description, lb) {
@@ -232,7 +255,7 @@ func (p *provider) readObjects(ctx context.Context, lb string, plans []listenerP
 		if pl == nil {
 			continue
 		}
-		if err := p.checkOwner("pool", name, pl.Description, lb, desired[name]); err != nil {
+		if err := p.checkOwner("pool", name, pl.Description, lb, desiredPools[name]); err != nil {
 			return nil, nil, err
 		}
 		if p.owns(pl.Description, lb) {
@@ -496,6 +519,13 @@ func (p *provider) Delete(ctx context.Context, name string) error {
 	if err := p.loadInventory(ctx); err != nil {
 		return fmt.Errorf("delete load balancer %s: %w", name, err)
 	}
+	if providers.IsL7Name(name) {
+		if err := p.deleteL7(ctx, name); err != nil {
+			return fmt.Errorf("delete load balancer %s: %w", name, err)
+		}
+		p.inv.forget(name)
+		return nil
+	}
 	virtuals, pools := p.inv.objectsOf(name)
 	for _, v := range virtuals {
 		if err := p.deleteVirtual(ctx, v); err != nil {
@@ -533,13 +563,17 @@ func (p *provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
 			lb = &providers.LoadBalancer{Name: tag.LB, Service: tag.Service, Listeners: []providers.Listener{}}
 			byLB[tag.LB] = lb
 		}
+		markL7(lb, tag)
 		return lb
 	}
 	owned := map[string]*poolState{}
 	for i := range pools {
 		if tag, ok := parseOwner(pools[i].Description, cluster); ok {
 			owned[fullPath(pools[i].Partition, pools[i].Name)] = &pools[i]
-			get(tag)
+			lb := get(tag)
+			if tag.L7 {
+				lb.Pools = append(lb.Pools, providers.Pool{Name: pools[i].Name, Members: listMembers(pools[i].MembersReference.Items)})
+			}
 		}
 	}
 	for _, v := range virtuals {
@@ -556,11 +590,26 @@ func (p *provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
 		if !slices.Contains(lb.VIPs, vip.String()) {
 			lb.VIPs = append(lb.VIPs, vip.String())
 		}
-		pool := providers.Pool{Name: v.Pool[strings.LastIndexByte(v.Pool, '/')+1:], Members: []providers.Member{}}
+		poolName := v.Pool[strings.LastIndexByte(v.Pool, '/')+1:]
+		if tag.L7 {
+			proto := providers.HTTP
+			if v.Name == providers.ListenerName(tag.LB, providers.HTTPS, port) {
+				proto = providers.HTTPS
+			}
+			lb.Listeners = append(lb.Listeners, providers.Listener{Port: port, Protocol: proto})
+			if poolName != "" && poolName != "none" {
+				lb.HTTP.DefaultPool = poolName
+			}
+			continue
+		}
+		pool := providers.Pool{Name: poolName, Members: []providers.Member{}}
 		if pl := owned[v.Pool]; pl != nil {
 			pool.Members = listMembers(pl.MembersReference.Items)
 		}
 		lb.Listeners = append(lb.Listeners, providers.Listener{Port: port, Protocol: providers.Protocol(strings.ToUpper(v.IPProtocol)), Pool: pool})
+	}
+	if err := p.listL7(ctx, byLB); err != nil {
+		return nil, fmt.Errorf("list load balancers: %w", err)
 	}
 	out := make([]providers.LoadBalancer, 0, len(byLB))
 	for _, name := range sortedKeys(byLB) {

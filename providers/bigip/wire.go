@@ -79,6 +79,9 @@ type virtualState struct {
 	ProfilesReference        struct {
 		Items []profileRef `json:"items"`
 	} `json:"profilesReference"`
+	PoliciesReference struct {
+		Items []profileRef `json:"items"`
+	} `json:"policiesReference"`
 }
 
 type collectionOf[T any] struct {
@@ -100,6 +103,18 @@ type ownerTag struct {
 	Cluster string `json:"cluster"`
 	Service string `json:"service,omitempty"`
 	LB      string `json:"lb"`
+	// The fields of L7 objects, omitted from L4 ones.
+	L7      bool    `json:"l7,omitempty"`
+	Ingress string  `json:"ingress,omitempty"`
+	TLS     *tlsTag `json:"tls,omitempty"`
+}
+
+// tlsTag says, on a client-ssl profile, which certificate it serves: what
+// List reports of it, since BIG-IP never shows a key.
+type tlsTag struct {
+	Secret      string   `json:"secret"`
+	Hosts       []string `json:"hosts,omitempty"`
+	Fingerprint string   `json:"fingerprint"`
 }
 
 func (t ownerTag) String() string {

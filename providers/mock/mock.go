@@ -4,6 +4,9 @@
 // model differs from what it holds, counts every call, can persist its state
 // to a file so that it survives a restart of npl-lbsync as a real load
 // balancer would, and can be told to fail or slow down, from Go or over HTTP.
+// It keeps L7 load balancers (pools, host and path rules, default pool) as it
+// keeps L4 ones; of their certificates it keeps what a real load balancer
+// reports, the Secret, hosts and fingerprint, never the PEM data.
 package mock
 
 import (
@@ -389,6 +392,15 @@ func (m *Mock) normalise(lb *providers.LoadBalancer) (*providers.LoadBalancer, e
 		}
 		out.RequestedVIP = addr.String()
 	}
+	if out.IsL7() {
+		return normaliseL7(out)
+	}
+	if out.Kind != "" && out.Kind != providers.L4 {
+		return nil, fmt.Errorf("unknown kind %q", out.Kind)
+	}
+	if out.HTTP != nil || len(out.Pools) > 0 || out.Ingress != "" {
+		return nil, errors.New("an L4 load balancer has no HTTP routes, shared pools or Ingress")
+	}
 	providers.SortListeners(out.Listeners)
 	for i := range out.Listeners {
 		l := &out.Listeners[i]
@@ -415,6 +427,27 @@ func (m *Mock) normalise(lb *providers.LoadBalancer) (*providers.LoadBalancer, e
 		l.Pool.Members = providers.SortMembers(l.Pool.Members)
 	}
 	return out, nil
+}
+
+// normaliseL7 checks an L7 load balancer and sorts it. The mock keeps what a
+// real load balancer reports of certificates: no PEM data, the fingerprint.
+func normaliseL7(lb *providers.LoadBalancer) (*providers.LoadBalancer, error) {
+	if err := lb.ValidateL7(); err != nil {
+		return nil, err
+	}
+	providers.SortListeners(lb.Listeners)
+	providers.SortPools(lb.Pools)
+	for i := range lb.Pools {
+		lb.Pools[i].Members = providers.SortMembers(lb.Pools[i].Members)
+	}
+	providers.SortRules(lb.HTTP.Rules)
+	slices.SortFunc(lb.HTTP.TLS, func(a, b providers.TLSCert) int { return cmp.Compare(a.Secret, b.Secret) })
+	for i, c := range lb.HTTP.TLS {
+		c = c.WithoutKeys()
+		slices.Sort(c.Hosts)
+		lb.HTTP.TLS[i] = c
+	}
+	return lb, nil
 }
 
 // pickVIP returns the VIP for a load balancer whose stored version is prev
@@ -501,9 +534,27 @@ func (m *Mock) releaseVIPs(name string) {
 // VIPs are the mock's to choose and are not compared.
 func sameModel(a, b *providers.LoadBalancer) bool {
 	return a.Name == b.Name && a.Service == b.Service && a.RequestedVIP == b.RequestedVIP &&
+		a.Kind == b.Kind && a.Ingress == b.Ingress &&
 		slices.EqualFunc(a.Listeners, b.Listeners, func(x, y providers.Listener) bool {
-			return x.Port == y.Port && x.Protocol == y.Protocol && x.Pool.Name == y.Pool.Name &&
-				slices.Equal(x.Pool.Members, y.Pool.Members)
+			return x.Port == y.Port && x.Protocol == y.Protocol && samePool(x.Pool, y.Pool)
+		}) &&
+		slices.EqualFunc(a.Pools, b.Pools, samePool) &&
+		sameRoutes(a.HTTP, b.HTTP)
+}
+
+func samePool(x, y providers.Pool) bool {
+	return x.Name == y.Name && slices.Equal(x.Members, y.Members)
+}
+
+// sameRoutes compares routes; certificates compare by fingerprint, as both
+// sides are stored without PEM data.
+func sameRoutes(a, b *providers.HTTPRoutes) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.DefaultPool == b.DefaultPool && slices.Equal(a.Rules, b.Rules) &&
+		slices.EqualFunc(a.TLS, b.TLS, func(x, y providers.TLSCert) bool {
+			return x.Secret == y.Secret && x.Fingerprint == y.Fingerprint && slices.Equal(x.Hosts, y.Hosts)
 		})
 }
 
@@ -513,7 +564,27 @@ func deepCopy(lb *providers.LoadBalancer) providers.LoadBalancer {
 	out.Listeners = make([]providers.Listener, len(lb.Listeners))
 	for i, l := range lb.Listeners {
 		out.Listeners[i] = l
-		out.Listeners[i].Pool.Members = append([]providers.Member{}, l.Pool.Members...)
+		if l.Pool.Name != "" || l.Pool.Members != nil {
+			// The pool-less listeners of L7 load balancers stay pool-less.
+			out.Listeners[i].Pool.Members = append([]providers.Member{}, l.Pool.Members...)
+		}
+	}
+	if lb.Pools != nil {
+		out.Pools = make([]providers.Pool, len(lb.Pools))
+		for i, p := range lb.Pools {
+			out.Pools[i] = providers.Pool{Name: p.Name, Members: append([]providers.Member{}, p.Members...)}
+		}
+	}
+	if lb.HTTP != nil {
+		h := *lb.HTTP
+		h.Rules = append([]providers.Rule{}, lb.HTTP.Rules...)
+		h.TLS = nil
+		for _, c := range lb.HTTP.TLS {
+			c.Hosts = slices.Clone(c.Hosts)
+			c.CertPEM, c.KeyPEM = slices.Clone(c.CertPEM), slices.Clone(c.KeyPEM)
+			h.TLS = append(h.TLS, c)
+		}
+		out.HTTP = &h
 	}
 	return out
 }

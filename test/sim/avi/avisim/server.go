@@ -100,9 +100,10 @@ type loginSession struct {
 
 // New returns a Server seeded like a fresh controller: tenant admin,
 // Default-Cloud, Default-Group, the VIP network, VRF global, health monitors
-// System-TCP and System-UDP, application profile System-L4-Application and
-// network profiles System-TCP-Proxy, System-UDP-Fast-Path and
-// System-TCP-Fast-Path. Start serves it.
+// System-TCP, System-UDP and System-HTTP, application profiles
+// System-L4-Application, System-HTTP and System-Secure-HTTP, network profiles
+// System-TCP-Proxy, System-UDP-Fast-Path and System-TCP-Fast-Path, and SSL
+// profile System-Standard. Start serves it.
 func New(opts Options) *Server {
 	opts.setDefaults()
 	s := &Server{
@@ -142,6 +143,12 @@ func (s *Server) seed() {
 		{"healthmonitor", object{"name": "System-TCP", "type": "HEALTH_MONITOR_TCP"}},
 		{"healthmonitor", object{"name": "System-UDP", "type": "HEALTH_MONITOR_UDP"}},
 		{"applicationprofile", object{"name": "System-L4-Application", "type": "APPLICATION_PROFILE_TYPE_L4"}},
+		{"applicationprofile", object{"name": "System-HTTP", "type": "APPLICATION_PROFILE_TYPE_HTTP"}},
+		{"applicationprofile", object{"name": "System-Secure-HTTP", "type": "APPLICATION_PROFILE_TYPE_HTTP",
+			"http_profile": map[string]any{"ssl_everywhere_enabled": true, "hsts_enabled": true}}},
+		{"healthmonitor", object{"name": "System-HTTP", "type": "HEALTH_MONITOR_HTTP"}},
+		{"sslprofile", object{"name": "System-Standard", "accepted_versions": []any{
+			map[string]any{"type": "SSL_VERSION_TLS1_2"}, map[string]any{"type": "SSL_VERSION_TLS1_3"}}}},
 		{"networkprofile", object{"name": "System-TCP-Proxy", "profile": map[string]any{"type": "PROTOCOL_TYPE_TCP_PROXY"}}},
 		{"networkprofile", object{"name": "System-UDP-Fast-Path", "profile": map[string]any{"type": "PROTOCOL_TYPE_UDP_FAST_PATH"}}},
 		{"networkprofile", object{"name": "System-TCP-Fast-Path", "profile": map[string]any{"type": "PROTOCOL_TYPE_TCP_FAST_PATH"}}},
@@ -306,6 +313,18 @@ func (s *Server) Create(tenant, typ string, obj map[string]any) (map[string]any,
 		return nil, apiErr
 	}
 	return s.st.render(e, s.host, true), nil
+}
+
+// DeleteObject deletes an object as DELETE /api/<typ>/<uuid> in tenant
+// would, bypassing faults and counters; tests use it to leave a load
+// balancer half deleted.
+func (s *Server) DeleteObject(tenant, typ, uuid string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.st.remove(tenant, typ, uuid); err != nil {
+		return err
+	}
+	return nil
 }
 
 // normalizeJSON turns a Go value into decoded JSON as a request body would

@@ -293,7 +293,12 @@ func TestServer_collectionFiltersAndPaging(t *testing.T) {
 func TestServer_resolvesReferences(t *testing.T) {
 	srv := startServer(t, Options{})
 	c := loggedIn(t, srv)
-	hm := srv.Objects("admin", "healthmonitor")[0] // System-TCP
+	var hm map[string]any
+	for _, o := range srv.Objects("admin", "healthmonitor") {
+		if o["name"] == "System-TCP" {
+			hm = o
+		}
+	}
 	hmURL := strings.TrimSuffix(hm["url"].(string), "#System-TCP")
 
 	for i, ref := range []string{

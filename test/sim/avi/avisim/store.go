@@ -38,6 +38,7 @@ var kinds = map[string]kind{
 	"sslkeyandcertificate": {display: "SSLKeyAndCertificate"},
 	"healthmonitor":        {display: "HealthMonitor", shared: true},
 	"applicationprofile":   {display: "ApplicationProfile", shared: true},
+	"sslprofile":           {display: "SSLProfile", shared: true},
 	"networkprofile":       {display: "NetworkProfile", shared: true},
 	"cloud":                {display: "Cloud", shared: true},
 	"serviceenginegroup":   {display: "ServiceEngineGroup", cloudScoped: true, shared: true},
@@ -384,9 +385,16 @@ func (s *store) prepare(tenant, typ, uuid string, obj, old object) *apiError {
 	case "pool":
 		return validatePool(obj)
 	case "virtualservice":
-		return validateVirtualService(obj)
+		if err := validateVirtualService(obj); err != nil {
+			return err
+		}
+		return s.validateVirtualServiceL7(tenant, obj)
 	case "l4policyset":
 		return validateL4PolicySet(obj)
+	case "httppolicyset":
+		return validateHTTPPolicySet(obj)
+	case "sslkeyandcertificate":
+		return prepareCertificate(obj, old)
 	case "vsvip":
 		return s.allocateVIPs(tenant, uuid, obj, old)
 	}
@@ -492,6 +500,9 @@ func walkRefs(v any, fn func(string) (string, error)) {
 // to references when includeName is set.
 func (s *store) render(e *entry, host string, includeName bool) object {
 	out := deepCopy(e.obj).(object)
+	for _, f := range hiddenFields[e.typ] {
+		delete(out, f)
+	}
 	prefix := "https://" + host
 	walkRefs(out, func(ref string) (string, error) {
 		full := prefix + ref

@@ -178,6 +178,11 @@ const (
 	KindMonitor     = "monitor"
 	KindFolder      = "folder"
 	KindPartition   = "partition"
+	KindLTMPolicy   = "ltm-policy"
+	KindClientSSL   = "client-ssl"
+	KindSSLCert     = "ssl-cert"
+	KindSSLKey      = "ssl-key"
+	KindUpload      = "upload"
 	KindOther       = "other"
 )
 
@@ -190,6 +195,8 @@ func kindOf(path string) string {
 		return KindToken
 	case path == txnPath || strings.HasPrefix(path, txnPath+"/"):
 		return KindTransaction
+	case strings.HasPrefix(path, uploadsPath):
+		return KindUpload
 	case !strings.HasPrefix(path, tmPrefix):
 		return KindOther
 	}
@@ -219,6 +226,19 @@ func kindOf(path string) string {
 		return KindFolder
 	case "auth/partition":
 		return KindPartition
+	case "ltm/policy":
+		return KindLTMPolicy
+	case "ltm/profile":
+		if len(s) > 2 && s[2] == "client-ssl" {
+			return KindClientSSL
+		}
+	case "sys/file":
+		if len(s) > 2 && s[2] == "ssl-cert" {
+			return KindSSLCert
+		}
+		if len(s) > 2 && s[2] == "ssl-key" {
+			return KindSSLKey
+		}
 	}
 	return KindOther
 }
@@ -270,6 +290,38 @@ type State struct {
 	Pools      []Pool    `json:"pools"`
 	Virtuals   []Virtual `json:"virtuals"`
 	Nodes      []Node    `json:"nodes"`
+	// Policies are LTM policies, drafts included.
+	Policies          []Policy           `json:"policies"`
+	ClientSSLProfiles []ClientSSLProfile `json:"clientSSLProfiles"`
+	// Certificates and Keys are sys/file ssl-cert and ssl-key objects.
+	Certificates []File `json:"certificates"`
+	Keys         []File `json:"keys"`
+}
+
+// Policy is an LTM policy in State; each rule reads as a line such as
+// "r0: httpHost host equals [a.example.com]; httpUri path startsWith [/]
+// -> forward /P/pool".
+type Policy struct {
+	FullPath    string   `json:"fullPath"`
+	Description string   `json:"description,omitempty"`
+	Status      string   `json:"status"`
+	Rules       []string `json:"rules"`
+}
+
+// ClientSSLProfile is a client-ssl profile in State.
+type ClientSSLProfile struct {
+	FullPath    string `json:"fullPath"`
+	Description string `json:"description,omitempty"`
+	Cert        string `json:"cert"`
+	Key         string `json:"key"`
+	SNIDefault  bool   `json:"sniDefault"`
+	ServerName  string `json:"serverName,omitempty"`
+}
+
+// File is an ssl-cert or ssl-key in State.
+type File struct {
+	FullPath string `json:"fullPath"`
+	Checksum string `json:"checksum"`
 }
 
 // Pool is a pool in State.
@@ -297,12 +349,36 @@ type Virtual struct {
 	Pool                     string   `json:"pool,omitempty"`
 	SourceAddressTranslation string   `json:"sourceAddressTranslation"`
 	Profiles                 []string `json:"profiles"`
+	Policies                 []string `json:"policies,omitempty"`
 }
 
 // Node is a node in State.
 type Node struct {
 	FullPath string `json:"fullPath"`
 	Address  string `json:"address"`
+}
+
+// ruleLine renders a policy rule for State.
+func ruleLine(r policyRule) string {
+	var conds, acts []string
+	for _, c := range r.conditions {
+		var parts []string
+		for _, k := range []string{"not", "httpHost", "httpUri", "host", "path", "all", "queryString", "equals", "startsWith", "endsWith", "contains"} {
+			if c[k] == true {
+				parts = append(parts, k)
+			}
+		}
+		conds = append(conds, fmt.Sprintf("%s %v", strings.Join(parts, " "), c["values"]))
+	}
+	for _, a := range r.actions {
+		switch {
+		case a["forward"] == true:
+			acts = append(acts, "forward "+str(a, "pool"))
+		case a["reset"] == true:
+			acts = append(acts, "reset")
+		}
+	}
+	return fmt.Sprintf("%s: %s -> %s", str(r.props, "name"), strings.Join(conds, "; "), strings.Join(acts, ", "))
 }
 
 // Dump returns the whole configuration, sorted by full path; members keep
@@ -333,7 +409,35 @@ func (s *Server) Dump() State {
 		for _, p := range v.profiles {
 			dv.Profiles = append(dv.Profiles, str(p, "fullPath"))
 		}
+		for _, p := range v.policies {
+			dv.Policies = append(dv.Policies, str(p, "fullPath"))
+		}
 		out.Virtuals = append(out.Virtuals, dv)
+	}
+	for _, fp := range sortedKeys(st.policies) {
+		p := st.policies[fp]
+		dp := Policy{FullPath: fp, Description: str(p.props, "description"), Status: str(p.props, "status"), Rules: []string{}}
+		for _, r := range p.rules {
+			dp.Rules = append(dp.Rules, ruleLine(r))
+		}
+		out.Policies = append(out.Policies, dp)
+	}
+	for _, fp := range sortedKeys(st.sslProfiles) {
+		p := st.sslProfiles[fp]
+		dp := ClientSSLProfile{FullPath: fp, Description: str(p, "description"), SNIDefault: str(p, "sniDefault") == "true"}
+		if n := str(p, "serverName"); n != "none" {
+			dp.ServerName = n
+		}
+		if certs, keys := chainFiles(p, "ssl-cert"), chainFiles(p, "ssl-key"); len(certs) == 1 && len(keys) == 1 {
+			dp.Cert, dp.Key = certs[0], keys[0]
+		}
+		out.ClientSSLProfiles = append(out.ClientSSLProfiles, dp)
+	}
+	for _, fp := range sortedKeys(st.certs) {
+		out.Certificates = append(out.Certificates, File{FullPath: fp, Checksum: str(st.certs[fp].props, "checksum")})
+	}
+	for _, fp := range sortedKeys(st.keys) {
+		out.Keys = append(out.Keys, File{FullPath: fp, Checksum: str(st.keys[fp].props, "checksum")})
 	}
 	for _, fp := range sortedKeys(st.nodes) {
 		out.Nodes = append(out.Nodes, Node{FullPath: fp, Address: str(st.nodes[fp], "address")})

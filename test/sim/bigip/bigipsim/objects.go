@@ -17,6 +17,12 @@ func (st *store) serve(req request) response {
 		return st.serveNode(req, s[2:])
 	case len(s) >= 2 && s[0] == "ltm" && s[1] == "monitor":
 		return st.serveMonitor(req, s[2:])
+	case len(s) >= 2 && s[0] == "ltm" && s[1] == "policy":
+		return st.servePolicy(req, s[2:])
+	case len(s) >= 3 && s[0] == "ltm" && s[1] == "profile" && s[2] == "client-ssl":
+		return st.serveClientSSL(req, s[3:])
+	case len(s) >= 3 && s[0] == "sys" && s[1] == "file" && (s[2] == "ssl-cert" || s[2] == "ssl-key"):
+		return st.serveSSLFile(req, s[2], s[3:])
 	case len(s) >= 2 && s[0] == "sys" && s[1] == "folder":
 		return st.serveFolder(req, s[2:], false)
 	case len(s) >= 2 && s[0] == "auth" && s[1] == "partition":
@@ -328,6 +334,25 @@ func (st *store) partitionInUse(name string) bool {
 	for _, ms := range st.monitors {
 		for _, m := range ms {
 			if str(m, "partition") == name {
+				return true
+			}
+		}
+	}
+	for _, p := range st.policies {
+		if str(p.props, "partition") == name {
+			return true
+		}
+	}
+	for _, objs := range []map[string]obj{st.sslProfiles} {
+		for _, o := range objs {
+			if str(o, "partition") == name {
+				return true
+			}
+		}
+	}
+	for _, files := range []map[string]*sslFile{st.certs, st.keys} {
+		for _, f := range files {
+			if str(f.props, "partition") == name {
 				return true
 			}
 		}

@@ -83,6 +83,11 @@ func (st *store) servePool(req request, rest []string) response {
 				return badRequest("01070265:3: The Pool (%s) cannot be deleted because it is in use by a Virtual Server (%s).", r.fullPath(), fp)
 			}
 		}
+		for _, fp := range sortedKeys(st.policies) {
+			if slices.Contains(st.policies[fp].pools(), r.fullPath()) {
+				return badRequest("01070265:3: The Pool (%s) cannot be deleted because it is in use by a policy (%s).", r.fullPath(), fp)
+			}
+		}
 		delete(st.pools, r.fullPath())
 		st.next()
 		return ok(nil)

@@ -1,7 +1,9 @@
 // Package bigipsim simulates the part of the F5 BIG-IP iControl REST API that
 // npl's BIG-IP provider and the go-bigip client use: partitions, pools and
-// their members, nodes, monitors and virtual servers under /mgmt/tm, basic
-// and token authentication under /mgmt/shared, and transactions. Errors have
+// their members, nodes, monitors and virtual servers under /mgmt/tm, LTM
+// policies (drafts and publishing), client-ssl profiles, SSL certificates
+// and keys from uploaded files, basic and token authentication and file
+// uploads under /mgmt/shared, and transactions. Errors have
 // BIG-IP's JSON shape and texts. Tests drive it through hooks: fault
 // injection, call counters, a dump of the configuration and token expiry,
 // from Go or over HTTP under /sim/.
@@ -190,6 +192,11 @@ func (s *Server) handle(r *http.Request, body []byte) response {
 		return resp
 	}
 	switch {
+	case strings.HasPrefix(r.URL.Path, uploadsPath):
+		if r.Method != http.MethodPost {
+			return methodNotAllowed(r.Method, r.URL.Path)
+		}
+		return s.upload(strings.TrimPrefix(r.URL.Path, uploadsPath), r.Header.Get("Content-Range"), body)
 	case strings.HasPrefix(r.URL.Path, tokensPath):
 		return s.serveToken(r.Method, strings.TrimPrefix(r.URL.Path, tokensPath), body)
 	case r.URL.Path == txnPath || strings.HasPrefix(r.URL.Path, txnPath+"/"):

@@ -501,6 +501,13 @@ func TestServer_virtualSubcollectionsThroughGoBigIP(t *testing.T) {
 	if err := b.CreatePool("/Common/web"); err != nil {
 		t.Fatal(err)
 	}
+	// Policies are made as drafts and published, as go-bigip does.
+	if err := b.CreatePolicy(&bigip.Policy{Name: "/Common/Drafts/redirect", Strategy: "first-match"}); err != nil {
+		t.Fatalf("CreatePolicy: %v", err)
+	}
+	if err := b.PublishPolicy("redirect", "/Common/Drafts/redirect"); err != nil {
+		t.Fatalf("PublishPolicy: %v", err)
+	}
 	err := b.CreateVirtualServer(&bigip.VirtualServer{Name: "vs", Partition: "Common", Destination: "198.18.1.1:443", Pool: "web",
 		Profiles: []bigip.Profile{{Name: "tcp"}, {Name: "http"}}, Policies: []string{"/Common/redirect"}})
 	if err != nil {

@@ -21,6 +21,14 @@ type store struct {
 	virtuals map[string]*virtual
 	nodes    map[string]obj
 	monitors map[string]map[string]obj // monitor type -> full path -> monitor
+	// policies are LTM policies by full path, drafts under /P/Drafts/.
+	policies    map[string]*policy
+	sslProfiles map[string]obj // client-ssl profiles by full path
+	certs       map[string]*sslFile
+	keys        map[string]*sslFile
+	// uploads are the files uploaded for sys/file objects, by name. They
+	// are not configuration: a transaction's copy shares them.
+	uploads map[string][]byte
 }
 
 type pool struct {
@@ -69,6 +77,12 @@ func newStore() *store {
 		virtuals: map[string]*virtual{},
 		nodes:    map[string]obj{},
 		monitors: map[string]map[string]obj{},
+
+		policies:    map[string]*policy{},
+		sslProfiles: map[string]obj{},
+		certs:       map[string]*sslFile{},
+		keys:        map[string]*sslFile{},
+		uploads:     map[string][]byte{},
 	}
 	st.folders[commonPartition] = st.newFolder(commonPartition, "")
 	for typ, name := range builtinMonitors {
@@ -125,6 +139,24 @@ func (st *store) clone() *store {
 		virtuals: map[string]*virtual{},
 		nodes:    map[string]obj{},
 		monitors: map[string]map[string]obj{},
+
+		policies:    map[string]*policy{},
+		sslProfiles: map[string]obj{},
+		certs:       map[string]*sslFile{},
+		keys:        map[string]*sslFile{},
+		uploads:     st.uploads,
+	}
+	for k, p := range st.policies {
+		c.policies[k] = p.clone()
+	}
+	for k, p := range st.sslProfiles {
+		c.sslProfiles[k] = copyObj(p)
+	}
+	for k, f := range st.certs {
+		c.certs[k] = &sslFile{props: copyObj(f.props), content: f.content}
+	}
+	for k, f := range st.keys {
+		c.keys[k] = &sslFile{props: copyObj(f.props), content: f.content}
 	}
 	for k, v := range st.folders {
 		c.folders[k] = copyObj(v)

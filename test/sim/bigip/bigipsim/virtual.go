@@ -203,7 +203,7 @@ func (st *store) applyVirtual(v *virtual, r ref, body obj) (response, bool) {
 		}
 	}
 	if raw, present := body["profiles"]; present {
-		profiles, resp, good := parseProfiles(raw, str(v.props, "selfLink"))
+		profiles, resp, good := st.parseProfiles(raw, str(v.props, "selfLink"))
 		if !good {
 			return resp, false
 		}
@@ -216,7 +216,7 @@ func (st *store) applyVirtual(v *virtual, r ref, body obj) (response, bool) {
 		}
 		v.policies = nil
 		for _, it := range list {
-			p, resp, good := policyItem(it, str(v.props, "selfLink"))
+			p, resp, good := st.policyItem(it, str(v.props, "selfLink"))
 			if !good {
 				return resp, false
 			}
@@ -232,14 +232,58 @@ func (st *store) applyVirtual(v *virtual, r ref, body obj) (response, bool) {
 }
 
 // checkVirtual checks what involves several properties: profiles against the
-// protocol, and the destination against other virtuals.
+// protocol and each other, policies against profiles, and the destination
+// against other virtuals.
 func (st *store) checkVirtual(v *virtual, r ref) (response, bool) {
 	proto := str(v.props, "ipProtocol")
+	var hasTCP, hasHTTP bool
+	var ssl []obj
 	for _, p := range v.profiles {
+		fp := str(p, "fullPath")
 		need := builtinProfiles[str(p, "name")]
+		if prof := st.sslProfiles[fp]; prof != nil {
+			need = "tcp"
+			ssl = append(ssl, prof)
+		} else if fp == "/Common/clientssl" {
+			ssl = append(ssl, obj{"fullPath": fp, "sniDefault": "false", "serverName": "none"})
+		}
 		if need != "" && proto != need {
 			return badRequest("01070734:3: Configuration error: profile %s requires ipProtocol %s, virtual server %s has %s",
-				str(p, "fullPath"), need, r.fullPath(), proto), false
+				fp, need, r.fullPath(), proto), false
+		}
+		hasTCP = hasTCP || tcpTransports[str(p, "name")] && str(p, "partition") == commonPartition
+		hasHTTP = hasHTTP || fp == "/Common/http" || fp == "/Common/fasthttp"
+	}
+	if (hasHTTP || len(ssl) > 0) && !hasTCP {
+		return badRequest("01070734:3: Configuration error: virtual server %s has an http or client-ssl profile and needs a tcp profile",
+			r.fullPath()), false
+	}
+	if len(ssl) > 1 {
+		defaults, names := 0, map[string]bool{}
+		for _, p := range ssl {
+			if str(p, "sniDefault") == "true" {
+				defaults++
+			}
+			if n := str(p, "serverName"); n != "" && n != "none" {
+				if names[n] {
+					return badRequest("01070097:3: Virtual server %s: two client-ssl profiles have server name %s", r.fullPath(), n), false
+				}
+				names[n] = true
+			}
+		}
+		if defaults != 1 {
+			return badRequest("01070097:3: Virtual server %s has %d client-ssl profiles: exactly one must be the SNI default, %d are",
+				r.fullPath(), len(ssl), defaults), false
+		}
+	}
+	for _, pol := range v.policies {
+		p := st.policies[str(pol, "fullPath")]
+		if p == nil {
+			return refNotFound("Policy", str(pol, "fullPath")), false
+		}
+		requires, _ := p.props["requires"].([]any)
+		if slices.Contains(requires, any("http")) && !hasHTTP {
+			return badRequest("01071734:3: Policy %s requires an http profile on virtual server %s", str(pol, "fullPath"), r.fullPath()), false
 		}
 	}
 	dr, _ := parsePath(str(v.props, "destination"), r.partition)
@@ -250,6 +294,11 @@ func (st *store) checkVirtual(v *virtual, r ref) (response, bool) {
 		}
 	}
 	return response{}, true
+}
+
+// tcpTransports are the built-in profiles that give a virtual TCP.
+var tcpTransports = map[string]bool{
+	"tcp": true, "tcp-lan-optimized": true, "tcp-wan-optimized": true, "tcp-mobile-optimized": true, "f5-tcp-progressive": true,
 }
 
 // resolveRef finds a referenced object: a full path, or a bare name looked up
@@ -271,7 +320,7 @@ func (st *store) resolveRef(name, partition string, exists func(string) bool) (r
 	return r, false
 }
 
-func parseProfiles(raw any, vsLink string) ([]obj, response, bool) {
+func (st *store) parseProfiles(raw any, vsLink string) ([]obj, response, bool) {
 	if raw == nil {
 		return nil, response{}, true
 	}
@@ -281,7 +330,7 @@ func parseProfiles(raw any, vsLink string) ([]obj, response, bool) {
 	}
 	var out []obj
 	for _, it := range list {
-		p, resp, good := profileItem(it, vsLink)
+		p, resp, good := st.profileItem(it, vsLink)
 		if !good {
 			return nil, resp, false
 		}
@@ -294,8 +343,9 @@ func parseProfiles(raw any, vsLink string) ([]obj, response, bool) {
 }
 
 // profileItem reads a profile given as "/Common/tcp", "tcp" or
-// {"name":"tcp","partition":"Common","context":"all"}.
-func profileItem(it any, vsLink string) (obj, response, bool) {
+// {"name":"tcp","partition":"Common","context":"all"}: a built-in profile of
+// /Common or a client-ssl profile of the configuration.
+func (st *store) profileItem(it any, vsLink string) (obj, response, bool) {
 	body, isObj := it.(map[string]any)
 	if !isObj {
 		s, isString := it.(string)
@@ -308,8 +358,10 @@ func profileItem(it any, vsLink string) (obj, response, bool) {
 	if !good {
 		return nil, resp, false
 	}
-	if _, builtin := builtinProfiles[r.name]; r.partition != commonPartition || !builtin {
-		return nil, refNotFound("profile", r.fullPath()), false
+	if st.sslProfiles[r.fullPath()] == nil {
+		if _, builtin := builtinProfiles[r.name]; r.partition != commonPartition || !builtin {
+			return nil, refNotFound("profile", r.fullPath()), false
+		}
 	}
 	ctx := str(body, "context")
 	switch ctx {
@@ -329,9 +381,8 @@ func profileItem(it any, vsLink string) (obj, response, bool) {
 	}, response{}, true
 }
 
-// policyItem reads a policy reference; the simulator has no policy objects,
-// so any name is accepted.
-func policyItem(it any, vsLink string) (obj, response, bool) {
+// policyItem reads a policy reference: a published LTM policy.
+func (st *store) policyItem(it any, vsLink string) (obj, response, bool) {
 	body, isObj := it.(map[string]any)
 	if !isObj {
 		s, isString := it.(string)
@@ -343,6 +394,9 @@ func policyItem(it any, vsLink string) (obj, response, bool) {
 	r, resp, good := bodyRef(body, commonPartition)
 	if !good {
 		return nil, resp, false
+	}
+	if st.policies[r.fullPath()] == nil || isDraft(r.fullPath()) {
+		return nil, refNotFound("Policy", r.fullPath()), false
 	}
 	return obj{
 		"kind":      "tm:ltm:virtual:policies:policiesstate",
@@ -356,9 +410,9 @@ func policyItem(it any, vsLink string) (obj, response, bool) {
 // serveVirtualSub serves a virtual's profiles or policies subcollection.
 func (st *store) serveVirtualSub(req request, v *virtual, sub string, rest []string) response {
 	items := &v.profiles
-	parse, typ := profileItem, "profile"
+	parse, typ := st.profileItem, "profile"
 	if sub == "policies" {
-		items, parse, typ = &v.policies, policyItem, "policy"
+		items, parse, typ = &v.policies, st.policyItem, "policy"
 	}
 	vr := ref{str(v.props, "partition"), str(v.props, "name")}
 	if len(rest) == 0 {

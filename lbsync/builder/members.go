@@ -1,0 +1,90 @@
+package builder
+
+import (
+	"cmp"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/providers"
+)
+
+// Members returns the members of one port of in.Service, built exactly as
+// Build builds the pool of that port's listener, and a report of what it
+// left out. The L7 builder uses it for the Service ports Ingresses send
+// requests to. The members are nil when the input gives none (no Service,
+// an unknown service type or family, a protocol other than TCP or UDP); the
+// reason is in the report. ReadyBackends counts the enabled members.
+func Members(in Input, port corev1.ServicePort) ([]providers.Member, Report) {
+	var r Report
+	if in.Service == nil {
+		r.Errors = append(r.Errors, "no Service to build from")
+		return nil, r
+	}
+	mode, family, ok := settings(in, &r)
+	if !ok {
+		return nil, r
+	}
+	proto, ok := listenerProtocol(port.Protocol)
+	if !ok {
+		r.Skipped = append(r.Skipped, Skip{Kind: SkipPort, Name: portName(port),
+			Reason: fmt.Sprintf("protocol %s is not supported", port.Protocol)})
+		return nil, r
+	}
+	members := newBackends(in, mode, family, &r).members(mode, port, proto)
+	r.ReadyBackends = countEnabled(members)
+	return members, r
+}
+
+// settings returns the service type and IP family of in, defaults applied,
+// or records why they are unusable.
+func settings(in Input, r *Report) (mode, family string, ok bool) {
+	mode, family, err := Settings(in.ServiceType, in.Family)
+	if err != nil {
+		r.Errors = append(r.Errors, err.Error())
+		return "", "", false
+	}
+	return mode, family, true
+}
+
+// Settings returns a service type and an IP family with their defaults
+// applied (ServiceTypeNodePortLocal, annotation.FamilyIPv4), or an error
+// when either is unknown.
+func Settings(serviceType, family string) (string, string, error) {
+	mode := cmp.Or(serviceType, ServiceTypeNodePortLocal)
+	switch mode {
+	case ServiceTypeNodePortLocal, ServiceTypeNodePort, ServiceTypeClusterIP:
+	default:
+		return "", "", fmt.Errorf("unknown service type %q", mode)
+	}
+	family = cmp.Or(family, annotation.FamilyIPv4)
+	if family != annotation.FamilyIPv4 && family != annotation.FamilyIPv6 {
+		return "", "", fmt.Errorf("unknown IP family %q", family)
+	}
+	return mode, family, nil
+}
+
+// members returns the sorted members of one Service port in mode.
+func (b *backends) members(mode string, sp corev1.ServicePort, proto providers.Protocol) []providers.Member {
+	var members []providers.Member
+	switch mode {
+	case ServiceTypeNodePortLocal:
+		members = b.nodePortLocalMembers(sp, proto)
+	case ServiceTypeNodePort:
+		members = b.nodePortMembers(sp)
+	case ServiceTypeClusterIP:
+		members = b.clusterIPMembers(sp)
+	}
+	return providers.SortMembers(members)
+}
+
+func countEnabled(members []providers.Member) int {
+	n := 0
+	for _, m := range members {
+		if m.Enabled {
+			n++
+		}
+	}
+	return n
+}

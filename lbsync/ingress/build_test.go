@@ -1,0 +1,380 @@
+package ingress
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+
+	"github.com/nodeportlocal/npl/lbsync/builder"
+	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/providers"
+)
+
+type buildCase struct {
+	name       string
+	in         Input
+	want       *providers.LoadBalancer
+	wantReport builder.Report
+}
+
+func runBuildCases(t *testing.T, tests []buildCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := tt.in
+			if in.ClusterName == "" {
+				in.ClusterName = testCluster
+			}
+			lb, report := Build(in)
+			if diff := cmp.Diff(tt.want, lb, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("model (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantReport, report, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("report (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// l7 is an expected L7 load balancer of Ingress shop/<ing> with HTTP/80.
+func l7(ing string, pools []providers.Pool, rules []providers.Rule, mods ...func(*providers.LoadBalancer)) *providers.LoadBalancer {
+	lb := &providers.LoadBalancer{
+		Name: lbName(ing), Kind: providers.L7, Ingress: testNS + "/" + ing,
+		Listeners: []providers.Listener{httpListener},
+		Pools:     pools,
+		HTTP:      &providers.HTTPRoutes{Rules: rules},
+	}
+	for _, m := range mods {
+		m(lb)
+	}
+	return lb
+}
+
+func withDefault(pool string) func(*providers.LoadBalancer) {
+	return func(lb *providers.LoadBalancer) { lb.HTTP.DefaultPool = pool }
+}
+
+func withTLS(certs ...providers.TLSCert) func(*providers.LoadBalancer) {
+	return func(lb *providers.LoadBalancer) {
+		lb.HTTP.TLS = certs
+		lb.Listeners = []providers.Listener{httpListener, httpsListener}
+	}
+}
+
+func ingresses(ings ...*networkingv1.Ingress) []*networkingv1.Ingress { return ings }
+
+func TestBuild_routesHostsAndPathsToOnePoolPerServicePort(t *testing.T) {
+	lb := lbName("web")
+	shop, cart := poolOf(lb, "shop", 80), poolOf(lb, "cart", 80)
+	runBuildCases(t, []buildCase{
+		{
+			name: "two hosts, three path types, members from npl-agent's annotations",
+			in: Input{
+				Ingresses: ingresses(ingress("web",
+					rule("shop.example.com",
+						prefix("/", backend("shop", 80)),
+						exact("/checkout", backend("cart", "http")),
+						implSpecific("/cart/", backend("cart", 80))),
+					rule("*.example.com", prefix("/static", backend("shop", "http"))))),
+				Services: []*corev1.Service{service("shop"), service("cart")},
+				Pods: []*corev1.Pod{
+					pod("shop", "shop-1", "198.18.0.12", 61000),
+					pod("shop", "shop-2", "198.18.0.11", 61003),
+					pod("cart", "cart-1", "198.18.0.11", 61001),
+				},
+			},
+			want: l7("web",
+				[]providers.Pool{
+					pool(cart, up("198.18.0.11", 61001)),
+					pool(shop, up("198.18.0.11", 61003), up("198.18.0.12", 61000)),
+				},
+				[]providers.Rule{
+					{Host: "shop.example.com", Path: "/checkout", PathType: providers.PathExact, Pool: cart},
+					{Host: "shop.example.com", Path: "/cart", PathType: providers.PathPrefix, Pool: cart},
+					{Host: "shop.example.com", Path: "/", PathType: providers.PathPrefix, Pool: shop},
+					{Host: "*.example.com", Path: "/static", PathType: providers.PathPrefix, Pool: shop},
+				}),
+			wantReport: builder.Report{ReadyBackends: 3},
+		},
+		{
+			name: "a rule without a host serves every host; an empty prefix path is /; hosts are lower-cased",
+			in: Input{
+				Ingresses: ingresses(ingress("web",
+					rule("", implSpecific("", backend("shop", 80))),
+					rule("Shop.Example.com", exact("/a", backend("shop", 80))))),
+				Services: []*corev1.Service{service("shop")},
+			},
+			want: l7("web", []providers.Pool{pool(shop)}, []providers.Rule{
+				{Host: "shop.example.com", Path: "/a", PathType: providers.PathExact, Pool: shop},
+				{Path: "/", PathType: providers.PathPrefix, Pool: shop},
+			}),
+		},
+		{
+			name: "the default backend is the default pool",
+			in: Input{
+				Ingresses: ingresses(ingress("web", defaultBackend(backend("shop", "http")),
+					rule("a.example.com", prefix("/", backend("cart", 80))))),
+				Services: []*corev1.Service{service("shop"), service("cart")},
+				Pods:     []*corev1.Pod{pod("shop", "shop-1", "198.18.0.12", 61000)},
+			},
+			want: l7("web", []providers.Pool{pool(cart), pool(shop, up("198.18.0.12", 61000))},
+				[]providers.Rule{{Host: "a.example.com", Path: "/", PathType: providers.PathPrefix, Pool: cart}},
+				withDefault(shop)),
+			wantReport: builder.Report{ReadyBackends: 1},
+		},
+		{
+			name: "NodePort mode: members are every Ready node's nodePort",
+			in: Input{
+				ServiceType: builder.ServiceTypeNodePort,
+				Ingresses:   ingresses(ingress("web", defaultBackend(backend("shop", 80)))),
+				Services:    []*corev1.Service{service("shop", svcType(corev1.ServiceTypeNodePort), nodePort(30080))},
+				Nodes:       []*corev1.Node{node("n1", "198.18.0.11"), node("n2", "198.18.0.12")},
+			},
+			want: l7("web", []providers.Pool{pool(shop, up("198.18.0.11", 30080), up("198.18.0.12", 30080))},
+				[]providers.Rule{}, withDefault(shop)),
+			wantReport: builder.Report{ReadyBackends: 2},
+		},
+		{
+			name: "the requested VIP annotation of the Ingress",
+			in: Input{
+				Ingresses: ingresses(ingress("web", annotated(claim.LoadBalancerIPKey, "203.0.113.7"),
+					defaultBackend(backend("shop", 80)))),
+				Services: []*corev1.Service{service("shop")},
+			},
+			want: l7("web", []providers.Pool{pool(shop)}, []providers.Rule{}, withDefault(shop),
+				func(lb *providers.LoadBalancer) { lb.RequestedVIP = "203.0.113.7" }),
+		},
+	})
+}
+
+func TestBuild_reportsBackendsThatGiveNoMembers(t *testing.T) {
+	lb := lbName("web")
+	runBuildCases(t, []buildCase{
+		{
+			name: "a NodePort Service in NodePortLocal mode: warning, empty pool, rule kept",
+			in: Input{
+				Ingresses: ingresses(ingress("web", rule("a.example.com", prefix("/", backend("shop", 80))))),
+				Services:  []*corev1.Service{service("shop", svcType(corev1.ServiceTypeNodePort), nodePort(30080))},
+				Pods:      []*corev1.Pod{pod("shop", "shop-1", "198.18.0.12", 61000)},
+			},
+			want: l7("web", []providers.Pool{pool(poolOf(lb, "shop", 80))}, []providers.Rule{
+				{Host: "a.example.com", Path: "/", PathType: providers.PathPrefix, Pool: poolOf(lb, "shop", 80)}}),
+			wantReport: builder.Report{Warnings: []string{"ingress shop/web: backend Service shop/shop is of type NodePort: " +
+				"NodePortLocal does not map its Pods, its pool is empty; make it a ClusterIP Service"}},
+		},
+		{
+			name: "a missing Service, a missing port, a UDP port, a resource backend",
+			in: Input{
+				Ingresses: ingresses(ingress("web", rule("a.example.com",
+					prefix("/gone", backend("gone", 80)),
+					prefix("/noport", backend("shop", "grpc")),
+					prefix("/udp", backend("dns", 80)),
+					prefix("/bucket", networkingv1.IngressBackend{})))),
+				Services: []*corev1.Service{service("shop"), service("dns", udpPort)},
+			},
+			want: l7("web",
+				[]providers.Pool{pool(poolOf(lb, "dns", 80)), pool(lb + "-shop-gone-80"), pool(lb + "-shop-shop-grpc")},
+				[]providers.Rule{
+					{Host: "a.example.com", Path: "/noport", PathType: providers.PathPrefix, Pool: lb + "-shop-shop-grpc"},
+					{Host: "a.example.com", Path: "/gone", PathType: providers.PathPrefix, Pool: lb + "-shop-gone-80"},
+					{Host: "a.example.com", Path: "/udp", PathType: providers.PathPrefix, Pool: poolOf(lb, "dns", 80)},
+				}),
+			wantReport: builder.Report{Errors: []string{
+				"ingress shop/web: backend Service shop/gone not found: its pool is empty",
+				"ingress shop/web: backend Service shop/shop has no port grpc: its pool is empty",
+				"ingress shop/web: backend Service shop/dns port 80 is UDP, not TCP: its pool is empty",
+				"ingress shop/web: path a.example.com/bucket: only Service backends are supported: ignored",
+			}},
+		},
+		{
+			name: "Pods without a node port yet are reported as for a LoadBalancer Service",
+			in: Input{
+				Ingresses: ingresses(ingress("web", defaultBackend(backend("shop", 80)))),
+				Services:  []*corev1.Service{service("shop")},
+				Pods: []*corev1.Pod{pod("shop", "shop-1", "198.18.0.12", 61000, func(p *corev1.Pod) {
+					p.Annotations = nil
+				})},
+			},
+			want: l7("web", []providers.Pool{pool(poolOf(lb, "shop", 80))}, []providers.Rule{}, withDefault(poolOf(lb, "shop", 80))),
+			wantReport: builder.Report{Skipped: []builder.Skip{{Kind: builder.SkipPod, Name: "shop/shop-1",
+				Reason: "no node port yet: annotation nodeportlocal.antrea.io is absent"}}},
+		},
+		{
+			name: "the same host and path twice: the first wins, and the loser's backend gets no pool",
+			in: Input{
+				Ingresses: ingresses(ingress("web",
+					rule("a.example.com", prefix("/x/", backend("shop", 80))),
+					rule("a.example.com", prefix("/x", backend("cart", 80)), prefix("/x", backend("shop", 80))))),
+				Services: []*corev1.Service{service("shop"), service("cart")},
+			},
+			want: l7("web", []providers.Pool{pool(poolOf(lb, "shop", 80))}, []providers.Rule{
+				{Host: "a.example.com", Path: "/x", PathType: providers.PathPrefix, Pool: poolOf(lb, "shop", 80)}}),
+			wantReport: builder.Report{Errors: []string{
+				"ingress shop/web: path a.example.com/x (Prefix) ignored: ingress shop/web routes it already"}},
+		},
+		{
+			name: "no rules and no default backend",
+			in:   Input{Ingresses: ingresses(ingress("web"))},
+			want: l7("web", nil, []providers.Rule{}),
+			wantReport: builder.Report{Warnings: []string{
+				"ingress shop/web: no rules and no default backend: it routes nothing"}},
+		},
+	})
+}
+
+func TestBuild_tls(t *testing.T) {
+	good := newCert(t, "a.example.com")
+	other := newCert(t, "b.example.com")
+	lb := lbName("web")
+	shop := poolOf(lb, "shop", 80)
+	rules := []providers.Rule{{Host: "a.example.com", Path: "/", PathType: providers.PathPrefix, Pool: shop}}
+	base := func(mods ...ingMod) []*networkingv1.Ingress {
+		return ingresses(ingress("web", append([]ingMod{rule("a.example.com", prefix("/", backend("shop", 80)))}, mods...)...))
+	}
+	broken := good.secret(testNS, "broken")
+	broken.Data[corev1.TLSPrivateKeyKey] = other.keyPEM
+	runBuildCases(t, []buildCase{
+		{
+			name: "a Secret's certificate adds the HTTPS listener",
+			in: Input{
+				Ingresses: base(tlsFor("a-cert", "A.example.com"), tlsFor("b-cert", "b.example.com"), tlsFor("a-cert", "c.example.com")),
+				Services:  []*corev1.Service{service("shop")},
+				Secrets:   []*corev1.Secret{good.secret(testNS, "a-cert"), other.secret(testNS, "b-cert"), good.secret("elsewhere", "a-cert")},
+			},
+			want: l7("web", []providers.Pool{pool(shop)}, rules, withTLS(
+				good.model("shop/a-cert", "a.example.com", "c.example.com"),
+				other.model("shop/b-cert", "b.example.com"))),
+		},
+		{
+			name: "a missing Secret: error, and no HTTPS listener without any certificate",
+			in: Input{
+				Ingresses: base(tlsFor("a-cert", "a.example.com")),
+				Services:  []*corev1.Service{service("shop")},
+				Secrets:   []*corev1.Secret{good.secret("elsewhere", "a-cert")},
+			},
+			want: l7("web", []providers.Pool{pool(shop)}, rules),
+			wantReport: builder.Report{Errors: []string{
+				"ingress shop/web: TLS Secret shop/a-cert not found: hosts [a.example.com] are not served over HTTPS"}},
+		},
+		{
+			name: "a key that does not match the certificate, and a Secret without a key: errors; the good one is served",
+			in: Input{
+				Ingresses: base(tlsFor("broken", "a.example.com"), tlsFor("empty", "b.example.com"), tlsFor("b-cert", "b.example.com")),
+				Services:  []*corev1.Service{service("shop")},
+				Secrets: []*corev1.Secret{broken, other.secret(testNS, "b-cert"),
+					{ObjectMeta: other.secret(testNS, "empty").ObjectMeta, Data: map[string][]byte{corev1.TLSCertKey: other.certPEM}}},
+			},
+			want: l7("web", []providers.Pool{pool(shop)}, rules, withTLS(other.model("shop/b-cert", "b.example.com"))),
+			wantReport: builder.Report{Errors: []string{
+				"ingress shop/web: TLS Secret shop/broken: tls: private key does not match public key: hosts [a.example.com] are not served over HTTPS",
+				"ingress shop/web: TLS Secret shop/empty has no tls.crt or tls.key: hosts [b.example.com] are not served over HTTPS",
+			}},
+		},
+		{
+			name: "a TLS entry without a Secret is a warning",
+			in: Input{
+				Ingresses: base(tlsFor("", "a.example.com")),
+				Services:  []*corev1.Service{service("shop")},
+			},
+			want: l7("web", []providers.Pool{pool(shop)}, rules),
+			wantReport: builder.Report{Warnings: []string{
+				"ingress shop/web: TLS entry for hosts [a.example.com] has no secretName: they are not served over HTTPS"}},
+		},
+	})
+}
+
+func TestBuild_sharedVIP(t *testing.T) {
+	shared := providers.SharedIngressLoadBalancerName(testCluster, "npl")
+	cert := newCert(t, "b.example.com")
+	shopPool := providers.IngressPoolName(shared, "shop", "shop", "80")
+	blogPool := providers.IngressPoolName(shared, "blog", "blog", "80")
+	older := ingress("old", inNS("blog"), createdAt(100), defaultBackend(backend("blog", 80)),
+		rule("a.example.com", prefix("/", backend("blog", 80))),
+		tlsFor("cert", "b.example.com"))
+	newer := ingress("new", createdAt(200), annotated(claim.LoadBalancerIPKey, "203.0.113.9"),
+		defaultBackend(backend("shop", 80)),
+		rule("a.example.com", prefix("/", backend("shop", 80)), exact("/shop", backend("shop", "http"))))
+	runBuildCases(t, []buildCase{{
+		name: "all Ingresses of the class on one load balancer; the oldest wins conflicts",
+		in: Input{
+			SharedVIP: true, IngressClass: "npl",
+			Ingresses: ingresses(newer, older),
+			Services:  []*corev1.Service{service("shop"), service("blog", svcNS("blog"))},
+			Pods: []*corev1.Pod{pod("blog", "blog-1", "198.18.0.11", 61000, podNS("blog")),
+				pod("shop", "shop-1", "198.18.0.12", 61000)},
+			Secrets: []*corev1.Secret{cert.secret("blog", "cert")},
+		},
+		want: &providers.LoadBalancer{
+			Name: shared, Kind: providers.L7,
+			Listeners: []providers.Listener{httpListener, httpsListener},
+			Pools:     []providers.Pool{pool(blogPool, up("198.18.0.11", 61000)), pool(shopPool, up("198.18.0.12", 61000))},
+			HTTP: &providers.HTTPRoutes{
+				Rules: []providers.Rule{
+					{Host: "a.example.com", Path: "/shop", PathType: providers.PathExact, Pool: shopPool},
+					{Host: "a.example.com", Path: "/", PathType: providers.PathPrefix, Pool: blogPool},
+				},
+				DefaultPool: blogPool,
+				TLS:         []providers.TLSCert{cert.model("blog/cert", "b.example.com")},
+			},
+		},
+		wantReport: builder.Report{
+			ReadyBackends: 2,
+			Warnings:      []string{"ingress shop/new: annotation npl.io/load-balancer-ip ignored: the Ingresses of class npl share one VIP"},
+			Errors: []string{
+				"ingress shop/new: default backend ignored: the VIP's default backend is that of ingress blog/old",
+				"ingress shop/new: path a.example.com/ (Prefix) ignored: ingress blog/old routes it already",
+			},
+		},
+	}})
+}
+
+func TestBuild_refusesInputThatGivesNoModel(t *testing.T) {
+	web := ingress("web")
+	for _, tt := range []struct {
+		name string
+		in   Input
+		want string
+	}{
+		{"no Ingress", Input{}, "no Ingress to build from"},
+		{"two Ingresses without a shared VIP", Input{Ingresses: ingresses(web, ingress("b"))}, "2 Ingresses without a shared VIP"},
+		{"a shared VIP without a class", Input{SharedVIP: true, Ingresses: ingresses(web)}, "a shared VIP needs the IngressClass name"},
+		{"an unknown service type", Input{ServiceType: "LoadBalancer", Ingresses: ingresses(web)}, `unknown service type "LoadBalancer"`},
+		{"an unknown family", Input{Family: "IPv5", Ingresses: ingresses(web)}, `unknown IP family "IPv5"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			lb, r := Build(tt.in)
+			if lb != nil {
+				t.Errorf("Build returned a model: %+v", lb)
+			}
+			if len(r.Errors) != 1 || !strings.Contains(r.Errors[0], tt.want) {
+				t.Errorf("errors %q, want one containing %q", r.Errors, tt.want)
+			}
+		})
+	}
+}
+
+func TestBuild_modelPassesTheProvidersValidation(t *testing.T) {
+	cert := newCert(t, "a.example.com")
+	lb, r := Build(Input{
+		ClusterName: testCluster,
+		Ingresses: ingresses(ingress("web", defaultBackend(backend("shop", 80)), tlsFor("cert", "a.example.com"),
+			rule("a.example.com", prefix("/a/", backend("shop", 80)), exact("/b", backend("shop", 80))))),
+		Services: []*corev1.Service{service("shop")},
+		Pods:     []*corev1.Pod{pod("shop", "shop-1", "198.18.0.12", 61000)},
+		Secrets:  []*corev1.Secret{cert.secret(testNS, "cert")},
+	})
+	if len(r.Errors) > 0 {
+		t.Fatalf("report errors: %v", r.Errors)
+	}
+	if err := lb.ValidateL7(); err != nil {
+		t.Errorf("ValidateL7: %v", err)
+	}
+	if s := fmt.Sprintf("%+v %v %#v", lb, *lb.HTTP, lb.HTTP.TLS); strings.Contains(s, "PRIVATE KEY") || strings.Contains(s, "KeyPEM") {
+		t.Errorf("printing the model shows the private key: %s", s)
+	}
+}

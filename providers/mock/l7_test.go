@@ -1,0 +1,160 @@
+package mock
+
+import (
+	"context"
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nodeportlocal/npl/providers"
+)
+
+// l7Model is an Ingress load balancer of cluster c1: two hosts on two
+// backends, and TLS for the first host. The mock does not parse
+// certificates, so the PEM data is a stand-in.
+func l7Model() *providers.LoadBalancer {
+	name := providers.IngressLoadBalancerName(cluster, "shop", "web")
+	shop := providers.IngressPoolName(name, "shop", "shop", "80")
+	blog := providers.IngressPoolName(name, "shop", "blog", "80")
+	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("cert-1")})
+	return &providers.LoadBalancer{
+		Name: name, Kind: providers.L7, Ingress: "shop/web",
+		Listeners: []providers.Listener{{Port: 443, Protocol: providers.HTTPS}, {Port: 80, Protocol: providers.HTTP}},
+		Pools: []providers.Pool{
+			{Name: shop, Members: []providers.Member{member("198.18.0.12", 61000), member("198.18.0.11", 61000)}},
+			{Name: blog, Members: []providers.Member{member("198.18.0.11", 61001)}},
+		},
+		HTTP: &providers.HTTPRoutes{
+			Rules: []providers.Rule{
+				{Host: "shop.example.com", Path: "/", PathType: providers.PathPrefix, Pool: shop},
+				{Host: "blog.example.com", Path: "/", PathType: providers.PathPrefix, Pool: blog},
+			},
+			DefaultPool: shop,
+			TLS: []providers.TLSCert{{Secret: "shop/shop-tls", Hosts: []string{"shop.example.com"},
+				Fingerprint: providers.CertFingerprint(cert), CertPEM: cert, KeyPEM: []byte("key-1")}},
+		},
+	}
+}
+
+// listed is lb as List reports it: sorted, with its VIP, no PEM data.
+func listed(lb *providers.LoadBalancer, vip string) providers.LoadBalancer {
+	out, err := normaliseL7(ptrTo(deepCopy(lb)))
+	if err != nil {
+		panic(err)
+	}
+	out.VIPs = []string{vip}
+	return *out
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func TestMock_l7KeepsRulesPoolsAndCertificatesWithoutKeys(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state.json")
+	m := newMock(t, Config{Common: common("203.0.113.0/29"), StateFile: path})
+	lb := l7Model()
+	if vips := mustEnsure(t, m, lb); len(vips) != 1 || vips[0] != "203.0.113.1" {
+		t.Fatalf("VIPs %v", vips)
+	}
+	got, err := m.List(ctx)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	if diff := cmp.Diff([]providers.LoadBalancer{listed(lb, "203.0.113.1")}, got); diff != "" {
+		t.Errorf("List (-want +got):\n%s", diff)
+	}
+	if got[0].HTTP.TLS[0].KeyPEM != nil || got[0].HTTP.TLS[0].CertPEM != nil {
+		t.Error("List returned PEM data")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), "key-1") || !strings.Contains(string(data), lb.HTTP.TLS[0].Fingerprint) {
+		t.Errorf("state file holds the key or lacks the fingerprint:\n%s", data)
+	}
+
+	// A reopened mock (a restart of npl-lbsync) holds the same model: the
+	// same desired load balancer, PEM data included, is no write.
+	m2 := newMock(t, Config{Common: common("203.0.113.0/29"), StateFile: path})
+	mustEnsure(t, m2, l7Model())
+	if w := m2.Counters().Writes; w != 0 {
+		t.Errorf("Ensure after reopen wrote %d times, want 0", w)
+	}
+}
+
+func TestMock_l7WritesOnlyWhatChanged(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*providers.LoadBalancer)
+		writes int64
+	}{
+		{"nothing", func(*providers.LoadBalancer) {}, 0},
+		{"the same model in another order", func(lb *providers.LoadBalancer) {
+			r := lb.HTTP.Rules
+			r[0], r[1] = r[1], r[0]
+			lb.Pools[0], lb.Pools[1] = lb.Pools[1], lb.Pools[0]
+		}, 0},
+		{"a rule's path", func(lb *providers.LoadBalancer) { lb.HTTP.Rules[0].Path = "/shop" }, 1},
+		{"a member", func(lb *providers.LoadBalancer) { lb.Pools[0].Members[0].Enabled = false }, 1},
+		{"the default pool", func(lb *providers.LoadBalancer) { lb.HTTP.DefaultPool = lb.Pools[1].Name }, 1},
+		{"the certificate", func(lb *providers.LoadBalancer) {
+			c := &lb.HTTP.TLS[0]
+			c.CertPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("cert-2")})
+			c.Fingerprint = providers.CertFingerprint(c.CertPEM)
+		}, 1},
+		{"only the key (the certificate binds it: no write)", func(lb *providers.LoadBalancer) {
+			lb.HTTP.TLS[0].KeyPEM = []byte("key-2")
+		}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newMock(t, Config{Common: common("203.0.113.0/29")})
+			mustEnsure(t, m, l7Model())
+			lb := l7Model()
+			tt.change(lb)
+			mustEnsure(t, m, lb)
+			if got := m.Counters().Writes - 1; got != tt.writes {
+				t.Errorf("writes after the change: %d, want %d", got, tt.writes)
+			}
+		})
+	}
+}
+
+func TestMock_l7RejectsInconsistentModels(t *testing.T) {
+	m := newMock(t, Config{Common: common("203.0.113.0/29")})
+	bad := l7Model()
+	bad.HTTP.Rules[0].Pool = "nowhere"
+	if _, err := m.Ensure(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "nowhere") {
+		t.Errorf("Ensure with an unknown pool: %v", err)
+	}
+	l4 := model("web")
+	l4.HTTP = &providers.HTTPRoutes{}
+	if _, err := m.Ensure(context.Background(), l4); err == nil {
+		t.Error("Ensure of an L4 load balancer with HTTP routes succeeded")
+	}
+	if n := len(m.State().LoadBalancers); n != 0 {
+		t.Errorf("%d load balancers stored after failed Ensures", n)
+	}
+}
+
+func TestMock_l7DeleteRemovesEverything(t *testing.T) {
+	ctx := context.Background()
+	m := newMock(t, Config{Common: common("203.0.113.0/29")})
+	lb := l7Model()
+	mustEnsure(t, m, lb)
+	if err := m.Delete(ctx, lb.Name); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if got, _ := m.List(ctx); len(got) != 0 {
+		t.Errorf("List after Delete: %+v", got)
+	}
+	// The VIP is free again.
+	if vips := mustEnsure(t, m, model("other")); vips[0] != "203.0.113.1" {
+		t.Errorf("VIP after delete: %v", vips)
+	}
+}

@@ -1,0 +1,411 @@
+package bigipsim
+
+import (
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// policy is an LTM policy, published (/P/name) or a draft
+// (/P/Drafts/name). Since BIG-IP 12.1 a policy is created and changed as a
+// draft and published; a published policy cannot be changed in place.
+type policy struct {
+	props obj
+	rules []policyRule
+}
+
+type policyRule struct {
+	props      obj
+	conditions []obj
+	actions    []obj
+}
+
+const draftsFolder = "Drafts/"
+
+func (p *policy) clone() *policy {
+	c := &policy{props: copyObj(p.props)}
+	for _, r := range p.rules {
+		c.rules = append(c.rules, policyRule{props: copyObj(r.props), conditions: copyObjs(r.conditions), actions: copyObjs(r.actions)})
+	}
+	return c
+}
+
+func isDraft(fullPath string) bool {
+	_, rest, _ := strings.Cut(strings.TrimPrefix(fullPath, "/"), "/")
+	return strings.HasPrefix(rest, draftsFolder)
+}
+
+// The operands, selectors and operators of the conditions the simulator
+// understands, and its actions.
+var (
+	conditionOperands  = map[string][]string{"httpHost": {"host", "all"}, "httpUri": {"path", "all", "queryString"}}
+	conditionOperators = []string{"equals", "startsWith", "endsWith", "contains"}
+	policyStrategies   = []string{"first-match", "best-match", "all-match"}
+)
+
+// servePolicy serves /ltm/policy[/<name>]: POST creates a draft or, with
+// {"command":"publish","name":"/P/Drafts/x"}, publishes one; PATCH with
+// ?options=create-draft on a published policy makes its draft.
+func (st *store) servePolicy(req request, rest []string) response {
+	if len(rest) == 0 {
+		switch req.method {
+		case http.MethodGet:
+			part, resp, good := req.partitionFilter()
+			if !good {
+				return resp
+			}
+			var items []any
+			for _, fp := range sortedKeys(st.policies) {
+				if part == "" || str(st.policies[fp].props, "partition") == part {
+					items = append(items, policyView(st.policies[fp], req.expand()))
+				}
+			}
+			return ok(collection("tm:ltm:policy:policycollectionstate", "ltm/policy", items))
+		case http.MethodPost:
+			body, good := decodeBody(req.body)
+			if !good {
+				return invalidJSON()
+			}
+			if str(body, "command") == "publish" {
+				return st.publish(str(body, "name"))
+			}
+			return st.createPolicy(body)
+		}
+		return methodNotAllowed(req.method, req.path)
+	}
+	if len(rest) > 1 {
+		return notRegistered(req.path)
+	}
+	r, good := parseURLName(rest[0])
+	p := st.policies[r.fullPath()]
+	if !good || p == nil {
+		return notFound("Policy", r.fullPath())
+	}
+	switch req.method {
+	case http.MethodGet:
+		return ok(policyView(p, req.expand()))
+	case http.MethodPut, http.MethodPatch:
+		if req.query.Get("options") == "create-draft" {
+			if isDraft(r.fullPath()) {
+				return badRequest("01071726:3: Policy %s is a draft already", r.fullPath())
+			}
+			draft := ref{r.partition, draftsFolder + r.name}
+			if st.policies[draft.fullPath()] != nil {
+				return alreadyExists("Policy", draft.fullPath(), r.partition)
+			}
+			d := p.clone()
+			setPolicyPath(d.props, draft)
+			d.props["status"] = "draft"
+			d.props["generation"] = st.next()
+			st.policies[draft.fullPath()] = d
+			return ok(policyView(d, false))
+		}
+		if !isDraft(r.fullPath()) {
+			return badRequest("01071726:3: Cannot modify the published policy %s: create a draft (options=create-draft), change it and publish it", r.fullPath())
+		}
+		body, good := decodeBody(req.body)
+		if !good {
+			return invalidJSON()
+		}
+		if n := str(body, "name"); n != "" && n != r.name && n != strings.TrimPrefix(r.name, draftsFolder) && n != r.fullPath() {
+			return badRequest("01070734:3: Configuration error: the name of %s cannot be modified", r.fullPath())
+		}
+		next := p.clone()
+		if resp, good := st.applyPolicy(next, r, body); !good {
+			return resp
+		}
+		st.policies[r.fullPath()] = next
+		return ok(policyView(next, false))
+	case http.MethodDelete:
+		for _, vfp := range sortedKeys(st.virtuals) {
+			if slices.ContainsFunc(st.virtuals[vfp].policies, func(o obj) bool { return str(o, "fullPath") == r.fullPath() }) {
+				return badRequest("01071726:3: Policy %s is in use by virtual server %s.", r.fullPath(), vfp)
+			}
+		}
+		delete(st.policies, r.fullPath())
+		st.next()
+		return ok(nil)
+	}
+	return methodNotAllowed(req.method, req.path)
+}
+
+func setPolicyPath(props obj, r ref) {
+	name := strings.TrimPrefix(r.name, draftsFolder)
+	props["name"], props["partition"], props["fullPath"] = name, r.partition, r.fullPath()
+	props["selfLink"] = selfLink("ltm/policy", r.fullPath())
+	if name != r.name {
+		props["subPath"] = strings.TrimSuffix(draftsFolder, "/")
+	} else {
+		delete(props, "subPath")
+	}
+}
+
+func (st *store) createPolicy(body obj) response {
+	if sub := strings.Trim(str(body, "subPath"), "/"); sub != "" {
+		if sub+"/" != draftsFolder {
+			return badRequest("01070734:3: Configuration error: this simulator keeps policies in /<partition>/Drafts only, not %s", sub)
+		}
+		if n := str(body, "name"); n != "" && !strings.HasPrefix(n, "/") && !strings.HasPrefix(n, draftsFolder) {
+			body["name"] = draftsFolder + n
+		}
+	}
+	delete(body, "subPath")
+	r, resp, good := bodyRef(body, commonPartition)
+	if !good {
+		return resp
+	}
+	legacy := body["legacy"] == true
+	if !isDraft(r.fullPath()) && !legacy {
+		return badRequest("01071726:3: Policy %s must be created as a draft (/%s/Drafts/%s) and published", r.fullPath(), r.partition, r.name)
+	}
+	if st.folders[r.partition] == nil {
+		return folderMissing(r.partition)
+	}
+	if st.policies[r.fullPath()] != nil {
+		return alreadyExists("Policy", r.fullPath(), r.partition)
+	}
+	p := &policy{props: obj{"kind": "tm:ltm:policy:policystate", "strategy": "/Common/first-match", "requires": []any{},
+		"controls": []any{}, "status": "draft"}}
+	setPolicyPath(p.props, r)
+	if legacy {
+		p.props["status"] = "legacy"
+	}
+	delete(body, "legacy")
+	if resp, good := st.applyPolicy(p, r, body); !good {
+		return resp
+	}
+	st.policies[r.fullPath()] = p
+	return ok(policyView(p, false))
+}
+
+// publish makes the draft name the published policy, in use at once by the
+// virtuals that reference it, and removes the draft.
+func (st *store) publish(name string) response {
+	dr, good := parsePath(name, commonPartition)
+	d := st.policies[dr.fullPath()]
+	if !good || d == nil || !isDraft(dr.fullPath()) {
+		return notFound("Policy draft", dr.fullPath())
+	}
+	pub := ref{dr.partition, strings.TrimPrefix(dr.name, draftsFolder)}
+	p := d.clone()
+	setPolicyPath(p.props, pub)
+	p.props["status"] = "published"
+	old := st.policies[pub.fullPath()]
+	st.policies[pub.fullPath()] = p
+	for _, vfp := range sortedKeys(st.virtuals) {
+		v := st.virtuals[vfp]
+		if slices.ContainsFunc(v.policies, func(o obj) bool { return str(o, "fullPath") == pub.fullPath() }) {
+			vr, _ := parsePath(vfp, commonPartition)
+			if resp, good := st.checkVirtual(v, vr); !good {
+				if old == nil {
+					delete(st.policies, pub.fullPath())
+				} else {
+					st.policies[pub.fullPath()] = old
+				}
+				return resp
+			}
+		}
+	}
+	delete(st.policies, dr.fullPath())
+	p.props["generation"] = st.next()
+	return ok(policyView(p, false))
+}
+
+// applyPolicy validates body and writes it into p: the strategy, and the
+// rules (given inline as "rules" with "conditions" and "actions", or as
+// go-bigip sends them under rulesReference.items), which replace the old
+// ones. Conditions must be httpHost or httpUri tests, actions forward to an
+// existing pool or reset; the policy must require http and control
+// forwarding when its rules need them.
+func (st *store) applyPolicy(p *policy, r ref, body obj) (response, bool) {
+	if s, present := body["strategy"]; present {
+		name := strings.TrimPrefix(strings.TrimPrefix(str(body, "strategy"), "/Common/"), "Common/")
+		if !slices.Contains(policyStrategies, name) {
+			return badRequest("01070734:3: Configuration error: unknown strategy %v", s), false
+		}
+		body["strategy"] = "/Common/" + name
+	}
+	rawRules, present := body["rules"]
+	if ref, isObj := body["rulesReference"].(map[string]any); isObj && !present {
+		rawRules, present = ref["items"], true
+	}
+	if present {
+		list, isList := rawRules.([]any)
+		if rawRules != nil && !isList {
+			return badRequest("01070734:3: Configuration error: rules must be an array"), false
+		}
+		var rules []policyRule
+		names := map[string]bool{}
+		for i, raw := range list {
+			rb, isObj := raw.(map[string]any)
+			name := str(rb, "name")
+			if !isObj || name == "" || !validName(name) {
+				return badRequest("01070734:3: Configuration error: rules[%d] needs a valid name", i), false
+			}
+			if names[name] {
+				return alreadyExists("Policy rule", r.fullPath()+" "+name, r.partition), false
+			}
+			names[name] = true
+			rule := policyRule{props: obj{"kind": "tm:ltm:policy:rules:rulesstate", "name": name, "fullPath": name,
+				"ordinal": rb["ordinal"]}}
+			if rule.props["ordinal"] == nil {
+				rule.props["ordinal"] = i
+			}
+			if d := str(rb, "description"); d != "" {
+				rule.props["description"] = d
+			}
+			for _, sub := range []struct {
+				key   string
+				into  *[]obj
+				check func(obj) (response, bool)
+			}{
+				{"conditions", &rule.conditions, func(c obj) (response, bool) { return checkCondition(r, name, c) }},
+				{"actions", &rule.actions, func(a obj) (response, bool) { return st.checkAction(r, name, a) }},
+			} {
+				items, _ := rb[sub.key].([]any)
+				if ref, isObj := rb[sub.key+"Reference"].(map[string]any); isObj && items == nil {
+					items, _ = ref["items"].([]any)
+				}
+				for j, it := range items {
+					o, isObj := it.(map[string]any)
+					if !isObj {
+						return badRequest("01070734:3: Configuration error: rule %s %s[%d] must be an object", name, sub.key, j), false
+					}
+					o = copyObj(o)
+					if str(o, "name") == "" {
+						o["name"] = strconv.Itoa(j)
+					}
+					if resp, good := sub.check(o); !good {
+						return resp, false
+					}
+					*sub.into = append(*sub.into, o)
+				}
+			}
+			rules = append(rules, rule)
+		}
+		p.rules = rules
+	}
+	merge(p.props, body, "rules", "rulesReference", "subPath", "status", "legacy", "command")
+	requires, _ := p.props["requires"].([]any)
+	controls, _ := p.props["controls"].([]any)
+	for _, rule := range p.rules {
+		if len(rule.conditions) > 0 && !slices.Contains(requires, any("http")) {
+			return badRequest("01071734:3: Policy %s rule %s uses http conditions but the policy does not require http",
+				r.fullPath(), str(rule.props, "name")), false
+		}
+		for _, a := range rule.actions {
+			if a["forward"] == true && !slices.Contains(controls, any("forwarding")) {
+				return badRequest("01071734:3: Policy %s rule %s forwards but the policy does not control forwarding",
+					r.fullPath(), str(rule.props, "name")), false
+			}
+		}
+	}
+	p.props["generation"] = st.next()
+	return response{}, true
+}
+
+// checkCondition accepts an httpHost or httpUri test with one selector, one
+// operator and values.
+func checkCondition(r ref, rule string, c obj) (response, bool) {
+	var operand string
+	for op := range conditionOperands {
+		if c[op] == true {
+			if operand != "" {
+				return badRequest("01071734:3: Policy %s rule %s: a condition has one operand", r.fullPath(), rule), false
+			}
+			operand = op
+		}
+	}
+	if operand == "" {
+		return badRequest("01071734:3: Policy %s rule %s: this simulator supports httpHost and httpUri conditions", r.fullPath(), rule), false
+	}
+	selectors := 0
+	for _, s := range conditionOperands[operand] {
+		if c[s] == true {
+			selectors++
+		}
+	}
+	operators := 0
+	for _, o := range conditionOperators {
+		if c[o] == true {
+			operators++
+		}
+	}
+	values, _ := c["values"].([]any)
+	switch {
+	case selectors != 1:
+		return badRequest("01071734:3: Policy %s rule %s: %s needs one of %v", r.fullPath(), rule, operand, conditionOperands[operand]), false
+	case operators != 1:
+		return badRequest("01071734:3: Policy %s rule %s: a condition needs one of %v", r.fullPath(), rule, conditionOperators), false
+	case len(values) == 0:
+		return badRequest("01071734:3: Policy %s rule %s: a condition needs values", r.fullPath(), rule), false
+	}
+	if _, present := c["request"]; !present {
+		c["request"] = true
+	}
+	return response{}, true
+}
+
+// checkAction accepts forwarding to an existing pool, and reset.
+func (st *store) checkAction(r ref, rule string, a obj) (response, bool) {
+	switch {
+	case a["forward"] == true:
+		name := str(a, "pool")
+		if name == "" {
+			return badRequest("01071734:3: Policy %s rule %s: this simulator forwards to pools only", r.fullPath(), rule), false
+		}
+		pr, good := st.resolveRef(name, r.partition, func(fp string) bool { return st.pools[fp] != nil })
+		if !good {
+			return refNotFound("Pool", pr.fullPath()), false
+		}
+		a["pool"] = pr.fullPath()
+		a["select"] = true
+	case a["reset"] == true:
+	default:
+		return badRequest("01071734:3: Policy %s rule %s: this simulator supports forward and reset actions", r.fullPath(), rule), false
+	}
+	if _, present := a["request"]; !present {
+		a["request"] = true
+	}
+	return response{}, true
+}
+
+// pools returns the pools a policy forwards to.
+func (p *policy) pools() []string {
+	var out []string
+	for _, r := range p.rules {
+		for _, a := range r.actions {
+			if pl := str(a, "pool"); pl != "" {
+				out = append(out, pl)
+			}
+		}
+	}
+	return out
+}
+
+func policyView(p *policy, expand bool) obj {
+	o := copyObj(p.props)
+	base := strings.TrimSuffix(str(p.props, "selfLink"), selfLinkVersion)
+	ref := obj{"link": base + "/rules" + selfLinkVersion, "isSubcollection": true}
+	if expand {
+		items := make([]any, 0, len(p.rules))
+		for _, r := range p.rules {
+			ro := copyObj(r.props)
+			for _, sub := range []struct {
+				key   string
+				items []obj
+			}{{"conditionsReference", r.conditions}, {"actionsReference", r.actions}} {
+				list := make([]any, 0, len(sub.items))
+				for _, it := range sub.items {
+					list = append(list, copyObj(it))
+				}
+				ro[sub.key] = obj{"isSubcollection": true, "items": list}
+			}
+			items = append(items, ro)
+		}
+		ref["items"] = items
+	}
+	o["rulesReference"] = ref
+	return o
+}
