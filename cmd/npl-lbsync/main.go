@@ -139,6 +139,7 @@ func run(ctx context.Context, o *options) error {
 		Workers:      o.workers,
 		MaxBackoff:   o.maxBackoff,
 		DrainPeriod:  cfg.DrainPeriod(),
+		IngressClass: cfg.IngressClass(),
 	}, client, provider, metrics)
 
 	metricsMux := serve.Metrics(reg)

@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -52,6 +54,9 @@ type Settings struct {
 	// DrainPeriod keeps a draining (disabled) member in its pool at least
 	// this long, even after its Pod is gone; 0 removes it with the Pod.
 	DrainPeriod time.Duration
+	// IngressClass is the name of our IngressClass; empty serves every
+	// IngressClass whose controller is npl.io/ingress-controller.
+	IngressClass string
 }
 
 // Controller reconciles load balancers with Services.
@@ -62,12 +67,15 @@ type Controller struct {
 	recorder record.EventRecorder
 	metrics  *Metrics
 
-	factory    informers.SharedInformerFactory
-	svcLister  corelisters.ServiceLister
-	svcIndexer cache.Indexer
-	podIndexer cache.Indexer
-	nodeLister corelisters.NodeLister
-	synced     []cache.InformerSynced
+	factory     informers.SharedInformerFactory
+	svcLister   corelisters.ServiceLister
+	svcIndexer  cache.Indexer
+	podIndexer  cache.Indexer
+	nodeLister  corelisters.NodeLister
+	ingLister   networkinglisters.IngressLister
+	ingIndexer  cache.Indexer
+	classLister networkinglisters.IngressClassLister
+	synced      []cache.InformerSynced
 
 	queue workqueue.TypedRateLimitingInterface[string]
 
@@ -128,6 +136,22 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	svcInformer := factory.Core().V1().Services()
 	podInformer := factory.Core().V1().Pods()
 	nodeInformer := factory.Core().V1().Nodes()
+	ingInformer := factory.Networking().V1().Ingresses()
+	classInformer := factory.Networking().V1().IngressClasses()
+	utilruntime.Must(ingInformer.Informer().AddIndexers(cache.Indexers{backendIndex: ingressBackendKeys}))
+	c.ingLister = ingInformer.Lister()
+	c.ingIndexer = ingInformer.Informer().GetIndexer()
+	c.classLister = classInformer.Lister()
+	_, _ = ingInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueIngress,
+		UpdateFunc: c.ingressUpdated,
+		DeleteFunc: c.ingressDeleted,
+	})
+	_, _ = classInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.enqueueAllIngresses() },
+		UpdateFunc: func(any, any) { c.enqueueAllIngresses() },
+		DeleteFunc: func(any) { c.enqueueAllIngresses() },
+	})
 	utilruntime.Must(svcInformer.Informer().AddIndexers(cache.Indexers{selectorIndex: serviceSelectorTerms}))
 	utilruntime.Must(podInformer.Informer().AddIndexers(cache.Indexers{labelIndex: podLabelTerms}))
 	c.svcLister = svcInformer.Lister()
@@ -150,7 +174,8 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		UpdateFunc: func(old, obj any) { c.nodeUpdated(old, obj) },
 		DeleteFunc: func(any) { c.nodesChanged() },
 	})
-	c.synced = []cache.InformerSynced{svcInformer.Informer().HasSynced, podInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced}
+	c.synced = []cache.InformerSynced{svcInformer.Informer().HasSynced, podInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced,
+		ingInformer.Informer().HasSynced, classInformer.Informer().HasSynced}
 	metrics.setQueueDepth(func() float64 { return float64(c.queue.Len()) })
 	return c
 }
@@ -236,7 +261,11 @@ func (c *Controller) queueAll(force bool) int {
 	for _, s := range services {
 		c.queue.Add(keyOf(s))
 	}
-	return len(services)
+	ings, _ := c.ingLister.List(labels.Everything())
+	for _, ing := range ings {
+		c.queue.Add(ingressKeyPrefix + keyOf(ing))
+	}
+	return len(services) + len(ings)
 }
 
 func (c *Controller) worker(ctx context.Context) {
@@ -251,7 +280,12 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	}
 	defer c.queue.Done(key)
 	start := time.Now()
-	err := c.syncService(ctx, key)
+	var err error
+	if strings.HasPrefix(key, ingressKeyPrefix) {
+		err = c.syncIngress(ctx, key)
+	} else {
+		err = c.syncService(ctx, key)
+	}
 	c.metrics.observeReconcile(time.Since(start), err)
 	if c.pending.Load() > 0 {
 		c.pending.Add(-1)
@@ -276,10 +310,12 @@ func keyOf(obj metav1.Object) string {
 func (c *Controller) enqueueService(obj any, delay time.Duration) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		c.queue.AddAfter(d.Key, delay)
+		c.enqueueIngressesOf(d.Key, delay)
 		return
 	}
 	if s, ok := obj.(*corev1.Service); ok {
 		c.queue.AddAfter(keyOf(s), delay)
+		c.enqueueIngressesOf(keyOf(s), delay)
 	}
 }
 
@@ -310,6 +346,7 @@ func (c *Controller) enqueuePodServices(oldObj, obj any) {
 	}
 	for k := range keys {
 		c.queue.AddAfter(k, c.settings.CoalesceWindow)
+		c.enqueueIngressesOf(k, c.settings.CoalesceWindow)
 	}
 }
 
@@ -364,8 +401,12 @@ func (c *Controller) syncService(ctx context.Context, key string) error {
 	if claim.ReleasableBy(svc, c.settings.ClusterName) {
 		return c.release(ctx, svc)
 	}
-	// Another installation's, or nobody's: not ours to touch.
 	c.forget(key)
+	// An Ingress backend we opted in that no Ingress of ours uses any more.
+	if svc.DeletionTimestamp == nil && svc.Annotations[claim.AutoAnnotatedKey] == "true" && !c.referencedByOurIngress(svc) {
+		return c.patchOptIn(ctx, svc, false)
+	}
+	// Another installation's, or nobody's: not ours to touch.
 	return nil
 }
 
@@ -500,7 +541,7 @@ func (c *Controller) collectGarbage(ctx context.Context) {
 		return
 	}
 	for _, lb := range lbs {
-		if c.claimed(lb) {
+		if providers.IsL7Name(lb.Name) && c.ingressClaimed(lb) || !providers.IsL7Name(lb.Name) && c.claimed(lb) {
 			continue
 		}
 		logger.Info("Deleting orphaned load balancer", "lb", lb.Name, "service", lb.Service)

@@ -27,10 +27,13 @@ func (d drainTracker) apply(lb *providers.LoadBalancer, period time.Duration, no
 		clear(d)
 		return time.Time{}
 	}
+	pools := poolsOf(lb)
 	present := map[drainKey]bool{}
-	for _, l := range lb.Listeners {
-		for _, m := range l.Pool.Members {
-			k := drainKey{l.Pool.Name, m.IP, m.Port}
+	names := map[string]bool{}
+	for _, pool := range pools {
+		names[pool.Name] = true
+		for _, m := range pool.Members {
+			k := drainKey{pool.Name, m.IP, m.Port}
 			present[k] = true
 			if m.Enabled {
 				delete(d, k)
@@ -39,8 +42,7 @@ func (d drainTracker) apply(lb *providers.LoadBalancer, period time.Duration, no
 			}
 		}
 	}
-	for i := range lb.Listeners {
-		pool := &lb.Listeners[i].Pool
+	for _, pool := range pools {
 		added := false
 		for k, until := range d {
 			if k.pool != pool.Name || present[k] {
@@ -58,7 +60,7 @@ func (d drainTracker) apply(lb *providers.LoadBalancer, period time.Duration, no
 		}
 	}
 	for k, until := range d {
-		if !lbHasPool(lb, k.pool) {
+		if !names[k.pool] {
 			delete(d, k)
 			continue
 		}
@@ -69,11 +71,17 @@ func (d drainTracker) apply(lb *providers.LoadBalancer, period time.Duration, no
 	return next
 }
 
-func lbHasPool(lb *providers.LoadBalancer, pool string) bool {
-	for _, l := range lb.Listeners {
-		if l.Pool.Name == pool {
-			return true
+// poolsOf returns the pools of a load balancer: the listeners' (L4) and the
+// shared ones (L7).
+func poolsOf(lb *providers.LoadBalancer) []*providers.Pool {
+	var out []*providers.Pool
+	for i := range lb.Listeners {
+		if lb.Listeners[i].Pool.Name != "" {
+			out = append(out, &lb.Listeners[i].Pool)
 		}
 	}
-	return false
+	for i := range lb.Pools {
+		out = append(out, &lb.Pools[i])
+	}
+	return out
 }

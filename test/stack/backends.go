@@ -90,7 +90,12 @@ func (m *mockBackend) Pools(lbName string) (map[string][]providers.Member, []str
 		if lb.Name == lbName {
 			pools := map[string][]providers.Member{}
 			for _, l := range lb.Listeners {
-				pools[l.Pool.Name] = l.Pool.Members
+				if l.Pool.Name != "" {
+					pools[l.Pool.Name] = l.Pool.Members
+				}
+			}
+			for _, p := range lb.Pools { // L7
+				pools[p.Name] = p.Members
 			}
 			return pools, lb.VIPs, true, nil
 		}

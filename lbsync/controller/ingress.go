@@ -1,0 +1,341 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeportlocal/npl/lbsync/builder"
+	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/lbsync/ingress"
+	"github.com/nodeportlocal/npl/providers"
+)
+
+const (
+	// ingressKeyPrefix marks an Ingress in the queue, whose other keys are
+	// Services ("namespace/name").
+	ingressKeyPrefix = "ingress:"
+	// backendIndex indexes Ingresses by the "namespace/name" of each
+	// backend Service.
+	backendIndex = "backendService"
+)
+
+func ingressBackendKeys(obj any) ([]string, error) {
+	ing, ok := obj.(*networkingv1.Ingress)
+	if !ok {
+		return nil, nil
+	}
+	var out []string
+	for _, b := range ingress.Backends(ing) {
+		out = append(out, b.String())
+	}
+	return out, nil
+}
+
+func (c *Controller) enqueueIngress(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		c.queue.Add(ingressKeyPrefix + d.Key)
+		return
+	}
+	if ing, ok := obj.(*networkingv1.Ingress); ok {
+		c.queue.Add(ingressKeyPrefix + keyOf(ing))
+	}
+}
+
+// ingressUpdated queues the Ingress and the Services it stopped referencing,
+// whose opt-in may have to go.
+func (c *Controller) ingressUpdated(oldObj, obj any) {
+	c.enqueueIngress(obj)
+	old, ok1 := oldObj.(*networkingv1.Ingress)
+	cur, ok2 := obj.(*networkingv1.Ingress)
+	if !ok1 || !ok2 {
+		return
+	}
+	now := ingress.Backends(cur)
+	for _, b := range ingress.Backends(old) {
+		if !slices.Contains(now, b) {
+			c.queue.Add(b.String())
+		}
+	}
+}
+
+func (c *Controller) ingressDeleted(obj any) {
+	c.enqueueIngress(obj)
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if ing, ok := obj.(*networkingv1.Ingress); ok {
+		for _, b := range ingress.Backends(ing) {
+			c.queue.Add(b.String())
+		}
+	}
+}
+
+func (c *Controller) enqueueAllIngresses() {
+	ings, err := c.ingLister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, ing := range ings {
+		c.queue.Add(ingressKeyPrefix + keyOf(ing))
+	}
+}
+
+// enqueueIngressesOf queues the Ingresses that reference a Service.
+func (c *Controller) enqueueIngressesOf(svcKey string, delay time.Duration) {
+	objs, err := c.ingIndexer.ByIndex(backendIndex, svcKey)
+	if err != nil {
+		return
+	}
+	for _, o := range objs {
+		if ing, ok := o.(*networkingv1.Ingress); ok {
+			c.queue.AddAfter(ingressKeyPrefix+keyOf(ing), delay)
+		}
+	}
+}
+
+func (c *Controller) ingressClasses() []*networkingv1.IngressClass {
+	classes, _ := c.classLister.List(labels.Everything())
+	return classes
+}
+
+// ingressOurs reports whether we serve ing now.
+func (c *Controller) ingressOurs(ing *networkingv1.Ingress, classes []*networkingv1.IngressClass) bool {
+	return ing.DeletionTimestamp == nil && ingress.Ours(ing, classes, ingress.Config{IngressClass: c.settings.IngressClass})
+}
+
+// referencedByOurIngress reports whether an Ingress we serve sends requests
+// to the Service, which then keeps its NodePortLocal opt-in.
+func (c *Controller) referencedByOurIngress(svc *corev1.Service) bool {
+	objs, err := c.ingIndexer.ByIndex(backendIndex, keyOf(svc))
+	if err != nil {
+		return false
+	}
+	classes := c.ingressClasses()
+	return slices.ContainsFunc(objs, func(o any) bool {
+		ing, ok := o.(*networkingv1.Ingress)
+		return ok && c.ingressOurs(ing, classes)
+	})
+}
+
+// syncIngress makes the load balancer of one Ingress match it.
+func (c *Controller) syncIngress(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(strings.TrimPrefix(key, ingressKeyPrefix))
+	if err != nil {
+		return nil
+	}
+	ing, err := c.ingLister.Ingresses(ns).Get(name)
+	if err != nil {
+		c.forget(key)
+		return nil
+	}
+	if c.ingressOurs(ing, c.ingressClasses()) {
+		return c.ensureIngress(ctx, key, ing)
+	}
+	owner, recorded := ing.Annotations[claim.ClaimedByKey]
+	if (recorded && owner == c.settings.ClusterName) || (!recorded && slices.Contains(ing.Finalizers, claim.CleanupFinalizer)) {
+		return c.releaseIngress(ctx, key, ing)
+	}
+	c.forget(key)
+	return nil
+}
+
+func (c *Controller) ingressLBName(ing *networkingv1.Ingress) string {
+	return ingress.LoadBalancerName(c.settings.ClusterName, ing, false, "")
+}
+
+func (c *Controller) ensureIngress(ctx context.Context, key string, ing *networkingv1.Ingress) error {
+	if err := c.patchIngressClaim(ctx, ing, true); err != nil {
+		return err
+	}
+	var services []*corev1.Service
+	var pods []*corev1.Pod
+	for _, ref := range ingress.Backends(ing) {
+		svc, err := c.svcLister.Services(ref.Namespace).Get(ref.Name)
+		if err != nil {
+			continue // Build reports the missing backend
+		}
+		services = append(services, svc)
+		pods = append(pods, c.podsFor(svc)...)
+		if c.settings.ServiceType == builder.ServiceTypeNodePortLocal && ingress.WantsOptIn(svc) {
+			if err := c.patchOptIn(ctx, svc, true); err != nil {
+				return err
+			}
+		}
+	}
+	secrets, err := c.ingressSecrets(ctx, ing)
+	if err != nil {
+		return err
+	}
+	lb, report := ingress.Build(ingress.Input{
+		ClusterName: c.settings.ClusterName, ServiceType: c.settings.ServiceType, Family: c.settings.Family,
+		Ingresses: []*networkingv1.Ingress{ing}, Services: services, Pods: pods, Nodes: c.nodesFor(), Secrets: secrets,
+	})
+	for _, e := range report.Errors {
+		c.recorder.Event(ing, corev1.EventTypeWarning, "InvalidIngress", e)
+	}
+	for _, w := range report.Warnings {
+		c.recorder.Event(ing, corev1.EventTypeWarning, "IngressWarning", w)
+	}
+	if lb == nil {
+		return nil
+	}
+	c.mu.Lock()
+	drains := c.drains[key]
+	if drains == nil {
+		drains = drainTracker{}
+		c.drains[key] = drains
+	}
+	c.mu.Unlock()
+	if next := drains.apply(lb, c.settings.DrainPeriod, time.Now()); !next.IsZero() {
+		c.queue.AddAfter(key, time.Until(next)+10*time.Millisecond)
+	}
+	hash := modelHash(lb)
+	c.mu.Lock()
+	unchanged := c.applied[key] == hash
+	c.mu.Unlock()
+	if unchanged && len(ing.Status.LoadBalancer.Ingress) > 0 {
+		return nil
+	}
+	status, err := c.callEnsure(ctx, lb)
+	if err != nil {
+		c.recorder.Eventf(ing, corev1.EventTypeWarning, "SyncFailed", "Load balancer %s: %v", lb.Name, err)
+		return fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
+	}
+	c.mu.Lock()
+	first := c.applied[key] == ""
+	c.applied[key] = hash
+	c.mu.Unlock()
+	if err := c.setIngressStatus(ctx, ing, status.VIPs); err != nil {
+		return err
+	}
+	if !first {
+		c.recorder.Eventf(ing, corev1.EventTypeNormal, "Synced", "Load balancer %s applied: %d ready backend(s)", lb.Name, report.ReadyBackends)
+	}
+	klog.FromContext(ctx).V(2).Info("Applied Ingress load balancer", "ingress", klog.KObj(ing), "lb", lb.Name)
+	return nil
+}
+
+// ingressSecrets reads the TLS Secrets an Ingress names. They are read on
+// demand, not cached, so npl-lbsync holds no Secret it does not serve.
+func (c *Controller) ingressSecrets(ctx context.Context, ing *networkingv1.Ingress) ([]*corev1.Secret, error) {
+	var out []*corev1.Secret
+	for _, t := range ing.Spec.TLS {
+		if t.SecretName == "" {
+			continue
+		}
+		s, err := c.client.CoreV1().Secrets(ing.Namespace).Get(ctx, t.SecretName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue // Build reports the missing Secret
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get TLS secret %s/%s of ingress %s: %w", ing.Namespace, t.SecretName, ing.Name, err)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func (c *Controller) releaseIngress(ctx context.Context, key string, ing *networkingv1.Ingress) error {
+	name := c.ingressLBName(ing)
+	if err := c.callDelete(ctx, name); err != nil {
+		c.recorder.Eventf(ing, corev1.EventTypeWarning, "DeleteFailed", "Load balancer %s: %v", name, err)
+		return fmt.Errorf("delete load balancer %s: %w", name, err)
+	}
+	c.recorder.Eventf(ing, corev1.EventTypeNormal, "Deleted", "Load balancer %s deleted", name)
+	if ing.DeletionTimestamp == nil && len(ing.Status.LoadBalancer.Ingress) > 0 {
+		if err := c.setIngressStatus(ctx, ing, nil); err != nil {
+			return err
+		}
+	}
+	if err := c.patchIngressClaim(ctx, ing, false); err != nil {
+		return err
+	}
+	for _, b := range ingress.Backends(ing) {
+		c.queue.Add(b.String())
+	}
+	c.forget(key)
+	return nil
+}
+
+// patchIngressClaim adds (or removes) our finalizer and claim record.
+func (c *Controller) patchIngressClaim(ctx context.Context, ing *networkingv1.Ingress, claimIt bool) error {
+	has := slices.Contains(ing.Finalizers, claim.CleanupFinalizer)
+	owner, recorded := ing.Annotations[claim.ClaimedByKey]
+	finalizers := slices.Clone(ing.Finalizers)
+	var value any
+	switch {
+	case claimIt && has && owner == c.settings.ClusterName:
+		return nil
+	case claimIt:
+		if !has {
+			finalizers = append(finalizers, claim.CleanupFinalizer)
+		}
+		value = c.settings.ClusterName
+	case !has && !recorded:
+		return nil
+	default:
+		finalizers = slices.DeleteFunc(finalizers, func(f string) bool { return f == claim.CleanupFinalizer })
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"finalizers": finalizers, "annotations": map[string]any{claim.ClaimedByKey: value}, "resourceVersion": ing.ResourceVersion,
+	}})
+	if err != nil {
+		return err
+	}
+	if _, err := c.client.NetworkingV1().Ingresses(ing.Namespace).Patch(ctx, ing.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("patch ingress %s/%s: %w", ing.Namespace, ing.Name, err)
+	}
+	return nil
+}
+
+func (c *Controller) setIngressStatus(ctx context.Context, ing *networkingv1.Ingress, vips []string) error {
+	in := make([]networkingv1.IngressLoadBalancerIngress, 0, len(vips))
+	for _, v := range vips {
+		in = append(in, networkingv1.IngressLoadBalancerIngress{IP: v})
+	}
+	if slices.EqualFunc(ing.Status.LoadBalancer.Ingress, in, func(a, b networkingv1.IngressLoadBalancerIngress) bool {
+		return a.IP == b.IP && a.Hostname == b.Hostname
+	}) {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"loadBalancer": map[string]any{"ingress": in}}})
+	if err != nil {
+		return err
+	}
+	if _, err := c.client.NetworkingV1().Ingresses(ing.Namespace).Patch(ctx, ing.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("patch status of ingress %s/%s: %w", ing.Namespace, ing.Name, err)
+	}
+	return nil
+}
+
+// ingressClaimed reports whether an Ingress we serve (or still clean up)
+// owns an L7 load balancer, for garbage collection.
+func (c *Controller) ingressClaimed(lb providers.LoadBalancer) bool {
+	ings, err := c.ingLister.List(labels.Everything())
+	if err != nil {
+		return true
+	}
+	classes := c.ingressClasses()
+	for _, ing := range ings {
+		if c.ingressLBName(ing) != lb.Name {
+			continue
+		}
+		owner, recorded := ing.Annotations[claim.ClaimedByKey]
+		return c.ingressOurs(ing, classes) || (recorded && owner == c.settings.ClusterName) ||
+			(!recorded && slices.Contains(ing.Finalizers, claim.CleanupFinalizer))
+	}
+	return false
+}
