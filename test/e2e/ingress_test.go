@@ -62,7 +62,9 @@ func TestIngress_endToEnd(t *testing.T) {
 			if _, err := e.client.NetworkingV1().IngressClasses().Create(context.Background(), ic, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _ = e.client.NetworkingV1().IngressClasses().Delete(context.Background(), class, metav1.DeleteOptions{}) })
+			t.Cleanup(func() {
+				_ = e.client.NetworkingV1().IngressClasses().Delete(context.Background(), class, metav1.DeleteOptions{})
+			})
 
 			ns := e.namespace(t)
 			for _, app := range []string{"alpha", "beta"} {
