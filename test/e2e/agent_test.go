@@ -418,3 +418,31 @@ func deleteRule(t *testing.T, n *cluster.Node, chain, match string) string {
 	t.Fatalf("no rule matching %q in %s", match, chain)
 	return ""
 }
+
+// TestAgent_unmappablePortGetsAnEvent: a Service port the agent cannot map
+// (SCTP) gets a Warning Event naming it, and the other ports are mapped.
+func TestAgent_unmappablePortGetsAnEvent(t *testing.T) {
+	e := setup(t)
+	ns := e.namespace(t)
+	e.createPod(t, webPod(ns, "web", node0, web))
+	e.createService(t, npService(ns, "web", web,
+		corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)},
+		corev1.ServicePort{Name: "sig", Port: 3868, Protocol: corev1.ProtocolSCTP, TargetPort: intstr.FromInt32(3868)},
+	))
+	if got := e.waitEntries(t, ns, "web", 1)[0]; got.Protocol != "tcp" || got.PodPort != 8080 {
+		t.Errorf("entry = %+v, want the TCP port only", got)
+	}
+	waitFor(t, 20*time.Second, "a NodePortLocalSkipped event naming the SCTP port", func() (bool, error) {
+		evs, err := e.client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, ev := range evs.Items {
+			if ev.InvolvedObject.Kind == "Service" && ev.Reason == "NodePortLocalSkipped" && ev.Type == corev1.EventTypeWarning &&
+				strings.Contains(ev.Message, "SCTP/3868") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
