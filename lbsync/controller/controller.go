@@ -444,17 +444,7 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) error {
 	if lb == nil {
 		return c.setCondition(ctx, svc, false, "InvalidService", fmt.Sprint(report.Errors))
 	}
-	c.mu.Lock()
-	drains := c.drains[key]
-	if drains == nil {
-		drains = drainTracker{}
-		c.drains[key] = drains
-	}
-	c.mu.Unlock()
-	if next := drains.apply(lb, c.settings.DrainPeriod, time.Now()); !next.IsZero() {
-		// Sync again when the next draining member is due for removal.
-		c.queue.AddAfter(key, time.Until(next)+10*time.Millisecond)
-	}
+	c.applyDrains(key, lb)
 	c.metrics.observeMembers(key, lb)
 
 	c.mu.Lock()

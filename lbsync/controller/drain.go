@@ -85,3 +85,18 @@ func poolsOf(lb *providers.LoadBalancer) []*providers.Pool {
 	}
 	return out
 }
+
+// applyDrains keeps the draining members of one queue key's load balancer
+// (drainTracker.apply) and syncs the key again when the next is due.
+func (c *Controller) applyDrains(key string, lb *providers.LoadBalancer) {
+	c.mu.Lock()
+	drains := c.drains[key]
+	if drains == nil {
+		drains = drainTracker{}
+		c.drains[key] = drains
+	}
+	c.mu.Unlock()
+	if next := drains.apply(lb, c.settings.DrainPeriod, time.Now()); !next.IsZero() {
+		c.queue.AddAfter(key, time.Until(next)+10*time.Millisecond)
+	}
+}

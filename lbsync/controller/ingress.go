@@ -192,16 +192,7 @@ func (c *Controller) ensureIngress(ctx context.Context, key string, ing *network
 	if lb == nil {
 		return nil
 	}
-	c.mu.Lock()
-	drains := c.drains[key]
-	if drains == nil {
-		drains = drainTracker{}
-		c.drains[key] = drains
-	}
-	c.mu.Unlock()
-	if next := drains.apply(lb, c.settings.DrainPeriod, time.Now()); !next.IsZero() {
-		c.queue.AddAfter(key, time.Until(next)+10*time.Millisecond)
-	}
+	c.applyDrains(key, lb)
 	hash := modelHash(lb)
 	c.mu.Lock()
 	unchanged := c.applied[key] == hash

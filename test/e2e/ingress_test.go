@@ -18,7 +18,6 @@ import (
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
 	"github.com/nodeportlocal/npl/providers"
-	"github.com/nodeportlocal/npl/test/stack"
 )
 
 func ingressRule(host, svc string) networkingv1.IngressRule {
@@ -39,25 +38,10 @@ func TestIngress_endToEnd(t *testing.T) {
 	for i, provider := range []string{"mock", "avi", "bigip"} {
 		t.Run(provider, func(t *testing.T) {
 			vipSubnet := netip.MustParsePrefix(fmt.Sprintf("198.18.%d.0/28", 130+i))
-			backend, err := stack.StartBackend(provider, t.TempDir(), vipSubnet)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(backend.Close)
 			class := "npl-" + provider
 			cluster := "e2e-ing-" + provider
-			cfg := fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/none\ningressClass: %s\nvipPool: [%q]\ndrainSeconds: 0\n%s",
-				cluster, class, vipSubnet, backend.ProviderConfig())
-			l, err := stack.StartLBSync(context.Background(), e.c, stack.LBSyncOptions{Name: "npl-lbsync-ingress-" + provider, Config: cfg})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if t.Failed() {
-					t.Logf("--- %s log tail:\n%s", l.Name, l.Tail(40))
-				}
-				_ = l.Stop()
-			})
+			_, backend := e.startLBSync(t, "npl-lbsync-ingress-"+provider, provider, vipSubnet,
+				fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/none\ningressClass: %s\ndrainSeconds: 0\n", cluster, class))
 			ic := &networkingv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: class}, Spec: networkingv1.IngressClassSpec{Controller: ingress.ControllerName}}
 			if _, err := e.client.NetworkingV1().IngressClasses().Create(context.Background(), ic, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)

@@ -24,16 +24,24 @@ import (
 // class npl.io/<provider>, both stopped at the end of the test.
 func (e *env) lbsyncFor(t *testing.T, provider string, vipSubnet netip.Prefix) (*stack.LBSync, stack.Backend, string) {
 	t.Helper()
-	dir := t.TempDir()
-	backend, err := stack.StartBackend(provider, dir, vipSubnet)
+	cluster := "e2e-" + provider
+	l, backend := e.startLBSync(t, "npl-lbsync-"+provider, provider, vipSubnet,
+		fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/%s\nresyncPeriod: 1m\ndrainSeconds: 0\n", cluster, provider))
+	return l, backend, cluster
+}
+
+// startLBSync starts a backend of provider and an npl-lbsync named name with
+// the configuration cfg (without vipPool and provider, which it adds); both
+// stop at the end of the test, and the log is shown if it failed.
+func (e *env) startLBSync(t *testing.T, name, provider string, vipSubnet netip.Prefix, cfg string) (*stack.LBSync, stack.Backend) {
+	t.Helper()
+	backend, err := stack.StartBackend(provider, t.TempDir(), vipSubnet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(backend.Close)
-	cluster := "e2e-" + provider
-	cfg := fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/%s\nvipPool: [%q]\nresyncPeriod: 1m\ndrainSeconds: 0\n%s",
-		cluster, provider, vipSubnet, backend.ProviderConfig())
-	l, err := stack.StartLBSync(context.Background(), e.c, stack.LBSyncOptions{Name: "npl-lbsync-" + provider, Config: cfg})
+	cfg += fmt.Sprintf("vipPool: [%q]\n%s", vipSubnet, backend.ProviderConfig())
+	l, err := stack.StartLBSync(context.Background(), e.c, stack.LBSyncOptions{Name: name, Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +51,7 @@ func (e *env) lbsyncFor(t *testing.T, provider string, vipSubnet netip.Prefix) (
 		}
 		_ = l.Stop()
 	})
-	return l, backend, cluster
+	return l, backend
 }
 
 // deployment spreads replicas of the web server over the nodes.

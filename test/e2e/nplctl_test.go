@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,23 +49,8 @@ func nplctl(t *testing.T, args ...string) (string, string, int) {
 // --check passes again.
 func TestNplctl_reportsDriftUntilResyncRepairsIt(t *testing.T) {
 	e := setup(t)
-	dir := t.TempDir()
-	backend, err := stack.StartBackend("bigip", dir, netip.MustParsePrefix("198.18.120.0/28"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(backend.Close)
-	cfg := "clusterName: e2e-drift\nloadBalancerClass: npl.io/drift\nvipPool: [\"198.18.120.0/28\"]\nresyncPeriod: 5s\n" + backend.ProviderConfig()
-	l, err := stack.StartLBSync(context.Background(), e.c, stack.LBSyncOptions{Name: "npl-lbsync-drift", Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("--- npl-lbsync log tail:\n%s", l.Tail(30))
-		}
-		_ = l.Stop()
-	})
+	l, backend := e.startLBSync(t, "npl-lbsync-drift", "bigip", netip.MustParsePrefix("198.18.120.0/28"),
+		"clusterName: e2e-drift\nloadBalancerClass: npl.io/drift\nresyncPeriod: 5s\n")
 	ns := e.namespace(t)
 	for i := range 2 {
 		e.createPod(t, webPod(ns, fmt.Sprintf("web-%d", i), []string{node0, node1}[i], web))

@@ -21,7 +21,6 @@ import (
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/cluster"
-	"github.com/nodeportlocal/npl/test/stack"
 )
 
 // rolloutResult is what one rolling update under load measured.
@@ -40,24 +39,9 @@ type rolloutResult struct {
 // has enabled right now, as a load balancer would.
 func (e *env) rollingUpdate(t *testing.T, gate bool) rolloutResult {
 	t.Helper()
-	dir := t.TempDir()
-	backend, err := stack.StartBackend("avi", dir, netip.MustParsePrefix("198.18.121.0/28"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(backend.Close)
 	class := fmt.Sprintf("npl.io/rollout-%v", gate)
-	cfg := fmt.Sprintf("clusterName: e2e-rollout-%v\nloadBalancerClass: %s\ndrainSeconds: 2\n%s", gate, class, backend.ProviderConfig())
-	l, err := stack.StartLBSync(context.Background(), e.c, stack.LBSyncOptions{Name: fmt.Sprintf("npl-lbsync-rollout-%v", gate), Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("--- %s log tail:\n%s", l.Name, l.Tail(30))
-		}
-		_ = l.Stop()
-	})
+	_, backend := e.startLBSync(t, fmt.Sprintf("npl-lbsync-rollout-%v", gate), "avi", netip.MustParsePrefix("198.18.121.0/28"),
+		fmt.Sprintf("clusterName: e2e-rollout-%v\nloadBalancerClass: %s\ndrainSeconds: 2\n", gate, class))
 	ns := e.namespace(t)
 	d := deployment(ns, "web", 4)
 	zero, one := intstr.FromInt32(0), intstr.FromInt32(1)

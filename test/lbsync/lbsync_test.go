@@ -112,14 +112,9 @@ func (e *env) namespace(t *testing.T) string {
 		name = name[:40]
 	}
 	name = strings.Trim(name, "-") + "-" + strconv.FormatInt(time.Now().UnixNano()%100000, 10)
-	ctx := ctxFor(t, 30*time.Second)
-	if _, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+	if _, err := e.c.CreateNamespace(ctxFor(t, 30*time.Second), name); err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}
-	waitFor(t, 30*time.Second, "default service account", func() (bool, error) {
-		_, err := e.client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
-	})
 	return name
 }
 
