@@ -1,90 +1,23 @@
 package portalloc_test
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
-	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeportlocal/npl/internal/netnstest"
 )
 
-// netnsEnv carries the parent's network namespace to the re-executed test
-// binary, which refuses to run the socket tests if it did not get a new one.
-const netnsEnv = "NPL_PORTALLOC_TEST_PARENT_NETNS"
+// TestMain runs the tests in a private network namespace (netnstest).
+func TestMain(m *testing.M) { netnstest.Main(m) }
 
-// netnsProblem says why the tests that bind wildcard sockets cannot run; they
-// fail with it instead of touching the host's network namespace.
-var netnsProblem string
-
-// TestMain re-executes the test binary under `unshare --net --mount`, so the
-// wildcard binds of SocketReserver happen in a private network namespace.
-func TestMain(m *testing.M) {
-	parent := os.Getenv(netnsEnv)
-	if parent == "" {
-		code, err := reexecInPrivateNetNS()
-		if err == nil {
-			os.Exit(code)
-		}
-		netnsProblem = err.Error()
-		os.Exit(m.Run())
-	}
-	self, err := os.Readlink("/proc/self/ns/net")
-	switch {
-	case err != nil:
-		netnsProblem = fmt.Sprintf("read own network namespace: %v", err)
-	case self == parent:
-		netnsProblem = "the re-executed test binary is still in the host's network namespace"
-	}
-	os.Exit(m.Run())
-}
-
-func reexecInPrivateNetNS() (int, error) {
-	const how = "run the tests as root (e.g. `sudo go test ./agent/portalloc/...`) on Linux with util-linux installed"
-	if os.Geteuid() != 0 {
-		return 0, errors.New("not root: " + how)
-	}
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		return 0, fmt.Errorf("unshare not found (apt-get install util-linux): %v", err)
-	}
-	if out, err := exec.Command(unshare, "--net", "--mount", "true").CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("cannot create a network namespace (%v: %s): %s", err, out, how)
-	}
-	self, err := os.Readlink("/proc/self/ns/net")
-	if err != nil {
-		return 0, fmt.Errorf("read own network namespace: %w", err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return 0, fmt.Errorf("find test binary: %w", err)
-	}
-	cmd := exec.Command(unshare, append([]string{"--net", "--mount", "--", exe}, os.Args[1:]...)...)
-	cmd.Env = append(os.Environ(), netnsEnv+"="+self)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	// The namespace dies with the child; the child dies with us.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	err = cmd.Run()
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		return exit.ExitCode(), nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("re-execute test binary under unshare: %w", err)
-	}
-	return 0, nil
-}
-
-// requirePrivateNetNS fails the test unless it runs in the private network
-// namespace TestMain created.
+// requirePrivateNetNS fails the test unless it runs in that namespace.
 func requirePrivateNetNS(t *testing.T) {
 	t.Helper()
-	if netnsProblem != "" {
-		t.Fatalf("this test binds wildcard sockets and must run in a private network namespace: %s", netnsProblem)
-	}
+	netnstest.Require(t, "binds wildcard sockets")
 }
 
 // newNetNS creates another network namespace and returns a path to it that
