@@ -54,6 +54,11 @@ func (r *release) agentEnabled() bool {
 	return v == true
 }
 
+func (r *release) webhookEnabled() bool {
+	v, _ := r.values.PathValue("lbsync.webhook.enabled")
+	return v == true
+}
+
 func TestChart_everyCIValueFile(t *testing.T) {
 	for _, file := range ciValueFiles(t) {
 		t.Run(filepath.Base(file), func(t *testing.T) {
@@ -67,6 +72,7 @@ func TestChart_everyCIValueFile(t *testing.T) {
 			t.Run("the npl-lbsync configuration parses with the mounted files", func(t *testing.T) { checkConfigParses(t, r) })
 			t.Run("RBAC is what the binaries do", func(t *testing.T) { checkRBAC(t, r) })
 			t.Run("uninstall hooks run in order on the release's objects", func(t *testing.T) { checkUninstallHooks(t, r) })
+			t.Run("the readiness-gate webhook reaches npl-lbsync over TLS", func(t *testing.T) { checkWebhook(t, r) })
 		})
 	}
 }
@@ -76,7 +82,7 @@ var standardLabels = []string{
 	"app.kubernetes.io/version", "app.kubernetes.io/managed-by",
 }
 
-var clusterScoped = map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "IngressClass": true}
+var clusterScoped = map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "IngressClass": true, "MutatingWebhookConfiguration": true}
 
 func checkLabels(t *testing.T, r *release) {
 	for _, o := range r.objects {
@@ -398,7 +404,8 @@ func testCAPEM(t *testing.T) []byte {
 
 // mountedFiles returns the files a container sees under its read-only
 // mounts of projected ConfigMaps and Secrets, by absolute path. The content
-// of a Secret the release does not make (existingSecret) is made up.
+// of a Secret the release does not make (existingSecret, certSecret) is made
+// up.
 func mountedFiles(t *testing.T, r *release, o object, c corev1.Container) map[string][]byte {
 	t.Helper()
 	spec, _ := podSpec(o)
@@ -426,7 +433,8 @@ func mountedFiles(t *testing.T, r *release, o object, c corev1.Container) map[st
 				if r.has("Secret", src.Secret.Name) {
 					data = r.one(t, "Secret", src.Secret.Name).typed.(*corev1.Secret).Data
 				} else {
-					data = map[string][]byte{"username": []byte("existing-user"), "password": []byte("existing-password"), "ca.crt": testCAPEM(t)}
+					data = map[string][]byte{"username": []byte("existing-user"), "password": []byte("existing-password"), "ca.crt": testCAPEM(t),
+						"tls.crt": []byte("existing-certificate"), "tls.key": []byte("existing-key")}
 				}
 				items = src.Secret.Items
 			}
@@ -553,8 +561,10 @@ var (
 		expand([]string{"/pods/status"}, "patch"),
 		expand([]string{"/events", "events.k8s.io/events"}, "create", "patch"),
 	)
-	lbsyncLeaseGrants = []string{"coordination.k8s.io/leases:create", "coordination.k8s.io/leases:get@npl-lbsync", "coordination.k8s.io/leases:update@npl-lbsync"}
-	uninstallGrants   = sortedJoin(expand([]string{"/services"}, "get", "list", "patch"), expand([]string{"/services/status"}, "patch"))
+	// The webhook reads the readiness-gate label of Namespaces.
+	lbsyncWebhookGrants = sortedJoin(lbsyncGrants, expand([]string{"/namespaces"}, "get", "list", "watch"))
+	lbsyncLeaseGrants   = []string{"coordination.k8s.io/leases:create", "coordination.k8s.io/leases:get@npl-lbsync", "coordination.k8s.io/leases:update@npl-lbsync"}
+	uninstallGrants     = sortedJoin(expand([]string{"/services"}, "get", "list", "patch"), expand([]string{"/services/status"}, "patch"))
 )
 
 func checkRBAC(t *testing.T, r *release) {
@@ -564,7 +574,8 @@ func checkRBAC(t *testing.T, r *release) {
 		when       bool
 	}{
 		{"ClusterRole", agentName, agentGrants, r.agentEnabled()},
-		{"ClusterRole", lbsyncName, lbsyncGrants, true},
+		{"ClusterRole", lbsyncName, lbsyncGrants, !r.webhookEnabled()},
+		{"ClusterRole", lbsyncName, lbsyncWebhookGrants, r.webhookEnabled()},
 		{"Role", lbsyncName + "-lease", lbsyncLeaseGrants, true},
 		{"ClusterRole", uninstallName, uninstallGrants, true},
 	} {
@@ -668,6 +679,7 @@ func checkUninstallHooks(t *testing.T, r *release) {
 			t.Errorf("%s: weight %d; want it created before the Job %s (weight %d)", o, hookWeight(t, o), uninstallName, stopWeight)
 		}
 	}
+	checkWebhookUninstallHook(t, r, hooks, stopWeight)
 	// Step 1 stops exactly the release's workloads, by the names the Role allows.
 	args := job.typed.(*batchv1.Job).Spec.Template.Spec.Containers[0].Args
 	var stopDeploy, stopDS []string
@@ -879,7 +891,8 @@ func TestChart_existingSecretIsMountedAndNoSecretIsMade(t *testing.T) {
 				continue
 			}
 			for _, src := range v.Projected.Sources {
-				if src.Secret != nil {
+				// The webhook's certificate is checkWebhook's.
+				if src.Secret != nil && src.Secret.Name != r.str("lbsync.webhook.certSecret") {
 					got = append(got, src.Secret.Name)
 					keys := []string{}
 					for _, it := range src.Secret.Items {

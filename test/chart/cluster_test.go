@@ -86,6 +86,7 @@ func TestChart_serverSideDryRunAcceptsEveryObject(t *testing.T) {
 				t.Fatal(err)
 			}
 			created := 0
+			kinds := map[string]bool{}
 			for _, o := range r.objects {
 				err := cr.create(ctx, o, true)
 				if meta.IsNoMatchError(err) && o.u.GetKind() == "ServiceMonitor" {
@@ -99,9 +100,17 @@ func TestChart_serverSideDryRunAcceptsEveryObject(t *testing.T) {
 					continue
 				}
 				created++
+				if !isHook(o) {
+					kinds[o.u.GetKind()] = true
+				}
 			}
 			if created < 10 {
 				t.Errorf("only %d objects dry-run; the release has %d", created, len(r.objects))
+			}
+			// The API server validates the webhook's registration, and its
+			// Secret as kubernetes.io/tls, beside the rest.
+			if r.webhookEnabled() && !kinds["MutatingWebhookConfiguration"] {
+				t.Errorf("the webhook is enabled, yet no MutatingWebhookConfiguration was dry-run")
 			}
 		})
 	}
@@ -207,6 +216,10 @@ func TestChart_RBACGrantsEachServiceAccountWhatItNeedsAndNoSecret(t *testing.T) 
 				{verb: "get", resource: "secrets", namespace: "default"},
 				{verb: "list", resource: "secrets"},
 				{verb: "patch", resource: "services", namespace: "default"},
+				// The agent reads no Namespace; only npl-lbsync's webhook does.
+				{verb: "list", resource: "namespaces"},
+				{verb: "watch", resource: "namespaces"},
+				{verb: "get", resource: "namespaces", name: "default"},
 			},
 		},
 		{
@@ -223,6 +236,10 @@ func TestChart_RBACGrantsEachServiceAccountWhatItNeedsAndNoSecret(t *testing.T) 
 				{verb: "create", resource: "events", namespace: "default"},
 				{verb: "create", group: "coordination.k8s.io", resource: "leases", namespace: ns},
 				{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: ns, name: lease},
+				// The webhook's Namespace cache.
+				{verb: "list", resource: "namespaces"},
+				{verb: "watch", resource: "namespaces"},
+				{verb: "get", resource: "namespaces", name: "default"},
 			},
 			deny: []access{
 				{verb: "get", resource: "secrets", namespace: ns},
@@ -236,6 +253,15 @@ func TestChart_RBACGrantsEachServiceAccountWhatItNeedsAndNoSecret(t *testing.T) 
 				{verb: "delete", resource: "services", namespace: "default"},
 				{verb: "patch", resource: "pods", namespace: "default"},
 				{verb: "update", group: "networking.k8s.io", resource: "ingresses", namespace: "default"},
+				// Namespaces are read only, and the webhook's certificate is
+				// a mounted file, not a Secret it reads.
+				{verb: "patch", resource: "namespaces", name: "default"},
+				{verb: "update", resource: "namespaces", name: "default"},
+				{verb: "create", resource: "namespaces"},
+				{verb: "delete", resource: "namespaces", name: "default"},
+				{verb: "get", resource: "secrets", namespace: ns, name: "rbac-npl-lbsync-webhook-tls"},
+				{verb: "create", group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations"},
+				{verb: "patch", group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations", name: "rbac-npl-lbsync-webhook"},
 			},
 		},
 		{

@@ -117,6 +117,14 @@ func renderValues(t testing.TB, vals map[string]any) (*release, error) {
 
 func renderRelease(t testing.TB, vals map[string]any, name, namespace string) (*release, error) {
 	t.Helper()
+	return renderReleaseWith(t, engine.Engine{Strict: true}, vals, name, namespace)
+}
+
+// renderReleaseWith renders with eng: engine.New gives one whose lookup
+// reads a cluster, as `helm install` and `helm upgrade` do; the zero
+// Engine's lookup finds nothing, as with `helm template`.
+func renderReleaseWith(t testing.TB, eng engine.Engine, vals map[string]any, name, namespace string) (*release, error) {
+	t.Helper()
 	ch := loadChart(t)
 	rel := &release{name: name, namespace: namespace}
 	top, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{
@@ -126,7 +134,7 @@ func renderRelease(t testing.TB, vals map[string]any, name, namespace string) (*
 		return nil, err
 	}
 	rel.values = top["Values"].(chartutil.Values)
-	files, err := engine.Engine{Strict: true}.Render(ch, top)
+	files, err := eng.Render(ch, top)
 	if err != nil {
 		return nil, err
 	}

@@ -31,6 +31,13 @@ func TestSchema_rejectsBadValues(t *testing.T) {
 		{"bad duration", map[string]any{"lbsync.resyncPeriod": "10 minutes"}, []string{"/lbsync/resyncPeriod"}},
 		{"bad port", map[string]any{"agent.metricsPort": 70000}, []string{"/agent/metricsPort"}},
 		{"replicas as a string", map[string]any{"lbsync.replicas": "2"}, []string{"/lbsync/replicas"}},
+		{"bad webhook failurePolicy", map[string]any{"lbsync.webhook.failurePolicy": "Never"}, []string{"/lbsync/webhook/failurePolicy", "Ignore"}},
+		{"webhook failurePolicy in lowercase", map[string]any{"lbsync.webhook.failurePolicy": "ignore"}, []string{"/lbsync/webhook/failurePolicy"}},
+		{"webhook timeout above the API server's 30 s", map[string]any{"lbsync.webhook.timeoutSeconds": 31}, []string{"/lbsync/webhook/timeoutSeconds"}},
+		{"webhook timeout of 0", map[string]any{"lbsync.webhook.timeoutSeconds": 0}, []string{"/lbsync/webhook/timeoutSeconds"}},
+		{"bad webhook port", map[string]any{"lbsync.webhook.port": 0}, []string{"/lbsync/webhook/port"}},
+		{"unknown key in the webhook section", map[string]any{"lbsync.webhook.caData": "x"}, []string{"/lbsync/webhook", "caData"}},
+		{"webhook annotation that is not a string", map[string]any{"lbsync.webhook.annotations": map[string]any{"a": 1}}, []string{"/lbsync/webhook/annotations"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := renderValues(t, readValues(t, mock, tc.overrides))

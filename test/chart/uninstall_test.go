@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -166,12 +168,35 @@ func TestUninstall_hooksStopTheWorkloadsAndCleanServicesAsTheirServiceAccount(t 
 	configPath := filepath.Join(t.TempDir(), "config.yaml")
 	writeFile(t, configPath, []byte(cm.Data["config.yaml"]))
 
+	// The readiness-gate webhook is registered while the release runs.
+	mwcs := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	if mwc, err := mwcs.Get(ctx, "un-npl-lbsync-webhook", metav1.GetOptions{}); err != nil || len(mwc.Webhooks) != 1 {
+		t.Fatalf("webhook configuration after install: %v; want one webhook", err)
+	}
+
 	// Uninstall: the hooks in weight order (Helm sorts them so).
 	kubeconfig, err := c.UserKubeconfig("system:serviceaccount:"+ns+":un-npl-uninstall", "system:serviceaccounts", "system:serviceaccounts:"+ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []int{-20, -10, 0, 10} {
+	var weights []int
+	for _, o := range hooks {
+		weights = append(weights, hookWeight(t, o))
+	}
+	slices.Sort(weights)
+	stopWeight := hookWeight(t, r.one(t, "Job", "un-npl-uninstall"))
+	for _, w := range slices.Compact(weights) {
+		if w == stopWeight {
+			// Before step 1 stops npl-lbsync, its webhook is gone, so
+			// no Pod creation calls a webhook without endpoints.
+			switch mwc, err := mwcs.Get(ctx, "un-npl-lbsync-webhook", metav1.GetOptions{}); {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				t.Errorf("webhook configuration before step 1: %v", err)
+			case len(mwc.Webhooks) != 0:
+				t.Errorf("webhook configuration before step 1: %d webhooks; want none", len(mwc.Webhooks))
+			}
+		}
 		for _, o := range hooks {
 			if hookWeight(t, o) != w {
 				continue
@@ -179,6 +204,17 @@ func TestUninstall_hooksStopTheWorkloadsAndCleanServicesAsTheirServiceAccount(t 
 			if o.u.GetKind() == "Job" {
 				runHookJob(t, bin, kubeconfig, configPath, o)
 				continue
+			}
+			// As Helm does with before-hook-creation: the object of the
+			// hook's kind and name goes first, whoever made it.
+			if strings.Contains(o.u.GetAnnotations()["helm.sh/hook-delete-policy"], "before-hook-creation") {
+				ri, err := cr.resource(o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := ri.Delete(ctx, o.u.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					t.Fatalf("hook %s: delete before creation: %v", o, err)
+				}
 			}
 			if err := cr.create(ctx, o, false); err != nil {
 				t.Fatalf("hook %s: %v", o, err)

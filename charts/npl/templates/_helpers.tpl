@@ -1,6 +1,6 @@
 {{/*
-Names. fullname is at most 42 characters, so that the longest suffix
-("-agent-cleanup-wait") still gives a valid object name.
+Names. fullname is at most 42 characters, so that the longest suffixes
+("-agent-cleanup-wait", "-lbsync-webhook-tls") still give valid object names.
 */}}
 {{- define "npl.name" -}}
 {{- default .Chart.Name .Values.nameOverride | trunc 42 | trimSuffix "-" }}
@@ -45,6 +45,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "npl.uninstall.fullname" -}}{{ include "npl.fullname" . }}-uninstall{{- end }}
 {{- define "npl.lbsync.configName" -}}{{ include "npl.fullname" . }}-lbsync-config{{- end }}
 {{- define "npl.lbsync.leaseName" -}}{{ include "npl.fullname" . }}-lbsync{{- end }}
+{{- define "npl.webhook.fullname" -}}{{ include "npl.fullname" . }}-lbsync-webhook{{- end }}
+
+{{/* The Secret of the webhook's serving certificate. */}}
+{{- define "npl.webhook.secretName" -}}
+{{- default (printf "%s-tls" (include "npl.webhook.fullname" .)) .Values.lbsync.webhook.certSecret }}
+{{- end }}
 
 {{- define "npl.agent.serviceAccountName" -}}
 {{- default (include "npl.agent.fullname" .) .Values.serviceAccount.agentName }}
@@ -159,35 +165,97 @@ install with a message rather than crash-looping npl-lbsync.
 {{/*
 The volume npl-lbsync and the uninstall Job read /etc/npl from: the
 configuration, the CA (from the ConfigMap when given as caData) and the
-credentials (from the Secret), read-only.
+credentials (from the Secret), read-only. npl-lbsync also gets the webhook's
+certificate and key in /etc/npl/webhook: a volume mounted inside this
+read-only one could not have its mount point created, so it is one more
+source. Call with (dict "ctx" $ "webhook" true).
 */}}
 {{- define "npl.lbsync.configVolume" -}}
+{{- $ctx := .ctx -}}
 - name: config
   projected:
     defaultMode: 0440
     sources:
       - configMap:
-          name: {{ include "npl.lbsync.configName" . }}
+          name: {{ include "npl.lbsync.configName" $ctx }}
           items:
             - key: config.yaml
               path: config.yaml
-            {{- if eq (include "npl.caSource" .) "configmap" }}
-            - key: {{ .Values.provider.name }}-ca.crt
-              path: {{ .Values.provider.name }}/ca.crt
+            {{- if eq (include "npl.caSource" $ctx) "configmap" }}
+            - key: {{ $ctx.Values.provider.name }}-ca.crt
+              path: {{ $ctx.Values.provider.name }}/ca.crt
             {{- end }}
-      {{- if include "npl.provider.hasCredentials" . }}
+      {{- if include "npl.provider.hasCredentials" $ctx }}
       - secret:
-          name: {{ include "npl.credentialsSecretName" . }}
+          name: {{ include "npl.credentialsSecretName" $ctx }}
           items:
             - key: username
-              path: {{ .Values.provider.name }}/username
+              path: {{ $ctx.Values.provider.name }}/username
             - key: password
-              path: {{ .Values.provider.name }}/password
-            {{- if eq (include "npl.caSource" .) "secret" }}
+              path: {{ $ctx.Values.provider.name }}/password
+            {{- if eq (include "npl.caSource" $ctx) "secret" }}
             - key: ca.crt
-              path: {{ .Values.provider.name }}/ca.crt
+              path: {{ $ctx.Values.provider.name }}/ca.crt
             {{- end }}
       {{- end }}
+      {{- if and .webhook $ctx.Values.lbsync.webhook.enabled }}
+      - secret:
+          name: {{ include "npl.webhook.secretName" $ctx }}
+          items:
+            - key: tls.crt
+              path: webhook/tls.crt
+            - key: tls.key
+              path: webhook/tls.key
+      {{- end }}
+{{- end }}
+
+{{/*
+The webhook's serving certificate, as JSON {"crt", "key", "ca" (PEM),
+"notAfter" (RFC 3339)}, when the chart makes it (certSecret empty). It is
+computed once per render and kept on the root context, because the Secret,
+the MutatingWebhookConfiguration and the Deployment's checksum must agree.
+The Secret already in the cluster is kept across upgrades until a year
+before it expires; lookup finds nothing under `helm template`, which then
+generates a new CA and certificate at each run.
+*/}}
+{{- define "npl.webhook.tls" -}}
+{{- if not (hasKey . "nplWebhookTLS") }}
+{{- $secret := lookup "v1" "Secret" .Release.Namespace (include "npl.webhook.secretName" .) | default dict }}
+{{- $data := get $secret "data" | default dict }}
+{{- $notAfter := dig "metadata" "annotations" "npl.io/webhook-cert-not-after" "" $secret }}
+{{- $renewAt := now | dateModify "+8760h" }}
+{{- $tls := dict }}
+{{- if and (get $data "tls.crt") (get $data "tls.key") (get $data "ca.crt") ((toDate "2006-01-02T15:04:05Z07:00" $notAfter).After $renewAt) }}
+{{- $tls = dict "crt" (get $data "tls.crt" | b64dec) "key" (get $data "tls.key" | b64dec) "ca" (get $data "ca.crt" | b64dec) "notAfter" $notAfter }}
+{{- else }}
+{{- $svc := include "npl.webhook.fullname" . }}
+{{- $host := printf "%s.%s.svc" $svc .Release.Namespace }}
+{{- $ca := genCA (printf "%s-ca" $svc) 3650 }}
+{{- $cert := genSignedCert $host nil (list $host (printf "%s.%s" $svc .Release.Namespace) $svc) 3650 $ca }}
+{{- $tls = dict "crt" $cert.Cert "key" $cert.Key "ca" $ca.Cert "notAfter" (dateInZone "2006-01-02T15:04:05Z07:00" (now | dateModify "+87600h") "UTC") }}
+{{- end }}
+{{- $_ := set . "nplWebhookTLS" $tls }}
+{{- end }}
+{{- get . "nplWebhookTLS" | toJson }}
+{{- end }}
+
+{{/*
+The caBundle of the MutatingWebhookConfiguration (base64 PEM), or nothing
+when cert-manager's CA injector fills it in. Fails on settings that would
+leave the API server unable to reach or trust the webhook.
+*/}}
+{{- define "npl.webhook.caBundle" -}}
+{{- $w := .Values.lbsync.webhook }}
+{{- if has (int $w.port) (list (int .Values.lbsync.metricsPort) (int .Values.lbsync.healthPort)) }}
+{{- fail (printf "lbsync.webhook.port %v is also the metrics or health port" $w.port) }}
+{{- end }}
+{{- if not $w.certSecret }}
+{{- (include "npl.webhook.tls" . | fromJson).ca | b64enc }}
+{{- else if $w.caBundle }}
+{{- $w.caBundle | b64enc }}
+{{- else if not (hasKey $w.annotations "cert-manager.io/inject-ca-from") }}
+{{- fail "lbsync.webhook.certSecret: set lbsync.webhook.caBundle (the CA that signed its certificate), or the annotation cert-manager.io/inject-ca-from in lbsync.webhook.annotations" }}
+{{- end }}
 {{- end }}
 
 {{/* The agent's iptables setup, shared by the DaemonSet and its cleanup. */}}
