@@ -231,6 +231,13 @@ func (c *Controller) ingressSecrets(ctx context.Context, ing *networkingv1.Ingre
 		if apierrors.IsNotFound(err) {
 			continue // Build reports the missing Secret
 		}
+		if apierrors.IsForbidden(err) {
+			// Reading Secrets is opt-in (the chart's ingressClass.readTLSSecrets):
+			// without it the Ingress is served over HTTP only.
+			c.recorder.Eventf(ing, corev1.EventTypeWarning, "TLSSecretForbidden",
+				"Cannot read TLS Secret %s: npl-lbsync may not read Secrets; serving HTTP only", t.SecretName)
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("get TLS secret %s/%s of ingress %s: %w", ing.Namespace, t.SecretName, ing.Name, err)
 		}

@@ -558,7 +558,7 @@ var (
 		expand([]string{"/services", "/pods", "/nodes", "discovery.k8s.io/endpointslices",
 			"networking.k8s.io/ingresses", "networking.k8s.io/ingressclasses"}, "get", "list", "watch"),
 		expand([]string{"/services", "/services/status"}, "patch", "update"),
-		expand([]string{"/pods/status"}, "patch"),
+		expand([]string{"/pods/status", "networking.k8s.io/ingresses", "networking.k8s.io/ingresses/status"}, "patch"),
 		expand([]string{"/events", "events.k8s.io/events"}, "create", "patch"),
 	)
 	// The webhook reads the readiness-gate label of Namespaces.

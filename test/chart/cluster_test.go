@@ -233,6 +233,8 @@ func TestChart_RBACGrantsEachServiceAccountWhatItNeedsAndNoSecret(t *testing.T) 
 				{verb: "list", resource: "nodes"},
 				{verb: "list", group: "discovery.k8s.io", resource: "endpointslices"},
 				{verb: "watch", group: "networking.k8s.io", resource: "ingresses"},
+				{verb: "patch", group: "networking.k8s.io", resource: "ingresses", namespace: "default"},
+				{verb: "patch", group: "networking.k8s.io", resource: "ingresses", subresource: "status", namespace: "default"},
 				{verb: "create", resource: "events", namespace: "default"},
 				{verb: "create", group: "coordination.k8s.io", resource: "leases", namespace: ns},
 				{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: ns, name: lease},
