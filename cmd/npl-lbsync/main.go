@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -149,9 +150,13 @@ func run(ctx context.Context, o *options) error {
 	if err := serve.Listen(ctx, "metrics", o.metricsAddr, metricsMux); err != nil {
 		return cli.Usagef("%v", err)
 	}
+	var webhookServing atomic.Bool
 	ready := func() error {
 		if !ctrl.CachesSynced() {
 			return fmt.Errorf("informer caches not synced")
+		}
+		if o.webhookAddr != "" && !webhookServing.Load() {
+			return fmt.Errorf("webhook not serving yet")
 		}
 		if _, ok := leading.Load("leader"); ok && !ctrl.FirstSyncDone() {
 			return fmt.Errorf("first sync not done")
@@ -170,6 +175,7 @@ func run(ctx context.Context, o *options) error {
 		if err := serveWebhook(ctx, o, client, ctrl, cfg); err != nil {
 			return err
 		}
+		webhookServing.Store(true)
 	}
 	if !o.leaderElect {
 		leading.Store("leader", true)
