@@ -132,15 +132,16 @@ func run(ctx context.Context, o *options) error {
 		return fmt.Errorf("open provider %s: %w", cfg.ProviderName(), err)
 	}
 	ctrl := controller.New(controller.Settings{
-		ClusterName:  cfg.ClusterName(),
-		ServiceType:  cfg.ServiceType(),
-		Family:       cfg.IPFamily(),
-		Claim:        cfg.Claim(),
-		ResyncPeriod: cfg.ResyncPeriod(),
-		Workers:      o.workers,
-		MaxBackoff:   o.maxBackoff,
-		DrainPeriod:  cfg.DrainPeriod(),
-		IngressClass: cfg.IngressClass(),
+		ClusterName:      cfg.ClusterName(),
+		ServiceType:      cfg.ServiceType(),
+		Family:           cfg.IPFamily(),
+		Claim:            cfg.Claim(),
+		ResyncPeriod:     cfg.ResyncPeriod(),
+		Workers:          o.workers,
+		MaxBackoff:       o.maxBackoff,
+		DrainPeriod:      cfg.DrainPeriod(),
+		IngressClass:     cfg.IngressClass(),
+		IngressSharedVIP: cfg.IngressSharedVIP(),
 	}, client, provider, metrics)
 
 	metricsMux := serve.Metrics(reg)

@@ -51,6 +51,7 @@ type Config struct {
 	loadBalancerClass   string
 	defaultLoadBalancer bool
 	ingressClass        string
+	ingressSharedVIP    bool
 	vipPool             []netip.Prefix
 	resyncPeriod        time.Duration
 	drainSeconds        int
@@ -75,6 +76,10 @@ func (c *Config) DefaultLoadBalancer() bool { return c.defaultLoadBalancer }
 
 // IngressClass is the IngressClass name of the Ingresses we serve.
 func (c *Config) IngressClass() string { return c.ingressClass }
+
+// IngressSharedVIP serves all Ingresses of our class on one load balancer
+// and VIP instead of one each.
+func (c *Config) IngressSharedVIP() bool { return c.ingressSharedVIP }
 
 // VIPPool returns the ranges VIPs are taken from, for providers that do not
 // allocate them.
@@ -127,6 +132,7 @@ type file struct {
 	LoadBalancerClass   string          `json:"loadBalancerClass"`
 	DefaultLoadBalancer bool            `json:"defaultLoadBalancer"`
 	IngressClass        string          `json:"ingressClass"`
+	IngressSharedVIP    bool            `json:"ingressSharedVIP"`
 	VIPPool             []string        `json:"vipPool"`
 	ResyncPeriod        string          `json:"resyncPeriod"`
 	DrainSeconds        *int            `json:"drainSeconds"`
@@ -155,6 +161,7 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 		loadBalancerClass:   or(f.LoadBalancerClass, DefaultLoadBalancerClass),
 		defaultLoadBalancer: f.DefaultLoadBalancer,
 		ingressClass:        or(f.IngressClass, DefaultIngressClass),
+		ingressSharedVIP:    f.IngressSharedVIP,
 		resyncPeriod:        DefaultResyncPeriod,
 		drainSeconds:        DefaultDrainSeconds,
 		ipFamily:            or(f.IPFamily, DefaultIPFamily),

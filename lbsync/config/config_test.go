@@ -30,6 +30,7 @@ type view struct {
 	ResyncPeriod        time.Duration
 	DrainPeriod         time.Duration
 	IPFamily            string
+	IngressSharedVIP    bool
 	ProviderName        string
 	Provider            providers.Config
 	Common              providers.Common
@@ -41,7 +42,7 @@ func viewOf(c *Config) view {
 		Dir: c.Dir(), ClusterName: c.ClusterName(), ServiceType: c.ServiceType(),
 		LoadBalancerClass: c.LoadBalancerClass(), DefaultLoadBalancer: c.DefaultLoadBalancer(),
 		IngressClass: c.IngressClass(), VIPPool: c.VIPPool(), ResyncPeriod: c.ResyncPeriod(),
-		DrainPeriod: c.DrainPeriod(), IPFamily: c.IPFamily(), ProviderName: c.ProviderName(),
+		DrainPeriod: c.DrainPeriod(), IPFamily: c.IPFamily(), IngressSharedVIP: c.IngressSharedVIP(), ProviderName: c.ProviderName(),
 		Provider: c.Provider(), Common: c.Common(), Claim: c.Claim(),
 	}
 }
@@ -82,7 +83,7 @@ func TestLoad_fullFile(t *testing.T) {
 	want := view{
 		Dir: "testdata", ClusterName: "prod-eu1", ServiceType: "NodePort", LoadBalancerClass: "example.com/lb",
 		DefaultLoadBalancer: true, IngressClass: "edge", VIPPool: common.VIPPool, ResyncPeriod: 90 * time.Second,
-		DrainPeriod: 0, IPFamily: "IPv6", ProviderName: "mock",
+		DrainPeriod: 0, IPFamily: "IPv6", IngressSharedVIP: true, ProviderName: "mock",
 		Provider: &mock.Config{Common: common, StateFile: "testdata/mock-state.json", Latency: 20 * time.Millisecond,
 			FailCalls: 2, AllowFaultInjection: true},
 		Common: common,

@@ -57,6 +57,8 @@ type Settings struct {
 	// IngressClass is the name of our IngressClass; empty serves every
 	// IngressClass whose controller is npl.io/ingress-controller.
 	IngressClass string
+	// IngressSharedVIP serves all our Ingresses on one load balancer.
+	IngressSharedVIP bool
 }
 
 // Controller reconciles load balancers with Services.
@@ -78,6 +80,10 @@ type Controller struct {
 	synced      []cache.InformerSynced
 
 	queue workqueue.TypedRateLimitingInterface[string]
+
+	// sharedMu serialises the syncs of the shared Ingress load balancer,
+	// which any Ingress's key may trigger.
+	sharedMu sync.Mutex
 
 	mu sync.Mutex
 	// applied holds the hash of the model last applied per Service key, to

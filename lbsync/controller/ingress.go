@@ -139,13 +139,18 @@ func (c *Controller) syncIngress(ctx context.Context, key string) error {
 	ing, err := c.ingLister.Ingresses(ns).Get(name)
 	if err != nil {
 		c.forget(key)
+		if c.settings.IngressSharedVIP {
+			return c.syncSharedIngresses(ctx)
+		}
 		return nil
+	}
+	if c.settings.IngressSharedVIP {
+		return c.syncSharedIngress(ctx, key, ing)
 	}
 	if c.ingressOurs(ing, c.ingressClasses()) {
 		return c.ensureIngress(ctx, key, ing)
 	}
-	owner, recorded := ing.Annotations[claim.ClaimedByKey]
-	if (recorded && owner == c.settings.ClusterName) || (!recorded && slices.Contains(ing.Finalizers, claim.CleanupFinalizer)) {
+	if c.claimedIngress(ing) {
 		return c.releaseIngress(ctx, key, ing)
 	}
 	c.forget(key)
@@ -153,41 +158,164 @@ func (c *Controller) syncIngress(ctx context.Context, key string) error {
 }
 
 func (c *Controller) ingressLBName(ing *networkingv1.Ingress) string {
-	return ingress.LoadBalancerName(c.settings.ClusterName, ing, false, "")
+	return ingress.LoadBalancerName(c.settings.ClusterName, ing, c.settings.IngressSharedVIP, c.settings.IngressClass)
+}
+
+// claimedIngress reports whether we hold (or may hold) a load balancer for
+// ing that we must clean up.
+func (c *Controller) claimedIngress(ing *networkingv1.Ingress) bool {
+	owner, recorded := ing.Annotations[claim.ClaimedByKey]
+	return (recorded && owner == c.settings.ClusterName) || (!recorded && slices.Contains(ing.Finalizers, claim.CleanupFinalizer))
+}
+
+// sharedKey is the queue-independent key of the shared load balancer's
+// applied model.
+const sharedKey = "ingress-shared"
+
+// syncSharedIngress handles one Ingress when all Ingresses of our class
+// share a VIP: it claims or releases the Ingress and syncs the shared load
+// balancer, which holds the rules of every Ingress we serve.
+func (c *Controller) syncSharedIngress(ctx context.Context, key string, ing *networkingv1.Ingress) error {
+	ours := c.ingressOurs(ing, c.ingressClasses())
+	if ours {
+		if err := c.patchIngressClaim(ctx, ing, true); err != nil {
+			return err
+		}
+	}
+	if err := c.syncSharedIngresses(ctx); err != nil {
+		return err
+	}
+	if ours || !c.claimedIngress(ing) {
+		return nil
+	}
+	// It left the shared load balancer (built without it just above).
+	if ing.DeletionTimestamp == nil && len(ing.Status.LoadBalancer.Ingress) > 0 {
+		if err := c.setIngressStatus(ctx, ing, nil); err != nil {
+			return err
+		}
+	}
+	if err := c.patchIngressClaim(ctx, ing, false); err != nil {
+		return err
+	}
+	for _, b := range ingress.Backends(ing) {
+		c.queue.Add(b.String())
+	}
+	c.forget(key)
+	return nil
+}
+
+// syncSharedIngresses makes the shared load balancer hold the rules of every
+// Ingress we serve, and deletes it when there is none.
+func (c *Controller) syncSharedIngresses(ctx context.Context) error {
+	c.sharedMu.Lock()
+	defer c.sharedMu.Unlock()
+	all, err := c.ingLister.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	classes := c.ingressClasses()
+	var ings []*networkingv1.Ingress
+	for _, ing := range all {
+		if c.ingressOurs(ing, classes) {
+			ings = append(ings, ing)
+		}
+	}
+	name := providers.SharedIngressLoadBalancerName(c.settings.ClusterName, c.settings.IngressClass)
+	if len(ings) == 0 {
+		c.forget(sharedKey)
+		return c.callDelete(ctx, name)
+	}
+	lb, _, err := c.buildIngresses(ctx, ings, true)
+	if err != nil || lb == nil {
+		return err
+	}
+	c.applyDrains(sharedKey, lb)
+	hash := modelHash(lb)
+	c.mu.Lock()
+	unchanged := c.applied[sharedKey] == hash
+	c.mu.Unlock()
+	if unchanged && !slices.ContainsFunc(ings, func(i *networkingv1.Ingress) bool { return len(i.Status.LoadBalancer.Ingress) == 0 }) {
+		return nil
+	}
+	status, err := c.callEnsure(ctx, lb)
+	if err != nil {
+		for _, ing := range ings {
+			c.recorder.Eventf(ing, corev1.EventTypeWarning, "SyncFailed", "Load balancer %s: %v", lb.Name, err)
+		}
+		return fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
+	}
+	c.mu.Lock()
+	c.applied[sharedKey] = hash
+	c.mu.Unlock()
+	for _, ing := range ings {
+		if err := c.setIngressStatus(ctx, ing, status.VIPs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildIngresses opts the backends of ings in and builds their load
+// balancer (one Ingress, or all of them on a shared VIP), sending the
+// build's Events to the Ingresses they concern.
+func (c *Controller) buildIngresses(ctx context.Context, ings []*networkingv1.Ingress, shared bool) (*providers.LoadBalancer, builder.Report, error) {
+	var services []*corev1.Service
+	var pods []*corev1.Pod
+	var secrets []*corev1.Secret
+	seen := map[string]bool{}
+	for _, ing := range ings {
+		for _, ref := range ingress.Backends(ing) {
+			if seen[ref.String()] {
+				continue
+			}
+			seen[ref.String()] = true
+			svc, err := c.svcLister.Services(ref.Namespace).Get(ref.Name)
+			if err != nil {
+				continue // Build reports the missing backend
+			}
+			services = append(services, svc)
+			pods = append(pods, c.podsFor(svc)...)
+			if c.settings.ServiceType == builder.ServiceTypeNodePortLocal && ingress.WantsOptIn(svc) {
+				if err := c.patchOptIn(ctx, svc, true); err != nil {
+					return nil, builder.Report{}, err
+				}
+			}
+		}
+		s, err := c.ingressSecrets(ctx, ing)
+		if err != nil {
+			return nil, builder.Report{}, err
+		}
+		secrets = append(secrets, s...)
+	}
+	lb, report := ingress.Build(ingress.Input{
+		ClusterName: c.settings.ClusterName, ServiceType: c.settings.ServiceType, Family: c.settings.Family,
+		Ingresses: ings, SharedVIP: shared, IngressClass: c.settings.IngressClass,
+		Services: services, Pods: pods, Nodes: c.nodesFor(), Secrets: secrets,
+	})
+	target := func(msg string) *networkingv1.Ingress {
+		for _, ing := range ings {
+			if strings.HasPrefix(msg, "ingress "+keyOf(ing)+":") {
+				return ing
+			}
+		}
+		return ings[0]
+	}
+	for _, e := range report.Errors {
+		c.recorder.Event(target(e), corev1.EventTypeWarning, "InvalidIngress", e)
+	}
+	for _, w := range report.Warnings {
+		c.recorder.Event(target(w), corev1.EventTypeWarning, "IngressWarning", w)
+	}
+	return lb, report, nil
 }
 
 func (c *Controller) ensureIngress(ctx context.Context, key string, ing *networkingv1.Ingress) error {
 	if err := c.patchIngressClaim(ctx, ing, true); err != nil {
 		return err
 	}
-	var services []*corev1.Service
-	var pods []*corev1.Pod
-	for _, ref := range ingress.Backends(ing) {
-		svc, err := c.svcLister.Services(ref.Namespace).Get(ref.Name)
-		if err != nil {
-			continue // Build reports the missing backend
-		}
-		services = append(services, svc)
-		pods = append(pods, c.podsFor(svc)...)
-		if c.settings.ServiceType == builder.ServiceTypeNodePortLocal && ingress.WantsOptIn(svc) {
-			if err := c.patchOptIn(ctx, svc, true); err != nil {
-				return err
-			}
-		}
-	}
-	secrets, err := c.ingressSecrets(ctx, ing)
+	lb, report, err := c.buildIngresses(ctx, []*networkingv1.Ingress{ing}, false)
 	if err != nil {
 		return err
-	}
-	lb, report := ingress.Build(ingress.Input{
-		ClusterName: c.settings.ClusterName, ServiceType: c.settings.ServiceType, Family: c.settings.Family,
-		Ingresses: []*networkingv1.Ingress{ing}, Services: services, Pods: pods, Nodes: c.nodesFor(), Secrets: secrets,
-	})
-	for _, e := range report.Errors {
-		c.recorder.Event(ing, corev1.EventTypeWarning, "InvalidIngress", e)
-	}
-	for _, w := range report.Warnings {
-		c.recorder.Event(ing, corev1.EventTypeWarning, "IngressWarning", w)
 	}
 	if lb == nil {
 		return nil
@@ -327,13 +455,11 @@ func (c *Controller) ingressClaimed(lb providers.LoadBalancer) bool {
 		return true
 	}
 	classes := c.ingressClasses()
+	claimed := false
 	for _, ing := range ings {
-		if c.ingressLBName(ing) != lb.Name {
-			continue
+		if c.ingressLBName(ing) == lb.Name && (c.ingressOurs(ing, classes) || c.claimedIngress(ing)) {
+			claimed = true
 		}
-		owner, recorded := ing.Annotations[claim.ClaimedByKey]
-		return c.ingressOurs(ing, classes) || (recorded && owner == c.settings.ClusterName) ||
-			(!recorded && slices.Contains(ing.Finalizers, claim.CleanupFinalizer))
 	}
-	return false
+	return claimed
 }

@@ -124,3 +124,62 @@ func TestIngress_endToEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestIngress_sharedVIP: with ingressSharedVIP, two Ingresses of the class
+// share one load balancer and VIP; deleting one removes only its pool.
+func TestIngress_sharedVIP(t *testing.T) {
+	e := setup(t)
+	class := "npl-shared"
+	cluster := "e2e-shared"
+	_, backend := e.startLBSync(t, "npl-lbsync-ingress-shared", "mock", netip.MustParsePrefix("198.18.135.0/28"),
+		fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/none\ningressClass: %s\ningressSharedVIP: true\ndrainSeconds: 0\n", cluster, class))
+	ic := &networkingv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: class}, Spec: networkingv1.IngressClassSpec{Controller: ingress.ControllerName}}
+	if _, err := e.client.NetworkingV1().IngressClasses().Create(context.Background(), ic, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = e.client.NetworkingV1().IngressClasses().Delete(context.Background(), class, metav1.DeleteOptions{})
+	})
+	ns := e.namespace(t)
+	for _, app := range []string{"alpha", "beta"} {
+		if _, err := e.client.AppsV1().Deployments(ns).Create(context.Background(), deployment(ns, app, 1), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.createService(t, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": app},
+				Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}}},
+		})
+		ing := &networkingv1.Ingress{
+			ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns},
+			Spec:       networkingv1.IngressSpec{IngressClassName: &class, Rules: []networkingv1.IngressRule{ingressRule(app+".example", app)}},
+		}
+		if _, err := e.client.NetworkingV1().Ingresses(ns).Create(context.Background(), ing, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lbName := providers.SharedIngressLoadBalancerName(cluster, class)
+	pool := func(app string) string { return providers.IngressPoolName(lbName, ns, app, "80") }
+	waitFor(t, 60*time.Second, "both Ingresses on one VIP, a pool each", func() (bool, error) {
+		pools, vips, ok, err := backend.Pools(lbName)
+		if err != nil || !ok || len(vips) != 1 || len(pools[pool("alpha")]) != 1 || len(pools[pool("beta")]) != 1 {
+			return false, err
+		}
+		for _, app := range []string{"alpha", "beta"} {
+			ing, err := e.client.NetworkingV1().Ingresses(ns).Get(context.Background(), app, metav1.GetOptions{})
+			if err != nil || len(ing.Status.LoadBalancer.Ingress) != 1 || ing.Status.LoadBalancer.Ingress[0].IP != vips[0] {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+	if err := e.client.NetworkingV1().Ingresses(ns).Delete(context.Background(), "beta", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "beta's pool gone, alpha's kept, beta deleted", func() (bool, error) {
+		pools, _, ok, err := backend.Pools(lbName)
+		_, gone := e.client.NetworkingV1().Ingresses(ns).Get(context.Background(), "beta", metav1.GetOptions{})
+		_, hasBeta := pools[pool("beta")]
+		return err == nil && ok && !hasBeta && len(pools[pool("alpha")]) == 1 && gone != nil, err
+	})
+}
