@@ -153,6 +153,7 @@ install with a message rather than crash-looping npl-lbsync.
   "loadBalancerClass" $v.loadBalancerClass
   "defaultLoadBalancer" $v.defaultLoadBalancer
   "ingressClass" $v.ingressClass.name
+  "ingressSharedVIP" $v.ingressClass.sharedVIP
   "vipPool" $v.vipPool
   "resyncPeriod" $v.lbsync.resyncPeriod
   "drainSeconds" $v.lbsync.drainSeconds
