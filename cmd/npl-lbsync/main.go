@@ -50,6 +50,8 @@ type options struct {
 	maxBackoff     time.Duration
 	webhookAddr    string
 	webhookCertDir string
+	apiQPS         float32
+	apiBurst       int
 }
 
 func newCommand() *cobra.Command {
@@ -77,6 +79,8 @@ Pods' nodeportlocal.antrea.io annotations, makes the configured load balancer
 	f.StringVar(&o.healthAddr, "health-probe-bind-address", ":9104", "address of the /healthz and /readyz listener (0 disables it)")
 	f.IntVar(&o.workers, "workers", 4, "Services synced in parallel")
 	f.DurationVar(&o.maxBackoff, "max-backoff", 30*time.Second, "cap of the retry delay of a failed sync")
+	f.Float32Var(&o.apiQPS, "kube-api-qps", 100, "sustained rate of requests to the Kubernetes API (writes at a cold start: about 4 per Service)")
+	f.IntVar(&o.apiBurst, "kube-api-burst", 200, "burst of requests to the Kubernetes API")
 	f.StringVar(&o.webhookAddr, "webhook-bind-address", "", "address of the HTTPS admission webhook that injects the npl.io/lb-registered readiness gate (empty disables it)")
 	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/etc/npl/webhook", "directory with the webhook's tls.crt and tls.key")
 	cmd.AddCommand(newCleanupCommand(o))
@@ -109,7 +113,7 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return cli.Usagef("%v", err)
 	}
-	restCfg.QPS, restCfg.Burst = 50, 100
+	restCfg.QPS, restCfg.Burst = o.apiQPS, o.apiBurst
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return cli.Usagef("kubernetes client: %v", err)
