@@ -408,8 +408,11 @@ func (c *Controller) syncService(ctx context.Context, key string) error {
 		return c.release(ctx, svc)
 	}
 	c.forget(key)
-	// An Ingress backend we opted in that no Ingress of ours uses any more.
-	if svc.DeletionTimestamp == nil && svc.Annotations[claim.AutoAnnotatedKey] == "true" && !c.referencedByOurIngress(svc) {
+	// An Ingress backend opted in that no npl Ingress uses any more. A
+	// Service claimed as a load balancer (by any installation) keeps the
+	// opt-in its claimer manages.
+	if svc.DeletionTimestamp == nil && svc.Annotations[claim.AutoAnnotatedKey] == "true" &&
+		svc.Annotations[claim.ClaimedByKey] == "" && !claim.HasCleanupFinalizer(svc) && !c.referencedByNPLIngress(svc) {
 		return c.patchOptIn(ctx, svc, false)
 	}
 	// Another installation's, or nobody's: not ours to touch.

@@ -119,6 +119,17 @@ func (c *Controller) ingressOurs(ing *networkingv1.Ingress, classes []*networkin
 // referencedByOurIngress reports whether an Ingress we serve sends requests
 // to the Service, which then keeps its NodePortLocal opt-in.
 func (c *Controller) referencedByOurIngress(svc *corev1.Service) bool {
+	return c.referencedByIngress(svc, ingress.Config{IngressClass: c.settings.IngressClass})
+}
+
+// referencedByNPLIngress reports whether an Ingress of any npl IngressClass
+// (ours or another installation's) sends requests to the Service: only then
+// may nobody remove its opt-in.
+func (c *Controller) referencedByNPLIngress(svc *corev1.Service) bool {
+	return c.referencedByIngress(svc, ingress.Config{})
+}
+
+func (c *Controller) referencedByIngress(svc *corev1.Service, cfg ingress.Config) bool {
 	objs, err := c.ingIndexer.ByIndex(backendIndex, keyOf(svc))
 	if err != nil {
 		return false
@@ -126,7 +137,7 @@ func (c *Controller) referencedByOurIngress(svc *corev1.Service) bool {
 	classes := c.ingressClasses()
 	return slices.ContainsFunc(objs, func(o any) bool {
 		ing, ok := o.(*networkingv1.Ingress)
-		return ok && c.ingressOurs(ing, classes)
+		return ok && ing.DeletionTimestamp == nil && ingress.Ours(ing, classes, cfg)
 	})
 }
 

@@ -24,8 +24,8 @@ func (c *Controller) patchService(ctx context.Context, svc *corev1.Service, patc
 
 // patchOptIn adds or removes the NodePortLocal opt-in that we manage.
 func (c *Controller) patchOptIn(ctx context.Context, svc *corev1.Service, want bool) error {
-	if !want && c.referencedByOurIngress(svc) {
-		return nil // an Ingress of ours still needs the Service's node ports
+	if !want && c.referencedByNPLIngress(svc) {
+		return nil // an npl Ingress still needs the Service's node ports
 	}
 	patch, changed := claim.AnnotationPatch(svc, want)
 	if !changed {

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/mock"
 	"github.com/nodeportlocal/npl/test/stack"
@@ -289,5 +290,29 @@ func TestLBSync_drainOutlivesThePod(t *testing.T) {
 	waitPools(t, l, ns, "web", map[string][]providers.Member{pool: {member(ip, 61000, true)}})
 	if d := time.Since(deleted); d < 9*time.Second {
 		t.Errorf("the draining member was removed %s after the deletion, before the 10 s drain period", d.Round(time.Second))
+	}
+}
+
+// TestLBSync_installationsDoNotFight: a Service claimed and opted in by
+// another installation (another class) is left alone by this one: once
+// synced, nobody writes it again.
+func TestLBSync_installationsDoNotFight(t *testing.T) {
+	e := setup(t)
+	peer := e.startExtra(t, "npl-lbsync-peer", "NodePortLocal", "npl.io/peer", "198.18.108.0/28", false)
+	ns := e.namespace(t)
+	e.pod(t, ns, "a", e.nodeName(0), list(entry(8080, e.nodeIP(0), 61000, "tcp")))
+	e.createService(t, lbService(ns, "web", ptr("npl.io/peer")))
+	waitPools(t, peer, ns, "web", map[string][]providers.Member{peer.poolName(ns, "web", providers.TCP, 80): {member(e.nodeIP(0), 61000, true)}})
+	var rv string
+	waitFor(t, 20*time.Second, "the peer's claim, opt-in and status", func() (bool, error) {
+		s := e.service(t, ns, "web")
+		rv = s.ResourceVersion
+		c := condition(s)
+		return s.Annotations[claim.ClaimedByKey] == peer.cluster && s.Annotations[annotation.ServiceEnabledKey] == "true" &&
+			len(s.Status.LoadBalancer.Ingress) == 1 && c != nil && c.Status == metav1.ConditionTrue, nil
+	})
+	time.Sleep(3 * time.Second)
+	if s := e.service(t, ns, "web"); s.ResourceVersion != rv {
+		t.Errorf("the Service was written again after it synced (annotations %v): installations fight", s.Annotations)
 	}
 }
