@@ -136,30 +136,46 @@ func complete(l *stack.LBSync) (int, int64, error) {
 	return n, st.Counters.Writes, nil
 }
 
+// run numbers the iterations over every call of the benchmark.
+var run int
+
+// setup creates the objects once per test binary: the benchmark function
+// runs more than once (b.N = 1, then the -benchtime count).
+var setup struct {
+	once sync.Once
+	err  error
+}
+
 func BenchmarkIngress500(b *testing.B) {
 	ctx := context.Background()
 	c := cluster.Shared(b, cluster.Options{Nodes: 3, NoKubelet: true})
 	client := c.Client()
-	if _, err := c.CreateNamespace(ctx, namespace); err != nil {
-		b.Fatal(err)
+	setup.once.Do(func() {
+		if _, err := c.CreateNamespace(ctx, namespace); err != nil {
+			setup.err = err
+			return
+		}
+		if _, err := client.NetworkingV1().IngressClasses().Create(ctx, &networkingv1.IngressClass{
+			ObjectMeta: metav1.ObjectMeta{Name: ingClass}, Spec: networkingv1.IngressClassSpec{Controller: ingress.ControllerName},
+		}, metav1.CreateOptions{}); err != nil {
+			setup.err = err
+			return
+		}
+		start := time.Now()
+		setup.err = populate(ctx, client, c.Nodes())
+		b.Logf("created %d Services, %d Pods and %d Ingresses in %s", services, services*podsPerSvc, ingresses, time.Since(start).Round(time.Second))
+	})
+	if setup.err != nil {
+		b.Fatal(setup.err)
 	}
-	if _, err := client.NetworkingV1().IngressClasses().Create(ctx, &networkingv1.IngressClass{
-		ObjectMeta: metav1.ObjectMeta{Name: ingClass}, Spec: networkingv1.IngressClassSpec{Controller: ingress.ControllerName},
-	}, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	start := time.Now()
-	if err := populate(ctx, client, c.Nodes()); err != nil {
-		b.Fatal(err)
-	}
-	b.Logf("created %d Services, %d Pods and %d Ingresses in %s", services, services*podsPerSvc, ingresses, time.Since(start).Round(time.Second))
 
-	for i := range b.N {
-		state := filepath.Join(b.TempDir(), fmt.Sprintf("mock-%d.json", i))
+	for range b.N {
+		run++
+		state := filepath.Join(b.TempDir(), fmt.Sprintf("mock-%d.json", run))
 		cfg := fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/none\ningressClass: %s\nvipPool: [\"198.18.148.0/22\"]\nprovider:\n  name: mock\n  mock:\n    stateFile: %s\n",
 			clusterName, ingClass, state)
 		start := time.Now()
-		l, err := stack.StartLBSync(ctx, c, stack.LBSyncOptions{Name: fmt.Sprintf("npl-lbsync-ingress-bench-%d", i), Config: cfg})
+		l, err := stack.StartLBSync(ctx, c, stack.LBSyncOptions{Name: fmt.Sprintf("npl-lbsync-ingress-bench-%d", run), Config: cfg})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -181,7 +197,7 @@ func BenchmarkIngress500(b *testing.B) {
 		const changes = 20
 		for j := range changes {
 			pod := fmt.Sprintf("pod-%d", j*7)
-			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotation.PodKey, entryJSON(c.Nodes()[(j*7)%3].IP.String(), 62000-j-100*i))
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotation.PodKey, entryJSON(c.Nodes()[(j*7)%3].IP.String(), 62000-j-25*(run%30)))
 			if _, err := client.CoreV1().Pods(namespace).Patch(ctx, pod, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 				b.Fatal(err)
 			}
