@@ -43,6 +43,8 @@ type options struct {
 	checkInterval    time.Duration
 	syncWindow       time.Duration
 	workers          int
+	apiQPS           float32
+	apiBurst         int
 }
 
 func newCommand() *cobra.Command {
@@ -68,6 +70,8 @@ writes the Antrea-compatible Pod annotation nodeportlocal.antrea.io.`,
 	f.DurationVar(&o.checkInterval, "datapath-check-interval", time.Minute, "how often the iptables chains are checked for drift and repaired")
 	f.DurationVar(&o.syncWindow, "datapath-sync-window", 20*time.Millisecond, "changes within this window are written in one iptables-restore")
 	f.IntVar(&o.workers, "workers", 4, "Pods synced in parallel")
+	f.Float32Var(&o.apiQPS, "kube-api-qps", 50, "sustained rate of requests to the Kubernetes API (one annotation patch per Pod change)")
+	f.IntVar(&o.apiBurst, "kube-api-burst", 100, "burst of requests to the Kubernetes API")
 	cmd.AddCommand(newCleanupCommand(o))
 	return cmd
 }
@@ -120,6 +124,7 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return cli.Usagef("%v", err)
 	}
+	restCfg.QPS, restCfg.Burst = o.apiQPS, o.apiBurst
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return cli.Usagef("kubernetes client: %v", err)

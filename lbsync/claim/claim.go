@@ -77,16 +77,40 @@ func HasCleanupFinalizer(svc *corev1.Service) bool {
 // "false") does not opt in; with want it is overwritten, and removed later as
 // ours.
 func AnnotationPatch(svc *corev1.Service, want bool) (patch []byte, changed bool) {
-	if svc == nil {
-		return nil, false
-	}
-	switch {
-	case want && !annotation.ServiceEnabled(svc.Annotations):
+	switch OptInChange(svc, want) {
+	case OptInAdd:
 		return []byte(addPatch), true
-	case !want && svc.Annotations[AutoAnnotatedKey] == "true":
+	case OptInRemove:
 		return []byte(removePatch), true
 	default:
 		return nil, false
+	}
+}
+
+// OptInChanges are the answers of OptInChange.
+type OptInChanges int
+
+const (
+	// OptInKeep: nothing to change.
+	OptInKeep OptInChanges = iota
+	// OptInAdd: add the opt-in and AutoAnnotatedKey.
+	OptInAdd
+	// OptInRemove: remove both.
+	OptInRemove
+)
+
+// OptInChange says what AnnotationPatch would do, for callers that fold
+// the change into a larger patch.
+func OptInChange(svc *corev1.Service, want bool) OptInChanges {
+	switch {
+	case svc == nil:
+		return OptInKeep
+	case want && !annotation.ServiceEnabled(svc.Annotations):
+		return OptInAdd
+	case !want && svc.Annotations[AutoAnnotatedKey] == "true":
+		return OptInRemove
+	default:
+		return OptInKeep
 	}
 }
 

@@ -431,13 +431,8 @@ func (c *Controller) forget(key string) {
 func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) error {
 	logger := klog.FromContext(ctx).WithValues("service", klog.KObj(svc))
 	key := keyOf(svc)
-	if err := c.addFinalizer(ctx, svc); err != nil {
+	if err := c.claimService(ctx, svc, c.settings.ServiceType == builder.ServiceTypeNodePortLocal); err != nil {
 		return err
-	}
-	if c.settings.ServiceType == builder.ServiceTypeNodePortLocal {
-		if err := c.patchOptIn(ctx, svc, true); err != nil {
-			return err
-		}
 	}
 	lb, report := builder.Build(builder.Input{
 		ClusterName: c.settings.ClusterName,
@@ -483,10 +478,7 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) error {
 	first := c.applied[key] == ""
 	c.applied[key] = hash
 	c.mu.Unlock()
-	if err := c.setStatus(ctx, svc, status.VIPs); err != nil {
-		return err
-	}
-	if err := c.setCondition(ctx, svc, true, "Synced", fmt.Sprintf("%d listener(s), %d ready backend(s)", len(lb.Listeners), report.ReadyBackends)); err != nil {
+	if err := c.setStatus(ctx, svc, status.VIPs, true, "Synced", fmt.Sprintf("%d listener(s), %d ready backend(s)", len(lb.Listeners), report.ReadyBackends)); err != nil {
 		return err
 	}
 	if err := c.updateRegistrations(ctx, svc, lb); err != nil {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeportlocal/npl/agent/annotation"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 )
 
@@ -34,17 +35,36 @@ func (c *Controller) patchOptIn(ctx context.Context, svc *corev1.Service, want b
 	return c.patchService(ctx, svc, patch)
 }
 
-// addFinalizer makes the Service's deletion wait for its load balancer and
-// records which installation claimed it.
-func (c *Controller) addFinalizer(ctx context.Context, svc *corev1.Service) error {
-	if claim.HasCleanupFinalizer(svc) && svc.Annotations[claim.ClaimedByKey] == c.settings.ClusterName {
+// claimService makes the Service's deletion wait for its load balancer,
+// records which installation claimed it and, with optIn, adds the
+// NodePortLocal opt-in: one patch, only when something is missing.
+func (c *Controller) claimService(ctx context.Context, svc *corev1.Service, optIn bool) error {
+	meta := map[string]any{}
+	annotations := map[string]any{}
+	if !claim.HasCleanupFinalizer(svc) {
+		meta["finalizers"] = append(slices.Clone(svc.Finalizers), claim.CleanupFinalizer)
+	}
+	if svc.Annotations[claim.ClaimedByKey] != c.settings.ClusterName {
+		annotations[claim.ClaimedByKey] = c.settings.ClusterName
+	}
+	if optIn && claim.OptInChange(svc, true) == claim.OptInAdd {
+		annotations[annotation.ServiceEnabledKey] = "true"
+		annotations[claim.AutoAnnotatedKey] = "true"
+	}
+	if len(meta) == 0 && len(annotations) == 0 {
 		return nil
 	}
-	finalizers := slices.Clone(svc.Finalizers)
-	if !claim.HasCleanupFinalizer(svc) {
-		finalizers = append(finalizers, claim.CleanupFinalizer)
+	if len(annotations) > 0 {
+		meta["annotations"] = annotations
 	}
-	return c.patchClaim(ctx, svc, finalizers, c.settings.ClusterName)
+	// The resourceVersion makes the patch fail on a concurrent change
+	// rather than drop another controller's finalizer.
+	meta["resourceVersion"] = svc.ResourceVersion
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return err
+	}
+	return c.patchService(ctx, svc, patch)
 }
 
 // removeFinalizer drops the finalizer and the claim record.
@@ -72,20 +92,29 @@ func (c *Controller) patchClaim(ctx context.Context, svc *corev1.Service, finali
 	return c.patchService(ctx, svc, patch)
 }
 
-// setStatus writes the VIPs into status.loadBalancer.ingress when they differ.
-func (c *Controller) setStatus(ctx context.Context, svc *corev1.Service, vips []string) error {
+// setStatus writes the VIPs into status.loadBalancer.ingress and sets the
+// npl.io/LoadBalancerSynced condition, in one patch and only when either
+// changes.
+func (c *Controller) setStatus(ctx context.Context, svc *corev1.Service, vips []string, ok bool, reason, message string) error {
 	ingress := make([]corev1.LoadBalancerIngress, 0, len(vips))
 	for _, v := range vips {
 		ingress = append(ingress, corev1.LoadBalancerIngress{IP: v})
 	}
-	if equalIngress(svc.Status.LoadBalancer.Ingress, ingress) {
+	status := map[string]any{}
+	if !equalIngress(svc.Status.LoadBalancer.Ingress, ingress) {
+		status["loadBalancer"] = map[string]any{"ingress": ingress}
+		klog.FromContext(ctx).V(2).Info("Writing load balancer status", "service", klog.KObj(svc), "vips", vips)
+	}
+	if conditions, changed := c.nextConditions(svc, ok, reason, message); changed {
+		status["conditions"] = conditions
+	}
+	if len(status) == 0 {
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"loadBalancer": map[string]any{"ingress": ingress}}})
+	patch, err := json.Marshal(map[string]any{"status": status})
 	if err != nil {
 		return err
 	}
-	klog.FromContext(ctx).V(2).Info("Writing load balancer status", "service", klog.KObj(svc), "vips", vips)
 	return c.patchService(ctx, svc, patch, "status")
 }
 
@@ -114,9 +143,23 @@ func equalIngress(a, b []corev1.LoadBalancerIngress) bool {
 	return true
 }
 
-// setCondition sets the npl.io/LoadBalancerSynced condition, writing only
-// when its status, reason or message changes.
+// setCondition sets the npl.io/LoadBalancerSynced condition alone, writing
+// only when its status, reason or message changes.
 func (c *Controller) setCondition(ctx context.Context, svc *corev1.Service, ok bool, reason, message string) error {
+	conditions, changed := c.nextConditions(svc, ok, reason, message)
+	if !changed {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": conditions}})
+	if err != nil {
+		return err
+	}
+	return c.patchService(ctx, svc, patch, "status")
+}
+
+// nextConditions returns the Service's conditions with the
+// npl.io/LoadBalancerSynced condition set, and whether that changed them.
+func (c *Controller) nextConditions(svc *corev1.Service, ok bool, reason, message string) ([]metav1.Condition, bool) {
 	status := metav1.ConditionFalse
 	if ok {
 		status = metav1.ConditionTrue
@@ -130,7 +173,7 @@ func (c *Controller) setCondition(ctx context.Context, svc *corev1.Service, ok b
 	if i >= 0 {
 		cur := conditions[i]
 		if cur.Status == status && cur.Reason == reason && cur.Message == message && cur.ObservedGeneration == svc.Generation {
-			return nil
+			return conditions, false
 		}
 		if cur.Status == status {
 			next.LastTransitionTime = cur.LastTransitionTime
@@ -139,9 +182,5 @@ func (c *Controller) setCondition(ctx context.Context, svc *corev1.Service, ok b
 	} else {
 		conditions = append(conditions, next)
 	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": conditions}})
-	if err != nil {
-		return err
-	}
-	return c.patchService(ctx, svc, patch, "status")
+	return conditions, true
 }
