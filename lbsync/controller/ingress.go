@@ -116,12 +116,6 @@ func (c *Controller) ingressOurs(ing *networkingv1.Ingress, classes []*networkin
 	return ing.DeletionTimestamp == nil && ingress.Ours(ing, classes, ingress.Config{IngressClass: c.settings.IngressClass})
 }
 
-// referencedByOurIngress reports whether an Ingress we serve sends requests
-// to the Service, which then keeps its NodePortLocal opt-in.
-func (c *Controller) referencedByOurIngress(svc *corev1.Service) bool {
-	return c.referencedByIngress(svc, ingress.Config{IngressClass: c.settings.IngressClass})
-}
-
 // referencedByNPLIngress reports whether an Ingress of any npl IngressClass
 // (ours or another installation's) sends requests to the Service: only then
 // may nobody remove its opt-in.
