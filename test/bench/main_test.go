@@ -27,11 +27,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"reflect"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -40,44 +38,9 @@ import (
 	"github.com/nodeportlocal/npl/test/cluster"
 )
 
-func TestMain(m *testing.M) {
-	// As cluster.RunMain, but the fixtures' processes are stopped before
-	// their cluster closes, also on SIGINT and SIGTERM.
-	done, code, err := cluster.Reexec()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	if done {
-		os.Exit(code)
-	}
-	stop := closeOnSignal()
-	code = m.Run()
-	stop()
-	if err := closeEnv(); err != nil {
-		fmt.Fprintf(os.Stderr, "npl bench: close: %v\n", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-func closeOnSignal() (stop func()) {
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	quit := make(chan struct{})
-	go func() {
-		select {
-		case s := <-sigs:
-			fmt.Fprintf(os.Stderr, "npl bench: %v: closing the cluster\n", s)
-			_ = closeEnv()
-			os.Exit(128 + int(s.(syscall.Signal)))
-		case <-quit:
-		}
-	}()
-	return func() { signal.Stop(sigs); close(quit) }
-}
+// TestMain is cluster.RunMain, but the fixtures' processes are stopped
+// before their cluster closes, also on SIGINT and SIGTERM.
+func TestMain(m *testing.M) { cluster.RunMainWithClose(m, closeEnv) }
 
 // env is the cluster the benchmarks run on now and the fixtures built on it.
 type env struct {

@@ -222,7 +222,12 @@ func isPrivateNetnsDirMounted() (bool, error) {
 // tests there, then closes any cluster still open (Shared's included) and
 // exits. SIGINT and SIGTERM also close them first. A missing prerequisite
 // ends the binary with exit code 2 and one line on stderr.
-func RunMain(m *testing.M) {
+func RunMain(m *testing.M) { RunMainWithClose(m, closeActive) }
+
+// RunMainWithClose is RunMain with the closing step given: it runs after the
+// tests and on SIGINT or SIGTERM, for packages that must stop their own
+// processes before the cluster they use closes.
+func RunMainWithClose(m *testing.M, closeAll func() error) {
 	done, code, err := Reexec()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -231,10 +236,10 @@ func RunMain(m *testing.M) {
 	if done {
 		os.Exit(code)
 	}
-	stop := closeOnSignal()
+	stop := closeOnSignal(closeAll)
 	code = m.Run()
 	stop()
-	if err := closeActive(); err != nil {
+	if err := closeAll(); err != nil {
 		fmt.Fprintf(os.Stderr, "npl test cluster: close: %v\n", err)
 		if code == 0 {
 			code = 1
@@ -245,7 +250,7 @@ func RunMain(m *testing.M) {
 
 // closeOnSignal closes the open cluster and exits when SIGINT or SIGTERM
 // arrives, so an interrupted run leaves no temporary directory behind.
-func closeOnSignal() (stop func()) {
+func closeOnSignal(closeAll func() error) (stop func()) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	quit := make(chan struct{})
@@ -253,7 +258,7 @@ func closeOnSignal() (stop func()) {
 		select {
 		case s := <-sigs:
 			fmt.Fprintf(os.Stderr, "npl test cluster: %v: closing the cluster\n", s)
-			_ = closeActive()
+			_ = closeAll()
 			os.Exit(128 + int(s.(syscall.Signal)))
 		case <-quit:
 		}
