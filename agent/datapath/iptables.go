@@ -54,6 +54,12 @@ type IPTables struct {
 	restore string // path of iptables-restore for the mode and family
 	save    string // path of iptables-save for the mode and family
 
+	// written holds the rule lines ("-A chain ...") last written; partialOK
+	// says they are known to be in place, so the next Sync may write only
+	// the difference.
+	written   map[string]bool
+	partialOK bool
+
 	mu sync.Mutex
 	// jumpsOK is set once Sync has seen or inserted every jump, and cleared
 	// when a Check finds drift, a Sync fails or Cleanup runs: a jump deleted
@@ -175,7 +181,11 @@ func (t *IPTables) Stats() Stats {
 	return Stats{Restores: int(t.restores.Load()), Execs: int(t.execs.Load())}
 }
 
-// Sync writes both chains with one iptables-restore. Then, unless it has
+// Sync writes both chains with one iptables-restore. When it wrote them
+// itself last and no drift was seen since, it writes only the difference
+// (deleted and appended rules, still one restore), which costs far less than
+// the whole chain on a busy node; otherwise, and when the difference fails
+// to apply or is empty, it writes both chains whole. Then, unless it has
 // already seen them since the last drift, it makes sure the jumps to the
 // chains exist, inserting a missing one at the top of its built-in chain so
 // that no rule of another component shadows it.
@@ -185,10 +195,24 @@ func (t *IPTables) Sync(ctx context.Context, d Desired) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	lines := map[string]bool{}
+	for _, r := range desiredRules(t.family, d) {
+		lines[formatRule("-A", r.chain, r.args)] = true
+	}
+	if t.partialOK && t.jumpsOK {
+		if input := renderDiff(t.written, lines); input != nil {
+			if err := t.runRestore(ctx, input); err == nil {
+				t.written = lines
+				return nil
+			}
+			// A rule to delete was not there (drift): write whole.
+		}
+	}
 	if err := t.runRestore(ctx, Render(t.family, d)); err != nil {
-		t.jumpsOK = false
+		t.jumpsOK, t.partialOK = false, false
 		return fmt.Errorf("sync %s datapath: %w", t.family, err)
 	}
+	t.written, t.partialOK = lines, true
 	if t.jumpsOK {
 		return nil
 	}
@@ -278,7 +302,7 @@ func (t *IPTables) Check(ctx context.Context, d Desired) (bool, error) {
 		return false, fmt.Errorf("check %s datapath: %w", t.family, err)
 	}
 	if reason := drift(got, desiredRules(t.family, d)); reason != "" {
-		t.jumpsOK = false
+		t.jumpsOK, t.partialOK = false, false
 		klog.FromContext(ctx).V(2).Info("Datapath drift", "family", t.family, "reason", reason)
 		return true, nil
 	}
@@ -298,7 +322,10 @@ func drift(got natState, want []rule) string {
 				rules = append(rules, joinArgs(r.args))
 			}
 		}
-		have := got.rules[chain]
+		// Order does not matter: the rules of a chain never overlap (one
+		// node port, one source each), and a partial write appends.
+		have := slices.Sorted(slices.Values(got.rules[chain]))
+		slices.Sort(rules)
 		if !slices.Equal(have, rules) {
 			return fmt.Sprintf("chain %s has %d rules, want %d%s", chain, len(have), len(rules), firstDiff(have, rules))
 		}
@@ -311,18 +338,19 @@ func drift(got natState, want []rule) string {
 	return ""
 }
 
+// firstDiff names a rule that one sorted list has and the other lacks.
 func firstDiff(have, want []string) string {
-	for i := range max(len(have), len(want)) {
-		switch {
-		case i >= len(have):
-			return fmt.Sprintf("; missing %q", want[i])
-		case i >= len(want):
-			return fmt.Sprintf("; unexpected %q", have[i])
-		case have[i] != want[i]:
-			return fmt.Sprintf("; rule %d is %q, want %q", i+1, have[i], want[i])
+	for _, w := range want {
+		if _, found := slices.BinarySearch(have, w); !found {
+			return fmt.Sprintf("; missing %q", w)
 		}
 	}
-	return ""
+	for _, h := range have {
+		if _, found := slices.BinarySearch(want, h); !found {
+			return fmt.Sprintf("; unexpected %q", h)
+		}
+	}
+	return "; a rule is duplicated"
 }
 
 // FlushUDP deletes the conntrack entries of UDP flows whose original
@@ -357,7 +385,7 @@ func (t *IPTables) FlushUDP(ctx context.Context, nodePort int) error {
 func (t *IPTables) Cleanup(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.jumpsOK = false
+	t.jumpsOK, t.partialOK = false, false
 	got, err := t.readNAT(ctx)
 	if err != nil {
 		return fmt.Errorf("clean up %s datapath: %w", t.family, err)
@@ -392,4 +420,34 @@ func (t *IPTables) Cleanup(ctx context.Context) error {
 
 func isOurs(chain string) bool {
 	return chain == ChainNodePortLocal || chain == ChainPostrouting
+}
+
+// renderDiff returns the iptables-restore input that turns the rules of
+// before into those of after (no chain declaration, so nothing else is
+// flushed), or nil when they are equal.
+func renderDiff(before, after map[string]bool) []byte {
+	var del, add []string
+	for line := range before {
+		if !after[line] {
+			del = append(del, "-D"+strings.TrimPrefix(line, "-A"))
+		}
+	}
+	for line := range after {
+		if !before[line] {
+			add = append(add, line)
+		}
+	}
+	if len(del) == 0 && len(add) == 0 {
+		return nil
+	}
+	slices.Sort(del)
+	slices.Sort(add)
+	var b bytes.Buffer
+	b.WriteString("*nat\n")
+	for _, l := range slices.Concat(del, add) {
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	b.WriteString("COMMIT\n")
+	return b.Bytes()
 }
