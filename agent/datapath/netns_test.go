@@ -1,12 +1,7 @@
 package datapath_test
 
 import (
-	"fmt"
-	"os"
-	"runtime"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/nodeportlocal/npl/internal/netnstest"
 )
@@ -22,29 +17,5 @@ func requirePrivateNetNS(t testing.TB) {
 	netnstest.Require(t, "programs iptables")
 }
 
-// newNetNS creates another network namespace and returns a path to it that
-// stays valid until the test ends.
-func newNetNS(t testing.TB) string {
-	t.Helper()
-	type result struct {
-		fd  int
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		// Never unlocked: the thread ends with the goroutine, namespace and all.
-		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			done <- result{err: fmt.Errorf("unshare network namespace: %w", err)}
-			return
-		}
-		fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		done <- result{fd: fd, err: err}
-	}()
-	r := <-done
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	t.Cleanup(func() { unix.Close(r.fd) })
-	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), r.fd)
-}
+// newNetNS creates another network namespace (netnstest.NewNetNS).
+func newNetNS(t testing.TB) string { return netnstest.NewNetNS(t) }

@@ -9,8 +9,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // parentEnv carries the parent's network namespace to the re-executed test
@@ -96,4 +99,31 @@ func Require(t testing.TB, what string) {
 	if problem != "" {
 		t.Fatalf("this test %s and must run in a private network namespace: %s", what, problem)
 	}
+}
+
+// NewNetNS creates another network namespace (inside the private one) and
+// returns a path to it that stays valid until the test ends.
+func NewNetNS(t testing.TB) string {
+	t.Helper()
+	type result struct {
+		fd  int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// Never unlocked: the thread ends with the goroutine, namespace and all.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			done <- result{err: fmt.Errorf("unshare network namespace: %w", err)}
+			return
+		}
+		fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		done <- result{fd: fd, err: err}
+	}()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Cleanup(func() { _ = unix.Close(r.fd) })
+	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), r.fd)
 }
