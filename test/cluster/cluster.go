@@ -32,6 +32,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -411,6 +412,28 @@ func (c *Cluster) UserKubeconfig(user string, groups ...string) (string, error) 
 	}
 	return path, nil
 }
+
+// TestNamespace creates a namespace named after the test (unique per call)
+// and deletes it when the test ends.
+func (c *Cluster) TestNamespace(t testing.TB) string {
+	t.Helper()
+	name := strings.ToLower(testNameChars.ReplaceAllString(t.Name(), "-"))
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	name = strings.Trim(name, "-") + "-" + strconv.FormatInt(time.Now().UnixNano()%100000, 10)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.CreateNamespace(ctx, name); err != nil {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = c.client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
+}
+
+var testNameChars = regexp.MustCompile(`[^a-zA-Z0-9]+`)
 
 // CreateNamespace creates a namespace and waits for its default
 // ServiceAccount, without which the apiserver refuses Pods.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -65,21 +64,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 }
 
 // namespace creates a namespace for one test, deleted at its end.
-func (e *env) namespace(t *testing.T) string {
-	t.Helper()
-	name := strings.ToLower(regexp.MustCompile(`[^a-zA-Z0-9]+`).ReplaceAllString(t.Name(), "-"))
-	if len(name) > 50 {
-		name = name[:50]
-	}
-	name = strings.Trim(name, "-") + "-" + strconv.FormatInt(time.Now().UnixNano()%100000, 10)
-	if _, err := e.c.CreateNamespace(ctxFor(t, 30*time.Second), name); err != nil {
-		t.Fatalf("create namespace: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = e.client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	return name
-}
+func (e *env) namespace(t *testing.T) string { return e.c.TestNamespace(t) }
 
 // webPod is a Pod with an HTTP port 8080 ("http") and a UDP echo port 5353
 // ("dns"), bound to a node.

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -105,18 +104,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func (e *env) namespace(t *testing.T) string {
-	t.Helper()
-	name := strings.ToLower(regexp.MustCompile(`[^a-zA-Z0-9]+`).ReplaceAllString(t.Name(), "-"))
-	if len(name) > 40 {
-		name = name[:40]
-	}
-	name = strings.Trim(name, "-") + "-" + strconv.FormatInt(time.Now().UnixNano()%100000, 10)
-	if _, err := e.c.CreateNamespace(ctxFor(t, 30*time.Second), name); err != nil {
-		t.Fatalf("create namespace: %v", err)
-	}
-	return name
-}
+func (e *env) namespace(t *testing.T) string { return e.c.TestNamespace(t) }
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
