@@ -51,19 +51,9 @@ func (st *store) serveNode(req request, rest []string) response {
 			}
 			return ok(collection("tm:ltm:node:nodecollectionstate", "ltm/node", items))
 		case http.MethodPost:
-			body, good := decodeBody(req.body)
-			if !good {
-				return invalidJSON()
-			}
-			r, resp, good := bodyRef(body, commonPartition)
+			body, r, resp, good := st.createTarget(req, "Node", func(fp string) bool { return st.nodes[fp] != nil })
 			if !good {
 				return resp
-			}
-			if st.folders[r.partition] == nil {
-				return folderMissing(r.partition)
-			}
-			if st.nodes[r.fullPath()] != nil {
-				return alreadyExists("Node", r.fullPath(), r.partition)
 			}
 			address := str(body, "address")
 			if e, good := parseEndpoint(address+":0", false); !good || !e.addr.IsValid() {
@@ -144,19 +134,9 @@ func (st *store) serveMonitor(req request, rest []string) response {
 			}
 			return ok(collection("tm:ltm:monitor:"+typ+":"+typ+"collectionstate", "ltm/monitor/"+typ, items))
 		case http.MethodPost:
-			body, good := decodeBody(req.body)
-			if !good {
-				return invalidJSON()
-			}
-			r, resp, good := bodyRef(body, commonPartition)
+			body, r, resp, good := st.createTarget(req, "Monitor", func(fp string) bool { return st.monitorExists(fp) })
 			if !good {
 				return resp
-			}
-			if st.folders[r.partition] == nil {
-				return folderMissing(r.partition)
-			}
-			if st.monitorExists(r.fullPath()) {
-				return alreadyExists("Monitor", r.fullPath(), r.partition)
 			}
 			parent := "/Common/" + builtinMonitors[typ]
 			if d := str(body, "defaultsFrom"); d != "" {

@@ -129,19 +129,9 @@ func (st *store) poolView(p *pool, expand bool) obj {
 }
 
 func (st *store) createPool(req request) response {
-	body, good := decodeBody(req.body)
-	if !good {
-		return invalidJSON()
-	}
-	r, resp, good := bodyRef(body, commonPartition)
+	body, r, resp, good := st.createTarget(req, "Pool", func(fp string) bool { return st.pools[fp] != nil })
 	if !good {
 		return resp
-	}
-	if st.folders[r.partition] == nil {
-		return folderMissing(r.partition)
-	}
-	if st.pools[r.fullPath()] != nil {
-		return alreadyExists("Pool", r.fullPath(), r.partition)
 	}
 	p := &pool{props: obj{
 		"kind":              "tm:ltm:pool:poolstate",

@@ -83,19 +83,9 @@ func (st *store) serveSSLFile(req request, typ string, rest []string) response {
 			}
 			return ok(collection("tm:sys:file:"+typ+":"+typ+"collectionstate", coll, items))
 		case http.MethodPost:
-			body, good := decodeBody(req.body)
-			if !good {
-				return invalidJSON()
-			}
-			r, resp, good := bodyRef(body, commonPartition)
+			body, r, resp, good := st.createTarget(req, display, func(fp string) bool { return files[fp] != nil })
 			if !good {
 				return resp
-			}
-			if st.folders[r.partition] == nil {
-				return folderMissing(r.partition)
-			}
-			if files[r.fullPath()] != nil {
-				return alreadyExists(display, r.fullPath(), r.partition)
 			}
 			f := &sslFile{props: obj{
 				"kind": "tm:sys:file:" + typ + ":" + typ + "state", "name": r.name, "partition": r.partition,
@@ -257,19 +247,9 @@ func (st *store) serveClientSSL(req request, rest []string) response {
 			}
 			return ok(collection("tm:ltm:profile:client-ssl:client-sslcollectionstate", coll, items))
 		case http.MethodPost:
-			body, good := decodeBody(req.body)
-			if !good {
-				return invalidJSON()
-			}
-			r, resp, good := bodyRef(body, commonPartition)
+			body, r, resp, good := st.createTarget(req, "Profile", func(fp string) bool { return st.sslProfiles[fp] != nil || fp == "/Common/clientssl" })
 			if !good {
 				return resp
-			}
-			if st.folders[r.partition] == nil {
-				return folderMissing(r.partition)
-			}
-			if st.sslProfiles[r.fullPath()] != nil || r.fullPath() == "/Common/clientssl" {
-				return alreadyExists("Profile", r.fullPath(), r.partition)
 			}
 			p := obj{
 				"kind": "tm:ltm:profile:client-ssl:client-sslstate", "name": r.name, "partition": r.partition,

@@ -427,3 +427,24 @@ func hostMask(a netip.Addr) string {
 func folderMissing(partition string) response {
 	return refNotFound("folder", "/"+partition)
 }
+
+// createTarget decodes a create request's body and runs the checks every
+// create runs: valid JSON, a name, an existing partition, and no object of
+// kind already at that path (taken).
+func (st *store) createTarget(req request, kind string, taken func(fullPath string) bool) (obj, ref, response, bool) {
+	body, good := decodeBody(req.body)
+	if !good {
+		return nil, ref{}, invalidJSON(), false
+	}
+	r, resp, good := bodyRef(body, commonPartition)
+	if !good {
+		return nil, ref{}, resp, false
+	}
+	if st.folders[r.partition] == nil {
+		return nil, ref{}, folderMissing(r.partition), false
+	}
+	if taken(r.fullPath()) {
+		return nil, ref{}, alreadyExists(kind, r.fullPath(), r.partition), false
+	}
+	return body, r, response{}, true
+}

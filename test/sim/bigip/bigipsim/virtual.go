@@ -89,19 +89,9 @@ func virtualView(v *virtual, expand bool) obj {
 }
 
 func (st *store) createVirtual(req request) response {
-	body, good := decodeBody(req.body)
-	if !good {
-		return invalidJSON()
-	}
-	r, resp, good := bodyRef(body, commonPartition)
+	body, r, resp, good := st.createTarget(req, "Virtual Server", func(fp string) bool { return st.virtuals[fp] != nil })
 	if !good {
 		return resp
-	}
-	if st.folders[r.partition] == nil {
-		return folderMissing(r.partition)
-	}
-	if st.virtuals[r.fullPath()] != nil {
-		return alreadyExists("Virtual Server", r.fullPath(), r.partition)
 	}
 	if str(body, "destination") == "" {
 		return badRequest("01070734:3: Configuration error: virtual server %s requires a destination", r.fullPath())
