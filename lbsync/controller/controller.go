@@ -531,8 +531,9 @@ func (c *Controller) collectGarbage(ctx context.Context) {
 		logger.Error(err, "Garbage collection skipped: list load balancers")
 		return
 	}
+	claimed := c.claimedNames()
 	for _, lb := range lbs {
-		if providers.IsL7Name(lb.Name) && c.ingressClaimed(lb) || !providers.IsL7Name(lb.Name) && c.claimed(lb) {
+		if claimed[lb.Name] {
 			continue
 		}
 		logger.Info("Deleting orphaned load balancer", "lb", lb.Name, "service", lb.Service)
@@ -542,19 +543,21 @@ func (c *Controller) collectGarbage(ctx context.Context) {
 	}
 }
 
-// claimed reports whether a Service we serve owns the load balancer.
-func (c *Controller) claimed(lb providers.LoadBalancer) bool {
-	services, err := c.svcLister.List(labels.Everything())
-	if err != nil {
-		return true
-	}
+// claimedNames returns the names of the load balancers that a Service or
+// an Ingress we serve (or still have to clean up) owns, computed once per
+// garbage collection from the caches.
+func (c *Controller) claimedNames() map[string]bool {
+	names := map[string]bool{}
+	services, _ := c.svcLister.List(labels.Everything())
 	for _, s := range services {
-		if providers.LoadBalancerName(c.settings.ClusterName, s.Namespace, s.Name) != lb.Name {
-			continue
+		if (claim.Ours(s, c.settings.Claim) && s.DeletionTimestamp == nil) || claim.ReleasableBy(s, c.settings.ClusterName) {
+			names[providers.LoadBalancerName(c.settings.ClusterName, s.Namespace, s.Name)] = true
 		}
-		return (claim.Ours(s, c.settings.Claim) && s.DeletionTimestamp == nil) || claim.ReleasableBy(s, c.settings.ClusterName)
 	}
-	return false
+	for name := range c.claimedIngressNames() {
+		names[name] = true
+	}
+	return names
 }
 
 func modelHash(lb *providers.LoadBalancer) string {

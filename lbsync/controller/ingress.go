@@ -452,19 +452,16 @@ func (c *Controller) setIngressStatus(ctx context.Context, ing *networkingv1.Ing
 	return nil
 }
 
-// ingressClaimed reports whether an Ingress we serve (or still clean up)
-// owns an L7 load balancer, for garbage collection.
-func (c *Controller) ingressClaimed(lb providers.LoadBalancer) bool {
-	ings, err := c.ingLister.List(labels.Everything())
-	if err != nil {
-		return true
-	}
+// claimedIngressNames returns the names of the L7 load balancers that an
+// Ingress we serve (or still have to clean up) owns.
+func (c *Controller) claimedIngressNames() map[string]bool {
+	names := map[string]bool{}
+	ings, _ := c.ingLister.List(labels.Everything())
 	classes := c.ingressClasses()
-	claimed := false
 	for _, ing := range ings {
-		if c.ingressLBName(ing) == lb.Name && (c.ingressOurs(ing, classes) || c.claimedIngress(ing)) {
-			claimed = true
+		if c.ingressOurs(ing, classes) || c.claimedIngress(ing) {
+			names[c.ingressLBName(ing)] = true
 		}
 	}
-	return claimed
+	return names
 }
