@@ -11,18 +11,17 @@ package avi
 
 import (
 	"bytes"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/providers/secretfile"
 )
 
 // Name is the provider's name in npl-lbsync's configuration.
@@ -127,13 +126,13 @@ func Parse(common providers.Common, raw []byte) (providers.Config, error) {
 		if f.path == "" {
 			return nil, fmt.Errorf("%s%s: required", fieldPrefix, f.field)
 		}
-		if _, err := readSecret(f.path); err != nil {
+		if _, err := secretfile.Read(f.path); err != nil {
 			return nil, fmt.Errorf("%s%s: %w", fieldPrefix, f.field, err)
 		}
 	}
 	switch {
 	case c.CAFile != "":
-		if _, err := loadCA(c.CAFile); err != nil {
+		if _, err := secretfile.LoadCAPool(c.CAFile); err != nil {
 			return nil, fmt.Errorf("%scaFile: %w", fieldPrefix, err)
 		}
 	case !c.InsecureSkipVerify:
@@ -207,31 +206,4 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
-}
-
-// readSecret reads a credential file; surrounding whitespace (a trailing
-// newline from echo or a Secret) is not part of it.
-func readSecret(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	s := strings.TrimSpace(string(b))
-	if s == "" {
-		return "", fmt.Errorf("%s is empty", path)
-	}
-	return s, nil
-}
-
-// loadCA reads PEM certificates into a pool.
-func loadCA(path string) (*x509.CertPool, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("no PEM certificate in %s", path)
-	}
-	return pool, nil
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/providers/secretfile"
 )
 
 // maxSessions bounds the SDK sessions, and so the requests in flight, that
@@ -51,7 +52,7 @@ func (c *Config) open(ctx context.Context) (*Provider, error) {
 	log := klog.FromContext(ctx)
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
 	if c.CAFile != "" {
-		pool, err := loadCA(c.CAFile)
+		pool, err := secretfile.LoadCAPool(c.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("avi: caFile: %w", err)
 		}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/vmware/alb-sdk/go/clients"
 	"github.com/vmware/alb-sdk/go/session"
+
+	"github.com/nodeportlocal/npl/providers/secretfile"
 )
 
 // apiError is an error answer of the controller, with its message, so that
@@ -65,7 +67,7 @@ func (p *Provider) newSession(ctx context.Context, version string) (*aviSession,
 	}
 	// The username is not secret; the password never reaches the SDK (see
 	// authTransport).
-	user, err := readSecret(p.cfg.UsernameFile)
+	user, err := secretfile.Read(p.cfg.UsernameFile)
 	if err != nil {
 		return nil, fmt.Errorf("read username: %w", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/nodeportlocal/npl/providers/secretfile"
 )
 
 // authTransport carries one SDK session's requests and owns its login.
@@ -222,11 +224,11 @@ func (t *authTransport) login(ctx context.Context) (*http.Response, error) {
 func (t *authTransport) postLogin(parent context.Context) (*http.Response, error) {
 	ctx, cancel := t.opContext(parent)
 	defer cancel()
-	user, err := readSecret(t.creds.usernameFile)
+	user, err := secretfile.Read(t.creds.usernameFile)
 	if err != nil {
 		return nil, fmt.Errorf("read username: %w", err)
 	}
-	password, err := readSecret(t.creds.passwordFile)
+	password, err := secretfile.Read(t.creds.passwordFile)
 	if err != nil {
 		return nil, fmt.Errorf("read password: %w", err)
 	}

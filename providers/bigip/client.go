@@ -15,6 +15,8 @@ import (
 
 	f5 "github.com/f5devcentral/go-bigip"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeportlocal/npl/providers/secretfile"
 )
 
 const (
@@ -78,7 +80,7 @@ func newClient(ctx context.Context, cfg *Config) (*client, error) {
 	c := &client{cfg: cfg, idle: make(chan *f5.BigIP, maxParallelCalls), now: time.Now}
 	c.tls = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.InsecureSkipVerify} //nolint:gosec // the user asked for it.
 	if cfg.CAFile != "" && !cfg.InsecureSkipVerify {
-		pool, err := loadCAs(cfg.CAFile)
+		pool, err := secretfile.LoadCAPool(cfg.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("caFile: %w", err)
 		}

@@ -3,19 +3,18 @@ package bigip
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/providers/secretfile"
 )
 
 // fieldPrefix names the configuration section in errors.
@@ -115,14 +114,14 @@ func Parse(common providers.Common, sectionJSON []byte) (providers.Config, error
 		if f.path == "" {
 			return nil, fmt.Errorf(fieldPrefix+"%s: required", f.field)
 		}
-		if _, err := readSecret(f.path); err != nil {
+		if _, err := secretfile.Read(f.path); err != nil {
 			return nil, fmt.Errorf(fieldPrefix+"%s: %w", f.field, err)
 		}
 	}
 
 	switch {
 	case c.CAFile != "":
-		if _, err := loadCAs(c.CAFile); err != nil {
+		if _, err := secretfile.LoadCAPool(c.CAFile); err != nil {
 			return nil, fmt.Errorf(fieldPrefix+"caFile: %w", err)
 		}
 	case u.Scheme == "https" && !c.InsecureSkipVerify:
@@ -183,39 +182,13 @@ func parseURL(raw string) (*url.URL, error) {
 	return &url.URL{Scheme: u.Scheme, Host: u.Host}, nil
 }
 
-// readSecret reads a credential file. Its content never goes into an error.
-func readSecret(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("read: %w", err)
-	}
-	s := strings.TrimRight(string(b), "\r\n")
-	if strings.TrimSpace(s) == "" {
-		return "", fmt.Errorf("%s is empty", path)
-	}
-	return s, nil
-}
-
-func loadCAs(path string) (*x509.CertPool, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", path)
-	}
-	return pool, nil
-}
-
 // credentials reads the user name and password; they are read again at each
 // login so that rotated secrets are picked up.
 func (c *Config) credentials() (user, password string, err error) {
-	if user, err = readSecret(c.UsernameFile); err != nil {
+	if user, err = secretfile.Read(c.UsernameFile); err != nil {
 		return "", "", fmt.Errorf("usernameFile: %w", err)
 	}
-	user = strings.TrimSpace(user)
-	if password, err = readSecret(c.PasswordFile); err != nil {
+	if password, err = secretfile.Read(c.PasswordFile); err != nil {
 		return "", "", fmt.Errorf("passwordFile: %w", err)
 	}
 	return user, password, nil

@@ -105,7 +105,7 @@ func TestParse_errorsNameTheField(t *testing.T) {
 		{"bad partition", `{"url":"http://bigip","partition":"a/b",` + base + `}`, "provider.bigip.partition"},
 		{"no password file", `{"url":"http://bigip","usernameFile":"` + user + `"}`, "provider.bigip.passwordFile: required"},
 		{"no username file", `{"url":"http://bigip","passwordFile":"` + password + `"}`, "provider.bigip.usernameFile: required"},
-		{"unreadable password file", `{"url":"http://bigip","usernameFile":"` + user + `","passwordFile":"/nonexistent/pw"}`, "provider.bigip.passwordFile: read"},
+		{"unreadable password file", `{"url":"http://bigip","usernameFile":"` + user + `","passwordFile":"/nonexistent/pw"}`, "provider.bigip.passwordFile: open /nonexistent/pw"},
 		{"empty username file", `{"url":"http://bigip","usernameFile":"` + empty + `","passwordFile":"` + password + `"}`, "provider.bigip.usernameFile:"},
 		{"https without CA", `{"url":"https://bigip",` + base + `}`, "provider.bigip.caFile: required for an https url"},
 		{"CA file that is not PEM", `{"url":"https://bigip","caFile":"` + user + `",` + base + `}`, "provider.bigip.caFile:"},
