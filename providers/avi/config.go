@@ -10,18 +10,15 @@
 package avi
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/secretfile"
+	"github.com/nodeportlocal/npl/providers/strictjson"
 )
 
 // Name is the provider's name in npl-lbsync's configuration.
@@ -82,15 +79,7 @@ var _ providers.ParseFunc = Parse
 // It never reads a secret into the returned Config.
 func Parse(common providers.Common, raw []byte) (providers.Config, error) {
 	var s section
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil && !errors.Is(err, io.EOF) {
-		return nil, decodeError(err)
-	}
-	if dec.More() {
-		return nil, errors.New("provider.avi: unexpected data after the section")
-	}
-	if err := exactKeys(raw); err != nil {
+	if err := strictjson.Decode(raw, &s, fieldPrefix); err != nil {
 		return nil, err
 	}
 
@@ -149,39 +138,6 @@ func Parse(common providers.Common, raw []byte) (providers.Config, error) {
 		c.Timeout = d
 	}
 	return c, nil
-}
-
-// sectionKeys are the keys of provider.avi, spelled exactly.
-var sectionKeys = []string{"controller", "tenant", "cloud", "serviceEngineGroup", "vipNetwork", "version",
-	"usernameFile", "passwordFile", "caFile", "insecureSkipVerify", "timeout"}
-
-// exactKeys rejects keys that encoding/json would match case-insensitively
-// ("PasswordFile"): a key is either spelled as documented or an error.
-func exactKeys(raw []byte) error {
-	var keys map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &keys); err != nil {
-		return nil // not an object: already reported by the strict decode
-	}
-	for k := range keys {
-		if !slices.Contains(sectionKeys, k) {
-			return fmt.Errorf("%s%s: unknown field (valid: %s)", fieldPrefix, k, strings.Join(sectionKeys, ", "))
-		}
-	}
-	return nil
-}
-
-// decodeError names the field a JSON decoding error is about.
-func decodeError(err error) error {
-	var typeErr *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &typeErr) && typeErr.Field != "":
-		return fmt.Errorf("%s%s: expected a %s, got %s", fieldPrefix, typeErr.Field, typeErr.Type, typeErr.Value)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return fmt.Errorf("%s%s: unknown field", fieldPrefix, field)
-	default:
-		return fmt.Errorf("provider.avi: %w", err)
-	}
 }
 
 // controllerHost checks host[:port]; an https:// prefix is accepted and

@@ -94,7 +94,7 @@ func TestParse(t *testing.T) {
 		},
 		{name: "unknown key", section: base(`"frobnicate":1`), wantErr: "provider.avi.frobnicate: unknown field"},
 		{name: "key in another case", section: base(`"PasswordFile":"x"`), wantErr: "provider.avi.PasswordFile: unknown field"},
-		{name: "wrong type", section: base(`"timeout":5`), wantErr: "provider.avi.timeout: expected a string"},
+		{name: "wrong type", section: base(`"timeout":5`), wantErr: "provider.avi.timeout: want a string, got a JSON number"},
 		{name: "bad timeout", section: base(`"timeout":"soon"`), wantErr: `provider.avi.timeout: time: invalid duration "soon"`},
 		{name: "negative timeout", section: base(`"timeout":"-1s"`), wantErr: "provider.avi.timeout: must be positive"},
 		{name: "no controller", section: `{"vipNetwork":"n"}`, wantErr: "provider.avi.controller: required"},

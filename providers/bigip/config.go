@@ -1,20 +1,17 @@
 package bigip
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/secretfile"
+	"github.com/nodeportlocal/npl/providers/strictjson"
 )
 
 // fieldPrefix names the configuration section in errors.
@@ -72,15 +69,8 @@ var partitionName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$`)
 // files are readable. Errors name the field, as provider.bigip.url.
 func Parse(common providers.Common, sectionJSON []byte) (providers.Config, error) {
 	var s section
-	if len(bytes.TrimSpace(sectionJSON)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(sectionJSON))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&s); err != nil {
-			return nil, decodeError(err)
-		}
-		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("provider.bigip: unexpected data after the section")
-		}
+	if err := strictjson.Decode(sectionJSON, &s, fieldPrefix); err != nil {
+		return nil, err
 	}
 	c := &Config{
 		Partition:          s.Partition,
@@ -136,25 +126,6 @@ func Parse(common providers.Common, sectionJSON []byte) (providers.Config, error
 		c.Timeout = d
 	}
 	return c, nil
-}
-
-// decodeError names the field a JSON decoding error is about.
-func decodeError(err error) error {
-	var typeErr *json.UnmarshalTypeError
-	if errors.As(err, &typeErr) && typeErr.Field != "" {
-		want := typeErr.Type.String()
-		switch want {
-		case "*bool", "bool":
-			want = "true or false"
-		case "string":
-			want = "a string"
-		}
-		return fmt.Errorf(fieldPrefix+"%s: want %s, got a JSON %s", typeErr.Field, want, typeErr.Value)
-	}
-	if field, found := strings.CutPrefix(err.Error(), "json: unknown field "); found {
-		return fmt.Errorf(fieldPrefix+"%s: unknown field", strings.Trim(field, `"`))
-	}
-	return fmt.Errorf("provider.bigip: %w", err)
 }
 
 func parseURL(raw string) (*url.URL, error) {

@@ -1,19 +1,14 @@
 package mock
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/providers/strictjson"
 )
 
 // Name is the provider's name in npl-lbsync's configuration (provider.name).
@@ -44,14 +39,12 @@ type section struct {
 	AllowFaultInjection bool   `json:"allowFaultInjection"`
 }
 
-var sectionKeys = []string{"stateFile", "latency", "failCalls", "allowFaultInjection"}
-
 // Parse decodes the mock's configuration section strictly; it is the mock's
 // providers.ParseFunc. An empty or null section is the default mock. Errors
 // start with the field they concern, for example "latency: ...".
 func Parse(common providers.Common, data []byte) (providers.Config, error) {
 	var s section
-	if err := decodeStrict(data, &s); err != nil {
+	if err := strictjson.Decode(data, &s, ""); err != nil {
 		return nil, err
 	}
 	cfg := &Config{Common: common, StateFile: s.StateFile, FailCalls: s.FailCalls, AllowFaultInjection: s.AllowFaultInjection}
@@ -85,33 +78,4 @@ func Parse(common providers.Common, data []byte) (providers.Config, error) {
 // Open builds the mock, loading StateFile if it exists.
 func (c *Config) Open(_ context.Context) (providers.Provider, error) {
 	return New(*c)
-}
-
-// decodeStrict decodes a JSON object into s: unknown keys (compared exactly,
-// not case-insensitively as encoding/json does) and wrong types are errors
-// naming the key.
-func decodeStrict(data []byte, s *section) error {
-	data = bytes.TrimSpace(data)
-	if len(data) == 0 || string(data) == "null" {
-		return nil
-	}
-	var keys map[string]json.RawMessage
-	if err := json.Unmarshal(data, &keys); err != nil {
-		return fmt.Errorf("want a mapping: %w", err)
-	}
-	for _, k := range slices.Sorted(maps.Keys(keys)) {
-		if !slices.Contains(sectionKeys, k) {
-			return fmt.Errorf("%s: unknown field (valid: %s)", k, strings.Join(sectionKeys, ", "))
-		}
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(s); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) {
-			return fmt.Errorf("%s: got %s, want %s", typeErr.Field, typeErr.Value, typeErr.Type)
-		}
-		return err
-	}
-	return nil
 }

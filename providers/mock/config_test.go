@@ -38,7 +38,7 @@ func TestParse(t *testing.T) {
 		},
 		{name: "unknown field", section: `{"latency":"1s","stateFIle":"x"}`, wantErr: "stateFIle: unknown field"},
 		{name: "field name case matters", section: `{"Latency":"1s"}`, wantErr: "Latency: unknown field"},
-		{name: "wrong type", section: `{"failCalls":"3"}`, wantErr: "failCalls: got string, want int"},
+		{name: "wrong type", section: `{"failCalls":"3"}`, wantErr: "failCalls: want an integer, got a JSON string"},
 		{name: "bad latency", section: `{"latency":"fast"}`, wantErr: `latency: time: invalid duration "fast"`},
 		{name: "negative latency", section: `{"latency":"-1s"}`, wantErr: "latency: -1s is negative"},
 		{name: "negative failCalls", section: `{"failCalls":-2}`, wantErr: "failCalls: -2 is negative"},
