@@ -1,11 +1,12 @@
 package bigip
 
 import (
-	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
 	"sync"
+
+	"github.com/nodeportlocal/npl/providers/vippool"
 )
 
 // inventory is what the provider remembers of its partition between calls:
@@ -245,27 +246,10 @@ func (inv *inventory) chooseVIP(lb string, requested, current netip.Addr, ranges
 	if a, found := inv.reserved[lb]; found {
 		return a, nil
 	}
-	for _, r := range ranges {
-		r = r.Masked()
-		for a := r.Addr(); a.IsValid() && r.Contains(a); a = a.Next() {
-			if inv.users[a] > 0 || networkOrBroadcast(r, a) {
-				continue
-			}
-			inv.reserveLocked(lb, a)
-			return a, nil
-		}
+	a, err := vippool.First(ranges, func(a netip.Addr) bool { return inv.users[a] > 0 })
+	if err != nil {
+		return netip.Addr{}, err
 	}
-	if len(ranges) == 0 {
-		return netip.Addr{}, fmt.Errorf("no VIP: the Service requests none and vipPool is empty")
-	}
-	return netip.Addr{}, fmt.Errorf("no free VIP left in vipPool %v", ranges)
-}
-
-// networkOrBroadcast reports whether a is the network or broadcast address
-// of an IPv4 subnet, which a VIP must not take.
-func networkOrBroadcast(r netip.Prefix, a netip.Addr) bool {
-	if !a.Is4() || r.Bits() > 30 {
-		return false
-	}
-	return a == r.Addr() || !r.Contains(a.Next())
+	inv.reserveLocked(lb, a)
+	return a, nil
 }

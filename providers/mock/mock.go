@@ -25,6 +25,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/providers/vippool"
 )
 
 // ErrInjected is the error of a call failed by FailNext or failCalls, and of
@@ -470,29 +471,10 @@ func (m *Mock) pickVIP(requested string, prev *providers.LoadBalancer) (netip.Ad
 			return addr, nil
 		}
 	}
-	if len(m.vipPool) == 0 {
-		return netip.Addr{}, errors.New("no VIP requested and the VIP pool is empty")
-	}
-	for _, p := range m.vipPool {
-		for addr := p.Masked().Addr(); addr.IsValid() && p.Contains(addr); addr = addr.Next() {
-			if skipped(p, addr) {
-				continue
-			}
-			if _, used := m.vipOwner[addr]; !used {
-				return addr, nil
-			}
-		}
-	}
-	return netip.Addr{}, errors.New("no free VIP in the VIP pool")
-}
-
-// skipped leaves out the network and broadcast addresses of IPv4 prefixes
-// that have them, which a real network cannot use as a VIP.
-func skipped(p netip.Prefix, addr netip.Addr) bool {
-	if !addr.Is4() || p.Bits() > 30 {
-		return false
-	}
-	return addr == p.Masked().Addr() || !p.Contains(addr.Next())
+	return vippool.First(m.vipPool, func(a netip.Addr) bool {
+		_, used := m.vipOwner[a]
+		return used
+	})
 }
 
 // put stores lb (VIPs set), releasing the VIP its previous version held.
