@@ -10,7 +10,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -343,108 +342,6 @@ func CertFingerprint(certPEM []byte) string {
 		return ""
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-// ValidateL7 checks that lb is a well-formed L7 load balancer: HTTP and
-// HTTPS listeners without pools, HTTPS exactly when there are certificates,
-// pools with names and valid members, rules and a default pool that name
-// existing pools, and certificates with their PEM data. Providers call it on
-// desired models before they change anything.
-func (lb *LoadBalancer) ValidateL7() error {
-	if !lb.IsL7() {
-		return errors.New("not an L7 load balancer")
-	}
-	if lb.HTTP == nil {
-		return errors.New("L7 load balancer without HTTP routes")
-	}
-	var https bool
-	type frontend struct {
-		port  int32
-		proto Protocol
-	}
-	seen := map[frontend]bool{}
-	for _, l := range lb.Listeners {
-		key := frontend{l.Port, l.Protocol}
-		switch {
-		case l.Protocol != HTTP && l.Protocol != HTTPS:
-			return fmt.Errorf("listener %s/%d: an L7 listener is HTTP or HTTPS", l.Protocol, l.Port)
-		case l.Port < 1 || l.Port > 65535:
-			return fmt.Errorf("listener %s/%d: port out of 1-65535", l.Protocol, l.Port)
-		case l.Pool.Name != "" || len(l.Pool.Members) > 0:
-			return fmt.Errorf("listener %s/%d: an L7 listener has no pool of its own", l.Protocol, l.Port)
-		case seen[key]:
-			return fmt.Errorf("listener %s/%d: given twice", l.Protocol, l.Port)
-		}
-		seen[key] = true
-		https = https || l.Protocol == HTTPS
-	}
-	if len(lb.Listeners) == 0 {
-		return errors.New("no listeners")
-	}
-	switch {
-	case https && len(lb.HTTP.TLS) == 0:
-		return errors.New("an HTTPS listener without TLS certificates")
-	case !https && len(lb.HTTP.TLS) > 0:
-		return errors.New("TLS certificates without an HTTPS listener")
-	}
-	pools := map[string]bool{}
-	for _, p := range lb.Pools {
-		if p.Name == "" {
-			return errors.New("a pool has no name")
-		}
-		if pools[p.Name] {
-			return fmt.Errorf("pool %s: given twice", p.Name)
-		}
-		pools[p.Name] = true
-		for _, m := range p.Members {
-			if _, err := netip.ParseAddr(m.IP); err != nil {
-				return fmt.Errorf("pool %s: member %q: %w", p.Name, m.IP, err)
-			}
-			if m.Port < 1 || m.Port > 65535 {
-				return fmt.Errorf("pool %s: member %s:%d: port out of 1-65535", p.Name, m.IP, m.Port)
-			}
-		}
-	}
-	if d := lb.HTTP.DefaultPool; d != "" && !pools[d] {
-		return fmt.Errorf("default pool %s is not one of the pools", d)
-	}
-	rules := map[Rule]bool{}
-	for _, r := range lb.HTTP.Rules {
-		switch {
-		case !pools[r.Pool]:
-			return fmt.Errorf("rule %s%s: pool %s is not one of the pools", r.Host, r.Path, r.Pool)
-		case !strings.HasPrefix(r.Path, "/"):
-			return fmt.Errorf("rule %s%s: the path does not start with /", r.Host, r.Path)
-		case r.PathType != PathExact && r.PathType != PathPrefix:
-			return fmt.Errorf("rule %s%s: path type %q is not Exact or Prefix", r.Host, r.Path, r.PathType)
-		case r.PathType == PathPrefix && r.Path != "/" && strings.HasSuffix(r.Path, "/"):
-			return fmt.Errorf("rule %s%s: a Prefix path other than / has no trailing /", r.Host, r.Path)
-		case !validHost(r.Host):
-			return fmt.Errorf("rule %s%s: %q is not a host name or a *. wildcard", r.Host, r.Path, r.Host)
-		}
-		key := Rule{Host: r.Host, Path: r.Path, PathType: r.PathType}
-		if rules[key] {
-			return fmt.Errorf("rule %s%s (%s): given twice", r.Host, r.Path, r.PathType)
-		}
-		rules[key] = true
-	}
-	secrets := map[string]bool{}
-	for _, c := range lb.HTTP.TLS {
-		switch {
-		case c.Secret == "":
-			return errors.New("a TLS certificate has no Secret")
-		case secrets[c.Secret]:
-			return fmt.Errorf("TLS Secret %s: given twice", c.Secret)
-		case len(c.CertPEM) == 0 || len(c.KeyPEM) == 0:
-			return fmt.Errorf("TLS Secret %s: no certificate or key", c.Secret)
-		case c.Fingerprint == "":
-			return fmt.Errorf("TLS Secret %s: no PEM certificate and no fingerprint", c.Secret)
-		case c.Fingerprint != CertFingerprint(c.CertPEM):
-			return fmt.Errorf("TLS Secret %s: the fingerprint is not the certificate's", c.Secret)
-		}
-		secrets[c.Secret] = true
-	}
-	return nil
 }
 
 // validHost accepts an empty host, a host name, or a wildcard *.name.

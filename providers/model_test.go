@@ -114,57 +114,6 @@ func TestCertFingerprint_ignoresThePEMEncoding(t *testing.T) {
 	}
 }
 
-func TestValidateL7_rejectsInconsistentModels(t *testing.T) {
-	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("der")})
-	valid := func() *LoadBalancer {
-		return &LoadBalancer{Name: "c1--shop-web-L7", Kind: L7,
-			Listeners: []Listener{{Port: 80, Protocol: HTTP}, {Port: 443, Protocol: HTTPS}},
-			Pools:     []Pool{{Name: "p", Members: []Member{{IP: "198.18.0.11", Port: 61000, Enabled: true}}}},
-			HTTP: &HTTPRoutes{
-				Rules:       []Rule{{Host: "*.example.com", Path: "/a", PathType: PathPrefix, Pool: "p"}},
-				DefaultPool: "p",
-				TLS:         []TLSCert{{Secret: "shop/cert", Fingerprint: CertFingerprint(cert), CertPEM: cert, KeyPEM: []byte("k")}},
-			}}
-	}
-	if err := valid().ValidateL7(); err != nil {
-		t.Fatalf("valid model: %v", err)
-	}
-	tests := []struct {
-		name string
-		mod  func(*LoadBalancer)
-		want string
-	}{
-		{"L4", func(lb *LoadBalancer) { lb.Kind = "" }, "not an L7"},
-		{"no routes", func(lb *LoadBalancer) { lb.HTTP = nil }, "without HTTP routes"},
-		{"a TCP listener", func(lb *LoadBalancer) { lb.Listeners[0].Protocol = TCP }, "HTTP or HTTPS"},
-		{"a listener pool", func(lb *LoadBalancer) { lb.Listeners[0].Pool.Name = "p" }, "no pool of its own"},
-		{"HTTPS without certificates", func(lb *LoadBalancer) { lb.HTTP.TLS = nil }, "HTTPS listener without TLS"},
-		{"certificates without HTTPS", func(lb *LoadBalancer) { lb.Listeners = lb.Listeners[:1] }, "without an HTTPS listener"},
-		{"an unknown rule pool", func(lb *LoadBalancer) { lb.HTTP.Rules[0].Pool = "q" }, "pool q is not one"},
-		{"an unknown default pool", func(lb *LoadBalancer) { lb.HTTP.DefaultPool = "q" }, "default pool q"},
-		{"a relative path", func(lb *LoadBalancer) { lb.HTTP.Rules[0].Path = "a" }, "does not start with /"},
-		{"a prefix with a trailing slash", func(lb *LoadBalancer) { lb.HTTP.Rules[0].Path = "/a/" }, "no trailing /"},
-		{"a bad host", func(lb *LoadBalancer) { lb.HTTP.Rules[0].Host = "a.*.com" }, "not a host name"},
-		{"a rule twice", func(lb *LoadBalancer) { lb.HTTP.Rules = append(lb.HTTP.Rules, lb.HTTP.Rules[0]) }, "given twice"},
-		{"a bad member", func(lb *LoadBalancer) { lb.Pools[0].Members[0].IP = "x" }, "member"},
-		{"a certificate without a key", func(lb *LoadBalancer) { lb.HTTP.TLS[0].KeyPEM = nil }, "no certificate or key"},
-		{"a wrong fingerprint", func(lb *LoadBalancer) { lb.HTTP.TLS[0].Fingerprint = "x" }, "fingerprint"},
-		{"no PEM certificate", func(lb *LoadBalancer) {
-			lb.HTTP.TLS[0].CertPEM, lb.HTTP.TLS[0].Fingerprint = []byte("junk"), ""
-		}, "no PEM certificate"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			lb := valid()
-			tt.mod(lb)
-			err := lb.ValidateL7()
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("ValidateL7 = %v, want an error containing %q", err, tt.want)
-			}
-		})
-	}
-}
-
 func TestNaming_l7NamesNeverTakeL4Names(t *testing.T) {
 	l4 := LoadBalancerName("c1", "shop", "web")
 	l7 := IngressLoadBalancerName("c1", "shop", "web")

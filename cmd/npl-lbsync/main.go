@@ -29,6 +29,7 @@ import (
 	"github.com/nodeportlocal/npl/internal/serve"
 	"github.com/nodeportlocal/npl/lbsync/config"
 	"github.com/nodeportlocal/npl/lbsync/controller"
+	"github.com/nodeportlocal/npl/providers"
 )
 
 func main() {
@@ -149,7 +150,7 @@ func run(ctx context.Context, o *options) error {
 	}, client, provider, metrics)
 
 	metricsMux := serve.Metrics(reg)
-	if h, ok := provider.(interface{ Handler() http.Handler }); ok {
+	if h, ok := providers.Unwrap(provider).(interface{ Handler() http.Handler }); ok {
 		metricsMux.Handle("/providers/", h.Handler())
 	}
 	if err := serve.Listen(ctx, "metrics", o.metricsAddr, metricsMux); err != nil {

@@ -43,8 +43,17 @@ func viewOf(c *Config) view {
 		LoadBalancerClass: c.LoadBalancerClass(), DefaultLoadBalancer: c.DefaultLoadBalancer(),
 		IngressClass: c.IngressClass(), VIPPool: c.VIPPool(), ResyncPeriod: c.ResyncPeriod(),
 		DrainPeriod: c.DrainPeriod(), IPFamily: c.IPFamily(), IngressSharedVIP: c.IngressSharedVIP(), ProviderName: c.ProviderName(),
-		Provider: c.Provider(), Common: c.Common(), Claim: c.Claim(),
+		Provider: providerConfig(c.Provider()), Common: c.Common(), Claim: c.Claim(),
 	}
+}
+
+// providerConfig is the provider's own configuration behind the registry's
+// wrapper (which opens the provider behind providers.Validated).
+func providerConfig(c providers.Config) providers.Config {
+	if u, ok := c.(interface{ Unwrap() providers.Config }); ok {
+		return u.Unwrap()
+	}
+	return c
 }
 
 var cmpPrefix = cmpopts.EquateComparable(netip.Prefix{})

@@ -371,8 +371,8 @@ func TestBuild_modelPassesTheProvidersValidation(t *testing.T) {
 	if len(r.Errors) > 0 {
 		t.Fatalf("report errors: %v", r.Errors)
 	}
-	if err := lb.ValidateL7(); err != nil {
-		t.Errorf("ValidateL7: %v", err)
+	if _, err := providers.Normalize(lb); err != nil {
+		t.Errorf("Normalize: %v", err)
 	}
 	if s := fmt.Sprintf("%+v %v %#v", lb, *lb.HTTP, lb.HTTP.TLS); strings.Contains(s, "PRIVATE KEY") || strings.Contains(s, "KeyPEM") {
 		t.Errorf("printing the model shows the private key: %s", s)

@@ -52,7 +52,7 @@ func BenchmarkEnsure1000(b *testing.B) {
 			f := benchFixture(b)
 			b.StartTimer()
 			for _, lb := range lbs {
-				if _, err := f.p.Ensure(ctx, lb); err != nil {
+				if _, err := f.v.Ensure(ctx, lb); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -70,7 +70,7 @@ func BenchmarkEnsure1000(b *testing.B) {
 
 	f := benchFixture(b)
 	for _, lb := range lbs {
-		if _, err := f.p.Ensure(ctx, lb); err != nil {
+		if _, err := f.v.Ensure(ctx, lb); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -94,7 +94,7 @@ func BenchmarkEnsure1000(b *testing.B) {
 			k := next % n
 			next++
 			changed[k] = !changed[k]
-			if _, err := f.p.Ensure(ctx, variant(k)); err != nil {
+			if _, err := f.v.Ensure(ctx, variant(k)); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -105,7 +105,7 @@ func BenchmarkEnsure1000(b *testing.B) {
 	b.Run("unchanged", func(b *testing.B) {
 		f.sim.ResetCounters()
 		for i := 0; i < b.N; i++ {
-			if _, err := f.p.Ensure(ctx, variant(i%n)); err != nil {
+			if _, err := f.v.Ensure(ctx, variant(i%n)); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -8,7 +8,6 @@ import (
 	"crypto/rsa"
 	"crypto/tls"
 	"fmt"
-	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -85,13 +84,11 @@ func (l *l7Layout) certNames() map[string]bool {
 	return out
 }
 
-// planL7 checks an L7 load balancer and lays it out. It makes no call.
+// planL7 lays an L7 load balancer out, a model that passed
+// providers.Normalize. It makes no call.
 func (p *Provider) planL7(lb *providers.LoadBalancer) (*l7Layout, error) {
 	if !providers.OwnedBy(p.cfg.ClusterName, lb.Name) {
 		return nil, fmt.Errorf("name %q does not start with the cluster name %q and --", lb.Name, p.cfg.ClusterName)
-	}
-	if err := lb.ValidateL7(); err != nil {
-		return nil, err
 	}
 	name := providers.Shorten(lb.Name, maxNameLength)
 	mk := markers{Cluster: p.cfg.ClusterName, Ingress: lb.Ingress, LB: lb.Name}
@@ -99,11 +96,7 @@ func (p *Provider) planL7(lb *providers.LoadBalancer) (*l7Layout, error) {
 
 	l.vsvip = vsvipSpec{Name: name, Cloud: p.cfg.Cloud, Network: p.cfg.VIPNetwork, Markers: mk}
 	if lb.RequestedVIP != "" {
-		ip, err := netip.ParseAddr(lb.RequestedVIP)
-		if err != nil {
-			return nil, fmt.Errorf("requested VIP %q is not an IP address", lb.RequestedVIP)
-		}
-		l.vsvip.Network, l.vsvip.Address = "", ip.String()
+		l.vsvip.Network, l.vsvip.Address = "", lb.RequestedVIP
 	}
 
 	aviPool := map[string]string{} // model name -> Avi name
@@ -112,17 +105,13 @@ func (p *Provider) planL7(lb *providers.LoadBalancer) (*l7Layout, error) {
 		if slices.ContainsFunc(l.pools, func(ps poolSpec) bool { return ps.Name == poolName }) {
 			return nil, fmt.Errorf("pools %s: two shorten to one name", pl.Name)
 		}
-		members, err := poolMembers(poolName, pl.Members)
-		if err != nil {
-			return nil, err
-		}
 		pmk := mk
 		if poolName != pl.Name {
 			pmk.Name = pl.Name
 		}
 		aviPool[pl.Name] = poolName
 		l.pools = append(l.pools, poolSpec{Name: poolName, Cloud: p.cfg.Cloud, Monitors: []string{monitorTCP},
-			Members: members, Graceful: gracefulDisableTimeout, Markers: pmk})
+			Members: pl.Members, Graceful: gracefulDisableTimeout, Markers: pmk})
 	}
 	slices.SortFunc(l.pools, func(a, b poolSpec) int { return cmp.Compare(a.Name, b.Name) })
 
@@ -149,9 +138,7 @@ func (p *Provider) planL7(lb *providers.LoadBalancer) (*l7Layout, error) {
 	slices.SortFunc(l.certs, func(a, b certSpec) int { return cmp.Compare(a.Name, b.Name) })
 
 	l.policy = httpPolicySpec{Name: name, Rules: []httpRuleSpec{}, Markers: mk}
-	rules := slices.Clone(lb.HTTP.Rules)
-	providers.SortRules(rules)
-	for i, r := range rules {
+	for i, r := range lb.HTTP.Rules { // sorted by providers.Normalize
 		for j, m := range r.PathMatches() {
 			l.policy.Rules = append(l.policy.Rules, httpRuleSpec{
 				Name: fmt.Sprintf("rule-%d.%d", i, j), Host: r.Host, Path: m.Path, Prefix: m.Prefix, Pool: aviPool[r.Pool],

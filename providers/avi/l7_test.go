@@ -256,7 +256,7 @@ func TestProvider_l7RefusesTwoCertificatesOfOneKeyType(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	lb := ingressLB(tlsCert(t, "a-tls", "shop.example.com"))
 	lb.HTTP.TLS = append(lb.HTTP.TLS, tlsCert(t, "b-tls", "blog.example.com"))
-	_, err := f.p.Ensure(context.Background(), lb)
+	_, err := f.v.Ensure(context.Background(), lb)
 	if err == nil || !strings.Contains(err.Error(), "one RSA and one EC certificate") {
 		t.Errorf("Ensure: %v, want an error about one certificate per key type", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"net/url"
@@ -157,13 +156,11 @@ func (l *layout) poolNames() map[string]bool {
 	return out
 }
 
-// plan checks lb and lays it out. It makes no call.
+// plan lays lb out, a model that passed providers.Normalize (the registry
+// opens the provider behind providers.Validated). It makes no call.
 func (p *Provider) plan(lb *providers.LoadBalancer) (*layout, error) {
 	if !providers.OwnedBy(p.cfg.ClusterName, lb.Name) {
 		return nil, fmt.Errorf("name %q does not start with the cluster name %q and --", lb.Name, p.cfg.ClusterName)
-	}
-	if len(lb.Listeners) == 0 {
-		return nil, errors.New("no listeners")
 	}
 	name := providers.Shorten(lb.Name, maxNameLength)
 	mk := markers{Cluster: p.cfg.ClusterName, Service: lb.Service}
@@ -171,11 +168,7 @@ func (p *Provider) plan(lb *providers.LoadBalancer) (*layout, error) {
 
 	l.vsvip = vsvipSpec{Name: name, Cloud: p.cfg.Cloud, Network: p.cfg.VIPNetwork, Markers: mk}
 	if lb.RequestedVIP != "" {
-		ip, err := netip.ParseAddr(lb.RequestedVIP)
-		if err != nil {
-			return nil, fmt.Errorf("requested VIP %q is not an IP address", lb.RequestedVIP)
-		}
-		l.vsvip.Network, l.vsvip.Address = "", ip.String()
+		l.vsvip.Network, l.vsvip.Address = "", lb.RequestedVIP
 	}
 
 	l.policy = policySpec{Name: name, Markers: mk}
@@ -194,38 +187,18 @@ func (p *Provider) plan(lb *providers.LoadBalancer) (*layout, error) {
 		l.vs.NetworkProfile = profileUDPFastPath
 	}
 
-	seen := map[ruleSpec]bool{}
 	for _, ln := range lb.Listeners {
-		if ln.Port < 1 || ln.Port > 65535 {
-			return nil, fmt.Errorf("listener port %d is not in 1-65535", ln.Port)
-		}
 		monitor := monitorTCP
-		switch ln.Protocol {
-		case providers.TCP:
-		case providers.UDP:
+		if ln.Protocol == providers.UDP {
 			monitor = monitorUDP
-		default:
-			return nil, fmt.Errorf("listener %d: protocol %q is not TCP or UDP", ln.Port, ln.Protocol)
-		}
-		if ln.Pool.Name == "" {
-			return nil, fmt.Errorf("listener %s/%d: pool has no name", ln.Protocol, ln.Port)
 		}
 		poolName := providers.Shorten(ln.Pool.Name, maxNameLength)
-		key := ruleSpec{Port: ln.Port, Protocol: ln.Protocol}
-		if seen[key] {
-			return nil, fmt.Errorf("listener %s/%d appears twice", ln.Protocol, ln.Port)
-		}
-		seen[key] = true
 		if slices.ContainsFunc(l.pools, func(ps poolSpec) bool { return ps.Name == poolName }) {
-			return nil, fmt.Errorf("pool %s is used by two listeners", poolName)
-		}
-		members, err := poolMembers(poolName, ln.Pool.Members)
-		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("pools of %s: two shorten to %s", lb.Name, poolName)
 		}
 		l.pools = append(l.pools, poolSpec{
 			Name: poolName, Cloud: p.cfg.Cloud, Monitors: []string{monitor},
-			Members: members, Graceful: gracefulDisableTimeout, Markers: mk,
+			Members: ln.Pool.Members, Graceful: gracefulDisableTimeout, Markers: mk,
 		})
 		l.policy.Rules = append(l.policy.Rules, ruleSpec{Port: ln.Port, Protocol: ln.Protocol, Pool: poolName})
 		svc := serviceSpec{Port: ln.Port}
@@ -238,22 +211,6 @@ func (p *Provider) plan(lb *providers.LoadBalancer) (*layout, error) {
 	sortRules(l.policy.Rules)
 	sortServices(l.vs.Services)
 	return l, nil
-}
-
-// poolMembers checks a pool's members and returns them canonical and sorted.
-func poolMembers(poolName string, in []providers.Member) ([]providers.Member, error) {
-	members := make([]providers.Member, 0, len(in))
-	for _, m := range in {
-		ip, err := netip.ParseAddr(m.IP)
-		if err != nil {
-			return nil, fmt.Errorf("pool %s: member %q is not an IP address", poolName, m.IP)
-		}
-		if m.Port < 1 || m.Port > 65535 {
-			return nil, fmt.Errorf("pool %s: member %s port %d is not in 1-65535", poolName, m.IP, m.Port)
-		}
-		members = append(members, providers.Member{IP: ip.Unmap().String(), Port: m.Port, Enabled: m.Enabled})
-	}
-	return providers.SortMembers(members), nil
 }
 
 func sortRules(rules []ruleSpec) {

@@ -26,9 +26,11 @@ const cluster = "c1"
 
 // fixture is a simulator and a provider connected to it through the alb-sdk.
 type fixture struct {
-	t            testing.TB
-	sim          *avisim.Server
-	p            *Provider
+	t   testing.TB
+	sim *avisim.Server
+	p   *Provider
+	// v is p as the registry opens it: behind providers.Validated.
+	v            providers.Provider
 	passwordFile string
 }
 
@@ -74,12 +76,12 @@ func newFixture(t testing.TB, o fixtureOptions) *fixture {
 	}
 	t.Cleanup(func() { p.Close() })
 	sim.ResetCounters()
-	return &fixture{t: t, sim: sim, p: p, passwordFile: section["passwordFile"].(string)}
+	return &fixture{t: t, sim: sim, p: p, v: providers.Validated(p), passwordFile: section["passwordFile"].(string)}
 }
 
 func (f *fixture) ensure(lb *providers.LoadBalancer) providers.Status {
 	f.t.Helper()
-	st, err := f.p.Ensure(context.Background(), lb)
+	st, err := f.v.Ensure(context.Background(), lb)
 	if err != nil {
 		f.t.Fatalf("Ensure %s: %v", lb.Name, err)
 	}
@@ -511,7 +513,7 @@ func TestProvider_neverTouchesAnotherOwnersObject(t *testing.T) {
 			}
 			before := f.sim.Objects("admin", tc.typ)
 
-			_, err := f.p.Ensure(context.Background(), webLB("web", tcp(80, member("198.18.0.11", 61000))))
+			_, err := f.v.Ensure(context.Background(), webLB("web", tcp(80, member("198.18.0.11", 61000))))
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("Ensure: got %v, want an error containing %q", err, tc.wantErr)
 			}
@@ -559,7 +561,7 @@ func TestProvider_logsInAgainWhenSessionsExpire(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.sim.ExpireSessions()
-		_, err := f.p.Ensure(context.Background(), webLB("web", tcp(80, a)))
+		_, err := f.v.Ensure(context.Background(), webLB("web", tcp(80, a)))
 		if err == nil || !strings.Contains(err.Error(), "POST /login: read password: open "+f.passwordFile) {
 			t.Errorf("Ensure without a password file: got %v", err)
 		}
@@ -569,7 +571,7 @@ func TestProvider_logsInAgainWhenSessionsExpire(t *testing.T) {
 	t.Run("wrong password", func(t *testing.T) {
 		f.sim.SetCredentials("admin", "third-password")
 		f.sim.ExpireSessions()
-		_, err := f.p.Ensure(context.Background(), webLB("web", tcp(80, a)))
+		_, err := f.v.Ensure(context.Background(), webLB("web", tcp(80, a)))
 		if err == nil || !strings.Contains(err.Error(), "Avi 401: Invalid credentials") {
 			t.Errorf("Ensure with a stale password: got %v, want Avi 401", err)
 		}
@@ -642,7 +644,7 @@ func TestProvider_serverErrorsDeleteNothing(t *testing.T) {
 			id := f.sim.AddFault(tc.fault)
 			f.sim.ResetCounters()
 
-			_, err := f.p.Ensure(context.Background(), after)
+			_, err := f.v.Ensure(context.Background(), after)
 
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("Ensure: got %v, want an error containing %q", err, tc.wantErr)
@@ -676,7 +678,7 @@ func TestProvider_timeoutsAreErrors(t *testing.T) {
 	lb := webLB("web", tcp(80, member("198.18.0.11", 61000)))
 	id := f.sim.AddFault(avisim.Fault{Method: "GET", Path: "/api/virtualservice", Latency: time.Hour})
 
-	_, err := f.p.Ensure(context.Background(), lb)
+	_, err := f.v.Ensure(context.Background(), lb)
 
 	if err == nil || !strings.Contains(err.Error(), "read virtualservice") {
 		t.Fatalf("Ensure past the timeout: got %v, want a read error", err)
@@ -697,7 +699,7 @@ func TestProvider_cancelledContextEndsRequests(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
 
-	_, err := f.p.Ensure(ctx, webLB("web", tcp(80, member("198.18.0.11", 61000))))
+	_, err := f.v.Ensure(ctx, webLB("web", tcp(80, member("198.18.0.11", 61000))))
 
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Ensure with a cancelled context: got %v, want context.Canceled", err)
@@ -707,7 +709,7 @@ func TestProvider_cancelledContextEndsRequests(t *testing.T) {
 func TestProvider_reportsTheControllersMessage(t *testing.T) {
 	t.Run("unknown cloud", func(t *testing.T) {
 		f := newFixture(t, fixtureOptions{section: map[string]any{"cloud": "No-Such-Cloud"}})
-		_, err := f.p.Ensure(context.Background(), webLB("web", tcp(80, member("198.18.0.11", 61000))))
+		_, err := f.v.Ensure(context.Background(), webLB("web", tcp(80, member("198.18.0.11", 61000))))
 		if want := "ensure vsvip c1--ns-web: Avi 400: Cloud object not found!"; err == nil || err.Error() != want {
 			t.Errorf("got %v, want %q", err, want)
 		}
@@ -716,21 +718,45 @@ func TestProvider_reportsTheControllersMessage(t *testing.T) {
 		f := newFixture(t, fixtureOptions{sim: avisim.Options{VIPSubnet: netip.MustParsePrefix("198.18.200.0/30")}})
 		f.ensure(webLB("a", tcp(80)))
 		f.ensure(webLB("b", tcp(80)))
-		_, err := f.p.Ensure(context.Background(), webLB("c", tcp(80)))
+		_, err := f.v.Ensure(context.Background(), webLB("c", tcp(80)))
 		if want := "ensure vsvip c1--ns-c: Avi 400: No available free IPs"; err == nil || err.Error() != want {
 			t.Errorf("got %v, want %q", err, want)
 		}
 	})
 	t.Run("invalid model", func(t *testing.T) {
 		f := newFixture(t, fixtureOptions{})
-		_, err := f.p.Ensure(context.Background(), webLB("web", tcp(80, member("not-an-ip", 1))))
-		if err == nil || !strings.Contains(err.Error(), `member "not-an-ip" is not an IP address`) {
+		_, err := f.v.Ensure(context.Background(), webLB("web", tcp(80, member("not-an-ip", 1))))
+		var invalid *providers.InvalidModelError
+		if !errors.As(err, &invalid) || !strings.Contains(err.Error(), `member "not-an-ip": not an IP address`) {
 			t.Errorf("got %v", err)
 		}
-		if n := f.sim.Writes(); n != 0 {
-			t.Errorf("an invalid model made %d writes", n)
+		if n := len(f.sim.Requests()); n != 0 {
+			t.Errorf("an invalid model made %d requests", n)
 		}
 	})
+}
+
+// An SCTP-only Service builds a model without listeners: it must neither
+// reach the controller (no retry loop on its error) nor touch the load
+// balancer the Service has.
+func TestProvider_aModelWithoutListenersNeverReachesTheController(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	web := webLB("web", tcp(80, member("198.18.0.11", 61000)))
+	f.ensure(web)
+	before := f.sim.Dump()
+	f.sim.ResetCounters()
+	for _, lb := range []*providers.LoadBalancer{webLB("web"), webLB("sctp-only")} {
+		_, err := f.v.Ensure(context.Background(), lb)
+		if !errors.Is(err, providers.ErrNoListeners) {
+			t.Errorf("Ensure(%s without listeners) = %v, want ErrNoListeners", lb.Name, err)
+		}
+	}
+	if reqs := f.sim.Requests(); len(reqs) != 0 {
+		t.Errorf("the controller got %d requests, want none: %+v", len(reqs), reqs)
+	}
+	if diff := cmp.Diff(before, f.sim.Dump()); diff != "" {
+		t.Errorf("the controller's objects changed (-before +after):\n%s", diff)
+	}
 }
 
 func TestProvider_listGroupsOnlyThisClustersObjects(t *testing.T) {
@@ -834,7 +860,7 @@ func TestProvider_concurrentEnsures(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			lb := webLB(fmt.Sprintf("svc-%02d", i), tcp(80, member("198.18.0.11", int32(61000+i))))
-			if _, err := f.p.Ensure(context.Background(), lb); err != nil {
+			if _, err := f.v.Ensure(context.Background(), lb); err != nil {
 				errs <- err
 			}
 		}()

@@ -73,13 +73,12 @@ type certPlan struct {
 	serverName string
 }
 
-// planL7 checks an L7 load balancer and turns it into BIG-IP objects.
+// planL7 turns an L7 load balancer, a model that passed
+// providers.Normalize, into BIG-IP objects; it checks what only BIG-IP
+// requires (names).
 func (p *provider) planL7(lb *providers.LoadBalancer) (*l7Plan, error) {
 	if !providers.OwnedBy(p.cfg.common.ClusterName, lb.Name) {
 		return nil, fmt.Errorf("name does not start with the cluster name %s and --", p.cfg.common.ClusterName)
-	}
-	if err := lb.ValidateL7(); err != nil {
-		return nil, err
 	}
 	if !validName(lb.Name) {
 		return nil, fmt.Errorf("name %q is not a valid BIG-IP name (letters, digits, '.', '_', '-')", lb.Name)

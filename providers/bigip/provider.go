@@ -12,7 +12,6 @@ package bigip
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -54,7 +53,10 @@ type listenerPlan struct {
 	members    []memberBody
 }
 
-// plan checks a desired load balancer and turns it into BIG-IP objects.
+// plan turns a desired load balancer, a model that passed
+// providers.Normalize (the registry opens the provider behind
+// providers.Validated), into BIG-IP objects; it checks what only BIG-IP
+// requires (names).
 func (p *provider) plan(lb *providers.LoadBalancer) ([]listenerPlan, netip.Addr, error) {
 	var requested netip.Addr
 	if lb.RequestedVIP != "" {
@@ -65,27 +67,10 @@ func (p *provider) plan(lb *providers.LoadBalancer) ([]listenerPlan, netip.Addr,
 		requested = a
 	}
 	var plans []listenerPlan
-	names := map[string]bool{}
-	frontends := map[string]bool{}
 	for _, l := range lb.Listeners {
-		if l.Protocol != providers.TCP && l.Protocol != providers.UDP {
-			return nil, netip.Addr{}, fmt.Errorf("listener %s/%d: protocol must be TCP or UDP", l.Protocol, l.Port)
-		}
-		if l.Port < 1 || l.Port > 65535 {
-			return nil, netip.Addr{}, fmt.Errorf("listener %s/%d: port out of range 1-65535", l.Protocol, l.Port)
-		}
 		if !validName(l.Pool.Name) {
 			return nil, netip.Addr{}, fmt.Errorf("listener %s/%d: pool name %q is not a valid BIG-IP name (letters, digits, '.', '_', '-')", l.Protocol, l.Port, l.Pool.Name)
 		}
-		if names[l.Pool.Name] {
-			return nil, netip.Addr{}, fmt.Errorf("listener %s/%d: pool name %q used twice", l.Protocol, l.Port, l.Pool.Name)
-		}
-		names[l.Pool.Name] = true
-		frontend := fmt.Sprintf("%s/%d", l.Protocol, l.Port)
-		if frontends[frontend] {
-			return nil, netip.Addr{}, fmt.Errorf("listener %s: defined twice", frontend)
-		}
-		frontends[frontend] = true
 		ipProtocol, monitor, profile := protocolParts(l.Protocol)
 		members, err := p.memberBodies(l.Pool.Name, l.Pool.Members)
 		if err != nil {
@@ -97,17 +82,13 @@ func (p *provider) plan(lb *providers.LoadBalancer) ([]listenerPlan, netip.Addr,
 	return plans, requested, nil
 }
 
-// memberBodies checks the members of a pool and spells them as BIG-IP does,
-// sorted.
+// memberBodies spells the members of a pool as BIG-IP does.
 func (p *provider) memberBodies(pool string, members []providers.Member) ([]memberBody, error) {
 	out := []memberBody{}
-	for _, m := range providers.SortMembers(slices.Clone(members)) {
+	for _, m := range members {
 		ip, err := netip.ParseAddr(m.IP)
-		if err != nil || ip.Zone() != "" {
-			return nil, fmt.Errorf("pool %s: member IP %q is not an IP address", pool, m.IP)
-		}
-		if m.Port < 1 || m.Port > 65535 {
-			return nil, fmt.Errorf("pool %s: member %s port %d out of range 1-65535", pool, m.IP, m.Port)
+		if err != nil {
+			return nil, fmt.Errorf("pool %s: member IP %q: %w", pool, m.IP, err)
 		}
 		session := sessionEnabled
 		if !m.Enabled {
@@ -123,9 +104,6 @@ func (p *provider) memberBodies(pool string, members []providers.Member) ([]memb
 // Pools are written before the virtuals that use them; the virtuals of
 // removed listeners are deleted before their pools.
 func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
-	if lb == nil || lb.Name == "" {
-		return providers.Status{}, errors.New("ensure load balancer: no name")
-	}
 	if lb.IsL7() {
 		return p.ensureL7(ctx, lb)
 	}

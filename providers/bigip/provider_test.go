@@ -3,6 +3,7 @@ package bigip
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -86,7 +87,8 @@ func (e *env) open(t *testing.T, section map[string]any) providers.Provider {
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	return p
+	// As the registry opens it.
+	return providers.Validated(p)
 }
 
 func parseSection(section map[string]any) (providers.Config, error) {
@@ -716,7 +718,7 @@ func TestProvider_logsInAgainWhenTheTokenExpires(t *testing.T) {
 
 func TestProvider_logsInAgainBeforeTheTokenExpires(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	api := e.prov.(*provider).api
+	api := providers.Unwrap(e.prov).(*provider).api
 	var mu sync.Mutex
 	now := time.Now()
 	api.mu.Lock()
@@ -846,10 +848,10 @@ func TestProvider_rejectsBadModels(t *testing.T) {
 		lb       *providers.LoadBalancer
 		wantText string
 	}{
-		{"bad member IP", newLB("shop/web", tcp(80, member("node-1", 61000))), `member IP "node-1"`},
-		{"bad member port", newLB("shop/web", tcp(80, member("198.18.0.1", 0))), "port 0 out of range"},
+		{"bad member IP", newLB("shop/web", tcp(80, member("node-1", 61000))), `member "node-1": not an IP address`},
+		{"bad member port", newLB("shop/web", tcp(80, member("198.18.0.1", 0))), "port out of 1-65535"},
 		{"bad protocol", &providers.LoadBalancer{Name: "c1--x", Listeners: []providers.Listener{{Port: 80, Protocol: "SCTP", Pool: providers.Pool{Name: "p"}}}}, "TCP or UDP"},
-		{"bad pool name", &providers.LoadBalancer{Name: "c1--x", Listeners: []providers.Listener{{Port: 80, Protocol: "TCP", Pool: providers.Pool{Name: "a/b"}}}}, "not a valid BIG-IP name"},
+		{"bad pool name (BIG-IP's own rule)", &providers.LoadBalancer{Name: "c1--x", Listeners: []providers.Listener{{Port: 80, Protocol: "TCP", Pool: providers.Pool{Name: "a/b"}}}}, "not a valid BIG-IP name"},
 		{"bad requested VIP", &providers.LoadBalancer{Name: "c1--x", RequestedVIP: "vip"}, `requested VIP "vip"`},
 		{"no name", &providers.LoadBalancer{}, "no name"},
 	}
@@ -863,6 +865,33 @@ func TestProvider_rejectsBadModels(t *testing.T) {
 	}
 	if got := e.sim.Writes(); got != 0 {
 		t.Errorf("writes = %d, want 0", got)
+	}
+}
+
+// An SCTP-only Service builds a model without listeners. BIG-IP's Ensure
+// deletes the objects a model no longer has, so such a model reaching it
+// would delete every object of the Service: it must not reach it.
+func TestProvider_aModelWithoutListenersDeletesNothing(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	web := newLB("shop/web", tcp(80, member("198.18.0.11", 61000)), udp(53, member("198.18.0.11", 61001)))
+	e.ensure(t, web)
+	before := e.sim.Dump()
+	if len(before.Virtuals) != 2 || len(before.Pools) != 2 {
+		t.Fatalf("after the first Ensure: %+v", before)
+	}
+	e.sim.ResetCounters()
+	for _, lb := range []*providers.LoadBalancer{newLB("shop/web"), newLB("shop/sctp-only")} {
+		_, err := e.prov.Ensure(context.Background(), lb)
+		var invalid *providers.InvalidModelError
+		if !errors.As(err, &invalid) || !errors.Is(err, providers.ErrNoListeners) {
+			t.Errorf("Ensure(%s without listeners) = %v, want an InvalidModelError for ErrNoListeners", lb.Name, err)
+		}
+	}
+	if got := e.sim.Writes(); got != 0 {
+		t.Errorf("writes = %d, want 0", got)
+	}
+	if diff := cmp.Diff(before, e.sim.Dump()); diff != "" {
+		t.Errorf("the BIG-IP's objects changed (-before +after):\n%s", diff)
 	}
 }
 

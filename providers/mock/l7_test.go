@@ -42,15 +42,16 @@ func l7Model() *providers.LoadBalancer {
 
 // listed is lb as List reports it: sorted, with its VIP, no PEM data.
 func listed(lb *providers.LoadBalancer, vip string) providers.LoadBalancer {
-	out, err := normaliseL7(ptrTo(deepCopy(lb)))
+	out, err := providers.Normalize(lb)
 	if err != nil {
 		panic(err)
+	}
+	for i, c := range out.HTTP.TLS {
+		out.HTTP.TLS[i] = c.WithoutKeys()
 	}
 	out.VIPs = []string{vip}
 	return *out
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 func TestMock_l7KeepsRulesPoolsAndCertificatesWithoutKeys(t *testing.T) {
 	ctx := context.Background()
@@ -129,12 +130,12 @@ func TestMock_l7RejectsInconsistentModels(t *testing.T) {
 	m := newMock(t, Config{Common: common("203.0.113.0/29")})
 	bad := l7Model()
 	bad.HTTP.Rules[0].Pool = "nowhere"
-	if _, err := m.Ensure(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "nowhere") {
+	if _, err := providers.Validated(m).Ensure(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "nowhere") {
 		t.Errorf("Ensure with an unknown pool: %v", err)
 	}
 	l4 := model("web")
 	l4.HTTP = &providers.HTTPRoutes{}
-	if _, err := m.Ensure(context.Background(), l4); err == nil {
+	if _, err := providers.Validated(m).Ensure(context.Background(), l4); err == nil {
 		t.Error("Ensure of an L4 load balancer with HTTP routes succeeded")
 	}
 	if n := len(m.State().LoadBalancers); n != 0 {

@@ -143,15 +143,14 @@ func New(cfg Config) (*Mock, error) {
 	return m, nil
 }
 
-// Ensure makes the load balancer lb.Name match lb. It writes nothing when
-// the stored load balancer already equals lb. The VIP is lb.RequestedVIP when
-// set (an error if another load balancer holds it), else the one it already
-// has, else the first free address of the VIP pool.
+// Ensure makes the load balancer lb.Name match lb, a model that passed
+// providers.Normalize (the registry opens the mock behind
+// providers.Validated). It writes nothing when the stored load balancer
+// already equals lb. The VIP is lb.RequestedVIP when set (an error if
+// another load balancer holds it), else the one it already has, else the
+// first free address of the VIP pool.
 func (m *Mock) Ensure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
-	name := ""
-	if lb != nil {
-		name = lb.Name
-	}
+	name := lb.Name
 	var status providers.Status
 	err := m.call(ctx, kindEnsure, name, func() error {
 		desired, err := m.normalise(lb)
@@ -368,87 +367,27 @@ func (m *Mock) snapshot(keep func(name string) bool) []providers.LoadBalancer {
 	out := make([]providers.LoadBalancer, 0, len(m.lbs))
 	for name, lb := range m.lbs {
 		if keep == nil || keep(name) {
-			out = append(out, deepCopy(lb))
+			out = append(out, *lb.Clone())
 		}
 	}
 	slices.SortFunc(out, func(a, b providers.LoadBalancer) int { return cmp.Compare(a.Name, b.Name) })
 	return out
 }
 
-// normalise checks lb and returns a sorted deep copy of it without VIPs.
+// normalise returns what the mock stores of lb: a copy without VIPs and,
+// as a real load balancer reports them, certificates without PEM data.
 func (m *Mock) normalise(lb *providers.LoadBalancer) (*providers.LoadBalancer, error) {
-	if lb == nil {
-		return nil, errors.New("no load balancer")
-	}
 	if !providers.OwnedBy(m.cluster, lb.Name) {
 		return nil, fmt.Errorf("not owned by cluster %s", m.cluster)
 	}
-	cp := deepCopy(lb)
-	out := &cp
+	out := lb.Clone()
 	out.VIPs = nil
-	if out.RequestedVIP != "" {
-		addr, err := netip.ParseAddr(out.RequestedVIP)
-		if err != nil {
-			return nil, fmt.Errorf("requested VIP: %w", err)
+	if out.HTTP != nil {
+		for i, c := range out.HTTP.TLS {
+			out.HTTP.TLS[i] = c.WithoutKeys()
 		}
-		out.RequestedVIP = addr.String()
-	}
-	if out.IsL7() {
-		return normaliseL7(out)
-	}
-	if out.Kind != "" && out.Kind != providers.L4 {
-		return nil, fmt.Errorf("unknown kind %q", out.Kind)
-	}
-	if out.HTTP != nil || len(out.Pools) > 0 || out.Ingress != "" {
-		return nil, errors.New("an L4 load balancer has no HTTP routes, shared pools or Ingress")
-	}
-	providers.SortListeners(out.Listeners)
-	for i := range out.Listeners {
-		l := &out.Listeners[i]
-		if l.Protocol != providers.TCP && l.Protocol != providers.UDP {
-			return nil, fmt.Errorf("listener %d: protocol %q is not TCP or UDP", l.Port, l.Protocol)
-		}
-		if l.Port < 1 || l.Port > 65535 {
-			return nil, fmt.Errorf("listener %s/%d: port out of 1-65535", l.Protocol, l.Port)
-		}
-		if i > 0 && out.Listeners[i-1].Protocol == l.Protocol && out.Listeners[i-1].Port == l.Port {
-			return nil, fmt.Errorf("listener %s/%d: given twice", l.Protocol, l.Port)
-		}
-		if l.Pool.Name == "" {
-			return nil, fmt.Errorf("listener %s/%d: pool has no name", l.Protocol, l.Port)
-		}
-		for _, mb := range l.Pool.Members {
-			if _, err := netip.ParseAddr(mb.IP); err != nil {
-				return nil, fmt.Errorf("pool %s: member %q: %w", l.Pool.Name, mb.IP, err)
-			}
-			if mb.Port < 1 || mb.Port > 65535 {
-				return nil, fmt.Errorf("pool %s: member %s:%d: port out of 1-65535", l.Pool.Name, mb.IP, mb.Port)
-			}
-		}
-		l.Pool.Members = providers.SortMembers(l.Pool.Members)
 	}
 	return out, nil
-}
-
-// normaliseL7 checks an L7 load balancer and sorts it. The mock keeps what a
-// real load balancer reports of certificates: no PEM data, the fingerprint.
-func normaliseL7(lb *providers.LoadBalancer) (*providers.LoadBalancer, error) {
-	if err := lb.ValidateL7(); err != nil {
-		return nil, err
-	}
-	providers.SortListeners(lb.Listeners)
-	providers.SortPools(lb.Pools)
-	for i := range lb.Pools {
-		lb.Pools[i].Members = providers.SortMembers(lb.Pools[i].Members)
-	}
-	providers.SortRules(lb.HTTP.Rules)
-	slices.SortFunc(lb.HTTP.TLS, func(a, b providers.TLSCert) int { return cmp.Compare(a.Secret, b.Secret) })
-	for i, c := range lb.HTTP.TLS {
-		c = c.WithoutKeys()
-		slices.Sort(c.Hosts)
-		lb.HTTP.TLS[i] = c
-	}
-	return lb, nil
 }
 
 // pickVIP returns the VIP for a load balancer whose stored version is prev
@@ -460,7 +399,10 @@ func (m *Mock) pickVIP(requested string, prev *providers.LoadBalancer) (netip.Ad
 		name = prev.Name
 	}
 	if requested != "" {
-		addr := netip.MustParseAddr(requested) // checked by normalise
+		addr, err := netip.ParseAddr(requested)
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("requested VIP: %w", err)
+		}
 		if owner, used := m.vipOwner[addr]; used && owner != name {
 			return netip.Addr{}, fmt.Errorf("requested VIP %s is in use by %s", addr, owner)
 		}
@@ -538,37 +480,6 @@ func sameRoutes(a, b *providers.HTTPRoutes) bool {
 		slices.EqualFunc(a.TLS, b.TLS, func(x, y providers.TLSCert) bool {
 			return x.Secret == y.Secret && x.Fingerprint == y.Fingerprint && slices.Equal(x.Hosts, y.Hosts)
 		})
-}
-
-func deepCopy(lb *providers.LoadBalancer) providers.LoadBalancer {
-	out := *lb
-	out.VIPs = slices.Clone(lb.VIPs)
-	out.Listeners = make([]providers.Listener, len(lb.Listeners))
-	for i, l := range lb.Listeners {
-		out.Listeners[i] = l
-		if l.Pool.Name != "" || l.Pool.Members != nil {
-			// The pool-less listeners of L7 load balancers stay pool-less.
-			out.Listeners[i].Pool.Members = append([]providers.Member{}, l.Pool.Members...)
-		}
-	}
-	if lb.Pools != nil {
-		out.Pools = make([]providers.Pool, len(lb.Pools))
-		for i, p := range lb.Pools {
-			out.Pools[i] = providers.Pool{Name: p.Name, Members: append([]providers.Member{}, p.Members...)}
-		}
-	}
-	if lb.HTTP != nil {
-		h := *lb.HTTP
-		h.Rules = append([]providers.Rule{}, lb.HTTP.Rules...)
-		h.TLS = nil
-		for _, c := range lb.HTTP.TLS {
-			c.Hosts = slices.Clone(c.Hosts)
-			c.CertPEM, c.KeyPEM = slices.Clone(c.CertPEM), slices.Clone(c.KeyPEM)
-			h.TLS = append(h.TLS, c)
-		}
-		out.HTTP = &h
-	}
-	return out
 }
 
 // persisted is the content of the state file.

@@ -57,14 +57,14 @@ func member(ip string, port int32) providers.Member {
 }
 
 func withVIP(lb *providers.LoadBalancer, vip string) providers.LoadBalancer {
-	out := deepCopy(lb)
+	out := *lb.Clone()
 	out.VIPs = []string{vip}
 	return out
 }
 
 func mustEnsure(t *testing.T, m *Mock, lb *providers.LoadBalancer) []string {
 	t.Helper()
-	st, err := m.Ensure(context.Background(), lb)
+	st, err := providers.Validated(m).Ensure(context.Background(), lb)
 	if err != nil {
 		t.Fatalf("Ensure %s: %v", lb.Name, err)
 	}
@@ -126,7 +126,7 @@ func TestMock_vipAllocation(t *testing.T) {
 	if diff := cmp.Diff([]string{"203.0.113.64"}, c); diff != "" {
 		t.Errorf("VIP from the second prefix (-want +got):\n%s", diff)
 	}
-	if _, err := m.Ensure(ctx, model("d")); err == nil || !strings.Contains(err.Error(), "no free VIP") {
+	if _, err := providers.Validated(m).Ensure(ctx, model("d")); err == nil || !strings.Contains(err.Error(), "no free VIP") {
 		t.Errorf("Ensure with the pool exhausted: err = %v, want no free VIP", err)
 	}
 	if err := m.Delete(ctx, model("a").Name); err != nil {
@@ -147,7 +147,7 @@ func TestMock_requestedVIP(t *testing.T) {
 	}
 	api := model("api")
 	api.RequestedVIP = "198.51.100.7"
-	if _, err := m.Ensure(ctx, api); err == nil || !strings.Contains(err.Error(), "in use by c1--shop-web") {
+	if _, err := providers.Validated(m).Ensure(ctx, api); err == nil || !strings.Contains(err.Error(), "in use by c1--shop-web") {
 		t.Errorf("Ensure of a VIP in use: err = %v, want in use by c1--shop-web", err)
 	}
 	// Dropping the request keeps the VIP: it is stable once held.
@@ -165,14 +165,14 @@ func TestMock_requestedVIP(t *testing.T) {
 	}
 	bad := model("bad")
 	bad.RequestedVIP = "not-an-ip"
-	if _, err := m.Ensure(ctx, bad); err == nil {
+	if _, err := providers.Validated(m).Ensure(ctx, bad); err == nil {
 		t.Error("Ensure with an invalid requested VIP succeeded")
 	}
 }
 
 func TestMock_emptyPoolNeedsARequestedVIP(t *testing.T) {
 	m := newMock(t, Config{Common: common()})
-	if _, err := m.Ensure(context.Background(), model("web")); err == nil || !strings.Contains(err.Error(), "VIP pool is empty") {
+	if _, err := providers.Validated(m).Ensure(context.Background(), model("web")); err == nil || !strings.Contains(err.Error(), "VIP pool is empty") {
 		t.Errorf("err = %v, want VIP pool is empty", err)
 	}
 	web := model("web")
@@ -206,7 +206,7 @@ func TestMock_rejectsInvalidModels(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := newMock(t, Config{Common: common("203.0.113.0/29")})
-			_, err := m.Ensure(context.Background(), tt.lb)
+			_, err := providers.Validated(m).Ensure(context.Background(), tt.lb)
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
 			}
@@ -218,6 +218,27 @@ func TestMock_rejectsInvalidModels(t *testing.T) {
 	m := newMock(t, Config{Common: common("203.0.113.0/29")})
 	if err := m.Delete(context.Background(), "c2--shop-web"); err == nil {
 		t.Error("Delete of another cluster's name succeeded")
+	}
+}
+
+func TestMock_aModelWithoutListenersNeverReachesTheMock(t *testing.T) {
+	ctx := context.Background()
+	m := newMock(t, Config{Common: common("203.0.113.0/29")})
+	p := providers.Validated(m)
+	mustEnsure(t, m, model("web", member("198.18.0.11", 61000)))
+	before := m.State()
+	// What an SCTP-only Service builds: an existing one, and a new one.
+	for _, svc := range []string{"web", "sctp-only"} {
+		empty := model(svc)
+		empty.Listeners = nil
+		_, err := p.Ensure(ctx, empty)
+		var invalid *providers.InvalidModelError
+		if !errors.As(err, &invalid) || !errors.Is(err, providers.ErrNoListeners) {
+			t.Errorf("Ensure(%s without listeners) = %v, want an InvalidModelError for ErrNoListeners", svc, err)
+		}
+	}
+	if diff := cmp.Diff(before, m.State()); diff != "" {
+		t.Errorf("the state changed, or the mock was called (-before +after):\n%s", diff)
 	}
 }
 
@@ -241,14 +262,14 @@ func TestMock_deleteOfAnAbsentLoadBalancerIsNoWrite(t *testing.T) {
 func TestMock_failedCallsChangeNothing(t *testing.T) {
 	ctx := context.Background()
 	m := newMock(t, Config{Common: common("203.0.113.0/29"), FailCalls: 1})
-	if _, err := m.Ensure(ctx, model("web", member("198.18.0.11", 61000))); !errors.Is(err, ErrInjected) {
+	if _, err := providers.Validated(m).Ensure(ctx, model("web", member("198.18.0.11", 61000))); !errors.Is(err, ErrInjected) {
 		t.Fatalf("first call with failCalls 1: err = %v, want ErrInjected", err)
 	}
 	mustEnsure(t, m, model("web", member("198.18.0.11", 61000)))
 	before := m.State().LoadBalancers
 
 	m.FailNext(3)
-	if _, err := m.Ensure(ctx, model("web")); !errors.Is(err, ErrInjected) {
+	if _, err := providers.Validated(m).Ensure(ctx, model("web")); !errors.Is(err, ErrInjected) {
 		t.Errorf("Ensure: err = %v, want ErrInjected", err)
 	}
 	if err := m.Delete(ctx, model("web").Name); !errors.Is(err, ErrInjected) {
@@ -259,7 +280,7 @@ func TestMock_failedCallsChangeNothing(t *testing.T) {
 	}
 	lbDown := errors.New("controller unreachable")
 	m.SetFault(lbDown, time.Now().Add(time.Hour))
-	if _, err := m.Ensure(ctx, model("web")); !errors.Is(err, lbDown) {
+	if _, err := providers.Validated(m).Ensure(ctx, model("web")); !errors.Is(err, lbDown) {
 		t.Errorf("Ensure during SetFault: err = %v, want %v", err, lbDown)
 	}
 	if diff := cmp.Diff(before, m.State().LoadBalancers); diff != "" {
@@ -287,7 +308,7 @@ func TestMock_latencyHonoursTheContext(t *testing.T) {
 	m := newMock(t, Config{Common: common("203.0.113.0/29"), Latency: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := m.Ensure(ctx, model("web")); !errors.Is(err, context.Canceled) {
+	if _, err := providers.Validated(m).Ensure(ctx, model("web")); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Ensure with a cancelled context under latency: err = %v, want context.Canceled", err)
 	}
 	if st := m.State(); len(st.LoadBalancers) != 0 || st.Counters.Ensure != 1 {
@@ -346,10 +367,10 @@ func TestMock_failedSaveChangesNothing(t *testing.T) {
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Ensure(context.Background(), model("web")); err == nil || !strings.Contains(err.Error(), "save state") {
+	if _, err := providers.Validated(m).Ensure(context.Background(), model("web")); err == nil || !strings.Contains(err.Error(), "save state") {
 		t.Fatalf("Ensure with an unwritable state file: err = %v, want save state error", err)
 	}
-	if _, err := m.Ensure(context.Background(), model("api")); err == nil {
+	if _, err := providers.Validated(m).Ensure(context.Background(), model("api")); err == nil {
 		t.Fatal("Ensure of a new load balancer with an unwritable state file succeeded")
 	}
 	if err := m.Delete(context.Background(), model("web").Name); err == nil {
@@ -547,7 +568,7 @@ func TestMock_concurrentEnsuresGetDistinctVIPs(t *testing.T) {
 	errs := make(chan error, n)
 	for i := range n {
 		go func() {
-			st, err := m.Ensure(context.Background(), model(fmt.Sprintf("svc-%d", i)))
+			st, err := providers.Validated(m).Ensure(context.Background(), model(fmt.Sprintf("svc-%d", i)))
 			if err != nil {
 				errs <- err
 				return

@@ -4,6 +4,7 @@
 package registry
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -38,10 +39,32 @@ func Known(name string) bool {
 // is returned as is: by convention it starts with the path of the field it
 // concerns ("passwordFile: open /x: no such file"), which the config package
 // joins to its own ("config: provider.avi.passwordFile: ...").
+//
+// The Config's Open returns the provider behind providers.Validated, so
+// that no provider opened here receives a model that breaks the rules of
+// the model.
 func Parse(name string, common providers.Common, section []byte) (providers.Config, error) {
 	parse, ok := parsers[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown provider %q (valid: %s)", name, strings.Join(Names(), ", "))
 	}
-	return parse(common, section)
+	cfg, err := parse(common, section)
+	if err != nil {
+		return nil, err
+	}
+	return validatedConfig{cfg}, nil
 }
+
+// validatedConfig opens its provider behind providers.Validated.
+type validatedConfig struct{ providers.Config }
+
+func (c validatedConfig) Open(ctx context.Context) (providers.Provider, error) {
+	p, err := c.Config.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return providers.Validated(p), nil
+}
+
+// Unwrap returns the provider's own configuration.
+func (c validatedConfig) Unwrap() providers.Config { return c.Config }

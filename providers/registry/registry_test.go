@@ -2,7 +2,11 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -10,6 +14,8 @@ import (
 
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/mock"
+	"github.com/nodeportlocal/npl/test/sim/avi/avisim"
+	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
 )
 
 func TestNames_listsEveryProviderSorted(t *testing.T) {
@@ -32,15 +38,148 @@ func TestParse_buildsTheNamedProvider(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	mc, ok := cfg.(*mock.Config)
+	p, err := cfg.Open(context.Background())
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	m, ok := providers.Unwrap(p).(*mock.Mock)
 	if !ok {
-		t.Fatalf("Parse(mock) = %T, want *mock.Config", cfg)
+		t.Fatalf("Open(mock) = %T behind the check, want *mock.Mock", providers.Unwrap(p))
 	}
-	if mc.FailCalls != 1 || mc.Common.ClusterName != "c1" {
-		t.Errorf("mock config = %+v, want failCalls 1 and the common part", mc)
+	// failCalls: 1 fails the first call; the VIP comes from the common pool.
+	lb := model("web")
+	if _, err := p.Ensure(context.Background(), lb); !errors.Is(err, mock.ErrInjected) {
+		t.Errorf("first Ensure = %v, want the injected failure", err)
 	}
-	if _, err := cfg.Open(context.Background()); err != nil {
-		t.Errorf("Open: %v", err)
+	if st, err := p.Ensure(context.Background(), lb); err != nil || len(st.VIPs) != 1 || st.VIPs[0] != "203.0.113.1" {
+		t.Errorf("second Ensure = %v, %v; want VIP 203.0.113.1", st, err)
+	}
+	if c := m.Counters(); c.Ensure != 2 {
+		t.Errorf("mock counters = %+v, want 2 Ensures", c)
+	}
+}
+
+// model is load balancer svc of cluster c1: one TCP listener, one member.
+func model(svc string) *providers.LoadBalancer {
+	name := providers.LoadBalancerName("c1", "shop", svc)
+	return &providers.LoadBalancer{Name: name, Service: "shop/" + svc, Listeners: []providers.Listener{{
+		Port: 80, Protocol: providers.TCP, Pool: providers.Pool{Name: providers.PoolName(name, providers.TCP, 80),
+			Members: []providers.Member{{IP: "198.18.0.11", Port: 61000, Enabled: true}}},
+	}}}
+}
+
+// writeFile writes content into a new file of dir and returns its path.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// backend is a load balancer (a simulator, or the mock itself) and the
+// configuration section of the provider that drives it.
+type backend struct {
+	section  map[string]any
+	requests func() int // requests or calls the load balancer received
+	reset    func()
+	state    func() any // everything the load balancer holds
+	// bind, when set, hands the backend the opened provider (the mock).
+	bind func(providers.Provider)
+}
+
+func newBackend(t *testing.T, name string) backend {
+	dir := t.TempDir()
+	switch name {
+	case "avi":
+		sim := avisim.New(avisim.Options{Username: "admin", Password: "s3cret"})
+		if _, err := sim.Start(); err != nil {
+			t.Fatalf("start the Avi simulator: %v", err)
+		}
+		t.Cleanup(func() { sim.Close() })
+		return backend{
+			section: map[string]any{"controller": sim.Host(), "vipNetwork": "vip-net",
+				"usernameFile": writeFile(t, dir, "username", "admin\n"), "passwordFile": writeFile(t, dir, "password", "s3cret\n"),
+				"caFile": writeFile(t, dir, "ca.crt", string(sim.CACertPEM()))},
+			requests: func() int { return len(sim.Requests()) }, reset: sim.ResetCounters,
+			state: func() any { return sim.Dump() },
+		}
+	case "bigip":
+		sim := bigipsim.New(bigipsim.Options{Username: "admin", Password: "s3cret"})
+		if err := sim.Start(); err != nil {
+			t.Fatalf("start the BIG-IP simulator: %v", err)
+		}
+		t.Cleanup(sim.Close)
+		return backend{
+			section: map[string]any{"url": sim.URL(),
+				"usernameFile": writeFile(t, dir, "username", "admin\n"), "passwordFile": writeFile(t, dir, "password", "s3cret\n")},
+			requests: sim.Writes, reset: sim.ResetCounters,
+			state: func() any { return sim.Dump() },
+		}
+	case "mock":
+		state := filepath.Join(dir, "state.json")
+		var m *mock.Mock
+		b := backend{section: map[string]any{"stateFile": state}}
+		// The mock is its own load balancer: its counters are the requests.
+		b.requests = func() int { c := m.Counters(); return int(c.Ensure + c.Delete) }
+		b.state = func() any { return m.State().LoadBalancers }
+		b.reset = func() {}
+		b.bind = func(p providers.Provider) { m = providers.Unwrap(p).(*mock.Mock) }
+		return b
+	}
+	t.Fatalf("no backend for provider %s", name)
+	return backend{}
+}
+
+// An SCTP-only Service builds a model without listeners. Whichever provider
+// is configured, such a model must not reach the load balancer: BIG-IP would
+// delete the Service's objects, Avi would fail and retry forever, the mock
+// would assign a VIP.
+func TestOpen_noProviderReceivesAModelWithoutListeners(t *testing.T) {
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			b := newBackend(t, name)
+			raw, err := json.Marshal(b.section)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := Parse(name, providers.Common{ClusterName: "c1", VIPPool: []netip.Prefix{netip.MustParsePrefix("203.0.113.0/29")}}, raw)
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			p, err := cfg.Open(context.Background())
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			if c, ok := providers.Unwrap(p).(interface{ Close() error }); ok {
+				t.Cleanup(func() { _ = c.Close() })
+			}
+			if b.bind != nil {
+				b.bind(p)
+			}
+			if _, err := p.Ensure(context.Background(), model("web")); err != nil {
+				t.Fatalf("Ensure: %v", err)
+			}
+			before := b.state()
+			b.reset()
+			requests := b.requests()
+			for _, svc := range []string{"web", "sctp-only"} {
+				lb := model(svc)
+				lb.Listeners = nil
+				_, err := p.Ensure(context.Background(), lb)
+				var invalid *providers.InvalidModelError
+				if !errors.As(err, &invalid) || !errors.Is(err, providers.ErrNoListeners) {
+					t.Errorf("Ensure(%s without listeners) = %v, want an InvalidModelError for ErrNoListeners", svc, err)
+				}
+			}
+			if n := b.requests() - requests; n != 0 {
+				t.Errorf("the load balancer received %d requests, want none", n)
+			}
+			if diff := cmp.Diff(before, b.state()); diff != "" {
+				t.Errorf("the load balancer changed (-before +after):\n%s", diff)
+			}
+		})
 	}
 }
 

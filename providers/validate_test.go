@@ -1,0 +1,209 @@
+package providers
+
+import (
+	"context"
+	"encoding/pem"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var testCert = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("der")})
+
+func validL4() *LoadBalancer {
+	return &LoadBalancer{Name: "c1--shop-web", Service: "shop/web", Listeners: []Listener{
+		{Port: 80, Protocol: TCP, Pool: Pool{Name: "c1--shop-web-TCP-80", Members: []Member{{IP: "198.18.0.11", Port: 61000, Enabled: true}}}},
+		{Port: 53, Protocol: UDP, Pool: Pool{Name: "c1--shop-web-UDP-53", Members: []Member{{IP: "198.18.0.11", Port: 61001, Enabled: true}}}},
+	}}
+}
+
+func validL7() *LoadBalancer {
+	return &LoadBalancer{Name: "c1--shop-web-L7", Kind: L7,
+		Listeners: []Listener{{Port: 80, Protocol: HTTP}, {Port: 443, Protocol: HTTPS}},
+		Pools:     []Pool{{Name: "p", Members: []Member{{IP: "198.18.0.11", Port: 61000, Enabled: true}}}},
+		HTTP: &HTTPRoutes{
+			Rules:       []Rule{{Host: "*.example.com", Path: "/a", PathType: PathPrefix, Pool: "p"}},
+			DefaultPool: "p",
+			TLS:         []TLSCert{{Secret: "shop/cert", Fingerprint: CertFingerprint(testCert), CertPEM: testCert, KeyPEM: []byte("k")}},
+		}}
+}
+
+func TestNormalize_rejectsInvalidModels(t *testing.T) {
+	for _, lb := range []*LoadBalancer{validL4(), validL7()} {
+		if _, err := Normalize(lb); err != nil {
+			t.Fatalf("valid model %s: %v", lb.Name, err)
+		}
+	}
+	tests := []struct {
+		name  string
+		valid func() *LoadBalancer
+		mod   func(*LoadBalancer)
+		want  string
+	}{
+		{"L4 no name", validL4, func(lb *LoadBalancer) { lb.Name = "" }, "no name"},
+		{"L4 unknown kind", validL4, func(lb *LoadBalancer) { lb.Kind = "L3" }, `kind "L3" is not L4 or L7`},
+		{"L4 bad requested VIP", validL4, func(lb *LoadBalancer) { lb.RequestedVIP = "vip" }, `requested VIP "vip": not an IP address`},
+		{"L4 requested VIP with a zone", validL4, func(lb *LoadBalancer) { lb.RequestedVIP = "fe80::1%eth0" }, "with a zone"},
+		{"L4 no listeners (an SCTP-only Service)", validL4, func(lb *LoadBalancer) { lb.Listeners = nil }, "no listeners: nothing to serve"},
+		{"L4 SCTP listener", validL4, func(lb *LoadBalancer) { lb.Listeners[0].Protocol = "SCTP" }, `protocol "SCTP" is not TCP or UDP`},
+		{"L4 HTTP listener", validL4, func(lb *LoadBalancer) { lb.Listeners[0].Protocol = HTTP }, "is not TCP or UDP"},
+		{"L4 port 0", validL4, func(lb *LoadBalancer) { lb.Listeners[0].Port = 0 }, "TCP/0: port out of 1-65535"},
+		{"L4 port 65536", validL4, func(lb *LoadBalancer) { lb.Listeners[0].Port = 65536 }, "port out of 1-65535"},
+		{"L4 listener twice", validL4, func(lb *LoadBalancer) { lb.Listeners = append(lb.Listeners, lb.Listeners[0]) }, "TCP/80: given twice"},
+		{"L4 pool without a name", validL4, func(lb *LoadBalancer) { lb.Listeners[0].Pool.Name = "" }, "pool has no name"},
+		{"L4 pool of two listeners", validL4, func(lb *LoadBalancer) { lb.Listeners[1].Pool.Name = lb.Listeners[0].Pool.Name }, "used by another listener"},
+		{"L4 member not an IP", validL4, func(lb *LoadBalancer) { lb.Listeners[0].Pool.Members[0].IP = "node-1" }, `member "node-1": not an IP address`},
+		{"L4 member with a zone", validL4, func(lb *LoadBalancer) { lb.Listeners[0].Pool.Members[0].IP = "fe80::1%eth0" }, "with a zone"},
+		{"L4 member port 0", validL4, func(lb *LoadBalancer) { lb.Listeners[0].Pool.Members[0].Port = 0 }, "198.18.0.11:0: port out of 1-65535"},
+		{"L4 with HTTP routes", validL4, func(lb *LoadBalancer) { lb.HTTP = &HTTPRoutes{} }, "an L4 load balancer has no HTTP routes"},
+		{"L4 with an Ingress", validL4, func(lb *LoadBalancer) { lb.Ingress = "shop/web" }, "an L4 load balancer has no"},
+		{"L7 no listeners", validL7, func(lb *LoadBalancer) { lb.Listeners = nil }, "no listeners"},
+		{"L7 no routes", validL7, func(lb *LoadBalancer) { lb.HTTP = nil }, "without HTTP routes"},
+		{"L7 a TCP listener", validL7, func(lb *LoadBalancer) { lb.Listeners[0].Protocol = TCP }, "HTTP or HTTPS"},
+		{"L7 a listener pool", validL7, func(lb *LoadBalancer) { lb.Listeners[0].Pool.Name = "p" }, "no pool of its own"},
+		{"L7 a listener twice", validL7, func(lb *LoadBalancer) { lb.Listeners = append(lb.Listeners, lb.Listeners[0]) }, "given twice"},
+		{"L7 HTTPS without certificates", validL7, func(lb *LoadBalancer) { lb.HTTP.TLS = nil }, "HTTPS listener without TLS"},
+		{"L7 certificates without HTTPS", validL7, func(lb *LoadBalancer) { lb.Listeners = lb.Listeners[:1] }, "without an HTTPS listener"},
+		{"L7 a pool without a name", validL7, func(lb *LoadBalancer) { lb.Pools[0].Name = "" }, "a pool has no name"},
+		{"L7 a pool twice", validL7, func(lb *LoadBalancer) { lb.Pools = append(lb.Pools, lb.Pools[0]) }, "pool p: given twice"},
+		{"L7 an unknown rule pool", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Pool = "q" }, "pool q is not one"},
+		{"L7 an unknown default pool", validL7, func(lb *LoadBalancer) { lb.HTTP.DefaultPool = "q" }, "default pool q"},
+		{"L7 a relative path", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Path = "a" }, "does not start with /"},
+		{"L7 an unknown path type", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].PathType = "Regex" }, "is not Exact or Prefix"},
+		{"L7 a prefix with a trailing slash", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Path = "/a/" }, "no trailing /"},
+		{"L7 a bad host", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Host = "a.*.com" }, "not a host name"},
+		{"L7 a rule twice", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules = append(lb.HTTP.Rules, lb.HTTP.Rules[0]) }, "given twice"},
+		{"L7 a bad member", validL7, func(lb *LoadBalancer) { lb.Pools[0].Members[0].IP = "x" }, `pool p: member "x"`},
+		{"L7 a certificate without a Secret", validL7, func(lb *LoadBalancer) { lb.HTTP.TLS[0].Secret = "" }, "has no Secret"},
+		{"L7 a certificate twice", validL7, func(lb *LoadBalancer) { lb.HTTP.TLS = append(lb.HTTP.TLS, lb.HTTP.TLS[0]) }, "given twice"},
+		{"L7 a certificate without a key", validL7, func(lb *LoadBalancer) { lb.HTTP.TLS[0].KeyPEM = nil }, "no certificate or key"},
+		{"L7 a wrong fingerprint", validL7, func(lb *LoadBalancer) { lb.HTTP.TLS[0].Fingerprint = "x" }, "fingerprint"},
+		{"L7 no PEM certificate", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.TLS[0].CertPEM, lb.HTTP.TLS[0].Fingerprint = []byte("junk"), ""
+		}, "no PEM certificate"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lb := tt.valid()
+			tt.mod(lb)
+			got, err := Normalize(lb)
+			var invalid *InvalidModelError
+			if !errors.As(err, &invalid) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Normalize = %v, want an *InvalidModelError containing %q", err, tt.want)
+			}
+			if got != nil || invalid.LoadBalancer != lb.Name || !strings.HasPrefix(err.Error(), "invalid load balancer model") {
+				t.Errorf("Normalize = %v, %q: want no model and an error naming %q", got, err, lb.Name)
+			}
+		})
+	}
+	if _, err := Normalize(nil); err == nil {
+		t.Error("Normalize(nil) accepted")
+	}
+}
+
+func TestNormalize_noListenersIsErrNoListeners(t *testing.T) {
+	lb := validL4()
+	lb.Listeners = []Listener{}
+	if _, err := Normalize(lb); !errors.Is(err, ErrNoListeners) {
+		t.Errorf("Normalize = %v, want ErrNoListeners", err)
+	}
+}
+
+func TestNormalize_returnsTheCanonicalFormWithoutTouchingItsArgument(t *testing.T) {
+	lb := &LoadBalancer{Name: "c1--shop-web", Kind: L4, RequestedVIP: "::ffff:203.0.113.7", Listeners: []Listener{
+		{Port: 80, Protocol: UDP, Pool: Pool{Name: "u80"}},
+		{Port: 443, Protocol: TCP, Pool: Pool{Name: "t443", Members: []Member{
+			{IP: "2001:DB8::2", Port: 61000, Enabled: true},
+			{IP: "198.18.0.12", Port: 61000, Enabled: false},
+			{IP: "::ffff:198.18.0.11", Port: 61000, Enabled: true},
+			{IP: "198.18.0.12", Port: 61000, Enabled: true},
+		}}},
+		{Port: 80, Protocol: TCP, Pool: Pool{Name: "t80", Members: []Member{}}},
+	}}
+	before := lb.Clone()
+	got, err := Normalize(lb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &LoadBalancer{Name: "c1--shop-web", RequestedVIP: "203.0.113.7", Listeners: []Listener{
+		{Port: 80, Protocol: TCP, Pool: Pool{Name: "t80", Members: []Member{}}},
+		{Port: 443, Protocol: TCP, Pool: Pool{Name: "t443", Members: []Member{
+			{IP: "198.18.0.11", Port: 61000, Enabled: true},
+			{IP: "198.18.0.12", Port: 61000, Enabled: true},
+			{IP: "2001:db8::2", Port: 61000, Enabled: true},
+		}}},
+		{Port: 80, Protocol: UDP, Pool: Pool{Name: "u80", Members: []Member{}}},
+	}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Normalize (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(before, lb); diff != "" {
+		t.Errorf("Normalize modified its argument (-before +after):\n%s", diff)
+	}
+
+	l7 := validL7()
+	l7.Listeners = []Listener{{Port: 443, Protocol: HTTPS}, {Port: 80, Protocol: HTTP, Pool: Pool{Members: []Member{}}}}
+	l7.Pools = []Pool{{Name: "q"}, l7.Pools[0]}
+	l7.HTTP.Rules = append(l7.HTTP.Rules, Rule{Path: "/", PathType: PathPrefix, Pool: "q"}, Rule{Host: "a.example.com", Path: "/", PathType: PathPrefix, Pool: "q"})
+	l7.HTTP.TLS[0].Hosts = []string{"b.example.com", "a.example.com"}
+	got, err = Normalize(l7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Listeners[0].Protocol != HTTP || got.Listeners[0].Pool.Members != nil || got.Pools[0].Name != "p" || got.Pools[1].Members == nil ||
+		got.HTTP.Rules[0].Host != "a.example.com" || got.HTTP.Rules[2].Host != "" ||
+		!slices.Equal(got.HTTP.TLS[0].Hosts, []string{"a.example.com", "b.example.com"}) {
+		t.Errorf("Normalize(L7) = %+v %+v, want sorted listeners, pools, rules and hosts", got, got.HTTP)
+	}
+	if l7.Listeners[0].Protocol != HTTPS || l7.HTTP.TLS[0].Hosts[0] != "b.example.com" {
+		t.Error("Normalize modified its L7 argument")
+	}
+}
+
+// recorder is a provider that records the calls it receives.
+type recorder struct {
+	ensured []*LoadBalancer
+	deleted []string
+}
+
+func (r *recorder) Ensure(_ context.Context, lb *LoadBalancer) (Status, error) {
+	r.ensured = append(r.ensured, lb)
+	return Status{VIPs: []string{"203.0.113.1"}}, nil
+}
+
+func (r *recorder) Delete(_ context.Context, name string) error {
+	r.deleted = append(r.deleted, name)
+	return nil
+}
+
+func (r *recorder) List(context.Context) ([]LoadBalancer, error) { return nil, nil }
+
+func TestValidated_neverCallsTheProviderWithAnInvalidModel(t *testing.T) {
+	rec := &recorder{}
+	p := Validated(rec)
+	if Validated(p) != p || Unwrap(p) != Provider(rec) {
+		t.Fatal("Validated is not idempotent or does not unwrap")
+	}
+	noListeners := validL4()
+	noListeners.Listeners = nil
+	_, err := p.Ensure(context.Background(), noListeners)
+	var invalid *InvalidModelError
+	if !errors.As(err, &invalid) || !errors.Is(err, ErrNoListeners) || len(rec.ensured) != 0 {
+		t.Fatalf("Ensure(no listeners) = %v, provider called %d times; want ErrNoListeners and no call", err, len(rec.ensured))
+	}
+	if err := p.Delete(context.Background(), ""); !errors.As(err, &invalid) || len(rec.deleted) != 0 {
+		t.Errorf("Delete(\"\") = %v, calls %v", err, rec.deleted)
+	}
+
+	lb := validL4()
+	st, err := p.Ensure(context.Background(), lb)
+	if err != nil || len(st.VIPs) != 1 || len(rec.ensured) != 1 {
+		t.Fatalf("Ensure(valid) = %v, %v; calls %d", st, err, len(rec.ensured))
+	}
+	if rec.ensured[0] == lb || rec.ensured[0].Listeners[0].Protocol != TCP {
+		t.Errorf("the provider got the caller's model or an unsorted one: %+v", rec.ensured[0])
+	}
+}
