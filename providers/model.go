@@ -179,9 +179,15 @@ type Status struct {
 type Provider interface {
 	// Ensure creates or updates everything for lb so that it matches exactly.
 	Ensure(ctx context.Context, lb *LoadBalancer) (Status, error)
-	// Delete removes everything created for the load balancer name. Deleting
-	// something that does not exist is not an error.
-	Delete(ctx context.Context, name string) error
+	// Delete removes everything created for the load balancer name of the
+	// given kind (L4 or empty, or L7). The kind is given, not guessed from
+	// the name, because the objects of an L7 load balancer differ from an
+	// L4 one's and names cannot tell them apart for every owner (an
+	// Ingress today, Gateways later); a parameter rather than a field of a
+	// struct makes every caller say it. The caller knows it: from the
+	// object it releases, or from List. Deleting something that does not
+	// exist is not an error.
+	Delete(ctx context.Context, name string, kind Kind) error
 	// List returns every load balancer of this cluster with its actual pools.
 	List(ctx context.Context) ([]LoadBalancer, error)
 }

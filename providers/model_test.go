@@ -130,9 +130,6 @@ func TestNaming_l7NamesNeverTakeL4Names(t *testing.T) {
 			t.Errorf("%q is not owned by c1", n)
 		}
 	}
-	if !IsL7Name(l7) || !IsL7Name(SharedIngressLoadBalancerName("c1", "npl")) || IsL7Name(l4) {
-		t.Errorf("IsL7Name: %q %v, %q %v", l7, IsL7Name(l7), l4, IsL7Name(l4))
-	}
 	if got, want := CertificateName(l7, "shop/cert"), "c1--shop-web-L7-shop-cert-TLS"; got != want {
 		t.Errorf("CertificateName = %q, want %q", got, want)
 	}

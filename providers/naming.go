@@ -83,10 +83,3 @@ func ListenerName(lbName string, protocol Protocol, port int32) string {
 func CertificateName(lbName, secret string) string {
 	return lbName + "-" + strings.ReplaceAll(secret, "/", "-") + "-TLS"
 }
-
-// IsL7Name reports whether lbName is the name of an Ingress load balancer,
-// from IngressLoadBalancerName or SharedIngressLoadBalancerName. Providers
-// use it where only a name is given (Delete).
-func IsL7Name(lbName string) bool {
-	return strings.HasSuffix(lbName, l7Suffix) || strings.Contains(lbName, nameSeparator+"Shared"+l7Suffix+"-")
-}

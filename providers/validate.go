@@ -290,11 +290,18 @@ func (v *validated) Ensure(ctx context.Context, lb *LoadBalancer) (Status, error
 	return v.next.Ensure(ctx, n)
 }
 
-func (v *validated) Delete(ctx context.Context, name string) error {
-	if name == "" {
+// Delete checks the name and kind, and hands p the kind in canonical form
+// (empty for L4).
+func (v *validated) Delete(ctx context.Context, name string, kind Kind) error {
+	switch {
+	case name == "":
 		return &InvalidModelError{Err: errors.New("delete: no name")}
+	case kind == L4:
+		kind = ""
+	case kind != "" && kind != L7:
+		return &InvalidModelError{LoadBalancer: name, Err: fmt.Errorf("delete: kind %q is not L4 or L7", kind)}
 	}
-	return v.next.Delete(ctx, name)
+	return v.next.Delete(ctx, name, kind)
 }
 
 func (v *validated) List(ctx context.Context) ([]LoadBalancer, error) { return v.next.List(ctx) }

@@ -167,6 +167,7 @@ func TestNormalize_returnsTheCanonicalFormWithoutTouchingItsArgument(t *testing.
 type recorder struct {
 	ensured []*LoadBalancer
 	deleted []string
+	kinds   []Kind
 }
 
 func (r *recorder) Ensure(_ context.Context, lb *LoadBalancer) (Status, error) {
@@ -174,8 +175,9 @@ func (r *recorder) Ensure(_ context.Context, lb *LoadBalancer) (Status, error) {
 	return Status{VIPs: []string{"203.0.113.1"}}, nil
 }
 
-func (r *recorder) Delete(_ context.Context, name string) error {
+func (r *recorder) Delete(_ context.Context, name string, kind Kind) error {
 	r.deleted = append(r.deleted, name)
+	r.kinds = append(r.kinds, kind)
 	return nil
 }
 
@@ -194,7 +196,7 @@ func TestValidated_neverCallsTheProviderWithAnInvalidModel(t *testing.T) {
 	if !errors.As(err, &invalid) || !errors.Is(err, ErrNoListeners) || len(rec.ensured) != 0 {
 		t.Fatalf("Ensure(no listeners) = %v, provider called %d times; want ErrNoListeners and no call", err, len(rec.ensured))
 	}
-	if err := p.Delete(context.Background(), ""); !errors.As(err, &invalid) || len(rec.deleted) != 0 {
+	if err := p.Delete(context.Background(), "", L4); !errors.As(err, &invalid) || len(rec.deleted) != 0 {
 		t.Errorf("Delete(\"\") = %v, calls %v", err, rec.deleted)
 	}
 
@@ -205,5 +207,22 @@ func TestValidated_neverCallsTheProviderWithAnInvalidModel(t *testing.T) {
 	}
 	if rec.ensured[0] == lb || rec.ensured[0].Listeners[0].Protocol != TCP {
 		t.Errorf("the provider got the caller's model or an unsorted one: %+v", rec.ensured[0])
+	}
+}
+
+func TestValidated_deleteChecksTheKindAndGivesItCanonical(t *testing.T) {
+	rec := &recorder{}
+	p := Validated(rec)
+	var invalid *InvalidModelError
+	if err := p.Delete(context.Background(), "c1--shop-web", "L3"); !errors.As(err, &invalid) || len(rec.deleted) != 0 {
+		t.Errorf("Delete(kind L3) = %v, calls %v; want an InvalidModelError and no call", err, rec.deleted)
+	}
+	for _, k := range []Kind{"", L4, L7} {
+		if err := p.Delete(context.Background(), "c1--shop-web", k); err != nil {
+			t.Errorf("Delete(kind %q) = %v", k, err)
+		}
+	}
+	if diff := cmp.Diff([]Kind{"", "", L7}, rec.kinds); diff != "" {
+		t.Errorf("kinds the provider got (-want +got):\n%s", diff)
 	}
 }

@@ -289,7 +289,7 @@ func cleanupCluster(ctx context.Context, client kubernetes.Interface, provider p
 	failed := map[string]bool{}
 	deleted := 0
 	for _, lb := range lbs {
-		if err := provider.Delete(ctx, lb.Name); err != nil {
+		if err := provider.Delete(ctx, lb.Name, lb.Kind); err != nil {
 			errs = append(errs, fmt.Errorf("delete load balancer %s of service %s: %w", lb.Name, lb.Service, err))
 			failed[lb.Service] = true
 			continue

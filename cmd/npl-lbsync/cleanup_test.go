@@ -214,11 +214,11 @@ type failingDelete struct {
 	name string
 }
 
-func (f failingDelete) Delete(ctx context.Context, name string) error {
+func (f failingDelete) Delete(ctx context.Context, name string, kind providers.Kind) error {
 	if name == f.name {
 		return errors.New("controller unreachable")
 	}
-	return f.Provider.Delete(ctx, name)
+	return f.Provider.Delete(ctx, name, kind)
 }
 
 func TestCleanupCluster_keepsMarksOfServiceWhoseLoadBalancerRemains(t *testing.T) {

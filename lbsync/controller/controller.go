@@ -498,7 +498,7 @@ func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 	key := keyOf(svc)
 	if claim.HasCleanupFinalizer(svc) || svc.Annotations[claim.ClaimedByKey] != "" {
 		name := providers.LoadBalancerName(c.settings.ClusterName, svc.Namespace, svc.Name)
-		if err := c.callDelete(ctx, name); err != nil {
+		if err := c.callDelete(ctx, name, providers.L4); err != nil {
 			c.recorder.Eventf(svc, corev1.EventTypeWarning, "DeleteFailed", "Load balancer %s: %v", name, err)
 			return fmt.Errorf("delete load balancer %s: %w", name, err)
 		}
@@ -537,7 +537,7 @@ func (c *Controller) collectGarbage(ctx context.Context) {
 			continue
 		}
 		logger.Info("Deleting orphaned load balancer", "lb", lb.Name, "service", lb.Service)
-		if err := c.callDelete(ctx, lb.Name); err != nil {
+		if err := c.callDelete(ctx, lb.Name, lb.Kind); err != nil {
 			logger.Error(err, "Delete orphaned load balancer", "lb", lb.Name)
 		}
 	}

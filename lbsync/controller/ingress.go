@@ -228,7 +228,7 @@ func (c *Controller) syncSharedIngresses(ctx context.Context) error {
 	name := providers.SharedIngressLoadBalancerName(c.settings.ClusterName, c.settings.IngressClass)
 	if len(ings) == 0 {
 		c.forget(sharedKey)
-		return c.callDelete(ctx, name)
+		return c.callDelete(ctx, name, providers.L7)
 	}
 	lb, _, err := c.buildIngresses(ctx, ings, true)
 	if err != nil || lb == nil {
@@ -381,7 +381,7 @@ func (c *Controller) ingressSecrets(ctx context.Context, ing *networkingv1.Ingre
 
 func (c *Controller) releaseIngress(ctx context.Context, key string, ing *networkingv1.Ingress) error {
 	name := c.ingressLBName(ing)
-	if err := c.callDelete(ctx, name); err != nil {
+	if err := c.callDelete(ctx, name, providers.L7); err != nil {
 		c.recorder.Eventf(ing, corev1.EventTypeWarning, "DeleteFailed", "Load balancer %s: %v", name, err)
 		return fmt.Errorf("delete load balancer %s: %w", name, err)
 	}

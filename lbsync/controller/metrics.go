@@ -116,9 +116,9 @@ func (c *Controller) callEnsure(ctx context.Context, lb *providers.LoadBalancer)
 	return st, err
 }
 
-func (c *Controller) callDelete(ctx context.Context, name string) error {
+func (c *Controller) callDelete(ctx context.Context, name string, kind providers.Kind) error {
 	start := time.Now()
-	err := c.provider.Delete(ctx, name)
+	err := c.provider.Delete(ctx, name, kind)
 	c.metrics.ProviderDuration.WithLabelValues("delete").Observe(time.Since(start).Seconds())
 	c.metrics.ProviderCalls.WithLabelValues("delete", result(err)).Inc()
 	return err

@@ -202,7 +202,7 @@ func TestProvider_l7DeleteRemovesEverythingAndLeavesTheL4LoadBalancer(t *testing
 		t.Fatalf("List (-want +got):\n%s", diff)
 	}
 
-	if err := f.p.Delete(context.Background(), l7.Name); err != nil {
+	if err := f.p.Delete(context.Background(), l7.Name, l7.Kind); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	for _, typ := range []string{"httppolicyset", "sslkeyandcertificate"} {
@@ -221,7 +221,7 @@ func TestProvider_l7DeleteRemovesEverythingAndLeavesTheL4LoadBalancer(t *testing
 		t.Errorf("List after Delete (-want +got):\n%s", diff)
 	}
 	f.sim.ResetCounters()
-	if err := f.p.Delete(context.Background(), l7.Name); err != nil || len(f.writes()) != 0 {
+	if err := f.p.Delete(context.Background(), l7.Name, l7.Kind); err != nil || len(f.writes()) != 0 {
 		t.Errorf("second Delete: %v, writes %v", err, f.writes())
 	}
 }
@@ -242,7 +242,7 @@ func TestProvider_l7ListFindsPartsLeftByAFailedDelete(t *testing.T) {
 	if len(lbs) != 1 || lbs[0].Name != lb.Name || len(lbs[0].Pools) != 2 || len(lbs[0].HTTP.TLS) != 1 {
 		t.Fatalf("List: %+v", lbs)
 	}
-	if err := f.p.Delete(context.Background(), lb.Name); err != nil {
+	if err := f.p.Delete(context.Background(), lb.Name, lb.Kind); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	for _, typ := range []string{"pool", "sslkeyandcertificate", "vsvip"} {
@@ -297,10 +297,41 @@ func TestProvider_l7ShortensLongNamesAndListsTheModelNames(t *testing.T) {
 	if w := f.writes(); len(w) != 0 {
 		t.Errorf("second Ensure: writes %v", w)
 	}
-	if err := f.p.Delete(context.Background(), lb.Name); err != nil {
+	if err := f.p.Delete(context.Background(), lb.Name, lb.Kind); err != nil {
 		t.Fatal(err)
 	}
 	for _, typ := range []string{"vsvip", "pool", "sslkeyandcertificate", "httppolicyset", "virtualservice"} {
+		if n := f.names(typ); len(n) != 0 {
+			t.Errorf("%s left: %v", typ, n)
+		}
+	}
+}
+
+// renamed returns lb under another name, its pools renamed to match: an L7
+// load balancer whose name does not end in -L7, as a later owner (a
+// Gateway) may name one.
+func renamed(lb *providers.LoadBalancer, name string) *providers.LoadBalancer {
+	out := lb.Clone()
+	rename := func(s string) string { return strings.Replace(s, lb.Name, name, 1) }
+	out.Name = name
+	for i := range out.Pools {
+		out.Pools[i].Name = rename(out.Pools[i].Name)
+	}
+	for i := range out.HTTP.Rules {
+		out.HTTP.Rules[i].Pool = rename(out.HTTP.Rules[i].Pool)
+	}
+	out.HTTP.DefaultPool = rename(out.HTTP.DefaultPool)
+	return out
+}
+
+func TestProvider_deleteIsToldTheKindNotGuessedFromTheName(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	gw := renamed(ingressLB(tlsCert(t, "shop-tls", "shop.example.com")), providers.LoadBalancerName(cluster, "ns", "gateway"))
+	f.ensure(gw)
+	if err := f.p.Delete(context.Background(), gw.Name, providers.L7); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	for _, typ := range []string{"virtualservice", "vsvip", "pool", "httppolicyset", "sslkeyandcertificate"} {
 		if n := f.names(typ); len(n) != 0 {
 			t.Errorf("%s left: %v", typ, n)
 		}

@@ -428,7 +428,7 @@ func removePools(s *aviSession, log klog.Logger, pools []*models.Pool) error {
 // Delete removes the virtual service, policy set, pools and VsVip of the
 // load balancer name, in that order, and for an L7 load balancer its HTTP
 // policy set and certificates too; what does not exist is skipped.
-func (p *Provider) Delete(ctx context.Context, name string) error {
+func (p *Provider) Delete(ctx context.Context, name string, kind providers.Kind) error {
 	s, err := p.acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", name, err)
@@ -438,7 +438,7 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 	log := klog.FromContext(ctx).WithValues("loadBalancer", name)
 
 	var victims []victim
-	if providers.IsL7Name(name) {
+	if kind == providers.L7 {
 		if victims, err = p.l7Victims(s, name); err != nil {
 			return fmt.Errorf("delete %s: %w", name, err)
 		}

@@ -438,7 +438,7 @@ func TestProvider_deleteRemovesEverything(t *testing.T) {
 	f.ensure(webLB("web", tcp(80, m), udp(53, m)))
 	f.sim.ResetCounters()
 
-	if err := f.p.Delete(context.Background(), "c1--ns-web"); err != nil {
+	if err := f.p.Delete(context.Background(), "c1--ns-web", providers.L4); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 
@@ -457,7 +457,7 @@ func TestProvider_deleteRemovesEverything(t *testing.T) {
 
 	f.sim.ResetCounters()
 	for _, name := range []string{"c1--ns-web", "c1--ns-never-existed"} {
-		if err := f.p.Delete(context.Background(), name); err != nil {
+		if err := f.p.Delete(context.Background(), name, providers.L4); err != nil {
 			t.Errorf("Delete %s again: %v", name, err)
 		}
 	}
@@ -517,7 +517,7 @@ func TestProvider_neverTouchesAnotherOwnersObject(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("Ensure: got %v, want an error containing %q", err, tc.wantErr)
 			}
-			if err := f.p.Delete(context.Background(), "c1--ns-web"); err != nil {
+			if err := f.p.Delete(context.Background(), "c1--ns-web", providers.L4); err != nil {
 				t.Fatalf("Delete: %v", err)
 			}
 			if diff := cmp.Diff(before, f.sim.Objects("admin", tc.typ)); diff != "" {
@@ -796,7 +796,7 @@ func TestProvider_listGroupsOnlyThisClustersObjects(t *testing.T) {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 
-	if err := f.p.Delete(context.Background(), gone.Name); err != nil {
+	if err := f.p.Delete(context.Background(), gone.Name, gone.Kind); err != nil {
 		t.Fatalf("Delete the leftover: %v", err)
 	}
 	if got := len(f.list()); got != 2 {
@@ -842,7 +842,7 @@ func TestProvider_shortensLongNames(t *testing.T) {
 	if n := f.sim.Writes(); n != 0 {
 		t.Errorf("second Ensure: %d writes", n)
 	}
-	if err := f.p.Delete(context.Background(), name); err != nil {
+	if err := f.p.Delete(context.Background(), name, providers.L4); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.list(); len(got) != 0 {

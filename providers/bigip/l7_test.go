@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	"strings"
 	"testing"
 	"time"
 
@@ -231,7 +232,7 @@ func TestProvider_l7DeleteRemovesEverythingAndLeavesTheL4LoadBalancer(t *testing
 		t.Fatalf("List (-want +got):\n%s", diff)
 	}
 
-	if err := e.prov.Delete(context.Background(), l7.Name); err != nil {
+	if err := e.prov.Delete(context.Background(), l7.Name, l7.Kind); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	st := e.sim.Dump()
@@ -242,7 +243,37 @@ func TestProvider_l7DeleteRemovesEverythingAndLeavesTheL4LoadBalancer(t *testing
 		t.Errorf("List after Delete (-want +got):\n%s", diff)
 	}
 	e.sim.ResetCounters()
-	if err := e.prov.Delete(context.Background(), l7.Name); err != nil || e.sim.Writes() != 0 {
+	if err := e.prov.Delete(context.Background(), l7.Name, l7.Kind); err != nil || e.sim.Writes() != 0 {
 		t.Errorf("second Delete: %v, writes %v", err, writesOnly(e.sim.Calls()))
+	}
+}
+
+// renamed returns lb under another name, its pools renamed to match: an L7
+// load balancer whose name does not end in -L7, as a later owner (a
+// Gateway) may name one.
+func renamed(lb *providers.LoadBalancer, name string) *providers.LoadBalancer {
+	out := lb.Clone()
+	rename := func(s string) string { return strings.Replace(s, lb.Name, name, 1) }
+	out.Name = name
+	for i := range out.Pools {
+		out.Pools[i].Name = rename(out.Pools[i].Name)
+	}
+	for i := range out.HTTP.Rules {
+		out.HTTP.Rules[i].Pool = rename(out.HTTP.Rules[i].Pool)
+	}
+	out.HTTP.DefaultPool = rename(out.HTTP.DefaultPool)
+	return out
+}
+
+func TestProvider_deleteIsToldTheKindNotGuessedFromTheName(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	gw := renamed(ingressLB(tlsCert(t, "shop-tls", "shop.example.com")), providers.LoadBalancerName(testCluster, "shop", "gateway"))
+	e.ensure(t, gw)
+	if err := e.prov.Delete(context.Background(), gw.Name, providers.L7); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	st := e.sim.Dump()
+	if n := len(st.Virtuals) + len(st.Pools) + len(st.Policies) + len(st.ClientSSLProfiles) + len(st.Certificates) + len(st.Keys); n != 0 {
+		t.Errorf("%d objects left after Delete: %+v", n, st)
 	}
 }

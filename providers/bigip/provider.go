@@ -485,7 +485,7 @@ func (p *provider) deletePool(ctx context.Context, name string) error {
 
 // Delete removes the virtual servers, then the pools, of load balancer name.
 // Objects already gone count as deleted.
-func (p *provider) Delete(ctx context.Context, name string) error {
+func (p *provider) Delete(ctx context.Context, name string, kind providers.Kind) error {
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("lb", name))
 	exists, err := p.partitionExists(ctx)
 	if err != nil {
@@ -497,7 +497,7 @@ func (p *provider) Delete(ctx context.Context, name string) error {
 	if err := p.loadInventory(ctx); err != nil {
 		return fmt.Errorf("delete load balancer %s: %w", name, err)
 	}
-	if providers.IsL7Name(name) {
+	if kind == providers.L7 {
 		if err := p.deleteL7(ctx, name); err != nil {
 			return fmt.Errorf("delete load balancer %s: %w", name, err)
 		}

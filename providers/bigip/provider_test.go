@@ -331,7 +331,7 @@ func TestProvider_deleteRemovesEverythingAndIsIdempotent(t *testing.T) {
 	e.ensure(t, api)
 
 	ctx := context.Background()
-	if err := e.prov.Delete(ctx, web.Name); err != nil {
+	if err := e.prov.Delete(ctx, web.Name, web.Kind); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	got, err := e.prov.List(ctx)
@@ -347,7 +347,7 @@ func TestProvider_deleteRemovesEverythingAndIsIdempotent(t *testing.T) {
 
 	e.sim.ResetCounters()
 	for _, name := range []string{web.Name, "c1--never-existed"} {
-		if err := e.prov.Delete(ctx, name); err != nil {
+		if err := e.prov.Delete(ctx, name, providers.L4); err != nil {
 			t.Errorf("Delete(%s) again: %v", name, err)
 		}
 	}
@@ -357,7 +357,7 @@ func TestProvider_deleteRemovesEverythingAndIsIdempotent(t *testing.T) {
 
 	// Objects removed behind the provider's back are deleted too (404 is success).
 	e.do(t, "DELETE", "/mgmt/tm/ltm/virtual/~npl-c1~"+api.Listeners[0].Pool.Name, nil)
-	if err := e.prov.Delete(ctx, api.Name); err != nil {
+	if err := e.prov.Delete(ctx, api.Name, api.Kind); err != nil {
 		t.Fatalf("Delete with a virtual already gone: %v", err)
 	}
 	if st := e.sim.Dump(); len(st.Pools)+len(st.Virtuals) != 0 {
@@ -497,7 +497,7 @@ func TestProvider_leavesObjectsOfOtherOwnersAlone(t *testing.T) {
 		t.Errorf("Ensure over another owner's pool: %v, want a not-owned error", err)
 	}
 	for _, l := range list {
-		if err := e.prov.Delete(ctx, l.Name); err != nil {
+		if err := e.prov.Delete(ctx, l.Name, l.Kind); err != nil {
 			t.Fatalf("Delete(%s): %v", l.Name, err)
 		}
 	}
@@ -805,7 +805,7 @@ func TestProvider_existingPartitionOnly(t *testing.T) {
 	if list, err := e.prov.List(ctx); err != nil || len(list) != 0 {
 		t.Errorf("List without the partition = %v, %v; want nothing", list, err)
 	}
-	if err := e.prov.Delete(ctx, "c1--shop-web"); err != nil {
+	if err := e.prov.Delete(ctx, "c1--shop-web", providers.L4); err != nil {
 		t.Errorf("Delete without the partition: %v", err)
 	}
 	_, err := e.prov.Ensure(ctx, newLB("shop/web", tcp(80)))

@@ -143,12 +143,33 @@ func TestMock_l7RejectsInconsistentModels(t *testing.T) {
 	}
 }
 
+func TestMock_deleteOfTheOtherKindFindsNothing(t *testing.T) {
+	ctx := context.Background()
+	m := newMock(t, Config{Common: common("203.0.113.0/29")})
+	lb := l7Model()
+	mustEnsure(t, m, lb)
+	// As on a real load balancer, whose L4 and L7 objects differ, an L4
+	// load balancer of that name does not exist.
+	if err := m.Delete(ctx, lb.Name, providers.L4); err != nil {
+		t.Fatalf("Delete(L4): %v", err)
+	}
+	if got := m.State().LoadBalancers; len(got) != 1 {
+		t.Fatalf("Delete(L4) removed the L7 load balancer: %+v", got)
+	}
+	if err := m.Delete(ctx, lb.Name, providers.L7); err != nil {
+		t.Fatalf("Delete(L7): %v", err)
+	}
+	if got := m.State().LoadBalancers; len(got) != 0 {
+		t.Errorf("Delete(L7) left %+v", got)
+	}
+}
+
 func TestMock_l7DeleteRemovesEverything(t *testing.T) {
 	ctx := context.Background()
 	m := newMock(t, Config{Common: common("203.0.113.0/29")})
 	lb := l7Model()
 	mustEnsure(t, m, lb)
-	if err := m.Delete(ctx, lb.Name); err != nil {
+	if err := m.Delete(ctx, lb.Name, lb.Kind); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	if got, _ := m.List(ctx); len(got) != 0 {

@@ -184,15 +184,17 @@ func (m *Mock) Ensure(ctx context.Context, lb *providers.LoadBalancer) (provider
 	return status, nil
 }
 
-// Delete removes the load balancer name and releases its VIP. Deleting one
-// that does not exist is not an error and counts no write.
-func (m *Mock) Delete(ctx context.Context, name string) error {
+// Delete removes the load balancer name of the given kind and releases its
+// VIP. Deleting one that does not exist is not an error and counts no
+// write; as on a real load balancer, where the objects of each kind differ,
+// one of the other kind does not exist.
+func (m *Mock) Delete(ctx context.Context, name string, kind providers.Kind) error {
 	err := m.call(ctx, kindDelete, name, func() error {
 		if !providers.OwnedBy(m.cluster, name) {
 			return fmt.Errorf("not owned by cluster %s", m.cluster)
 		}
 		prev, exists := m.lbs[name]
-		if !exists {
+		if !exists || prev.IsL7() != (kind == providers.L7) {
 			return nil
 		}
 		m.remove(name)

@@ -129,7 +129,7 @@ func TestMock_vipAllocation(t *testing.T) {
 	if _, err := providers.Validated(m).Ensure(ctx, model("d")); err == nil || !strings.Contains(err.Error(), "no free VIP") {
 		t.Errorf("Ensure with the pool exhausted: err = %v, want no free VIP", err)
 	}
-	if err := m.Delete(ctx, model("a").Name); err != nil {
+	if err := m.Delete(ctx, model("a").Name, providers.L4); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	if d := mustEnsure(t, m, model("d")); d[0] != "203.0.113.1" {
@@ -216,7 +216,7 @@ func TestMock_rejectsInvalidModels(t *testing.T) {
 		})
 	}
 	m := newMock(t, Config{Common: common("203.0.113.0/29")})
-	if err := m.Delete(context.Background(), "c2--shop-web"); err == nil {
+	if err := m.Delete(context.Background(), "c2--shop-web", providers.L4); err == nil {
 		t.Error("Delete of another cluster's name succeeded")
 	}
 }
@@ -246,7 +246,7 @@ func TestMock_deleteOfAnAbsentLoadBalancerIsNoWrite(t *testing.T) {
 	m := newMock(t, Config{Common: common("203.0.113.0/29")})
 	mustEnsure(t, m, model("web"))
 	for range 2 {
-		if err := m.Delete(context.Background(), model("web").Name); err != nil {
+		if err := m.Delete(context.Background(), model("web").Name, providers.L4); err != nil {
 			t.Fatalf("Delete: %v", err)
 		}
 	}
@@ -272,7 +272,7 @@ func TestMock_failedCallsChangeNothing(t *testing.T) {
 	if _, err := providers.Validated(m).Ensure(ctx, model("web")); !errors.Is(err, ErrInjected) {
 		t.Errorf("Ensure: err = %v, want ErrInjected", err)
 	}
-	if err := m.Delete(ctx, model("web").Name); !errors.Is(err, ErrInjected) {
+	if err := m.Delete(ctx, model("web").Name, providers.L4); !errors.Is(err, ErrInjected) {
 		t.Errorf("Delete: err = %v, want ErrInjected", err)
 	}
 	if _, err := m.List(ctx); !errors.Is(err, ErrInjected) {
@@ -329,7 +329,7 @@ func TestMock_stateSurvivesAReopen(t *testing.T) {
 	api.RequestedVIP = "198.51.100.1"
 	mustEnsure(t, m, api)
 	mustEnsure(t, m, model("gone"))
-	if err := m.Delete(ctx, model("gone").Name); err != nil {
+	if err := m.Delete(ctx, model("gone").Name, providers.L4); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	before := m.State().LoadBalancers
@@ -373,7 +373,7 @@ func TestMock_failedSaveChangesNothing(t *testing.T) {
 	if _, err := providers.Validated(m).Ensure(context.Background(), model("api")); err == nil {
 		t.Fatal("Ensure of a new load balancer with an unwritable state file succeeded")
 	}
-	if err := m.Delete(context.Background(), model("web").Name); err == nil {
+	if err := m.Delete(context.Background(), model("web").Name, providers.L4); err == nil {
 		t.Fatal("Delete with an unwritable state file succeeded")
 	}
 	after := m.State()
