@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodeportlocal/npl/internal/cli"
 	"github.com/nodeportlocal/npl/lbsync/config"
+	"github.com/nodeportlocal/npl/lbsync/inputs"
 	"github.com/nodeportlocal/npl/lbsync/inspect"
 )
 
@@ -22,9 +23,9 @@ func newPoolsCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pools",
 		Short: "Show each load balancer pool's expected members beside the provider's",
-		Long: `pools computes, with the same builder npl-lbsync uses, the members every pool
-should have (from the Pods' NodePortLocal annotations and readiness) and lays them
-beside what the load balancer reports. With --config the provider is asked
+		Long: `pools computes, as npl-lbsync does, the members every pool should have
+(from the Pods' NodePortLocal annotations and readiness), for LoadBalancer
+Services and Ingresses alike, and lays them beside what the load balancer reports. With --config the provider is asked
 directly (same credentials handling as npl-lbsync); without it the state comes
 from each Service's npl.io/LoadBalancerSynced condition.
 
@@ -70,7 +71,8 @@ States: in-sync, drift (members differ), missing (no such pool on the LB).
 }
 
 func pools(ctx context.Context, g *globals, configPath string) (inspect.Report, error) {
-	settings := inspect.Settings{ClusterName: "", ServiceType: config.DefaultServiceType, Family: config.DefaultIPFamily}
+	settings := inspect.Settings{ClusterName: "", ServiceType: config.DefaultServiceType, Family: config.DefaultIPFamily,
+		IngressClass: config.DefaultIngressClass}
 	settings.Claim.LoadBalancerClass = config.DefaultLoadBalancerClass
 	var cfg *config.Config
 	if configPath != "" {
@@ -79,13 +81,16 @@ func pools(ctx context.Context, g *globals, configPath string) (inspect.Report, 
 		if err != nil {
 			return inspect.Report{}, &cli.UsageError{Err: err}
 		}
-		settings = inspect.Settings{ClusterName: cfg.ClusterName(), ServiceType: cfg.ServiceType(), Family: cfg.IPFamily(), Claim: cfg.Claim()}
+		settings = inspect.Settings{ClusterName: cfg.ClusterName(), ServiceType: cfg.ServiceType(), Family: cfg.IPFamily(), Claim: cfg.Claim(),
+			IngressClass: cfg.IngressClass(), IngressSharedVIP: cfg.IngressSharedVIP()}
 	}
 	client, err := newClient(g)
 	if err != nil {
 		return inspect.Report{}, err
 	}
-	expected, err := inspect.Expected(ctx, client, g.namespace, settings)
+	// Secrets are read as npl-lbsync reads them, so that an L7 pool's
+	// certificates match; without the right to read them, none is read.
+	expected, err := inspect.Expected(ctx, client, g.namespace, settings, inputs.APISecrets(client))
 	if err != nil {
 		return inspect.Report{}, err
 	}

@@ -4,8 +4,6 @@
 package claim
 
 import (
-	"slices"
-
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodeportlocal/npl/agent/annotation"
@@ -48,7 +46,7 @@ type ClaimConfig struct {
 // deleted is still ours, so the controller deletes its load balancer and then
 // drops CleanupFinalizer. A Service that stopped being ours (its type changed)
 // but still carries CleanupFinalizer must be cleaned up as well; see
-// HasCleanupFinalizer.
+// Releasable.
 func Ours(svc *corev1.Service, cfg ClaimConfig) bool {
 	if svc == nil || svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 		return false
@@ -58,12 +56,6 @@ func Ours(svc *corev1.Service, cfg ClaimConfig) bool {
 		return cfg.DefaultLoadBalancer
 	}
 	return *class == cfg.LoadBalancerClass
-}
-
-// HasCleanupFinalizer reports whether svc carries CleanupFinalizer, that is
-// whether npl-lbsync may still own a load balancer for it.
-func HasCleanupFinalizer(svc *corev1.Service) bool {
-	return svc != nil && slices.Contains(svc.Finalizers, CleanupFinalizer)
 }
 
 // AnnotationPatch returns the JSON merge patch that makes svc's NodePortLocal
@@ -78,10 +70,8 @@ func HasCleanupFinalizer(svc *corev1.Service) bool {
 // ours.
 func AnnotationPatch(svc *corev1.Service, want bool) (patch []byte, changed bool) {
 	switch OptInChange(svc, want) {
-	case OptInAdd:
-		return []byte(addPatch), true
-	case OptInRemove:
-		return []byte(removePatch), true
+	case OptInAdd, OptInRemove:
+		return mustJSON(map[string]any{"metadata": map[string]any{"annotations": optInAnnotations(want)}}), true
 	default:
 		return nil, false
 	}
@@ -102,38 +92,28 @@ const (
 // OptInChange says what AnnotationPatch would do, for callers that fold
 // the change into a larger patch.
 func OptInChange(svc *corev1.Service, want bool) OptInChanges {
-	switch {
-	case svc == nil:
+	if svc == nil {
 		return OptInKeep
-	case want && !annotation.ServiceEnabled(svc.Annotations):
+	}
+	return optInChange(svc.Annotations, want)
+}
+
+func optInChange(annotations map[string]string, want bool) OptInChanges {
+	switch {
+	case want && !annotation.ServiceEnabled(annotations):
 		return OptInAdd
-	case !want && svc.Annotations[AutoAnnotatedKey] == "true":
+	case !want && annotations[AutoAnnotatedKey] == "true":
 		return OptInRemove
 	default:
 		return OptInKeep
 	}
 }
 
-// The keys hold no character that JSON escapes, so the patches are literals.
-// In a merge patch, null deletes a key.
-const (
-	addPatch = `{"metadata":{"annotations":{"` + annotation.ServiceEnabledKey + `":"true","` +
-		AutoAnnotatedKey + `":"true"}}}`
-	removePatch = `{"metadata":{"annotations":{"` + annotation.ServiceEnabledKey + `":null,"` +
-		AutoAnnotatedKey + `":null}}}`
-)
-
-// ReleasableBy reports whether the installation clusterName holds (or may
-// hold) a load balancer for svc that it must clean up once the Service is
-// no longer its own: it claimed it, or the Service carries our finalizer
-// with no claim recorded (the claim annotation was removed by hand).
-func ReleasableBy(svc *corev1.Service, clusterName string) bool {
-	if svc == nil {
-		return false
+// optInAnnotations are the annotation values of a merge patch that adds
+// (want) or removes the opt-in we manage; in a merge patch, null deletes.
+func optInAnnotations(want bool) map[string]any {
+	if want {
+		return map[string]any{annotation.ServiceEnabledKey: "true", AutoAnnotatedKey: "true"}
 	}
-	owner, recorded := svc.Annotations[ClaimedByKey]
-	if recorded {
-		return owner == clusterName
-	}
-	return HasCleanupFinalizer(svc)
+	return map[string]any{annotation.ServiceEnabledKey: nil, AutoAnnotatedKey: nil}
 }

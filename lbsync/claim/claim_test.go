@@ -7,7 +7,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/nodeportlocal/npl/agent/annotation"
 )
@@ -61,7 +63,7 @@ func TestOurs_selectsByClassAndDefault(t *testing.T) {
 	}
 }
 
-func TestHasCleanupFinalizer(t *testing.T) {
+func TestHasFinalizer(t *testing.T) {
 	with := lbService(nil)
 	with.Finalizers = []string{"other.io/x", CleanupFinalizer}
 	other := lbService(nil)
@@ -78,8 +80,8 @@ func TestHasCleanupFinalizer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := HasCleanupFinalizer(tt.svc); got != tt.want {
-				t.Errorf("HasCleanupFinalizer() = %v, want %v", got, tt.want)
+			if got := HasFinalizer(tt.svc); got != tt.want {
+				t.Errorf("HasFinalizer() = %v, want %v", got, tt.want)
 			}
 		})
 	}
@@ -211,7 +213,7 @@ func TestAnnotationPatch_nilService(t *testing.T) {
 	}
 }
 
-func TestReleasableBy_onlyTheInstallationThatClaimed(t *testing.T) {
+func TestReleasable_onlyTheInstallationThatClaimed(t *testing.T) {
 	withAnn := func(ann map[string]string, finalizers ...string) *corev1.Service {
 		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: ann, Finalizers: finalizers}}
 	}
@@ -228,8 +230,50 @@ func TestReleasableBy_onlyTheInstallationThatClaimed(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := ReleasableBy(tc.svc, "prod"); got != tc.want {
-				t.Errorf("ReleasableBy = %v, want %v", got, tc.want)
+			if got := Releasable(tc.svc, "prod"); got != tc.want {
+				t.Errorf("Releasable = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestClaimAndReleasePatches: the claim the controller writes and the
+// release that the controller and uninstall share undo each other exactly,
+// on Services and Ingresses alike, and keep other finalizers.
+func TestClaimAndReleasePatches(t *testing.T) {
+	svc := lbService(nil)
+	svc.ResourceVersion = "7"
+	svc.Finalizers = []string{"other.io/x"}
+	ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "8", Finalizers: []string{"other.io/x"}}}
+	for _, tc := range []struct {
+		name        string
+		obj         metav1.Object
+		optIn       bool
+		wantClaim   string
+		wantRelease string
+	}{
+		{"service with opt-in", svc, true,
+			`{"metadata":{"annotations":{"nodeportlocal.antrea.io/enabled":"true","` + AutoAnnotatedKey + `":"true","` + ClaimedByKey + `":"prod"},"finalizers":["other.io/x","` + CleanupFinalizer + `"],"resourceVersion":"7"}}`,
+			`{"metadata":{"annotations":{"` + ClaimedByKey + `":null},"finalizers":["other.io/x"],"resourceVersion":"7"}}`},
+		{"ingress", ing, false,
+			`{"metadata":{"annotations":{"` + ClaimedByKey + `":"prod"},"finalizers":["other.io/x","` + CleanupFinalizer + `"],"resourceVersion":"8"}}`,
+			`{"metadata":{"annotations":{"` + ClaimedByKey + `":null},"finalizers":["other.io/x"],"resourceVersion":"8"}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := string(ClaimPatch(tc.obj, "prod", tc.optIn)); got != tc.wantClaim {
+				t.Errorf("ClaimPatch:\n got %s\nwant %s", got, tc.wantClaim)
+			}
+			if p := ReleasePatch(tc.obj); p != nil {
+				t.Errorf("ReleasePatch of an unclaimed object = %s; want nil", p)
+			}
+			claimed := tc.obj.(interface{ DeepCopyObject() runtime.Object }).DeepCopyObject().(metav1.Object)
+			claimed.SetFinalizers(append(claimed.GetFinalizers(), CleanupFinalizer))
+			claimed.SetAnnotations(map[string]string{ClaimedByKey: "prod"})
+			if p := ClaimPatch(claimed, "prod", false); p != nil {
+				t.Errorf("ClaimPatch of a claimed object = %s; want nil", p)
+			}
+			if got := string(ReleasePatch(claimed)); got != tc.wantRelease {
+				t.Errorf("ReleasePatch:\n got %s\nwant %s", got, tc.wantRelease)
 			}
 		})
 	}

@@ -11,14 +11,15 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -34,6 +35,7 @@ import (
 
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/lbsync/inputs"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -71,29 +73,30 @@ type Controller struct {
 
 	factory     informers.SharedInformerFactory
 	svcLister   corelisters.ServiceLister
-	svcIndexer  cache.Indexer
-	podIndexer  cache.Indexer
-	nodeLister  corelisters.NodeLister
+	// store holds the caches builds read (package inputs, shared with
+	// nplctl).
+	store inputs.Store
 	ingLister   networkinglisters.IngressLister
-	ingIndexer  cache.Indexer
-	classLister networkinglisters.IngressClassLister
 	synced      []cache.InformerSynced
 
-	queue workqueue.TypedRateLimitingInterface[string]
+	queue workqueue.TypedRateLimitingInterface[queueKey]
 
 	// sharedMu serialises the syncs of the shared Ingress load balancer,
 	// which any Ingress's key may trigger.
 	sharedMu sync.Mutex
 
 	mu sync.Mutex
-	// applied holds the hash of the model last applied per Service key, to
-	// skip no-op provider calls.
-	applied map[string]string
+	// applied holds the hash of the model last applied per key, to skip
+	// no-op provider calls.
+	applied map[queueKey]string
+	// rejected holds, per key, why its last model broke the rules, so the
+	// Warning Event fires once per reason.
+	rejected map[queueKey]string
 	// noBackends remembers which Services had no ready backend, so the
 	// NoReadyBackends Event fires on the transition only.
-	noBackends map[string]bool
-	// drains holds each Service's draining members (drain.go).
-	drains map[string]drainTracker
+	noBackends map[queueKey]bool
+	// drains holds each load balancer's draining members (drain.go).
+	drains map[queueKey]drainTracker
 	// registered records, per gated Pod, which Services have it applied
 	// on the load balancer (readiness.go).
 	registered map[string]map[string]bool
@@ -131,11 +134,12 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		metrics:  metrics,
 		factory:  factory,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, settings.MaxBackoff),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "npl-lbsync"}),
-		applied:    map[string]string{},
-		noBackends: map[string]bool{},
-		drains:     map[string]drainTracker{},
+			workqueue.NewTypedItemExponentialFailureRateLimiter[queueKey](200*time.Millisecond, settings.MaxBackoff),
+			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "npl-lbsync"}),
+		applied:    map[queueKey]string{},
+		rejected:   map[queueKey]string{},
+		noBackends: map[queueKey]bool{},
+		drains:     map[queueKey]drainTracker{},
 		registered: map[string]map[string]bool{},
 	}
 
@@ -144,10 +148,9 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	nodeInformer := factory.Core().V1().Nodes()
 	ingInformer := factory.Networking().V1().Ingresses()
 	classInformer := factory.Networking().V1().IngressClasses()
-	utilruntime.Must(ingInformer.Informer().AddIndexers(cache.Indexers{backendIndex: ingressBackendKeys}))
+	sliceInformer := factory.Discovery().V1().EndpointSlices()
+	utilruntime.Must(ingInformer.Informer().AddIndexers(inputs.IngressIndexers()))
 	c.ingLister = ingInformer.Lister()
-	c.ingIndexer = ingInformer.Informer().GetIndexer()
-	c.classLister = classInformer.Lister()
 	_, _ = ingInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueIngress,
 		UpdateFunc: c.ingressUpdated,
@@ -158,12 +161,22 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		UpdateFunc: func(any, any) { c.enqueueAllIngresses() },
 		DeleteFunc: func(any) { c.enqueueAllIngresses() },
 	})
-	utilruntime.Must(svcInformer.Informer().AddIndexers(cache.Indexers{selectorIndex: serviceSelectorTerms}))
-	utilruntime.Must(podInformer.Informer().AddIndexers(cache.Indexers{labelIndex: podLabelTerms}))
+	utilruntime.Must(svcInformer.Informer().AddIndexers(inputs.ServiceIndexers()))
+	utilruntime.Must(podInformer.Informer().AddIndexers(inputs.PodIndexers()))
+	utilruntime.Must(sliceInformer.Informer().AddIndexers(inputs.EndpointSliceIndexers()))
 	c.svcLister = svcInformer.Lister()
-	c.svcIndexer = svcInformer.Informer().GetIndexer()
-	c.podIndexer = podInformer.Informer().GetIndexer()
-	c.nodeLister = nodeInformer.Lister()
+	c.store = inputs.Store{
+		Services: svcInformer.Informer().GetIndexer(), Pods: podInformer.Informer().GetIndexer(),
+		Nodes: nodeInformer.Informer().GetIndexer(), EndpointSlices: sliceInformer.Informer().GetIndexer(),
+		Ingresses: ingInformer.Informer().GetIndexer(), IngressClasses: classInformer.Informer().GetIndexer(),
+	}
+	// A change of a Service's EndpointSlices (an endpoint that stops
+	// serving) changes its members.
+	_, _ = sliceInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueSliceService,
+		UpdateFunc: func(_, obj any) { c.enqueueSliceService(obj) },
+		DeleteFunc: c.enqueueSliceService,
+	})
 
 	_, _ = svcInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueueService(obj, 0) },
@@ -181,7 +194,7 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		DeleteFunc: func(any) { c.nodesChanged() },
 	})
 	c.synced = []cache.InformerSynced{svcInformer.Informer().HasSynced, podInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced,
-		ingInformer.Informer().HasSynced, classInformer.Informer().HasSynced}
+		ingInformer.Informer().HasSynced, classInformer.Informer().HasSynced, sliceInformer.Informer().HasSynced}
 	metrics.setQueueDepth(func() float64 { return float64(c.queue.Len()) })
 	return c
 }
@@ -265,11 +278,11 @@ func (c *Controller) queueAll(force bool) int {
 		c.mu.Unlock()
 	}
 	for _, s := range services {
-		c.queue.Add(keyOf(s))
+		c.queue.Add(serviceKey(s.Namespace, s.Name))
 	}
 	ings, _ := c.ingLister.List(labels.Everything())
 	for _, ing := range ings {
-		c.queue.Add(ingressKeyPrefix + keyOf(ing))
+		c.queue.Add(ingressKey(ing.Namespace, ing.Name))
 	}
 	return len(services) + len(ings)
 }
@@ -287,9 +300,12 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	defer c.queue.Done(key)
 	start := time.Now()
 	var err error
-	if strings.HasPrefix(key, ingressKeyPrefix) {
+	switch key.kind {
+	case kindIngress:
 		err = c.syncIngress(ctx, key)
-	} else {
+	case kindSharedIngress:
+		err = c.syncSharedIngresses(ctx)
+	default:
 		err = c.syncService(ctx, key)
 	}
 	c.metrics.observeReconcile(time.Since(start), err)
@@ -298,7 +314,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	}
 	if err != nil {
 		c.metrics.SyncFailures.Inc()
-		klog.FromContext(ctx).Error(err, "Sync failed; will retry", "service", key)
+		klog.FromContext(ctx).Error(err, "Sync failed; will retry", "key", key)
 		c.queue.AddRateLimited(key)
 		return true
 	}
@@ -315,12 +331,10 @@ func keyOf(obj metav1.Object) string {
 
 func (c *Controller) enqueueService(obj any, delay time.Duration) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		c.queue.AddAfter(d.Key, delay)
-		c.enqueueIngressesOf(d.Key, delay)
-		return
+		obj = d.Obj
 	}
 	if s, ok := obj.(*corev1.Service); ok {
-		c.queue.AddAfter(keyOf(s), delay)
+		c.queue.AddAfter(serviceKey(s.Namespace, s.Name), delay)
 		c.enqueueIngressesOf(keyOf(s), delay)
 	}
 }
@@ -341,18 +355,18 @@ func (c *Controller) enqueuePodServices(oldObj, obj any) {
 		delete(c.registered, keyOf(pod))
 		c.mu.Unlock()
 	}
-	keys := map[string]bool{}
-	for _, s := range c.servicesSelecting(pod) {
-		keys[keyOf(s)] = true
+	keys := map[queueKey]bool{}
+	for _, s := range c.store.ServicesSelecting(pod) {
+		keys[serviceKey(s.Namespace, s.Name)] = true
 	}
 	if old, ok := oldObj.(*corev1.Pod); ok && !equalLabels(old.Labels, pod.Labels) {
-		for _, s := range c.servicesSelecting(old) {
-			keys[keyOf(s)] = true
+		for _, s := range c.store.ServicesSelecting(old) {
+			keys[serviceKey(s.Namespace, s.Name)] = true
 		}
 	}
 	for k := range keys {
 		c.queue.AddAfter(k, c.settings.CoalesceWindow)
-		c.enqueueIngressesOf(k, c.settings.CoalesceWindow)
+		c.enqueueIngressesOf(k.namespace+"/"+k.name, c.settings.CoalesceWindow)
 	}
 }
 
@@ -389,12 +403,8 @@ func nodeView(n *corev1.Node) string {
 }
 
 // syncService makes the load balancer of one Service match it.
-func (c *Controller) syncService(ctx context.Context, key string) error {
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return nil
-	}
-	svc, err := c.svcLister.Services(ns).Get(name)
+func (c *Controller) syncService(ctx context.Context, key queueKey) error {
+	svc, err := c.svcLister.Services(key.namespace).Get(key.name)
 	if err != nil {
 		// Gone without our finalizer (or it was removed by hand): the
 		// garbage collector removes what may be left.
@@ -404,7 +414,7 @@ func (c *Controller) syncService(ctx context.Context, key string) error {
 	if claim.Ours(svc, c.settings.Claim) && svc.DeletionTimestamp == nil {
 		return c.ensure(ctx, svc)
 	}
-	if claim.ReleasableBy(svc, c.settings.ClusterName) {
+	if claim.Releasable(svc, c.settings.ClusterName) {
 		return c.release(ctx, svc)
 	}
 	c.forget(key)
@@ -412,16 +422,17 @@ func (c *Controller) syncService(ctx context.Context, key string) error {
 	// Service claimed as a load balancer (by any installation) keeps the
 	// opt-in its claimer manages.
 	if svc.DeletionTimestamp == nil && svc.Annotations[claim.AutoAnnotatedKey] == "true" &&
-		svc.Annotations[claim.ClaimedByKey] == "" && !claim.HasCleanupFinalizer(svc) && !c.referencedByNPLIngress(svc) {
+		svc.Annotations[claim.ClaimedByKey] == "" && !claim.HasFinalizer(svc) && !c.referencedByNPLIngress(svc) {
 		return c.patchOptIn(ctx, svc, false)
 	}
 	// Another installation's, or nobody's: not ours to touch.
 	return nil
 }
 
-func (c *Controller) forget(key string) {
+func (c *Controller) forget(key queueKey) {
 	c.mu.Lock()
 	delete(c.applied, key)
+	delete(c.rejected, key)
 	delete(c.noBackends, key)
 	delete(c.drains, key)
 	c.mu.Unlock()
@@ -429,27 +440,19 @@ func (c *Controller) forget(key string) {
 
 // ensure claims a Service and applies its model.
 func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) error {
-	logger := klog.FromContext(ctx).WithValues("service", klog.KObj(svc))
-	key := keyOf(svc)
-	if err := c.claimService(ctx, svc, c.settings.ServiceType == builder.ServiceTypeNodePortLocal); err != nil {
+	key := serviceKey(svc.Namespace, svc.Name)
+	optIn := c.settings.ServiceType == builder.ServiceTypeNodePortLocal
+	if err := c.patchService(ctx, svc, claim.ClaimPatch(svc, c.settings.ClusterName, optIn)); err != nil {
 		return err
 	}
-	lb, report := builder.Build(builder.Input{
-		ClusterName: c.settings.ClusterName,
-		ServiceType: c.settings.ServiceType,
-		Family:      c.settings.Family,
-		Service:     svc,
-		Pods:        c.podsFor(svc),
-		Nodes:       c.nodesFor(),
-	})
+	lb, report := builder.Build(c.store.ServiceInput(c.inputSettings(), svc))
 	for _, e := range report.Errors {
 		c.recorder.Event(svc, corev1.EventTypeWarning, "InvalidService", e)
 	}
 	if lb == nil {
-		return c.setCondition(ctx, svc, false, "InvalidService", fmt.Sprint(report.Errors))
+		return c.setCondition(ctx, svc, claim.Condition{Reason: "InvalidService", Message: fmt.Sprint(report.Errors)})
 	}
-	c.applyDrains(key, lb)
-	c.metrics.observeMembers(key, lb)
+	c.metrics.observeMembers(key.String(), lb)
 
 	c.mu.Lock()
 	hadNoBackends, seen := c.noBackends[key]
@@ -459,44 +462,28 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) error {
 		c.recorder.Event(svc, corev1.EventTypeWarning, "NoReadyBackends", "No ready backend for the load balancer: its pools are empty")
 	}
 
-	hash := modelHash(lb)
-	c.mu.Lock()
-	unchanged := c.applied[key] == hash
-	c.mu.Unlock()
-	if unchanged && len(svc.Status.LoadBalancer.Ingress) > 0 {
-		return c.updateRegistrations(ctx, svc, lb)
-	}
-	status, err := c.callEnsure(ctx, lb)
-	if err != nil {
-		c.recorder.Eventf(svc, corev1.EventTypeWarning, "SyncFailed", "Load balancer %s: %v", lb.Name, err)
-		if cerr := c.setCondition(ctx, svc, false, "SyncFailed", err.Error()); cerr != nil {
-			logger.Error(cerr, "Set condition")
-		}
-		return fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
-	}
-	c.mu.Lock()
-	first := c.applied[key] == ""
-	c.applied[key] = hash
-	c.mu.Unlock()
-	if err := c.setStatus(ctx, svc, status.VIPs, true, "Synced", fmt.Sprintf("%d listener(s), %d ready backend(s)", len(lb.Listeners), report.ReadyBackends)); err != nil {
+	applied, err := c.apply(ctx, model{
+		key: key, lb: lb, report: report, objects: []runtime.Object{svc},
+		needsStatus: len(svc.Status.LoadBalancer.Ingress) == 0, syncedEvents: true,
+		setStatus: func(ctx context.Context, vips []string) error {
+			return c.setStatus(ctx, svc, vips, claim.Condition{OK: true, Reason: "Synced",
+				Message: fmt.Sprintf("%d listener(s), %d ready backend(s)", len(lb.Listeners), report.ReadyBackends)})
+		},
+		setFailed: func(ctx context.Context, reason, message string) error {
+			return c.setCondition(ctx, svc, claim.Condition{Reason: reason, Message: message})
+		},
+	})
+	if err != nil || applied == nil {
 		return err
 	}
-	if err := c.updateRegistrations(ctx, svc, lb); err != nil {
-		return err
-	}
-	if !unchanged && !first {
-		c.recorder.Eventf(svc, corev1.EventTypeNormal, "Synced", "Load balancer %s applied: %d ready backend(s)", lb.Name, report.ReadyBackends)
-	} else if first {
-		logger.V(2).Info("Applied load balancer", "lb", lb.Name, "readyBackends", report.ReadyBackends)
-	}
-	return nil
+	return c.updateRegistrations(ctx, svc, applied)
 }
 
 // release undoes ensure for a Service that is no longer ours or is being
 // deleted: the load balancer, the status, the opt-in we added, the finalizer.
 func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
-	key := keyOf(svc)
-	if claim.HasCleanupFinalizer(svc) || svc.Annotations[claim.ClaimedByKey] != "" {
+	key := serviceKey(svc.Namespace, svc.Name)
+	if claim.HasFinalizer(svc) || svc.Annotations[claim.ClaimedByKey] != "" {
 		name := providers.LoadBalancerName(c.settings.ClusterName, svc.Namespace, svc.Name)
 		if err := c.callDelete(ctx, name, providers.L4); err != nil {
 			c.recorder.Eventf(svc, corev1.EventTypeWarning, "DeleteFailed", "Load balancer %s: %v", name, err)
@@ -504,7 +491,7 @@ func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 		}
 		c.recorder.Eventf(svc, corev1.EventTypeNormal, "Deleted", "Load balancer %s deleted", name)
 		if svc.DeletionTimestamp == nil {
-			if err := c.clearStatus(ctx, svc); err != nil {
+			if err := c.patchService(ctx, svc, claim.ClearServiceStatusPatch(svc, true), "status"); err != nil {
 				return err
 			}
 		}
@@ -514,7 +501,7 @@ func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 			return err
 		}
 	}
-	if err := c.removeFinalizer(ctx, svc); err != nil {
+	if err := c.patchService(ctx, svc, claim.ReleasePatch(svc)); err != nil {
 		return err
 	}
 	c.forget(key)
@@ -550,7 +537,7 @@ func (c *Controller) claimedNames() map[string]bool {
 	names := map[string]bool{}
 	services, _ := c.svcLister.List(labels.Everything())
 	for _, s := range services {
-		if (claim.Ours(s, c.settings.Claim) && s.DeletionTimestamp == nil) || claim.ReleasableBy(s, c.settings.ClusterName) {
+		if (claim.Ours(s, c.settings.Claim) && s.DeletionTimestamp == nil) || claim.Releasable(s, c.settings.ClusterName) {
 			names[providers.LoadBalancerName(c.settings.ClusterName, s.Namespace, s.Name)] = true
 		}
 	}
@@ -566,57 +553,18 @@ func modelHash(lb *providers.LoadBalancer) string {
 	return string(sum[:])
 }
 
-// podsFor returns the candidate Pods of a Service through the label index:
-// the Pods carrying one of its selector terms. The builder checks the rest.
-func (c *Controller) podsFor(svc *corev1.Service) []*corev1.Pod {
-	if len(svc.Spec.Selector) == 0 {
-		return nil
-	}
-	var best []any
-	first := true
-	for k, v := range svc.Spec.Selector {
-		objs, err := c.podIndexer.ByIndex(labelIndex, term(svc.Namespace, k, v))
-		if err != nil {
-			return nil
-		}
-		if first || len(objs) < len(best) {
-			best, first = objs, false
-		}
-	}
-	out := make([]*corev1.Pod, 0, len(best))
-	for _, o := range best {
-		if p, ok := o.(*corev1.Pod); ok && builder.Selects(svc, p) {
-			out = append(out, p)
-		}
-	}
-	return out
+// inputSettings are the settings builds read their inputs with.
+func (c *Controller) inputSettings() inputs.Settings {
+	return inputs.Settings{ClusterName: c.settings.ClusterName, ServiceType: c.settings.ServiceType,
+		Family: c.settings.Family, IngressClass: c.settings.IngressClass}
 }
 
-func (c *Controller) nodesFor() []*corev1.Node {
-	if c.settings.ServiceType != builder.ServiceTypeNodePort {
-		return nil
+// enqueueSliceService queues the Service of an EndpointSlice.
+func (c *Controller) enqueueSliceService(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
 	}
-	nodes, _ := c.nodeLister.List(labels.Everything())
-	return nodes
-}
-
-// servicesSelecting returns the Services whose selector matches the Pod.
-func (c *Controller) servicesSelecting(pod *corev1.Pod) []*corev1.Service {
-	seen := map[string]bool{}
-	var out []*corev1.Service
-	for k, v := range pod.Labels {
-		objs, err := c.svcIndexer.ByIndex(selectorIndex, term(pod.Namespace, k, v))
-		if err != nil {
-			continue
-		}
-		for _, o := range objs {
-			s, ok := o.(*corev1.Service)
-			if !ok || seen[keyOf(s)] || !builder.Selects(s, pod) {
-				continue
-			}
-			seen[keyOf(s)] = true
-			out = append(out, s)
-		}
+	if s, ok := obj.(*discoveryv1.EndpointSlice); ok && s.Labels[discoveryv1.LabelServiceName] != "" {
+		c.queue.AddAfter(serviceKey(s.Namespace, s.Labels[discoveryv1.LabelServiceName]), c.settings.CoalesceWindow)
 	}
-	return out
 }

@@ -88,7 +88,7 @@ func poolsOf(lb *providers.LoadBalancer) []*providers.Pool {
 
 // applyDrains keeps the draining members of one queue key's load balancer
 // (drainTracker.apply) and syncs the key again when the next is due.
-func (c *Controller) applyDrains(key string, lb *providers.LoadBalancer) {
+func (c *Controller) applyDrains(key queueKey, lb *providers.LoadBalancer) {
 	c.mu.Lock()
 	drains := c.drains[key]
 	if drains == nil {

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,47 +9,23 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/lbsync/inputs"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
 	"github.com/nodeportlocal/npl/providers"
 )
 
-const (
-	// ingressKeyPrefix marks an Ingress in the queue, whose other keys are
-	// Services ("namespace/name").
-	ingressKeyPrefix = "ingress:"
-	// backendIndex indexes Ingresses by the "namespace/name" of each
-	// backend Service.
-	backendIndex = "backendService"
-)
-
-func ingressBackendKeys(obj any) ([]string, error) {
-	ing, ok := obj.(*networkingv1.Ingress)
-	if !ok {
-		return nil, nil
-	}
-	var out []string
-	for _, b := range ingress.Backends(ing) {
-		out = append(out, b.String())
-	}
-	return out, nil
-}
-
 func (c *Controller) enqueueIngress(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		c.queue.Add(ingressKeyPrefix + d.Key)
-		return
+		obj = d.Obj
 	}
 	if ing, ok := obj.(*networkingv1.Ingress); ok {
-		c.queue.Add(ingressKeyPrefix + keyOf(ing))
+		c.queue.Add(ingressKey(ing.Namespace, ing.Name))
 	}
 }
 
@@ -66,7 +41,7 @@ func (c *Controller) ingressUpdated(oldObj, obj any) {
 	now := ingress.Backends(cur)
 	for _, b := range ingress.Backends(old) {
 		if !slices.Contains(now, b) {
-			c.queue.Add(b.String())
+			c.queue.Add(serviceKey(b.Namespace, b.Name))
 		}
 	}
 }
@@ -78,7 +53,7 @@ func (c *Controller) ingressDeleted(obj any) {
 	}
 	if ing, ok := obj.(*networkingv1.Ingress); ok {
 		for _, b := range ingress.Backends(ing) {
-			c.queue.Add(b.String())
+			c.queue.Add(serviceKey(b.Namespace, b.Name))
 		}
 	}
 }
@@ -89,27 +64,18 @@ func (c *Controller) enqueueAllIngresses() {
 		return
 	}
 	for _, ing := range ings {
-		c.queue.Add(ingressKeyPrefix + keyOf(ing))
+		c.queue.Add(ingressKey(ing.Namespace, ing.Name))
 	}
 }
 
 // enqueueIngressesOf queues the Ingresses that reference a Service.
 func (c *Controller) enqueueIngressesOf(svcKey string, delay time.Duration) {
-	objs, err := c.ingIndexer.ByIndex(backendIndex, svcKey)
-	if err != nil {
-		return
-	}
-	for _, o := range objs {
-		if ing, ok := o.(*networkingv1.Ingress); ok {
-			c.queue.AddAfter(ingressKeyPrefix+keyOf(ing), delay)
-		}
+	for _, ing := range c.store.IngressesOf(svcKey) {
+		c.queue.AddAfter(ingressKey(ing.Namespace, ing.Name), delay)
 	}
 }
 
-func (c *Controller) ingressClasses() []*networkingv1.IngressClass {
-	classes, _ := c.classLister.List(labels.Everything())
-	return classes
-}
+func (c *Controller) ingressClasses() []*networkingv1.IngressClass { return c.store.Classes() }
 
 // ingressOurs reports whether we serve ing now.
 func (c *Controller) ingressOurs(ing *networkingv1.Ingress, classes []*networkingv1.IngressClass) bool {
@@ -124,24 +90,15 @@ func (c *Controller) referencedByNPLIngress(svc *corev1.Service) bool {
 }
 
 func (c *Controller) referencedByIngress(svc *corev1.Service, cfg ingress.Config) bool {
-	objs, err := c.ingIndexer.ByIndex(backendIndex, keyOf(svc))
-	if err != nil {
-		return false
-	}
 	classes := c.ingressClasses()
-	return slices.ContainsFunc(objs, func(o any) bool {
-		ing, ok := o.(*networkingv1.Ingress)
-		return ok && ing.DeletionTimestamp == nil && ingress.Ours(ing, classes, cfg)
+	return slices.ContainsFunc(c.store.IngressesOf(keyOf(svc)), func(ing *networkingv1.Ingress) bool {
+		return ing.DeletionTimestamp == nil && ingress.Ours(ing, classes, cfg)
 	})
 }
 
 // syncIngress makes the load balancer of one Ingress match it.
-func (c *Controller) syncIngress(ctx context.Context, key string) error {
-	ns, name, err := cache.SplitMetaNamespaceKey(strings.TrimPrefix(key, ingressKeyPrefix))
-	if err != nil {
-		return nil
-	}
-	ing, err := c.ingLister.Ingresses(ns).Get(name)
+func (c *Controller) syncIngress(ctx context.Context, key queueKey) error {
+	ing, err := c.ingLister.Ingresses(key.namespace).Get(key.name)
 	if err != nil {
 		c.forget(key)
 		if c.settings.IngressSharedVIP {
@@ -169,21 +126,16 @@ func (c *Controller) ingressLBName(ing *networkingv1.Ingress) string {
 // claimedIngress reports whether we hold (or may hold) a load balancer for
 // ing that we must clean up.
 func (c *Controller) claimedIngress(ing *networkingv1.Ingress) bool {
-	owner, recorded := ing.Annotations[claim.ClaimedByKey]
-	return (recorded && owner == c.settings.ClusterName) || (!recorded && slices.Contains(ing.Finalizers, claim.CleanupFinalizer))
+	return claim.Releasable(ing, c.settings.ClusterName)
 }
-
-// sharedKey is the queue-independent key of the shared load balancer's
-// applied model.
-const sharedKey = "ingress-shared"
 
 // syncSharedIngress handles one Ingress when all Ingresses of our class
 // share a VIP: it claims or releases the Ingress and syncs the shared load
 // balancer, which holds the rules of every Ingress we serve.
-func (c *Controller) syncSharedIngress(ctx context.Context, key string, ing *networkingv1.Ingress) error {
+func (c *Controller) syncSharedIngress(ctx context.Context, key queueKey, ing *networkingv1.Ingress) error {
 	ours := c.ingressOurs(ing, c.ingressClasses())
 	if ours {
-		if err := c.patchIngressClaim(ctx, ing, true); err != nil {
+		if err := c.patchIngress(ctx, ing, claim.ClaimPatch(ing, c.settings.ClusterName, false)); err != nil {
 			return err
 		}
 	}
@@ -199,11 +151,11 @@ func (c *Controller) syncSharedIngress(ctx context.Context, key string, ing *net
 			return err
 		}
 	}
-	if err := c.patchIngressClaim(ctx, ing, false); err != nil {
+	if err := c.patchIngress(ctx, ing, claim.ReleasePatch(ing)); err != nil {
 		return err
 	}
 	for _, b := range ingress.Backends(ing) {
-		c.queue.Add(b.String())
+		c.queue.Add(serviceKey(b.Namespace, b.Name))
 	}
 	c.forget(key)
 	return nil
@@ -227,76 +179,49 @@ func (c *Controller) syncSharedIngresses(ctx context.Context) error {
 	}
 	name := providers.SharedIngressLoadBalancerName(c.settings.ClusterName, c.settings.IngressClass)
 	if len(ings) == 0 {
-		c.forget(sharedKey)
+		c.forget(sharedIngressKey)
 		return c.callDelete(ctx, name, providers.L7)
 	}
-	lb, _, err := c.buildIngresses(ctx, ings, true)
+	lb, report, err := c.buildIngresses(ctx, ings, true)
 	if err != nil || lb == nil {
 		return err
 	}
-	c.applyDrains(sharedKey, lb)
-	hash := modelHash(lb)
-	c.mu.Lock()
-	unchanged := c.applied[sharedKey] == hash
-	c.mu.Unlock()
-	if unchanged && !slices.ContainsFunc(ings, func(i *networkingv1.Ingress) bool { return len(i.Status.LoadBalancer.Ingress) == 0 }) {
-		return nil
-	}
-	status, err := c.callEnsure(ctx, lb)
-	if err != nil {
-		for _, ing := range ings {
-			c.recorder.Eventf(ing, corev1.EventTypeWarning, "SyncFailed", "Load balancer %s: %v", lb.Name, err)
-		}
-		return fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
-	}
-	c.mu.Lock()
-	c.applied[sharedKey] = hash
-	c.mu.Unlock()
+	objects := make([]runtime.Object, 0, len(ings))
 	for _, ing := range ings {
-		if err := c.setIngressStatus(ctx, ing, status.VIPs); err != nil {
-			return err
-		}
+		objects = append(objects, ing)
 	}
-	return nil
+	_, err = c.apply(ctx, model{
+		key: sharedIngressKey, lb: lb, report: report, objects: objects,
+		needsStatus: slices.ContainsFunc(ings, func(i *networkingv1.Ingress) bool { return len(i.Status.LoadBalancer.Ingress) == 0 }),
+		setStatus: func(ctx context.Context, vips []string) error {
+			for _, ing := range ings {
+				if err := c.setIngressStatus(ctx, ing, vips); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	})
+	return err
 }
 
 // buildIngresses opts the backends of ings in and builds their load
 // balancer (one Ingress, or all of them on a shared VIP), sending the
 // build's Events to the Ingresses they concern.
 func (c *Controller) buildIngresses(ctx context.Context, ings []*networkingv1.Ingress, shared bool) (*providers.LoadBalancer, builder.Report, error) {
-	var services []*corev1.Service
-	var pods []*corev1.Pod
-	var secrets []*corev1.Secret
-	seen := map[string]bool{}
-	for _, ing := range ings {
-		for _, ref := range ingress.Backends(ing) {
-			if seen[ref.String()] {
-				continue
-			}
-			seen[ref.String()] = true
-			svc, err := c.svcLister.Services(ref.Namespace).Get(ref.Name)
-			if err != nil {
-				continue // Build reports the missing backend
-			}
-			services = append(services, svc)
-			pods = append(pods, c.podsFor(svc)...)
-			if c.settings.ServiceType == builder.ServiceTypeNodePortLocal && ingress.WantsOptIn(svc) {
+	in, forbidden, err := c.store.IngressInput(ctx, c.inputSettings(), ings, shared, inputs.APISecrets(c.client))
+	if err != nil {
+		return nil, builder.Report{}, err
+	}
+	if c.settings.ServiceType == builder.ServiceTypeNodePortLocal {
+		for _, svc := range in.Services {
+			if ingress.WantsOptIn(svc) {
 				if err := c.patchOptIn(ctx, svc, true); err != nil {
 					return nil, builder.Report{}, err
 				}
 			}
 		}
-		s, err := c.ingressSecrets(ctx, ing)
-		if err != nil {
-			return nil, builder.Report{}, err
-		}
-		secrets = append(secrets, s...)
 	}
-	lb, report := ingress.Build(ingress.Input{
-		ClusterName: c.settings.ClusterName, ServiceType: c.settings.ServiceType, Family: c.settings.Family,
-		Ingresses: ings, SharedVIP: shared, IngressClass: c.settings.IngressClass,
-		Services: services, Pods: pods, Nodes: c.nodesFor(), Secrets: secrets,
-	})
 	target := func(msg string) *networkingv1.Ingress {
 		for _, ing := range ings {
 			if strings.HasPrefix(msg, "ingress "+keyOf(ing)+":") {
@@ -305,6 +230,13 @@ func (c *Controller) buildIngresses(ctx context.Context, ings []*networkingv1.In
 		}
 		return ings[0]
 	}
+	for _, f := range forbidden {
+		// Reading Secrets is opt-in (the chart's ingressClass.readTLSSecrets):
+		// without it the Ingress is served over HTTP only.
+		c.recorder.Eventf(f.Ingress, corev1.EventTypeWarning, "TLSSecretForbidden",
+			"Cannot read TLS Secret %s: npl-lbsync may not read Secrets; serving HTTP only", f.Secret)
+	}
+	lb, report := ingress.Build(in)
 	for _, e := range report.Errors {
 		c.recorder.Event(target(e), corev1.EventTypeWarning, "InvalidIngress", e)
 	}
@@ -314,72 +246,24 @@ func (c *Controller) buildIngresses(ctx context.Context, ings []*networkingv1.In
 	return lb, report, nil
 }
 
-func (c *Controller) ensureIngress(ctx context.Context, key string, ing *networkingv1.Ingress) error {
-	if err := c.patchIngressClaim(ctx, ing, true); err != nil {
+func (c *Controller) ensureIngress(ctx context.Context, key queueKey, ing *networkingv1.Ingress) error {
+	if err := c.patchIngress(ctx, ing, claim.ClaimPatch(ing, c.settings.ClusterName, false)); err != nil {
 		return err
 	}
 	lb, report, err := c.buildIngresses(ctx, []*networkingv1.Ingress{ing}, false)
-	if err != nil {
+	if err != nil || lb == nil {
 		return err
 	}
-	if lb == nil {
-		return nil
-	}
-	c.applyDrains(key, lb)
-	hash := modelHash(lb)
-	c.mu.Lock()
-	unchanged := c.applied[key] == hash
-	c.mu.Unlock()
-	if unchanged && len(ing.Status.LoadBalancer.Ingress) > 0 {
-		return nil
-	}
-	status, err := c.callEnsure(ctx, lb)
-	if err != nil {
-		c.recorder.Eventf(ing, corev1.EventTypeWarning, "SyncFailed", "Load balancer %s: %v", lb.Name, err)
-		return fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
-	}
-	c.mu.Lock()
-	first := c.applied[key] == ""
-	c.applied[key] = hash
-	c.mu.Unlock()
-	if err := c.setIngressStatus(ctx, ing, status.VIPs); err != nil {
-		return err
-	}
-	if !first {
-		c.recorder.Eventf(ing, corev1.EventTypeNormal, "Synced", "Load balancer %s applied: %d ready backend(s)", lb.Name, report.ReadyBackends)
-	}
-	klog.FromContext(ctx).V(2).Info("Applied Ingress load balancer", "ingress", klog.KObj(ing), "lb", lb.Name)
-	return nil
+	_, err = c.apply(ctx, model{
+		key: key, lb: lb, report: report, objects: []runtime.Object{ing},
+		needsStatus: len(ing.Status.LoadBalancer.Ingress) == 0, syncedEvents: true,
+		setStatus:   func(ctx context.Context, vips []string) error { return c.setIngressStatus(ctx, ing, vips) },
+	})
+	return err
 }
 
-// ingressSecrets reads the TLS Secrets an Ingress names. They are read on
-// demand, not cached, so npl-lbsync holds no Secret it does not serve.
-func (c *Controller) ingressSecrets(ctx context.Context, ing *networkingv1.Ingress) ([]*corev1.Secret, error) {
-	var out []*corev1.Secret
-	for _, t := range ing.Spec.TLS {
-		if t.SecretName == "" {
-			continue
-		}
-		s, err := c.client.CoreV1().Secrets(ing.Namespace).Get(ctx, t.SecretName, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue // Build reports the missing Secret
-		}
-		if apierrors.IsForbidden(err) {
-			// Reading Secrets is opt-in (the chart's ingressClass.readTLSSecrets):
-			// without it the Ingress is served over HTTP only.
-			c.recorder.Eventf(ing, corev1.EventTypeWarning, "TLSSecretForbidden",
-				"Cannot read TLS Secret %s: npl-lbsync may not read Secrets; serving HTTP only", t.SecretName)
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("get TLS secret %s/%s of ingress %s: %w", ing.Namespace, t.SecretName, ing.Name, err)
-		}
-		out = append(out, s)
-	}
-	return out, nil
-}
 
-func (c *Controller) releaseIngress(ctx context.Context, key string, ing *networkingv1.Ingress) error {
+func (c *Controller) releaseIngress(ctx context.Context, key queueKey, ing *networkingv1.Ingress) error {
 	name := c.ingressLBName(ing)
 	if err := c.callDelete(ctx, name, providers.L7); err != nil {
 		c.recorder.Eventf(ing, corev1.EventTypeWarning, "DeleteFailed", "Load balancer %s: %v", name, err)
@@ -391,64 +275,13 @@ func (c *Controller) releaseIngress(ctx context.Context, key string, ing *networ
 			return err
 		}
 	}
-	if err := c.patchIngressClaim(ctx, ing, false); err != nil {
+	if err := c.patchIngress(ctx, ing, claim.ReleasePatch(ing)); err != nil {
 		return err
 	}
 	for _, b := range ingress.Backends(ing) {
-		c.queue.Add(b.String())
+		c.queue.Add(serviceKey(b.Namespace, b.Name))
 	}
 	c.forget(key)
-	return nil
-}
-
-// patchIngressClaim adds (or removes) our finalizer and claim record.
-func (c *Controller) patchIngressClaim(ctx context.Context, ing *networkingv1.Ingress, claimIt bool) error {
-	has := slices.Contains(ing.Finalizers, claim.CleanupFinalizer)
-	owner, recorded := ing.Annotations[claim.ClaimedByKey]
-	finalizers := slices.Clone(ing.Finalizers)
-	var value any
-	switch {
-	case claimIt && has && owner == c.settings.ClusterName:
-		return nil
-	case claimIt:
-		if !has {
-			finalizers = append(finalizers, claim.CleanupFinalizer)
-		}
-		value = c.settings.ClusterName
-	case !has && !recorded:
-		return nil
-	default:
-		finalizers = slices.DeleteFunc(finalizers, func(f string) bool { return f == claim.CleanupFinalizer })
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"finalizers": finalizers, "annotations": map[string]any{claim.ClaimedByKey: value}, "resourceVersion": ing.ResourceVersion,
-	}})
-	if err != nil {
-		return err
-	}
-	if _, err := c.client.NetworkingV1().Ingresses(ing.Namespace).Patch(ctx, ing.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("patch ingress %s/%s: %w", ing.Namespace, ing.Name, err)
-	}
-	return nil
-}
-
-func (c *Controller) setIngressStatus(ctx context.Context, ing *networkingv1.Ingress, vips []string) error {
-	in := make([]networkingv1.IngressLoadBalancerIngress, 0, len(vips))
-	for _, v := range vips {
-		in = append(in, networkingv1.IngressLoadBalancerIngress{IP: v})
-	}
-	if slices.EqualFunc(ing.Status.LoadBalancer.Ingress, in, func(a, b networkingv1.IngressLoadBalancerIngress) bool {
-		return a.IP == b.IP && a.Hostname == b.Hostname
-	}) {
-		return nil
-	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"loadBalancer": map[string]any{"ingress": in}}})
-	if err != nil {
-		return err
-	}
-	if _, err := c.client.NetworkingV1().Ingresses(ing.Namespace).Patch(ctx, ing.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		return fmt.Errorf("patch status of ingress %s/%s: %w", ing.Namespace, ing.Name, err)
-	}
 	return nil
 }
 

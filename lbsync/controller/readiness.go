@@ -72,7 +72,7 @@ func registeredIn(s Settings, svc *corev1.Service, pod *corev1.Pod, lb *provider
 func (c *Controller) updateRegistrations(ctx context.Context, svc *corev1.Service, lb *providers.LoadBalancer) error {
 	key := keyOf(svc)
 	var errs []error
-	for _, pod := range c.podsFor(svc) {
+	for _, pod := range c.store.PodsFor(svc) {
 		if !hasRegistrationGate(pod) || pod.DeletionTimestamp != nil {
 			continue
 		}
@@ -86,7 +86,7 @@ func (c *Controller) updateRegistrations(ctx context.Context, svc *corev1.Servic
 		}
 		byService[key] = reg
 		ok, waiting := true, ""
-		for _, other := range c.servicesSelecting(pod) {
+		for _, other := range c.store.ServicesSelecting(pod) {
 			if !claim.Ours(other, c.settings.Claim) || other.DeletionTimestamp != nil {
 				continue
 			}

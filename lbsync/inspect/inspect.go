@@ -1,6 +1,6 @@
 // Package inspect compares the load balancer pools the cluster expects,
-// computed with the same builder npl-lbsync uses, with the pools a provider
-// reports. nplctl prints the result; tests assert on it.
+// L4 and L7, gathered and built as npl-lbsync does (packages inputs,
+// builder and ingress), with the pools a provider reports. nplctl prints the result; tests assert on it.
 package inspect
 
 import (
@@ -9,12 +9,14 @@ import (
 	"fmt"
 	"slices"
 
-	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/lbsync/ingress"
+	"github.com/nodeportlocal/npl/lbsync/inputs"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -64,55 +66,104 @@ func (r Report) InSync() bool {
 	return true
 }
 
-// Settings say which Services are ours and how their pools are built.
+// Settings say which Services and Ingresses are ours and how their pools
+// are built: the settings of the npl-lbsync installation to inspect.
 type Settings struct {
-	ClusterName string
-	ServiceType string
-	Family      string
-	Claim       claim.ClaimConfig
+	ClusterName      string
+	ServiceType      string
+	Family           string
+	Claim            claim.ClaimConfig
+	IngressClass     string
+	IngressSharedVIP bool
 }
 
-// Expected builds the load balancers the cluster expects, for the Services
-// of namespace (all when empty) that are ours.
-func Expected(ctx context.Context, client kubernetes.Interface, namespace string, s Settings) ([]*providers.LoadBalancer, error) {
-	svcs, err := client.CoreV1().Services(namespace).List(ctx, metav1.ListOptions{})
+// Expected builds the load balancers the cluster expects for the Services
+// and Ingresses of namespace (all when empty) that are ours. It gathers the
+// inputs with package inputs, as npl-lbsync does, and builds with the same
+// builders; TLS Secrets are read with secrets (nil: none).
+func Expected(ctx context.Context, client kubernetes.Interface, namespace string, s Settings, secrets inputs.SecretGetter) ([]*providers.LoadBalancer, error) {
+	set := inputs.Settings{ClusterName: s.ClusterName, ServiceType: s.ServiceType, Family: s.Family, IngressClass: s.IngressClass}
+	store, err := inputs.FromAPI(ctx, client, namespace, set)
 	if err != nil {
-		return nil, fmt.Errorf("list services: %w", err)
-	}
-	pods, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list pods: %w", err)
-	}
-	var nodes []*corev1.Node
-	if s.ServiceType == builder.ServiceTypeNodePort {
-		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("list nodes: %w", err)
-		}
-		for i := range list.Items {
-			nodes = append(nodes, &list.Items[i])
-		}
-	}
-	byNS := map[string][]*corev1.Pod{}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		byNS[p.Namespace] = append(byNS[p.Namespace], p)
+		return nil, err
 	}
 	var out []*providers.LoadBalancer
-	for i := range svcs.Items {
-		svc := &svcs.Items[i]
+	for _, svc := range store.AllServices() {
 		if !claim.Ours(svc, s.Claim) || svc.DeletionTimestamp != nil {
 			continue
 		}
-		lb, _ := builder.Build(builder.Input{
-			ClusterName: s.ClusterName, ServiceType: s.ServiceType, Family: s.Family,
-			Service: svc, Pods: byNS[svc.Namespace], Nodes: nodes,
-		})
-		if lb != nil {
+		if lb, _ := builder.Build(store.ServiceInput(set, svc)); lb != nil {
+			out = append(out, lb)
+		}
+	}
+	classes := store.Classes()
+	var ings []*networkingv1.Ingress
+	for _, ing := range store.AllIngresses() {
+		if ing.DeletionTimestamp == nil && ingress.Ours(ing, classes, ingress.Config{IngressClass: s.IngressClass}) {
+			ings = append(ings, ing)
+		}
+	}
+	slices.SortFunc(ings, func(a, b *networkingv1.Ingress) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	groups := [][]*networkingv1.Ingress{}
+	if s.IngressSharedVIP && len(ings) > 0 {
+		groups = append(groups, ings)
+	} else {
+		for _, ing := range ings {
+			groups = append(groups, []*networkingv1.Ingress{ing})
+		}
+	}
+	for _, g := range groups {
+		in, _, err := store.IngressInput(ctx, set, g, s.IngressSharedVIP, secrets)
+		if err != nil {
+			return nil, err
+		}
+		if lb, _ := ingress.Build(in); lb != nil {
 			out = append(out, lb)
 		}
 	}
 	return out, nil
+}
+
+// owner names what a load balancer serves, for the report's service
+// column: "namespace/name" of its Service, "ingress namespace/name" of its
+// Ingress, or the shared Ingress load balancer.
+func owner(lb *providers.LoadBalancer) string {
+	switch {
+	case !lb.IsL7():
+		return lb.Service
+	case lb.Ingress != "":
+		return "ingress " + lb.Ingress
+	default:
+		return "ingresses (shared)"
+	}
+}
+
+// expectedPool is one pool of a load balancer with the listener it serves
+// on: its own for L4; for L7 every pool serves on the HTTP listeners.
+type expectedPool struct {
+	pool     providers.Pool
+	protocol string
+	port     int32
+}
+
+func poolsOf(lb *providers.LoadBalancer) []expectedPool {
+	var out []expectedPool
+	if !lb.IsL7() {
+		for _, l := range lb.Listeners {
+			out = append(out, expectedPool{l.Pool, string(l.Protocol), l.Port})
+		}
+		return out
+	}
+	proto, port := string(providers.HTTP), int32(0)
+	if len(lb.Listeners) > 0 {
+		proto, port = string(lb.Listeners[0].Protocol), lb.Listeners[0].Port
+	}
+	for _, p := range lb.Pools {
+		out = append(out, expectedPool{p, proto, port})
+	}
+	return out
 }
 
 // Compare lays each expected pool beside the provider's pool of the same
@@ -123,18 +174,18 @@ func Compare(expected []*providers.LoadBalancer, actual []providers.LoadBalancer
 	vips := map[string][]string{}
 	for _, lb := range actual {
 		vips[lb.Name] = lb.VIPs
-		for _, l := range lb.Listeners {
-			pools[l.Pool.Name] = l.Pool
+		for _, ep := range poolsOf(&lb) {
+			pools[ep.pool.Name] = ep.pool
 		}
 	}
 	var r Report
 	for _, lb := range expected {
-		for _, l := range lb.Listeners {
+		for _, ep := range poolsOf(lb) {
 			p := Pool{
-				Service: lb.Service, Name: l.Pool.Name, Protocol: string(l.Protocol), Port: l.Port,
-				VIPs: vips[lb.Name], Expected: members(l.Pool.Members), Actual: []Member{},
+				Service: owner(lb), Name: ep.pool.Name, Protocol: ep.protocol, Port: ep.port,
+				VIPs: vips[lb.Name], Expected: members(ep.pool.Members), Actual: []Member{},
 			}
-			got, ok := pools[l.Pool.Name]
+			got, ok := pools[ep.pool.Name]
 			switch {
 			case !ok:
 				p.State = StateMissing
@@ -154,40 +205,73 @@ func Compare(expected []*providers.LoadBalancer, actual []providers.LoadBalancer
 	return r
 }
 
-// FromStatus reports the expected pools with the state npl-lbsync recorded
-// in each Service's npl.io/LoadBalancerSynced condition, when no provider
-// can be asked: True is in-sync, False is drift, no condition is missing.
+// FromStatus reports the expected pools with the state npl-lbsync recorded,
+// when no provider can be asked. For a Service it is its
+// npl.io/LoadBalancerSynced condition: True is in-sync, False is drift, no
+// condition is missing. An Ingress has no such condition: npl-lbsync writes
+// its VIP only after an apply, so a VIP is in-sync and none is missing.
 func FromStatus(ctx context.Context, client kubernetes.Interface, expected []*providers.LoadBalancer) (Report, error) {
 	var r Report
 	for _, lb := range expected {
-		ns, name, _ := cutService(lb.Service)
-		svc, err := client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		vips, state, reason, err := recordedState(ctx, client, lb)
 		if err != nil {
-			return r, fmt.Errorf("get service %s: %w", lb.Service, err)
+			return r, err
 		}
-		var vips []string
-		for _, in := range svc.Status.LoadBalancer.Ingress {
-			vips = append(vips, cmp.Or(in.IP, in.Hostname))
-		}
-		state, reason := StateMissing, "no "+claim.SyncedConditionType+" condition"
-		for _, c := range svc.Status.Conditions {
-			if c.Type != claim.SyncedConditionType {
-				continue
-			}
-			state, reason = StateDrift, c.Reason+": "+c.Message
-			if c.Status == metav1.ConditionTrue {
-				state = StateInSync
-			}
-		}
-		for _, l := range lb.Listeners {
+		for _, ep := range poolsOf(lb) {
 			r.Pools = append(r.Pools, Pool{
-				Service: lb.Service, Name: l.Pool.Name, Protocol: string(l.Protocol), Port: l.Port, VIPs: vips,
-				Expected: members(l.Pool.Members), Actual: []Member{}, State: state, Reason: reason,
+				Service: owner(lb), Name: ep.pool.Name, Protocol: ep.protocol, Port: ep.port, VIPs: vips,
+				Expected: members(ep.pool.Members), Actual: []Member{}, State: state, Reason: reason,
 			})
 		}
 	}
 	sortPools(r.Pools)
 	return r, nil
+}
+
+func recordedState(ctx context.Context, client kubernetes.Interface, lb *providers.LoadBalancer) (vips []string, state, reason string, err error) {
+	if lb.IsL7() {
+		var names []string
+		if lb.Ingress != "" {
+			names = []string{lb.Ingress}
+		}
+		state, reason = StateInSync, "VIP in the ingress status"
+		for _, n := range names {
+			ns, name, _ := cutService(n)
+			ing, err := client.NetworkingV1().Ingresses(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return nil, "", "", fmt.Errorf("get ingress %s: %w", n, err)
+			}
+			for _, in := range ing.Status.LoadBalancer.Ingress {
+				vips = append(vips, cmp.Or(in.IP, in.Hostname))
+			}
+		}
+		switch {
+		case lb.Ingress == "":
+			state, reason = StateMissing, "Ingresses share this load balancer: ask the provider with --config"
+		case len(vips) == 0:
+			state, reason = StateMissing, "no VIP in the ingress status"
+		}
+		return vips, state, reason, nil
+	}
+	ns, name, _ := cutService(lb.Service)
+	svc, err := client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, "", "", fmt.Errorf("get service %s: %w", lb.Service, err)
+	}
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		vips = append(vips, cmp.Or(in.IP, in.Hostname))
+	}
+	state, reason = StateMissing, "no "+claim.SyncedConditionType+" condition"
+	for _, c := range svc.Status.Conditions {
+		if c.Type != claim.SyncedConditionType {
+			continue
+		}
+		state, reason = StateDrift, c.Reason+": "+c.Message
+		if c.Status == metav1.ConditionTrue {
+			state = StateInSync
+		}
+	}
+	return vips, state, reason, nil
 }
 
 func cutService(s string) (ns, name string, ok bool) {

@@ -51,7 +51,7 @@ func TestLBSync_poolsFromAnnotations(t *testing.T) {
 	if svc.Annotations[annotation.ServiceEnabledKey] != "true" || svc.Annotations[claim.AutoAnnotatedKey] != "true" {
 		t.Errorf("service not auto-annotated: %v", svc.Annotations)
 	}
-	if !claim.HasCleanupFinalizer(svc) {
+	if !claim.HasFinalizer(svc) {
 		t.Errorf("no cleanup finalizer: %v", svc.Finalizers)
 	}
 

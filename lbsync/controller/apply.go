@@ -1,0 +1,171 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeportlocal/npl/lbsync/builder"
+	"github.com/nodeportlocal/npl/providers"
+)
+
+// kind says what a queue key names.
+type kind uint8
+
+const (
+	kindService kind = iota
+	// kindIngress is an Ingress with a load balancer of its own.
+	kindIngress
+	// kindSharedIngress is the load balancer that all our Ingresses share
+	// (ingressSharedVIP); it has no namespace or name.
+	kindSharedIngress
+)
+
+// queueKey is an item of the work queue, and the key of what the
+// controller remembers per load balancer (applied models, drains).
+type queueKey struct {
+	kind      kind
+	namespace string
+	name      string
+}
+
+func serviceKey(namespace, name string) queueKey { return queueKey{kindService, namespace, name} }
+func ingressKey(namespace, name string) queueKey { return queueKey{kindIngress, namespace, name} }
+
+// sharedIngressKey is the key of the shared Ingress load balancer.
+var sharedIngressKey = queueKey{kind: kindSharedIngress}
+
+func (k queueKey) String() string {
+	switch k.kind {
+	case kindIngress:
+		return "ingress " + k.namespace + "/" + k.name
+	case kindSharedIngress:
+		return "shared ingress load balancer"
+	default:
+		return "service " + k.namespace + "/" + k.name
+	}
+}
+
+// model is one built load balancer and the objects it is applied for: a
+// Service, an Ingress, or the Ingresses that share a VIP.
+type model struct {
+	key    queueKey
+	lb     *providers.LoadBalancer
+	report builder.Report
+	// objects receive the Events.
+	objects []runtime.Object
+	// needsStatus is set when an object lacks the VIP in its status: the
+	// model is then applied even when unchanged, to learn the VIP.
+	needsStatus bool
+	// syncedEvents sends a Normal Event to the objects when a changed model
+	// is applied (not for the shared load balancer: one change would send an
+	// Event to every Ingress).
+	syncedEvents bool
+	// setStatus writes the VIPs (and the condition) after an apply.
+	setStatus func(ctx context.Context, vips []string) error
+	// setFailed records on the objects why the model was not applied (the
+	// Service condition); nil where there is none.
+	setFailed func(ctx context.Context, reason, message string) error
+}
+
+// apply is the one path from a built model to the load balancer, for every
+// kind of key: the draining members are kept, the model is checked
+// (providers.Normalize, the rule every provider relies on), an unchanged
+// model is skipped, the provider's Ensure is called, the result is recorded
+// and written into the objects' status, and Events tell what happened.
+//
+// A model that breaks the rules (a Service whose only ports are SCTP has
+// nothing to serve) reaches no provider: the objects get a Warning Event
+// and condition naming the skipped ports, and the existing load balancer
+// stays as it is. It returns the model as applied, nil when it was not.
+func (c *Controller) apply(ctx context.Context, m model) (*providers.LoadBalancer, error) {
+	c.applyDrains(m.key, m.lb)
+	lb, err := providers.Normalize(m.lb)
+	if err != nil {
+		return nil, c.rejectModel(ctx, m, err)
+	}
+	c.mu.Lock()
+	delete(c.rejected, m.key)
+	c.mu.Unlock()
+
+	hash := modelHash(lb)
+	c.mu.Lock()
+	unchanged := c.applied[m.key] == hash
+	c.mu.Unlock()
+	if unchanged && !m.needsStatus {
+		return lb, nil
+	}
+	status, err := c.callEnsure(ctx, lb)
+	if err != nil {
+		for _, o := range m.objects {
+			c.recorder.Eventf(o, corev1.EventTypeWarning, "SyncFailed", "Load balancer %s: %v", lb.Name, err)
+		}
+		if m.setFailed != nil {
+			if cerr := m.setFailed(ctx, "SyncFailed", err.Error()); cerr != nil {
+				klog.FromContext(ctx).Error(cerr, "Set condition", "key", m.key)
+			}
+		}
+		return nil, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
+	}
+	c.mu.Lock()
+	first := c.applied[m.key] == ""
+	c.applied[m.key] = hash
+	c.mu.Unlock()
+	if err := m.setStatus(ctx, status.VIPs); err != nil {
+		return lb, err
+	}
+	switch {
+	case first:
+		klog.FromContext(ctx).V(2).Info("Applied load balancer", "key", m.key, "lb", lb.Name, "readyBackends", m.report.ReadyBackends)
+	case !unchanged && m.syncedEvents:
+		for _, o := range m.objects {
+			c.recorder.Eventf(o, corev1.EventTypeNormal, "Synced", "Load balancer %s applied: %d ready backend(s)", lb.Name, m.report.ReadyBackends)
+		}
+	}
+	return lb, nil
+}
+
+// rejectModel reports a model that breaks the rules, once per distinct
+// reason, and records it in the condition. It returns nil: retrying cannot
+// help until the objects change, which queues them again.
+func (c *Controller) rejectModel(ctx context.Context, m model, err error) error {
+	reason, message := "InvalidModel", err.Error()
+	if errors.Is(err, providers.ErrNoListeners) {
+		reason = "NothingToServe"
+		message = "no port can be served"
+		if skipped := skippedPorts(m.report); skipped != "" {
+			message += " (skipped: " + skipped + ")"
+		}
+		message += "; the load balancer is left as it is"
+	}
+	c.mu.Lock()
+	repeated := c.rejected[m.key] == message
+	c.rejected[m.key] = message
+	c.mu.Unlock()
+	if !repeated {
+		for _, o := range m.objects {
+			c.recorder.Event(o, corev1.EventTypeWarning, reason, message)
+		}
+		klog.FromContext(ctx).Info("Model not applied", "key", m.key, "reason", reason, "message", message)
+	}
+	if m.setFailed != nil {
+		return m.setFailed(ctx, reason, message)
+	}
+	return nil
+}
+
+// skippedPorts names the ports the builder left out, with the reason.
+func skippedPorts(r builder.Report) string {
+	var parts []string
+	for _, s := range r.Skipped {
+		if s.Kind == builder.SkipPort {
+			parts = append(parts, s.Name+": "+s.Reason)
+		}
+	}
+	return strings.Join(parts, ", ")
+}

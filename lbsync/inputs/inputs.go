@@ -1,0 +1,372 @@
+// Package inputs gathers what a load balancer build reads: for a Service,
+// its candidate Pods, the Nodes and its EndpointSlices; for Ingresses, their
+// backend Services, those Services' Pods and the TLS Secrets they name. The
+// controller reads them from its informer caches and nplctl from one List of
+// each kind, through the same Store, so that `nplctl pools` expects exactly
+// what npl-lbsync builds.
+package inputs
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/nodeportlocal/npl/lbsync/builder"
+	"github.com/nodeportlocal/npl/lbsync/ingress"
+)
+
+// The indexes of the Store's indexers.
+const (
+	// SelectorIndex indexes Services by each term of their selector.
+	SelectorIndex = "selectorTerm"
+	// LabelIndex indexes Pods by each of their labels.
+	LabelIndex = "labelTerm"
+	// BackendIndex indexes Ingresses by the "namespace/name" of each
+	// backend Service.
+	BackendIndex = "backendService"
+	// ServiceNameIndex indexes EndpointSlices by the "namespace/name" of
+	// their Service.
+	ServiceNameIndex = "serviceName"
+)
+
+// Settings say how members are built.
+type Settings struct {
+	ClusterName string
+	ServiceType string
+	Family      string
+	// IngressClass is our IngressClass, the name of a shared load balancer.
+	IngressClass string
+}
+
+// Store holds the objects builds read, indexed as Indexers says. Any
+// indexer may be nil where its kind is not needed.
+type Store struct {
+	Services       cache.Indexer
+	Pods           cache.Indexer
+	Nodes          cache.Indexer
+	EndpointSlices cache.Indexer
+	Ingresses      cache.Indexer
+	IngressClasses cache.Indexer
+}
+
+// ServiceIndexers and the others are the indexes each kind needs; the
+// controller adds them to its informers.
+func ServiceIndexers() cache.Indexers { return cache.Indexers{SelectorIndex: serviceSelectorTerms} }
+
+// PodIndexers index Pods by label.
+func PodIndexers() cache.Indexers { return cache.Indexers{LabelIndex: podLabelTerms} }
+
+// IngressIndexers index Ingresses by backend Service.
+func IngressIndexers() cache.Indexers { return cache.Indexers{BackendIndex: ingressBackendKeys} }
+
+// EndpointSliceIndexers index EndpointSlices by Service.
+func EndpointSliceIndexers() cache.Indexers {
+	return cache.Indexers{ServiceNameIndex: endpointSliceService}
+}
+
+// term is an index value: one label key=value in a namespace.
+func term(namespace, key, value string) string { return namespace + "/" + key + "=" + value }
+
+func serviceSelectorTerms(obj any) ([]string, error) {
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return nil, nil
+	}
+	out := make([]string, 0, len(svc.Spec.Selector))
+	for k, v := range svc.Spec.Selector {
+		out = append(out, term(svc.Namespace, k, v))
+	}
+	return out, nil
+}
+
+func podLabelTerms(obj any) ([]string, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil, nil
+	}
+	out := make([]string, 0, len(pod.Labels))
+	for k, v := range pod.Labels {
+		out = append(out, term(pod.Namespace, k, v))
+	}
+	return out, nil
+}
+
+func ingressBackendKeys(obj any) ([]string, error) {
+	ing, ok := obj.(*networkingv1.Ingress)
+	if !ok {
+		return nil, nil
+	}
+	var out []string
+	for _, b := range ingress.Backends(ing) {
+		out = append(out, b.String())
+	}
+	return out, nil
+}
+
+func endpointSliceService(obj any) ([]string, error) {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok || s.Labels[discoveryv1.LabelServiceName] == "" {
+		return nil, nil
+	}
+	return []string{s.Namespace + "/" + s.Labels[discoveryv1.LabelServiceName]}, nil
+}
+
+// PodsFor returns the candidate Pods of a Service through the label index:
+// the Pods carrying one of its selector terms that it selects.
+func (s Store) PodsFor(svc *corev1.Service) []*corev1.Pod {
+	if len(svc.Spec.Selector) == 0 || s.Pods == nil {
+		return nil
+	}
+	var best []any
+	first := true
+	for k, v := range svc.Spec.Selector {
+		objs, err := s.Pods.ByIndex(LabelIndex, term(svc.Namespace, k, v))
+		if err != nil {
+			return nil
+		}
+		if first || len(objs) < len(best) {
+			best, first = objs, false
+		}
+	}
+	out := make([]*corev1.Pod, 0, len(best))
+	for _, o := range best {
+		if p, ok := o.(*corev1.Pod); ok && builder.Selects(svc, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ServicesSelecting returns the Services whose selector matches the Pod.
+func (s Store) ServicesSelecting(pod *corev1.Pod) []*corev1.Service {
+	seen := map[string]bool{}
+	var out []*corev1.Service
+	for k, v := range pod.Labels {
+		objs, err := s.Services.ByIndex(SelectorIndex, term(pod.Namespace, k, v))
+		if err != nil {
+			continue
+		}
+		for _, o := range objs {
+			svc, ok := o.(*corev1.Service)
+			if !ok || seen[svc.Namespace+"/"+svc.Name] || !builder.Selects(svc, pod) {
+				continue
+			}
+			seen[svc.Namespace+"/"+svc.Name] = true
+			out = append(out, svc)
+		}
+	}
+	return out
+}
+
+// Service returns the Service namespace/name, nil when there is none.
+func (s Store) Service(namespace, name string) *corev1.Service {
+	obj, ok, err := s.Services.GetByKey(namespace + "/" + name)
+	if err != nil || !ok {
+		return nil
+	}
+	svc, _ := obj.(*corev1.Service)
+	return svc
+}
+
+// IngressesOf returns the Ingresses that name the Service (namespace/name)
+// as a backend.
+func (s Store) IngressesOf(svcKey string) []*networkingv1.Ingress {
+	if s.Ingresses == nil {
+		return nil
+	}
+	objs, err := s.Ingresses.ByIndex(BackendIndex, svcKey)
+	if err != nil {
+		return nil
+	}
+	out := make([]*networkingv1.Ingress, 0, len(objs))
+	for _, o := range objs {
+		if ing, ok := o.(*networkingv1.Ingress); ok {
+			out = append(out, ing)
+		}
+	}
+	return out
+}
+
+// Classes returns the IngressClasses.
+func (s Store) Classes() []*networkingv1.IngressClass {
+	if s.IngressClasses == nil {
+		return nil
+	}
+	return typed[*networkingv1.IngressClass](s.IngressClasses.List())
+}
+
+// AllIngresses returns every Ingress of the Store.
+func (s Store) AllIngresses() []*networkingv1.Ingress {
+	if s.Ingresses == nil {
+		return nil
+	}
+	return typed[*networkingv1.Ingress](s.Ingresses.List())
+}
+
+// AllServices returns every Service of the Store.
+func (s Store) AllServices() []*corev1.Service {
+	return typed[*corev1.Service](s.Services.List())
+}
+
+func typed[T any](objs []any) []T {
+	out := make([]T, 0, len(objs))
+	for _, o := range objs {
+		if t, ok := o.(T); ok {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// nodes returns the Nodes, which only NodePort mode reads.
+func (s Store) nodes(set Settings) []*corev1.Node {
+	if set.ServiceType != builder.ServiceTypeNodePort || s.Nodes == nil {
+		return nil
+	}
+	return typed[*corev1.Node](s.Nodes.List())
+}
+
+func (s Store) endpointSlices(svc *corev1.Service) []*discoveryv1.EndpointSlice {
+	if s.EndpointSlices == nil {
+		return nil
+	}
+	objs, err := s.EndpointSlices.ByIndex(ServiceNameIndex, svc.Namespace+"/"+svc.Name)
+	if err != nil {
+		return nil
+	}
+	return typed[*discoveryv1.EndpointSlice](objs)
+}
+
+// ServiceInput is the builder's input for a LoadBalancer Service.
+func (s Store) ServiceInput(set Settings, svc *corev1.Service) builder.Input {
+	return builder.Input{
+		ClusterName: set.ClusterName, ServiceType: set.ServiceType, Family: set.Family,
+		Service: svc, Pods: s.PodsFor(svc), Nodes: s.nodes(set), EndpointSlices: s.endpointSlices(svc),
+	}
+}
+
+// SecretGetter reads one Secret.
+type SecretGetter func(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+
+// APISecrets reads Secrets from the API, on demand: npl-lbsync holds no
+// Secret it does not serve.
+func APISecrets(client kubernetes.Interface) SecretGetter {
+	return func(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+		return client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	}
+}
+
+// ForbiddenSecret is a TLS Secret of an Ingress that npl-lbsync may not
+// read.
+type ForbiddenSecret struct {
+	Ingress *networkingv1.Ingress
+	Secret  string
+}
+
+// IngressInput is the Ingress builder's input for ings (one Ingress, or all
+// of them on a shared VIP). A missing backend or Secret is left for the
+// builder to report; a Secret that may not be read is left out and named in
+// forbidden (the Ingress is then served over HTTP only).
+func (s Store) IngressInput(ctx context.Context, set Settings, ings []*networkingv1.Ingress, shared bool, secrets SecretGetter) (in ingress.Input, forbidden []ForbiddenSecret, err error) {
+	in = ingress.Input{
+		ClusterName: set.ClusterName, ServiceType: set.ServiceType, Family: set.Family,
+		Ingresses: ings, SharedVIP: shared, IngressClass: set.IngressClass, Nodes: s.nodes(set),
+	}
+	seen := map[string]bool{}
+	for _, ing := range ings {
+		for _, ref := range ingress.Backends(ing) {
+			if seen[ref.String()] {
+				continue
+			}
+			seen[ref.String()] = true
+			svc := s.Service(ref.Namespace, ref.Name)
+			if svc == nil {
+				continue
+			}
+			in.Services = append(in.Services, svc)
+			in.Pods = append(in.Pods, s.PodsFor(svc)...)
+		}
+		for _, t := range ing.Spec.TLS {
+			if t.SecretName == "" || secrets == nil {
+				continue
+			}
+			secret, err := secrets(ctx, ing.Namespace, t.SecretName)
+			switch {
+			case apierrors.IsNotFound(err):
+			case apierrors.IsForbidden(err):
+				forbidden = append(forbidden, ForbiddenSecret{Ingress: ing, Secret: t.SecretName})
+			case err != nil:
+				return in, forbidden, fmt.Errorf("get TLS secret %s/%s of ingress %s: %w", ing.Namespace, t.SecretName, ing.Name, err)
+			default:
+				in.Secrets = append(in.Secrets, secret)
+			}
+		}
+	}
+	return in, forbidden, nil
+}
+
+// FromAPI lists the objects of namespace (all when empty) into a Store,
+// once, for a command that builds without informers. Secrets are not
+// listed: builds read them with a SecretGetter.
+func FromAPI(ctx context.Context, client kubernetes.Interface, namespace string, set Settings) (Store, error) {
+	s := Store{
+		Services:       cache.NewIndexer(cache.MetaNamespaceKeyFunc, ServiceIndexers()),
+		Pods:           cache.NewIndexer(cache.MetaNamespaceKeyFunc, PodIndexers()),
+		EndpointSlices: cache.NewIndexer(cache.MetaNamespaceKeyFunc, EndpointSliceIndexers()),
+		Ingresses:      cache.NewIndexer(cache.MetaNamespaceKeyFunc, IngressIndexers()),
+		IngressClasses: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
+	}
+	svcs, err := client.CoreV1().Services(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, fmt.Errorf("list services: %w", err)
+	}
+	for i := range svcs.Items {
+		_ = s.Services.Add(&svcs.Items[i])
+	}
+	pods, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, fmt.Errorf("list pods: %w", err)
+	}
+	for i := range pods.Items {
+		_ = s.Pods.Add(&pods.Items[i])
+	}
+	eps, err := client.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, fmt.Errorf("list endpointslices: %w", err)
+	}
+	for i := range eps.Items {
+		_ = s.EndpointSlices.Add(&eps.Items[i])
+	}
+	ings, err := client.NetworkingV1().Ingresses(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, fmt.Errorf("list ingresses: %w", err)
+	}
+	for i := range ings.Items {
+		_ = s.Ingresses.Add(&ings.Items[i])
+	}
+	classes, err := client.NetworkingV1().IngressClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, fmt.Errorf("list ingressclasses: %w", err)
+	}
+	for i := range classes.Items {
+		_ = s.IngressClasses.Add(&classes.Items[i])
+	}
+	if set.ServiceType == builder.ServiceTypeNodePort {
+		s.Nodes = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return s, fmt.Errorf("list nodes: %w", err)
+		}
+		for i := range nodes.Items {
+			_ = s.Nodes.Add(&nodes.Items[i])
+		}
+	}
+	return s, nil
+}

@@ -1,0 +1,194 @@
+package lbsync
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/lbsync/ingress"
+	"github.com/nodeportlocal/npl/test/stack"
+)
+
+// nplMarks lists every npl.io key, finalizer and condition an object still
+// carries, so that a failure names what uninstall left behind.
+func nplMarks(meta metav1.ObjectMeta, conditions []metav1.Condition) []string {
+	var out []string
+	for k := range meta.Annotations {
+		if strings.HasPrefix(k, "npl.io/") {
+			out = append(out, "annotation "+k)
+		}
+	}
+	for _, f := range meta.Finalizers {
+		if strings.HasPrefix(f, "npl.io/") {
+			out = append(out, "finalizer "+f)
+		}
+	}
+	for _, c := range conditions {
+		if strings.HasPrefix(c.Type, "npl.io/") {
+			out = append(out, "condition "+c.Type)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestLBSync_uninstallLeavesNoMark lets a real npl-lbsync serve a
+// LoadBalancer Service and an Ingress (whose backends it opts in), stops it
+// as the chart's uninstall hook does, runs `npl-lbsync cleanup`, and then
+// requires that no object carries an npl.io key, finalizer or condition, that
+// the opt-ins npl-lbsync added are gone while the user's own remains, that
+// the load balancers are deleted, and that the Ingress deletes at once.
+func TestLBSync_uninstallLeavesNoMark(t *testing.T) {
+	e := setup(t)
+	ns := e.namespace(t)
+	ctx := ctxFor(t, 3*time.Minute)
+	const cluster, ingClass = "it-un", "npl-un"
+	class := "npl.io/un"
+
+	ic := &networkingv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: ingClass}, Spec: networkingv1.IngressClassSpec{Controller: ingress.ControllerName}}
+	if _, err := e.client.NetworkingV1().IngressClasses().Create(ctx, ic, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.client.NetworkingV1().IngressClasses().Delete(context.Background(), ingClass, metav1.DeleteOptions{}) })
+
+	e.pod(t, ns, "web-1", e.nodeName(0), list(entry(8080, e.nodeIP(0), 61001, "tcp")))
+	e.createService(t, lbService(ns, "lb", &class))
+	backend := func(name string, ann map[string]string) *corev1.Service {
+		return &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: ann},
+			Spec: corev1.ServiceSpec{Selector: web, Ports: []corev1.ServicePort{
+				{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}}},
+		}
+	}
+	e.createService(t, backend("backend", nil))
+	e.createService(t, backend("user", map[string]string{annotation.ServiceEnabledKey: "true"}))
+	path := func(p, svc string) networkingv1.HTTPIngressPath {
+		pt := networkingv1.PathTypePrefix
+		return networkingv1.HTTPIngressPath{Path: p, PathType: &pt, Backend: networkingv1.IngressBackend{
+			Service: &networkingv1.IngressServiceBackend{Name: svc, Port: networkingv1.ServiceBackendPort{Number: 80}}}}
+	}
+	ing := &networkingv1.Ingress{
+		ObjectMeta: metav1.ObjectMeta{Name: "ing", Namespace: ns},
+		Spec: networkingv1.IngressSpec{IngressClassName: ptr(ingClass), Rules: []networkingv1.IngressRule{{
+			Host: "web.example",
+			IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{
+				Paths: []networkingv1.HTTPIngressPath{path("/a", "backend"), path("/b", "user")}}},
+		}}},
+	}
+	if _, err := e.client.NetworkingV1().Ingresses(ns).Create(ctx, ing, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Whatever happened, let the objects go with the namespace.
+		for _, n := range []string{"lb", "backend", "user"} {
+			_, _ = e.client.CoreV1().Services(ns).Patch(context.Background(), n, "application/merge-patch+json",
+				[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		}
+		_, _ = e.client.NetworkingV1().Ingresses(ns).Patch(context.Background(), "ing", "application/merge-patch+json",
+			[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+
+	config := e.config(cluster, "NodePortLocal", class, "198.18.101.0/28") + "ingressClass: " + ingClass + "\n"
+	l, err := stack.StartLBSync(ctx, e.c, stack.LBSyncOptions{Name: "npl-lbsync-uninstall", Config: config})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Stop() })
+
+	// The state the real controller leaves: claimed, opted in, served.
+	waitFor(t, 60*time.Second, "npl-lbsync to serve the Service and the Ingress", func() (bool, error) {
+		svc, err := e.client.CoreV1().Services(ns).Get(ctx, "lb", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		be, err := e.client.CoreV1().Services(ns).Get(ctx, "backend", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		got, err := e.client.NetworkingV1().Ingresses(ns).Get(ctx, "ing", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return len(svc.Status.LoadBalancer.Ingress) == 1 && svc.Annotations[claim.ClaimedByKey] == cluster &&
+			slices.Contains(svc.Finalizers, claim.CleanupFinalizer) &&
+			be.Annotations[claim.AutoAnnotatedKey] == "true" &&
+			len(got.Status.LoadBalancer.Ingress) == 1 && got.Annotations[claim.ClaimedByKey] == cluster &&
+			slices.Contains(got.Finalizers, claim.CleanupFinalizer), nil
+	})
+	st, err := l.MockState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.LoadBalancers) != 2 {
+		t.Fatalf("load balancers before uninstall: %d; want 2 (the Service's and the Ingress's)", len(st.LoadBalancers))
+	}
+
+	// Uninstall: npl-lbsync stopped, then its cleanup.
+	if err := l.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := stack.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "npl-lbsync"), "cleanup", "--config", l.ConfigPath,
+		"--kubeconfig", e.c.Kubeconfig(), "--namespace", ns, "--timeout", "60s")
+	cmd.Env = os.Environ()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("npl-lbsync cleanup: %v\n%s", err, out)
+	}
+
+	st, err = l.MockState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.LoadBalancers) != 0 {
+		t.Errorf("load balancers after uninstall: %d; want none", len(st.LoadBalancers))
+	}
+	for _, name := range []string{"lb", "backend", "user"} {
+		svc := e.service(t, ns, name)
+		if m := nplMarks(svc.ObjectMeta, svc.Status.Conditions); len(m) != 0 {
+			t.Errorf("service %s after uninstall still carries %v", name, m)
+		}
+		wantOptIn := name == "user" // the user's own opt-in stays
+		if got := annotation.ServiceEnabled(svc.Annotations); got != wantOptIn {
+			t.Errorf("service %s after uninstall: opted in %v; want %v", name, got, wantOptIn)
+		}
+		if name == "lb" && len(svc.Status.LoadBalancer.Ingress) != 0 {
+			t.Errorf("service lb after uninstall: status %v; want no load balancer ingress", svc.Status.LoadBalancer.Ingress)
+		}
+	}
+	got, err := e.client.NetworkingV1().Ingresses(ns).Get(ctx, "ing", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := nplMarks(got.ObjectMeta, nil); len(m) != 0 {
+		t.Errorf("ingress after uninstall still carries %v", m)
+	}
+	if len(got.Status.LoadBalancer.Ingress) != 0 {
+		t.Errorf("ingress after uninstall: status %v; want no load balancer ingress", got.Status.LoadBalancer.Ingress)
+	}
+
+	// With nothing of ours left on it, an Ingress deletes at once.
+	if err := e.client.NetworkingV1().Ingresses(ns).Delete(ctx, "ing", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the Ingress to be gone after its deletion", func() (bool, error) {
+		_, err := e.client.NetworkingV1().Ingresses(ns).Get(ctx, "ing", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
