@@ -71,13 +71,13 @@ type Controller struct {
 	recorder record.EventRecorder
 	metrics  *Metrics
 
-	factory     informers.SharedInformerFactory
-	svcLister   corelisters.ServiceLister
+	factory   informers.SharedInformerFactory
+	svcLister corelisters.ServiceLister
 	// store holds the caches builds read (package inputs, shared with
 	// nplctl).
-	store inputs.Store
-	ingLister   networkinglisters.IngressLister
-	synced      []cache.InformerSynced
+	store     inputs.Store
+	ingLister networkinglisters.IngressLister
+	synced    []cache.InformerSynced
 
 	queue workqueue.TypedRateLimitingInterface[queueKey]
 

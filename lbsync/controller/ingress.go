@@ -15,8 +15,8 @@ import (
 
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
-	"github.com/nodeportlocal/npl/lbsync/inputs"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
+	"github.com/nodeportlocal/npl/lbsync/inputs"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -257,11 +257,10 @@ func (c *Controller) ensureIngress(ctx context.Context, key queueKey, ing *netwo
 	_, err = c.apply(ctx, model{
 		key: key, lb: lb, report: report, objects: []runtime.Object{ing},
 		needsStatus: len(ing.Status.LoadBalancer.Ingress) == 0, syncedEvents: true,
-		setStatus:   func(ctx context.Context, vips []string) error { return c.setIngressStatus(ctx, ing, vips) },
+		setStatus: func(ctx context.Context, vips []string) error { return c.setIngressStatus(ctx, ing, vips) },
 	})
 	return err
 }
-
 
 func (c *Controller) releaseIngress(ctx context.Context, key queueKey, ing *networkingv1.Ingress) error {
 	name := c.ingressLBName(ing)

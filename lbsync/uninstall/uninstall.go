@@ -211,7 +211,7 @@ func Clean(ctx context.Context, client kubernetes.Interface, provider providers.
 	}
 	var errs []error
 	failed := map[string]bool{} // "namespace/name" of Services and Ingresses
-	sharedFailed := false        // the load balancer Ingresses share
+	sharedFailed := false       // the load balancer Ingresses share
 	deleted := 0
 	for _, lb := range lbs {
 		if err := provider.Delete(ctx, lb.Name, lb.Kind); err != nil {
@@ -344,7 +344,9 @@ func (s scope) cleanService(ctx context.Context, client kubernetes.Interface, sv
 		{"", func(svc *corev1.Service) []byte { return claim.ReleasePatch(svc) }},
 	}
 	changed, err := apply(ctx, svc, steps,
-		func(ctx context.Context) (*corev1.Service, error) { return services.Get(ctx, svc.Name, metav1.GetOptions{}) },
+		func(ctx context.Context) (*corev1.Service, error) {
+			return services.Get(ctx, svc.Name, metav1.GetOptions{})
+		},
 		func(ctx context.Context, patch []byte, sub ...string) (*corev1.Service, error) {
 			return services.Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, sub...)
 		})
@@ -376,7 +378,9 @@ func (s scope) cleanIngress(ctx context.Context, client kubernetes.Interface, in
 		{"", func(ing *networkingv1.Ingress) []byte { return claim.ReleasePatch(ing) }},
 	}
 	changed, err := apply(ctx, ing, steps,
-		func(ctx context.Context) (*networkingv1.Ingress, error) { return ingresses.Get(ctx, ing.Name, metav1.GetOptions{}) },
+		func(ctx context.Context) (*networkingv1.Ingress, error) {
+			return ingresses.Get(ctx, ing.Name, metav1.GetOptions{})
+		},
 		func(ctx context.Context, patch []byte, sub ...string) (*networkingv1.Ingress, error) {
 			return ingresses.Patch(ctx, ing.Name, types.MergePatchType, patch, metav1.PatchOptions{}, sub...)
 		})

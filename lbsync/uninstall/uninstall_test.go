@@ -410,4 +410,3 @@ func TestWaitDaemonSetReady_timesOutNamingNodesNotDone(t *testing.T) {
 		t.Errorf("wait on a daemonset ready everywhere: %v", err)
 	}
 }
-
