@@ -100,7 +100,7 @@ func (c *Controller) apply(ctx context.Context, m model) (*providers.LoadBalance
 	if unchanged && !m.needsStatus {
 		return lb, nil
 	}
-	status, err := c.callEnsure(ctx, lb)
+	status, err := c.provider.Ensure(ctx, lb)
 	if err != nil {
 		for _, o := range m.objects {
 			c.recorder.Eventf(o, corev1.EventTypeWarning, "SyncFailed", "Load balancer %s: %v", lb.Name, err)

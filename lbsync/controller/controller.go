@@ -129,7 +129,7 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	c := &Controller{
 		settings: settings,
 		client:   client,
-		provider: provider,
+		provider: metrics.instrument(provider),
 		recorder: recorder,
 		metrics:  metrics,
 		factory:  factory,
@@ -485,7 +485,7 @@ func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 	key := serviceKey(svc.Namespace, svc.Name)
 	if claim.HasFinalizer(svc) || svc.Annotations[claim.ClaimedByKey] != "" {
 		name := providers.LoadBalancerName(c.settings.ClusterName, svc.Namespace, svc.Name)
-		if err := c.callDelete(ctx, name, providers.L4); err != nil {
+		if err := c.provider.Delete(ctx, name, providers.L4); err != nil {
 			c.recorder.Eventf(svc, corev1.EventTypeWarning, "DeleteFailed", "Load balancer %s: %v", name, err)
 			return fmt.Errorf("delete load balancer %s: %w", name, err)
 		}
@@ -513,7 +513,7 @@ func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 // nothing when List fails: an error never deletes anything.
 func (c *Controller) collectGarbage(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	lbs, err := c.callList(ctx)
+	lbs, err := c.provider.List(ctx)
 	if err != nil {
 		logger.Error(err, "Garbage collection skipped: list load balancers")
 		return
@@ -524,7 +524,7 @@ func (c *Controller) collectGarbage(ctx context.Context) {
 			continue
 		}
 		logger.Info("Deleting orphaned load balancer", "lb", lb.Name, "service", lb.Service)
-		if err := c.callDelete(ctx, lb.Name, lb.Kind); err != nil {
+		if err := c.provider.Delete(ctx, lb.Name, lb.Kind); err != nil {
 			logger.Error(err, "Delete orphaned load balancer", "lb", lb.Name)
 		}
 	}

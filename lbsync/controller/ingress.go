@@ -180,7 +180,7 @@ func (c *Controller) syncSharedIngresses(ctx context.Context) error {
 	name := providers.SharedIngressLoadBalancerName(c.settings.ClusterName, c.settings.IngressClass)
 	if len(ings) == 0 {
 		c.forget(sharedIngressKey)
-		return c.callDelete(ctx, name, providers.L7)
+		return c.provider.Delete(ctx, name, providers.L7)
 	}
 	lb, report, err := c.buildIngresses(ctx, ings, true)
 	if err != nil || lb == nil {
@@ -264,7 +264,7 @@ func (c *Controller) ensureIngress(ctx context.Context, key queueKey, ing *netwo
 
 func (c *Controller) releaseIngress(ctx context.Context, key queueKey, ing *networkingv1.Ingress) error {
 	name := c.ingressLBName(ing)
-	if err := c.callDelete(ctx, name, providers.L7); err != nil {
+	if err := c.provider.Delete(ctx, name, providers.L7); err != nil {
 		c.recorder.Eventf(ing, corev1.EventTypeWarning, "DeleteFailed", "Load balancer %s: %v", name, err)
 		return fmt.Errorf("delete load balancer %s: %w", name, err)
 	}

@@ -108,26 +108,40 @@ func result(err error) string {
 	return "success"
 }
 
-func (c *Controller) callEnsure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
+// instrumented is a provider behind the provider-call metrics: every call
+// is counted by verb and result and timed.
+type instrumented struct {
+	next providers.Provider
+	m    *Metrics
+}
+
+// instrument returns p with its calls measured.
+func (m *Metrics) instrument(p providers.Provider) providers.Provider {
+	return &instrumented{next: p, m: m}
+}
+
+func (i *instrumented) observe(verb string, start time.Time, err error) {
+	i.m.ProviderDuration.WithLabelValues(verb).Observe(time.Since(start).Seconds())
+	i.m.ProviderCalls.WithLabelValues(verb, result(err)).Inc()
+}
+
+func (i *instrumented) Ensure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
 	start := time.Now()
-	st, err := c.provider.Ensure(ctx, lb)
-	c.metrics.ProviderDuration.WithLabelValues("ensure").Observe(time.Since(start).Seconds())
-	c.metrics.ProviderCalls.WithLabelValues("ensure", result(err)).Inc()
+	st, err := i.next.Ensure(ctx, lb)
+	i.observe("ensure", start, err)
 	return st, err
 }
 
-func (c *Controller) callDelete(ctx context.Context, name string, kind providers.Kind) error {
+func (i *instrumented) Delete(ctx context.Context, name string, kind providers.Kind) error {
 	start := time.Now()
-	err := c.provider.Delete(ctx, name, kind)
-	c.metrics.ProviderDuration.WithLabelValues("delete").Observe(time.Since(start).Seconds())
-	c.metrics.ProviderCalls.WithLabelValues("delete", result(err)).Inc()
+	err := i.next.Delete(ctx, name, kind)
+	i.observe("delete", start, err)
 	return err
 }
 
-func (c *Controller) callList(ctx context.Context) ([]providers.LoadBalancer, error) {
+func (i *instrumented) List(ctx context.Context) ([]providers.LoadBalancer, error) {
 	start := time.Now()
-	lbs, err := c.provider.List(ctx)
-	c.metrics.ProviderDuration.WithLabelValues("list").Observe(time.Since(start).Seconds())
-	c.metrics.ProviderCalls.WithLabelValues("list", result(err)).Inc()
+	lbs, err := i.next.List(ctx)
+	i.observe("list", start, err)
 	return lbs, err
 }
