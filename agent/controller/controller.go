@@ -29,9 +29,9 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
 	"github.com/nodeportlocal/npl/agent/datapath"
 	"github.com/nodeportlocal/npl/agent/portalloc"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 // Config configures the controller.
@@ -366,14 +366,14 @@ func (c *Controller) servicesInNamespace(ns string) []*corev1.Service {
 }
 
 // annotationEntries renders a Pod's mappings as annotation entries.
-func (c *Controller) annotationEntries(st *podState) []annotation.Entry {
-	entries := make([]annotation.Entry, 0, len(st.mappings))
+func (c *Controller) annotationEntries(st *podState) []contract.Entry {
+	entries := make([]contract.Entry, 0, len(st.mappings))
 	for _, m := range st.mappings {
 		nodeIP, ok := c.nodeIPs[m.target.Family]
 		if !ok {
 			continue
 		}
-		entries = append(entries, annotation.Entry{
+		entries = append(entries, contract.Entry{
 			PodPort:  int(m.target.PodPort),
 			NodeIP:   nodeIP.String(),
 			NodePort: m.nodePort,
@@ -381,6 +381,6 @@ func (c *Controller) annotationEntries(st *podState) []annotation.Entry {
 			IPFamily: m.target.Family,
 		})
 	}
-	annotation.Sort(entries)
+	contract.Sort(entries)
 	return entries
 }

@@ -7,7 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 // ParseNodeIPPreference parses a comma-separated list of Node address types,
@@ -39,9 +39,9 @@ func NodeIPs(node *corev1.Node, preference []corev1.NodeAddressType) map[string]
 				continue
 			}
 			ip = ip.Unmap()
-			fam := annotation.FamilyIPv4
+			fam := contract.FamilyIPv4
 			if ip.Is6() {
-				fam = annotation.FamilyIPv6
+				fam = contract.FamilyIPv6
 			}
 			if _, ok := out[fam]; !ok {
 				out[fam] = ip

@@ -9,8 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
-	"github.com/nodeportlocal/npl/agent/podports"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 var everything = labels.Everything()
@@ -31,11 +30,11 @@ func (c *Controller) restore(ctx context.Context) error {
 	c.mu.Lock()
 	restored, dropped := 0, 0
 	for _, pod := range pods {
-		value, ok := pod.Annotations[annotation.PodKey]
+		value, ok := pod.Annotations[contract.PodKey]
 		if !ok || !PodMappable(pod) {
 			continue
 		}
-		entries, err := annotation.Parse(value)
+		entries, err := contract.Parse(value)
 		if err != nil {
 			logger.Info("Not restoring a malformed annotation; it will be rewritten", "pod", klog.KObj(pod), "err", err)
 			dropped++
@@ -52,7 +51,7 @@ func (c *Controller) restore(ctx context.Context) error {
 				dropped++
 				continue
 			}
-			if hp := podports.HostPort(pod, t.PodPort, corev1.Protocol(strings.ToUpper(t.Protocol))); hp != 0 && int(hp) == e.NodePort {
+			if hp := contract.HostPort(pod, t.PodPort, corev1.Protocol(strings.ToUpper(t.Protocol))); hp != 0 && int(hp) == e.NodePort {
 				t.HostPort = hp
 			} else if !c.cfg.PortRange.Contains(e.NodePort) {
 				logger.Info("Not restoring a node port outside the range", "pod", klog.KObj(pod), "nodePort", e.NodePort, "range", c.cfg.PortRange)

@@ -15,9 +15,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
 	"github.com/nodeportlocal/npl/agent/datapath"
 	"github.com/nodeportlocal/npl/agent/portalloc"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 // syncPod makes one Pod's published ports match what its Services ask for:
@@ -149,7 +149,7 @@ func (c *Controller) reconcileMappings(key string, current []mapping, targets []
 				continue
 			}
 			released++
-			if m.target.Protocol == annotation.ProtocolUDP {
+			if m.target.Protocol == contract.ProtocolUDP {
 				flush = append(flush, flushPort{m.target.Family, m.nodePort})
 			}
 		}
@@ -157,7 +157,7 @@ func (c *Controller) reconcileMappings(key string, current []mapping, targets []
 	for _, t := range targets {
 		ip := podIPs[t.Family]
 		if m, ok := have[t]; ok {
-			if m.podIP != ip && t.HostPort == 0 && t.Protocol == annotation.ProtocolUDP {
+			if m.podIP != ip && t.HostPort == 0 && t.Protocol == contract.ProtocolUDP {
 				flush = append(flush, flushPort{t.Family, m.nodePort})
 			}
 			m.podIP = ip
@@ -222,9 +222,9 @@ func (c *Controller) updateDatapathLocked() map[string]uint64 {
 		}
 	}
 	for _, ip := range c.localPodIPs() {
-		fam := annotation.FamilyIPv4
+		fam := contract.FamilyIPv4
 		if ip.Is6() {
-			fam = annotation.FamilyIPv6
+			fam = contract.FamilyIPv6
 		}
 		if d := desired[fam]; d != nil {
 			d.HairpinSources = append(d.HairpinSources, ip)
@@ -262,10 +262,10 @@ func (c *Controller) localPodIPs() []netip.Addr {
 // patchAnnotation writes the Pod annotation through the pods/status
 // subresource (so the agent needs no write access to Pods), only when its
 // content differs, and deletes it when there is nothing to publish.
-func (c *Controller) patchAnnotation(ctx context.Context, pod *corev1.Pod, entries []annotation.Entry) error {
-	current, hasCurrent := pod.Annotations[annotation.PodKey]
+func (c *Controller) patchAnnotation(ctx context.Context, pod *corev1.Pod, entries []contract.Entry) error {
+	current, hasCurrent := pod.Annotations[contract.PodKey]
 	if hasCurrent {
-		if parsed, err := annotation.Parse(current); err == nil && len(entries) > 0 && annotation.Equal(parsed, entries) {
+		if parsed, err := contract.Parse(current); err == nil && len(entries) > 0 && contract.Equal(parsed, entries) {
 			return nil
 		}
 	} else if len(entries) == 0 {
@@ -273,13 +273,13 @@ func (c *Controller) patchAnnotation(ctx context.Context, pod *corev1.Pod, entri
 	}
 	var value any // nil deletes the key in a JSON merge patch
 	if len(entries) > 0 {
-		s, err := annotation.Format(entries)
+		s, err := contract.Format(entries)
 		if err != nil {
 			return err
 		}
 		value = s
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{annotation.PodKey: value}}})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{contract.PodKey: value}}})
 	if err != nil {
 		return fmt.Errorf("encode annotation patch: %w", err)
 	}
@@ -288,7 +288,7 @@ func (c *Controller) patchAnnotation(ctx context.Context, pod *corev1.Pod, entri
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("patch %s annotation of pod %s/%s: %w", annotation.PodKey, pod.Namespace, pod.Name, err)
+		return fmt.Errorf("patch %s annotation of pod %s/%s: %w", contract.PodKey, pod.Namespace, pod.Name, err)
 	}
 	c.metrics.AnnotationPatches.Inc()
 	klog.FromContext(ctx).V(2).Info("Patched annotation", "pod", klog.KObj(pod), "entries", len(entries))

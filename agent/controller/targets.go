@@ -7,10 +7,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
-	"github.com/nodeportlocal/npl/agent/podports"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 // Target is one Pod port the agent must publish on the node: the unit of
@@ -35,7 +33,7 @@ type Skip struct {
 // exactly "true", the type is ClusterIP or LoadBalancer (an empty type is
 // ClusterIP), and the selector is not empty.
 func ServiceCounts(svc *corev1.Service) bool {
-	if !annotation.ServiceEnabled(svc.Annotations) || len(svc.Spec.Selector) == 0 {
+	if !contract.ServiceEnabled(svc.Annotations) || len(svc.Spec.Selector) == 0 {
 		return false
 	}
 	switch svc.Spec.Type {
@@ -48,8 +46,7 @@ func ServiceCounts(svc *corev1.Service) bool {
 // Selects reports whether svc counts and selects pod (same namespace, the
 // whole selector matches the Pod's labels).
 func Selects(svc *corev1.Service, pod *corev1.Pod) bool {
-	return svc.Namespace == pod.Namespace && ServiceCounts(svc) &&
-		labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels))
+	return ServiceCounts(svc) && contract.Selects(svc, pod)
 }
 
 // PodIPs returns the Pod's IPs by family. A Pod without an IP has none.
@@ -61,9 +58,9 @@ func PodIPs(pod *corev1.Pod) map[string]netip.Addr {
 			return
 		}
 		ip = ip.Unmap()
-		fam := annotation.FamilyIPv4
+		fam := contract.FamilyIPv4
 		if ip.Is6() {
-			fam = annotation.FamilyIPv6
+			fam = contract.FamilyIPv6
 		}
 		if _, ok := out[fam]; !ok {
 			out[fam] = ip
@@ -118,12 +115,12 @@ func Targets(pod *corev1.Pod, services []*corev1.Service, nodeFamilies []string)
 				skips = append(skips, Skip{Service: svc, Port: sp, Reason: fmt.Sprintf("protocol %s is not supported by NodePortLocal", proto)})
 				continue
 			}
-			port, ok := podports.Resolve(pod, sp)
+			port, ok := contract.ResolveTargetPort(pod, sp)
 			if !ok {
 				skips = append(skips, Skip{Service: svc, Port: sp, Reason: fmt.Sprintf("targetPort %q does not resolve on Pod %s/%s", sp.TargetPort.String(), pod.Namespace, pod.Name)})
 				continue
 			}
-			hostPort := podports.HostPort(pod, port, proto)
+			hostPort := contract.HostPort(pod, port, proto)
 			for _, fam := range families {
 				t := Target{PodPort: port, Protocol: strings.ToLower(string(proto)), Family: fam, HostPort: hostPort}
 				if !seen[t] {

@@ -3,7 +3,7 @@ package controller
 import (
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 // TrimPod keeps only what the agent reads of a Pod, to bound the memory of
@@ -18,8 +18,8 @@ func TrimPod(obj any) (any, error) {
 	out.Name, out.Namespace, out.UID, out.ResourceVersion = pod.Name, pod.Namespace, pod.UID, pod.ResourceVersion
 	out.Labels = pod.Labels
 	out.DeletionTimestamp = pod.DeletionTimestamp
-	if v, ok := pod.Annotations[annotation.PodKey]; ok {
-		out.Annotations = map[string]string{annotation.PodKey: v}
+	if v, ok := pod.Annotations[contract.PodKey]; ok {
+		out.Annotations = map[string]string{contract.PodKey: v}
 	}
 	out.Spec.NodeName = pod.Spec.NodeName
 	out.Spec.HostNetwork = pod.Spec.HostNetwork
@@ -54,8 +54,8 @@ func TrimService(obj any) (any, error) {
 	out := &corev1.Service{}
 	out.TypeMeta = svc.TypeMeta
 	out.Name, out.Namespace, out.UID, out.ResourceVersion = svc.Name, svc.Namespace, svc.UID, svc.ResourceVersion
-	if v, ok := svc.Annotations[annotation.ServiceEnabledKey]; ok {
-		out.Annotations = map[string]string{annotation.ServiceEnabledKey: v}
+	if v, ok := svc.Annotations[contract.ServiceEnabledKey]; ok {
+		out.Annotations = map[string]string{contract.ServiceEnabledKey: v}
 	}
 	out.Spec.Type = svc.Spec.Type
 	out.Spec.Selector = svc.Spec.Selector
@@ -79,7 +79,7 @@ func TrimNode(obj any) (any, error) {
 // serviceChangeMatters reports whether a Service update can change any
 // Pod's mappings: opt-in, type, selector or ports.
 func serviceChangeMatters(old, cur *corev1.Service) bool {
-	if annotation.ServiceEnabled(old.Annotations) != annotation.ServiceEnabled(cur.Annotations) || old.Spec.Type != cur.Spec.Type {
+	if contract.ServiceEnabled(old.Annotations) != contract.ServiceEnabled(cur.Annotations) || old.Spec.Type != cur.Spec.Type {
 		return true
 	}
 	if !equalStringMaps(old.Spec.Selector, cur.Spec.Selector) || len(old.Spec.Ports) != len(cur.Spec.Ports) {

@@ -15,7 +15,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 // Chain names in the nat table. The agent owns their whole content.
@@ -27,7 +27,7 @@ const (
 // Mapping sends traffic to a local address on NodePort to PodIP:PodPort.
 type Mapping struct {
 	NodePort int
-	Protocol string // annotation.ProtocolTCP or annotation.ProtocolUDP
+	Protocol string // contract.ProtocolTCP or contract.ProtocolUDP
 	PodIP    netip.Addr
 	PodPort  int
 	Pod      string // namespace/name, written into the rule's comment
@@ -87,8 +87,8 @@ func (d Desired) Validate() error {
 
 func (m Mapping) validate() error {
 	switch {
-	case m.Protocol != annotation.ProtocolTCP && m.Protocol != annotation.ProtocolUDP:
-		return fmt.Errorf("mapping of %s: protocol %q is not %s or %s", m.Pod, m.Protocol, annotation.ProtocolTCP, annotation.ProtocolUDP)
+	case m.Protocol != contract.ProtocolTCP && m.Protocol != contract.ProtocolUDP:
+		return fmt.Errorf("mapping of %s: protocol %q is not %s or %s", m.Pod, m.Protocol, contract.ProtocolTCP, contract.ProtocolUDP)
 	case m.NodePort < 1 || m.NodePort > 65535:
 		return fmt.Errorf("mapping of %s: node port %d is out of 1-65535", m.Pod, m.NodePort)
 	case m.PodPort < 1 || m.PodPort > 65535:
@@ -103,9 +103,9 @@ func (m Mapping) validate() error {
 // addresses as IPv4 as the kernel does.
 func familyOf(a netip.Addr) string {
 	if a.Unmap().Is4() {
-		return annotation.FamilyIPv4
+		return contract.FamilyIPv4
 	}
-	return annotation.FamilyIPv6
+	return contract.FamilyIPv6
 }
 
 // Multi combines one Datapath per IP family into one that calls each of them.

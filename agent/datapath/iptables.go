@@ -17,7 +17,7 @@ import (
 	"github.com/coreos/go-iptables/iptables"
 	"k8s.io/klog/v2"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 // Backend modes of iptables.
@@ -72,14 +72,14 @@ type IPTables struct {
 
 var _ Datapath = (*IPTables)(nil)
 
-// NewIPTables detects the iptables backend of family (annotation.FamilyIPv4
-// or annotation.FamilyIPv6) and returns a datapath that uses the matching
+// NewIPTables detects the iptables backend of family (contract.FamilyIPv4
+// or contract.FamilyIPv6) and returns a datapath that uses the matching
 // iptables, iptables-restore and iptables-save binaries.
 func NewIPTables(family string, opts Options) (*IPTables, error) {
 	base, proto := "iptables", iptables.ProtocolIPv4
 	switch family {
-	case annotation.FamilyIPv4:
-	case annotation.FamilyIPv6:
+	case contract.FamilyIPv4:
+	case contract.FamilyIPv6:
 		base, proto = "ip6tables", iptables.ProtocolIPv6
 	default:
 		return nil, fmt.Errorf("new iptables datapath: unknown IP family %q", family)
@@ -361,7 +361,7 @@ func (t *IPTables) FlushUDP(ctx context.Context, nodePort int) error {
 		return fmt.Errorf("flush UDP conntrack entries of node port %d: conntrack not found (apt-get install conntrack): %w", nodePort, err)
 	}
 	family := "ipv4"
-	if t.family == annotation.FamilyIPv6 {
+	if t.family == contract.FamilyIPv6 {
 		family = "ipv6"
 	}
 	args := []string{"-D", "-f", family, "-p", "udp", "--orig-port-dst", strconv.Itoa(nodePort)}

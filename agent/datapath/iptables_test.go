@@ -14,13 +14,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
 	"github.com/nodeportlocal/npl/agent/datapath"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 const (
-	v4 = annotation.FamilyIPv4
-	v6 = annotation.FamilyIPv6
+	v4 = contract.FamilyIPv4
+	v6 = contract.FamilyIPv6
 )
 
 var modes = []string{datapath.ModeNFT, datapath.ModeLegacy}

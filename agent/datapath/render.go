@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 const (
@@ -41,7 +41,7 @@ type rule struct {
 
 // Render returns the iptables-restore input that gives the nat chains
 // NPL-NODE-PORT-LOCAL and NPL-POSTROUTING the content d asks for, for family
-// (annotation.FamilyIPv4 or annotation.FamilyIPv6). It is meant for
+// (contract.FamilyIPv4 or contract.FamilyIPv6). It is meant for
 // `iptables-restore --noflush`: the ":CHAIN" lines flush exactly our two
 // chains, so the write also drops stale rules, and nothing else in nat moves.
 //
@@ -75,8 +75,8 @@ func Render(family string, d Desired) []byte {
 
 // desiredRules returns the rules of both chains in the order Render writes them.
 func desiredRules(family string, d Desired) []rule {
-	if family != annotation.FamilyIPv6 {
-		family = annotation.FamilyIPv4
+	if family != contract.FamilyIPv6 {
+		family = contract.FamilyIPv4
 	}
 	var mappings []Mapping
 	for _, m := range d.Mappings {

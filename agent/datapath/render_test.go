@@ -7,12 +7,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 const (
-	v4 = annotation.FamilyIPv4
-	v6 = annotation.FamilyIPv6
+	v4 = contract.FamilyIPv4
+	v6 = contract.FamilyIPv6
 )
 
 var nplRange = [2]int{61000, 62000}

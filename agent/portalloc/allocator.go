@@ -17,7 +17,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 var (
@@ -32,8 +32,8 @@ var (
 type Key struct {
 	Pod      string // namespace/name
 	PodPort  int32
-	Protocol string // annotation.ProtocolTCP or annotation.ProtocolUDP
-	Family   string // annotation.FamilyIPv4 or annotation.FamilyIPv6
+	Protocol string // contract.ProtocolTCP or contract.ProtocolUDP
+	Family   string // contract.FamilyIPv4 or contract.FamilyIPv6
 }
 
 // String formats k for logs and errors.
@@ -47,10 +47,10 @@ func (k Key) validate() error {
 		return fmt.Errorf("key %s: empty Pod name", k)
 	case k.PodPort < 1 || k.PodPort > 65535:
 		return fmt.Errorf("key %s: Pod port %d is out of 1-65535", k, k.PodPort)
-	case k.Protocol != annotation.ProtocolTCP && k.Protocol != annotation.ProtocolUDP:
-		return fmt.Errorf("key %s: protocol %q is not %s or %s", k, k.Protocol, annotation.ProtocolTCP, annotation.ProtocolUDP)
-	case k.Family != annotation.FamilyIPv4 && k.Family != annotation.FamilyIPv6:
-		return fmt.Errorf("key %s: IP family %q is not %s or %s", k, k.Family, annotation.FamilyIPv4, annotation.FamilyIPv6)
+	case k.Protocol != contract.ProtocolTCP && k.Protocol != contract.ProtocolUDP:
+		return fmt.Errorf("key %s: protocol %q is not %s or %s", k, k.Protocol, contract.ProtocolTCP, contract.ProtocolUDP)
+	case k.Family != contract.FamilyIPv4 && k.Family != contract.FamilyIPv6:
+		return fmt.Errorf("key %s: IP family %q is not %s or %s", k, k.Family, contract.FamilyIPv4, contract.FamilyIPv6)
 	}
 	return nil
 }

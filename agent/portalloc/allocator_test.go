@@ -8,16 +8,16 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
 	"github.com/nodeportlocal/npl/agent/portalloc"
 	"github.com/nodeportlocal/npl/agent/portalloc/portalloctest"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 const (
-	v4  = annotation.FamilyIPv4
-	v6  = annotation.FamilyIPv6
-	tcp = annotation.ProtocolTCP
-	udp = annotation.ProtocolUDP
+	v4  = contract.FamilyIPv4
+	v6  = contract.FamilyIPv6
+	tcp = contract.ProtocolTCP
+	udp = contract.ProtocolUDP
 )
 
 func key(pod string, port int32, proto, family string) portalloc.Key {

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 // Reserver holds a node port so that no host process can take it while a
@@ -37,15 +37,15 @@ type SocketReserver struct {
 func (s SocketReserver) Reserve(family, proto string, port int) (io.Closer, error) {
 	var network, host string
 	switch family {
-	case annotation.FamilyIPv4:
+	case contract.FamilyIPv4:
 		network, host = "4", "0.0.0.0"
-	case annotation.FamilyIPv6:
+	case contract.FamilyIPv6:
 		// Go sets IPV6_V6ONLY for "tcp6"/"udp6", so the IPv4 table stays independent.
 		network, host = "6", "::"
 	default:
 		return nil, fmt.Errorf("reserve port %d: unknown IP family %q", port, family)
 	}
-	if proto != annotation.ProtocolTCP && proto != annotation.ProtocolUDP {
+	if proto != contract.ProtocolTCP && proto != contract.ProtocolUDP {
 		return nil, fmt.Errorf("reserve port %d: unknown protocol %q", port, proto)
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
@@ -53,7 +53,7 @@ func (s SocketReserver) Reserve(family, proto string, port int) (io.Closer, erro
 	err := inNetNS(s.NetNSPath, func() error {
 		var lc net.ListenConfig
 		var err error
-		if proto == annotation.ProtocolTCP {
+		if proto == contract.ProtocolTCP {
 			c, err = lc.Listen(context.Background(), "tcp"+network, addr)
 		} else {
 			c, err = lc.ListenPacket(context.Background(), "udp"+network, addr)

@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
 	"github.com/nodeportlocal/npl/agent/datapath"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/internal/cli"
 )
 
@@ -41,10 +41,10 @@ func cleanup(ctx context.Context, o *options) error {
 	defer stop()
 	logger := klog.FromContext(ctx).WithValues("node", o.nodeName)
 	var errs []error
-	for _, fam := range []string{annotation.FamilyIPv4, annotation.FamilyIPv6} {
+	for _, fam := range []string{contract.FamilyIPv4, contract.FamilyIPv6} {
 		ipt, err := datapath.NewIPTables(fam, datapath.Options{})
 		if err != nil {
-			if fam == annotation.FamilyIPv6 {
+			if fam == contract.FamilyIPv6 {
 				logger.Info("No IPv6 datapath to clean up", "err", err)
 				continue
 			}
@@ -70,10 +70,10 @@ func cleanup(ctx context.Context, o *options) error {
 	if err != nil {
 		return errors.Join(append(errs, fmt.Errorf("list pods of node %s: %w", o.nodeName, err))...)
 	}
-	patch := []byte(`{"metadata":{"annotations":{"` + annotation.PodKey + `":null}}}`)
+	patch := []byte(`{"metadata":{"annotations":{"` + contract.PodKey + `":null}}}`)
 	removed := 0
 	for _, p := range pods.Items {
-		if _, ok := p.Annotations[annotation.PodKey]; !ok {
+		if _, ok := p.Annotations[contract.PodKey]; !ok {
 			continue
 		}
 		_, err := client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")

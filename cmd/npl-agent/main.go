@@ -20,10 +20,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
 	"github.com/nodeportlocal/npl/agent/controller"
 	"github.com/nodeportlocal/npl/agent/datapath"
 	"github.com/nodeportlocal/npl/agent/portalloc"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/internal/cli"
 	"github.com/nodeportlocal/npl/internal/serve"
 )
@@ -194,7 +194,7 @@ func nodeFamilies(ctx context.Context, client kubernetes.Interface, name string,
 			return false, nil
 		}
 		ips := controller.NodeIPs(node, pref)
-		for _, fam := range []string{annotation.FamilyIPv4, annotation.FamilyIPv6} {
+		for _, fam := range []string{contract.FamilyIPv4, contract.FamilyIPv6} {
 			if _, ok := ips[fam]; ok {
 				families = append(families, fam)
 			}
@@ -223,7 +223,7 @@ func registerDatapathMetrics(reg prometheus.Registerer, family string, ipt *data
 
 func registerAllocatorMetrics(reg prometheus.Registerer, alloc *portalloc.Allocator, families []string) {
 	for _, fam := range families {
-		for _, proto := range []string{annotation.ProtocolTCP, annotation.ProtocolUDP} {
+		for _, proto := range []string{contract.ProtocolTCP, contract.ProtocolUDP} {
 			labels := prometheus.Labels{"family": fam, "protocol": proto}
 			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "npl_agent_free_ports", Help: "Node ports still free for allocation.", ConstLabels: labels,

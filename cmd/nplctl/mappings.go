@@ -16,9 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
-	"github.com/nodeportlocal/npl/agent/podports"
-	"github.com/nodeportlocal/npl/lbsync/builder"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 // mapping is one row of `nplctl mappings`.
@@ -77,11 +75,11 @@ func mappings(ctx context.Context, g *globals, node string) ([]mapping, error) {
 	rows := []mapping{}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		value, ok := pod.Annotations[annotation.PodKey]
+		value, ok := pod.Annotations[contract.PodKey]
 		if !ok {
 			continue
 		}
-		entries, err := annotation.Parse(value)
+		entries, err := contract.Parse(value)
 		if err != nil {
 			rows = append(rows, mapping{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName, Error: err.Error()})
 			continue
@@ -102,15 +100,15 @@ func mappings(ctx context.Context, g *globals, node string) ([]mapping, error) {
 }
 
 // servicesOf names the opted-in Services whose port targets the entry.
-func servicesOf(pod *corev1.Pod, e annotation.Entry, svcs []corev1.Service) []string {
+func servicesOf(pod *corev1.Pod, e contract.Entry, svcs []corev1.Service) []string {
 	out := []string{}
 	for i := range svcs {
 		svc := &svcs[i]
-		if !annotation.ServiceEnabled(svc.Annotations) || !builder.Selects(svc, pod) {
+		if !contract.ServiceEnabled(svc.Annotations) || !contract.Selects(svc, pod) {
 			continue
 		}
 		for _, sp := range svc.Spec.Ports {
-			port, ok := podports.Resolve(pod, sp)
+			port, ok := contract.ResolveTargetPort(pod, sp)
 			if ok && int(port) == e.PodPort && strings.EqualFold(string(cmp.Or(sp.Protocol, corev1.ProtocolTCP)), e.Protocol) {
 				out = append(out, svc.Name)
 				break

@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -46,7 +46,7 @@ func BenchmarkBuild(b *testing.B) {
 // FuzzBuild feeds arbitrary annotation values to Build. Whatever the value,
 // Build must not panic, must keep the other Pod's members, must give sorted,
 // unique, valid members of the wanted family, and must ignore a value that
-// annotation.Parse rejects.
+// contract.Parse rejects.
 func FuzzBuild(f *testing.F) {
 	for _, seed := range []string{
 		`[{"podPort":8080,"nodeIP":"198.18.0.11","nodePort":61000,"protocol":"tcp","ipFamily":"IPv4"}]`,
@@ -67,7 +67,7 @@ func FuzzBuild(f *testing.F) {
 	svc := service(port(corev1.ProtocolTCP, 80, "http"), port(corev1.ProtocolUDP, 53, 5353))
 	other := pod("other", npl(entry(8080, "198.18.0.99", 61999, "tcp"), entry(8080, "2001:db8::99", 61999, "tcp")))
 	f.Fuzz(func(t *testing.T, value string) {
-		for _, family := range []string{annotation.FamilyIPv4, annotation.FamilyIPv6} {
+		for _, family := range []string{contract.FamilyIPv4, contract.FamilyIPv6} {
 			fuzzed := pod("fuzzed", rawNPL(value))
 			in := Input{ClusterName: testCluster, Family: family, Service: svc, Pods: []*corev1.Pod{other}}
 			baseline, _ := Build(in)
@@ -76,7 +76,7 @@ func FuzzBuild(f *testing.F) {
 			if lb == nil {
 				t.Fatalf("no model; report %+v", report)
 			}
-			if _, err := annotation.Parse(value); err != nil {
+			if _, err := contract.Parse(value); err != nil {
 				if diff := cmp.Diff(baseline, lb); diff != "" {
 					t.Fatalf("a rejected annotation changed the model (-without +with):\n%s", diff)
 				}
@@ -92,7 +92,7 @@ func FuzzBuild(f *testing.F) {
 				}
 				for _, m := range l.Pool.Members {
 					addr, err := netip.ParseAddr(m.IP)
-					if err != nil || addr.String() != m.IP || addr.Is4() != (family == annotation.FamilyIPv4) {
+					if err != nil || addr.String() != m.IP || addr.Is4() != (family == contract.FamilyIPv4) {
 						t.Errorf("member IP %q is not a canonical %s address", m.IP, family)
 					}
 					if m.Port < 1 || m.Port > 65535 {

@@ -14,9 +14,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
-	"github.com/nodeportlocal/npl/agent/podports"
-	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -41,7 +39,7 @@ type Input struct {
 	// ServiceType is one of the ServiceType constants; empty means
 	// ServiceTypeNodePortLocal.
 	ServiceType string
-	// Family is annotation.FamilyIPv4 or annotation.FamilyIPv6: members of
+	// Family is contract.FamilyIPv4 or contract.FamilyIPv6: members of
 	// other families are left out. Empty means IPv4.
 	Family string
 	// Service is the Service to build for.
@@ -150,31 +148,16 @@ func Build(in Input) (*providers.LoadBalancer, Report) {
 	return lb, r
 }
 
-// Selects reports whether svc selects pod: same namespace, and a non-empty
-// selector whose every label matches. It ignores the Pod's phase, so the
-// controller can also map a Pod that just finished to its Services.
-func Selects(svc *corev1.Service, pod *corev1.Pod) bool {
-	if svc == nil || pod == nil || pod.Namespace != svc.Namespace || len(svc.Spec.Selector) == 0 {
-		return false
-	}
-	for k, v := range svc.Spec.Selector {
-		if got, ok := pod.Labels[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
-}
-
 // requestedVIP returns the canonical address the Service asks for, from
 // spec.loadBalancerIP or else the npl.io/load-balancer-ip annotation.
 func requestedVIP(svc *corev1.Service, r *Report) string {
 	field, value := "spec.loadBalancerIP", svc.Spec.LoadBalancerIP
-	if ann := svc.Annotations[claim.LoadBalancerIPKey]; ann != "" {
+	if ann := svc.Annotations[contract.LoadBalancerIPKey]; ann != "" {
 		if value == "" {
-			field, value = "annotation "+claim.LoadBalancerIPKey, ann
+			field, value = "annotation "+contract.LoadBalancerIPKey, ann
 		} else if ann != value {
 			r.Warnings = append(r.Warnings, fmt.Sprintf("annotation %s %q ignored: spec.loadBalancerIP %q is set",
-				claim.LoadBalancerIPKey, ann, value))
+				contract.LoadBalancerIPKey, ann, value))
 		}
 	}
 	if value == "" {
@@ -215,7 +198,7 @@ type candidate struct {
 	enabled bool
 	// entries are the Pod's node-port mappings of the wanted family, in
 	// NodePortLocal mode.
-	entries []annotation.Entry
+	entries []contract.Entry
 	// ip is the Pod IP of the wanted family, in ClusterIP mode.
 	ip string
 }
@@ -238,7 +221,7 @@ func newBackends(in Input, mode, family string, r *Report) *backends {
 	}
 	notServing := endpointsNotServing(in.Service, in.EndpointSlices)
 	for _, pod := range in.Pods {
-		if !Selects(in.Service, pod) || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		if !contract.Selects(in.Service, pod) || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		terminating := pod.DeletionTimestamp != nil
@@ -273,15 +256,15 @@ func newBackends(in Input, mode, family string, r *Report) *backends {
 // podEntries returns the Pod's node-port mappings of the wanted family. A Pod
 // without the annotation has none yet (reported when it should serve); one
 // with a malformed annotation contributes nothing and is reported.
-func (b *backends) podEntries(pod *corev1.Pod, enabled bool) ([]annotation.Entry, bool) {
-	value, ok := pod.Annotations[annotation.PodKey]
+func (b *backends) podEntries(pod *corev1.Pod, enabled bool) ([]contract.Entry, bool) {
+	value, ok := pod.Annotations[contract.PodKey]
 	if !ok {
 		if enabled {
-			b.skipPod(pod, "no node port yet: annotation "+annotation.PodKey+" is absent")
+			b.skipPod(pod, "no node port yet: annotation "+contract.PodKey+" is absent")
 		}
 		return nil, false
 	}
-	entries, err := annotation.Parse(value)
+	entries, err := contract.Parse(value)
 	if err != nil {
 		b.skipPod(pod, err.Error())
 		return nil, false
@@ -293,7 +276,7 @@ func (b *backends) podEntries(pod *corev1.Pod, enabled bool) ([]annotation.Entry
 		}
 		addr, err := netip.ParseAddr(e.NodeIP)
 		if err != nil {
-			continue // annotation.Parse rejects this; kept for safety.
+			continue // contract.Parse rejects this; kept for safety.
 		}
 		e.NodeIP = addr.Unmap().String()
 		kept = append(kept, e)
@@ -365,7 +348,7 @@ func (b *backends) nodePortMembers(sp corev1.ServicePort) []providers.Member {
 }
 
 func (b *backends) resolve(pod *corev1.Pod, sp corev1.ServicePort) (int32, bool) {
-	port, ok := podports.Resolve(pod, sp)
+	port, ok := contract.ResolveTargetPort(pod, sp)
 	if !ok {
 		b.skipPod(pod, fmt.Sprintf("targetPort %s of port %s does not resolve", sp.TargetPort.String(), portName(sp)))
 	}
@@ -406,7 +389,7 @@ func podReady(pod *corev1.Pod) bool {
 	}
 	gated := false
 	for _, g := range pod.Spec.ReadinessGates {
-		if g.ConditionType == claim.RegisteredReadinessGate {
+		if g.ConditionType == contract.RegisteredReadinessGate {
 			gated = true
 		} else if status[g.ConditionType] != corev1.ConditionTrue {
 			return false
@@ -454,7 +437,7 @@ func ofFamily(s, family string) string {
 		return ""
 	}
 	addr = addr.Unmap()
-	if (addr.Is4() && family == annotation.FamilyIPv4) || (addr.Is6() && family == annotation.FamilyIPv6) {
+	if (addr.Is4() && family == contract.FamilyIPv4) || (addr.Is6() && family == contract.FamilyIPv6) {
 		return addr.String()
 	}
 	return ""

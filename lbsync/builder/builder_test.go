@@ -9,7 +9,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -457,7 +457,7 @@ func TestBuild_requestedVIP(t *testing.T) {
 		return func(s *corev1.Service) { s.Spec.LoadBalancerIP = ip }
 	}
 	withAnnotation := func(ip string) func(*corev1.Service) {
-		return func(s *corev1.Service) { s.Annotations = map[string]string{claim.LoadBalancerIPKey: ip} }
+		return func(s *corev1.Service) { s.Annotations = map[string]string{contract.LoadBalancerIPKey: ip} }
 	}
 	tests := []struct {
 		name       string
@@ -576,7 +576,7 @@ func TestSelects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Selects(tt.svc, tt.pod); got != tt.want {
+			if got := contract.Selects(tt.svc, tt.pod); got != tt.want {
 				t.Errorf("Selects() = %v, want %v", got, tt.want)
 			}
 		})

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -99,14 +99,14 @@ func setAnnotation(p *corev1.Pod, value string) {
 	if p.Annotations == nil {
 		p.Annotations = map[string]string{}
 	}
-	p.Annotations[annotation.PodKey] = value
+	p.Annotations[contract.PodKey] = value
 }
 
 // entry is one annotation entry as npl-agent writes it.
 func entry(podPort int, nodeIP string, nodePort int, proto string) string {
-	family := annotation.FamilyIPv4
+	family := contract.FamilyIPv4
 	if strings.Contains(nodeIP, ":") {
-		family = annotation.FamilyIPv6
+		family = contract.FamilyIPv6
 	}
 	return fmt.Sprintf(`{"podPort":%d,"nodeIP":%q,"nodePort":%d,"protocol":%q,"ipFamily":%q}`,
 		podPort, nodeIP, nodePort, proto, family)

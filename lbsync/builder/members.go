@@ -6,7 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -49,7 +49,7 @@ func settings(in Input, r *Report) (mode, family string, ok bool) {
 }
 
 // Settings returns a service type and an IP family with their defaults
-// applied (ServiceTypeNodePortLocal, annotation.FamilyIPv4), or an error
+// applied (ServiceTypeNodePortLocal, contract.FamilyIPv4), or an error
 // when either is unknown.
 func Settings(serviceType, family string) (string, string, error) {
 	mode := cmp.Or(serviceType, ServiceTypeNodePortLocal)
@@ -58,8 +58,8 @@ func Settings(serviceType, family string) (string, string, error) {
 	default:
 		return "", "", fmt.Errorf("unknown service type %q", mode)
 	}
-	family = cmp.Or(family, annotation.FamilyIPv4)
-	if family != annotation.FamilyIPv4 && family != annotation.FamilyIPv6 {
+	family = cmp.Or(family, contract.FamilyIPv4)
+	if family != contract.FamilyIPv4 && family != contract.FamilyIPv6 {
 		return "", "", fmt.Errorf("unknown IP family %q", family)
 	}
 	return mode, family, nil

@@ -5,7 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 // gated gives the Pod readiness gates and sets their conditions and
@@ -30,7 +30,7 @@ func gated(containersReady bool, gates map[corev1.PodConditionType]corev1.Condit
 }
 
 func TestBuild_readinessGateDoesNotKeepAPodOutOfItsPools(t *testing.T) {
-	ours := corev1.PodConditionType(claim.RegisteredReadinessGate)
+	ours := corev1.PodConditionType(contract.RegisteredReadinessGate)
 	cases := []struct {
 		name string
 		mod  podMod

@@ -1,33 +1,14 @@
-// Package claim decides which Services npl-lbsync serves and manages the
-// NodePortLocal opt-in annotation it adds to them. It holds the npl.io keys
-// that the controller and nplctl share. It is pure: objects in, answers out.
+// Package claim decides which Services npl-lbsync serves and builds every
+// mark it leaves on Services and Ingresses (the opt-in it adds, the claim,
+// the status and the condition, with the npl.io keys of package contract)
+// as merge patches that the controller and uninstall share. It is pure:
+// objects in, answers out.
 package claim
 
 import (
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
-)
-
-const (
-	// AutoAnnotatedKey marks a Service whose NodePortLocal opt-in npl-lbsync
-	// added, so that it removes only what it added.
-	AutoAnnotatedKey = "npl.io/auto-annotated"
-	// LoadBalancerIPKey is the Service annotation that requests a VIP when
-	// spec.loadBalancerIP is not set.
-	LoadBalancerIPKey = "npl.io/load-balancer-ip"
-	// SyncedConditionType is the Service condition that reports whether the
-	// load balancer matches the Service.
-	SyncedConditionType = "npl.io/LoadBalancerSynced"
-	// CleanupFinalizer keeps a Service until its load balancer is deleted.
-	CleanupFinalizer = "npl.io/load-balancer-cleanup"
-	// ClaimedByKey names, on a Service, the npl-lbsync installation (its
-	// clusterName) that holds a load balancer for it, so that several
-	// installations serving different classes never undo each other's work.
-	ClaimedByKey = "npl.io/claimed-by"
-	// RegisteredReadinessGate is the Pod readiness gate that turns true once
-	// the Pod is a member of its load balancer pools.
-	RegisteredReadinessGate = "npl.io/lb-registered"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 // ClaimConfig is the part of the configuration that decides ownership.
@@ -44,8 +25,8 @@ type ClaimConfig struct {
 //
 // Ours looks at the spec only, not at deletionTimestamp: a Service being
 // deleted is still ours, so the controller deletes its load balancer and then
-// drops CleanupFinalizer. A Service that stopped being ours (its type changed)
-// but still carries CleanupFinalizer must be cleaned up as well; see
+// drops contract.CleanupFinalizer. A Service that stopped being ours (its type changed)
+// but still carries contract.CleanupFinalizer must be cleaned up as well; see
 // Releasable.
 func Ours(svc *corev1.Service, cfg ClaimConfig) bool {
 	if svc == nil || svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
@@ -62,9 +43,9 @@ func Ours(svc *corev1.Service, cfg ClaimConfig) bool {
 // opt-in match want, and whether one is needed.
 //
 // With want, a Service that lacks nodeportlocal.antrea.io/enabled: "true"
-// gets it together with AutoAnnotatedKey; one that already has it (the
+// gets it together with contract.AutoAnnotatedKey; one that already has it (the
 // user's own opt-in or ours) is left alone and never marked as ours. Without
-// want, both keys are removed only when AutoAnnotatedKey is "true": a user's
+// want, both keys are removed only when contract.AutoAnnotatedKey is "true": a user's
 // own opt-in is never removed. A value other than "true" (for example
 // "false") does not opt in; with want it is overwritten, and removed later as
 // ours.
@@ -83,7 +64,7 @@ type OptInChanges int
 const (
 	// OptInKeep: nothing to change.
 	OptInKeep OptInChanges = iota
-	// OptInAdd: add the opt-in and AutoAnnotatedKey.
+	// OptInAdd: add the opt-in and contract.AutoAnnotatedKey.
 	OptInAdd
 	// OptInRemove: remove both.
 	OptInRemove
@@ -100,9 +81,9 @@ func OptInChange(svc *corev1.Service, want bool) OptInChanges {
 
 func optInChange(annotations map[string]string, want bool) OptInChanges {
 	switch {
-	case want && !annotation.ServiceEnabled(annotations):
+	case want && !contract.ServiceEnabled(annotations):
 		return OptInAdd
-	case !want && annotations[AutoAnnotatedKey] == "true":
+	case !want && annotations[contract.AutoAnnotatedKey] == "true":
 		return OptInRemove
 	default:
 		return OptInKeep
@@ -113,7 +94,7 @@ func optInChange(annotations map[string]string, want bool) OptInChanges {
 // (want) or removes the opt-in we manage; in a merge patch, null deletes.
 func optInAnnotations(want bool) map[string]any {
 	if want {
-		return map[string]any{annotation.ServiceEnabledKey: "true", AutoAnnotatedKey: "true"}
+		return map[string]any{contract.ServiceEnabledKey: "true", contract.AutoAnnotatedKey: "true"}
 	}
-	return map[string]any{annotation.ServiceEnabledKey: nil, AutoAnnotatedKey: nil}
+	return map[string]any{contract.ServiceEnabledKey: nil, contract.AutoAnnotatedKey: nil}
 }

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 func lbService(class *string) *corev1.Service {
@@ -65,7 +65,7 @@ func TestOurs_selectsByClassAndDefault(t *testing.T) {
 
 func TestHasFinalizer(t *testing.T) {
 	with := lbService(nil)
-	with.Finalizers = []string{"other.io/x", CleanupFinalizer}
+	with.Finalizers = []string{"other.io/x", contract.CleanupFinalizer}
 	other := lbService(nil)
 	other.Finalizers = []string{"service.kubernetes.io/load-balancer-cleanup"}
 	tests := []struct {
@@ -116,7 +116,7 @@ func applyMergePatch(t *testing.T, annotations map[string]string, patch []byte) 
 }
 
 func TestAnnotationPatch(t *testing.T) {
-	const enabled = annotation.ServiceEnabledKey
+	const enabled = contract.ServiceEnabledKey
 	tests := []struct {
 		name        string
 		annotations map[string]string
@@ -130,13 +130,13 @@ func TestAnnotationPatch(t *testing.T) {
 			annotations: map[string]string{"team": "a"},
 			want:        true,
 			wantChanged: true,
-			wantAfter:   map[string]string{"team": "a", enabled: "true", AutoAnnotatedKey: "true"},
+			wantAfter:   map[string]string{"team": "a", enabled: "true", contract.AutoAnnotatedKey: "true"},
 		},
 		{
 			name:        "want, no annotations at all",
 			want:        true,
 			wantChanged: true,
-			wantAfter:   map[string]string{enabled: "true", AutoAnnotatedKey: "true"},
+			wantAfter:   map[string]string{enabled: "true", contract.AutoAnnotatedKey: "true"},
 		},
 		{
 			name:        "want, user's own opt-in: no change and never marked",
@@ -146,27 +146,27 @@ func TestAnnotationPatch(t *testing.T) {
 		},
 		{
 			name:        "want, already ours: no change",
-			annotations: map[string]string{enabled: "true", AutoAnnotatedKey: "true"},
+			annotations: map[string]string{enabled: "true", contract.AutoAnnotatedKey: "true"},
 			want:        true,
-			wantAfter:   map[string]string{enabled: "true", AutoAnnotatedKey: "true"},
+			wantAfter:   map[string]string{enabled: "true", contract.AutoAnnotatedKey: "true"},
 		},
 		{
 			name:        "want, value other than true does not opt in: overwritten",
 			annotations: map[string]string{enabled: "True"},
 			want:        true,
 			wantChanged: true,
-			wantAfter:   map[string]string{enabled: "true", AutoAnnotatedKey: "true"},
+			wantAfter:   map[string]string{enabled: "true", contract.AutoAnnotatedKey: "true"},
 		},
 		{
 			name:        "want, our marker left but opt-in removed: restored",
-			annotations: map[string]string{AutoAnnotatedKey: "true"},
+			annotations: map[string]string{contract.AutoAnnotatedKey: "true"},
 			want:        true,
 			wantChanged: true,
-			wantAfter:   map[string]string{enabled: "true", AutoAnnotatedKey: "true"},
+			wantAfter:   map[string]string{enabled: "true", contract.AutoAnnotatedKey: "true"},
 		},
 		{
 			name:        "not wanted, ours: both keys removed",
-			annotations: map[string]string{"team": "a", enabled: "true", AutoAnnotatedKey: "true"},
+			annotations: map[string]string{"team": "a", enabled: "true", contract.AutoAnnotatedKey: "true"},
 			wantChanged: true,
 			wantAfter:   map[string]string{"team": "a"},
 		},
@@ -177,8 +177,8 @@ func TestAnnotationPatch(t *testing.T) {
 		},
 		{
 			name:        "not wanted, marker not exactly true: kept",
-			annotations: map[string]string{enabled: "true", AutoAnnotatedKey: "false"},
-			wantAfter:   map[string]string{enabled: "true", AutoAnnotatedKey: "false"},
+			annotations: map[string]string{enabled: "true", contract.AutoAnnotatedKey: "false"},
+			wantAfter:   map[string]string{enabled: "true", contract.AutoAnnotatedKey: "false"},
 		},
 		{
 			name:      "not wanted, nothing there",
@@ -222,9 +222,9 @@ func TestReleasable_onlyTheInstallationThatClaimed(t *testing.T) {
 		svc  *corev1.Service
 		want bool
 	}{
-		{"claimed by us", withAnn(map[string]string{ClaimedByKey: "prod"}, CleanupFinalizer), true},
-		{"claimed by another installation", withAnn(map[string]string{ClaimedByKey: "other"}, CleanupFinalizer), false},
-		{"finalizer without a claim record", withAnn(nil, CleanupFinalizer), true},
+		{"claimed by us", withAnn(map[string]string{contract.ClaimedByKey: "prod"}, contract.CleanupFinalizer), true},
+		{"claimed by another installation", withAnn(map[string]string{contract.ClaimedByKey: "other"}, contract.CleanupFinalizer), false},
+		{"finalizer without a claim record", withAnn(nil, contract.CleanupFinalizer), true},
 		{"never claimed", withAnn(nil), false},
 		{"nil", nil, false},
 	}
@@ -253,11 +253,11 @@ func TestClaimAndReleasePatches(t *testing.T) {
 		wantRelease string
 	}{
 		{"service with opt-in", svc, true,
-			`{"metadata":{"annotations":{"nodeportlocal.antrea.io/enabled":"true","` + AutoAnnotatedKey + `":"true","` + ClaimedByKey + `":"prod"},"finalizers":["other.io/x","` + CleanupFinalizer + `"],"resourceVersion":"7"}}`,
-			`{"metadata":{"annotations":{"` + ClaimedByKey + `":null},"finalizers":["other.io/x"],"resourceVersion":"7"}}`},
+			`{"metadata":{"annotations":{"nodeportlocal.antrea.io/enabled":"true","` + contract.AutoAnnotatedKey + `":"true","` + contract.ClaimedByKey + `":"prod"},"finalizers":["other.io/x","` + contract.CleanupFinalizer + `"],"resourceVersion":"7"}}`,
+			`{"metadata":{"annotations":{"` + contract.ClaimedByKey + `":null},"finalizers":["other.io/x"],"resourceVersion":"7"}}`},
 		{"ingress", ing, false,
-			`{"metadata":{"annotations":{"` + ClaimedByKey + `":"prod"},"finalizers":["other.io/x","` + CleanupFinalizer + `"],"resourceVersion":"8"}}`,
-			`{"metadata":{"annotations":{"` + ClaimedByKey + `":null},"finalizers":["other.io/x"],"resourceVersion":"8"}}`},
+			`{"metadata":{"annotations":{"` + contract.ClaimedByKey + `":"prod"},"finalizers":["other.io/x","` + contract.CleanupFinalizer + `"],"resourceVersion":"8"}}`,
+			`{"metadata":{"annotations":{"` + contract.ClaimedByKey + `":null},"finalizers":["other.io/x"],"resourceVersion":"8"}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := string(ClaimPatch(tc.obj, "prod", tc.optIn)); got != tc.wantClaim {
@@ -267,8 +267,8 @@ func TestClaimAndReleasePatches(t *testing.T) {
 				t.Errorf("ReleasePatch of an unclaimed object = %s; want nil", p)
 			}
 			claimed := tc.obj.(interface{ DeepCopyObject() runtime.Object }).DeepCopyObject().(metav1.Object)
-			claimed.SetFinalizers(append(claimed.GetFinalizers(), CleanupFinalizer))
-			claimed.SetAnnotations(map[string]string{ClaimedByKey: "prod"})
+			claimed.SetFinalizers(append(claimed.GetFinalizers(), contract.CleanupFinalizer))
+			claimed.SetAnnotations(map[string]string{contract.ClaimedByKey: "prod"})
 			if p := ClaimPatch(claimed, "prod", false); p != nil {
 				t.Errorf("ClaimPatch of a claimed object = %s; want nil", p)
 			}

@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeportlocal/npl/contract"
 )
 
 // This file owns every mark npl-lbsync leaves on an object, as JSON merge
@@ -21,9 +23,9 @@ import (
 // patch replaces the whole list, so a concurrent change must make it fail
 // (409) rather than drop another controller's finalizer.
 
-// HasFinalizer reports whether obj carries CleanupFinalizer.
+// HasFinalizer reports whether obj carries contract.CleanupFinalizer.
 func HasFinalizer(obj metav1.Object) bool {
-	return !isNil(obj) && slices.Contains(obj.GetFinalizers(), CleanupFinalizer)
+	return !isNil(obj) && slices.Contains(obj.GetFinalizers(), contract.CleanupFinalizer)
 }
 
 // isNil also catches a nil *Service or *Ingress passed as metav1.Object.
@@ -39,7 +41,7 @@ func Releasable(obj metav1.Object, clusterName string) bool {
 	if isNil(obj) {
 		return false
 	}
-	owner, recorded := obj.GetAnnotations()[ClaimedByKey]
+	owner, recorded := obj.GetAnnotations()[contract.ClaimedByKey]
 	if recorded {
 		return owner == clusterName
 	}
@@ -49,7 +51,7 @@ func Releasable(obj metav1.Object, clusterName string) bool {
 // ClaimedByOther reports whether another installation than clusterName
 // recorded its claim on obj: such an object is never ours to change.
 func ClaimedByOther(obj metav1.Object, clusterName string) bool {
-	owner := obj.GetAnnotations()[ClaimedByKey]
+	owner := obj.GetAnnotations()[contract.ClaimedByKey]
 	return owner != "" && owner != clusterName
 }
 
@@ -61,10 +63,10 @@ func ClaimPatch(obj metav1.Object, clusterName string, optIn bool) []byte {
 	meta := map[string]any{}
 	annotations := map[string]any{}
 	if !HasFinalizer(obj) {
-		meta["finalizers"] = append(slices.Clone(obj.GetFinalizers()), CleanupFinalizer)
+		meta["finalizers"] = append(slices.Clone(obj.GetFinalizers()), contract.CleanupFinalizer)
 	}
-	if obj.GetAnnotations()[ClaimedByKey] != clusterName {
-		annotations[ClaimedByKey] = clusterName
+	if obj.GetAnnotations()[contract.ClaimedByKey] != clusterName {
+		annotations[contract.ClaimedByKey] = clusterName
 	}
 	if optIn && optInChange(obj.GetAnnotations(), true) == OptInAdd {
 		for k, v := range optInAnnotations(true) {
@@ -85,14 +87,14 @@ func ClaimPatch(obj metav1.Object, clusterName string, optIn bool) []byte {
 // every other finalizer; nil when obj carries neither. It is the last step
 // of a release: without the finalizer, a deleted object goes.
 func ReleasePatch(obj metav1.Object) []byte {
-	_, recorded := obj.GetAnnotations()[ClaimedByKey]
+	_, recorded := obj.GetAnnotations()[contract.ClaimedByKey]
 	if !HasFinalizer(obj) && !recorded {
 		return nil
 	}
-	rest := slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == CleanupFinalizer })
+	rest := slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == contract.CleanupFinalizer })
 	meta := map[string]any{"finalizers": rest, "resourceVersion": obj.GetResourceVersion()}
 	if recorded {
-		meta["annotations"] = map[string]any{ClaimedByKey: nil}
+		meta["annotations"] = map[string]any{contract.ClaimedByKey: nil}
 	}
 	return mustJSON(map[string]any{"metadata": meta})
 }
@@ -173,7 +175,7 @@ type Condition struct {
 	Message string
 }
 
-func isSynced(c metav1.Condition) bool { return c.Type == SyncedConditionType }
+func isSynced(c metav1.Condition) bool { return c.Type == contract.SyncedConditionType }
 
 // apply returns conditions with the synced condition set to c, and whether
 // that changed them. The transition time moves only when the status does.
@@ -184,7 +186,7 @@ func (c Condition) apply(conditions []metav1.Condition, generation int64) ([]met
 	}
 	out := slices.Clone(conditions)
 	next := metav1.Condition{
-		Type: SyncedConditionType, Status: status, Reason: c.Reason, Message: c.Message,
+		Type: contract.SyncedConditionType, Status: status, Reason: c.Reason, Message: c.Message,
 		ObservedGeneration: generation, LastTransitionTime: metav1.Now(),
 	}
 	i := slices.IndexFunc(out, isSynced)

@@ -22,7 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/validate/content"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/providers"
@@ -36,7 +36,7 @@ const (
 	DefaultIngressClass      = "npl"
 	DefaultResyncPeriod      = 10 * time.Minute
 	DefaultDrainSeconds      = 30
-	DefaultIPFamily          = annotation.FamilyIPv4
+	DefaultIPFamily          = contract.FamilyIPv4
 	// MaxClusterNameLength keeps object names short enough for the load
 	// balancers once namespace and Service name are added.
 	MaxClusterNameLength = 32
@@ -91,7 +91,7 @@ func (c *Config) ResyncPeriod() time.Duration { return c.resyncPeriod }
 // DrainPeriod is how long a draining (disabled) member stays in its pool.
 func (c *Config) DrainPeriod() time.Duration { return time.Duration(c.drainSeconds) * time.Second }
 
-// IPFamily is the family of pool members: annotation.FamilyIPv4 or IPv6.
+// IPFamily is the family of pool members: contract.FamilyIPv4 or IPv6.
 func (c *Config) IPFamily() string { return c.ipFamily }
 
 // ProviderName is provider.name.
@@ -220,7 +220,7 @@ func (c *Config) validate(f *file) error {
 		}
 		c.drainSeconds = *f.DrainSeconds
 	}
-	if err := oneOf(c.ipFamily, annotation.FamilyIPv4, annotation.FamilyIPv6); err != nil {
+	if err := oneOf(c.ipFamily, contract.FamilyIPv4, contract.FamilyIPv6); err != nil {
 		return fieldError("ipFamily", "%v", err)
 	}
 	return nil

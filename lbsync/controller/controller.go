@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/lbsync/inputs"
@@ -421,8 +422,8 @@ func (c *Controller) syncService(ctx context.Context, key queueKey) error {
 	// An Ingress backend opted in that no npl Ingress uses any more. A
 	// Service claimed as a load balancer (by any installation) keeps the
 	// opt-in its claimer manages.
-	if svc.DeletionTimestamp == nil && svc.Annotations[claim.AutoAnnotatedKey] == "true" &&
-		svc.Annotations[claim.ClaimedByKey] == "" && !claim.HasFinalizer(svc) && !c.referencedByNPLIngress(svc) {
+	if svc.DeletionTimestamp == nil && svc.Annotations[contract.AutoAnnotatedKey] == "true" &&
+		svc.Annotations[contract.ClaimedByKey] == "" && !claim.HasFinalizer(svc) && !c.referencedByNPLIngress(svc) {
 		return c.patchOptIn(ctx, svc, false)
 	}
 	// Another installation's, or nobody's: not ours to touch.
@@ -483,7 +484,7 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) error {
 // deleted: the load balancer, the status, the opt-in we added, the finalizer.
 func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 	key := serviceKey(svc.Namespace, svc.Name)
-	if claim.HasFinalizer(svc) || svc.Annotations[claim.ClaimedByKey] != "" {
+	if claim.HasFinalizer(svc) || svc.Annotations[contract.ClaimedByKey] != "" {
 		name := providers.LoadBalancerName(c.settings.ClusterName, svc.Namespace, svc.Name)
 		if err := c.provider.Delete(ctx, name, providers.L4); err != nil {
 			c.recorder.Eventf(svc, corev1.EventTypeWarning, "DeleteFailed", "Load balancer %s: %v", name, err)

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/providers"
@@ -24,7 +25,7 @@ const (
 
 func hasRegistrationGate(pod *corev1.Pod) bool {
 	return slices.ContainsFunc(pod.Spec.ReadinessGates, func(g corev1.PodReadinessGate) bool {
-		return g.ConditionType == claim.RegisteredReadinessGate
+		return g.ConditionType == contract.RegisteredReadinessGate
 	})
 }
 
@@ -105,7 +106,7 @@ func (c *Controller) updateRegistrations(ctx context.Context, svc *corev1.Servic
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("set %s on %d Pod(s): %w", claim.RegisteredReadinessGate, len(errs), errs[0])
+		return fmt.Errorf("set %s on %d Pod(s): %w", contract.RegisteredReadinessGate, len(errs), errs[0])
 	}
 	return nil
 }
@@ -117,12 +118,12 @@ func (c *Controller) setRegistered(ctx context.Context, pod *corev1.Pod, ok bool
 		status, reason = corev1.ConditionTrue, reasonRegistered
 	}
 	for _, cond := range pod.Status.Conditions {
-		if cond.Type == claim.RegisteredReadinessGate && cond.Status == status && cond.Reason == reason {
+		if cond.Type == contract.RegisteredReadinessGate && cond.Status == status && cond.Reason == reason {
 			return nil
 		}
 	}
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{{
-		Type: claim.RegisteredReadinessGate, Status: status, Reason: reason, Message: message,
+		Type: contract.RegisteredReadinessGate, Status: status, Reason: reason, Message: message,
 		LastTransitionTime: metav1.Now(),
 	}}}})
 	if err != nil {
@@ -132,7 +133,7 @@ func (c *Controller) setRegistered(ctx context.Context, pod *corev1.Pod, ok bool
 	// own conditions are kept.
 	_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
-		return fmt.Errorf("patch %s of pod %s/%s: %w", claim.RegisteredReadinessGate, pod.Namespace, pod.Name, err)
+		return fmt.Errorf("patch %s of pod %s/%s: %w", contract.RegisteredReadinessGate, pod.Namespace, pod.Name, err)
 	}
 	c.metrics.ReadinessGatePatches.WithLabelValues(string(status)).Inc()
 	klog.FromContext(ctx).V(2).Info("Set the registration condition", "pod", klog.KObj(pod), "status", status)

@@ -7,9 +7,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/builder"
-	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -23,12 +22,12 @@ func TestRegisteredIn(t *testing.T) {
 	pod := func(ann string) *corev1.Pod {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "ns", Labels: map[string]string{"app": "web"}},
-			Spec:       corev1.PodSpec{ReadinessGates: []corev1.PodReadinessGate{{ConditionType: claim.RegisteredReadinessGate}}},
+			Spec:       corev1.PodSpec{ReadinessGates: []corev1.PodReadinessGate{{ConditionType: contract.RegisteredReadinessGate}}},
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "198.19.0.5", Conditions: []corev1.PodCondition{
 				{Type: corev1.PodReady, Status: corev1.ConditionFalse}, {Type: corev1.ContainersReady, Status: corev1.ConditionTrue}}},
 		}
 		if ann != "" {
-			p.Annotations = map[string]string{annotation.PodKey: ann}
+			p.Annotations = map[string]string{contract.PodKey: ann}
 		}
 		return p
 	}

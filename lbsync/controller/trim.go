@@ -4,7 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 // trim is the informer transform: it keeps only what npl-lbsync reads, to
@@ -43,8 +43,8 @@ func trimPod(pod *corev1.Pod) *corev1.Pod {
 	out.Name, out.Namespace, out.UID, out.ResourceVersion = pod.Name, pod.Namespace, pod.UID, pod.ResourceVersion
 	out.Labels = pod.Labels
 	out.DeletionTimestamp = pod.DeletionTimestamp
-	if v, ok := pod.Annotations[annotation.PodKey]; ok {
-		out.Annotations = map[string]string{annotation.PodKey: v}
+	if v, ok := pod.Annotations[contract.PodKey]; ok {
+		out.Annotations = map[string]string{contract.PodKey: v}
 	}
 	out.Spec.NodeName = pod.Spec.NodeName
 	out.Spec.ReadinessGates = pod.Spec.ReadinessGates

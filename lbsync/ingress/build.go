@@ -13,8 +13,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/builder"
-	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -109,8 +109,8 @@ func Build(in Input) (*providers.LoadBalancer, builder.Report) {
 	if in.SharedVIP {
 		lb.Name = providers.SharedIngressLoadBalancerName(in.ClusterName, in.IngressClass)
 		for _, ing := range ingresses {
-			if v := ing.Annotations[claim.LoadBalancerIPKey]; v != "" {
-				b.warnf(ing, "annotation %s ignored: the Ingresses of class %s share one VIP", claim.LoadBalancerIPKey, in.IngressClass)
+			if v := ing.Annotations[contract.LoadBalancerIPKey]; v != "" {
+				b.warnf(ing, "annotation %s ignored: the Ingresses of class %s share one VIP", contract.LoadBalancerIPKey, in.IngressClass)
 			}
 		}
 	} else {
@@ -413,14 +413,14 @@ func (b *build) addCert(ing *networkingv1.Ingress, t networkingv1.IngressTLS) {
 // requestedVIP returns the canonical address the annotation
 // npl.io/load-balancer-ip of a dedicated Ingress asks for.
 func requestedVIP(ing *networkingv1.Ingress, r *builder.Report) string {
-	value := ing.Annotations[claim.LoadBalancerIPKey]
+	value := ing.Annotations[contract.LoadBalancerIPKey]
 	if value == "" {
 		return ""
 	}
 	addr, err := netip.ParseAddr(value)
 	if err != nil || addr.Zone() != "" {
 		r.Errors = append(r.Errors, fmt.Sprintf("ingress %s/%s: annotation %s %q is not an IP address: no VIP requested",
-			ing.Namespace, ing.Name, claim.LoadBalancerIPKey, value))
+			ing.Namespace, ing.Name, contract.LoadBalancerIPKey, value))
 		return ""
 	}
 	return addr.Unmap().String()

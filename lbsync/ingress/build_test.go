@@ -10,8 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/builder"
-	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -142,7 +142,7 @@ func TestBuild_routesHostsAndPathsToOnePoolPerServicePort(t *testing.T) {
 		{
 			name: "the requested VIP annotation of the Ingress",
 			in: Input{
-				Ingresses: ingresses(ingress("web", annotated(claim.LoadBalancerIPKey, "203.0.113.7"),
+				Ingresses: ingresses(ingress("web", annotated(contract.LoadBalancerIPKey, "203.0.113.7"),
 					defaultBackend(backend("shop", 80)))),
 				Services: []*corev1.Service{service("shop")},
 			},
@@ -296,7 +296,7 @@ func TestBuild_sharedVIP(t *testing.T) {
 	older := ingress("old", inNS("blog"), createdAt(100), defaultBackend(backend("blog", 80)),
 		rule("a.example.com", prefix("/", backend("blog", 80))),
 		tlsFor("cert", "b.example.com"))
-	newer := ingress("new", createdAt(200), annotated(claim.LoadBalancerIPKey, "203.0.113.9"),
+	newer := ingress("new", createdAt(200), annotated(contract.LoadBalancerIPKey, "203.0.113.9"),
 		defaultBackend(backend("shop", 80)),
 		rule("a.example.com", prefix("/", backend("shop", 80)), exact("/shop", backend("shop", "http"))))
 	runBuildCases(t, []buildCase{{

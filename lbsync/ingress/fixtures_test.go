@@ -18,7 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -144,7 +144,7 @@ func udpPort(s *corev1.Service) { s.Spec.Ports[0].Protocol = corev1.ProtocolUDP 
 func pod(app, name, nodeIP string, nodePortNum int, mods ...func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name, Labels: map[string]string{"app": app},
-			Annotations: map[string]string{annotation.PodKey: fmt.Sprintf(
+			Annotations: map[string]string{contract.PodKey: fmt.Sprintf(
 				`[{"podPort":8080,"nodeIP":%q,"nodePort":%d,"protocol":"tcp","ipFamily":"IPv4"}]`, nodeIP, nodePortNum)}},
 		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "app", Ports: []corev1.ContainerPort{
 			{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}}}}},

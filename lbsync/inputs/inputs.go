@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
 )
@@ -137,7 +138,7 @@ func (s Store) PodsFor(svc *corev1.Service) []*corev1.Pod {
 	}
 	out := make([]*corev1.Pod, 0, len(best))
 	for _, o := range best {
-		if p, ok := o.(*corev1.Pod); ok && builder.Selects(svc, p) {
+		if p, ok := o.(*corev1.Pod); ok && contract.Selects(svc, p) {
 			out = append(out, p)
 		}
 	}
@@ -155,7 +156,7 @@ func (s Store) ServicesSelecting(pod *corev1.Pod) []*corev1.Service {
 		}
 		for _, o := range objs {
 			svc, ok := o.(*corev1.Service)
-			if !ok || seen[svc.Namespace+"/"+svc.Name] || !builder.Selects(svc, pod) {
+			if !ok || seen[svc.Namespace+"/"+svc.Name] || !contract.Selects(svc, pod) {
 				continue
 			}
 			seen[svc.Namespace+"/"+svc.Name] = true

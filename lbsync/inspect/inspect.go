@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
@@ -261,9 +262,9 @@ func recordedState(ctx context.Context, client kubernetes.Interface, lb *provide
 	for _, in := range svc.Status.LoadBalancer.Ingress {
 		vips = append(vips, cmp.Or(in.IP, in.Hostname))
 	}
-	state, reason = StateMissing, "no "+claim.SyncedConditionType+" condition"
+	state, reason = StateMissing, "no "+contract.SyncedConditionType+" condition"
 	for _, c := range svc.Status.Conditions {
-		if c.Type != claim.SyncedConditionType {
+		if c.Type != contract.SyncedConditionType {
 			continue
 		}
 		state, reason = StateDrift, c.Reason+": "+c.Message

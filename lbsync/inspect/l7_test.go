@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
@@ -25,13 +25,13 @@ import (
 func TestExpected_listsIngressPools(t *testing.T) {
 	ready := corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "198.19.1.5",
 		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
-	value, err := annotation.Format([]annotation.Entry{{PodPort: 8080, NodeIP: "198.18.0.11", NodePort: 61001, Protocol: "tcp", IPFamily: "IPv4"}})
+	value, err := contract.Format([]contract.Entry{{PodPort: 8080, NodeIP: "198.18.0.11", NodePort: 61001, Protocol: "tcp", IPFamily: "IPv4"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	labels := map[string]string{"app": "web"}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-1", Labels: labels, Annotations: map[string]string{annotation.PodKey: value}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-1", Labels: labels, Annotations: map[string]string{contract.PodKey: value}},
 		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "web",
 			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}}}}},
 		Status: ready,
@@ -41,7 +41,7 @@ func TestExpected_listsIngressPools(t *testing.T) {
 	lbSvc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "front"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, Selector: labels, Ports: ports}}
 	backend := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web",
-		Annotations: map[string]string{annotation.ServiceEnabledKey: "true"}},
+		Annotations: map[string]string{contract.ServiceEnabledKey: "true"}},
 		Spec: corev1.ServiceSpec{Selector: labels, Ports: ports}}
 	ic := &networkingv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: "npl"}, Spec: networkingv1.IngressClassSpec{Controller: ingress.ControllerName}}
 	pt := networkingv1.PathTypePrefix

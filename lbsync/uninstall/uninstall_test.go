@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/mock"
@@ -76,11 +76,11 @@ func marksOf(svc *corev1.Service) marks {
 }
 
 var (
-	optIn        = map[string]string{annotation.ServiceEnabledKey: "true"}
-	ourOptIn     = map[string]string{annotation.ServiceEnabledKey: "true", claim.AutoAnnotatedKey: "true"}
-	ourClaim     = map[string]string{annotation.ServiceEnabledKey: "true", claim.AutoAnnotatedKey: "true", claim.ClaimedByKey: testCluster}
-	otherClaim   = map[string]string{annotation.ServiceEnabledKey: "true", claim.AutoAnnotatedKey: "true", claim.ClaimedByKey: "c2"}
-	ourFinalizer = []string{claim.CleanupFinalizer, "example.com/keep"}
+	optIn        = map[string]string{contract.ServiceEnabledKey: "true"}
+	ourOptIn     = map[string]string{contract.ServiceEnabledKey: "true", contract.AutoAnnotatedKey: "true"}
+	ourClaim     = map[string]string{contract.ServiceEnabledKey: "true", contract.AutoAnnotatedKey: "true", contract.ClaimedByKey: testCluster}
+	otherClaim   = map[string]string{contract.ServiceEnabledKey: "true", contract.AutoAnnotatedKey: "true", contract.ClaimedByKey: "c2"}
+	ourFinalizer = []string{contract.CleanupFinalizer, "example.com/keep"}
 )
 
 // testServices are the Services of the cleanup tests and what must remain
@@ -92,17 +92,17 @@ var testServices = []struct {
 	{ // ours as the controller leaves it: every mark goes (the claim
 		// record too), other finalizers and conditions stay
 		spec: svcSpec{name: "ours", typ: corev1.ServiceTypeLoadBalancer, class: "npl.io/lb", annotations: ourClaim,
-			finalizers: ourFinalizer, ingress: []string{"198.18.100.1"}, conditions: []string{claim.SyncedConditionType, "example.com/Ready"}},
+			finalizers: ourFinalizer, ingress: []string{"198.18.100.1"}, conditions: []string{contract.SyncedConditionType, "example.com/Ready"}},
 		want: marks{Annotations: map[string]string{}, Finalizers: []string{"example.com/keep"}, Conditions: []string{"example.com/Ready"}},
 	},
 	{ // the user's own opt-in stays
 		spec: svcSpec{name: "user-opt-in", typ: corev1.ServiceTypeLoadBalancer, class: "npl.io/lb", annotations: optIn,
-			finalizers: []string{claim.CleanupFinalizer}, ingress: []string{"198.18.100.2"}, conditions: []string{claim.SyncedConditionType}},
+			finalizers: []string{contract.CleanupFinalizer}, ingress: []string{"198.18.100.2"}, conditions: []string{contract.SyncedConditionType}},
 		want: marks{Annotations: optIn},
 	},
 	{ // a Service that stopped being ours but still has our finalizer
 		spec: svcSpec{name: "was-ours", typ: corev1.ServiceTypeClusterIP, annotations: ourOptIn,
-			finalizers: []string{claim.CleanupFinalizer}, ingress: []string{"198.18.100.3"}},
+			finalizers: []string{contract.CleanupFinalizer}, ingress: []string{"198.18.100.3"}},
 		want: marks{Annotations: map[string]string{}},
 	},
 	{ // another controller's load balancer keeps its status
@@ -115,9 +115,9 @@ var testServices = []struct {
 	},
 	{ // another installation's claim: nothing of it is ours to remove
 		spec: svcSpec{name: "other-installation", typ: corev1.ServiceTypeLoadBalancer, class: "other.io/lb", annotations: otherClaim,
-			finalizers: []string{claim.CleanupFinalizer}, ingress: []string{"198.18.100.11"}, conditions: []string{claim.SyncedConditionType}},
-		want: marks{Annotations: otherClaim, Finalizers: []string{claim.CleanupFinalizer}, Ingress: []string{"198.18.100.11"},
-			Conditions: []string{claim.SyncedConditionType}},
+			finalizers: []string{contract.CleanupFinalizer}, ingress: []string{"198.18.100.11"}, conditions: []string{contract.SyncedConditionType}},
+		want: marks{Annotations: otherClaim, Finalizers: []string{contract.CleanupFinalizer}, Ingress: []string{"198.18.100.11"},
+			Conditions: []string{contract.SyncedConditionType}},
 	},
 	{ // a ClusterIP Service with the user's opt-in is left alone
 		spec: svcSpec{name: "plain", typ: corev1.ServiceTypeClusterIP, annotations: optIn},
@@ -275,9 +275,9 @@ func TestClearStatus(t *testing.T) {
 		want string
 	}{
 		{"nothing of ours", svcSpec{typ: corev1.ServiceTypeLoadBalancer, class: "other.io/lb", ingress: []string{"198.18.1.1"}}, ""},
-		{"condition only, other conditions kept", svcSpec{typ: corev1.ServiceTypeClusterIP, conditions: []string{"a", claim.SyncedConditionType}},
+		{"condition only, other conditions kept", svcSpec{typ: corev1.ServiceTypeClusterIP, conditions: []string{"a", contract.SyncedConditionType}},
 			`{"metadata":{"resourceVersion":"7"},"status":{"conditions":[{"type":"a","status":"True","lastTransitionTime":null,"reason":"Test","message":""}]}}`},
-		{"last condition removes the list", svcSpec{typ: corev1.ServiceTypeClusterIP, conditions: []string{claim.SyncedConditionType}},
+		{"last condition removes the list", svcSpec{typ: corev1.ServiceTypeClusterIP, conditions: []string{contract.SyncedConditionType}},
 			`{"metadata":{"resourceVersion":"7"},"status":{"conditions":null}}`},
 		{"our ingress", svcSpec{typ: corev1.ServiceTypeLoadBalancer, class: "npl.io/lb", ingress: []string{"198.18.1.1"}},
 			`{"metadata":{"resourceVersion":"7"},"status":{"loadBalancer":{"ingress":null}}}`},

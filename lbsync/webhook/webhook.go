@@ -18,6 +18,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 )
 
@@ -49,7 +50,7 @@ func (i *Injector) Patch(namespace string, pod *corev1.Pod) ([]byte, error) {
 		return nil, nil
 	}
 	if slices.ContainsFunc(pod.Spec.ReadinessGates, func(g corev1.PodReadinessGate) bool {
-		return g.ConditionType == claim.RegisteredReadinessGate
+		return g.ConditionType == contract.RegisteredReadinessGate
 	}) {
 		return nil, nil
 	}
@@ -57,14 +58,16 @@ func (i *Injector) Patch(namespace string, pod *corev1.Pod) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list services of %s: %w", namespace, err)
 	}
+	// On create, an admitted Pod may not carry its namespace yet.
+	inNS := *pod
+	inNS.Namespace = namespace
 	selected := slices.ContainsFunc(svcs, func(s *corev1.Service) bool {
-		return claim.Ours(s, i.Claim) && len(s.Spec.Selector) > 0 &&
-			labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(pod.Labels))
+		return claim.Ours(s, i.Claim) && contract.Selects(s, &inNS)
 	})
 	if !selected {
 		return nil, nil
 	}
-	gate := corev1.PodReadinessGate{ConditionType: claim.RegisteredReadinessGate}
+	gate := corev1.PodReadinessGate{ConditionType: contract.RegisteredReadinessGate}
 	op := map[string]any{"op": "add", "path": "/spec/readinessGates/-", "value": gate}
 	if len(pod.Spec.ReadinessGates) == 0 {
 		op = map[string]any{"op": "add", "path": "/spec/readinessGates", "value": []corev1.PodReadinessGate{gate}}

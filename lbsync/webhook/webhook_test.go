@@ -14,6 +14,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 )
 
@@ -54,7 +55,7 @@ func TestPatch(t *testing.T) {
 	}{
 		{"selected by ours in a labelled namespace", "on", pod("web"), `[{"op":"add","path":"/spec/readinessGates","value":[{"conditionType":"npl.io/lb-registered"}]}]`},
 		{"appended to other gates", "on", pod("web", "example.com/x"), `[{"op":"add","path":"/spec/readinessGates/-","value":{"conditionType":"npl.io/lb-registered"}}]`},
-		{"already gated", "on", pod("web", claim.RegisteredReadinessGate), ""},
+		{"already gated", "on", pod("web", contract.RegisteredReadinessGate), ""},
 		{"namespace not labelled", "off", pod("web"), ""},
 		{"selected only by another class", "on", pod("other"), ""},
 	}

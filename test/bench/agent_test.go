@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
 	"github.com/nodeportlocal/npl/agent/datapath"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/stack"
 )
@@ -101,7 +101,7 @@ func (f *agentFixture) setup() error {
 
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "served", Namespace: agentNamespace,
-			Annotations: map[string]string{annotation.ServiceEnabledKey: "true"}},
+			Annotations: map[string]string{contract.ServiceEnabledKey: "true"}},
 		Spec: corev1.ServiceSpec{Selector: servedLabels},
 	}
 	for i := range portsPerPod {
@@ -199,18 +199,18 @@ func (f *agentFixture) annotatedPods(ctx context.Context) (int, error) {
 }
 
 // annotations returns the parsed annotation of every served Pod by name.
-func (f *agentFixture) annotations(ctx context.Context) (map[string][]annotation.Entry, error) {
+func (f *agentFixture) annotations(ctx context.Context) (map[string][]contract.Entry, error) {
 	list, err := f.e.client.CoreV1().Pods(agentNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=served"})
 	if err != nil {
 		return nil, err
 	}
-	out := map[string][]annotation.Entry{}
+	out := map[string][]contract.Entry{}
 	for _, p := range list.Items {
-		v, ok := p.Annotations[annotation.PodKey]
+		v, ok := p.Annotations[contract.PodKey]
 		if !ok {
 			continue
 		}
-		entries, err := annotation.Parse(v)
+		entries, err := contract.Parse(v)
 		if err != nil {
 			return nil, fmt.Errorf("pod %s: %w", p.Name, err)
 		}
@@ -239,7 +239,7 @@ func (f *agentFixture) dnatRules(ctx context.Context) (int, error) {
 type podTimes struct {
 	ip        time.Time
 	annotated time.Time
-	entries   []annotation.Entry
+	entries   []contract.Entry
 	done      chan struct{} // closed once annotated
 }
 
@@ -304,11 +304,11 @@ func (w *podWatch) observe(p *corev1.Pod, now time.Time) {
 	if t.ip.IsZero() && p.Status.PodIP != "" {
 		t.ip = now
 	}
-	v, ok := p.Annotations[annotation.PodKey]
+	v, ok := p.Annotations[contract.PodKey]
 	if !ok || t.ip.IsZero() {
 		return
 	}
-	if entries, err := annotation.Parse(v); err == nil && len(entries) == w.entries {
+	if entries, err := contract.Parse(v); err == nil && len(entries) == w.entries {
 		t.annotated, t.entries = now, entries
 		close(t.done)
 	}
@@ -525,7 +525,7 @@ func (f *agentFixture) waitReady(timeout time.Duration) (time.Time, error) {
 
 // portChanges counts the entries of before whose node port differs in after
 // (or that are gone from it).
-func portChanges(before, after map[string][]annotation.Entry) int {
+func portChanges(before, after map[string][]contract.Entry) int {
 	n := 0
 	for pod, entries := range before {
 		now := map[string]int{}

@@ -26,8 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
-	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/mock"
 	"github.com/nodeportlocal/npl/test/cluster"
@@ -96,9 +95,9 @@ func (s *serviceSet) vip(i int) netip.Addr {
 // annotationValue is Pod g's nodeportlocal.antrea.io annotation with its
 // current node port.
 func (s *serviceSet) annotationValue(g int) string {
-	v, err := annotation.Format([]annotation.Entry{{
+	v, err := contract.Format([]contract.Entry{{
 		PodPort: firstPodPort, NodeIP: s.node(g).IP.String(), NodePort: s.ports[g],
-		Protocol: annotation.ProtocolTCP, IPFamily: annotation.FamilyIPv4,
+		Protocol: contract.ProtocolTCP, IPFamily: contract.FamilyIPv4,
 	}})
 	if err != nil {
 		panic(err) // a fixed, valid entry
@@ -112,7 +111,7 @@ func (s *serviceSet) pod(g int) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: s.podName(g), Namespace: s.ns,
 			Labels:      map[string]string{"app": s.serviceName(g / s.podsPer)},
-			Annotations: map[string]string{annotation.PodKey: s.annotationValue(g)},
+			Annotations: map[string]string{contract.PodKey: s.annotationValue(g)},
 		},
 		Spec: corev1.PodSpec{
 			NodeName: s.node(g).Name,
@@ -150,7 +149,7 @@ func (s *serviceSet) podStatusPatch(g int) []byte {
 func (s *serviceSet) service(i int, claimed bool) *corev1.Service {
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: s.serviceName(i), Namespace: s.ns,
-			Annotations: map[string]string{claim.LoadBalancerIPKey: s.vip(i).String()}},
+			Annotations: map[string]string{contract.LoadBalancerIPKey: s.vip(i).String()}},
 		Spec: corev1.ServiceSpec{
 			Type:                          corev1.ServiceTypeLoadBalancer,
 			LoadBalancerClass:             ptr.To(s.class),
@@ -161,10 +160,10 @@ func (s *serviceSet) service(i int, claimed bool) *corev1.Service {
 		},
 	}
 	if claimed {
-		svc.Finalizers = []string{claim.CleanupFinalizer}
-		svc.Annotations[claim.ClaimedByKey] = s.cluster
-		svc.Annotations[annotation.ServiceEnabledKey] = "true"
-		svc.Annotations[claim.AutoAnnotatedKey] = "true"
+		svc.Finalizers = []string{contract.CleanupFinalizer}
+		svc.Annotations[contract.ClaimedByKey] = s.cluster
+		svc.Annotations[contract.ServiceEnabledKey] = "true"
+		svc.Annotations[contract.AutoAnnotatedKey] = "true"
 	}
 	return svc
 }
@@ -176,7 +175,7 @@ func (s *serviceSet) claimedStatusPatch(i int) []byte {
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{
 		"loadBalancer": corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: s.vip(i).String()}}},
 		"conditions": []metav1.Condition{{
-			Type: claim.SyncedConditionType, Status: metav1.ConditionTrue, Reason: "Synced",
+			Type: contract.SyncedConditionType, Status: metav1.ConditionTrue, Reason: "Synced",
 			Message: fmt.Sprintf("1 listener(s), %d ready backend(s)", s.podsPer),
 			// The apiserver keeps no generation for Services: 0.
 			LastTransitionTime: metav1.Now(),
@@ -255,7 +254,7 @@ func readyEndpoints(slices []discoveryv1.EndpointSlice) int {
 // condition.
 func (s *serviceSet) resetClaims(ctx context.Context, client kubernetes.Interface) error {
 	meta := fmt.Appendf(nil, `{"metadata":{"finalizers":null,"annotations":{%q:null,%q:null,%q:null}}}`,
-		claim.ClaimedByKey, annotation.ServiceEnabledKey, claim.AutoAnnotatedKey)
+		contract.ClaimedByKey, contract.ServiceEnabledKey, contract.AutoAnnotatedKey)
 	status := []byte(`{"status":{"loadBalancer":{"ingress":null},"conditions":null}}`)
 	svcs := client.CoreV1().Services(s.ns)
 	return parallel(s.services, 16, func(i int) error {
@@ -329,7 +328,7 @@ func (s *serviceSet) nextChange(ctx context.Context, client kubernetes.Interface
 	} else {
 		s.ports[g] += portToggle
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annotation.PodKey: s.annotationValue(g)}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{contract.PodKey: s.annotationValue(g)}}})
 	return change{svc: i, lb: s.lbName(i)}, func() error {
 		_, err := client.CoreV1().Pods(s.ns).Patch(ctx, s.podName(g), types.MergePatchType, patch, metav1.PatchOptions{})
 		return err

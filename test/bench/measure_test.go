@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 // The measuring helpers decide the reported figures, so they are specified
@@ -75,25 +75,25 @@ I1122 10:31:04.5`
 }
 
 func TestPortChanges_countsMovedAndLostEntries(t *testing.T) {
-	entry := func(podPort, nodePort int) annotation.Entry {
-		return annotation.Entry{PodPort: podPort, NodeIP: "198.18.0.10", NodePort: nodePort, Protocol: "tcp", IPFamily: "IPv4"}
+	entry := func(podPort, nodePort int) contract.Entry {
+		return contract.Entry{PodPort: podPort, NodeIP: "198.18.0.10", NodePort: nodePort, Protocol: "tcp", IPFamily: "IPv4"}
 	}
-	before := map[string][]annotation.Entry{
+	before := map[string][]contract.Entry{
 		"a": {entry(8080, 61000), entry(8081, 61001)},
 		"b": {entry(8080, 61002)},
 	}
 	for _, tc := range []struct {
 		name  string
-		after map[string][]annotation.Entry
+		after map[string][]contract.Entry
 		want  int
 	}{
-		{"same ports in another order", map[string][]annotation.Entry{
+		{"same ports in another order", map[string][]contract.Entry{
 			"a": {entry(8081, 61001), entry(8080, 61000)}, "b": {entry(8080, 61002)}}, 0},
-		{"one port moved", map[string][]annotation.Entry{
+		{"one port moved", map[string][]contract.Entry{
 			"a": {entry(8080, 61000), entry(8081, 61005)}, "b": {entry(8080, 61002)}}, 1},
-		{"a Pod lost its annotation", map[string][]annotation.Entry{
+		{"a Pod lost its annotation", map[string][]contract.Entry{
 			"a": {entry(8080, 61000), entry(8081, 61001)}}, 1},
-		{"a new Pod does not count", map[string][]annotation.Entry{
+		{"a new Pod does not count", map[string][]contract.Entry{
 			"a": {entry(8080, 61000), entry(8081, 61001)}, "b": {entry(8080, 61002)}, "c": {entry(8080, 61003)}}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -20,8 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
-	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 // buildLbsync builds npl-lbsync, which the uninstall Jobs run.
@@ -138,8 +137,8 @@ func TestUninstall_hooksStopTheWorkloadsAndCleanServicesAsTheirServiceAccount(t 
 		}
 	}
 	services := []*corev1.Service{
-		svc("ours", &class, map[string]string{annotation.ServiceEnabledKey: "true", claim.AutoAnnotatedKey: "true"},
-			[]string{claim.CleanupFinalizer}),
+		svc("ours", &class, map[string]string{contract.ServiceEnabledKey: "true", contract.AutoAnnotatedKey: "true"},
+			[]string{contract.CleanupFinalizer}),
 		svc("foreign", &other, nil, nil),
 	}
 	for _, s := range services {
@@ -148,7 +147,7 @@ func TestUninstall_hooksStopTheWorkloadsAndCleanServicesAsTheirServiceAccount(t 
 			t.Fatal(err)
 		}
 		created.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.18.200.1"}}
-		created.Status.Conditions = []metav1.Condition{{Type: claim.SyncedConditionType, Status: metav1.ConditionTrue,
+		created.Status.Conditions = []metav1.Condition{{Type: contract.SyncedConditionType, Status: metav1.ConditionTrue,
 			Reason: "Synced", LastTransitionTime: metav1.Now()}}
 		if s.Name == "foreign" {
 			created.Status.Conditions = nil

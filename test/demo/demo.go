@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/stack"
@@ -292,7 +292,7 @@ func (r *run) members(ctx context.Context, app, proto string) ([]providers.Membe
 		if !ready(&p) {
 			continue
 		}
-		es, err := annotation.Parse(p.Annotations[annotation.PodKey])
+		es, err := contract.Parse(p.Annotations[contract.PodKey])
 		if err != nil {
 			continue
 		}
@@ -321,7 +321,7 @@ func (r *run) waitConverged(ctx context.Context, app string, n int) error {
 	lb := providers.LoadBalancerName(r.cluster, Namespace, app)
 	var last string
 	err := waitUntil(ctx, 90*time.Second, func() (bool, error) {
-		want, _, err := r.members(ctx, app, annotation.ProtocolTCP)
+		want, _, err := r.members(ctx, app, contract.ProtocolTCP)
 		if err != nil || len(want) != n {
 			last = fmt.Sprintf("%d of %d Pods ready and annotated", len(want), n)
 			return false, err
@@ -358,7 +358,7 @@ func (r *run) showPods(ctx context.Context) error {
 			if p.Spec.NodeName != "" {
 				r.res.Backends[p.Spec.NodeName] += map[bool]int{true: 1}[app == "web"]
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Name, p.Spec.NodeName, p.Status.PodIP, p.Annotations[annotation.PodKey])
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Name, p.Spec.NodeName, p.Status.PodIP, p.Annotations[contract.PodKey])
 		}
 	}
 	return tw.Flush()
@@ -388,7 +388,7 @@ func (r *run) showTraffic(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, owner, err := r.members(ctx, "web", annotation.ProtocolTCP)
+	_, owner, err := r.members(ctx, "web", contract.ProtocolTCP)
 	if err != nil {
 		return err
 	}
@@ -415,7 +415,7 @@ func (r *run) showTraffic(ctx context.Context) error {
 			r.printf("  GET http://%-20s -> %-24s on %-11s %s\n", target, body, nodeOf[body], verdict)
 		}
 	}
-	udp, uowner, err := r.members(ctx, "dns", annotation.ProtocolUDP)
+	udp, uowner, err := r.members(ctx, "dns", contract.ProtocolUDP)
 	if err != nil {
 		return err
 	}
@@ -458,7 +458,7 @@ func (r *run) showContrast(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("web-nodeport has no nodePort: %w", err)
 	}
-	members, _, err := r.members(ctx, "web", annotation.ProtocolTCP)
+	members, _, err := r.members(ctx, "web", contract.ProtocolTCP)
 	if err != nil {
 		return err
 	}
@@ -528,7 +528,7 @@ func (r *run) showScale(ctx context.Context) error {
 		return err
 	}
 	r.res.ScaleConvergence = time.Since(start)
-	members, _, err := r.members(ctx, "web", annotation.ProtocolTCP)
+	members, _, err := r.members(ctx, "web", contract.ProtocolTCP)
 	if err != nil {
 		return err
 	}

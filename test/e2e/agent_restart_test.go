@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/test/stack"
 )
 
@@ -46,7 +46,7 @@ func TestAgent_restartKeepsPortsAndTraffic(t *testing.T) {
 		e.createPod(t, webPod(ns, fmt.Sprintf("web-%d", i), node1, web))
 	}
 	e.createService(t, npService(ns, "web", web))
-	before := map[string]annotation.Entry{}
+	before := map[string]contract.Entry{}
 	for i := range pods {
 		name := fmt.Sprintf("web-%d", i)
 		x := e.waitEntries(t, ns, name, 1)[0]
@@ -191,7 +191,7 @@ func TestAgent_cleanupLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range pods.Items {
-		if _, ok := p.Annotations[annotation.PodKey]; ok {
+		if _, ok := p.Annotations[contract.PodKey]; ok {
 			t.Errorf("pod %s/%s keeps its annotation after cleanup", p.Namespace, p.Name)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/test/cluster"
 )
 
@@ -41,7 +41,7 @@ func TestAgent_distinctPortsAndTrafficFromEverywhere(t *testing.T) {
 		pod := fmt.Sprintf("web-%d", i)
 		es := e.waitEntries(t, ns, pod, 1)
 		got := es[0]
-		want := annotation.Entry{PodPort: 8080, NodeIP: n.IP.String(), NodePort: got.NodePort, Protocol: "tcp", IPFamily: "IPv4"}
+		want := contract.Entry{PodPort: 8080, NodeIP: n.IP.String(), NodePort: got.NodePort, Protocol: "tcp", IPFamily: "IPv4"}
 		if got != want {
 			t.Errorf("%s entry = %+v, want %+v", pod, got, want)
 		}
@@ -103,7 +103,7 @@ func TestAgent_multiPortNamedPortAndTCPUDP(t *testing.T) {
 		corev1.ServicePort{Name: "dns-udp", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromString("dns")},
 	))
 	es := e.waitEntries(t, ns, "multi", 4)
-	byKey := map[string]annotation.Entry{}
+	byKey := map[string]contract.Entry{}
 	ports := map[string]bool{}
 	for _, x := range es {
 		byKey[fmt.Sprintf("%s/%d", x.Protocol, x.PodPort)] = x
@@ -254,13 +254,13 @@ func namedService(ns string) *corev1.Service {
 func (e *env) setOptIn(t *testing.T, ns, value string) {
 	e.updateService(t, ns, "web", func(s *corev1.Service) {
 		if value == "" {
-			delete(s.Annotations, annotation.ServiceEnabledKey)
+			delete(s.Annotations, contract.ServiceEnabledKey)
 			return
 		}
 		if s.Annotations == nil {
 			s.Annotations = map[string]string{}
 		}
-		s.Annotations[annotation.ServiceEnabledKey] = value
+		s.Annotations[contract.ServiceEnabledKey] = value
 	})
 }
 
@@ -355,7 +355,7 @@ func TestAgent_repairsHandWrittenAnnotations(t *testing.T) {
 
 func (e *env) patchPodAnnotation(t *testing.T, ns, name, value string) {
 	t.Helper()
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotation.PodKey, value)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, contract.PodKey, value)
 	if _, err := e.client.CoreV1().Pods(ns).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatalf("patch annotation: %v", err)
 	}

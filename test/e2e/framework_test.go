@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/stack"
 )
@@ -101,7 +101,7 @@ func npService(ns, name string, selector map[string]string, ports ...corev1.Serv
 		ports = []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}}
 	}
 	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{annotation.ServiceEnabledKey: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{contract.ServiceEnabledKey: "true"}},
 		Spec:       corev1.ServiceSpec{Selector: selector, Ports: ports},
 	}
 }
@@ -175,23 +175,23 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, erro
 }
 
 // entries returns the Pod's parsed annotation; nil when it has none.
-func (e *env) entries(t *testing.T, ns, name string) ([]annotation.Entry, bool, error) {
+func (e *env) entries(t *testing.T, ns, name string) ([]contract.Entry, bool, error) {
 	p, err := e.client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		return nil, false, err
 	}
-	v, ok := p.Annotations[annotation.PodKey]
+	v, ok := p.Annotations[contract.PodKey]
 	if !ok {
 		return nil, false, nil
 	}
-	es, err := annotation.Parse(v)
+	es, err := contract.Parse(v)
 	return es, true, err
 }
 
 // waitEntries waits until the Pod's annotation holds n entries and returns them.
-func (e *env) waitEntries(t *testing.T, ns, name string, n int) []annotation.Entry {
+func (e *env) waitEntries(t *testing.T, ns, name string, n int) []contract.Entry {
 	t.Helper()
-	var got []annotation.Entry
+	var got []contract.Entry
 	waitFor(t, 30*time.Second, fmt.Sprintf("%d annotation entries on pod %s/%s", n, ns, name), func() (bool, error) {
 		es, ok, err := e.entries(t, ns, name)
 		got = es
@@ -242,7 +242,7 @@ func portHeld(t *testing.T, n *cluster.Node, proto string, port int) bool {
 	held := false
 	err := n.Do(func() error {
 		addr := ":" + strconv.Itoa(port)
-		if proto == annotation.ProtocolUDP {
+		if proto == contract.ProtocolUDP {
 			c, err := net.ListenPacket("udp4", addr)
 			if err != nil {
 				held = true

@@ -14,8 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
-	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
 	"github.com/nodeportlocal/npl/providers"
 )
@@ -88,7 +87,7 @@ func TestIngress_endToEnd(t *testing.T) {
 						t.Errorf("member %s of %s answered %q (%v), want %s", target, app, body, err, owner[target])
 					}
 				}
-				if s := e.service(t, ns, app); s.Annotations[annotation.ServiceEnabledKey] != "true" || s.Annotations[claim.AutoAnnotatedKey] != "true" {
+				if s := e.service(t, ns, app); s.Annotations[contract.ServiceEnabledKey] != "true" || s.Annotations[contract.AutoAnnotatedKey] != "true" {
 					t.Errorf("backend %s not opted in: %v", app, s.Annotations)
 				}
 			}
@@ -116,9 +115,9 @@ func TestIngress_endToEnd(t *testing.T) {
 				got, _, _, err := backend.Pools(lbName)
 				_, hasPool := got[betaPool]
 				s := e.service(t, ns, "beta")
-				return err == nil && !hasPool && s.Annotations[annotation.ServiceEnabledKey] == "", err
+				return err == nil && !hasPool && s.Annotations[contract.ServiceEnabledKey] == "", err
 			})
-			if s := e.service(t, ns, "alpha"); s.Annotations[annotation.ServiceEnabledKey] != "true" {
+			if s := e.service(t, ns, "alpha"); s.Annotations[contract.ServiceEnabledKey] != "true" {
 				t.Errorf("alpha lost its opt-in: %v", s.Annotations)
 			}
 		})

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/stack"
 )
@@ -95,7 +95,7 @@ func (e *env) expectedMembers(t *testing.T, ns string, sel map[string]string, re
 			if p.DeletionTimestamp != nil || !podReady(&p) {
 				continue
 			}
-			es, err := annotation.Parse(p.Annotations[annotation.PodKey])
+			es, err := contract.Parse(p.Annotations[contract.PodKey])
 			if err != nil || len(es) != 1 {
 				return false, nil
 			}

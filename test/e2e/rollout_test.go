@@ -17,8 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
-	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/cluster"
 )
@@ -54,7 +53,7 @@ func (e *env) rollingUpdate(t *testing.T, gate bool) rolloutResult {
 	d.Spec.Template.Spec.TerminationGracePeriodSeconds = &grace
 	d.Spec.Template.Spec.TopologySpreadConstraints[0].WhenUnsatisfiable = corev1.ScheduleAnyway
 	if gate {
-		d.Spec.Template.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: claim.RegisteredReadinessGate}}
+		d.Spec.Template.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: contract.RegisteredReadinessGate}}
 	}
 	if _, err := e.client.AppsV1().Deployments(ns).Create(context.Background(), d, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -122,7 +121,7 @@ func (e *env) rollingUpdate(t *testing.T, gate bool) rolloutResult {
 		t.Fatal(err)
 	}
 	for _, p := range pods.Items {
-		es, err := annotation.Parse(p.Annotations[annotation.PodKey])
+		es, err := contract.Parse(p.Annotations[contract.PodKey])
 		if err != nil || len(es) != 1 || !members[providers.Member{IP: es[0].NodeIP, Port: int32(es[0].NodePort), Enabled: true}] {
 			res.notMembers++
 		}

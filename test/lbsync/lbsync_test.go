@@ -23,8 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
-	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/stack"
@@ -142,7 +141,7 @@ func (e *env) pod(t *testing.T, ns, name, node, value string, mutate ...func(*co
 		},
 	}
 	if value != "" {
-		p.Annotations = map[string]string{annotation.PodKey: value}
+		p.Annotations = map[string]string{contract.PodKey: value}
 	}
 	for _, m := range mutate {
 		m(p)
@@ -169,7 +168,7 @@ func (e *env) annotate(t *testing.T, ns, name, value string) {
 	if value == "" {
 		v = nil
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{annotation.PodKey: v}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{contract.PodKey: v}}})
 	if _, err := e.client.CoreV1().Pods(ns).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("annotate pod %s: %v", name, err)
 	}
@@ -275,7 +274,7 @@ func member(ip string, port int32, enabled bool) providers.Member {
 
 func condition(s *corev1.Service) *metav1.Condition {
 	for i := range s.Status.Conditions {
-		if s.Status.Conditions[i].Type == claim.SyncedConditionType {
+		if s.Status.Conditions[i].Type == contract.SyncedConditionType {
 			return &s.Status.Conditions[i]
 		}
 	}

@@ -9,8 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
-	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/mock"
 	"github.com/nodeportlocal/npl/test/stack"
@@ -70,7 +69,7 @@ func TestLBSync_nodePortAndClusterIPModes(t *testing.T) {
 	}
 	waitPools(t, cip, ns, "cip", map[string][]providers.Member{cip.poolName(ns, "cip", providers.TCP, 80): want})
 	for _, name := range []string{"np", "cip"} {
-		if v := e.service(t, ns, name).Annotations[annotation.ServiceEnabledKey]; v != "" {
+		if v := e.service(t, ns, name).Annotations[contract.ServiceEnabledKey]; v != "" {
 			t.Errorf("service %s opted in to NodePortLocal in a non-NPL mode", name)
 		}
 	}
@@ -308,7 +307,7 @@ func TestLBSync_installationsDoNotFight(t *testing.T) {
 		s := e.service(t, ns, "web")
 		rv = s.ResourceVersion
 		c := condition(s)
-		return s.Annotations[claim.ClaimedByKey] == peer.cluster && s.Annotations[annotation.ServiceEnabledKey] == "true" &&
+		return s.Annotations[contract.ClaimedByKey] == peer.cluster && s.Annotations[contract.ServiceEnabledKey] == "true" &&
 			len(s.Status.LoadBalancer.Ingress) == 1 && c != nil && c.Status == metav1.ConditionTrue, nil
 	})
 	time.Sleep(3 * time.Second)

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/providers"
 )
@@ -48,7 +48,7 @@ func TestLBSync_poolsFromAnnotations(t *testing.T) {
 	if got := svc.Status.LoadBalancer.Ingress[0].IP; len(vips) != 1 || got != vips[0] {
 		t.Errorf("status VIP %s, provider VIPs %v", got, vips)
 	}
-	if svc.Annotations[annotation.ServiceEnabledKey] != "true" || svc.Annotations[claim.AutoAnnotatedKey] != "true" {
+	if svc.Annotations[contract.ServiceEnabledKey] != "true" || svc.Annotations[contract.AutoAnnotatedKey] != "true" {
 		t.Errorf("service not auto-annotated: %v", svc.Annotations)
 	}
 	if !claim.HasFinalizer(svc) {
@@ -89,7 +89,7 @@ func TestLBSync_classSelection(t *testing.T) {
 			t.Errorf("service %s got a load balancer (err %v)", name, err)
 		}
 		s := e.service(t, ns, name)
-		if s.Annotations[annotation.ServiceEnabledKey] != "" || len(s.Finalizers) != 0 || len(s.Status.LoadBalancer.Ingress) != 0 {
+		if s.Annotations[contract.ServiceEnabledKey] != "" || len(s.Finalizers) != 0 || len(s.Status.LoadBalancer.Ingress) != 0 {
 			t.Errorf("service %s was touched: annotations %v finalizers %v status %v", name, s.Annotations, s.Finalizers, s.Status)
 		}
 	}
@@ -104,14 +104,14 @@ func TestLBSync_releaseWhenNoLongerOurs(t *testing.T) {
 	e.pod(t, ns, "a", e.nodeName(0), list(entry(8080, e.nodeIP(0), 61000, "tcp")))
 	e.createService(t, lbService(ns, "auto", ourClass))
 	user := lbService(ns, "user", ourClass)
-	user.Annotations = map[string]string{annotation.ServiceEnabledKey: "true"}
+	user.Annotations = map[string]string{contract.ServiceEnabledKey: "true"}
 	e.createService(t, user)
 	for _, name := range []string{"auto", "user"} {
 		waitFor(t, 20*time.Second, name+" synced", func() (bool, error) {
 			return len(e.service(t, ns, name).Status.LoadBalancer.Ingress) == 1, nil
 		})
 	}
-	if e.service(t, ns, "user").Annotations[claim.AutoAnnotatedKey] != "" {
+	if e.service(t, ns, "user").Annotations[contract.AutoAnnotatedKey] != "" {
 		t.Error("a user's own opt-in was marked as auto-annotated")
 	}
 	for _, name := range []string{"auto", "user"} {
@@ -131,10 +131,10 @@ func TestLBSync_releaseWhenNoLongerOurs(t *testing.T) {
 			return err == nil && !ok && len(s.Finalizers) == 0 && len(s.Status.LoadBalancer.Ingress) == 0 && condition(s) == nil, nil
 		})
 	}
-	if s := e.service(t, ns, "auto"); s.Annotations[annotation.ServiceEnabledKey] != "" || s.Annotations[claim.AutoAnnotatedKey] != "" {
+	if s := e.service(t, ns, "auto"); s.Annotations[contract.ServiceEnabledKey] != "" || s.Annotations[contract.AutoAnnotatedKey] != "" {
 		t.Errorf("our opt-in was not removed: %v", s.Annotations)
 	}
-	if s := e.service(t, ns, "user"); s.Annotations[annotation.ServiceEnabledKey] != "true" {
+	if s := e.service(t, ns, "user"); s.Annotations[contract.ServiceEnabledKey] != "true" {
 		t.Errorf("the user's opt-in was removed: %v", s.Annotations)
 	}
 }

@@ -21,7 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/webhook"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/stack"
@@ -143,7 +143,7 @@ func TestLBSync_readinessGate(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		if slices.ContainsFunc(got.Spec.ReadinessGates, func(g corev1.PodReadinessGate) bool { return g.ConditionType == claim.RegisteredReadinessGate }) {
+		if slices.ContainsFunc(got.Spec.ReadinessGates, func(g corev1.PodReadinessGate) bool { return g.ConditionType == contract.RegisteredReadinessGate }) {
 			pod = got
 			return true, nil
 		}
@@ -167,7 +167,7 @@ func TestLBSync_readinessGate(t *testing.T) {
 	waitPools(t, s, ns, "web", map[string][]providers.Member{s.poolName(ns, "web", providers.TCP, 80): {member(ip, 61000, true)}})
 	waitFor(t, 20*time.Second, "registered and Ready", func() (bool, error) {
 		p, err := e.client.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
-		return err == nil && condStatus(p, claim.RegisteredReadinessGate) == corev1.ConditionTrue &&
+		return err == nil && condStatus(p, contract.RegisteredReadinessGate) == corev1.ConditionTrue &&
 			condStatus(p, corev1.PodReady) == corev1.ConditionTrue, err
 	})
 	if v, err := l.Metric("npl_lbsync_readiness_gate_patches_total", `status="True"`); err != nil || v < 1 {

@@ -16,8 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
-	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
 	"github.com/nodeportlocal/npl/test/stack"
 )
@@ -62,7 +61,9 @@ func TestLBSync_uninstallLeavesNoMark(t *testing.T) {
 	if _, err := e.client.NetworkingV1().IngressClasses().Create(ctx, ic, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.client.NetworkingV1().IngressClasses().Delete(context.Background(), ingClass, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = e.client.NetworkingV1().IngressClasses().Delete(context.Background(), ingClass, metav1.DeleteOptions{})
+	})
 
 	e.pod(t, ns, "web-1", e.nodeName(0), list(entry(8080, e.nodeIP(0), 61001, "tcp")))
 	e.createService(t, lbService(ns, "lb", &class))
@@ -74,7 +75,7 @@ func TestLBSync_uninstallLeavesNoMark(t *testing.T) {
 		}
 	}
 	e.createService(t, backend("backend", nil))
-	e.createService(t, backend("user", map[string]string{annotation.ServiceEnabledKey: "true"}))
+	e.createService(t, backend("user", map[string]string{contract.ServiceEnabledKey: "true"}))
 	path := func(p, svc string) networkingv1.HTTPIngressPath {
 		pt := networkingv1.PathTypePrefix
 		return networkingv1.HTTPIngressPath{Path: p, PathType: &pt, Backend: networkingv1.IngressBackend{
@@ -122,11 +123,11 @@ func TestLBSync_uninstallLeavesNoMark(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		return len(svc.Status.LoadBalancer.Ingress) == 1 && svc.Annotations[claim.ClaimedByKey] == cluster &&
-			slices.Contains(svc.Finalizers, claim.CleanupFinalizer) &&
-			be.Annotations[claim.AutoAnnotatedKey] == "true" &&
-			len(got.Status.LoadBalancer.Ingress) == 1 && got.Annotations[claim.ClaimedByKey] == cluster &&
-			slices.Contains(got.Finalizers, claim.CleanupFinalizer), nil
+		return len(svc.Status.LoadBalancer.Ingress) == 1 && svc.Annotations[contract.ClaimedByKey] == cluster &&
+			slices.Contains(svc.Finalizers, contract.CleanupFinalizer) &&
+			be.Annotations[contract.AutoAnnotatedKey] == "true" &&
+			len(got.Status.LoadBalancer.Ingress) == 1 && got.Annotations[contract.ClaimedByKey] == cluster &&
+			slices.Contains(got.Finalizers, contract.CleanupFinalizer), nil
 	})
 	st, err := l.MockState()
 	if err != nil {
@@ -165,7 +166,7 @@ func TestLBSync_uninstallLeavesNoMark(t *testing.T) {
 			t.Errorf("service %s after uninstall still carries %v", name, m)
 		}
 		wantOptIn := name == "user" // the user's own opt-in stays
-		if got := annotation.ServiceEnabled(svc.Annotations); got != wantOptIn {
+		if got := contract.ServiceEnabled(svc.Annotations); got != wantOptIn {
 			t.Errorf("service %s after uninstall: opted in %v; want %v", name, got, wantOptIn)
 		}
 		if name == "lb" && len(svc.Status.LoadBalancer.Ingress) != 0 {

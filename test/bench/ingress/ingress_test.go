@@ -22,7 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodeportlocal/npl/agent/annotation"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/stack"
@@ -63,7 +63,7 @@ func parallel(n int, f func(i int) error) error {
 }
 
 func entryJSON(nodeIP string, nodePort int) string {
-	b, _ := json.Marshal([]annotation.Entry{{PodPort: 8080, NodeIP: nodeIP, NodePort: nodePort, Protocol: "tcp", IPFamily: "IPv4"}})
+	b, _ := json.Marshal([]contract.Entry{{PodPort: 8080, NodeIP: nodeIP, NodePort: nodePort, Protocol: "tcp", IPFamily: "IPv4"}})
 	return string(b)
 }
 
@@ -84,7 +84,7 @@ func populate(ctx context.Context, client kubernetes.Interface, nodes []*cluster
 		name := fmt.Sprintf("pod-%d", i)
 		_, err := client.CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"svc": fmt.Sprint(svc)},
-				Annotations: map[string]string{annotation.PodKey: entryJSON(n.IP.String(), 61000+i/len(nodes))}},
+				Annotations: map[string]string{contract.PodKey: entryJSON(n.IP.String(), 61000+i/len(nodes))}},
 			Spec: corev1.PodSpec{NodeName: n.Name, Containers: []corev1.Container{{Name: "web", Image: "npl.io/test-server",
 				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}},
 		}, metav1.CreateOptions{})
@@ -197,7 +197,7 @@ func BenchmarkIngress500(b *testing.B) {
 		const changes = 20
 		for j := range changes {
 			pod := fmt.Sprintf("pod-%d", j*7)
-			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotation.PodKey, entryJSON(c.Nodes()[(j*7)%3].IP.String(), 62000-j-25*(run%30)))
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, contract.PodKey, entryJSON(c.Nodes()[(j*7)%3].IP.String(), 62000-j-25*(run%30)))
 			if _, err := client.CoreV1().Pods(namespace).Patch(ctx, pod, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 				b.Fatal(err)
 			}

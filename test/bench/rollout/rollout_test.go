@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/stack"
 )
@@ -112,7 +112,7 @@ func deployment(ns string, gate bool) *appsv1.Deployment {
 		},
 	}
 	if gate {
-		d.Spec.Template.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: claim.RegisteredReadinessGate}}
+		d.Spec.Template.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: contract.RegisteredReadinessGate}}
 	}
 	return d
 }

@@ -1,7 +1,11 @@
-// Package annotation owns the NodePortLocal annotation contract shared with
-// Antrea, AKO and F5 CIS: the keys, the JSON shape of the Pod annotation and
-// its parsing and formatting. npl-agent writes it; npl-lbsync and nplctl read it.
-package annotation
+// Package contract owns the facts that npl-agent, npl-lbsync, nplctl and the
+// tests share, so that none of them keeps a copy: the NodePortLocal
+// annotation contract with Antrea, AKO and F5 CIS (the keys, the JSON shape
+// of the Pod annotation, its parsing and formatting), the resolution of a
+// Service port's targetPort on a Pod, the rule by which a Service selects a
+// Pod, and the npl.io keys npl leaves on objects. It is a leaf: it imports
+// only the Kubernetes API types.
+package contract
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package annotation
+package contract
 
 import (
 	"strings"

@@ -1,20 +1,21 @@
-// Package podports resolves a Service port's targetPort against a Pod's
-// container ports. npl-agent uses it to decide which Pod ports to map and
-// npl-lbsync to decide which annotation entries belong to a Service port, so
-// both sides agree by construction.
-package podports
+package contract
+
+// ResolveTargetPort and HostPort resolve a Service port's targetPort against
+// a Pod's container ports. npl-agent uses them to decide which Pod ports to
+// map and npl-lbsync to decide which annotation entries belong to a Service
+// port, so both sides agree by construction.
 
 import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// Resolve returns the numeric Pod port that a Service port targets on pod.
+// ResolveTargetPort returns the numeric Pod port that a Service port targets on pod.
 // A numeric targetPort is returned as is (0 means the Service port itself, as
 // Kubernetes defaults it). A named targetPort resolves against the ports of
 // the regular containers and of restartable (sidecar) init containers whose
 // name and protocol match; ok is false when it does not resolve.
-func Resolve(pod *corev1.Pod, sp corev1.ServicePort) (port int32, ok bool) {
+func ResolveTargetPort(pod *corev1.Pod, sp corev1.ServicePort) (port int32, ok bool) {
 	proto := sp.Protocol
 	if proto == "" {
 		proto = corev1.ProtocolTCP
