@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbsync/config"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
 	"github.com/nodeportlocal/npl/test/stack"
 )
@@ -102,8 +103,8 @@ func TestLBSync_uninstallLeavesNoMark(t *testing.T) {
 			[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 	})
 
-	config := e.config(cluster, "NodePortLocal", class, "198.18.101.0/28") + "ingressClass: " + ingClass + "\n"
-	l, err := stack.StartLBSync(ctx, e.c, stack.LBSyncOptions{Name: "npl-lbsync-uninstall", Config: config})
+	cfgText := e.config(cluster, "NodePortLocal", class, "198.18.101.0/28") + "ingressClass: " + ingClass + "\n"
+	l, err := stack.StartLBSync(ctx, e.c, stack.LBSyncOptions{Name: "npl-lbsync-uninstall", Config: cfgText})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,12 +154,18 @@ func TestLBSync_uninstallLeavesNoMark(t *testing.T) {
 		t.Fatalf("npl-lbsync cleanup: %v\n%s", err, out)
 	}
 
-	st, err = l.MockState()
+	// npl-lbsync is stopped: ask the provider as cleanup does, from the
+	// same configuration (the mock keeps its state in a file).
+	cfg, err := config.Load(l.ConfigPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.LoadBalancers) != 0 {
-		t.Errorf("load balancers after uninstall: %d; want none", len(st.LoadBalancers))
+	provider, err := cfg.Provider().Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lbs, err := provider.List(ctx); err != nil || len(lbs) != 0 {
+		t.Errorf("load balancers after uninstall: %v, %v; want none", lbs, err)
 	}
 	for _, name := range []string{"lb", "backend", "user"} {
 		svc := e.service(t, ns, name)
