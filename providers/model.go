@@ -178,6 +178,9 @@ type Status struct {
 // It never deletes members because of an error.
 type Provider interface {
 	// Ensure creates or updates everything for lb so that it matches exactly.
+	// lb has passed Normalize (the registry opens every provider behind
+	// Validated): a provider checks only what its own API requires, never
+	// the rules of the model again.
 	Ensure(ctx context.Context, lb *LoadBalancer) (Status, error)
 	// Delete removes everything created for the load balancer name of the
 	// given kind (L4 or empty, or L7). The kind is given, not guessed from

@@ -13,7 +13,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -27,6 +26,7 @@ import (
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/registry"
+	"github.com/nodeportlocal/npl/providers/strictjson"
 )
 
 // Defaults of the optional fields.
@@ -151,7 +151,7 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 		return nil, fmt.Errorf("config: %s", strings.Join(strings.Fields(err.Error()), " "))
 	}
 	var f file
-	if err := decodeStrict(js, &f); err != nil {
+	if err := strictjson.Decode(js, &f, "config: "); err != nil {
 		return nil, err
 	}
 	c := &Config{
@@ -299,60 +299,6 @@ func providerError(name string, err error) error {
 	default:
 		return fmt.Errorf("config: provider.%s: %w", name, err)
 	}
-}
-
-// decodeStrict decodes a JSON object into f. Keys are compared exactly, not
-// case-insensitively as encoding/json does, so that a mistyped key is an
-// error naming it rather than a silently applied value.
-func decodeStrict(js []byte, f *file) error {
-	if isNull(js) {
-		return nil // An empty file: validation reports what is missing.
-	}
-	var keys map[string]json.RawMessage
-	if err := json.Unmarshal(js, &keys); err != nil {
-		return errors.New("config: want a mapping of fields at the top level")
-	}
-	known := jsonKeys(reflect.TypeFor[file]())
-	for _, k := range slices.Sorted(maps.Keys(keys)) {
-		if !slices.Contains(known, k) {
-			return fieldError(k, "unknown field")
-		}
-	}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(f); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) {
-			return fieldError(typeErr.Field, "got %s, want %s", typeErr.Value, typeName(typeErr.Type))
-		}
-		return fmt.Errorf("config: %w", err)
-	}
-	return nil
-}
-
-func typeName(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Int, reflect.Int64, reflect.Int32:
-		return "an integer"
-	case reflect.Slice:
-		return "a list"
-	default:
-		return t.String()
-	}
-}
-
-// jsonKeys lists the JSON names of a struct's fields.
-func jsonKeys(t reflect.Type) []string {
-	keys := make([]string, 0, t.NumField())
-	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		keys = append(keys, name)
-	}
-	return keys
 }
 
 func isNull(raw []byte) bool {

@@ -130,7 +130,7 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	c := &Controller{
 		settings: settings,
 		client:   client,
-		provider: metrics.instrument(provider),
+		provider: metrics.instrument(providers.Validated(provider)),
 		recorder: recorder,
 		metrics:  metrics,
 		factory:  factory,

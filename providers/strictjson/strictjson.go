@@ -21,12 +21,13 @@ import (
 // Decode decodes the JSON object data into v, a pointer to a struct. Empty
 // data and null leave v as it is (an absent section is the defaults).
 // prefix starts every error about a field ("provider.avi." gives
-// "provider.avi.timeout: want a string, got a JSON number"); errors about
-// the whole section start with prefix without its final dot. The errors:
+// "provider.avi.timeout: want a string, got a JSON number", "config: "
+// gives "config: timeout: ..."); errors about the whole section start with
+// prefix, a final dot turned into ": " ("provider.avi: "). The errors:
 //
 //	<key>: unknown field (valid: <keys of v in field order>)
 //	<key>: want <a string|true or false|an integer|a number|...>, got a JSON <kind>
-//	want a mapping: <why>
+//	want a mapping, got a JSON <kind>   (or "want a mapping: <syntax error>")
 //	unexpected data after the section
 //
 // Only the top-level keys are compared exactly; nested objects decode as
@@ -36,13 +37,17 @@ func Decode(data []byte, v any, prefix string) error {
 	if len(data) == 0 || string(data) == "null" {
 		return nil
 	}
-	section := strings.TrimSuffix(prefix, ".")
-	if section != "" {
-		section += ": "
+	section := prefix
+	if p, ok := strings.CutSuffix(prefix, "."); ok {
+		section = p + ": "
 	}
 	var keys map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&keys); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return fmt.Errorf("%swant a mapping, got a JSON %s", section, typeErr.Value)
+		}
 		return fmt.Errorf("%swant a mapping: %w", section, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {

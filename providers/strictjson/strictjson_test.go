@@ -54,10 +54,12 @@ func TestDecode_errorsNameTheKey(t *testing.T) {
 		{"a number for a string", `{"url":5}`, "provider.x.", "provider.x.url: want a string, got a JSON number"},
 		{"a string for an int", `{"retries":"3"}`, "", "retries: want an integer, got a JSON string"},
 		{"a mapping for a list", `{"hosts":{}}`, "", "hosts: want a list, got a JSON object"},
-		{"not a mapping", `["x"]`, "provider.x.", "provider.x: want a mapping: "},
-		{"not a mapping without a prefix", `"x"`, "", "want a mapping: "},
+		{"not a mapping", `["x"]`, "provider.x.", "provider.x: want a mapping, got a JSON array"},
+		{"not a mapping without a prefix", `"x"`, "", "want a mapping, got a JSON string"},
 		{"broken JSON", `{"url":`, "", "want a mapping: "},
 		{"trailing data", `{"url":"u"} {}`, "provider.x.", "provider.x: unexpected data after the section"},
+		{"a prefix without a dot, for a field", `{"url":5}`, "config: ", "config: url: want a string"},
+		{"a prefix without a dot, for the section", `[]`, "config: ", "config: want a mapping, got a JSON array"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

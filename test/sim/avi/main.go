@@ -16,9 +16,9 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
+	"github.com/nodeportlocal/npl/providers/secretfile"
 	"github.com/nodeportlocal/npl/test/sim/avi/avisim"
 )
 
@@ -55,11 +55,12 @@ func parseFlags(args []string) (config, error) {
 		if c.opts.Password != "" {
 			return c, errors.New("--password and --password-file are exclusive")
 		}
-		b, err := os.ReadFile(passwordFile)
+		// Read as the provider reads it, so that both see one password.
+		pw, err := secretfile.Read(passwordFile)
 		if err != nil {
 			return c, fmt.Errorf("--password-file: %w", err)
 		}
-		c.opts.Password = strings.TrimRight(string(b), "\r\n")
+		c.opts.Password = pw
 	}
 	if c.opts.Password == "" {
 		return c, errors.New("--password or --password-file is required")
