@@ -564,7 +564,9 @@ var (
 	// The webhook reads the readiness-gate label of Namespaces.
 	lbsyncWebhookGrants = sortedJoin(lbsyncGrants, expand([]string{"/namespaces"}, "get", "list", "watch"))
 	lbsyncLeaseGrants   = []string{"coordination.k8s.io/leases:create", "coordination.k8s.io/leases:get@npl-lbsync", "coordination.k8s.io/leases:update@npl-lbsync"}
-	uninstallGrants     = sortedJoin(expand([]string{"/services"}, "get", "list", "patch"), expand([]string{"/services/status"}, "patch"))
+	uninstallGrants     = sortedJoin(expand([]string{"/services", "networking.k8s.io/ingresses"}, "get", "list", "patch"),
+		expand([]string{"/services/status", "networking.k8s.io/ingresses/status"}, "patch"),
+		expand([]string{"networking.k8s.io/ingressclasses"}, "list"))
 )
 
 func checkRBAC(t *testing.T, r *release) {
