@@ -1,6 +1,6 @@
 // Package builder turns Kubernetes objects into the load balancer model:
-// a Service, the Pods of its namespace, the Nodes and optionally the
-// EndpointSlices in, a providers.LoadBalancer and a Report out. It is pure
+// a Service, the Pods of its namespace and the Nodes in, a
+// providers.LoadBalancer and a Report out. It is pure
 // (no client-go calls, no clock), so every rule is tested with tables.
 package builder
 
@@ -11,8 +11,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
@@ -49,10 +47,6 @@ type Input struct {
 	Pods []*corev1.Pod
 	// Nodes are used in ServiceTypeNodePort mode only.
 	Nodes []*corev1.Node
-	// EndpointSlices are optional. When given, those of the Service (same
-	// namespace, kubernetes.io/service-name label) disable the members of
-	// endpoints that are not serving or are terminating.
-	EndpointSlices []*discoveryv1.EndpointSlice
 }
 
 // Report says what Build could not use and why, for Events and logs.
@@ -193,8 +187,7 @@ func portName(sp corev1.ServicePort) string {
 // candidate is a selected Pod that may contribute members.
 type candidate struct {
 	pod *corev1.Pod
-	// enabled is false for a draining Pod: terminating, or not serving in
-	// the EndpointSlices.
+	// enabled is false for a draining Pod: one that is terminating.
 	enabled bool
 	// entries are the Pod's node-port mappings of the wanted family, in
 	// NodePortLocal mode.
@@ -219,7 +212,6 @@ func newBackends(in Input, mode, family string, r *Report) *backends {
 		r.Warnings = append(r.Warnings, "the Service has no selector: no Pods are selected")
 		return b
 	}
-	notServing := endpointsNotServing(in.Service, in.EndpointSlices)
 	for _, pod := range in.Pods {
 		if !contract.Selects(in.Service, pod) || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
@@ -228,7 +220,7 @@ func newBackends(in Input, mode, family string, r *Report) *backends {
 		if !terminating && !podReady(pod) {
 			continue
 		}
-		c := candidate{pod: pod, enabled: !terminating && !notServing.has(pod)}
+		c := candidate{pod: pod, enabled: !terminating}
 		switch mode {
 		case ServiceTypeNodePortLocal:
 			entries, ok := b.podEntries(pod, c.enabled)
@@ -441,55 +433,4 @@ func ofFamily(s, family string) string {
 		return addr.String()
 	}
 	return ""
-}
-
-// podSet is the set of Pods whose endpoints must drain, by namespace/name
-// and, when the slice recorded it, UID (a StatefulSet reuses names).
-type podSet map[types.NamespacedName]types.UID
-
-func (s podSet) has(pod *corev1.Pod) bool {
-	uid, ok := s[types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}]
-	return ok && (uid == "" || pod.UID == "" || uid == pod.UID)
-}
-
-// endpointsNotServing collects the Pods that the Service's EndpointSlices
-// report as not serving or terminating.
-func endpointsNotServing(svc *corev1.Service, slices []*discoveryv1.EndpointSlice) podSet {
-	var out podSet
-	for _, s := range slices {
-		if s == nil || s.Namespace != svc.Namespace || s.Labels[discoveryv1.LabelServiceName] != svc.Name {
-			continue
-		}
-		for _, ep := range s.Endpoints {
-			ref := ep.TargetRef
-			if ref == nil || (ref.Kind != "" && ref.Kind != "Pod") || !drains(ep.Conditions) {
-				continue
-			}
-			ns := ref.Namespace
-			if ns == "" {
-				ns = s.Namespace
-			}
-			if out == nil {
-				out = podSet{}
-			}
-			out[types.NamespacedName{Namespace: ns, Name: ref.Name}] = ref.UID
-		}
-	}
-	return out
-}
-
-// drains reports whether an endpoint must not get new connections. Serving
-// is unset on API servers that predate it; Ready stands in for it there.
-func drains(c discoveryv1.EndpointConditions) bool {
-	if c.Terminating != nil && *c.Terminating {
-		return true
-	}
-	switch {
-	case c.Serving != nil:
-		return !*c.Serving
-	case c.Ready != nil:
-		return !*c.Ready
-	default:
-		return false
-	}
 }

@@ -6,8 +6,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
@@ -20,7 +18,6 @@ type buildCase struct {
 	svc           *corev1.Service
 	pods          []*corev1.Pod
 	nodes         []*corev1.Node
-	slices        []*discoveryv1.EndpointSlice
 	wantListeners []providers.Listener
 	wantReport    Report
 }
@@ -30,13 +27,12 @@ func runBuildCases(t *testing.T, tests []buildCase) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			lb, report := Build(Input{
-				ClusterName:    testCluster,
-				ServiceType:    tt.mode,
-				Family:         tt.family,
-				Service:        tt.svc,
-				Pods:           tt.pods,
-				Nodes:          tt.nodes,
-				EndpointSlices: tt.slices,
+				ClusterName: testCluster,
+				ServiceType: tt.mode,
+				Family:      tt.family,
+				Service:     tt.svc,
+				Pods:        tt.pods,
+				Nodes:       tt.nodes,
 			})
 			if lb == nil {
 				t.Fatalf("Build returned no model; report %+v", report)
@@ -299,55 +295,6 @@ func TestBuild_nodePortLocal(t *testing.T) {
 			},
 			wantListeners: []providers.Listener{listener(providers.TCP, 80, up("198.18.0.11", 61000))},
 			wantReport:    Report{ReadyBackends: 1},
-		},
-		{
-			name: "EndpointSlices: not serving or terminating endpoints drain; absent ones stay enabled",
-			svc:  service(tcp8080),
-			pods: []*corev1.Pod{
-				pod("serving", npl(entry(8080, "198.18.0.11", 61000, "tcp"))),
-				pod("not-serving", npl(entry(8080, "198.18.0.11", 61001, "tcp"))),
-				pod("ep-terminating", npl(entry(8080, "198.18.0.11", 61002, "tcp"))),
-				pod("absent", npl(entry(8080, "198.18.0.11", 61003, "tcp"))),
-			},
-			slices: []*discoveryv1.EndpointSlice{slice("web",
-				endpoint("serving", true, false),
-				endpoint("not-serving", false, false),
-				endpoint("ep-terminating", true, true),
-			)},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80,
-				up("198.18.0.11", 61000), drain("198.18.0.11", 61001), drain("198.18.0.11", 61002),
-				up("198.18.0.11", 61003))},
-			wantReport: Report{ReadyBackends: 2},
-		},
-		{
-			name: "EndpointSlices of another Service, or of an older Pod of the same name, are ignored",
-			svc:  service(tcp8080),
-			pods: []*corev1.Pod{
-				pod("a", npl(entry(8080, "198.18.0.11", 61000, "tcp"))),
-				pod("sts-0", npl(entry(8080, "198.18.0.11", 61001, "tcp"))),
-			},
-			slices: []*discoveryv1.EndpointSlice{
-				slice("api", endpoint("a", false, true)),
-				slice("web", func() discoveryv1.Endpoint {
-					ep := endpoint("sts-0", false, true)
-					ep.TargetRef.UID = types.UID("uid-of-a-deleted-pod")
-					return ep
-				}()),
-			},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80,
-				up("198.18.0.11", 61000), up("198.18.0.11", 61001))},
-			wantReport: Report{ReadyBackends: 2},
-		},
-		{
-			name: "EndpointSlices without serving fall back on ready",
-			svc:  service(tcp8080),
-			pods: []*corev1.Pod{pod("a", npl(entry(8080, "198.18.0.11", 61000, "tcp")))},
-			slices: []*discoveryv1.EndpointSlice{slice("web", func() discoveryv1.Endpoint {
-				ep := endpoint("a", false, false)
-				ep.Conditions = discoveryv1.EndpointConditions{Ready: ptr(false)}
-				return ep
-			}())},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80, drain("198.18.0.11", 61000))},
 		},
 	})
 }

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -161,24 +160,6 @@ func nodeWith(n *corev1.Node, mods ...nodeMod) *corev1.Node {
 		m(n)
 	}
 	return n
-}
-
-// slice is an EndpointSlice of shop/web with one endpoint per Pod name.
-func slice(service string, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
-	return &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: service + "-abc",
-			Labels: map[string]string{discoveryv1.LabelServiceName: service}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   eps,
-	}
-}
-
-func endpoint(podName string, serving, term bool) discoveryv1.Endpoint {
-	return discoveryv1.Endpoint{
-		Addresses:  []string{"198.19.1.10"},
-		Conditions: discoveryv1.EndpointConditions{Ready: ptr(serving && !term), Serving: ptr(serving), Terminating: ptr(term)},
-		TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: testNS, Name: podName},
-	}
 }
 
 func ptr[T any](v T) *T { return &v }

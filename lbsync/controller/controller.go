@@ -16,7 +16,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -149,7 +148,6 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	nodeInformer := factory.Core().V1().Nodes()
 	ingInformer := factory.Networking().V1().Ingresses()
 	classInformer := factory.Networking().V1().IngressClasses()
-	sliceInformer := factory.Discovery().V1().EndpointSlices()
 	utilruntime.Must(ingInformer.Informer().AddIndexers(inputs.IngressIndexers()))
 	c.ingLister = ingInformer.Lister()
 	_, _ = ingInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -164,20 +162,12 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	})
 	utilruntime.Must(svcInformer.Informer().AddIndexers(inputs.ServiceIndexers()))
 	utilruntime.Must(podInformer.Informer().AddIndexers(inputs.PodIndexers()))
-	utilruntime.Must(sliceInformer.Informer().AddIndexers(inputs.EndpointSliceIndexers()))
 	c.svcLister = svcInformer.Lister()
 	c.store = inputs.Store{
 		Services: svcInformer.Informer().GetIndexer(), Pods: podInformer.Informer().GetIndexer(),
-		Nodes: nodeInformer.Informer().GetIndexer(), EndpointSlices: sliceInformer.Informer().GetIndexer(),
+		Nodes:     nodeInformer.Informer().GetIndexer(),
 		Ingresses: ingInformer.Informer().GetIndexer(), IngressClasses: classInformer.Informer().GetIndexer(),
 	}
-	// A change of a Service's EndpointSlices (an endpoint that stops
-	// serving) changes its members.
-	_, _ = sliceInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueueSliceService,
-		UpdateFunc: func(_, obj any) { c.enqueueSliceService(obj) },
-		DeleteFunc: c.enqueueSliceService,
-	})
 
 	_, _ = svcInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueueService(obj, 0) },
@@ -195,7 +185,7 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		DeleteFunc: func(any) { c.nodesChanged() },
 	})
 	c.synced = []cache.InformerSynced{svcInformer.Informer().HasSynced, podInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced,
-		ingInformer.Informer().HasSynced, classInformer.Informer().HasSynced, sliceInformer.Informer().HasSynced}
+		ingInformer.Informer().HasSynced, classInformer.Informer().HasSynced}
 	metrics.setQueueDepth(func() float64 { return float64(c.queue.Len()) })
 	return c
 }
@@ -558,14 +548,4 @@ func modelHash(lb *providers.LoadBalancer) string {
 func (c *Controller) inputSettings() inputs.Settings {
 	return inputs.Settings{ClusterName: c.settings.ClusterName, ServiceType: c.settings.ServiceType,
 		Family: c.settings.Family, IngressClass: c.settings.IngressClass}
-}
-
-// enqueueSliceService queues the Service of an EndpointSlice.
-func (c *Controller) enqueueSliceService(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	if s, ok := obj.(*discoveryv1.EndpointSlice); ok && s.Labels[discoveryv1.LabelServiceName] != "" {
-		c.queue.AddAfter(serviceKey(s.Namespace, s.Labels[discoveryv1.LabelServiceName]), c.settings.CoalesceWindow)
-	}
 }

@@ -2,7 +2,6 @@ package controller
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/nodeportlocal/npl/contract"
 )
@@ -29,10 +28,6 @@ func trim(obj any) (any, error) {
 				out.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
 			}
 		}
-		return out, nil
-	case *discoveryv1.EndpointSlice:
-		out := o.DeepCopy()
-		out.ManagedFields = nil
 		return out, nil
 	}
 	return obj, nil

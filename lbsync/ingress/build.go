@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/nodeportlocal/npl/contract"
@@ -41,14 +40,13 @@ type Input struct {
 	// the oldest Ingress wins.
 	SharedVIP    bool
 	IngressClass string
-	// Services, Pods, Nodes, EndpointSlices and Secrets are candidates, for
+	// Services, Pods, Nodes and Secrets are candidates, for
 	// example those of the Ingresses' namespaces; Build matches namespaces
 	// and names itself. Nodes are used in NodePort mode only.
-	Services       []*corev1.Service
-	Pods           []*corev1.Pod
-	Nodes          []*corev1.Node
-	EndpointSlices []*discoveryv1.EndpointSlice
-	Secrets        []*corev1.Secret
+	Services []*corev1.Service
+	Pods     []*corev1.Pod
+	Nodes    []*corev1.Node
+	Secrets  []*corev1.Secret
 }
 
 // LoadBalancerName returns the name of the load balancer that serves ing:
@@ -355,7 +353,7 @@ func (b *build) members(ing *networkingv1.Ingress, ref backendRef) []providers.M
 	}
 	members, rep := builder.Members(builder.Input{
 		ClusterName: b.in.ClusterName, ServiceType: b.in.ServiceType, Family: b.in.Family, Service: svc,
-		Pods: b.in.Pods, Nodes: b.in.Nodes, EndpointSlices: b.in.EndpointSlices,
+		Pods: b.in.Pods, Nodes: b.in.Nodes,
 	}, *sp)
 	for _, e := range rep.Errors {
 		b.r.Errors = append(b.r.Errors, "backend Service "+svcID+": "+e)

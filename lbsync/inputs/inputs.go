@@ -1,5 +1,5 @@
 // Package inputs gathers what a load balancer build reads: for a Service,
-// its candidate Pods, the Nodes and its EndpointSlices; for Ingresses, their
+// its candidate Pods and the Nodes; for Ingresses, their
 // backend Services, those Services' Pods and the TLS Secrets they name. The
 // controller reads them from its informer caches and nplctl from one List of
 // each kind, through the same Store, so that `nplctl pools` expects exactly
@@ -11,7 +11,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,9 +31,6 @@ const (
 	// BackendIndex indexes Ingresses by the "namespace/name" of each
 	// backend Service.
 	BackendIndex = "backendService"
-	// ServiceNameIndex indexes EndpointSlices by the "namespace/name" of
-	// their Service.
-	ServiceNameIndex = "serviceName"
 )
 
 // Settings say how members are built.
@@ -52,7 +48,6 @@ type Store struct {
 	Services       cache.Indexer
 	Pods           cache.Indexer
 	Nodes          cache.Indexer
-	EndpointSlices cache.Indexer
 	Ingresses      cache.Indexer
 	IngressClasses cache.Indexer
 }
@@ -66,11 +61,6 @@ func PodIndexers() cache.Indexers { return cache.Indexers{LabelIndex: podLabelTe
 
 // IngressIndexers index Ingresses by backend Service.
 func IngressIndexers() cache.Indexers { return cache.Indexers{BackendIndex: ingressBackendKeys} }
-
-// EndpointSliceIndexers index EndpointSlices by Service.
-func EndpointSliceIndexers() cache.Indexers {
-	return cache.Indexers{ServiceNameIndex: endpointSliceService}
-}
 
 // term is an index value: one label key=value in a namespace.
 func term(namespace, key, value string) string { return namespace + "/" + key + "=" + value }
@@ -109,14 +99,6 @@ func ingressBackendKeys(obj any) ([]string, error) {
 		out = append(out, b.String())
 	}
 	return out, nil
-}
-
-func endpointSliceService(obj any) ([]string, error) {
-	s, ok := obj.(*discoveryv1.EndpointSlice)
-	if !ok || s.Labels[discoveryv1.LabelServiceName] == "" {
-		return nil, nil
-	}
-	return []string{s.Namespace + "/" + s.Labels[discoveryv1.LabelServiceName]}, nil
 }
 
 // PodsFor returns the candidate Pods of a Service through the label index:
@@ -234,22 +216,11 @@ func (s Store) nodes(set Settings) []*corev1.Node {
 	return typed[*corev1.Node](s.Nodes.List())
 }
 
-func (s Store) endpointSlices(svc *corev1.Service) []*discoveryv1.EndpointSlice {
-	if s.EndpointSlices == nil {
-		return nil
-	}
-	objs, err := s.EndpointSlices.ByIndex(ServiceNameIndex, svc.Namespace+"/"+svc.Name)
-	if err != nil {
-		return nil
-	}
-	return typed[*discoveryv1.EndpointSlice](objs)
-}
-
 // ServiceInput is the builder's input for a LoadBalancer Service.
 func (s Store) ServiceInput(set Settings, svc *corev1.Service) builder.Input {
 	return builder.Input{
 		ClusterName: set.ClusterName, ServiceType: set.ServiceType, Family: set.Family,
-		Service: svc, Pods: s.PodsFor(svc), Nodes: s.nodes(set), EndpointSlices: s.endpointSlices(svc),
+		Service: svc, Pods: s.PodsFor(svc), Nodes: s.nodes(set),
 	}
 }
 
@@ -320,7 +291,6 @@ func FromAPI(ctx context.Context, client kubernetes.Interface, namespace string,
 	s := Store{
 		Services:       cache.NewIndexer(cache.MetaNamespaceKeyFunc, ServiceIndexers()),
 		Pods:           cache.NewIndexer(cache.MetaNamespaceKeyFunc, PodIndexers()),
-		EndpointSlices: cache.NewIndexer(cache.MetaNamespaceKeyFunc, EndpointSliceIndexers()),
 		Ingresses:      cache.NewIndexer(cache.MetaNamespaceKeyFunc, IngressIndexers()),
 		IngressClasses: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
 	}
@@ -337,13 +307,6 @@ func FromAPI(ctx context.Context, client kubernetes.Interface, namespace string,
 	}
 	for i := range pods.Items {
 		_ = s.Pods.Add(&pods.Items[i])
-	}
-	eps, err := client.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return s, fmt.Errorf("list endpointslices: %w", err)
-	}
-	for i := range eps.Items {
-		_ = s.EndpointSlices.Add(&eps.Items[i])
 	}
 	ings, err := client.NetworkingV1().Ingresses(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {

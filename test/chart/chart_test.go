@@ -555,7 +555,7 @@ var (
 		expand([]string{"/events", "events.k8s.io/events"}, "create", "patch"),
 	)
 	lbsyncGrants = sortedJoin(
-		expand([]string{"/services", "/pods", "/nodes", "discovery.k8s.io/endpointslices",
+		expand([]string{"/services", "/pods", "/nodes",
 			"networking.k8s.io/ingresses", "networking.k8s.io/ingressclasses"}, "get", "list", "watch"),
 		expand([]string{"/services", "/services/status"}, "patch", "update"),
 		expand([]string{"/pods/status", "networking.k8s.io/ingresses", "networking.k8s.io/ingresses/status"}, "patch"),

@@ -231,7 +231,6 @@ func TestChart_RBACGrantsEachServiceAccountWhatItNeedsAndNoSecret(t *testing.T) 
 				{verb: "patch", resource: "pods", subresource: "status", namespace: "default"},
 				{verb: "watch", resource: "pods"},
 				{verb: "list", resource: "nodes"},
-				{verb: "list", group: "discovery.k8s.io", resource: "endpointslices"},
 				{verb: "watch", group: "networking.k8s.io", resource: "ingresses"},
 				{verb: "patch", group: "networking.k8s.io", resource: "ingresses", namespace: "default"},
 				{verb: "patch", group: "networking.k8s.io", resource: "ingresses", subresource: "status", namespace: "default"},
