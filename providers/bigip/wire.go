@@ -28,10 +28,7 @@ type poolCreate struct {
 }
 
 type poolState struct {
-	Name             string `json:"name"`
-	Partition        string `json:"partition"`
-	FullPath         string `json:"fullPath"`
-	Description      string `json:"description"`
+	objectHeader
 	Monitor          string `json:"monitor"`
 	MembersReference struct {
 		Items []memberState `json:"items"`
@@ -56,22 +53,8 @@ type addressTranslation struct {
 	Type string `json:"type"`
 }
 
-type virtualCreate struct {
-	Name                     string             `json:"name"`
-	Partition                string             `json:"partition"`
-	Description              string             `json:"description"`
-	Destination              string             `json:"destination"`
-	IPProtocol               string             `json:"ipProtocol"`
-	Pool                     string             `json:"pool"`
-	SourceAddressTranslation addressTranslation `json:"sourceAddressTranslation"`
-	Profiles                 []profileRef       `json:"profiles"`
-}
-
 type virtualState struct {
-	Name                     string             `json:"name"`
-	Partition                string             `json:"partition"`
-	FullPath                 string             `json:"fullPath"`
-	Description              string             `json:"description"`
+	objectHeader
 	Destination              string             `json:"destination"`
 	IPProtocol               string             `json:"ipProtocol"`
 	Pool                     string             `json:"pool"`
