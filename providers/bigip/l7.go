@@ -136,12 +136,6 @@ func (p *provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (pr
 		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
 	}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("lb", lb.Name))
-	if err := p.ensurePartition(ctx); err != nil {
-		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
-	}
-	if err := p.loadInventory(ctx); err != nil {
-		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
-	}
 	tag := p.l7Tag(lb)
 	var virtualNames, poolNames []string
 	for _, v := range plan.virtuals {

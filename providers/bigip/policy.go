@@ -51,25 +51,19 @@ type actionState struct {
 }
 
 type ruleState struct {
-	Name                string `json:"name"`
-	Ordinal             int    `json:"ordinal"`
-	ConditionsReference struct {
-		Items []conditionState `json:"items"`
-	} `json:"conditionsReference"`
-	ActionsReference struct {
-		Items []actionState `json:"items"`
-	} `json:"actionsReference"`
+	Name                string                       `json:"name"`
+	Ordinal             int                          `json:"ordinal"`
+	ConditionsReference collectionOf[conditionState] `json:"conditionsReference"`
+	ActionsReference    collectionOf[actionState]    `json:"actionsReference"`
 }
 
 type policyState struct {
 	objectHeader
-	Strategy       string   `json:"strategy"`
-	Requires       []string `json:"requires"`
-	Controls       []string `json:"controls"`
-	Status         string   `json:"status"`
-	RulesReference struct {
-		Items []ruleState `json:"items"`
-	} `json:"rulesReference"`
+	Strategy       string                  `json:"strategy"`
+	Requires       []string                `json:"requires"`
+	Controls       []string                `json:"controls"`
+	Status         string                  `json:"status"`
+	RulesReference collectionOf[ruleState] `json:"rulesReference"`
 }
 
 type ruleBody struct {

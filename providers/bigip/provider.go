@@ -112,12 +112,6 @@ func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (prov
 		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
 	}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("lb", lb.Name))
-	if err := p.ensurePartition(ctx); err != nil {
-		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
-	}
-	if err := p.loadInventory(ctx); err != nil {
-		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
-	}
 	tag := ownerTag{Owner: ownerName, Cluster: p.cfg.common.ClusterName, Service: lb.Service, LB: lb.Name}
 
 	names := make([]string, 0, len(plans))
@@ -172,11 +166,18 @@ func (p *provider) fail(lb string, err error) error {
 	return fmt.Errorf("ensure load balancer %s: %w", lb, err)
 }
 
-// readObjects reads the existing virtuals and pools of load balancer lb:
-// those the inventory lists for it, and those it should have that exist.
-// An object of another owner under a name the load balancer needs is an
-// error: the provider never takes it over.
+// readObjects makes sure the partition exists and the inventory is loaded,
+// then reads the existing virtuals and pools of load balancer lb: those the
+// inventory lists for it, and those it should have that exist. An object of
+// another owner under a name the load balancer needs is an error: the
+// provider never takes it over.
 func (p *provider) readObjects(ctx context.Context, lb string, virtualNames, poolNames []string) (map[string]*virtualState, map[string]*poolState, error) {
+	if err := p.ensurePartition(ctx); err != nil {
+		return nil, nil, err
+	}
+	if err := p.loadInventory(ctx); err != nil {
+		return nil, nil, err
+	}
 	haveVirtuals, havePools := p.inv.objectsOf(lb)
 	virtuals, err := readOwned(ctx, p, &virtualKind, lb, haveVirtuals, virtualNames)
 	if err != nil {

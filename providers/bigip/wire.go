@@ -29,10 +29,8 @@ type poolCreate struct {
 
 type poolState struct {
 	objectHeader
-	Monitor          string `json:"monitor"`
-	MembersReference struct {
-		Items []memberState `json:"items"`
-	} `json:"membersReference"`
+	Monitor          string                    `json:"monitor"`
+	MembersReference collectionOf[memberState] `json:"membersReference"`
 }
 
 type memberState struct {
@@ -55,18 +53,16 @@ type addressTranslation struct {
 
 type virtualState struct {
 	objectHeader
-	Destination              string             `json:"destination"`
-	IPProtocol               string             `json:"ipProtocol"`
-	Pool                     string             `json:"pool"`
-	SourceAddressTranslation addressTranslation `json:"sourceAddressTranslation"`
-	ProfilesReference        struct {
-		Items []profileRef `json:"items"`
-	} `json:"profilesReference"`
-	PoliciesReference struct {
-		Items []profileRef `json:"items"`
-	} `json:"policiesReference"`
+	Destination              string                   `json:"destination"`
+	IPProtocol               string                   `json:"ipProtocol"`
+	Pool                     string                   `json:"pool"`
+	SourceAddressTranslation addressTranslation       `json:"sourceAddressTranslation"`
+	ProfilesReference        collectionOf[profileRef] `json:"profilesReference"`
+	PoliciesReference        collectionOf[profileRef] `json:"policiesReference"`
 }
 
+// collectionOf is a listing of a collection, or a subcollection of an
+// object read with expandSubcollections=true.
 type collectionOf[T any] struct {
 	Items []T `json:"items"`
 }
