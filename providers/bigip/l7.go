@@ -22,6 +22,9 @@ import (
 // on the VIP with the tcp and http profiles, the client-ssl profiles on
 // HTTPS ones, the policy, and the default pool as its pool. Policies are
 // changed as BIG-IP 12.1 and later require: a draft, then publish.
+//
+// This file plans and orchestrates; pool.go, virtual.go, policy.go and
+// ssl.go hold each kind of object, object.go the sequences they share.
 
 type l7Plan struct {
 	pools    []listenerPlan // the name, monitor and members of each pool
@@ -226,8 +229,9 @@ func (p *provider) l7Profiles(https bool, sslProfiles []string) []profileRef {
 }
 
 // listL7 adds to the load balancers List found (by name) what only L7 ones
-// have: policy rules and certificates.
-func (p *provider) listL7(ctx context.Context, byLB map[string]*providers.LoadBalancer) error {
+// have: policy rules and certificates. get returns the load balancer of a
+// tag, made when List has not met it yet.
+func (p *provider) listL7(ctx context.Context, byLB map[string]*providers.LoadBalancer, get func(ownerTag) *providers.LoadBalancer) error {
 	cluster := p.cfg.common.ClusterName
 	policies, err := listObjects(ctx, p, &policyKind, true)
 	if err != nil {
@@ -236,15 +240,6 @@ func (p *provider) listL7(ctx context.Context, byLB map[string]*providers.LoadBa
 	profiles, err := listObjects(ctx, p, &clientSSLKind, false)
 	if err != nil {
 		return err
-	}
-	get := func(tag ownerTag) *providers.LoadBalancer {
-		lb := byLB[tag.LB]
-		if lb == nil {
-			lb = &providers.LoadBalancer{Name: tag.LB, Listeners: []providers.Listener{}}
-			byLB[tag.LB] = lb
-		}
-		markL7(lb, tag)
-		return lb
 	}
 	for i := range policies {
 		pol := &policies[i]

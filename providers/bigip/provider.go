@@ -331,7 +331,7 @@ func (p *provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
 		}
 		lb.Listeners = append(lb.Listeners, providers.Listener{Port: port, Protocol: providers.Protocol(strings.ToUpper(v.IPProtocol)), Pool: pool})
 	}
-	if err := p.listL7(ctx, byLB); err != nil {
+	if err := p.listL7(ctx, byLB, get); err != nil {
 		return nil, fmt.Errorf("list load balancers: %w", err)
 	}
 	out := make([]providers.LoadBalancer, 0, len(byLB))
