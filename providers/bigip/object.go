@@ -174,7 +174,8 @@ func readObject[T object, B any](ctx context.Context, p *provider, k *objectKind
 // readOwned reads the objects of load balancer lb: those the inventory
 // lists for it (have), and those it needs that exist. An object of another
 // owner under a needed name is an error: the provider never takes it over.
-// One whose owner changed since the inventory was read is noted there.
+// One whose owner changed since the inventory was read is noted there. It
+// serves the kinds the inventory holds.
 func readOwned[T object, B any](ctx context.Context, p *provider, k *objectKind[T, B], lb string, have, needed []string) (map[string]*T, error) {
 	want, isNeeded := map[string]bool{}, map[string]bool{}
 	for _, n := range needed {
