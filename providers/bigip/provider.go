@@ -112,12 +112,6 @@ func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (prov
 		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
 	}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("lb", lb.Name))
-	if err := p.ensurePartition(ctx); err != nil {
-		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
-	}
-	if err := p.loadInventory(ctx); err != nil {
-		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
-	}
 	tag := ownerTag{Owner: ownerName, Cluster: p.cfg.common.ClusterName, Service: lb.Service, LB: lb.Name}
 
 	names := make([]string, 0, len(plans))
@@ -135,35 +129,30 @@ func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (prov
 			return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
 		}
 		for _, l := range plans {
-			if err := p.syncPool(ctx, tag, l, pools[l.name]); err != nil {
+			if err := p.ensurePool(ctx, tag, l, pools[l.name]); err != nil {
 				return providers.Status{}, p.fail(lb.Name, err)
 			}
 		}
+		desc := tag.String()
 		for _, l := range plans {
-			if err := p.syncVirtual(ctx, tag, l, vip, virtuals[l.name]); err != nil {
+			want := virtualBody{
+				Description: desc, Destination: fullPath(p.cfg.Partition, memberName(vip, l.port)), IPProtocol: l.ipProtocol,
+				Pool: fullPath(p.cfg.Partition, l.name), SourceAddressTranslation: addressTranslation{Type: automap},
+				Profiles: []profileRef{{Name: l.profile, Partition: commonPartitionName, Context: "all"}},
+			}
+			if err := p.ensureVirtual(ctx, tag.LB, l.name, vip, want, virtuals[l.name]); err != nil {
 				return providers.Status{}, p.fail(lb.Name, err)
 			}
 		}
 		status.VIPs = []string{vip.String()}
 	}
 
-	desired := map[string]bool{}
-	for _, l := range plans {
-		desired[l.name] = true
+	// Virtuals go before the pools they use.
+	if err := deleteUnwanted(ctx, p, &virtualKind, sortedKeys(virtuals), nameSet(names), lb.Name); err != nil {
+		return providers.Status{}, p.fail(lb.Name, err)
 	}
-	for _, name := range sortedKeys(virtuals) {
-		if !desired[name] {
-			if err := p.deleteVirtual(ctx, name); err != nil {
-				return providers.Status{}, p.fail(lb.Name, err)
-			}
-		}
-	}
-	for _, name := range sortedKeys(pools) {
-		if !desired[name] {
-			if err := p.deletePool(ctx, name); err != nil {
-				return providers.Status{}, p.fail(lb.Name, err)
-			}
-		}
+	if err := deleteUnwanted(ctx, p, &poolKind, sortedKeys(pools), nameSet(names), lb.Name); err != nil {
+		return providers.Status{}, p.fail(lb.Name, err)
 	}
 	return status, nil
 }
@@ -177,96 +166,28 @@ func (p *provider) fail(lb string, err error) error {
 	return fmt.Errorf("ensure load balancer %s: %w", lb, err)
 }
 
-// readObjects reads the existing virtuals and pools of load balancer lb:
-// those the inventory lists for it, and those it should have that exist.
-// An object of another owner under a name the load balancer needs is an
-// error: the provider never takes it over.
+// readObjects makes sure the partition exists and the inventory is loaded,
+// then reads the existing virtuals and pools of load balancer lb: those the
+// inventory lists for it, and those it should have that exist. An object of
+// another owner under a name the load balancer needs is an error: the
+// provider never takes it over.
 func (p *provider) readObjects(ctx context.Context, lb string, virtualNames, poolNames []string) (map[string]*virtualState, map[string]*poolState, error) {
-	oldVirtuals, oldPools := p.inv.objectsOf(lb)
-	wantVirtuals, wantPools := map[string]bool{}, map[string]bool{}
-	desiredVirtuals, desiredPools := map[string]bool{}, map[string]bool{}
-	for _, n := range virtualNames {
-		desiredVirtuals[n] = true
-		if p.inv.hasVirtual(n) {
-			wantVirtuals[n] = true
-		}
+	if err := p.ensurePartition(ctx); err != nil {
+		return nil, nil, err
 	}
-	for _, n := range poolNames {
-		desiredPools[n] = true
-		if p.inv.hasPool(n) {
-			wantPools[n] = true
-		}
+	if err := p.loadInventory(ctx); err != nil {
+		return nil, nil, err
 	}
-	for _, n := range oldVirtuals {
-		wantVirtuals[n] = true
+	haveVirtuals, havePools := p.inv.objectsOf(lb)
+	virtuals, err := readOwned(ctx, p, &virtualKind, lb, haveVirtuals, virtualNames)
+	if err != nil {
+		return nil, nil, err
 	}
-	for _, n := range oldPools {
-		wantPools[n] = true
-	}
-
-	virtuals := map[string]*virtualState{}
-	for _, name := range sortedKeys(wantVirtuals) {
-		v, err := p.getVirtual(ctx, name)
-		if err != nil {
-			return nil, nil, err
-		}
-		if v == nil {
-			continue
-		}
-		if err := p.checkOwner("virtual server", name, v.Description, lb, desiredVirtuals[name]); err != nil {
-			return nil, nil, err
-		}
-		if p.owns(v.Description, lb) {
-			virtuals[name] = v
-		} else {
-			// Its owner changed since the inventory was read.
-			vip, _, _ := parseEndpoint(v.Destination)
-			p.inv.setVirtual(name, p.ownerOf(v.Description), vip)
-		}
-	}
-	pools := map[string]*poolState{}
-	for _, name := range sortedKeys(wantPools) {
-		pl, err := p.getPool(ctx, name)
-		if err != nil {
-			return nil, nil, err
-		}
-		if pl == nil {
-			continue
-		}
-		if err := p.checkOwner("pool", name, pl.Description, lb, desiredPools[name]); err != nil {
-			return nil, nil, err
-		}
-		if p.owns(pl.Description, lb) {
-			pools[name] = pl
-		} else {
-			p.inv.setPool(name, p.ownerOf(pl.Description))
-		}
+	pools, err := readOwned(ctx, p, &poolKind, lb, havePools, poolNames)
+	if err != nil {
+		return nil, nil, err
 	}
 	return virtuals, pools, nil
-}
-
-// ownerOf returns the load balancer of this cluster that owns an object, ""
-// if the cluster does not own it.
-func (p *provider) ownerOf(description string) string {
-	tag, owned := parseOwner(description, p.cfg.common.ClusterName)
-	if !owned {
-		return ""
-	}
-	return tag.LB
-}
-
-func (p *provider) owns(description, lb string) bool {
-	tag, owned := parseOwner(description, p.cfg.common.ClusterName)
-	return owned && tag.LB == lb
-}
-
-// checkOwner refuses an object that load balancer lb needs but does not own.
-func (p *provider) checkOwner(kind, name, description, lb string, needed bool) error {
-	if !needed || p.owns(description, lb) {
-		return nil
-	}
-	return fmt.Errorf("%s %s exists and is not owned by load balancer %s of cluster %s: not modifying it",
-		kind, fullPath(p.cfg.Partition, name), lb, p.cfg.common.ClusterName)
 }
 
 // chooseVIP picks the VIP: the requested one, else the one the load
@@ -293,197 +214,7 @@ func (p *provider) chooseVIP(lb string, requested netip.Addr, virtuals map[strin
 	return p.inv.chooseVIP(lb, requested, current, p.cfg.common.VIPPool)
 }
 
-func (p *provider) getPool(ctx context.Context, name string) (*poolState, error) {
-	var pl poolState
-	err := p.api.do(ctx, http.MethodGet, objectPath("ltm/pool", p.cfg.Partition, name)+"?expandSubcollections=true", nil, &pl)
-	if isNotFound(err) {
-		p.inv.removePool(name)
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read pool %s: %w", fullPath(p.cfg.Partition, name), err)
-	}
-	return &pl, nil
-}
-
-func (p *provider) getVirtual(ctx context.Context, name string) (*virtualState, error) {
-	var v virtualState
-	err := p.api.do(ctx, http.MethodGet, objectPath("ltm/virtual", p.cfg.Partition, name)+"?expandSubcollections=true", nil, &v)
-	if isNotFound(err) {
-		p.inv.removeVirtual(name)
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read virtual server %s: %w", fullPath(p.cfg.Partition, name), err)
-	}
-	return &v, nil
-}
-
-// syncPool creates the pool of listener l, or rewrites what differs in cur:
-// the members, all of them in one replace-all PUT, as go-bigip's
-// UpdatePoolMembers does, with the monitor and description when they differ.
-func (p *provider) syncPool(ctx context.Context, tag ownerTag, l listenerPlan, cur *poolState) error {
-	log := klog.FromContext(ctx)
-	fp := fullPath(p.cfg.Partition, l.name)
-	desc := tag.String()
-	if cur == nil {
-		err := p.api.do(ctx, http.MethodPost, "ltm/pool", poolCreate{
-			Name: l.name, Partition: p.cfg.Partition, Description: desc, Monitor: l.monitor, Members: l.members,
-		}, nil)
-		if err == nil {
-			p.inv.setPool(l.name, tag.LB)
-			log.V(2).Info("Created pool", "pool", fp, "members", len(l.members))
-			return nil
-		}
-		if !isConflict(err) {
-			return fmt.Errorf("create pool %s: %w", fp, err)
-		}
-		// It was created since the inventory was read: compare with it.
-		if cur, err = p.getPool(ctx, l.name); err != nil {
-			return err
-		}
-		if cur == nil {
-			return fmt.Errorf("create pool %s: BIG-IP says it exists but cannot read it", fp)
-		}
-		if err := p.checkOwner("pool", l.name, cur.Description, tag.LB, true); err != nil {
-			return err
-		}
-	}
-	p.inv.setPool(l.name, tag.LB)
-	body := map[string]any{}
-	if strings.TrimSpace(cur.Monitor) != l.monitor {
-		body["monitor"] = l.monitor
-	}
-	if cur.Description != desc {
-		body["description"] = desc
-	}
-	if !sameMembers(cur.MembersReference.Items, l.members) {
-		body["members"] = l.members
-	}
-	if len(body) == 0 {
-		return nil
-	}
-	if err := p.api.do(ctx, http.MethodPut, objectPath("ltm/pool", p.cfg.Partition, l.name), body, nil); err != nil {
-		return fmt.Errorf("update pool %s: %w", fp, err)
-	}
-	log.V(2).Info("Updated pool", "pool", fp, "members", len(l.members), "fields", slices.Sorted(maps.Keys(body)))
-	return nil
-}
-
-// sameMembers compares members as sets of (partition, name, enabled).
-func sameMembers(have []memberState, want []memberBody) bool {
-	if len(have) != len(want) {
-		return false
-	}
-	enabled := make(map[string]bool, len(want))
-	for _, m := range want {
-		enabled[m.Partition+"/"+m.Name] = m.Session == sessionEnabled
-	}
-	for _, m := range have {
-		e, found := enabled[m.Partition+"/"+m.Name]
-		if !found || e != (m.Session != sessionDisabled) {
-			return false
-		}
-	}
-	return true
-}
-
-// syncVirtual creates the virtual server of listener l, or patches the
-// fields of cur that differ.
-func (p *provider) syncVirtual(ctx context.Context, tag ownerTag, l listenerPlan, vip netip.Addr, cur *virtualState) error {
-	log := klog.FromContext(ctx)
-	fp := fullPath(p.cfg.Partition, l.name)
-	desc := tag.String()
-	dest := fullPath(p.cfg.Partition, memberName(vip, l.port))
-	pool := fullPath(p.cfg.Partition, l.name)
-	profile := "/" + commonPartitionName + "/" + l.profile
-	if cur == nil {
-		err := p.api.do(ctx, http.MethodPost, "ltm/virtual", virtualCreate{
-			Name: l.name, Partition: p.cfg.Partition, Description: desc, Destination: dest, IPProtocol: l.ipProtocol,
-			Pool: pool, SourceAddressTranslation: addressTranslation{Type: automap},
-			Profiles: []profileRef{{Name: l.profile, Partition: commonPartitionName, Context: "all"}},
-		}, nil)
-		if err == nil {
-			p.inv.setVirtual(l.name, tag.LB, vip)
-			log.V(2).Info("Created virtual server", "virtual", fp, "destination", dest)
-			return nil
-		}
-		if !isConflict(err) {
-			return fmt.Errorf("create virtual server %s: %w", fp, err)
-		}
-		if cur, err = p.getVirtual(ctx, l.name); err != nil {
-			return err
-		}
-		if cur == nil {
-			return fmt.Errorf("create virtual server %s: BIG-IP says it exists but cannot read it", fp)
-		}
-		if err := p.checkOwner("virtual server", l.name, cur.Description, tag.LB, true); err != nil {
-			return err
-		}
-	}
-	body := map[string]any{}
-	if cur.Destination != dest {
-		body["destination"] = dest
-	}
-	if cur.IPProtocol != l.ipProtocol {
-		body["ipProtocol"] = l.ipProtocol
-	}
-	if cur.Pool != pool {
-		body["pool"] = pool
-	}
-	if cur.SourceAddressTranslation.Type != automap {
-		body["sourceAddressTranslation"] = addressTranslation{Type: automap}
-	}
-	if cur.Description != desc {
-		body["description"] = desc
-	}
-	if !sameProfiles(cur.ProfilesReference.Items, profile) {
-		body["profiles"] = []profileRef{{Name: l.profile, Partition: commonPartitionName, Context: "all"}}
-	}
-	if len(body) > 0 {
-		if err := p.api.do(ctx, http.MethodPatch, objectPath("ltm/virtual", p.cfg.Partition, l.name), body, nil); err != nil {
-			return fmt.Errorf("update virtual server %s: %w", fp, err)
-		}
-		log.V(2).Info("Updated virtual server", "virtual", fp, "fields", slices.Sorted(maps.Keys(body)))
-	}
-	p.inv.setVirtual(l.name, tag.LB, vip)
-	return nil
-}
-
-const commonPartitionName = "Common"
-
-func sameProfiles(have []profileRef, want string) bool {
-	if len(have) != 1 {
-		return false
-	}
-	fp := have[0].FullPath
-	if fp == "" {
-		fp = fullPath(have[0].Partition, have[0].Name)
-	}
-	return fp == want
-}
-
-func (p *provider) deleteVirtual(ctx context.Context, name string) error {
-	err := p.api.do(ctx, http.MethodDelete, objectPath("ltm/virtual", p.cfg.Partition, name), nil, nil)
-	if err != nil && !isNotFound(err) {
-		return fmt.Errorf("delete virtual server %s: %w", fullPath(p.cfg.Partition, name), err)
-	}
-	p.inv.removeVirtual(name)
-	klog.FromContext(ctx).V(2).Info("Deleted virtual server", "virtual", fullPath(p.cfg.Partition, name))
-	return nil
-}
-
-func (p *provider) deletePool(ctx context.Context, name string) error {
-	err := p.api.do(ctx, http.MethodDelete, objectPath("ltm/pool", p.cfg.Partition, name), nil, nil)
-	if err != nil && !isNotFound(err) {
-		return fmt.Errorf("delete pool %s: %w", fullPath(p.cfg.Partition, name), err)
-	}
-	p.inv.removePool(name)
-	klog.FromContext(ctx).V(2).Info("Deleted pool", "pool", fullPath(p.cfg.Partition, name))
-	return nil
-}
-
-// Delete removes the virtual servers, then the pools, of load balancer name.
+// Delete removes the objects of load balancer name (see deleteObjectsOf).
 // Objects already gone count as deleted.
 func (p *provider) Delete(ctx context.Context, name string, kind providers.Kind) error {
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("lb", name))
@@ -497,26 +228,40 @@ func (p *provider) Delete(ctx context.Context, name string, kind providers.Kind)
 	if err := p.loadInventory(ctx); err != nil {
 		return fmt.Errorf("delete load balancer %s: %w", name, err)
 	}
-	if kind == providers.L7 {
-		if err := p.deleteL7(ctx, name); err != nil {
-			return fmt.Errorf("delete load balancer %s: %w", name, err)
-		}
-		p.inv.forget(name)
-		return nil
-	}
-	virtuals, pools := p.inv.objectsOf(name)
-	for _, v := range virtuals {
-		if err := p.deleteVirtual(ctx, v); err != nil {
-			return fmt.Errorf("delete load balancer %s: %w", name, err)
-		}
-	}
-	for _, pl := range pools {
-		if err := p.deletePool(ctx, pl); err != nil {
-			return fmt.Errorf("delete load balancer %s: %w", name, err)
-		}
+	if err := p.deleteObjectsOf(ctx, name, kind == providers.L7); err != nil {
+		return fmt.Errorf("delete load balancer %s: %w", name, err)
 	}
 	p.inv.forget(name)
 	return nil
+}
+
+// deleteObjectsOf deletes the objects of load balancer lb: its virtuals,
+// for an L7 one its policy and client-ssl profiles with their certificates
+// and keys, then its pools.
+func (p *provider) deleteObjectsOf(ctx context.Context, lb string, l7 bool) error {
+	virtuals, pools := p.inv.objectsOf(lb)
+	if err := deleteUnwanted(ctx, p, &virtualKind, virtuals, nil, lb); err != nil {
+		return err
+	}
+	if l7 {
+		if err := p.deletePolicy(ctx, lb); err != nil {
+			return err
+		}
+		profiles, err := listObjects(ctx, p, &clientSSLKind, false)
+		if err != nil {
+			return err
+		}
+		var owned []string
+		for _, pr := range profiles {
+			if p.owns(pr.Description, lb) {
+				owned = append(owned, pr.Name)
+			}
+		}
+		if err := deleteUnwanted(ctx, p, &clientSSLKind, owned, nil, lb); err != nil {
+			return err
+		}
+	}
+	return deleteUnwanted(ctx, p, &poolKind, pools, nil, lb)
 }
 
 // List reads the partition and returns this cluster's load balancers, with
@@ -586,7 +331,7 @@ func (p *provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
 		}
 		lb.Listeners = append(lb.Listeners, providers.Listener{Port: port, Protocol: providers.Protocol(strings.ToUpper(v.IPProtocol)), Pool: pool})
 	}
-	if err := p.listL7(ctx, byLB); err != nil {
+	if err := p.listL7(ctx, byLB, get); err != nil {
 		return nil, fmt.Errorf("list load balancers: %w", err)
 	}
 	out := make([]providers.LoadBalancer, 0, len(byLB))
@@ -603,18 +348,6 @@ func (p *provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
 	return out, nil
 }
 
-func listMembers(items []memberState) []providers.Member {
-	members := make([]providers.Member, 0, len(items))
-	for _, m := range items {
-		ip, port, err := parseEndpoint(m.Name)
-		if err != nil {
-			continue
-		}
-		members = append(members, providers.Member{IP: ip.String(), Port: port, Enabled: m.Session != sessionDisabled})
-	}
-	return providers.SortMembers(members)
-}
-
 // readPartition lists the virtuals and pools of the partition (with their
 // members when withMembers) and reloads the inventory from them.
 func (p *provider) readPartition(ctx context.Context, withMembers bool) ([]virtualState, []poolState, error) {
@@ -624,24 +357,16 @@ func (p *provider) readPartition(ctx context.Context, withMembers bool) ([]virtu
 }
 
 func (p *provider) readPartitionLocked(ctx context.Context, withMembers bool) ([]virtualState, []poolState, error) {
-	filter := "$filter=partition+eq+" + p.cfg.Partition
-	var vs collectionOf[virtualState]
-	if err := p.api.do(ctx, http.MethodGet, "ltm/virtual?"+filter, nil, &vs); err != nil {
-		return nil, nil, fmt.Errorf("list virtual servers of partition %s: %w", p.cfg.Partition, err)
+	virtuals, err := listObjects(ctx, p, &virtualKind, false)
+	if err != nil {
+		return nil, nil, err
 	}
-	query := filter
-	if withMembers {
-		query = "expandSubcollections=true&" + filter
+	pools, err := listObjects(ctx, p, &poolKind, withMembers)
+	if err != nil {
+		return nil, nil, err
 	}
-	var ps collectionOf[poolState]
-	if err := p.api.do(ctx, http.MethodGet, "ltm/pool?"+query, nil, &ps); err != nil {
-		return nil, nil, fmt.Errorf("list pools of partition %s: %w", p.cfg.Partition, err)
-	}
-	// Keep only this partition in case the BIG-IP ignored the filter.
-	vs.Items = slices.DeleteFunc(vs.Items, func(v virtualState) bool { return v.Partition != p.cfg.Partition })
-	ps.Items = slices.DeleteFunc(ps.Items, func(pl poolState) bool { return pl.Partition != p.cfg.Partition })
-	p.inv.reset(p.cfg.common.ClusterName, vs.Items, ps.Items)
-	return vs.Items, ps.Items, nil
+	p.inv.reset(p.cfg.common.ClusterName, virtuals, pools)
+	return virtuals, pools, nil
 }
 
 // loadInventory reads the partition once, on the first call that needs it.
@@ -708,4 +433,13 @@ func (p *provider) ensurePartition(ctx context.Context) error {
 
 func sortedKeys[V any](m map[string]V) []string {
 	return slices.Sorted(maps.Keys(m))
+}
+
+// nameSet holds names.
+func nameSet(names []string) map[string]bool {
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		set[n] = true
+	}
+	return set
 }

@@ -28,14 +28,9 @@ type poolCreate struct {
 }
 
 type poolState struct {
-	Name             string `json:"name"`
-	Partition        string `json:"partition"`
-	FullPath         string `json:"fullPath"`
-	Description      string `json:"description"`
-	Monitor          string `json:"monitor"`
-	MembersReference struct {
-		Items []memberState `json:"items"`
-	} `json:"membersReference"`
+	objectHeader
+	Monitor          string                    `json:"monitor"`
+	MembersReference collectionOf[memberState] `json:"membersReference"`
 }
 
 type memberState struct {
@@ -56,34 +51,18 @@ type addressTranslation struct {
 	Type string `json:"type"`
 }
 
-type virtualCreate struct {
-	Name                     string             `json:"name"`
-	Partition                string             `json:"partition"`
-	Description              string             `json:"description"`
-	Destination              string             `json:"destination"`
-	IPProtocol               string             `json:"ipProtocol"`
-	Pool                     string             `json:"pool"`
-	SourceAddressTranslation addressTranslation `json:"sourceAddressTranslation"`
-	Profiles                 []profileRef       `json:"profiles"`
-}
-
 type virtualState struct {
-	Name                     string             `json:"name"`
-	Partition                string             `json:"partition"`
-	FullPath                 string             `json:"fullPath"`
-	Description              string             `json:"description"`
-	Destination              string             `json:"destination"`
-	IPProtocol               string             `json:"ipProtocol"`
-	Pool                     string             `json:"pool"`
-	SourceAddressTranslation addressTranslation `json:"sourceAddressTranslation"`
-	ProfilesReference        struct {
-		Items []profileRef `json:"items"`
-	} `json:"profilesReference"`
-	PoliciesReference struct {
-		Items []profileRef `json:"items"`
-	} `json:"policiesReference"`
+	objectHeader
+	Destination              string                   `json:"destination"`
+	IPProtocol               string                   `json:"ipProtocol"`
+	Pool                     string                   `json:"pool"`
+	SourceAddressTranslation addressTranslation       `json:"sourceAddressTranslation"`
+	ProfilesReference        collectionOf[profileRef] `json:"profilesReference"`
+	PoliciesReference        collectionOf[profileRef] `json:"policiesReference"`
 }
 
+// collectionOf is a listing of a collection, or a subcollection of an
+// object read with expandSubcollections=true.
 type collectionOf[T any] struct {
 	Items []T `json:"items"`
 }
