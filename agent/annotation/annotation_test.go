@@ -212,8 +212,10 @@ func violation(e Entry) string {
 // entryLess is the documented order: family, protocol, podPort, nodeIP,
 // nodePort.
 func entryLess(a, b Entry) bool {
-	ka := fmt.Sprintf("%s|%s|%05d|%s|%05d", a.IPFamily, a.Protocol, a.PodPort, a.NodeIP, a.NodePort)
-	kb := fmt.Sprintf("%s|%s|%05d|%s|%05d", b.IPFamily, b.Protocol, b.PodPort, b.NodeIP, b.NodePort)
+	// NUL sorts before every character, so a node IP that is a prefix of
+	// another sorts first, as in a plain string comparison.
+	ka := fmt.Sprintf("%s\x00%s\x00%05d\x00%s\x00%05d", a.IPFamily, a.Protocol, a.PodPort, a.NodeIP, a.NodePort)
+	kb := fmt.Sprintf("%s\x00%s\x00%05d\x00%s\x00%05d", b.IPFamily, b.Protocol, b.PodPort, b.NodeIP, b.NodePort)
 	return ka < kb
 }
 
