@@ -334,7 +334,7 @@ func (r *run) waitConverged(ctx context.Context, app string, n int) error {
 			return false, err
 		}
 		for name, got := range pools {
-			if strings.Contains(name, "-TCP-") && slices.Equal(got, want) {
+			if strings.Contains(name, "-TCP-") && sameMembers(got, want) {
 				return true, nil
 			}
 		}
@@ -345,6 +345,24 @@ func (r *run) waitConverged(ctx context.Context, app string, n int) error {
 		return fmt.Errorf("%s did not converge: %s: %w", app, last, err)
 	}
 	return nil
+}
+
+// sameMembers reports whether a and b hold the same members, each once, in
+// any order: convergence is about the set, not the order the provider keeps.
+func sameMembers(a, b []providers.Member) bool {
+	count := map[providers.Member]int{}
+	for _, m := range a {
+		count[m]++
+	}
+	for _, m := range b {
+		count[m]--
+	}
+	for _, n := range count {
+		if n != 0 {
+			return false
+		}
+	}
+	return len(count) == len(a)
 }
 
 func (r *run) showPods(ctx context.Context) error {
