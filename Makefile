@@ -14,6 +14,7 @@ COMMANDS   := npl-agent npl-lbsync nplctl
 GOLANGCI_LINT_VERSION := v2.15.0
 PROVIDER   ?= mock
 KEEP       ?= 0
+FUZZTIME   ?= 30s
 
 ##@ Build
 
@@ -48,6 +49,15 @@ test-unit: ## Unit tests only (packages outside test/).
 .PHONY: test-e2e
 test-e2e: deps tools build ## End-to-end tests on the local cluster (test/...).
 	$(GOTEST) -timeout 25m ./test/...
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME (default 30s) each, one at a time (make test runs their seeds).
+	@for file in $$(git ls-files '*_test.go' | xargs grep -l '^func Fuzz'); do \
+	  for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$file); do \
+	    echo "fuzz: $$target in ./$$(dirname $$file) for $(FUZZTIME)"; \
+	    $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) ./$$(dirname $$file); \
+	  done; \
+	done
 
 .PHONY: fmt
 fmt: ## Format the code.

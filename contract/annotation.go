@@ -55,7 +55,8 @@ func Parse(value string) ([]Entry, error) {
 	if err := dec.Decode(&entries); err != nil {
 		return nil, fmt.Errorf("parse %s annotation: %w", PodKey, err)
 	}
-	if dec.More() {
+	// Only JSON whitespace may follow (Decoder.More would let "[]]" through).
+	if rest := strings.Trim(value[dec.InputOffset():], " \t\r\n"); rest != "" {
 		return nil, fmt.Errorf("parse %s annotation: trailing data after the JSON array", PodKey)
 	}
 	for i := range entries {
@@ -81,6 +82,10 @@ func normalise(e *Entry) error {
 	addr, err := netip.ParseAddr(e.NodeIP)
 	if err != nil {
 		return fmt.Errorf("nodeIP %q: %w", e.NodeIP, err)
+	}
+	if addr.Zone() != "" {
+		// A load balancer cannot reach a scoped address ("fe80::1%eth0").
+		return fmt.Errorf("nodeIP %q has a zone", e.NodeIP)
 	}
 	family := FamilyIPv4
 	if addr.Is6() && !addr.Is4In6() {

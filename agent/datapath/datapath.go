@@ -3,10 +3,14 @@
 // The agent owns two chains of the nat table whole: NPL-NODE-PORT-LOCAL, jumped
 // to from PREROUTING and OUTPUT for traffic to a local address, holds one DNAT
 // rule per mapping; NPL-POSTROUTING, jumped to from POSTROUTING, holds the
-// masquerade rules that same-node hairpin needs. Every change rewrites both
-// chains with one `iptables-restore --noflush`, which replaces exactly the
-// chains it declares; Render computes that content, IPTables writes and checks
-// it, and Syncer coalesces bursts of changes and repairs drift.
+// masquerade rules that same-node hairpin needs. Render computes the whole
+// content of both chains. IPTables writes each change with one
+// `iptables-restore --noflush`: only the rules that differ from its last
+// write (deleted, then appended) while the chains are known intact, and both
+// chains whole (declaring a chain replaces exactly its content) on the first
+// write, after a Check found drift, after a failed write, or when the
+// difference does not apply. Syncer coalesces bursts of changes and repairs
+// drift.
 package datapath
 
 import (

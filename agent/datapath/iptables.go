@@ -181,11 +181,11 @@ func (t *IPTables) Stats() Stats {
 	return Stats{Restores: int(t.restores.Load()), Execs: int(t.execs.Load())}
 }
 
-// Sync writes both chains with one iptables-restore. When it wrote them
-// itself last and no drift was seen since, it writes only the difference
-// (deleted and appended rules, still one restore), which costs far less than
-// the whole chain on a busy node; otherwise, and when the difference fails
-// to apply or is empty, it writes both chains whole. Then, unless it has
+// Sync programs d with one iptables-restore. When it wrote the chains itself
+// last and no drift was seen since, it writes only the difference (deleted
+// rules, then appended ones), which costs far less than the whole chains on a
+// busy node; otherwise, and when the difference fails to apply or is empty,
+// it writes both chains whole, in Render's order. Then, unless it has
 // already seen them since the last drift, it makes sure the jumps to the
 // chains exist, inserting a missing one at the top of its built-in chain so
 // that no rule of another component shadows it.
@@ -293,7 +293,8 @@ func parseSave(out string) natState {
 }
 
 // Check compares the nat table with d: our two chains must hold exactly the
-// rules Render writes, in order, and the three jumps must exist.
+// rules Render writes, in any order (a difference write appends, so the order
+// in the table need not be Render's), and the three jumps must exist.
 func (t *IPTables) Check(ctx context.Context, d Desired) (bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -323,7 +324,7 @@ func drift(got natState, want []rule) string {
 			}
 		}
 		// Order does not matter: the rules of a chain never overlap (one
-		// node port, one source each), and a partial write appends.
+		// node port, one source each), and a difference write appends.
 		have := slices.Sorted(slices.Values(got.rules[chain]))
 		slices.Sort(rules)
 		if !slices.Equal(have, rules) {

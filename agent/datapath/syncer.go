@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // SyncerOptions tune a Syncer. Zero values take the defaults.
@@ -21,6 +22,10 @@ type SyncerOptions struct {
 	// grows by half each time. Defaults 1s and 5s.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
+	// Clock times the window, the retries and the periodic check. Default
+	// the real clock; tests pass a fake one and step it, so what a burst of
+	// updates gives does not depend on how the scheduler runs them.
+	Clock clock.WithTicker
 }
 
 func (o SyncerOptions) withDefaults() SyncerOptions {
@@ -38,6 +43,9 @@ func (o SyncerOptions) withDefaults() SyncerOptions {
 	}
 	if o.MaxBackoff < o.MinBackoff {
 		o.MaxBackoff = o.MinBackoff
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 	return o
 }
@@ -147,7 +155,7 @@ func (s *Syncer) Stats() SyncerStats {
 func (s *Syncer) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("datapath-syncer")
 	ctx = klog.NewContext(ctx, logger)
-	ticker := time.NewTicker(s.opts.CheckInterval)
+	ticker := s.opts.Clock.NewTicker(s.opts.CheckInterval)
 	defer ticker.Stop()
 	var window, retry <-chan time.Time
 	var backoff time.Duration
@@ -158,14 +166,14 @@ func (s *Syncer) Run(ctx context.Context) {
 			return
 		case <-s.updated:
 			if window == nil && retry == nil {
-				window = time.After(s.opts.Window)
+				window = s.opts.Clock.After(s.opts.Window)
 			}
 			continue
 		case <-window:
 			window, check = nil, false
 		case <-retry:
 			retry = nil
-		case <-ticker.C:
+		case <-ticker.C():
 			if window != nil || retry != nil {
 				continue // a write or retry is due anyway
 			}
@@ -178,7 +186,7 @@ func (s *Syncer) Run(ctx context.Context) {
 			}
 			backoff = nextBackoff(backoff, s.opts.MinBackoff, s.opts.MaxBackoff)
 			logger.Error(err, "Datapath sync failed; retrying", "retryIn", backoff)
-			retry, window = time.After(backoff), nil
+			retry, window = s.opts.Clock.After(backoff), nil
 			continue
 		}
 		backoff = 0

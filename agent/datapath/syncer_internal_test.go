@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/clock"
 )
 
 func TestNextBackoff_growsByHalfUpToTheCap(t *testing.T) {
@@ -29,6 +30,7 @@ func TestSyncerOptions_defaults(t *testing.T) {
 		CheckInterval: time.Minute,
 		MinBackoff:    time.Second,
 		MaxBackoff:    5 * time.Second,
+		Clock:         clock.RealClock{},
 	}
 	if diff := cmp.Diff(want, SyncerOptions{}.withDefaults()); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)

@@ -3,11 +3,13 @@ package datapath_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodeportlocal/npl/agent/datapath"
 	"github.com/nodeportlocal/npl/agent/datapath/datapathtest"
@@ -72,21 +74,39 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// fakeClock is a stopped clock for a Syncer: nothing timed happens until the
+// test steps it.
+func fakeClock() *testingclock.FakeClock { return testingclock.NewFakeClock(time.Unix(0, 0)) }
+
+// armed waits until the Syncer's clock holds n timers: the periodic check's
+// ticker, plus one when a window or retry is pending. It is how a test knows
+// that Run has seen what it sent before it steps the clock.
+func armed(t *testing.T, clk *testingclock.FakeClock, n int) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%d timers on the clock", n), func() bool { return clk.Waiters() == n })
+}
+
 func TestSyncer_coalescesABurstOfUpdates(t *testing.T) {
 	fake := &datapathtest.Fake{}
-	// A window longer than the burst, so the burst fits in it.
-	s := startSyncer(t, fake, datapath.SyncerOptions{Window: 200 * time.Millisecond, CheckInterval: time.Hour})
+	clk := fakeClock()
+	opts := datapath.SyncerOptions{Window: 20 * time.Millisecond, CheckInterval: time.Hour, Clock: clk}
+	s := startSyncer(t, fake, opts)
 	var gen uint64
 	for i := range 100 {
 		gen = s.Update(desired(i + 1))
 	}
+	armed(t, clk, 2) // the ticker and the window the first update opened
+	if n := fake.Syncs(); n != 0 {
+		t.Fatalf("%d writes before the window ended, want 0", n)
+	}
+	clk.Step(opts.Window)
 	wait(t, s, gen)
-	if n := fake.Syncs(); n < 1 || n > 2 {
-		t.Errorf("100 updates gave %d writes, want 1 or 2", n)
+	if n := fake.Syncs(); n != 1 {
+		t.Errorf("100 updates in one window gave %d writes, want 1", n)
 	}
 	last, _ := fake.Last()
 	if diff := cmp.Diff(len(desired(100).Mappings), len(last.Mappings)); diff != "" {
-		t.Errorf("the last write does not hold the last update (-want +got):\n%s", diff)
+		t.Errorf("the write does not hold the last update (-want +got):\n%s", diff)
 	}
 	if !s.Synced() {
 		t.Error("Synced() = false after the last generation was written")
@@ -137,16 +157,23 @@ func TestSyncer_repairsDriftOnTrigger(t *testing.T) {
 
 func TestSyncer_checksPeriodically(t *testing.T) {
 	fake := &datapathtest.Fake{}
+	clk := fakeClock()
 	opts := fastOptions
-	opts.CheckInterval = 5 * time.Millisecond
+	opts.CheckInterval, opts.Clock = time.Minute, clk
 	s := startSyncer(t, fake, opts)
-	wait(t, s, s.Update(desired(1)))
+	gen := s.Update(desired(1))
+	armed(t, clk, 2)
+	clk.Step(opts.Window)
+	wait(t, s, gen)
 	fake.SetDrift(true)
-	eventually(t, "a drift repair without Trigger", func() bool { return s.Stats().DriftRepairs >= 1 })
-	checks := fake.Checks()
-	eventually(t, "more checks", func() bool { return fake.Checks() > checks+2 })
-	if n := s.Stats().DriftRepairs; n != 1 {
-		t.Errorf("drift repairs = %d after the datapath stopped drifting, want 1", n)
+	clk.Step(opts.CheckInterval)
+	eventually(t, "a drift repair on the periodic check", func() bool { return s.Stats().DriftRepairs == 1 })
+	for i := range 2 {
+		clk.Step(opts.CheckInterval)
+		eventually(t, "the next periodic check", func() bool { return s.Stats().Checks == 2+i })
+	}
+	if st := s.Stats(); st.DriftRepairs != 1 || st.Syncs != 2 {
+		t.Errorf("stats = %+v after the datapath stopped drifting, want 1 drift repair and 2 writes", st)
 	}
 }
 

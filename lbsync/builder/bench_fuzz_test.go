@@ -1,9 +1,10 @@
 package builder
 
 import (
+	"bytes"
 	"fmt"
-	"net/netip"
-	"slices"
+	"net"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -43,29 +44,30 @@ func BenchmarkBuild(b *testing.B) {
 	}
 }
 
-// FuzzBuild feeds arbitrary annotation values to Build. Whatever the value,
-// Build must not panic, must keep the other Pod's members, must give sorted,
-// unique, valid members of the wanted family, and must ignore a value that
-// contract.Parse rejects.
+// FuzzBuild feeds arbitrary annotation values to Build (seeds in
+// testdata/fuzz/FuzzBuild). Whatever the value, Build must not panic, must
+// ignore a value that contract.Parse rejects, and must otherwise give each
+// listener, under its documented pool name, exactly the members the test
+// derives itself from the entries: the other Pod's, plus the fuzzed Pod's
+// entries of the wanted family, protocol and target port, at their canonical
+// address, without duplicates, in numeric IP then port order.
 func FuzzBuild(f *testing.F) {
-	for _, seed := range []string{
-		`[{"podPort":8080,"nodeIP":"198.18.0.11","nodePort":61000,"protocol":"tcp","ipFamily":"IPv4"}]`,
-		`[{"podPort":8080,"nodeIP":"198.18.0.11","nodePort":61000,"protocol":"tcp"}]`,
-		`[{"podPort":5353,"nodeIP":"2001:db8::11","nodePort":61001,"protocol":"UDP","ipFamily":"IPv6"}]`,
-		`[{"podPort":8080,"nodeIP":"::ffff:198.18.0.11","nodePort":61000,"protocol":"tcp"}]`,
-		`[{"podPort":8080,"nodeIP":"198.18.0.11","nodePort":70000,"protocol":"tcp"}]`,
-		`[{"podPort":8080,"nodeIP":"198.18.0.11","nodePort":61000,"protocol":"sctp"}]`,
-		`[{"podPort":8080,`,
-		`[] []`,
-		`null`,
-		`[]`,
-		``,
-		`{"podPort":8080}`,
-	} {
-		f.Add(seed)
-	}
 	svc := service(port(corev1.ProtocolTCP, 80, "http"), port(corev1.ProtocolUDP, 53, 5353))
 	other := pod("other", npl(entry(8080, "198.18.0.99", 61999, "tcp"), entry(8080, "2001:db8::99", 61999, "tcp")))
+	// What each listener selects, and its pool name written out:
+	// <cluster>--<namespace>-<service>-<PROTO>-<port>.
+	listeners := []struct {
+		proto   string
+		podPort int
+		pool    string
+	}{
+		{"tcp", 8080, "c1--shop-web-TCP-80"},
+		{"udp", 5353, "c1--shop-web-UDP-53"},
+	}
+	otherMember := map[string]member{
+		contract.FamilyIPv4: {"198.18.0.99", 61999},
+		contract.FamilyIPv6: {"2001:db8::99", 61999},
+	}
 	f.Fuzz(func(t *testing.T, value string) {
 		for _, family := range []string{contract.FamilyIPv4, contract.FamilyIPv6} {
 			fuzzed := pod("fuzzed", rawNPL(value))
@@ -76,35 +78,80 @@ func FuzzBuild(f *testing.F) {
 			if lb == nil {
 				t.Fatalf("no model; report %+v", report)
 			}
-			if _, err := contract.Parse(value); err != nil {
+			entries, err := contract.Parse(value)
+			if err != nil {
 				if diff := cmp.Diff(baseline, lb); diff != "" {
 					t.Fatalf("a rejected annotation changed the model (-without +with):\n%s", diff)
 				}
 				continue
 			}
-			for i, l := range lb.Listeners {
-				if l.Pool.Name != providers.PoolName(testLB, l.Protocol, l.Port) {
-					t.Errorf("pool name %q", l.Pool.Name)
+			if len(lb.Listeners) != len(listeners) {
+				t.Fatalf("%d listeners, want %d", len(lb.Listeners), len(listeners))
+			}
+			for i, want := range listeners {
+				l := lb.Listeners[i]
+				if l.Pool.Name != want.pool {
+					t.Errorf("listener %d pool name %q, want %q", i, l.Pool.Name, want.pool)
 				}
-				sorted := providers.SortMembers(slices.Clone(l.Pool.Members))
-				if diff := cmp.Diff(sorted, l.Pool.Members); diff != "" {
-					t.Errorf("listener %d members not sorted and unique (-want +got):\n%s", i, diff)
+				wantSet := map[member]bool{}
+				if want.proto == "tcp" { // the other Pod maps 8080/TCP only
+					wantSet[otherMember[family]] = true
 				}
-				for _, m := range l.Pool.Members {
-					addr, err := netip.ParseAddr(m.IP)
-					if err != nil || addr.String() != m.IP || addr.Is4() != (family == contract.FamilyIPv4) {
-						t.Errorf("member IP %q is not a canonical %s address", m.IP, family)
-					}
-					if m.Port < 1 || m.Port > 65535 {
-						t.Errorf("member port %d out of range", m.Port)
+				for _, e := range entries {
+					ip := canonicalIP(e.NodeIP)
+					if e.Protocol == want.proto && e.PodPort == want.podPort && ipFamily(ip) == family {
+						wantSet[member{ip, e.NodePort}] = true
 					}
 				}
-				for _, m := range baseline.Listeners[i].Pool.Members {
-					if !slices.Contains(l.Pool.Members, m) {
-						t.Errorf("member %+v of the other Pod was lost", m)
+				gotSet := map[member]bool{}
+				for j, m := range l.Pool.Members {
+					got := member{m.IP, int(m.Port)}
+					if gotSet[got] {
+						t.Errorf("%s: member %v twice", want.pool, got)
 					}
+					gotSet[got] = true
+					if !m.Enabled {
+						t.Errorf("%s: member %v of a Ready Pod is disabled", want.pool, got)
+					}
+					if j > 0 && !memberBefore(l.Pool.Members[j-1], m) {
+						t.Errorf("%s: member %v after %v: not in IP then port order", want.pool, got, l.Pool.Members[j-1])
+					}
+				}
+				if diff := cmp.Diff(wantSet, gotSet); diff != "" {
+					t.Errorf("%s members for %s (-want +got):\n%s", want.pool, value, diff)
 				}
 			}
 		}
 	})
+}
+
+// member is a pool member's address, as a map key.
+type member struct {
+	ip   string
+	port int
+}
+
+// canonicalIP is the standard library's text of an address: an IPv4-mapped
+// IPv6 address as IPv4, IPv6 compressed; "" when s is not an address.
+func canonicalIP(s string) string {
+	ip := net.ParseIP(s)
+	if ip == nil {
+		return ""
+	}
+	return ip.String()
+}
+
+func ipFamily(canonical string) string {
+	if strings.Contains(canonical, ":") {
+		return contract.FamilyIPv6
+	}
+	return contract.FamilyIPv4
+}
+
+// memberBefore orders members by the 16-byte form of their IP, then port.
+func memberBefore(a, b providers.Member) bool {
+	if c := bytes.Compare(net.ParseIP(a.IP).To16(), net.ParseIP(b.IP).To16()); c != 0 {
+		return c < 0
+	}
+	return a.Port < b.Port
 }

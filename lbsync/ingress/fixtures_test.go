@@ -174,7 +174,7 @@ type testCert struct {
 	certPEM, keyPEM []byte
 }
 
-func newCert(t *testing.T, host string) testCert {
+func newCert(t testing.TB, host string) testCert {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

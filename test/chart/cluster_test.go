@@ -3,19 +3,25 @@ package chart
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nodeportlocal/npl/test/cluster"
 )
@@ -69,11 +75,16 @@ func (c *creator) create(ctx context.Context, o object, dryRun bool) error {
 	return err
 }
 
+// TestChart_serverSideDryRunAcceptsEveryObject dry-runs every object of
+// each CI value file, with the ServiceMonitors enabled, against the local
+// API server, strictly: unknown fields are errors. The ServiceMonitor CRD
+// (testdata/servicemonitor-crd.yaml) is installed first.
 func TestChart_serverSideDryRunAcceptsEveryObject(t *testing.T) {
 	c := localCluster(t)
-	cr := newCreator(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	installCRD(ctx, t, c, "testdata/servicemonitor-crd.yaml")
+	cr := newCreator(t, c)
 	for _, file := range ciValueFiles(t) {
 		base := filepath.Base(file)
 		t.Run(base, func(t *testing.T) {
@@ -81,21 +92,14 @@ func TestChart_serverSideDryRunAcceptsEveryObject(t *testing.T) {
 			if _, err := c.CreateNamespace(ctx, ns); err != nil {
 				t.Fatal(err)
 			}
-			r, err := renderRelease(t, readValues(t, file, nil), "npl", ns)
+			r, err := renderRelease(t, readValues(t, file, map[string]any{"metrics.serviceMonitor.enabled": true}), "npl", ns)
 			if err != nil {
 				t.Fatal(err)
 			}
 			created := 0
 			kinds := map[string]bool{}
 			for _, o := range r.objects {
-				err := cr.create(ctx, o, true)
-				if meta.IsNoMatchError(err) && o.u.GetKind() == "ServiceMonitor" {
-					// The only kind that needs a CRD (Prometheus Operator),
-					// which the local cluster does not have.
-					t.Logf("%s: skipped, no ServiceMonitor CRD", o)
-					continue
-				}
-				if err != nil {
+				if err := cr.create(ctx, o, true); err != nil {
 					t.Errorf("%s: server-side dry-run: %v", o, err)
 					continue
 				}
@@ -112,7 +116,60 @@ func TestChart_serverSideDryRunAcceptsEveryObject(t *testing.T) {
 			if r.webhookEnabled() && !kinds["MutatingWebhookConfiguration"] {
 				t.Errorf("the webhook is enabled, yet no MutatingWebhookConfiguration was dry-run")
 			}
+			if !kinds["ServiceMonitor"] {
+				t.Errorf("metrics.serviceMonitor.enabled, yet no ServiceMonitor was dry-run")
+			}
 		})
+	}
+}
+
+// installCRD creates the CustomResourceDefinition in file (or keeps the one
+// an earlier test created) and waits until the API server serves its kind.
+func installCRD(ctx context.Context, t *testing.T, c *cluster.Cluster, file string) {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(data, &crd.Object); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	dyn, err := dynamic.NewForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	if _, err := crds.Create(ctx, crd, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create CRD %s: %v", crd.GetName(), err)
+	}
+	group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
+	plural, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "plural")
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := crds.Get(ctx, crd.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+		established := false
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] == "Established" && m["status"] == "True" {
+				established = true
+			}
+		}
+		if !established {
+			return false, nil
+		}
+		// Discovery, which the RESTMapper reads, lags the condition.
+		list, err := c.Client().Discovery().ServerResourcesForGroupVersion(group + "/v1")
+		if err != nil {
+			return false, nil
+		}
+		return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == plural }), nil
+	})
+	if err != nil {
+		t.Fatalf("CRD %s not served: %v", crd.GetName(), err)
 	}
 }
 

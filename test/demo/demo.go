@@ -55,8 +55,10 @@ type Result struct {
 	// Answers maps each pool member "ip:port" of web to the Pod that
 	// answered, and Expected to the Pod that should have.
 	Answers, Expected map[string]string
-	// UDPAnswers maps each UDP member of dns to its echo reply.
-	UDPAnswers map[string]string
+	// UDPAnswers maps each UDP member of dns to its echo reply, and
+	// UDPExpected to the Pod that should have replied (from the annotation
+	// of the Pod that owns the member's node port).
+	UDPAnswers, UDPExpected map[string]string
 	// NodePortOpen and NPLOpen say, per node, whether the NodePort Service
 	// and web's node ports answer there; Backends counts web Pods per node.
 	NodePortOpen, NPLOpen map[string]bool
@@ -98,7 +100,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("provider %q: want mock, avi or bigip", opts.Provider)
 	}
 	r := &run{opts: opts, out: opts.Out, cluster: "demo", res: &Result{
-		Answers: map[string]string{}, Expected: map[string]string{}, UDPAnswers: map[string]string{},
+		Answers: map[string]string{}, Expected: map[string]string{}, UDPAnswers: map[string]string{}, UDPExpected: map[string]string{},
 		NodePortOpen: map[string]bool{}, NPLOpen: map[string]bool{}, Backends: map[string]int{},
 	}}
 	defer r.cleanup()
@@ -332,7 +334,7 @@ func (r *run) waitConverged(ctx context.Context, app string, n int) error {
 			return false, err
 		}
 		for name, got := range pools {
-			if strings.Contains(name, "-TCP-") && slices.Equal(got, want) {
+			if strings.Contains(name, "-TCP-") && sameMembers(got, want) {
 				return true, nil
 			}
 		}
@@ -343,6 +345,24 @@ func (r *run) waitConverged(ctx context.Context, app string, n int) error {
 		return fmt.Errorf("%s did not converge: %s: %w", app, last, err)
 	}
 	return nil
+}
+
+// sameMembers reports whether a and b hold the same members, each once, in
+// any order: convergence is about the set, not the order the provider keeps.
+func sameMembers(a, b []providers.Member) bool {
+	count := map[providers.Member]int{}
+	for _, m := range a {
+		count[m]++
+	}
+	for _, m := range b {
+		count[m]--
+	}
+	for _, n := range count {
+		if n != 0 {
+			return false
+		}
+	}
+	return len(count) == len(a)
 }
 
 func (r *run) showPods(ctx context.Context) error {
@@ -426,7 +446,7 @@ func (r *run) showTraffic(ctx context.Context) error {
 		if err != nil {
 			reply = "error: " + err.Error()
 		}
-		r.res.UDPAnswers[target] = reply
+		r.res.UDPAnswers[target], r.res.UDPExpected[target] = reply, uowner[target]
 		r.printf("  udp %-24s -> %q (want %s)\n", target, reply, uowner[target])
 	}
 	for t, want := range r.res.Expected {

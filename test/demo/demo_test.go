@@ -33,13 +33,19 @@ func TestDemo(t *testing.T) {
 			t.Errorf("member %s answered %q, want %q", target, res.Answers[target], want)
 		}
 	}
-	if len(res.UDPAnswers) != 2 {
-		t.Errorf("dns has %d UDP members, want 2", len(res.UDPAnswers))
+	if len(res.UDPExpected) != 2 {
+		t.Errorf("dns has %d UDP members, want 2", len(res.UDPExpected))
 	}
-	for target, reply := range res.UDPAnswers {
-		if !strings.HasSuffix(reply, ": ping") || !strings.HasPrefix(reply, "dns-") {
-			t.Errorf("UDP member %s replied %q", target, reply)
+	owners := map[string]bool{}
+	for target, pod := range res.UDPExpected {
+		// The test server echoes "<pod name>: <payload>".
+		if want := pod + ": ping"; pod == "" || res.UDPAnswers[target] != want {
+			t.Errorf("UDP member %s replied %q, want %q from its Pod %q", target, res.UDPAnswers[target], want, pod)
 		}
+		owners[pod] = true
+	}
+	if len(owners) != len(res.UDPExpected) {
+		t.Errorf("the UDP members belong to %d Pods, want one each: %v", len(owners), res.UDPExpected)
 	}
 	for _, node := range []string{"npl-node-0", "npl-node-1", "npl-node-2"} {
 		if !res.NodePortOpen[node] {
