@@ -34,6 +34,11 @@ import (
 	"github.com/nodeportlocal/npl/contract"
 )
 
+// exhaustedRetry is the fallback retry of a Pod that could not get every node
+// port. It is slow on purpose: such a Pod is woken as soon as a port frees,
+// and the fallback only covers a port freed by a host process.
+const exhaustedRetry = 30 * time.Second
+
 // Config configures the controller.
 type Config struct {
 	NodeName         string
@@ -259,8 +264,9 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	case err == nil:
 		c.queue.Forget(key)
 	case errors.Is(err, portalloc.ErrExhausted):
-		// Retried when a port frees up (releasePorts), and slowly meanwhile.
-		c.queue.AddAfter(key, 30*time.Second)
+		// Retried as soon as a port frees (syncPod wakes the starved Pods
+		// when it releases one), and slowly meanwhile.
+		c.queue.AddAfter(key, exhaustedRetry)
 	default:
 		klog.FromContext(ctx).Error(err, "Sync failed; will retry", "pod", key)
 		c.queue.AddRateLimited(key)

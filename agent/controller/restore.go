@@ -2,25 +2,54 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeportlocal/npl/agent/portalloc"
 	"github.com/nodeportlocal/npl/contract"
 )
 
 var everything = labels.Everything()
 
+// restoreEntry is one usable annotation entry found at start.
+type restoreEntry struct {
+	pod      *corev1.Pod
+	key      string // namespace/name
+	target   Target
+	nodePort int
+	podIP    netip.Addr
+}
+
+// reallocation is a restored entry whose node port another mapping of its
+// family holds; it got a new port.
+type reallocation struct {
+	restoreEntry
+	newPort int
+	cause   error
+}
+
 // restore rebuilds the agent's state from the annotations of its Pods before
 // any worker runs, so that the node ports of running Pods never change across
 // a restart and the datapath is rewritten with the same rules. An entry that
 // is not usable (bad JSON, a missing field, a port outside the range, a
-// family the Pod has no IP of, a port already taken) is not restored; the
+// family the Pod has no IP of, a port busy on the host) is not restored; the
 // worker that syncs the Pod next allocates a fresh port and rewrites the
 // annotation, which repairs it.
+//
+// An entry whose number another mapping of the family already holds breaks
+// the allocator's rule (one mapping per number and family, whatever the
+// protocol). An older npl, whose TCP and UDP tables were independent, wrote
+// such annotations, e.g. 61000/tcp and 61000/udp for DNS. TCP entries are
+// restored first, so the TCP mapping keeps the number and the UDP one moves;
+// the new port is allocated only after every other entry was restored, so
+// exactly one port changes, and the Pod gets an Event naming both ports.
 func (c *Controller) restore(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	pods, err := c.podLister.List(everything)
@@ -28,7 +57,83 @@ func (c *Controller) restore(ctx context.Context) error {
 		return fmt.Errorf("list pods for restore: %w", err)
 	}
 	c.mu.Lock()
-	restored, dropped := 0, 0
+	entries, dropped := c.restorableEntries(ctx, pods)
+	// TCP before UDP, then by Pod, so that which mapping of a shared number
+	// moves does not depend on the informer's order. The TCP one keeps it: a
+	// TCP port change drops the connections and health monitors a load
+	// balancer holds on it, while UDP is connectionless (DNS clients retry)
+	// and its conntrack entries are flushed below.
+	slices.SortStableFunc(entries, func(a, b restoreEntry) int {
+		if a.target.Protocol != b.target.Protocol {
+			return cmpString(a.target.Protocol, b.target.Protocol)
+		}
+		return strings.Compare(a.key, b.key)
+	})
+	restored := 0
+	var taken []reallocation
+	for _, e := range entries {
+		if e.target.HostPort == 0 {
+			if err := c.alloc.Restore(allocKey(e.key, e.target), e.nodePort); errors.Is(err, portalloc.ErrTaken) {
+				taken = append(taken, reallocation{restoreEntry: e, cause: err})
+				continue
+			} else if err != nil {
+				logger.Info("Not restoring a node port", "pod", klog.KObj(e.pod), "nodePort", e.nodePort, "err", err)
+				dropped++
+				continue
+			}
+		}
+		c.addRestoredLocked(e.key, mapping{target: e.target, nodePort: e.nodePort, podIP: e.podIP})
+		restored++
+	}
+	var moved []reallocation
+	for _, m := range taken {
+		e := m.restoreEntry
+		port, err := c.alloc.Allocate(allocKey(e.key, e.target))
+		if err != nil {
+			// The worker retries it as a Pod waiting for a free port.
+			logger.Info("Not restoring a node port held by another mapping; no port free to move it to",
+				"pod", klog.KObj(e.pod), "nodePort", e.nodePort, "err", err)
+			dropped++
+			continue
+		}
+		c.addRestoredLocked(e.key, mapping{target: e.target, nodePort: port, podIP: e.podIP})
+		m.newPort = port
+		moved = append(moved, m)
+	}
+	gens := c.updateDatapathLocked()
+	c.mu.Unlock()
+
+	for fam, gen := range gens {
+		if err := c.paths[fam].Wait(ctx, gen); err != nil {
+			return fmt.Errorf("restore datapath %s: %w", fam, err)
+		}
+	}
+	for _, m := range moved {
+		t := m.target
+		if t.Protocol == contract.ProtocolUDP {
+			// The old number now serves another mapping only; flows to it
+			// must not keep reaching this Pod through conntrack.
+			if err := c.paths[t.Family].FlushUDP(ctx, m.nodePort); err != nil {
+				logger.Error(err, "Flush UDP conntrack entries", "nodePort", m.nodePort)
+			}
+		}
+		logger.Info("Moved a restored mapping off a node port another mapping holds",
+			"pod", klog.KObj(m.pod), "podPort", t.PodPort, "protocol", t.Protocol, "family", t.Family,
+			"oldNodePort", m.nodePort, "newNodePort", m.newPort, "cause", m.cause)
+		// Warning, not Normal: the published node port of a running Pod
+		// changed, which a consumer configured by hand (not reading the
+		// annotation) must follow, and operators watch Warnings.
+		c.recorder.Eventf(m.pod, corev1.EventTypeWarning, "NodePortReallocated",
+			"Node port of %s/%d (%s) moved from %d to %d: %v", t.Protocol, t.PodPort, t.Family, m.nodePort, m.newPort, m.cause)
+	}
+	logger.Info("Restored mappings from Pod annotations", "restored", restored, "moved", len(moved), "dropped", dropped, "pods", len(pods))
+	return nil
+}
+
+// restorableEntries parses the annotations of pods and returns the entries
+// that can be restored, with the number it dropped. Called with c.mu held.
+func (c *Controller) restorableEntries(ctx context.Context, pods []*corev1.Pod) (out []restoreEntry, dropped int) {
+	logger := klog.FromContext(ctx)
 	for _, pod := range pods {
 		value, ok := pod.Annotations[contract.PodKey]
 		if !ok || !PodMappable(pod) {
@@ -42,7 +147,6 @@ func (c *Controller) restore(ctx context.Context) error {
 		}
 		key := keyOf(pod)
 		podIPs := PodIPs(pod)
-		st := &podState{}
 		seen := map[Target]bool{}
 		for _, e := range entries {
 			t := Target{PodPort: int32(e.PodPort), Protocol: e.Protocol, Family: e.IPFamily}
@@ -57,27 +161,22 @@ func (c *Controller) restore(ctx context.Context) error {
 				logger.Info("Not restoring a node port outside the range", "pod", klog.KObj(pod), "nodePort", e.NodePort, "range", c.cfg.PortRange)
 				dropped++
 				continue
-			} else if err := c.alloc.Restore(allocKey(key, t), e.NodePort); err != nil {
-				logger.Info("Not restoring a node port", "pod", klog.KObj(pod), "nodePort", e.NodePort, "err", err)
-				dropped++
-				continue
 			}
 			seen[t] = true
-			st.mappings = append(st.mappings, mapping{target: t, nodePort: e.NodePort, podIP: ip})
-			restored++
-		}
-		if len(st.mappings) > 0 {
-			c.pods[key] = st
+			out = append(out, restoreEntry{pod: pod, key: key, target: t, nodePort: e.NodePort, podIP: ip})
 		}
 	}
-	gens := c.updateDatapathLocked()
-	c.mu.Unlock()
+	return out, dropped
+}
 
-	for fam, gen := range gens {
-		if err := c.paths[fam].Wait(ctx, gen); err != nil {
-			return fmt.Errorf("restore datapath %s: %w", fam, err)
-		}
+// addRestoredLocked adds a restored mapping to the Pod's state, keeping the
+// order syncPod keeps. Called with c.mu held.
+func (c *Controller) addRestoredLocked(key string, m mapping) {
+	st := c.pods[key]
+	if st == nil {
+		st = &podState{}
+		c.pods[key] = st
 	}
-	logger.Info("Restored mappings from Pod annotations", "restored", restored, "dropped", dropped, "pods", len(pods))
-	return nil
+	st.mappings = append(st.mappings, m)
+	slices.SortFunc(st.mappings, compareMappings)
 }

@@ -2,11 +2,21 @@
 // reserves each allocated port with a socket the agent holds, so no host
 // process can take a port that a DNAT rule points at.
 //
-// Ports are tracked in one table per (IP family, protocol): the same number
-// can be TCP for one Pod and UDP for another, and IPv4 and IPv6 are
-// independent. Mappings are keyed by Pod name, never by Pod IP, so a dead
-// Pod's cleanup cannot remove the mapping of a live Pod that reuses its IP
-// (Antrea #6527).
+// The allocator owns one rule: on one node, a node port number is held by at
+// most one mapping per IP family, whatever the protocol. TCP and UDP share one
+// table and one round-robin cursor per family, so the capacity is the size of
+// the range per family, and TCP and UDP of one Pod port (DNS) get two
+// distinct numbers. Consumers of the annotation such as AKO and F5 CIS match
+// entries by podPort and nodePort and ignore the protocol; a shared number
+// would put the same ip:port into their pools twice (issue 13). This is also
+// what Antrea hands out. IPv4 and IPv6 are independent.
+//
+// A mapping reserves a socket of its own protocol only. A number is skipped
+// when that protocol is busy on the host; a host process using the number
+// with the other protocol does not keep a mapping off it.
+//
+// Mappings are keyed by Pod name, never by Pod IP, so a dead Pod's cleanup
+// cannot remove the mapping of a live Pod that reuses its IP (Antrea #6527).
 package portalloc
 
 import (
@@ -24,7 +34,8 @@ var (
 	// ErrExhausted is wrapped by Allocate when every port of a table is in
 	// use or busy on the host.
 	ErrExhausted = errors.New("no free node port")
-	// ErrTaken is wrapped by Restore when another key holds the port.
+	// ErrTaken is wrapped by Restore when another key of the same IP family
+	// holds the port, whatever its protocol.
 	ErrTaken = errors.New("node port taken by another mapping")
 )
 
@@ -55,11 +66,7 @@ func (k Key) validate() error {
 	return nil
 }
 
-type tableID struct {
-	family, proto string
-}
-
-// table is the port table of one (family, protocol).
+// table is the port table of one IP family, shared by TCP and UDP.
 type table struct {
 	used map[int]Key
 	// next is where the round-robin search starts: one past the port allocated
@@ -78,7 +85,7 @@ type Allocator struct {
 	reserver Reserver
 
 	mu     sync.Mutex
-	tables map[tableID]*table
+	tables map[string]*table // by IP family
 	keys   map[Key]mapping
 }
 
@@ -93,7 +100,7 @@ func New(r Range, reserver Reserver) (*Allocator, error) {
 	return &Allocator{
 		rng:      r,
 		reserver: reserver,
-		tables:   make(map[tableID]*table),
+		tables:   make(map[string]*table),
 		keys:     make(map[Key]mapping),
 	}, nil
 }
@@ -101,21 +108,21 @@ func New(r Range, reserver Reserver) (*Allocator, error) {
 // Range returns the port range the allocator serves.
 func (a *Allocator) Range() Range { return a.rng }
 
-func (a *Allocator) table(family, proto string) *table {
-	id := tableID{family, proto}
-	t := a.tables[id]
+func (a *Allocator) table(family string) *table {
+	t := a.tables[family]
 	if t == nil {
 		t = &table{used: make(map[int]Key), next: a.rng.Start}
-		a.tables[id] = t
+		a.tables[family] = t
 	}
 	return t
 }
 
 // Allocate returns the node port of key, allocating and reserving one when key
 // has none yet. The search starts one past the port allocated last in key's
-// table and wraps around the range; it skips ports the table holds and ports a
-// host process uses (the bind fails with EADDRINUSE). When no port is left the
-// error wraps ErrExhausted.
+// family, by either protocol, and wraps around the range; it skips ports any
+// mapping of the family holds and ports a host process uses with key's
+// protocol (the bind fails with EADDRINUSE). When no port is left the error
+// wraps ErrExhausted.
 func (a *Allocator) Allocate(key Key) (int, error) {
 	if err := key.validate(); err != nil {
 		return 0, fmt.Errorf("allocate node port: %w", err)
@@ -125,7 +132,7 @@ func (a *Allocator) Allocate(key Key) (int, error) {
 	if m, ok := a.keys[key]; ok {
 		return m.port, nil
 	}
-	t := a.table(key.Family, key.Protocol)
+	t := a.table(key.Family)
 	busy := 0
 	port := t.next
 	for range a.rng.Size() {
@@ -143,13 +150,14 @@ func (a *Allocator) Allocate(key Key) (int, error) {
 		}
 		port = a.wrap(port + 1)
 	}
-	return 0, fmt.Errorf("allocate node port for %s in %s: %w (%d held by mappings, %d busy on the host)",
-		key, a.rng, ErrExhausted, len(t.used), busy)
+	return 0, fmt.Errorf("allocate node port for %s in %s: %w (%d held by %s mappings, %d busy on the host for %s)",
+		key, a.rng, ErrExhausted, len(t.used), key.Family, busy, key.Protocol)
 }
 
 // Restore takes port for key, as found in an annotation when the agent
 // starts, so mappings keep their ports across restarts. It fails when port is
-// out of range, held by another key (ErrTaken), or its bind fails. Restoring
+// out of range, held by another key of the family whatever its protocol
+// (ErrTaken), or its bind fails. Restoring
 // the port key already holds is a no-op; restoring another port for a key that
 // holds one is an error (release it first).
 func (a *Allocator) Restore(key Key, port int) error {
@@ -167,7 +175,7 @@ func (a *Allocator) Restore(key Key, port int) error {
 		}
 		return fmt.Errorf("restore node port %d for %s: key already holds port %d", port, key, m.port)
 	}
-	t := a.table(key.Family, key.Protocol)
+	t := a.table(key.Family)
 	if other, used := t.used[port]; used {
 		return fmt.Errorf("restore node port %d for %s: %w (%s)", port, key, ErrTaken, other)
 	}
@@ -206,7 +214,7 @@ func (a *Allocator) release(key Key) error {
 		return nil
 	}
 	delete(a.keys, key)
-	delete(a.table(key.Family, key.Protocol).used, m.port)
+	delete(a.table(key.Family).used, m.port)
 	if err := m.closer.Close(); err != nil {
 		return fmt.Errorf("release node port %d of %s: %w", m.port, key, err)
 	}
@@ -262,20 +270,24 @@ func (a *Allocator) All() map[Key]int {
 	return all
 }
 
-// InUse returns how many ports the (family, protocol) table holds.
-func (a *Allocator) InUse(family, proto string) int {
+// InUse returns how many ports the mappings of family hold, TCP and UDP
+// together.
+func (a *Allocator) InUse(family string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if t := a.tables[tableID{family, proto}]; t != nil {
+	if t := a.tables[family]; t != nil {
 		return len(t.used)
 	}
 	return 0
 }
 
-// Free returns how many ports of the range the (family, protocol) table does
-// not hold. Some of them may still be busy on the host.
-func (a *Allocator) Free(family, proto string) int {
-	return a.rng.Size() - a.InUse(family, proto)
+// Free returns how many ports of the range a new mapping of (family, proto)
+// may still get: the ports no mapping of family holds. It is the same for
+// both protocols, since they share the family's numbers; proto is kept so the
+// npl_agent_free_ports metric keeps its protocol label. Some of the ports may
+// still be busy on the host.
+func (a *Allocator) Free(family, _ string) int {
+	return a.rng.Size() - a.InUse(family)
 }
 
 // Close releases every port.

@@ -28,8 +28,10 @@ var (
 	aTCP   = key("ns/a", 8080, tcp, v4)
 	aUDP   = key("ns/a", 8080, udp, v4)
 	aTCP6  = key("ns/a", 8080, tcp, v6)
+	aUDP6  = key("ns/a", 8080, udp, v6)
 	aOther = key("ns/a", 9090, tcp, v4)
 	bTCP   = key("ns/b", 8080, tcp, v4)
+	bUDP   = key("ns/b", 8080, udp, v4)
 	cTCP   = key("ns/c", 8080, tcp, v4)
 	dTCP   = key("ns/d", 8080, tcp, v4)
 )
@@ -147,20 +149,49 @@ func TestAllocator(t *testing.T) {
 			release(aTCP), alloc(dTCP, 61000)},
 		wantHeld: []string{"IPv4/tcp/61000", "IPv4/tcp/61001", "IPv4/tcp/61002"},
 	}, {
-		name:     "tcp and udp tables are independent",
+		// Issue 13: AKO and F5 CIS match entries by podPort and ignore the
+		// protocol, so TCP and UDP of one Pod port must not share a number.
+		name:     "tcp and udp of one Pod port get distinct numbers",
 		rng:      wide,
-		steps:    []step{alloc(aTCP, 61000), alloc(aUDP, 61000), alloc(bTCP, 61001)},
-		wantHeld: []string{"IPv4/tcp/61000", "IPv4/tcp/61001", "IPv4/udp/61000"},
+		steps:    []step{alloc(aTCP, 61000), alloc(aUDP, 61001), alloc(bTCP, 61002), alloc(bUDP, 61003)},
+		wantHeld: []string{"IPv4/tcp/61000", "IPv4/tcp/61002", "IPv4/udp/61001", "IPv4/udp/61003"},
+	}, {
+		name:     "one round-robin cursor per family is shared by tcp and udp",
+		rng:      wide,
+		steps:    []step{alloc(aUDP, 61000), alloc(bTCP, 61001), release(aUDP), alloc(cTCP, 61002), alloc(aUDP, 61003)},
+		wantHeld: []string{"IPv4/tcp/61001", "IPv4/tcp/61002", "IPv4/udp/61003"},
+	}, {
+		name: "a number a udp mapping released goes to a tcp mapping after the wrap",
+		rng:  small,
+		steps: []step{alloc(aTCP, 61000), alloc(aUDP, 61001), alloc(bTCP, 61002),
+			release(aUDP), alloc(cTCP, 61001)},
+		wantHeld: []string{"IPv4/tcp/61000", "IPv4/tcp/61001", "IPv4/tcp/61002"},
 	}, {
 		name:     "IP families are independent",
 		rng:      wide,
-		steps:    []step{alloc(aTCP, 61000), alloc(aTCP6, 61000)},
-		wantHeld: []string{"IPv4/tcp/61000", "IPv6/tcp/61000"},
+		steps:    []step{alloc(aTCP, 61000), alloc(aTCP6, 61000), alloc(aUDP, 61001), alloc(aUDP6, 61001)},
+		wantHeld: []string{"IPv4/tcp/61000", "IPv4/udp/61001", "IPv6/tcp/61000", "IPv6/udp/61001"},
 	}, {
 		name:     "skips a port busy on the host",
 		rng:      wide,
-		steps:    []step{busy(v4, tcp, 61000), busy(v4, tcp, 61001), alloc(aTCP, 61002), alloc(aUDP, 61000)},
-		wantHeld: []string{"IPv4/tcp/61002", "IPv4/udp/61000"},
+		steps:    []step{busy(v4, tcp, 61000), busy(v4, tcp, 61001), alloc(aTCP, 61002), alloc(aUDP, 61003)},
+		wantHeld: []string{"IPv4/tcp/61002", "IPv4/udp/61003"},
+	}, {
+		// Only the protocol the mapping reserves matters: a host process on
+		// TCP 61000 does not keep a UDP mapping off 61000, and the number is
+		// then held by that one mapping.
+		name: "a port busy on the host only for the other protocol is usable",
+		rng:  wide,
+		steps: []step{busy(v4, tcp, 61000), busy(v4, udp, 61001), alloc(aUDP, 61000), alloc(aTCP, 61001),
+			alloc(bUDP, 61002), lookup(aUDP, 61000, true)},
+		wantHeld: []string{"IPv4/tcp/61001", "IPv4/udp/61000", "IPv4/udp/61002"},
+	}, {
+		name: "capacity is the range per family, whatever the protocol",
+		rng:  small,
+		steps: []step{alloc(aTCP, 61000), alloc(aUDP, 61001), alloc(bTCP, 61002),
+			allocFails(bUDP, portalloc.ErrExhausted), lookup(bUDP, 0, false), alloc(aUDP6, 61000),
+			release(aTCP), alloc(bUDP, 61000)},
+		wantHeld: []string{"IPv4/tcp/61002", "IPv4/udp/61000", "IPv4/udp/61001", "IPv6/udp/61000"},
 	}, {
 		name: "exhaustion is an error, and a release makes room again",
 		rng:  small,
@@ -196,15 +227,18 @@ func TestAllocator(t *testing.T) {
 			busy(v4, tcp, 61006),
 			restoreFails(bTCP, 61006, syscall.EADDRINUSE, "61006"),
 			restoreFails(aTCP, 61007, nil, "already holds port 61005"),
+			restoreFails(aUDP, 61005, portalloc.ErrTaken, "ns/a:8080/tcp/IPv4"),
+			restoreFails(bUDP, 61005, portalloc.ErrTaken, "ns/a:8080/tcp/IPv4"),
 			restore(aTCP6, 61005),
+			restore(aUDP, 61008),
 		},
-		wantHeld: []string{"IPv4/tcp/61005", "IPv6/tcp/61005"},
+		wantHeld: []string{"IPv4/tcp/61005", "IPv4/udp/61008", "IPv6/tcp/61005"},
 	}, {
 		name: "release pod frees all its keys and only them",
 		rng:  wide,
-		steps: []step{alloc(aTCP, 61000), alloc(aUDP, 61000), alloc(aOther, 61001), alloc(aTCP6, 61000),
-			alloc(bTCP, 61002), releasePod("ns/a"), lookup(aTCP, 0, false), lookup(bTCP, 61002, true)},
-		wantHeld: []string{"IPv4/tcp/61002"},
+		steps: []step{alloc(aTCP, 61000), alloc(aUDP, 61001), alloc(aOther, 61002), alloc(aTCP6, 61000),
+			alloc(bTCP, 61003), releasePod("ns/a"), lookup(aTCP, 0, false), lookup(bTCP, 61003, true)},
+		wantHeld: []string{"IPv4/tcp/61003"},
 	}, {
 		name:     "releasing a key without a port is a no-op",
 		rng:      wide,
@@ -286,15 +320,15 @@ func TestAllocator_countsAndKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// One number per mapping and family: the four IPv4 mappings hold four
+	// numbers, and a new TCP or UDP mapping may take any of the other six.
 	got := map[string]int{
-		"inUse v4 tcp": a.InUse(v4, tcp), "free v4 tcp": a.Free(v4, tcp),
-		"inUse v4 udp": a.InUse(v4, udp), "free v6 tcp": a.Free(v6, tcp),
-		"inUse v6 udp": a.InUse(v6, udp), "free v6 udp": a.Free(v6, udp),
+		"inUse v4": a.InUse(v4), "free v4 tcp": a.Free(v4, tcp), "free v4 udp": a.Free(v4, udp),
+		"inUse v6": a.InUse(v6), "free v6 tcp": a.Free(v6, tcp), "free v6 udp": a.Free(v6, udp),
 	}
 	want := map[string]int{
-		"inUse v4 tcp": 3, "free v4 tcp": 7,
-		"inUse v4 udp": 1, "free v6 tcp": 9,
-		"inUse v6 udp": 0, "free v6 udp": 10,
+		"inUse v4": 4, "free v4 tcp": 6, "free v4 udp": 6,
+		"inUse v6": 1, "free v6 tcp": 9, "free v6 udp": 9,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("counts (-want +got):\n%s", diff)
@@ -305,7 +339,7 @@ func TestAllocator_countsAndKeys(t *testing.T) {
 	if keys := a.Keys("ns/nobody"); len(keys) != 0 {
 		t.Errorf("Keys(ns/nobody) = %v, want none", keys)
 	}
-	wantAll := map[portalloc.Key]int{aOther: 61000, aTCP: 61001, bTCP: 61002, aUDP: 61000, aTCP6: 61000}
+	wantAll := map[portalloc.Key]int{aOther: 61000, aTCP: 61001, bTCP: 61002, aUDP: 61003, aTCP6: 61000}
 	if diff := cmp.Diff(wantAll, a.All()); diff != "" {
 		t.Errorf("All (-want +got):\n%s", diff)
 	}

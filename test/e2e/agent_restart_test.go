@@ -3,14 +3,17 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/test/stack"
@@ -127,41 +130,234 @@ func TestAgent_portRangeChange(t *testing.T) {
 	}
 }
 
+// fallbackRetry is the agent's slow retry of a Pod that could not get every
+// node port (exhaustedRetry in agent/controller).
+const fallbackRetry = 30 * time.Second
+
+// beforeFallback is how long is left until the agent's fallback retry of a
+// Pod could fire, given the Pod's first NodePortExhausted Event: the failed
+// sync records the Event before it schedules the retry, and the API keeps
+// FirstTimestamp rounded down to the second, so the retry fires after
+// FirstTimestamp+fallbackRetry; a second less leaves room for the last check
+// of the wait. A wait bounded by it can only succeed through the retry the
+// agent makes as soon as a port frees. The test frees a port within a second
+// or two of the Event, so this leaves the agent most of the 30 s: a datapath
+// write on a loaded machine can take seconds (a full-suite run on the shared
+// 2-core machine once missed a 10 s bound).
+func beforeFallback(first corev1.Event) time.Duration {
+	return time.Until(first.FirstTimestamp.Add(fallbackRetry - time.Second))
+}
+
+// deletePod deletes a Pod at once (the test Pods have no grace period).
+func (e *env) deletePod(t *testing.T, ns, name string) {
+	t.Helper()
+	if err := e.client.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete pod %s: %v", name, err)
+	}
+}
+
+// waitEvent waits for an Event with reason on the Pod and checks it is a
+// Warning whose message contains text. With several, it returns the first.
+func (e *env) waitEvent(t *testing.T, ns, pod, reason, text string) corev1.Event {
+	t.Helper()
+	var found corev1.Event
+	waitFor(t, 20*time.Second, reason+" event on "+pod, func() (bool, error) {
+		evs, err := e.client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
+			FieldSelector: fields.Set{"involvedObject.name": pod, "reason": reason}.String(),
+		})
+		if err != nil || len(evs.Items) == 0 {
+			return false, err
+		}
+		found = slices.MinFunc(evs.Items, func(a, b corev1.Event) int { return a.FirstTimestamp.Compare(b.FirstTimestamp.Time) })
+		return true, nil
+	})
+	if found.Type != corev1.EventTypeWarning || !strings.Contains(found.Message, text) {
+		t.Errorf("%s event on %s = %s %q, want a Warning that mentions %q", reason, pod, found.Type, found.Message, text)
+	}
+	return found
+}
+
 // TestAgent_rangeExhaustion: when the range is exhausted the Pod gets a
 // Warning Event and the failure metric grows; it is mapped as soon as a port
-// frees.
+// frees, before the agent's fallback retry could fire. A multi-port Pod that
+// gets only some of its ports publishes those, and the rest as ports free.
 func TestAgent_rangeExhaustion(t *testing.T) {
 	e := setup(t)
 	ns := e.namespace(t)
-	e.restartAgent(t, node2, "61950-61951", nil)
+	const portRange = "61950-61951"
+	e.restartAgent(t, node2, portRange, nil)
 	t.Cleanup(func() { e.restartAgent(t, node2, "61000-62000", nil) })
+	t.Cleanup(func() {
+		// Before the restart above, which would bury it.
+		if t.Failed() {
+			t.Logf("npl-agent/%s log while the range was %s:\n%s", node2, portRange, e.agent(node2).Tail(150))
+		}
+	})
 	e.createService(t, npService(ns, "web", web))
 	for i := range 2 {
 		name := fmt.Sprintf("web-%d", i)
 		e.createPod(t, webPod(ns, name, node2, web))
 		e.waitEntries(t, ns, name, 1)
 	}
+
+	// A single-port Pod starves.
 	e.createPod(t, webPod(ns, "starved", node2, web))
-	waitFor(t, 20*time.Second, "NodePortExhausted event on the starved Pod", func() (bool, error) {
-		evs, err := e.client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
-			FieldSelector: fields.Set{"involvedObject.name": "starved", "reason": "NodePortExhausted"}.String(),
-		})
-		return err == nil && len(evs.Items) > 0, err
-	})
+	starvedEvent := e.waitEvent(t, ns, "starved", "NodePortExhausted", portRange)
 	if _, ok, _ := e.entries(t, ns, "starved"); ok {
 		t.Error("the starved Pod has an annotation")
 	}
-	if v, err := e.agent(node2).Metric("npl_agent_allocation_failures_total"); err != nil || v < 1 {
+	a := e.agent(node2)
+	if v, err := a.Metric("npl_agent_allocation_failures_total"); err != nil || v < 1 {
 		t.Errorf("npl_agent_allocation_failures_total = %v (err %v), want > 0", v, err)
 	}
-	if v, err := e.agent(node2).Metric("npl_agent_free_ports", `protocol="tcp"`); err != nil || v != 0 {
-		t.Errorf("npl_agent_free_ports{tcp} = %v (err %v), want 0", v, err)
+	// Two TCP mappings hold both numbers, so none is left for UDP either.
+	for _, proto := range []string{"tcp", "udp"} {
+		if v, err := a.Metric("npl_agent_free_ports", fmt.Sprintf("protocol=%q", proto)); err != nil || v != 0 {
+			t.Errorf("npl_agent_free_ports{%s} = %v (err %v), want 0", proto, v, err)
+		}
 	}
-	if err := e.client.CoreV1().Pods(ns).Delete(context.Background(), "web-0", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.deletePod(t, ns, "web-0")
+	waitFor(t, beforeFallback(starvedEvent), "the starved Pod mapped after web-0 freed its port", func() (bool, error) {
+		es, ok, err := e.entries(t, ns, "starved")
+		return ok && err == nil && len(es) == 1, err
+	})
 	x := e.waitEntries(t, ns, "starved", 1)[0]
 	eventually(t, 10*time.Second, "traffic to the recovered Pod", func() error { return expectBody(get(addr(x.NodeIP, x.NodePort)))("starved") })
+
+	// A Pod with a TCP and a UDP port while the range is full: each freed
+	// number is published at once, one at a time. The fallback retry of the
+	// first failure, which the retries of the partial one do not postpone,
+	// bounds both waits.
+	multi := map[string]string{"app": "multi"}
+	e.createService(t, npService(ns, "multi", multi,
+		corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")},
+		corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromString("dns")}))
+	e.createPod(t, webPod(ns, "multi", node2, multi))
+	multiEvent := e.waitEvent(t, ns, "multi", "NodePortExhausted", portRange)
+	if _, ok, _ := e.entries(t, ns, "multi"); ok {
+		t.Error("the multi-port Pod has an annotation while the range is full")
+	}
+	e.deletePod(t, ns, "web-1")
+	waitFor(t, beforeFallback(multiEvent), "one port of the multi-port Pod published after web-1 freed its port", func() (bool, error) {
+		es, ok, err := e.entries(t, ns, "multi")
+		return ok && err == nil && len(es) == 1, err
+	})
+	partial, _, err := e.entries(t, ns, "multi")
+	if err != nil || len(partial) != 1 {
+		t.Fatalf("multi-port Pod entries = %+v (err %v), want exactly one", partial, err)
+	}
+
+	e.deletePod(t, ns, "starved")
+	waitFor(t, beforeFallback(multiEvent), "both ports of the multi-port Pod published after starved freed its port", func() (bool, error) {
+		es, ok, err := e.entries(t, ns, "multi")
+		return ok && err == nil && len(es) == 2, err
+	})
+	es := e.waitEntries(t, ns, "multi", 2)
+	if es[0].NodePort == es[1].NodePort || es[0].Protocol == es[1].Protocol {
+		t.Errorf("multi-port Pod entries = %+v, want a TCP and a UDP entry on distinct node ports", es)
+	}
+	if !slices.Contains(es, partial[0]) {
+		t.Errorf("multi-port Pod entries = %+v, want the entry published first kept: %+v", es, partial[0])
+	}
+	for _, x := range es {
+		expectMultiTraffic(t, x)
+	}
+}
+
+// expectMultiTraffic checks that the entry of the Pod "multi" carries
+// traffic: HTTP on TCP, an echo on UDP.
+func expectMultiTraffic(t *testing.T, x contract.Entry) {
+	t.Helper()
+	target := addr(x.NodeIP, x.NodePort)
+	if x.Protocol == contract.ProtocolTCP {
+		eventually(t, 10*time.Second, "TCP traffic to "+target, func() error { return expectBody(get(target))("multi") })
+		return
+	}
+	eventually(t, 10*time.Second, "UDP traffic to "+target, func() error {
+		reply, err := udpEcho(target, "ping")
+		if err != nil {
+			return err
+		}
+		if reply != "multi: ping" {
+			return fmt.Errorf("UDP reply %q", reply)
+		}
+		return nil
+	})
+}
+
+// TestAgent_restoreMovesASharedNodePort: an annotation an older npl wrote,
+// with TCP and UDP of one Pod port on one number, is repaired on restart by
+// moving the UDP mapping alone: the TCP node port stays, the Pod gets a
+// Warning Event naming the old and the new port, and both carry traffic.
+func TestAgent_restoreMovesASharedNodePort(t *testing.T) {
+	e := setup(t)
+	ns := e.namespace(t)
+	n := e.node(node1)
+	e.createPod(t, webPod(ns, "dns", node1, web, func(p *corev1.Pod) {
+		p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports,
+			corev1.ContainerPort{Name: "dns-tcp", ContainerPort: 5353, Protocol: corev1.ProtocolTCP})
+	}))
+	e.createService(t, npService(ns, "dns", web,
+		corev1.ServicePort{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(5353)},
+		corev1.ServicePort{Name: "dns-udp", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(5353)}))
+	es := e.waitEntries(t, ns, "dns", 2)
+	var tcpEntry contract.Entry
+	for _, x := range es {
+		if x.Protocol == contract.ProtocolTCP {
+			tcpEntry = x
+		}
+	}
+	shared := tcpEntry.NodePort
+
+	// The state an older npl left: both entries on the TCP number, written
+	// with the product's own formatter while the agent is down.
+	e.restartAgent(t, node1, "61000-62000", func() {
+		old := slices.Clone(es)
+		for i := range old {
+			old[i].NodePort = shared
+		}
+		value, err := contract.Format(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.patchPodAnnotation(t, ns, "dns", value)
+	})
+
+	var udpEntry contract.Entry
+	waitFor(t, 20*time.Second, "the UDP mapping moved off the shared number", func() (bool, error) {
+		got, ok, err := e.entries(t, ns, "dns")
+		if !ok || err != nil || len(got) != 2 {
+			return false, err
+		}
+		for _, x := range got {
+			if x.Protocol == contract.ProtocolUDP {
+				udpEntry = x
+			}
+		}
+		return udpEntry.NodePort != shared, nil
+	})
+	got := e.waitEntries(t, ns, "dns", 2)
+	wantTCP := tcpEntry
+	if !slices.Contains(got, wantTCP) {
+		t.Errorf("entries after the restart = %+v, want the TCP entry unchanged: %+v", got, wantTCP)
+	}
+	e.waitEvent(t, ns, "dns", "NodePortReallocated", fmt.Sprintf("udp/5353 (IPv4) moved from %d to %d", shared, udpEntry.NodePort))
+	if hasRule(t, n, "udp", shared) {
+		t.Errorf("a UDP rule is left on the TCP node port %d", shared)
+	}
+	eventually(t, 10*time.Second, "TCP traffic on the kept number", func() error {
+		return expectBody(get(addr(tcpEntry.NodeIP, shared)))("dns")
+	})
+	eventually(t, 10*time.Second, "UDP traffic on the new number", func() error {
+		reply, err := udpEcho(addr(udpEntry.NodeIP, udpEntry.NodePort), "ping")
+		if err != nil {
+			return err
+		}
+		if reply != "dns: ping" {
+			return fmt.Errorf("UDP reply %q", reply)
+		}
+		return nil
+	})
 }
 
 // TestAgent_cleanupLeavesNothing: `npl-agent cleanup` removes the chains, the

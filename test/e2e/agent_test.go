@@ -87,7 +87,9 @@ func expectBody(body string, err error) func(want string) error {
 
 // TestAgent_multiPortNamedPortAndTCPUDP: a multi-port Service with a named
 // targetPort, and TCP and UDP on the same Pod port, get separate node ports
-// that all carry traffic; removing one port removes only its mapping.
+// that all carry traffic; removing one port removes only its mapping. A node
+// port number serves one mapping whatever the protocol: AKO and F5 CIS match
+// entries by podPort and ignore the protocol (issue 13).
 func TestAgent_multiPortNamedPortAndTCPUDP(t *testing.T) {
 	e := setup(t)
 	ns := e.namespace(t)
@@ -104,18 +106,24 @@ func TestAgent_multiPortNamedPortAndTCPUDP(t *testing.T) {
 	))
 	es := e.waitEntries(t, ns, "multi", 4)
 	byKey := map[string]contract.Entry{}
-	ports := map[string]bool{}
+	numbers := map[int]bool{}
 	for _, x := range es {
 		byKey[fmt.Sprintf("%s/%d", x.Protocol, x.PodPort)] = x
-		ports[fmt.Sprintf("%s/%d", x.Protocol, x.NodePort)] = true
+		numbers[x.NodePort] = true
 	}
 	for _, k := range []string{"tcp/8080", "tcp/9090", "tcp/5353", "udp/5353"} {
 		if _, ok := byKey[k]; !ok {
 			t.Fatalf("no entry for %s in %+v", k, es)
 		}
 	}
-	if len(ports) != 4 {
-		t.Errorf("entries share node ports: %+v", es)
+	if len(numbers) != 4 {
+		t.Errorf("entries share node port numbers: %+v", es)
+	}
+	n := e.node(node1)
+	if dnsTCP, dnsUDP := byKey["tcp/5353"], byKey["udp/5353"]; dnsTCP.NodePort == dnsUDP.NodePort {
+		t.Errorf("TCP and UDP of Pod port 5353 share node port %d", dnsTCP.NodePort)
+	} else if hasRule(t, n, "udp", dnsTCP.NodePort) || hasRule(t, n, "tcp", dnsUDP.NodePort) {
+		t.Errorf("a rule of the other protocol exists on %d (tcp) or %d (udp)", dnsTCP.NodePort, dnsUDP.NodePort)
 	}
 	for _, k := range []string{"tcp/8080", "tcp/9090", "tcp/5353"} {
 		x := byKey[k]
@@ -149,7 +157,6 @@ func TestAgent_multiPortNamedPortAndTCPUDP(t *testing.T) {
 			t.Errorf("UDP entry still there: %+v", es)
 		}
 	}
-	n := e.node(node1)
 	waitFor(t, 10*time.Second, "UDP rule and socket released", func() (bool, error) {
 		return !hasRule(t, n, "udp", udp.NodePort) && !portHeld(t, n, "udp", udp.NodePort), nil
 	})
