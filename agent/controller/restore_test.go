@@ -16,11 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/agent/controller"
 	"github.com/nodeportlocal/npl/agent/datapath"
 	"github.com/nodeportlocal/npl/agent/portalloc"
 	"github.com/nodeportlocal/npl/agent/portalloc/portalloctest"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 const (

@@ -8,13 +8,12 @@ import (
 )
 
 type section struct {
-	URL       string   `json:"url"`
-	Verify    *bool    `json:"verify,omitempty"`
-	Retries   int      `json:"retries"`
-	Hosts     []string `json:"hosts"`
-	Untagged  string
-	Ignored   string `json:"-"`
-	unexposed string
+	URL      string   `json:"url"`
+	Verify   *bool    `json:"verify,omitempty"`
+	Retries  int      `json:"retries"`
+	Hosts    []string `json:"hosts"`
+	Untagged string
+	Ignored  string `json:"-"`
 }
 
 func TestDecode_acceptsTheExactKeys(t *testing.T) {
@@ -35,7 +34,7 @@ func TestDecode_acceptsTheExactKeys(t *testing.T) {
 			if err := Decode([]byte(tt.data), &got, "provider.x."); err != nil {
 				t.Fatalf("Decode: %v", err)
 			}
-			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(section{})); diff != "" {
+			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("decoded (-want +got):\n%s", diff)
 			}
 		})
