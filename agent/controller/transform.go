@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"maps"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodeportlocal/npl/contract"
@@ -82,7 +84,7 @@ func serviceChangeMatters(old, cur *corev1.Service) bool {
 	if contract.ServiceEnabled(old.Annotations) != contract.ServiceEnabled(cur.Annotations) || old.Spec.Type != cur.Spec.Type {
 		return true
 	}
-	if !equalStringMaps(old.Spec.Selector, cur.Spec.Selector) || len(old.Spec.Ports) != len(cur.Spec.Ports) {
+	if !maps.Equal(old.Spec.Selector, cur.Spec.Selector) || len(old.Spec.Ports) != len(cur.Spec.Ports) {
 		return true
 	}
 	for i := range old.Spec.Ports {
@@ -91,16 +93,4 @@ func serviceChangeMatters(old, cur *corev1.Service) bool {
 		}
 	}
 	return false
-}
-
-func equalStringMaps(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }

@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -350,7 +351,7 @@ func (c *Controller) enqueuePodServices(oldObj, obj any) {
 	for _, s := range c.store.ServicesSelecting(pod) {
 		keys[serviceKey(s.Namespace, s.Name)] = true
 	}
-	if old, ok := oldObj.(*corev1.Pod); ok && !equalLabels(old.Labels, pod.Labels) {
+	if old, ok := oldObj.(*corev1.Pod); ok && !maps.Equal(old.Labels, pod.Labels) {
 		for _, s := range c.store.ServicesSelecting(old) {
 			keys[serviceKey(s.Namespace, s.Name)] = true
 		}
