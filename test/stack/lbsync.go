@@ -44,7 +44,8 @@ const (
 
 // LBSync is npl-lbsync running beside the control plane, in the test
 // namespace, where it reaches the apiserver and the load balancer
-// simulators on loopback.
+// simulators on loopback, as the chart's ServiceAccount with the chart's
+// grants only (the Lease too: the chart's, in ChartNamespace).
 type LBSync struct {
 	*Process
 	ConfigPath  string
@@ -54,7 +55,8 @@ type LBSync struct {
 }
 
 // StartLBSync writes the configuration, starts npl-lbsync and waits until it
-// is ready (caches synced and, when leading, the first sync done).
+// is ready (caches synced and, when leading, the first sync done). The
+// first start on a cluster installs the chart's ServiceAccounts and RBAC.
 func StartLBSync(ctx context.Context, c *cluster.Cluster, opts LBSyncOptions) (*LBSync, error) {
 	bin, err := BinDir()
 	if err != nil {
@@ -83,12 +85,16 @@ func StartLBSync(ctx context.Context, c *cluster.Cluster, opts LBSyncOptions) (*
 		MetricsAddr: "127.0.0.1:" + strconv.Itoa(metricsPort),
 		HealthAddr:  "127.0.0.1:" + strconv.Itoa(healthPort),
 	}
+	access, err := accessFor(ctx, c)
+	if err != nil {
+		return nil, err
+	}
 	l.args = []string{
-		"--kubeconfig", c.Kubeconfig(), "--config", cfgPath,
+		"--kubeconfig", access.lbsyncKubeconfig, "--config", cfgPath,
 		"--metrics-bind-address", l.MetricsAddr, "--health-probe-bind-address", l.HealthAddr, "-v", "2",
 	}
 	if opts.LeaderElect {
-		l.args = append(l.args, "--leader-elect", "--leader-elect-namespace", "default",
+		l.args = append(l.args, "--leader-elect", "--leader-elect-namespace", ChartNamespace, "--leader-elect-lease-name", access.leaseName,
 			"--leader-elect-lease-duration", LeaseDuration.String(), "--leader-elect-renew-deadline", RenewDeadline.String(),
 			"--leader-elect-retry-period", RetryPeriod.String())
 	}
