@@ -277,7 +277,7 @@ func testHandOver(t *testing.T, provider string) {
 	if err := leader.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, takeOverBound, "the follower takes over the expired Lease", func() (bool, error) {
+	waitFor(t, takeOverBound-time.Since(killed), "the follower takes over the expired Lease", func() (bool, error) {
 		v, err := follower.Metric("npl_lbsync_leader")
 		return v == 1, err
 	})
@@ -312,7 +312,7 @@ func testHandOver(t *testing.T, provider string) {
 	if err := follower.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, releaseBound, "the take-over of the released Lease", func() (bool, error) {
+	waitFor(t, releaseBound-time.Since(stopped), "the take-over of the released Lease", func() (bool, error) {
 		v, err := leader.Metric("npl_lbsync_leader")
 		return v == 1, err
 	})
