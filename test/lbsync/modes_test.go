@@ -234,7 +234,7 @@ const (
 	retryBound    = stack.RetryPeriod + time.Duration(leaderelection.JitterFactor*float64(stack.RetryPeriod))
 	pollSlack     = 500 * time.Millisecond
 	takeOverBound = stack.LeaseDuration + 2*retryBound + pollSlack
-	releaseBound  = retryBound + pollSlack
+	releaseBound  = retryBound + time.Second
 )
 
 func testHandOver(t *testing.T, provider string) {
