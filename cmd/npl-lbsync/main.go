@@ -164,7 +164,10 @@ func run(ctx context.Context, o *options) error {
 		if o.webhookAddr != "" && !webhookServing.Load() {
 			return fmt.Errorf("webhook not serving yet")
 		}
-		if _, ok := leading.Load("leader"); ok && !ctrl.FirstSyncDone() {
+		// Without leader election this replica leads from the start: it is
+		// not ready before its first sync, even in the instant before
+		// RunWorkers marks it as the leader.
+		if _, ok := leading.Load("leader"); (ok || !o.leaderElect) && !ctrl.FirstSyncDone() {
 			return fmt.Errorf("first sync not done")
 		}
 		return nil

@@ -4,14 +4,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 
 	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 	appsv1 "k8s.io/api/apps/v1"
@@ -22,6 +19,8 @@ import (
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
+
+	chartrender "github.com/nodeportlocal/npl/test/chart/render"
 )
 
 // chartDir is the chart under test, from this package's directory.
@@ -30,19 +29,13 @@ const chartDir = "../../charts/npl"
 // testNamespace is the release namespace of rendered releases.
 const testNamespace = "npl-system"
 
-var loaded struct {
-	once  sync.Once
-	chart *chart.Chart
-	err   error
-}
-
 func loadChart(t testing.TB) *chart.Chart {
 	t.Helper()
-	loaded.once.Do(func() { loaded.chart, loaded.err = loader.Load(chartDir) })
-	if loaded.err != nil {
-		t.Fatalf("load chart %s: %v", chartDir, loaded.err)
+	ch, err := chartrender.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return loaded.chart
+	return ch
 }
 
 // ciValueFiles lists charts/npl/ci/*.yaml, the value files every test covers.
@@ -125,38 +118,18 @@ func renderRelease(t testing.TB, vals map[string]any, name, namespace string) (*
 // Engine's lookup finds nothing, as with `helm template`.
 func renderReleaseWith(t testing.TB, eng engine.Engine, vals map[string]any, name, namespace string) (*release, error) {
 	t.Helper()
-	ch := loadChart(t)
 	rel := &release{name: name, namespace: namespace}
-	top, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{
-		Name: rel.name, Namespace: rel.namespace, Revision: 1, IsInstall: true,
-	}, chartutil.DefaultCapabilities)
+	values, docs, err := chartrender.Render(eng, loadChart(t), vals, name, namespace)
 	if err != nil {
 		return nil, err
 	}
-	rel.values = top["Values"].(chartutil.Values)
-	files, err := eng.Render(ch, top)
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, 0, len(files))
-	for name := range files {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		if !strings.HasSuffix(name, ".yaml") {
-			continue
+	rel.values = values
+	for _, d := range docs {
+		obj, err := decode(d.Template, d.YAML)
+		if err != nil {
+			return nil, err
 		}
-		for _, doc := range docSeparator.Split(files[name], -1) {
-			if isEmptyDoc(doc) {
-				continue
-			}
-			obj, err := decode(name, doc)
-			if err != nil {
-				return nil, err
-			}
-			rel.objects = append(rel.objects, obj)
-		}
+		rel.objects = append(rel.objects, obj)
 	}
 	return rel, nil
 }
@@ -169,18 +142,6 @@ func render(t testing.TB, file string, overrides map[string]any) *release {
 		t.Fatalf("render %s %v: %v", filepath.Base(file), overrides, err)
 	}
 	return rel
-}
-
-var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
-
-func isEmptyDoc(doc string) bool {
-	for _, line := range strings.Split(doc, "\n") {
-		line = strings.TrimSpace(line)
-		if line != "" && !strings.HasPrefix(line, "#") {
-			return false
-		}
-	}
-	return true
 }
 
 func decode(template, doc string) (object, error) {

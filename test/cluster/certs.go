@@ -143,9 +143,15 @@ func newServiceAccountKey() (privPEM, pubPEM []byte, err error) {
 // writeKubeconfig writes a kubeconfig for server with the client pair
 // embedded, so the file stands alone.
 func writeKubeconfig(path, server string, caPEM []byte, client keyPair, user string) error {
+	return writeKubeconfigAuth(path, server, caPEM, user, &clientcmdapi.AuthInfo{ClientCertificateData: client.certPEM, ClientKeyData: client.keyPEM})
+}
+
+// writeKubeconfigAuth writes a kubeconfig for the apiserver at server with
+// user's credentials auth.
+func writeKubeconfigAuth(path, server string, caPEM []byte, user string, auth *clientcmdapi.AuthInfo) error {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["npl"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
-	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: client.certPEM, ClientKeyData: client.keyPEM}
+	cfg.AuthInfos[user] = auth
 	cfg.Contexts["npl"] = &clientcmdapi.Context{Cluster: "npl", AuthInfo: user}
 	cfg.CurrentContext = "npl"
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {

@@ -35,12 +35,14 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2"
 )
 
@@ -409,6 +411,24 @@ func (c *Cluster) UserKubeconfig(user string, groups ...string) (string, error) 
 	path := c.cp.path(name)
 	if err := writeKubeconfig(path, c.cp.serverURL, c.cp.ca.certPEM, pair, user); err != nil {
 		return "", fmt.Errorf("user kubeconfig for %s: %w", user, err)
+	}
+	return path, nil
+}
+
+// ServiceAccountKubeconfig writes a kubeconfig that authenticates as a
+// ServiceAccount, with a token from the TokenRequest API, as a Pod running
+// under it would, and returns its path. RBAC decides what it may do.
+func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, namespace, name string) (string, error) {
+	expiry := int64((24 * time.Hour).Seconds())
+	tr, err := c.client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token of ServiceAccount %s/%s: %w", namespace, name, err)
+	}
+	user := "system:serviceaccount:" + namespace + ":" + name
+	path := c.cp.path(fmt.Sprintf("kubeconfig-%s-%d", unsafeFileChars.ReplaceAllString(user, "_"), c.userSeq.Add(1)))
+	if err := writeKubeconfigAuth(path, c.cp.serverURL, c.cp.ca.certPEM, user, &clientcmdapi.AuthInfo{Token: tr.Status.Token}); err != nil {
+		return "", fmt.Errorf("kubeconfig of ServiceAccount %s/%s: %w", namespace, name, err)
 	}
 	return path, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +74,7 @@ func TestIngress_endToEnd(t *testing.T) {
 				pool := providers.IngressPoolName(lbName, ns, app, "80")
 				waitFor(t, 30*time.Second, "pool "+pool, func() (bool, error) {
 					got, _, ok, err := backend.Pools(lbName)
-					if err == nil && ok && !slices.Equal(got[pool], want) {
+					if err == nil && ok && !sameMembers(got[pool], want) {
 						err = fmt.Errorf("pool %s = %v, want %v (pools %v)", pool, got[pool], want, got)
 					}
 					return ok && err == nil, err

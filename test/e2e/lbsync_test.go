@@ -193,13 +193,19 @@ func TestLBSync_endToEnd(t *testing.T) {
 				})
 			}
 
-			// A restart with nothing changed writes nothing.
+			// A restart with nothing changed writes nothing. Ready means
+			// the first sync is done: every Service synced once (Ensure
+			// calls), then the garbage collected (a List).
 			writes := backend.Writes()
 			e.restartLBSync(t, l, nil)
-			time.Sleep(2 * time.Second)
+			for _, verb := range []string{"ensure", "list"} {
+				if n, err := l.Count("npl_lbsync_provider_calls_total", `verb="`+verb+`"`); err != nil || n == 0 {
+					t.Errorf("ready after a restart with %v %s calls (err %v), want the first sync done", n, verb, err)
+				}
+			}
 			if provider == "mock" {
 				st, err := l.MockState()
-				if err != nil || st.Counters.Writes != 0 || st.Counters.Delete != 0 {
+				if err != nil || st.Counters.Writes != 0 || st.Counters.Delete != 0 || st.Counters.Ensure == 0 {
 					t.Errorf("writes after a restart with no change: %+v (err %v)", st.Counters, err)
 				}
 			} else if got := backend.Writes(); got != writes {
@@ -235,11 +241,10 @@ func TestLBSync_endToEnd(t *testing.T) {
 			if err := l.WaitReady(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 30*time.Second, "the orphan deleted", func() (bool, error) {
-				_, _, ok, err := backend.Pools(ghostLB)
-				return !ok && err == nil, err
-			})
-			time.Sleep(2 * time.Second)
+			// Ready: the garbage collection of the first sync is done.
+			if _, _, ok, err := backend.Pools(ghostLB); ok || err != nil {
+				t.Errorf("the orphan is still there once npl-lbsync is ready (err %v)", err)
+			}
 			if !foreign() {
 				t.Error("another owner's object was changed or deleted")
 			}

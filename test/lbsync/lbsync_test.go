@@ -83,18 +83,23 @@ type syncer struct {
 // config is an npl-lbsync configuration with the mock provider.
 func (e *env) config(cluster, serviceType, class, vipPool string) string {
 	name := strings.NewReplacer("/", "-", ".", "-").Replace(class)
+	return configWith(cluster, serviceType, class, vipPool, fmt.Sprintf(`provider:
+  name: mock
+  mock:
+    stateFile: %s
+    allowFaultInjection: true
+`, filepath.Join(e.stateDir, name+".json")))
+}
+
+// configWith is an npl-lbsync configuration with a provider section.
+func configWith(cluster, serviceType, class, vipPool, provider string) string {
 	return fmt.Sprintf(`clusterName: %s
 serviceType: %s
 loadBalancerClass: %s
 vipPool: [%q]
 resyncPeriod: 1m
 drainSeconds: 1
-provider:
-  name: mock
-  mock:
-    stateFile: %s
-    allowFaultInjection: true
-`, cluster, serviceType, class, vipPool, filepath.Join(e.stateDir, name+".json"))
+`, cluster, serviceType, class, vipPool) + provider
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {
@@ -172,6 +177,58 @@ func (e *env) annotate(t *testing.T, ns, name, value string) {
 	if _, err := e.client.CoreV1().Pods(ns).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("annotate pod %s: %v", name, err)
 	}
+}
+
+// poke changes an annotation npl-lbsync does not read on a Pod ("pods") or
+// a Service ("services"), which queues a sync of the Services concerned, and
+// returns the object's new resourceVersion. Its event comes after every
+// earlier change of the same kind on npl-lbsync's watch, so a sync that
+// follows it has seen them all.
+func (e *env) poke(t *testing.T, resource, ns, name string) string {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{"test.npl.io/poke":%q}}}`, strconv.FormatInt(time.Now().UnixNano(), 10))
+	var rv string
+	var err error
+	switch resource {
+	case "pods":
+		var p *corev1.Pod
+		if p, err = e.client.CoreV1().Pods(ns).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err == nil {
+			rv = p.ResourceVersion
+		}
+	case "services":
+		var s *corev1.Service
+		if s, err = e.client.CoreV1().Services(ns).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err == nil {
+			rv = s.ResourceVersion
+		}
+	default:
+		t.Fatalf("poke: unknown resource %q", resource)
+	}
+	if err != nil {
+		t.Fatalf("poke %s %s/%s: %v", resource, ns, name, err)
+	}
+	return rv
+}
+
+// syncedAfter pokes an object and waits until each syncer finished a sync
+// begun after the poke (see stack.LBSync.WaitSyncs): they processed every
+// earlier change, so what they did not write by now they chose not to.
+func (e *env) syncedAfter(t *testing.T, resource, ns, name string, syncers ...*syncer) string {
+	t.Helper()
+	counts := make([]float64, len(syncers))
+	for i, l := range syncers {
+		n, err := l.Syncs()
+		if err != nil {
+			t.Fatalf("read the syncs of %s: %v", l.Name, err)
+		}
+		counts[i] = n
+	}
+	rv := e.poke(t, resource, ns, name)
+	for i, l := range syncers {
+		if err := l.WaitSyncs(ctxFor(t, 20*time.Second), counts[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rv
 }
 
 func (e *env) setReady(t *testing.T, ns, name string, ready bool) {

@@ -77,13 +77,17 @@ func TestLBSync_classSelection(t *testing.T) {
 	e := setup(t)
 	ns := e.namespace(t)
 	e.pod(t, ns, "a", e.nodeName(0), list(entry(8080, e.nodeIP(0), 61000, "tcp")))
-	e.createService(t, lbService(ns, "ours", ourClass))
 	e.createService(t, lbService(ns, "noclass", nil))
 	e.createService(t, lbService(ns, "other", ptr("example.com/lb")))
+	e.createService(t, lbService(ns, "ours", ourClass))
 	waitPools(t, e.npl, ns, "ours", map[string][]providers.Member{
 		e.npl.poolName(ns, "ours", providers.TCP, 80): {member(e.nodeIP(0), 61000, true)},
 	})
-	time.Sleep(2 * time.Second) // give a wrong claim time to show
+	// The other two were synced (a claim, a provider call and a status
+	// write would show now) once a sync begun after a later change of each
+	// is done.
+	e.syncedAfter(t, "services", ns, "noclass", e.npl)
+	e.syncedAfter(t, "services", ns, "other", e.npl)
 	for _, name := range []string{"noclass", "other"} {
 		if _, _, ok, err := pools(e.npl, ns, name); ok || err != nil {
 			t.Errorf("service %s got a load balancer (err %v)", name, err)

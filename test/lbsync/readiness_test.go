@@ -156,9 +156,14 @@ func TestLBSync_readinessGate(t *testing.T) {
 		p, err := e.client.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
 		return err == nil && condStatus(p, corev1.ContainersReady) == corev1.ConditionTrue, err
 	})
-	time.Sleep(2 * time.Second)
-	if p, _ := e.client.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{}); condStatus(p, corev1.PodReady) == corev1.ConditionTrue {
-		t.Fatalf("the Pod is Ready before it is a member: %+v", p.Status.Conditions)
+	// npl-lbsync has synced the Service since: it did not register the Pod.
+	e.syncedAfter(t, "pods", ns, pod.Name, s)
+	p, err := e.client.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if condStatus(p, contract.RegisteredReadinessGate) == corev1.ConditionTrue || condStatus(p, corev1.PodReady) == corev1.ConditionTrue {
+		t.Fatalf("the Pod is registered or Ready before it is a member: %+v", p.Status.Conditions)
 	}
 
 	// Its node port appears (as npl-agent would write it): it becomes a

@@ -25,7 +25,8 @@ type AgentOptions struct {
 }
 
 // Agent is npl-agent running in one node's network namespace, as a
-// DaemonSet Pod with hostNetwork runs on a real node.
+// DaemonSet Pod with hostNetwork runs on a real node, and as the chart's
+// ServiceAccount, with the chart's grants only.
 type Agent struct {
 	*Process
 	Node *cluster.Node
@@ -41,7 +42,8 @@ const (
 )
 
 // StartAgents starts npl-agent on every node and waits until each is ready
-// (mappings restored, workers running).
+// (mappings restored, workers running). The first start on a cluster
+// installs the chart's ServiceAccounts and RBAC.
 func StartAgents(ctx context.Context, c *cluster.Cluster, opts AgentOptions) ([]*Agent, error) {
 	bin, err := BinDir()
 	if err != nil {
@@ -56,9 +58,13 @@ func StartAgents(ctx context.Context, c *cluster.Cluster, opts AgentOptions) ([]
 	if opts.LogDir == "" {
 		opts.LogDir = c.LogDir()
 	}
+	access, err := accessFor(ctx, c)
+	if err != nil {
+		return nil, err
+	}
 	var agents []*Agent
 	for _, n := range c.Nodes() {
-		a := &Agent{Node: n, opts: opts, bin: filepath.Join(bin, "npl-agent"), kube: c.Kubeconfig()}
+		a := &Agent{Node: n, opts: opts, bin: filepath.Join(bin, "npl-agent"), kube: access.agentKubeconfig}
 		a.Process = &Process{Name: "npl-agent/" + n.Name, LogPath: filepath.Join(opts.LogDir, "npl-agent-"+n.Name+".log"), newCmd: a.command}
 		if err := a.Start(ctx); err != nil {
 			StopAgents(agents)

@@ -36,6 +36,15 @@ type Backend interface {
 	Close()
 }
 
+// Identified is a Backend whose objects carry an identity of the load
+// balancer's own making (Avi's uuids): a delete and re-create changes it,
+// even when the new object is otherwise equal.
+type Identified interface {
+	// Identities returns the identity of each object of a load balancer
+	// by object kind and name.
+	Identities(lbName string) map[string]string
+}
+
 // StartBackend starts the named backend with its files (credentials, CA,
 // state) in dir. VIPs come from vipSubnet for every backend.
 func StartBackend(name, dir string, vipSubnet netip.Prefix) (Backend, error) {
@@ -184,6 +193,22 @@ func (a *aviBackend) Pools(lbName string) (map[string][]providers.Member, []stri
 		pools[name] = providers.SortMembers(members)
 	}
 	return pools, vips, found, nil
+}
+
+// Identities returns the uuid of every VsVip, virtual service and pool of a
+// load balancer (named lbName or lbName-*), keyed "kind/name".
+func (a *aviBackend) Identities(lbName string) map[string]string {
+	out := map[string]string{}
+	for _, kind := range []string{"vsvip", "virtualservice", "pool"} {
+		for _, o := range a.sim.Objects("admin", kind) {
+			name, _ := o["name"].(string)
+			if name == lbName || strings.HasPrefix(name, lbName+"-") {
+				uuid, _ := o["uuid"].(string)
+				out[kind+"/"+name] = uuid
+			}
+		}
+	}
+	return out
 }
 
 type bigipBackend struct {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -33,9 +34,18 @@ type LBSyncOptions struct {
 	LogDir string
 }
 
+// Leader election timings of the replicas started with LeaderElect, short
+// so that a take-over is quick to observe.
+const (
+	LeaseDuration = 4 * time.Second
+	RenewDeadline = 3 * time.Second
+	RetryPeriod   = 500 * time.Millisecond
+)
+
 // LBSync is npl-lbsync running beside the control plane, in the test
 // namespace, where it reaches the apiserver and the load balancer
-// simulators on loopback.
+// simulators on loopback, as the chart's ServiceAccount with the chart's
+// grants only (the Lease too: the chart's, in ChartNamespace).
 type LBSync struct {
 	*Process
 	ConfigPath  string
@@ -45,7 +55,8 @@ type LBSync struct {
 }
 
 // StartLBSync writes the configuration, starts npl-lbsync and waits until it
-// is ready (caches synced and, when leading, the first sync done).
+// is ready (caches synced and, when leading, the first sync done). The
+// first start on a cluster installs the chart's ServiceAccounts and RBAC.
 func StartLBSync(ctx context.Context, c *cluster.Cluster, opts LBSyncOptions) (*LBSync, error) {
 	bin, err := BinDir()
 	if err != nil {
@@ -74,13 +85,18 @@ func StartLBSync(ctx context.Context, c *cluster.Cluster, opts LBSyncOptions) (*
 		MetricsAddr: "127.0.0.1:" + strconv.Itoa(metricsPort),
 		HealthAddr:  "127.0.0.1:" + strconv.Itoa(healthPort),
 	}
+	access, err := accessFor(ctx, c)
+	if err != nil {
+		return nil, err
+	}
 	l.args = []string{
-		"--kubeconfig", c.Kubeconfig(), "--config", cfgPath,
+		"--kubeconfig", access.lbsyncKubeconfig, "--config", cfgPath,
 		"--metrics-bind-address", l.MetricsAddr, "--health-probe-bind-address", l.HealthAddr, "-v", "2",
 	}
 	if opts.LeaderElect {
-		l.args = append(l.args, "--leader-elect", "--leader-elect-namespace", "default",
-			"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "1s")
+		l.args = append(l.args, "--leader-elect", "--leader-elect-namespace", ChartNamespace, "--leader-elect-lease-name", access.leaseName,
+			"--leader-elect-lease-duration", LeaseDuration.String(), "--leader-elect-renew-deadline", RenewDeadline.String(),
+			"--leader-elect-retry-period", RetryPeriod.String())
 	}
 	l.args = append(l.args, opts.ExtraArgs...)
 	binPath := filepath.Join(bin, "npl-lbsync")
@@ -114,6 +130,55 @@ func (l *LBSync) MetricsURL() string { return "http://" + l.MetricsAddr + "/metr
 // Metric reads one of npl-lbsync's metrics.
 func (l *LBSync) Metric(name string, labels ...string) (float64, error) {
 	return Metric(l.MetricsURL(), name, labels...)
+}
+
+// Count reads a counter of npl-lbsync's that may not have counted yet: a
+// counter vector without a sample is 0.
+func (l *LBSync) Count(name string, labels ...string) (float64, error) {
+	v, err := l.Metric(name, labels...)
+	if errors.Is(err, ErrNoSample) {
+		return 0, nil
+	}
+	return v, err
+}
+
+// Syncs is how many syncs (of a Service or an Ingress, failed or not) this
+// run of npl-lbsync has finished: the count of its reconcile duration
+// histogram, observed when a sync returns, after its writes.
+func (l *LBSync) Syncs() (float64, error) {
+	return l.Count("npl_lbsync_reconcile_duration_seconds_count")
+}
+
+// WaitSyncs waits until Syncs exceeds n. A test reads Syncs, makes a change
+// that queues a sync, and waits for it: npl-lbsync then finished a sync
+// begun after the value was read, and the test can assert that it chose not
+// to write, without sleeping.
+func (l *LBSync) WaitSyncs(ctx context.Context, n float64) error {
+	var got float64
+	for {
+		var err error
+		if got, err = l.Syncs(); err == nil && got > n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s finished %v syncs, waited for more than %v: %w", l.Name, got, n, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Ready reports whether /readyz answers ok now: caches synced and, when
+// leading, the first sync (every Service once, then garbage collection)
+// done.
+func (l *LBSync) Ready() bool {
+	client := &http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get("http://" + l.HealthAddr + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 func freePort() (int, error) {

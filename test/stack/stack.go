@@ -8,6 +8,7 @@ package stack
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -158,6 +159,10 @@ func (p *Process) Grep(s string) int {
 	return n
 }
 
+// ErrNoSample is Metric's error when the endpoint answers without a sample
+// of the metric: a counter vector that has not counted yet.
+var ErrNoSample = errors.New("no such sample")
+
 // Metric scrapes a Prometheus text endpoint and returns the sum of the samples
 // of name whose labels contain every one of labels ("key=\"value\"").
 func Metric(url, name string, labels ...string) (float64, error) {
@@ -198,7 +203,7 @@ func Metric(url, name string, labels ...string) (float64, error) {
 		found = true
 	}
 	if !found {
-		return 0, fmt.Errorf("metric %s%v not found at %s", name, labels, url)
+		return 0, fmt.Errorf("metric %s%v at %s: %w", name, labels, url, ErrNoSample)
 	}
 	return total, nil
 }
