@@ -13,6 +13,8 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 const (
@@ -20,24 +22,64 @@ const (
 	ServiceEnabledKey = "nodeportlocal.antrea.io/enabled"
 	// PodKey is the Pod annotation that lists the node-port mappings.
 	PodKey = "nodeportlocal.antrea.io"
-
-	// ProtocolTCP and ProtocolUDP are the protocol values of an entry, lowercase as Antrea writes them.
-	ProtocolTCP = "tcp"
-	ProtocolUDP = "udp"
-
-	// FamilyIPv4 and FamilyIPv6 are the ipFamily values of an entry.
-	FamilyIPv4 = "IPv4"
-	FamilyIPv6 = "IPv6"
 )
+
+// Protocol is the protocol of an entry, lowercase as Antrea writes it.
+type Protocol string
+
+// The protocols NodePortLocal maps.
+const (
+	ProtocolTCP Protocol = "tcp"
+	ProtocolUDP Protocol = "udp"
+)
+
+// ProtocolOf returns the entry protocol of a Kubernetes protocol (empty is
+// TCP, as Kubernetes defaults it), and false for one NodePortLocal does not
+// map (SCTP).
+func ProtocolOf(p corev1.Protocol) (Protocol, bool) {
+	switch p {
+	case "", corev1.ProtocolTCP:
+		return ProtocolTCP, true
+	case corev1.ProtocolUDP:
+		return ProtocolUDP, true
+	}
+	return "", false
+}
+
+// Kubernetes returns the Kubernetes protocol of p.
+func (p Protocol) Kubernetes() corev1.Protocol {
+	if p == ProtocolUDP {
+		return corev1.ProtocolUDP
+	}
+	return corev1.ProtocolTCP
+}
+
+// Family is the ipFamily of an entry.
+type Family string
+
+// The IP families.
+const (
+	FamilyIPv4 Family = "IPv4"
+	FamilyIPv6 Family = "IPv6"
+)
+
+// FamilyOf returns the family of an address; an IPv4-mapped IPv6 address
+// is IPv4.
+func FamilyOf(a netip.Addr) Family {
+	if a.Unmap().Is4() {
+		return FamilyIPv4
+	}
+	return FamilyIPv6
+}
 
 // Entry is one mapping of a Pod port to a node port. The JSON field names and
 // their order are those Antrea writes, so consumers that compare bytes agree.
 type Entry struct {
-	PodPort  int    `json:"podPort"`
-	NodeIP   string `json:"nodeIP"`
-	NodePort int    `json:"nodePort"`
-	Protocol string `json:"protocol"`
-	IPFamily string `json:"ipFamily"`
+	PodPort  int      `json:"podPort"`
+	NodeIP   string   `json:"nodeIP"`
+	NodePort int      `json:"nodePort"`
+	Protocol Protocol `json:"protocol"`
+	IPFamily Family   `json:"ipFamily"`
 }
 
 // ServiceEnabled reports whether a Service's annotations opt it in.
@@ -69,7 +111,7 @@ func Parse(value string) ([]Entry, error) {
 }
 
 func normalise(e *Entry) error {
-	e.Protocol = strings.ToLower(e.Protocol)
+	e.Protocol = Protocol(strings.ToLower(string(e.Protocol)))
 	if e.Protocol != ProtocolTCP && e.Protocol != ProtocolUDP {
 		return fmt.Errorf("protocol %q is not tcp or udp", e.Protocol)
 	}

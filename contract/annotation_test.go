@@ -195,7 +195,7 @@ func familyOf(s string) string {
 // violation names the rule a parsed entry breaks, or returns "".
 func violation(e Entry) string {
 	switch {
-	case !wantProtocol[e.Protocol]:
+	case !wantProtocol[string(e.Protocol)]:
 		return "protocol is not lowercase tcp or udp"
 	case e.PodPort < 1 || e.PodPort > 65535:
 		return "podPort out of 1-65535"
@@ -203,7 +203,7 @@ func violation(e Entry) string {
 		return "nodePort out of 1-65535"
 	case familyOf(e.NodeIP) == "":
 		return "nodeIP is not an IP address"
-	case e.IPFamily != familyOf(e.NodeIP):
+	case string(e.IPFamily) != familyOf(e.NodeIP):
 		return "ipFamily is not the family of nodeIP"
 	}
 	return ""
@@ -358,7 +358,7 @@ func expectedEntry(obj map[string]any) (Entry, string) {
 	if !isStr || !wantProtocol[strings.ToLower(proto)] {
 		return e, "protocol is not tcp or udp in any case"
 	}
-	e.Protocol = strings.ToLower(proto)
+	e.Protocol = Protocol(strings.ToLower(proto))
 	ip, isStr := str("nodeIP")
 	if !isStr || familyOf(ip) == "" {
 		return e, "nodeIP is not an IP address"
@@ -373,6 +373,6 @@ func expectedEntry(obj map[string]any) (Entry, string) {
 	case family != familyOf(ip):
 		return e, "ipFamily is not the family of nodeIP"
 	}
-	e.IPFamily = family
+	e.IPFamily = Family(family)
 	return e, ""
 }

@@ -89,7 +89,7 @@ type Controller struct {
 	cfg      Config
 	client   kubernetes.Interface
 	alloc    Allocator
-	paths    map[string]Datapath // by family
+	paths    map[contract.Family]Datapath
 	recorder record.EventRecorder
 	metrics  *Metrics
 
@@ -106,13 +106,13 @@ type Controller struct {
 
 	mu      sync.Mutex
 	pods    map[string]*podState
-	nodeIPs map[string]netip.Addr
+	nodeIPs map[contract.Family]netip.Addr
 	starved map[string]bool // Pods waiting for free ports
 	ready   bool
 }
 
 // New builds the controller and its informers. Nothing runs until Run.
-func New(cfg Config, client kubernetes.Interface, alloc Allocator, paths map[string]Datapath, metrics *Metrics) *Controller {
+func New(cfg Config, client kubernetes.Interface, alloc Allocator, paths map[contract.Family]Datapath, metrics *Metrics) *Controller {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 4
 	}
@@ -147,7 +147,7 @@ func New(cfg Config, client kubernetes.Interface, alloc Allocator, paths map[str
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "npl-agent"}),
 		pods:    map[string]*podState{},
-		nodeIPs: map[string]netip.Addr{},
+		nodeIPs: map[contract.Family]netip.Addr{},
 		starved: map[string]bool{},
 	}
 
@@ -344,7 +344,7 @@ func (c *Controller) nodeChanged(obj any) {
 	}
 }
 
-func equalIPs(a, b map[string]netip.Addr) bool {
+func equalIPs(a, b map[contract.Family]netip.Addr) bool {
 	if len(a) != len(b) {
 		return false
 	}

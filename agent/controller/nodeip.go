@@ -27,8 +27,8 @@ func ParseNodeIPPreference(s string) ([]corev1.NodeAddressType, error) {
 
 // NodeIPs picks the Node's address per family, following the preference
 // order of address types.
-func NodeIPs(node *corev1.Node, preference []corev1.NodeAddressType) map[string]netip.Addr {
-	out := map[string]netip.Addr{}
+func NodeIPs(node *corev1.Node, preference []corev1.NodeAddressType) map[contract.Family]netip.Addr {
+	out := map[contract.Family]netip.Addr{}
 	for _, t := range preference {
 		for _, a := range node.Status.Addresses {
 			if a.Type != t {

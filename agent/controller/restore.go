@@ -65,7 +65,7 @@ func (c *Controller) restore(ctx context.Context) error {
 	// and its conntrack entries are flushed below.
 	slices.SortStableFunc(entries, func(a, b restoreEntry) int {
 		if a.target.Protocol != b.target.Protocol {
-			return cmpString(a.target.Protocol, b.target.Protocol)
+			return strings.Compare(string(a.target.Protocol), string(b.target.Protocol))
 		}
 		return strings.Compare(a.key, b.key)
 	})
@@ -155,7 +155,7 @@ func (c *Controller) restorableEntries(ctx context.Context, pods []*corev1.Pod) 
 				dropped++
 				continue
 			}
-			if hp := contract.HostPort(pod, t.PodPort, corev1.Protocol(strings.ToUpper(t.Protocol))); hp != 0 && int(hp) == e.NodePort {
+			if hp := contract.HostPort(pod, t.PodPort, t.Protocol.Kubernetes()); hp != 0 && int(hp) == e.NodePort {
 				t.HostPort = hp
 			} else if !c.cfg.PortRange.Contains(e.NodePort) {
 				logger.Info("Not restoring a node port outside the range", "pod", klog.KObj(pod), "nodePort", e.NodePort, "range", c.cfg.PortRange)

@@ -76,7 +76,7 @@ func oldPod(t *testing.T, name, ip string, app string, entries ...contract.Entry
 	}
 }
 
-func entry(podPort, nodePort int, proto string) contract.Entry {
+func entry(podPort, nodePort int, proto contract.Protocol) contract.Entry {
 	return contract.Entry{PodPort: podPort, NodeIP: nodeIP, NodePort: nodePort, Protocol: proto, IPFamily: contract.FamilyIPv4}
 }
 
@@ -118,7 +118,7 @@ func TestRestore_movesOneOfTwoMappingsThatShareANumber(t *testing.T) {
 	}
 	dp := &fakeDatapath{}
 	c := controller.New(controller.Config{NodeName: nodeName, PortRange: rng, NodeIPPreference: []corev1.NodeAddressType{corev1.NodeInternalIP}}, client, alloc,
-		map[string]controller.Datapath{contract.FamilyIPv4: dp}, controller.NewMetrics(nil))
+		map[contract.Family]controller.Datapath{contract.FamilyIPv4: dp}, controller.NewMetrics(nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,7 +42,7 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 	var skips []Skip
 	if pod != nil {
 		c.mu.Lock()
-		families := make([]string, 0, len(c.nodeIPs))
+		families := make([]contract.Family, 0, len(c.nodeIPs))
 		for f := range c.nodeIPs {
 			families = append(families, f)
 		}
@@ -58,7 +59,7 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 	if st == nil {
 		st = &podState{}
 	}
-	var podIPs map[string]netip.Addr
+	var podIPs map[contract.Family]netip.Addr
 	if pod != nil {
 		podIPs = PodIPs(pod)
 	}
@@ -83,7 +84,7 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 			}
 		}
 	}
-	gens := map[string]uint64{}
+	gens := map[contract.Family]uint64{}
 	if changed {
 		gens = c.updateDatapathLocked()
 	}
@@ -121,7 +122,7 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 }
 
 type flushPort struct {
-	family string
+	family contract.Family
 	port   int
 }
 
@@ -129,7 +130,7 @@ type flushPort struct {
 // its targets ask for. It releases the ports no longer wanted, allocates the
 // missing ones, and rewrites the Pod IP of those whose IP changed. Called
 // with c.mu held.
-func (c *Controller) reconcileMappings(key string, current []mapping, targets []Target, podIPs map[string]netip.Addr) (next []mapping, released int, flush []flushPort, err error) {
+func (c *Controller) reconcileMappings(key string, current []mapping, targets []Target, podIPs map[contract.Family]netip.Addr) (next []mapping, released int, flush []flushPort, err error) {
 	want := map[Target]bool{}
 	for _, t := range targets {
 		want[t] = true
@@ -182,19 +183,12 @@ func (c *Controller) reconcileMappings(key string, current []mapping, targets []
 func compareMappings(a, b mapping) int {
 	switch {
 	case a.target.Family != b.target.Family:
-		return cmpString(a.target.Family, b.target.Family)
+		return strings.Compare(string(a.target.Family), string(b.target.Family))
 	case a.target.Protocol != b.target.Protocol:
-		return cmpString(a.target.Protocol, b.target.Protocol)
+		return strings.Compare(string(a.target.Protocol), string(b.target.Protocol))
 	default:
 		return int(a.target.PodPort - b.target.PodPort)
 	}
-}
-
-func cmpString(a, b string) int {
-	if a < b {
-		return -1
-	}
-	return 1
 }
 
 func allocKey(pod string, t Target) portalloc.Key {
@@ -203,8 +197,8 @@ func allocKey(pod string, t Target) portalloc.Key {
 
 // updateDatapathLocked hands every family's datapath the complete desired
 // content computed from all Pods. Called with c.mu held.
-func (c *Controller) updateDatapathLocked() map[string]uint64 {
-	desired := map[string]*datapath.Desired{}
+func (c *Controller) updateDatapathLocked() map[contract.Family]uint64 {
+	desired := map[contract.Family]*datapath.Desired{}
 	for fam := range c.paths {
 		desired[fam] = &datapath.Desired{PortRange: [2]int{c.cfg.PortRange.Start, c.cfg.PortRange.End}}
 	}
@@ -231,7 +225,7 @@ func (c *Controller) updateDatapathLocked() map[string]uint64 {
 		}
 	}
 	c.metrics.Mappings.Set(float64(total))
-	gens := make(map[string]uint64, len(desired))
+	gens := make(map[contract.Family]uint64, len(desired))
 	for fam, d := range desired {
 		gens[fam] = c.paths[fam].Update(*d)
 	}

@@ -15,8 +15,8 @@ import (
 // allocation, one per (podPort, protocol, IP family).
 type Target struct {
 	PodPort  int32
-	Protocol string // tcp | udp
-	Family   string // IPv4 | IPv6
+	Protocol contract.Protocol
+	Family   contract.Family
 	// HostPort, when set, is published as is: the container already has
 	// a hostPort for this port and protocol, so no rule or socket is needed.
 	HostPort int32
@@ -50,20 +50,15 @@ func Selects(svc *corev1.Service, pod *corev1.Pod) bool {
 }
 
 // PodIPs returns the Pod's IPs by family. A Pod without an IP has none.
-func PodIPs(pod *corev1.Pod) map[string]netip.Addr {
-	out := map[string]netip.Addr{}
+func PodIPs(pod *corev1.Pod) map[contract.Family]netip.Addr {
+	out := map[contract.Family]netip.Addr{}
 	add := func(s string) {
 		ip, err := netip.ParseAddr(s)
 		if err != nil {
 			return
 		}
-		ip = ip.Unmap()
-		fam := contract.FamilyIPv4
-		if ip.Is6() {
-			fam = contract.FamilyIPv6
-		}
-		if _, ok := out[fam]; !ok {
-			out[fam] = ip
+		if fam := contract.FamilyOf(ip); out[fam] == (netip.Addr{}) {
+			out[fam] = ip.Unmap()
 		}
 	}
 	for _, p := range pod.Status.PodIPs {
@@ -88,12 +83,12 @@ func PodMappable(pod *corev1.Pod) bool {
 // Targets computes the ports to publish for pod from the Services that
 // select it, for the families both the Pod and the node have. It is a pure
 // function of its inputs; Skips name the Service ports it cannot map.
-func Targets(pod *corev1.Pod, services []*corev1.Service, nodeFamilies []string) ([]Target, []Skip) {
+func Targets(pod *corev1.Pod, services []*corev1.Service, nodeFamilies []contract.Family) ([]Target, []Skip) {
 	if !PodMappable(pod) {
 		return nil, nil
 	}
 	podIPs := PodIPs(pod)
-	var families []string
+	var families []contract.Family
 	for _, f := range nodeFamilies {
 		if _, ok := podIPs[f]; ok {
 			families = append(families, f)
@@ -107,12 +102,9 @@ func Targets(pod *corev1.Pod, services []*corev1.Service, nodeFamilies []string)
 			continue
 		}
 		for _, sp := range svc.Spec.Ports {
-			proto := sp.Protocol
-			if proto == "" {
-				proto = corev1.ProtocolTCP
-			}
-			if proto != corev1.ProtocolTCP && proto != corev1.ProtocolUDP {
-				skips = append(skips, Skip{Service: svc, Port: sp, Reason: fmt.Sprintf("protocol %s is not supported by NodePortLocal", proto)})
+			proto, ok := contract.ProtocolOf(sp.Protocol)
+			if !ok {
+				skips = append(skips, Skip{Service: svc, Port: sp, Reason: fmt.Sprintf("protocol %s is not supported by NodePortLocal", sp.Protocol)})
 				continue
 			}
 			port, ok := contract.ResolveTargetPort(pod, sp)
@@ -120,9 +112,9 @@ func Targets(pod *corev1.Pod, services []*corev1.Service, nodeFamilies []string)
 				skips = append(skips, Skip{Service: svc, Port: sp, Reason: fmt.Sprintf("targetPort %q does not resolve on Pod %s/%s", sp.TargetPort.String(), pod.Namespace, pod.Name)})
 				continue
 			}
-			hostPort := contract.HostPort(pod, port, proto)
+			hostPort := contract.HostPort(pod, port, proto.Kubernetes())
 			for _, fam := range families {
-				t := Target{PodPort: port, Protocol: strings.ToLower(string(proto)), Family: fam, HostPort: hostPort}
+				t := Target{PodPort: port, Protocol: proto, Family: fam, HostPort: hostPort}
 				if !seen[t] {
 					seen[t] = true
 					out = append(out, t)
@@ -132,10 +124,10 @@ func Targets(pod *corev1.Pod, services []*corev1.Service, nodeFamilies []string)
 	}
 	slices.SortFunc(out, func(a, b Target) int {
 		if a.Family != b.Family {
-			return strings.Compare(a.Family, b.Family)
+			return strings.Compare(string(a.Family), string(b.Family))
 		}
 		if a.Protocol != b.Protocol {
-			return strings.Compare(a.Protocol, b.Protocol)
+			return strings.Compare(string(a.Protocol), string(b.Protocol))
 		}
 		return int(a.PodPort - b.PodPort)
 	})

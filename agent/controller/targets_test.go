@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nodeportlocal/npl/contract"
 )
 
 func svc(name string, mutate ...func(*corev1.Service)) *corev1.Service {
@@ -39,7 +41,7 @@ func pod(mutate ...func(*corev1.Pod)) *corev1.Pod {
 	return p
 }
 
-var v4 = []string{"IPv4"}
+var v4 = []contract.Family{"IPv4"}
 
 func tcp(port int32) Target { return Target{PodPort: port, Protocol: "tcp", Family: "IPv4"} }
 func udp(port int32) Target { return Target{PodPort: port, Protocol: "udp", Family: "IPv4"} }
@@ -50,7 +52,7 @@ func TestTargets(t *testing.T) {
 		name      string
 		pod       *corev1.Pod
 		services  []*corev1.Service
-		families  []string
+		families  []contract.Family
 		want      []Target
 		wantSkips int
 	}{
@@ -104,7 +106,7 @@ func TestTargets(t *testing.T) {
 		{name: "no pod IP", pod: pod(func(p *corev1.Pod) { p.Status.PodIP, p.Status.PodIPs = "", nil }), services: []*corev1.Service{svc("a")}, families: v4},
 		{name: "succeeded pod", pod: pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), services: []*corev1.Service{svc("a")}, families: v4},
 		{name: "host network pod", pod: pod(func(p *corev1.Pod) { p.Spec.HostNetwork = true }), services: []*corev1.Service{svc("a")}, families: v4},
-		{name: "dual stack", families: []string{"IPv4", "IPv6"}, pod: pod(func(p *corev1.Pod) {
+		{name: "dual stack", families: []contract.Family{"IPv4", "IPv6"}, pod: pod(func(p *corev1.Pod) {
 			p.Status.PodIPs = []corev1.PodIP{{IP: "198.19.0.5"}, {IP: "fd00::5"}}
 		}), services: []*corev1.Service{svc("a")}, want: []Target{tcp(8080), {PodPort: 8080, Protocol: "tcp", Family: "IPv6"}}},
 		{name: "IPv6 pod on an IPv4-only node", families: v4, pod: pod(func(p *corev1.Pod) {

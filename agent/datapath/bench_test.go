@@ -77,7 +77,7 @@ func ruleArgs(d datapath.Desired) [][]string {
 	var rules [][]string
 	for _, m := range d.Mappings {
 		rules = append(rules, []string{"-A", datapath.ChainNodePortLocal,
-			"-p", m.Protocol, "-m", m.Protocol, "--dport", strconv.Itoa(m.NodePort),
+			"-p", string(m.Protocol), "-m", string(m.Protocol), "--dport", strconv.Itoa(m.NodePort),
 			"-m", "comment", "--comment", m.Pod + ":" + strconv.Itoa(m.PodPort),
 			"-j", "DNAT", "--to-destination", m.PodIP.String() + ":" + strconv.Itoa(m.PodPort)})
 	}

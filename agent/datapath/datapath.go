@@ -31,7 +31,7 @@ const (
 // Mapping sends traffic to a local address on NodePort to PodIP:PodPort.
 type Mapping struct {
 	NodePort int
-	Protocol string // contract.ProtocolTCP or contract.ProtocolUDP
+	Protocol contract.Protocol // tcp or udp
 	PodIP    netip.Addr
 	PodPort  int
 	Pod      string // namespace/name, written into the rule's comment
@@ -101,15 +101,6 @@ func (m Mapping) validate() error {
 		return fmt.Errorf("mapping of %s: Pod IP %q is not a plain IP address", m.Pod, m.PodIP)
 	}
 	return nil
-}
-
-// familyOf returns the annotation IP family of a, treating IPv4-mapped IPv6
-// addresses as IPv4 as the kernel does.
-func familyOf(a netip.Addr) string {
-	if a.Unmap().Is4() {
-		return contract.FamilyIPv4
-	}
-	return contract.FamilyIPv6
 }
 
 // Multi combines one Datapath per IP family into one that calls each of them.

@@ -46,7 +46,7 @@ type Stats struct {
 // IPTables programs the chains of one IP family with iptables. It is safe for
 // concurrent use; its writes are serialised.
 type IPTables struct {
-	family  string
+	family  contract.Family
 	mode    string
 	version string
 	wait    int
@@ -75,7 +75,7 @@ var _ Datapath = (*IPTables)(nil)
 // NewIPTables detects the iptables backend of family (contract.FamilyIPv4
 // or contract.FamilyIPv6) and returns a datapath that uses the matching
 // iptables, iptables-restore and iptables-save binaries.
-func NewIPTables(family string, opts Options) (*IPTables, error) {
+func NewIPTables(family contract.Family, opts Options) (*IPTables, error) {
 	base, proto := "iptables", iptables.ProtocolIPv4
 	switch family {
 	case contract.FamilyIPv4:
@@ -168,7 +168,7 @@ func (t *IPTables) binaries(base, mode string) (string, error) {
 }
 
 // Family returns the IP family this datapath programs.
-func (t *IPTables) Family() string { return t.family }
+func (t *IPTables) Family() contract.Family { return t.family }
 
 // Mode returns the iptables backend in use: ModeNFT or ModeLegacy.
 func (t *IPTables) Mode() string { return t.mode }

@@ -41,7 +41,7 @@ var jumpLines = []string{
 // newIPTables returns a datapath for family and mode in the private network
 // namespace, with no NPL chain left from an earlier test, and removes its
 // chains when the test ends.
-func newIPTables(t testing.TB, family, mode string) *datapath.IPTables {
+func newIPTables(t testing.TB, family contract.Family, mode string) *datapath.IPTables {
 	t.Helper()
 	requirePrivateNetNS(t)
 	ipt, err := datapath.NewIPTables(family, datapath.Options{Mode: mode})
@@ -61,7 +61,7 @@ func newIPTables(t testing.TB, family, mode string) *datapath.IPTables {
 }
 
 // command returns the iptables binary of family and mode, e.g. ip6tables-nft.
-func command(family, mode, suffix string) string {
+func command(family contract.Family, mode, suffix string) string {
 	base := "iptables"
 	if family == v6 {
 		base = "ip6tables"
@@ -80,7 +80,7 @@ func run(t testing.TB, name string, args ...string) string {
 
 // nplLines returns the rules of iptables-save that belong to NPL: the jumps
 // and the rules of our chains, in iptables-save order.
-func nplLines(t testing.TB, family, mode string) []string {
+func nplLines(t testing.TB, family contract.Family, mode string) []string {
 	t.Helper()
 	var out []string
 	for l := range strings.Lines(run(t, command(family, mode, "-save"), "-t", "nat")) {
@@ -92,7 +92,7 @@ func nplLines(t testing.TB, family, mode string) []string {
 }
 
 // renderedRules returns the -A lines of Render.
-func renderedRules(family string, d datapath.Desired) []string {
+func renderedRules(family contract.Family, d datapath.Desired) []string {
 	var out []string
 	for l := range strings.Lines(string(datapath.Render(family, d))) {
 		if strings.HasPrefix(l, "-A ") {
@@ -102,7 +102,7 @@ func renderedRules(family string, d datapath.Desired) []string {
 	return out
 }
 
-func desiredFor(family string, n int) datapath.Desired {
+func desiredFor(family contract.Family, n int) datapath.Desired {
 	if family == v4 {
 		return desired(n)
 	}
@@ -157,9 +157,9 @@ func TestNewIPTables_detectsTheModeOfIptables(t *testing.T) {
 }
 
 func TestIPTables_syncWritesChainsAndJumps(t *testing.T) {
-	for _, family := range []string{v4, v6} {
+	for _, family := range []contract.Family{v4, v6} {
 		for _, mode := range modes {
-			t.Run(family+"/"+mode, func(t *testing.T) {
+			t.Run(string(family)+"/"+mode, func(t *testing.T) {
 				ipt := newIPTables(t, family, mode)
 				d := desiredFor(family, 3)
 				before := ipt.Stats()
@@ -287,9 +287,9 @@ func TestIPTables_checkFindsDriftAndSyncRepairsIt(t *testing.T) {
 }
 
 func TestIPTables_cleanupRemovesChainsAndJumps(t *testing.T) {
-	for _, family := range []string{v4, v6} {
+	for _, family := range []contract.Family{v4, v6} {
 		for _, mode := range modes {
-			t.Run(family+"/"+mode, func(t *testing.T) {
+			t.Run(string(family)+"/"+mode, func(t *testing.T) {
 				ipt := newIPTables(t, family, mode)
 				ctx := context.Background()
 				if err := ipt.Sync(ctx, desiredFor(family, 3)); err != nil {
@@ -316,11 +316,14 @@ func TestIPTables_cleanupRemovesChainsAndJumps(t *testing.T) {
 }
 
 func TestIPTables_flushUDPDeletesConntrackEntriesOfThePort(t *testing.T) {
-	for _, tc := range []struct{ family, conntrackFamily, network, loopback string }{
+	for _, tc := range []struct {
+		family                             contract.Family
+		conntrackFamily, network, loopback string
+	}{
 		{v4, "ipv4", "udp4", "127.0.0.1"},
 		{v6, "ipv6", "udp6", "::1"},
 	} {
-		t.Run(tc.family, func(t *testing.T) {
+		t.Run(string(tc.family), func(t *testing.T) {
 			ipt := newIPTables(t, tc.family, "")
 			ctx := context.Background()
 			// The nat chains make the kernel track connections in this namespace.

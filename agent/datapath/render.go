@@ -60,7 +60,7 @@ type rule struct {
 // traffic to a Pod only works with net.ipv4.conf.*.route_localnet=1, which
 // exposes services bound to localhost to the node's neighbours
 // (CVE-2020-8558). Node-local clients dial nodeIP:nodePort instead.
-func Render(family string, d Desired) []byte {
+func Render(family contract.Family, d Desired) []byte {
 	var b bytes.Buffer
 	b.WriteString("*nat\n")
 	b.WriteString(":" + ChainNodePortLocal + " - [0:0]\n")
@@ -74,13 +74,13 @@ func Render(family string, d Desired) []byte {
 }
 
 // desiredRules returns the rules of both chains in the order Render writes them.
-func desiredRules(family string, d Desired) []rule {
+func desiredRules(family contract.Family, d Desired) []rule {
 	if family != contract.FamilyIPv6 {
 		family = contract.FamilyIPv4
 	}
 	var mappings []Mapping
 	for _, m := range d.Mappings {
-		if m.validate() == nil && familyOf(m.PodIP) == family {
+		if m.validate() == nil && contract.FamilyOf(m.PodIP) == family {
 			m.PodIP = m.PodIP.Unmap()
 			mappings = append(mappings, m)
 		}
@@ -99,7 +99,7 @@ func desiredRules(family string, d Desired) []rule {
 	rules := make([]rule, 0, len(mappings)+len(d.HairpinSources))
 	for _, m := range mappings {
 		rules = append(rules, rule{ChainNodePortLocal, []string{
-			"-p", m.Protocol, "-m", m.Protocol, "--dport", strconv.Itoa(m.NodePort),
+			"-p", string(m.Protocol), "-m", string(m.Protocol), "--dport", strconv.Itoa(m.NodePort),
 			"-m", "comment", "--comment", comment(m.Pod + ":" + strconv.Itoa(m.PodPort)),
 			"-j", "DNAT", "--to-destination", netip.AddrPortFrom(m.PodIP, uint16(m.PodPort)).String(),
 		}})
@@ -116,7 +116,7 @@ func desiredRules(family string, d Desired) []rule {
 	}
 	var sources []netip.Addr
 	for _, a := range d.HairpinSources {
-		if a.IsValid() && a.Zone() == "" && familyOf(a) == family {
+		if a.IsValid() && a.Zone() == "" && contract.FamilyOf(a) == family {
 			sources = append(sources, a.Unmap())
 		}
 	}

@@ -29,7 +29,7 @@ const (
 func TestRender(t *testing.T) {
 	tests := []struct {
 		name   string
-		family string
+		family contract.Family
 		d      Desired
 		want   string
 	}{{

@@ -43,8 +43,8 @@ var (
 type Key struct {
 	Pod      string // namespace/name
 	PodPort  int32
-	Protocol string // contract.ProtocolTCP or contract.ProtocolUDP
-	Family   string // contract.FamilyIPv4 or contract.FamilyIPv6
+	Protocol contract.Protocol
+	Family   contract.Family
 }
 
 // String formats k for logs and errors.
@@ -85,7 +85,7 @@ type Allocator struct {
 	reserver Reserver
 
 	mu     sync.Mutex
-	tables map[string]*table // by IP family
+	tables map[contract.Family]*table
 	keys   map[Key]mapping
 }
 
@@ -100,7 +100,7 @@ func New(r Range, reserver Reserver) (*Allocator, error) {
 	return &Allocator{
 		rng:      r,
 		reserver: reserver,
-		tables:   make(map[string]*table),
+		tables:   make(map[contract.Family]*table),
 		keys:     make(map[Key]mapping),
 	}, nil
 }
@@ -108,7 +108,7 @@ func New(r Range, reserver Reserver) (*Allocator, error) {
 // Range returns the port range the allocator serves.
 func (a *Allocator) Range() Range { return a.rng }
 
-func (a *Allocator) table(family string) *table {
+func (a *Allocator) table(family contract.Family) *table {
 	t := a.tables[family]
 	if t == nil {
 		t = &table{used: make(map[int]Key), next: a.rng.Start}
@@ -272,7 +272,7 @@ func (a *Allocator) All() map[Key]int {
 
 // InUse returns how many ports the mappings of family hold, TCP and UDP
 // together.
-func (a *Allocator) InUse(family string) int {
+func (a *Allocator) InUse(family contract.Family) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if t := a.tables[family]; t != nil {
@@ -286,7 +286,7 @@ func (a *Allocator) InUse(family string) int {
 // both protocols, since they share the family's numbers; proto is kept so the
 // npl_agent_free_ports metric keeps its protocol label. Some of the ports may
 // still be busy on the host.
-func (a *Allocator) Free(family, _ string) int {
+func (a *Allocator) Free(family contract.Family, _ contract.Protocol) int {
 	return a.rng.Size() - a.InUse(family)
 }
 

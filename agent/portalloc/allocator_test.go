@@ -20,7 +20,7 @@ const (
 	udp = contract.ProtocolUDP
 )
 
-func key(pod string, port int32, proto, family string) portalloc.Key {
+func key(pod string, port int32, proto contract.Protocol, family contract.Family) portalloc.Key {
 	return portalloc.Key{Pod: pod, PodPort: port, Protocol: proto, Family: family}
 }
 
@@ -80,7 +80,7 @@ func releasePod(pod string) step {
 	}
 }
 
-func busy(family, proto string, port int) step {
+func busy(family contract.Family, proto contract.Protocol, port int) step {
 	return func(_ *testing.T, _ *portalloc.Allocator, r *portalloctest.Reserver) {
 		r.SetBusy(family, proto, port, true)
 	}

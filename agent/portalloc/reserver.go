@@ -18,7 +18,7 @@ import (
 // mapping uses it. Reserve returns an error wrapping syscall.EADDRINUSE when a
 // host process already uses the port; the allocator then tries the next one.
 type Reserver interface {
-	Reserve(family, proto string, port int) (io.Closer, error)
+	Reserve(family contract.Family, proto contract.Protocol, port int) (io.Closer, error)
 }
 
 // SocketReserver reserves a port with a bound socket on the family's wildcard
@@ -34,7 +34,7 @@ type SocketReserver struct {
 }
 
 // Reserve binds the socket that holds port.
-func (s SocketReserver) Reserve(family, proto string, port int) (io.Closer, error) {
+func (s SocketReserver) Reserve(family contract.Family, proto contract.Protocol, port int) (io.Closer, error) {
 	var network, host string
 	switch family {
 	case contract.FamilyIPv4:

@@ -9,11 +9,12 @@ import (
 	"testing"
 
 	"github.com/nodeportlocal/npl/agent/portalloc"
+	"github.com/nodeportlocal/npl/contract"
 )
 
 // bind opens a plain socket on the family's wildcard address, as a host
 // process would.
-func bind(family, proto string, port int) (io.Closer, error) {
+func bind(family contract.Family, proto contract.Protocol, port int) (io.Closer, error) {
 	network, host := "4", "0.0.0.0"
 	if family == v6 {
 		network, host = "6", "::"
@@ -27,8 +28,11 @@ func bind(family, proto string, port int) (io.Closer, error) {
 
 func TestSocketReserver_secondBindOnReservedPortFails(t *testing.T) {
 	requirePrivateNetNS(t)
-	for _, tc := range []struct{ family, proto string }{{v4, tcp}, {v4, udp}, {v6, tcp}, {v6, udp}} {
-		t.Run(tc.family+"/"+tc.proto, func(t *testing.T) {
+	for _, tc := range []struct {
+		family contract.Family
+		proto  contract.Protocol
+	}{{v4, tcp}, {v4, udp}, {v6, tcp}, {v6, udp}} {
+		t.Run(string(tc.family)+"/"+string(tc.proto), func(t *testing.T) {
 			const port = 61000
 			var r portalloc.SocketReserver
 			c, err := r.Reserve(tc.family, tc.proto, port)
@@ -76,8 +80,8 @@ func TestSocketReserver_familiesDoNotCollide(t *testing.T) {
 
 func TestAllocator_skipsPortBoundByAnotherSocket(t *testing.T) {
 	requirePrivateNetNS(t)
-	for _, proto := range []string{tcp, udp} {
-		t.Run(proto, func(t *testing.T) {
+	for _, proto := range []contract.Protocol{tcp, udp} {
+		t.Run(string(proto), func(t *testing.T) {
 			hostSocket, err := bind(v4, proto, 61100)
 			if err != nil {
 				t.Fatal(err)

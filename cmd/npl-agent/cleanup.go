@@ -41,7 +41,7 @@ func cleanup(ctx context.Context, o *options) error {
 	defer stop()
 	logger := klog.FromContext(ctx).WithValues("node", o.nodeName)
 	var errs []error
-	for _, fam := range []string{contract.FamilyIPv4, contract.FamilyIPv6} {
+	for _, fam := range []contract.Family{contract.FamilyIPv4, contract.FamilyIPv6} {
 		ipt, err := datapath.NewIPTables(fam, datapath.Options{})
 		if err != nil {
 			if fam == contract.FamilyIPv6 {

@@ -143,7 +143,7 @@ func run(ctx context.Context, o *options) error {
 		return fmt.Errorf("port allocator: %w", err)
 	}
 	defer func() { _ = alloc.Close() }()
-	paths := map[string]controller.Datapath{}
+	paths := map[contract.Family]controller.Datapath{}
 	var syncers []*datapath.Syncer
 	for _, fam := range families {
 		ipt, err := datapath.NewIPTables(fam, datapath.Options{})
@@ -185,8 +185,8 @@ func run(ctx context.Context, o *options) error {
 
 // nodeFamilies waits for the Node object and returns the IP families it has
 // an address of, which decides the datapaths to run.
-func nodeFamilies(ctx context.Context, client kubernetes.Interface, name string, pref []corev1.NodeAddressType) ([]string, error) {
-	var families []string
+func nodeFamilies(ctx context.Context, client kubernetes.Interface, name string, pref []corev1.NodeAddressType) ([]contract.Family, error) {
+	var families []contract.Family
 	err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
 		node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -194,7 +194,7 @@ func nodeFamilies(ctx context.Context, client kubernetes.Interface, name string,
 			return false, nil
 		}
 		ips := controller.NodeIPs(node, pref)
-		for _, fam := range []string{contract.FamilyIPv4, contract.FamilyIPv6} {
+		for _, fam := range []contract.Family{contract.FamilyIPv4, contract.FamilyIPv6} {
 			if _, ok := ips[fam]; ok {
 				families = append(families, fam)
 			}
@@ -207,8 +207,8 @@ func nodeFamilies(ctx context.Context, client kubernetes.Interface, name string,
 	return families, nil
 }
 
-func registerDatapathMetrics(reg prometheus.Registerer, family string, ipt *datapath.IPTables, s *datapath.Syncer) {
-	labels := prometheus.Labels{"family": family}
+func registerDatapathMetrics(reg prometheus.Registerer, family contract.Family, ipt *datapath.IPTables, s *datapath.Syncer) {
+	labels := prometheus.Labels{"family": string(family)}
 	reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "npl_agent_datapath_writes_total", Help: "iptables-restore runs.", ConstLabels: labels},
 			func() float64 { return float64(ipt.Stats().Restores) }),
@@ -221,10 +221,10 @@ func registerDatapathMetrics(reg prometheus.Registerer, family string, ipt *data
 	)
 }
 
-func registerAllocatorMetrics(reg prometheus.Registerer, alloc *portalloc.Allocator, families []string) {
+func registerAllocatorMetrics(reg prometheus.Registerer, alloc *portalloc.Allocator, families []contract.Family) {
 	for _, fam := range families {
-		for _, proto := range []string{contract.ProtocolTCP, contract.ProtocolUDP} {
-			labels := prometheus.Labels{"family": fam, "protocol": proto}
+		for _, proto := range []contract.Protocol{contract.ProtocolTCP, contract.ProtocolUDP} {
+			labels := prometheus.Labels{"family": string(fam), "protocol": string(proto)}
 			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "npl_agent_free_ports", Help: "Node ports still free for allocation.", ConstLabels: labels,
 			}, func() float64 { return float64(alloc.Free(fam, proto)) }))

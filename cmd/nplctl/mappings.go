@@ -21,17 +21,17 @@ import (
 
 // mapping is one row of `nplctl mappings`.
 type mapping struct {
-	Namespace string   `json:"namespace"`
-	Pod       string   `json:"pod"`
-	Node      string   `json:"node"`
-	PodPort   int      `json:"podPort"`
-	Protocol  string   `json:"protocol"`
-	NodeIP    string   `json:"nodeIP"`
-	NodePort  int      `json:"nodePort"`
-	IPFamily  string   `json:"ipFamily"`
-	Services  []string `json:"services"`
-	Ready     bool     `json:"ready"`
-	Error     string   `json:"error,omitempty"`
+	Namespace string            `json:"namespace"`
+	Pod       string            `json:"pod"`
+	Node      string            `json:"node"`
+	PodPort   int               `json:"podPort"`
+	Protocol  contract.Protocol `json:"protocol"`
+	NodeIP    string            `json:"nodeIP"`
+	NodePort  int               `json:"nodePort"`
+	IPFamily  contract.Family   `json:"ipFamily"`
+	Services  []string          `json:"services"`
+	Ready     bool              `json:"ready"`
+	Error     string            `json:"error,omitempty"`
 }
 
 func newMappingsCommand(g *globals) *cobra.Command {
@@ -109,7 +109,7 @@ func servicesOf(pod *corev1.Pod, e contract.Entry, svcs []corev1.Service) []stri
 		}
 		for _, sp := range svc.Spec.Ports {
 			port, ok := contract.ResolveTargetPort(pod, sp)
-			if ok && int(port) == e.PodPort && strings.EqualFold(string(cmp.Or(sp.Protocol, corev1.ProtocolTCP)), e.Protocol) {
+			if proto, known := contract.ProtocolOf(sp.Protocol); ok && known && int(port) == e.PodPort && proto == e.Protocol {
 				out = append(out, svc.Name)
 				break
 			}

@@ -71,7 +71,7 @@ States: in-sync, drift (members differ), missing (no such pool on the LB).
 }
 
 func pools(ctx context.Context, g *globals, configPath string) (inspect.Report, error) {
-	settings := inspect.Settings{ClusterName: "", ServiceType: config.DefaultServiceType, Family: config.DefaultIPFamily,
+	settings := inspect.Settings{ClusterName: "", ServiceType: config.DefaultServiceType, Family: string(config.DefaultIPFamily),
 		IngressClass: config.DefaultIngressClass}
 	settings.Claim.LoadBalancerClass = config.DefaultLoadBalancerClass
 	var cfg *config.Config

@@ -64,14 +64,14 @@ func FuzzBuild(f *testing.F) {
 		{"tcp", 8080, "c1--shop-web-TCP-80"},
 		{"udp", 5353, "c1--shop-web-UDP-53"},
 	}
-	otherMember := map[string]member{
+	otherMember := map[contract.Family]member{
 		contract.FamilyIPv4: {"198.18.0.99", 61999},
 		contract.FamilyIPv6: {"2001:db8::99", 61999},
 	}
 	f.Fuzz(func(t *testing.T, value string) {
-		for _, family := range []string{contract.FamilyIPv4, contract.FamilyIPv6} {
+		for _, family := range []contract.Family{contract.FamilyIPv4, contract.FamilyIPv6} {
 			fuzzed := pod("fuzzed", rawNPL(value))
-			in := Input{ClusterName: testCluster, Family: family, Service: svc, Pods: []*corev1.Pod{other}}
+			in := Input{ClusterName: testCluster, Family: string(family), Service: svc, Pods: []*corev1.Pod{other}}
 			baseline, _ := Build(in)
 			in.Pods = append(in.Pods, fuzzed)
 			lb, report := Build(in)
@@ -99,7 +99,7 @@ func FuzzBuild(f *testing.F) {
 				}
 				for _, e := range entries {
 					ip := canonicalIP(e.NodeIP)
-					if e.Protocol == want.proto && e.PodPort == want.podPort && ipFamily(ip) == family {
+					if string(e.Protocol) == want.proto && e.PodPort == want.podPort && ipFamily(ip) == string(family) {
 						wantSet[member{ip, e.NodePort}] = true
 					}
 				}
@@ -143,9 +143,9 @@ func canonicalIP(s string) string {
 
 func ipFamily(canonical string) string {
 	if strings.Contains(canonical, ":") {
-		return contract.FamilyIPv6
+		return "IPv6"
 	}
-	return contract.FamilyIPv4
+	return "IPv4"
 }
 
 // memberBefore orders members by the 16-byte form of their IP, then port.

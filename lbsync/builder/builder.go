@@ -200,13 +200,13 @@ type candidate struct {
 // their parsed annotation, and the usable Nodes.
 type backends struct {
 	svc        *corev1.Service
-	family     string
+	family     contract.Family
 	r          *Report
 	candidates []candidate
 	nodes      []*corev1.Node
 }
 
-func newBackends(in Input, mode, family string, r *Report) *backends {
+func newBackends(in Input, mode string, family contract.Family, r *Report) *backends {
 	b := &backends{svc: in.Service, family: family, r: r}
 	if len(in.Service.Spec.Selector) == 0 && mode != ServiceTypeNodePort {
 		r.Warnings = append(r.Warnings, "the Service has no selector: no Pods are selected")
@@ -284,13 +284,17 @@ func (b *backends) skipPod(pod *corev1.Pod, reason string) {
 // resolved targetPort and the port's protocol.
 func (b *backends) nodePortLocalMembers(sp corev1.ServicePort, proto providers.Protocol) []providers.Member {
 	members := make([]providers.Member, 0, len(b.candidates))
+	want, ok := contract.ProtocolOf(corev1.Protocol(proto))
+	if !ok {
+		return members
+	}
 	for _, c := range b.candidates {
 		port, ok := b.resolve(c.pod, sp)
 		if !ok {
 			continue
 		}
 		for _, e := range c.entries {
-			if int32(e.PodPort) == port && strings.EqualFold(e.Protocol, string(proto)) {
+			if int32(e.PodPort) == port && e.Protocol == want {
 				members = append(members, providers.Member{IP: e.NodeIP, Port: int32(e.NodePort), Enabled: c.enabled})
 			}
 		}
@@ -400,7 +404,7 @@ func nodeReady(n *corev1.Node) bool {
 }
 
 // nodeIP returns the node's first InternalIP of the family, canonical, or "".
-func nodeIP(n *corev1.Node, family string) string {
+func nodeIP(n *corev1.Node, family contract.Family) string {
 	for _, a := range n.Status.Addresses {
 		if a.Type != corev1.NodeInternalIP {
 			continue
@@ -413,7 +417,7 @@ func nodeIP(n *corev1.Node, family string) string {
 }
 
 // podIP returns the Pod's IP of the family, canonical, or "".
-func podIP(pod *corev1.Pod, family string) string {
+func podIP(pod *corev1.Pod, family contract.Family) string {
 	for _, p := range pod.Status.PodIPs {
 		if ip := ofFamily(p.IP, family); ip != "" {
 			return ip
@@ -423,14 +427,13 @@ func podIP(pod *corev1.Pod, family string) string {
 }
 
 // ofFamily returns s in canonical form when it is an address of the family.
-func ofFamily(s, family string) string {
+func ofFamily(s string, family contract.Family) string {
 	addr, err := netip.ParseAddr(s)
 	if err != nil || addr.Zone() != "" {
 		return ""
 	}
-	addr = addr.Unmap()
-	if (addr.Is4() && family == contract.FamilyIPv4) || (addr.Is6() && family == contract.FamilyIPv6) {
-		return addr.String()
+	if contract.FamilyOf(addr) != family {
+		return ""
 	}
-	return ""
+	return addr.Unmap().String()
 }

@@ -39,7 +39,7 @@ func Members(in Input, port corev1.ServicePort) ([]providers.Member, Report) {
 
 // settings returns the service type and IP family of in, defaults applied,
 // or records why they are unusable.
-func settings(in Input, r *Report) (mode, family string, ok bool) {
+func settings(in Input, r *Report) (mode string, family contract.Family, ok bool) {
 	mode, family, err := Settings(in.ServiceType, in.Family)
 	if err != nil {
 		r.Errors = append(r.Errors, err.Error())
@@ -51,18 +51,18 @@ func settings(in Input, r *Report) (mode, family string, ok bool) {
 // Settings returns a service type and an IP family with their defaults
 // applied (ServiceTypeNodePortLocal, contract.FamilyIPv4), or an error
 // when either is unknown.
-func Settings(serviceType, family string) (string, string, error) {
+func Settings(serviceType, family string) (string, contract.Family, error) {
 	mode := cmp.Or(serviceType, ServiceTypeNodePortLocal)
 	switch mode {
 	case ServiceTypeNodePortLocal, ServiceTypeNodePort, ServiceTypeClusterIP:
 	default:
 		return "", "", fmt.Errorf("unknown service type %q", mode)
 	}
-	family = cmp.Or(family, contract.FamilyIPv4)
-	if family != contract.FamilyIPv4 && family != contract.FamilyIPv6 {
+	fam := contract.Family(cmp.Or(family, string(contract.FamilyIPv4)))
+	if fam != contract.FamilyIPv4 && fam != contract.FamilyIPv6 {
 		return "", "", fmt.Errorf("unknown IP family %q", family)
 	}
-	return mode, family, nil
+	return mode, fam, nil
 }
 
 // members returns the sorted members of one Service port in mode.

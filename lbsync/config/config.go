@@ -164,7 +164,7 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 		ingressSharedVIP:    f.IngressSharedVIP,
 		resyncPeriod:        DefaultResyncPeriod,
 		drainSeconds:        DefaultDrainSeconds,
-		ipFamily:            or(f.IPFamily, DefaultIPFamily),
+		ipFamily:            or(f.IPFamily, string(DefaultIPFamily)),
 	}
 	if err := c.validate(&f); err != nil {
 		return nil, err
@@ -220,7 +220,7 @@ func (c *Config) validate(f *file) error {
 		}
 		c.drainSeconds = *f.DrainSeconds
 	}
-	if err := oneOf(c.ipFamily, contract.FamilyIPv4, contract.FamilyIPv6); err != nil {
+	if err := oneOf(c.ipFamily, string(contract.FamilyIPv4), string(contract.FamilyIPv6)); err != nil {
 		return fieldError("ipFamily", "%v", err)
 	}
 	return nil

@@ -283,7 +283,7 @@ func (r *run) pods(ctx context.Context, app string) ([]corev1.Pod, error) {
 
 // members returns the nodeIP:nodePort entries of the ready Pods of an app
 // for one protocol, with the Pod behind each.
-func (r *run) members(ctx context.Context, app, proto string) ([]providers.Member, map[string]string, error) {
+func (r *run) members(ctx context.Context, app string, proto contract.Protocol) ([]providers.Member, map[string]string, error) {
 	pods, err := r.pods(ctx, app)
 	if err != nil {
 		return nil, nil, err

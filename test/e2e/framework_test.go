@@ -237,7 +237,7 @@ func hasRule(t *testing.T, n *cluster.Node, proto string, nodePort int) bool {
 
 // portHeld reports whether a socket on the node holds the port: a bind on
 // the node's wildcard address fails with EADDRINUSE.
-func portHeld(t *testing.T, n *cluster.Node, proto string, port int) bool {
+func portHeld(t *testing.T, n *cluster.Node, proto contract.Protocol, port int) bool {
 	t.Helper()
 	held := false
 	err := n.Do(func() error {

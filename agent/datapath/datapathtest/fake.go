@@ -85,7 +85,7 @@ func (f *Fake) Check(_ context.Context, d datapath.Desired) (bool, error) {
 
 // same reports whether a and b program the same rules in both families.
 func same(a, b datapath.Desired) bool {
-	for _, family := range []string{contract.FamilyIPv4, contract.FamilyIPv6} {
+	for _, family := range []contract.Family{contract.FamilyIPv4, contract.FamilyIPv6} {
 		if !bytes.Equal(datapath.Render(family, a), datapath.Render(family, b)) {
 			return false
 		}

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"sync"
 	"syscall"
+
+	"github.com/nodeportlocal/npl/contract"
 )
 
 // Reserver is an in-memory portalloc.Reserver. Ports marked busy fail with
@@ -27,12 +29,12 @@ func NewReserver() *Reserver {
 	return &Reserver{busy: make(map[string]bool), held: make(map[string]bool)}
 }
 
-func id(family, proto string, port int) string {
+func id(family contract.Family, proto contract.Protocol, port int) string {
 	return fmt.Sprintf("%s/%s/%d", family, proto, port)
 }
 
 // SetBusy marks port as used (or no longer used) by a host process.
-func (r *Reserver) SetBusy(family, proto string, port int, busy bool) {
+func (r *Reserver) SetBusy(family contract.Family, proto contract.Protocol, port int, busy bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if busy {
@@ -43,7 +45,7 @@ func (r *Reserver) SetBusy(family, proto string, port int, busy bool) {
 }
 
 // Reserve implements portalloc.Reserver.
-func (r *Reserver) Reserve(family, proto string, port int) (io.Closer, error) {
+func (r *Reserver) Reserve(family contract.Family, proto contract.Protocol, port int) (io.Closer, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.Err != nil {
