@@ -50,44 +50,20 @@ func Ours(svc *corev1.Service, cfg ClaimConfig) bool {
 // "false") does not opt in; with want it is overwritten, and removed later as
 // ours.
 func AnnotationPatch(svc *corev1.Service, want bool) (patch []byte, changed bool) {
-	switch OptInChange(svc, want) {
-	case OptInAdd, OptInRemove:
-		return mustJSON(map[string]any{"metadata": map[string]any{"annotations": optInAnnotations(want)}}), true
-	default:
+	if svc == nil || !optInNeeded(svc.Annotations, want) {
 		return nil, false
 	}
+	return mustJSON(map[string]any{"metadata": map[string]any{"annotations": optInAnnotations(want)}}), true
 }
 
-// OptInChanges are the answers of OptInChange.
-type OptInChanges int
-
-const (
-	// OptInKeep: nothing to change.
-	OptInKeep OptInChanges = iota
-	// OptInAdd: add the opt-in and contract.AutoAnnotatedKey.
-	OptInAdd
-	// OptInRemove: remove both.
-	OptInRemove
-)
-
-// OptInChange says what AnnotationPatch would do, for callers that fold
-// the change into a larger patch.
-func OptInChange(svc *corev1.Service, want bool) OptInChanges {
-	if svc == nil {
-		return OptInKeep
+// optInNeeded reports whether annotations must change for the opt-in we
+// manage to be as wanted: added where the Service is not opted in, removed
+// only where we added it.
+func optInNeeded(annotations map[string]string, want bool) bool {
+	if want {
+		return !contract.ServiceEnabled(annotations)
 	}
-	return optInChange(svc.Annotations, want)
-}
-
-func optInChange(annotations map[string]string, want bool) OptInChanges {
-	switch {
-	case want && !contract.ServiceEnabled(annotations):
-		return OptInAdd
-	case !want && annotations[contract.AutoAnnotatedKey] == "true":
-		return OptInRemove
-	default:
-		return OptInKeep
-	}
+	return annotations[contract.AutoAnnotatedKey] == "true"
 }
 
 // optInAnnotations are the annotation values of a merge patch that adds

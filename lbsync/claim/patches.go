@@ -68,7 +68,7 @@ func ClaimPatch(obj metav1.Object, clusterName string, optIn bool) []byte {
 	if obj.GetAnnotations()[contract.ClaimedByKey] != clusterName {
 		annotations[contract.ClaimedByKey] = clusterName
 	}
-	if optIn && optInChange(obj.GetAnnotations(), true) == OptInAdd {
+	if optIn && optInNeeded(obj.GetAnnotations(), true) {
 		for k, v := range optInAnnotations(true) {
 			annotations[k] = v
 		}
