@@ -74,33 +74,32 @@ type model struct {
 }
 
 // apply is the one path from a built model to the load balancer, for every
-// kind of key: the draining members are kept, the model is checked
-// (providers.Normalize, the rule every provider relies on), an unchanged
-// model is skipped, the provider's Ensure is called, the result is recorded
-// and written into the objects' status, and Events tell what happened.
+// kind of key: the draining members are kept, an unchanged model is
+// skipped, the provider's Ensure is called (behind providers.Validated,
+// which checks the model first), the result is recorded and written into
+// the objects' status, and Events tell what happened.
 //
 // A model that breaks the rules (a Service whose only ports are SCTP has
 // nothing to serve) reaches no provider: the objects get a Warning Event
 // and condition naming the skipped ports, and the existing load balancer
 // stays as it is. It returns the model as applied, nil when it was not.
 func (c *Controller) apply(ctx context.Context, m model) (*providers.LoadBalancer, error) {
-	c.applyDrains(m.key, m.lb)
-	lb, err := providers.Normalize(m.lb)
-	if err != nil {
-		return nil, c.rejectModel(ctx, m, err)
-	}
-	c.mu.Lock()
-	delete(c.rejected, m.key)
-	c.mu.Unlock()
-
+	lb := m.lb
+	c.applyDrains(m.key, lb)
 	hash := modelHash(lb)
 	c.mu.Lock()
 	unchanged := c.applied[m.key] == hash
 	c.mu.Unlock()
 	if unchanged && !m.needsStatus {
-		return lb, nil
+		return lb, nil // applied, so it passed the check then
 	}
+	// The provider is behind providers.Validated: the one check of the
+	// model runs there, before any call to the load balancer.
 	status, err := c.provider.Ensure(ctx, lb)
+	var invalid *providers.InvalidModelError
+	if errors.As(err, &invalid) {
+		return nil, c.rejectModel(ctx, m, err)
+	}
 	if err != nil {
 		for _, o := range m.objects {
 			c.recorder.Eventf(o, corev1.EventTypeWarning, "SyncFailed", "Load balancer %s: %v", lb.Name, err)
@@ -115,6 +114,7 @@ func (c *Controller) apply(ctx context.Context, m model) (*providers.LoadBalance
 	c.mu.Lock()
 	first := c.applied[m.key] == ""
 	c.applied[m.key] = hash
+	delete(c.rejected, m.key)
 	c.mu.Unlock()
 	if err := m.setStatus(ctx, status.VIPs); err != nil {
 		return lb, err

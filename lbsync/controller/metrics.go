@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -101,8 +102,14 @@ func (m *Metrics) observeMembers(key string, lb *providers.LoadBalancer) {
 	m.members.WithLabelValues("disabled").Set(float64(total[1]))
 }
 
+// result labels a provider call: an error, a model the check refused
+// before any call to the load balancer, or a success.
 func result(err error) string {
-	if err != nil {
+	var invalid *providers.InvalidModelError
+	switch {
+	case errors.As(err, &invalid):
+		return "invalid"
+	case err != nil:
 		return "error"
 	}
 	return "success"
