@@ -288,39 +288,25 @@ func (s Store) IngressInput(ctx context.Context, set Settings, ings []*networkin
 // once, for a command that builds without informers. Secrets are not
 // listed: builds read them with a SecretGetter.
 func FromAPI(ctx context.Context, client kubernetes.Interface, namespace string, set Settings) (Store, error) {
-	s := Store{
-		Services:       cache.NewIndexer(cache.MetaNamespaceKeyFunc, ServiceIndexers()),
-		Pods:           cache.NewIndexer(cache.MetaNamespaceKeyFunc, PodIndexers()),
-		Ingresses:      cache.NewIndexer(cache.MetaNamespaceKeyFunc, IngressIndexers()),
-		IngressClasses: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
+	s, err := IngressesFromAPI(ctx, client, namespace)
+	if err != nil {
+		return s, err
 	}
+	s.Services = cache.NewIndexer(cache.MetaNamespaceKeyFunc, ServiceIndexers())
 	svcs, err := client.CoreV1().Services(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return s, fmt.Errorf("list services: %w", err)
 	}
-	for i := range svcs.Items {
-		_ = s.Services.Add(&svcs.Items[i])
+	if err := fill(s.Services, svcs.Items); err != nil {
+		return s, err
 	}
+	s.Pods = cache.NewIndexer(cache.MetaNamespaceKeyFunc, PodIndexers())
 	pods, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return s, fmt.Errorf("list pods: %w", err)
 	}
-	for i := range pods.Items {
-		_ = s.Pods.Add(&pods.Items[i])
-	}
-	ings, err := client.NetworkingV1().Ingresses(namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return s, fmt.Errorf("list ingresses: %w", err)
-	}
-	for i := range ings.Items {
-		_ = s.Ingresses.Add(&ings.Items[i])
-	}
-	classes, err := client.NetworkingV1().IngressClasses().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return s, fmt.Errorf("list ingressclasses: %w", err)
-	}
-	for i := range classes.Items {
-		_ = s.IngressClasses.Add(&classes.Items[i])
+	if err := fill(s.Pods, pods.Items); err != nil {
+		return s, err
 	}
 	if set.ServiceType == builder.ServiceTypeNodePort {
 		s.Nodes = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
@@ -328,9 +314,40 @@ func FromAPI(ctx context.Context, client kubernetes.Interface, namespace string,
 		if err != nil {
 			return s, fmt.Errorf("list nodes: %w", err)
 		}
-		for i := range nodes.Items {
-			_ = s.Nodes.Add(&nodes.Items[i])
+		if err := fill(s.Nodes, nodes.Items); err != nil {
+			return s, err
 		}
 	}
 	return s, nil
+}
+
+// IngressesFromAPI lists the Ingresses of namespace (all when empty) and
+// the IngressClasses into a Store, indexed by backend Service.
+func IngressesFromAPI(ctx context.Context, client kubernetes.Interface, namespace string) (Store, error) {
+	s := Store{
+		Ingresses:      cache.NewIndexer(cache.MetaNamespaceKeyFunc, IngressIndexers()),
+		IngressClasses: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
+	}
+	ings, err := client.NetworkingV1().Ingresses(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, fmt.Errorf("list ingresses: %w", err)
+	}
+	if err := fill(s.Ingresses, ings.Items); err != nil {
+		return s, err
+	}
+	classes, err := client.NetworkingV1().IngressClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, fmt.Errorf("list ingressclasses: %w", err)
+	}
+	return s, fill(s.IngressClasses, classes.Items)
+}
+
+// fill adds the listed items to idx.
+func fill[T any](idx cache.Indexer, items []T) error {
+	for i := range items {
+		if err := idx.Add(&items[i]); err != nil {
+			return fmt.Errorf("index %T: %w", &items[i], err)
+		}
+	}
+	return nil
 }

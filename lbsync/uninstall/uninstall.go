@@ -27,6 +27,7 @@ import (
 
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
+	"github.com/nodeportlocal/npl/lbsync/inputs"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -230,21 +231,13 @@ func Clean(ctx context.Context, client kubernetes.Interface, provider providers.
 		logger.Info("Deleted load balancer", "loadBalancer", lb.Name, "owner", owner(lb))
 	}
 
-	ings, err := client.NetworkingV1().Ingresses(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	store, err := inputs.IngressesFromAPI(ctx, client, metav1.NamespaceAll)
 	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("list ingresses: %w", err))...)
+		return errors.Join(append(errs, err)...)
 	}
-	classes, err := client.NetworkingV1().IngressClasses().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("list ingressclasses: %w", err))...)
-	}
-	s := scope{Installation: inst, ingresses: ings.Items}
-	for i := range classes.Items {
-		s.classes = append(s.classes, &classes.Items[i])
-	}
+	s := scope{Installation: inst, store: store, classes: store.Classes()}
 	cleaned := 0
-	for i := range ings.Items {
-		ing := &ings.Items[i]
+	for _, ing := range store.AllIngresses() {
 		if failed[ing.Namespace+"/"+ing.Name] || (sharedFailed && claim.Releasable(ing, inst.ClusterName)) {
 			logger.Info("Keeping the marks of an ingress whose load balancer is still there", "ingress", klog.KObj(ing))
 			continue
@@ -289,12 +282,12 @@ func owner(lb providers.LoadBalancer) string {
 	return "service " + lb.Service
 }
 
-// scope is the installation and the cluster's Ingresses and IngressClasses,
-// listed once.
+// scope is the installation and the cluster's Ingresses (indexed by
+// backend Service) and IngressClasses, listed once.
 type scope struct {
 	Installation
-	ingresses []networkingv1.Ingress
-	classes   []*networkingv1.IngressClass
+	store   inputs.Store
+	classes []*networkingv1.IngressClass
 }
 
 // usedByOtherInstallation reports whether an Ingress of another npl
@@ -302,19 +295,10 @@ type scope struct {
 // opt-in, whoever added it.
 func (s scope) usedByOtherInstallation(svc *corev1.Service) bool {
 	mine := ingress.Config{IngressClass: s.IngressClass}
-	for i := range s.ingresses {
-		ing := &s.ingresses[i]
-		if ing.DeletionTimestamp != nil || ing.Namespace != svc.Namespace ||
-			!ingress.Ours(ing, s.classes, ingress.Config{}) || ingress.Ours(ing, s.classes, mine) {
-			continue
-		}
-		for _, b := range ingress.Backends(ing) {
-			if b.Namespace == svc.Namespace && b.Name == svc.Name {
-				return true
-			}
-		}
-	}
-	return false
+	return slices.ContainsFunc(s.store.IngressesOf(svc.Namespace+"/"+svc.Name), func(ing *networkingv1.Ingress) bool {
+		return ing.DeletionTimestamp == nil &&
+			ingress.Ours(ing, s.classes, ingress.Config{}) && !ingress.Ours(ing, s.classes, mine)
+	})
 }
 
 // step is one patch of a cleanup; subresource is "" or "status".

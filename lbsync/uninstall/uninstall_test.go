@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/lbsync/ingress"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/mock"
 )
@@ -408,5 +410,37 @@ func TestWaitDaemonSetReady_timesOutNamingNodesNotDone(t *testing.T) {
 	defer cancel2()
 	if err := WaitDaemonSetReady(ctx2, client, ns, "npl-agent-cleanup", time.Millisecond); err != nil {
 		t.Errorf("wait on a daemonset ready everywhere: %v", err)
+	}
+}
+
+// TestClean_keepsTheOptInAnotherInstallationsIngressUses: an opt-in we
+// added stays while an Ingress of another npl installation's class sends
+// requests to the Service; an Ingress of our own class does not keep it.
+func TestClean_keepsTheOptInAnotherInstallationsIngressUses(t *testing.T) {
+	class := func(name string) *networkingv1.IngressClass {
+		return &networkingv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.IngressClassSpec{Controller: ingress.ControllerName}}
+	}
+	ing := func(name, class, backend string) *networkingv1.Ingress {
+		return &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
+			Spec: networkingv1.IngressSpec{IngressClassName: &class, DefaultBackend: &networkingv1.IngressBackend{
+				Service: &networkingv1.IngressServiceBackend{Name: backend, Port: networkingv1.ServiceBackendPort{Number: 80}}}}}
+	}
+	backend := func(name string) *corev1.Service {
+		return svcSpec{name: name, typ: corev1.ServiceTypeClusterIP, annotations: ourOptIn}.build()
+	}
+	client := fake.NewClientset(class("npl"), class("npl-b"),
+		ing("ours", "npl", "mine"), ing("theirs", "npl-b", "shared"),
+		backend("mine"), backend("shared"))
+	if err := Clean(context.Background(), client, newTestMock(t), testInst); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"mine": false, "shared": true} {
+		got, err := client.CoreV1().Services("shop").Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opted := contract.ServiceEnabled(got.Annotations); opted != want {
+			t.Errorf("service %s after cleanup: opted in %v; want %v", name, opted, want)
+		}
 	}
 }
