@@ -2,7 +2,6 @@ package lbsync
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -148,7 +147,6 @@ func TestLBSync_uninstallLeavesNoMark(t *testing.T) {
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "npl-lbsync"), "cleanup", "--config", l.ConfigPath,
 		"--kubeconfig", e.c.Kubeconfig(), "--namespace", ns, "--timeout", "60s")
-	cmd.Env = os.Environ()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("npl-lbsync cleanup: %v\n%s", err, out)
