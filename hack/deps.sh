@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the system packages that the tests and the demo need (network
-# namespaces, iptables, conntrack) when any is missing. Needs root; does
+# namespaces, iptables, nftables, conntrack) when any is missing. Needs root; does
 # nothing when everything is present.
 set -euo pipefail
 
@@ -8,6 +8,7 @@ missing=()
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v iptables-restore >/dev/null 2>&1 || missing+=(iptables)
 command -v conntrack >/dev/null 2>&1 || missing+=(conntrack)
+command -v nft >/dev/null 2>&1 || missing+=(nftables)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -14,10 +14,15 @@
 package datapath
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
 
 	"github.com/nodeportlocal/npl/contract"
 )
@@ -144,4 +149,39 @@ func (m multi) Cleanup(ctx context.Context) error {
 		errs = append(errs, dp.Cleanup(ctx))
 	}
 	return errors.Join(errs...)
+}
+
+// Stats counts the commands a datapath ran.
+type Stats struct {
+	Writes int // writes: iptables-restore runs or nft transactions
+	Execs  int // every command run: iptables, iptables-restore, iptables-save, nft, conntrack
+}
+
+// flushUDPConntrack deletes the conntrack entries of family's UDP flows whose
+// original destination port is nodePort, counting the exec in execs. Both
+// backends need it: conntrack keeps a UDP flow's NAT binding after its
+// mapping moved.
+func flushUDPConntrack(ctx context.Context, family contract.Family, nodePort int, execs *atomic.Int64) error {
+	conntrack, err := exec.LookPath("conntrack")
+	if err != nil {
+		return fmt.Errorf("flush UDP conntrack entries of node port %d: conntrack not found (apt-get install conntrack): %w", nodePort, err)
+	}
+	fam := "ipv4"
+	if family == contract.FamilyIPv6 {
+		fam = "ipv6"
+	}
+	args := []string{"-D", "-f", fam, "-p", "udp", "--orig-port-dst", strconv.Itoa(nodePort)}
+	execs.Add(1)
+	cmd := exec.CommandContext(ctx, conntrack, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 1 {
+		return nil // nothing matched
+	}
+	if err != nil {
+		return fmt.Errorf("flush UDP conntrack entries of node port %d: %w: %s", nodePort, err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
 }

@@ -37,12 +37,6 @@ type Options struct {
 	WaitSeconds int
 }
 
-// Stats counts the commands a datapath ran.
-type Stats struct {
-	Restores int // iptables-restore runs
-	Execs    int // every command run: iptables, iptables-restore, iptables-save, conntrack
-}
-
 // IPTables programs the chains of one IP family with iptables. It is safe for
 // concurrent use; its writes are serialised.
 type IPTables struct {
@@ -178,7 +172,7 @@ func (t *IPTables) Version() string { return t.version }
 
 // Stats returns the commands run so far.
 func (t *IPTables) Stats() Stats {
-	return Stats{Restores: int(t.restores.Load()), Execs: int(t.execs.Load())}
+	return Stats{Writes: int(t.restores.Load()), Execs: int(t.execs.Load())}
 }
 
 // Sync programs d with one iptables-restore. When it wrote the chains itself
@@ -357,28 +351,7 @@ func firstDiff(have, want []string) string {
 // FlushUDP deletes the conntrack entries of UDP flows whose original
 // destination port is nodePort.
 func (t *IPTables) FlushUDP(ctx context.Context, nodePort int) error {
-	conntrack, err := exec.LookPath("conntrack")
-	if err != nil {
-		return fmt.Errorf("flush UDP conntrack entries of node port %d: conntrack not found (apt-get install conntrack): %w", nodePort, err)
-	}
-	family := "ipv4"
-	if t.family == contract.FamilyIPv6 {
-		family = "ipv6"
-	}
-	args := []string{"-D", "-f", family, "-p", "udp", "--orig-port-dst", strconv.Itoa(nodePort)}
-	t.execs.Add(1)
-	cmd := exec.CommandContext(ctx, conntrack, args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err = cmd.Run()
-	var exit *exec.ExitError
-	if errors.As(err, &exit) && exit.ExitCode() == 1 {
-		return nil // nothing matched
-	}
-	if err != nil {
-		return fmt.Errorf("flush UDP conntrack entries of node port %d: %w: %s", nodePort, err, strings.TrimSpace(stderr.String()))
-	}
-	return nil
+	return flushUDPConntrack(ctx, t.family, nodePort, &t.execs)
 }
 
 // Cleanup deletes every rule that jumps to our chains and both chains, in one

@@ -24,11 +24,11 @@ func TestIPTables_syncWritesOnlyTheDifferenceUntilDrift(t *testing.T) {
 			run(t, command(v4, mode, ""), "-t", "nat", "-A", "NPL-NODE-PORT-LOCAL", "-j", "RETURN")
 			next := desired(6)
 			next.Mappings = next.Mappings[1:]
-			restores := ipt.Stats().Restores
+			restores := ipt.Stats().Writes
 			if err := ipt.Sync(ctx, next); err != nil {
 				t.Fatal(err)
 			}
-			if got := ipt.Stats().Restores - restores; got != 1 {
+			if got := ipt.Stats().Writes - restores; got != 1 {
 				t.Errorf("restores for a partial write = %d, want 1", got)
 			}
 			lines := nplLines(t, v4, mode)

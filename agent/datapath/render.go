@@ -73,19 +73,32 @@ func Render(family contract.Family, d Desired) []byte {
 	return b.Bytes()
 }
 
-// desiredRules returns the rules of both chains in the order Render writes them.
-func desiredRules(family contract.Family, d Desired) []rule {
+// selection is what one family's datapath programs of a Desired, whatever
+// the backend: the valid mappings of that family (unmapped, sorted by
+// protocol, node port, then target, without duplicates), the hairpin sources
+// of that family (sorted, unique), and the port range of the masquerade
+// rule, zero when none is to be written.
+type selection struct {
+	mappings  []Mapping
+	sources   []netip.Addr
+	portRange [2]int
+}
+
+// selectFamily returns the selection of d for family; any family but IPv6
+// means IPv4. Mappings and sources that Desired.Validate rejects are left
+// out, as is a port range that is not one.
+func selectFamily(family contract.Family, d Desired) selection {
 	if family != contract.FamilyIPv6 {
 		family = contract.FamilyIPv4
 	}
-	var mappings []Mapping
+	var sel selection
 	for _, m := range d.Mappings {
 		if m.validate() == nil && contract.FamilyOf(m.PodIP) == family {
 			m.PodIP = m.PodIP.Unmap()
-			mappings = append(mappings, m)
+			sel.mappings = append(sel.mappings, m)
 		}
 	}
-	slices.SortFunc(mappings, func(a, b Mapping) int {
+	slices.SortFunc(sel.mappings, func(a, b Mapping) int {
 		return cmp.Or(
 			cmp.Compare(a.Protocol, b.Protocol),
 			cmp.Compare(a.NodePort, b.NodePort),
@@ -94,34 +107,47 @@ func desiredRules(family contract.Family, d Desired) []rule {
 			cmp.Compare(a.Pod, b.Pod),
 		)
 	})
-	mappings = slices.Compact(mappings)
+	sel.mappings = slices.Compact(sel.mappings)
 
-	rules := make([]rule, 0, len(mappings)+len(d.HairpinSources))
-	for _, m := range mappings {
+	for _, a := range d.HairpinSources {
+		if a.IsValid() && a.Zone() == "" && contract.FamilyOf(a) == family {
+			sel.sources = append(sel.sources, a.Unmap())
+		}
+	}
+	slices.SortFunc(sel.sources, netip.Addr.Compare)
+	sel.sources = slices.Compact(sel.sources)
+
+	if lo, hi := d.PortRange[0], d.PortRange[1]; lo >= 1 && hi <= 65535 && lo <= hi {
+		sel.portRange = d.PortRange
+	}
+	return sel
+}
+
+// mappingComment names the Pod and Pod port of a mapping, for a rule or
+// element comment.
+func mappingComment(m Mapping) string { return comment(m.Pod + ":" + strconv.Itoa(m.PodPort)) }
+
+// desiredRules returns the rules of both chains in the order Render writes them.
+func desiredRules(family contract.Family, d Desired) []rule {
+	sel := selectFamily(family, d)
+	rules := make([]rule, 0, len(sel.mappings)+len(sel.sources))
+	for _, m := range sel.mappings {
 		rules = append(rules, rule{ChainNodePortLocal, []string{
 			"-p", string(m.Protocol), "-m", string(m.Protocol), "--dport", strconv.Itoa(m.NodePort),
-			"-m", "comment", "--comment", comment(m.Pod + ":" + strconv.Itoa(m.PodPort)),
+			"-m", "comment", "--comment", mappingComment(m),
 			"-j", "DNAT", "--to-destination", netip.AddrPortFrom(m.PodIP, uint16(m.PodPort)).String(),
 		}})
 	}
-
-	lo, hi := d.PortRange[0], d.PortRange[1]
-	if d.PortRange == [2]int{} || lo < 1 || hi > 65535 || lo > hi {
+	if sel.portRange == [2]int{} {
 		return rules
 	}
+	lo, hi := sel.portRange[0], sel.portRange[1]
 	ports := strconv.Itoa(lo)
 	if hi != lo {
 		// iptables-save prints a one-port range as a single port.
 		ports += ":" + strconv.Itoa(hi)
 	}
-	var sources []netip.Addr
-	for _, a := range d.HairpinSources {
-		if a.IsValid() && a.Zone() == "" && contract.FamilyOf(a) == family {
-			sources = append(sources, a.Unmap())
-		}
-	}
-	slices.SortFunc(sources, netip.Addr.Compare)
-	for _, a := range slices.Compact(sources) {
+	for _, a := range sel.sources {
 		rules = append(rules, rule{ChainPostrouting, []string{
 			"-s", netip.PrefixFrom(a, a.BitLen()).String(),
 			"-m", "conntrack", "--ctstate", "DNAT", "--ctorigdstport", ports,

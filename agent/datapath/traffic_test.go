@@ -108,8 +108,13 @@ func askPeer(dial func() (net.Conn, error)) (string, error) {
 	return strings.TrimSpace(line), err
 }
 
-func TestIPTables_trafficToNodePortReachesThePod(t *testing.T) {
-	ipt := newIPTables(t, v4, "")
+func TestDatapath_trafficToNodePortReachesThePod(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { trafficToNodePortReachesThePod(t, b.new(t, v4)) })
+	}
+}
+
+func trafficToNodePortReachesThePod(t *testing.T, ipt datapath.Datapath) {
 	pod := newPod(t)
 	serveRemoteAddr(t, pod)
 	// The agent holds the node port with a socket; DNAT must win over it.

@@ -34,26 +34,15 @@ func newCleanupCommand(o *options) *cobra.Command {
 	}
 }
 
-// cleanup removes the chains and jumps of both families, then the annotation
+// cleanup removes the rules of both backends and families, then the annotation
 // of every Pod on the node. It tries everything and reports every failure.
 func cleanup(ctx context.Context, o *options) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	logger := klog.FromContext(ctx).WithValues("node", o.nodeName)
 	var errs []error
-	for _, fam := range []contract.Family{contract.FamilyIPv4, contract.FamilyIPv6} {
-		ipt, err := datapath.NewIPTables(fam, datapath.Options{})
-		if err != nil {
-			if fam == contract.FamilyIPv6 {
-				logger.Info("No IPv6 datapath to clean up", "err", err)
-				continue
-			}
-			errs = append(errs, fmt.Errorf("datapath %s: %w", fam, err))
-			continue
-		}
-		if err := ipt.Cleanup(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("clean up %s chains: %w", fam, err))
-		}
+	if err := datapath.CleanupAll(ctx); err != nil {
+		errs = append(errs, err)
 	}
 
 	restCfg, err := cli.RESTConfig(*o.kubeconfig, "npl-agent-cleanup/"+o.nodeName)

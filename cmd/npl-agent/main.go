@@ -40,6 +40,7 @@ type options struct {
 	nodeIPPreference string
 	metricsAddr      string
 	healthAddr       string
+	datapath         string
 	checkInterval    time.Duration
 	syncWindow       time.Duration
 	workers          int
@@ -51,10 +52,11 @@ func newCommand() *cobra.Command {
 	o := &options{}
 	cmd := cli.NewRoot(&cobra.Command{
 		Use:   "npl-agent",
-		Short: "NodePortLocal node agent: a node port per backend Pod port, with iptables DNAT",
+		Short: "NodePortLocal node agent: a node port per backend Pod port, with iptables or nftables DNAT",
 		Long: `npl-agent runs on every node (a DaemonSet). For every Service annotated
 nodeportlocal.antrea.io/enabled: "true" it gives each backend Pod port on its node
-its own node port, programs iptables DNAT nodeIP:nodePort -> podIP:podPort, and
+its own node port, programs DNAT nodeIP:nodePort -> podIP:podPort (iptables or
+nftables), and
 writes the Antrea-compatible Pod annotation nodeportlocal.antrea.io.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), o) },
@@ -67,8 +69,9 @@ writes the Antrea-compatible Pod annotation nodeportlocal.antrea.io.`,
 	f.StringVar(&o.nodeIPPreference, "node-ip-preference", "InternalIP,ExternalIP", "Node address types to publish as nodeIP, most preferred first")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":9101", "address of the Prometheus metrics listener (0 disables it)")
 	f.StringVar(&o.healthAddr, "health-probe-bind-address", ":9102", "address of the /healthz and /readyz listener (0 disables it)")
-	f.DurationVar(&o.checkInterval, "datapath-check-interval", time.Minute, "how often the iptables chains are checked for drift and repaired")
-	f.DurationVar(&o.syncWindow, "datapath-sync-window", 20*time.Millisecond, "changes within this window are written in one iptables-restore")
+	f.StringVar(&o.datapath, "datapath", string(datapath.BackendAuto), "datapath backend: auto, iptables or nftables (auto: nftables when kube-proxy runs in nftables mode or iptables does not work, else iptables)")
+	f.DurationVar(&o.checkInterval, "datapath-check-interval", time.Minute, "how often the datapath (chains, or the nftables table) is checked for drift and repaired")
+	f.DurationVar(&o.syncWindow, "datapath-sync-window", 20*time.Millisecond, "changes within this window are written in one datapath write")
 	f.IntVar(&o.workers, "workers", 4, "Pods synced in parallel")
 	f.Float32Var(&o.apiQPS, "kube-api-qps", 50, "sustained rate of requests to the Kubernetes API (one annotation patch per Pod change)")
 	f.IntVar(&o.apiBurst, "kube-api-burst", 100, "burst of requests to the Kubernetes API")
@@ -78,6 +81,9 @@ writes the Antrea-compatible Pod annotation nodeportlocal.antrea.io.`,
 
 // validate checks the flags and returns the port range to allocate from.
 func (o *options) validate() (portalloc.Range, []corev1.NodeAddressType, error) {
+	if _, err := datapath.ParseBackend(o.datapath); err != nil {
+		return portalloc.Range{}, nil, cli.Usagef("--datapath: %v", err)
+	}
 	if o.nodeName == "" {
 		return portalloc.Range{}, nil, cli.Usagef("--node-name is required (or set $NODE_NAME)")
 	}
@@ -143,18 +149,17 @@ func run(ctx context.Context, o *options) error {
 		return fmt.Errorf("port allocator: %w", err)
 	}
 	defer func() { _ = alloc.Close() }()
+	backend, err := datapath.OpenFamilies(ctx, datapath.Backend(o.datapath), families)
+	if err != nil {
+		return cli.Usagef("--datapath %s: %v", o.datapath, err)
+	}
 	paths := map[contract.Family]controller.Datapath{}
 	var syncers []*datapath.Syncer
-	for _, fam := range families {
-		ipt, err := datapath.NewIPTables(fam, datapath.Options{})
-		if err != nil {
-			return fmt.Errorf("datapath %s: %w", fam, err)
-		}
-		logger.Info("Datapath", "family", fam, "mode", ipt.Mode(), "version", ipt.Version())
-		s := datapath.NewSyncer(ipt, datapath.SyncerOptions{Window: o.syncWindow, CheckInterval: o.checkInterval})
-		paths[fam] = familyPath{Syncer: s, dp: ipt}
+	for _, dp := range backend {
+		s := datapath.NewSyncer(dp, datapath.SyncerOptions{Window: o.syncWindow, CheckInterval: o.checkInterval})
+		paths[dp.Family()] = familyPath{Syncer: s, dp: dp}
 		syncers = append(syncers, s)
-		registerDatapathMetrics(reg, fam, ipt, s)
+		registerDatapathMetrics(reg, dp, s)
 	}
 	registerAllocatorMetrics(reg, alloc, families)
 
@@ -207,14 +212,14 @@ func nodeFamilies(ctx context.Context, client kubernetes.Interface, name string,
 	return families, nil
 }
 
-func registerDatapathMetrics(reg prometheus.Registerer, family contract.Family, ipt *datapath.IPTables, s *datapath.Syncer) {
-	labels := prometheus.Labels{"family": string(family)}
+func registerDatapathMetrics(reg prometheus.Registerer, dp datapath.Instance, s *datapath.Syncer) {
+	labels := prometheus.Labels{"family": string(dp.Family()), "backend": string(dp.Backend())}
 	reg.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "npl_agent_datapath_writes_total", Help: "iptables-restore runs.", ConstLabels: labels},
-			func() float64 { return float64(ipt.Stats().Restores) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "npl_agent_datapath_execs_total", Help: "iptables, iptables-restore, iptables-save and conntrack commands run.", ConstLabels: labels},
-			func() float64 { return float64(ipt.Stats().Execs) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "npl_agent_drift_repairs_total", Help: "Chain rewrites made because a check found drift.", ConstLabels: labels},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "npl_agent_datapath_writes_total", Help: "Datapath writes: iptables-restore runs or nft transactions.", ConstLabels: labels},
+			func() float64 { return float64(dp.Stats().Writes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "npl_agent_datapath_execs_total", Help: "Commands run: iptables, iptables-restore, iptables-save, nft and conntrack.", ConstLabels: labels},
+			func() float64 { return float64(dp.Stats().Execs) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "npl_agent_drift_repairs_total", Help: "Datapath rewrites made because a check found drift.", ConstLabels: labels},
 			func() float64 { return float64(s.Stats().DriftRepairs) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "npl_agent_datapath_failures_total", Help: "Failed datapath writes or checks (each retried).", ConstLabels: labels},
 			func() float64 { return float64(s.Stats().Failures) }),

@@ -50,7 +50,7 @@ func Main(m *testing.M, tools ...string) {
 	}
 	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil && problem == "" {
-			problem = fmt.Sprintf("%s not found: apt-get install iptables conntrack iproute2 util-linux", tool)
+			problem = fmt.Sprintf("%s not found: run make deps (apt-get install iptables nftables conntrack iproute2 util-linux)", tool)
 		}
 	}
 	os.Exit(m.Run())

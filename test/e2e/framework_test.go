@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +24,8 @@ type env struct {
 	c      *cluster.Cluster
 	client kubernetes.Interface
 	agents []*stack.Agent
+	// dp reads the backend the agents run (set by forEachDatapath).
+	dp nodeDatapath
 }
 
 var shared *env
@@ -36,11 +37,11 @@ func setup(t *testing.T) *env {
 	if shared == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		agents, err := stack.StartAgents(ctx, c, stack.AgentOptions{})
+		agents, err := stack.StartAgents(ctx, c, stack.AgentOptions{Datapath: datapaths[0].backend()})
 		if err != nil {
 			t.Fatalf("start agents: %v", err)
 		}
-		shared = &env{c: c, client: c.Client(), agents: agents}
+		shared = &env{c: c, client: c.Client(), agents: agents, dp: datapaths[0]}
 	}
 	for _, a := range shared.agents {
 		if !a.Running() {
@@ -228,11 +229,6 @@ func natRules(t *testing.T, n *cluster.Node) string {
 		t.Fatalf("iptables-save on %s: %v: %s", n.Name, err, out)
 	}
 	return string(out)
-}
-
-// hasRule reports whether the node has a DNAT rule for nodePort/proto.
-func hasRule(t *testing.T, n *cluster.Node, proto string, nodePort int) bool {
-	return strings.Contains(natRules(t, n), fmt.Sprintf("-p %s -m %s --dport %d ", proto, proto, nodePort))
 }
 
 // portHeld reports whether a socket on the node holds the port: a bind on

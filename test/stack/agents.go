@@ -18,6 +18,9 @@ type AgentOptions struct {
 	// CheckInterval is --datapath-check-interval (default 2s, so drift
 	// repair is observable in tests).
 	CheckInterval time.Duration
+	// Datapath is --datapath: auto (the default when empty), iptables or
+	// nftables.
+	Datapath string
 	// ExtraArgs are appended to every agent's command line.
 	ExtraArgs []string
 	// LogDir receives one log file per agent.
@@ -91,12 +94,22 @@ func StopAgents(agents []*Agent) {
 // SetPortRange changes --port-range for the next Start.
 func (a *Agent) SetPortRange(r string) { a.opts.PortRange = r }
 
+// SetDatapath changes --datapath for the next Start.
+func (a *Agent) SetDatapath(backend string) { a.opts.Datapath = backend }
+
+// Datapath is the --datapath of the agent's next (or current) start; empty
+// means the agent's default.
+func (a *Agent) Datapath() string { return a.opts.Datapath }
+
 func (a *Agent) command(ctx context.Context) *exec.Cmd {
 	args := []string{
 		"--kubeconfig", a.kube, "--node-name", a.Node.Name, "--port-range", a.opts.PortRange,
 		"--metrics-bind-address", a.Node.IP.String() + ":" + strconv.Itoa(AgentMetricsPort),
 		"--health-probe-bind-address", a.Node.IP.String() + ":" + strconv.Itoa(AgentHealthPort),
 		"--datapath-check-interval", a.opts.CheckInterval.String(), "-v", "2",
+	}
+	if a.opts.Datapath != "" {
+		args = append(args, "--datapath", a.opts.Datapath)
 	}
 	args = append(args, a.opts.ExtraArgs...)
 	return a.Node.Command(ctx, a.bin, args...)

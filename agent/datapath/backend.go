@@ -1,0 +1,164 @@
+package datapath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
+
+	"github.com/nodeportlocal/npl/contract"
+)
+
+// Backend names a datapath implementation (the agent's --datapath).
+type Backend string
+
+// Backends. Auto is resolved by Choose.
+const (
+	BackendAuto     Backend = "auto"
+	BackendIPTables Backend = "iptables"
+	BackendNFTables Backend = "nftables"
+)
+
+// Backends are the concrete backends, in the order cleanup visits them.
+var Backends = []Backend{BackendIPTables, BackendNFTables}
+
+// ParseBackend checks a --datapath value.
+func ParseBackend(s string) (Backend, error) {
+	switch b := Backend(s); b {
+	case BackendAuto, BackendIPTables, BackendNFTables:
+		return b, nil
+	}
+	return "", fmt.Errorf("%q is not %s, %s or %s", s, BackendAuto, BackendIPTables, BackendNFTables)
+}
+
+// Instance is one family's datapath on one backend, with the counts the agent
+// exports as metrics.
+type Instance interface {
+	Datapath
+	Backend() Backend
+	Family() contract.Family
+	Stats() Stats
+}
+
+var (
+	_ Instance = (*IPTables)(nil)
+	_ Instance = (*NFTables)(nil)
+)
+
+// Backend returns BackendIPTables.
+func (t *IPTables) Backend() Backend { return BackendIPTables }
+
+// Backend returns BackendNFTables.
+func (t *NFTables) Backend() Backend { return BackendNFTables }
+
+// Open returns the datapath of family on a concrete backend. iptables runs in
+// the mode of the iptables command on PATH.
+func Open(backend Backend, family contract.Family) (Instance, error) {
+	switch backend {
+	case BackendIPTables:
+		return NewIPTables(family, Options{})
+	case BackendNFTables:
+		return NewNFTables(family)
+	}
+	return nil, fmt.Errorf("open datapath: backend %q is not %s or %s", backend, BackendIPTables, BackendNFTables)
+}
+
+// KubeProxyTable is the table kube-proxy's nftables mode owns in each family.
+const KubeProxyTable = "kube-proxy"
+
+// Choose resolves BackendAuto by this rule, and returns why it chose:
+//
+//  1. nftables when kube-proxy runs in nftables mode on the node (its table
+//     exists in either family): the node is moving off iptables, and one
+//     map lookup per packet is what kube-proxy gives its own NodePorts;
+//  2. nftables when iptables does not work here (not installed, or its
+//     --version fails) and nft does;
+//  3. iptables otherwise: it works beside kube-proxy's iptables mode, the
+//     CNI and every peer, as it always has.
+//
+// A concrete backend is returned as it is.
+func Choose(ctx context.Context, requested Backend) (Backend, string) {
+	if requested != BackendAuto {
+		return requested, "requested by --datapath"
+	}
+	for _, fam := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
+		if nft, err := knftables.New(fam, KubeProxyTable); err == nil {
+			if _, err := nft.List(ctx, "chain"); err == nil {
+				return BackendNFTables, "kube-proxy runs in nftables mode (table " + string(fam) + " " + KubeProxyTable + " exists)"
+			}
+		}
+	}
+	_, iptErr := NewIPTables(contract.FamilyIPv4, Options{})
+	if iptErr == nil {
+		return BackendIPTables, "iptables works and kube-proxy does not run in nftables mode"
+	}
+	if _, err := NewNFTables(contract.FamilyIPv4); err == nil {
+		return BackendNFTables, "iptables does not work here: " + iptErr.Error()
+	}
+	return BackendIPTables, "neither iptables nor nftables works here; iptables reports: " + iptErr.Error()
+}
+
+// OpenFamilies resolves requested (see Choose), logs the choice and why, and
+// opens the chosen backend's datapath of each family. Then it removes what
+// the other backends left on the node, so that a change of backend (an
+// upgrade, or auto deciding otherwise) leaves one set of rules; a failure
+// there is logged, not fatal: our nftables chains run before the iptables nat
+// chains, so a stale iptables rule cannot take a connection from them.
+func OpenFamilies(ctx context.Context, requested Backend, families []contract.Family) ([]Instance, error) {
+	logger := klog.FromContext(ctx)
+	backend, reason := Choose(ctx, requested)
+	var out []Instance
+	for _, fam := range families {
+		dp, err := Open(backend, fam)
+		if err != nil {
+			return nil, fmt.Errorf("datapath %s (%s): %w", backend, reason, err)
+		}
+		out = append(out, dp)
+	}
+	logger.Info("Datapath", "backend", backend, "reason", reason, "families", families)
+	for _, other := range Backends {
+		if other == backend {
+			continue
+		}
+		for _, fam := range []contract.Family{contract.FamilyIPv4, contract.FamilyIPv6} {
+			dp, err := Open(other, fam)
+			if err != nil {
+				logger.V(2).Info("No datapath of another backend to remove", "backend", other, "family", fam, "err", err)
+				continue
+			}
+			if err := dp.Cleanup(ctx); err != nil {
+				logger.Error(err, "Could not remove the rules of another backend", "backend", other, "family", fam)
+			}
+		}
+	}
+	return out, nil
+}
+
+// CleanupAll removes the rules of every backend in both families (npl-agent
+// cleanup, on uninstall). A backend that cannot run here cannot have written
+// anything, so it is skipped; it is an error only when no backend runs at all.
+func CleanupAll(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	var errs, openErrs []error
+	opened := 0
+	for _, backend := range Backends {
+		for _, fam := range []contract.Family{contract.FamilyIPv4, contract.FamilyIPv6} {
+			dp, err := Open(backend, fam)
+			if err != nil {
+				logger.V(1).Info("No datapath to clean up", "backend", backend, "family", fam, "err", err)
+				openErrs = append(openErrs, err)
+				continue
+			}
+			opened++
+			if err := dp.Cleanup(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("clean up %s %s datapath: %w", fam, backend, err))
+			}
+		}
+	}
+	if opened == 0 {
+		errs = append(errs, openErrs...)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,430 @@
+package datapath
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
+
+	"github.com/nodeportlocal/npl/contract"
+)
+
+// TableName is the nftables table the nftables backend owns whole, one per
+// IP family (`ip npl`, `ip6 npl`), as kube-proxy owns `ip kube-proxy`.
+const TableName = "npl"
+
+// Objects of the npl table.
+const (
+	nftMapNodePorts     = "node-ports"      // meta l4proto . th dport : Pod address . Pod port
+	nftSetHairpin       = "hairpin-sources" // local Pod addresses
+	nftChainPrerouting  = "prerouting"
+	nftChainOutput      = "output"
+	nftChainPostrouting = "postrouting"
+	nftChainNodePorts   = "node-ports"
+)
+
+// Base chain priorities: one before the nat chains of iptables and of
+// kube-proxy's nftables mode (dstnat -100, srcnat 100), so that the order of
+// the hooks is defined rather than left to registration order. Whoever runs
+// first, nothing is shadowed: our map holds only our node ports (a range
+// disjoint from the cluster's NodePorts), and a packet that misses it goes on
+// to the next chain unchanged.
+const (
+	nftDNATPriority = "-101"
+	nftSNATPriority = "99"
+)
+
+// NFTables programs the npl table of one IP family with nftables, through
+// sigs.k8s.io/knftables (which drives the nft binary). Mappings live in one
+// map keyed by protocol and node port, so the cost of a new connection does
+// not grow with the number of mappings, and an update is one transaction of
+// element adds and deletes. It is safe for concurrent use; its writes are
+// serialised.
+type NFTables struct {
+	family  contract.Family
+	nft     knftables.Interface
+	addr    string // "ipv4_addr" or "ipv6_addr", the nft type of an address
+	ipMatch string // "ip" or "ip6", the nft payload of the family
+
+	mu sync.Mutex
+	// written is the content last written and known to be in place; nil
+	// forces the next Sync to write the table whole.
+	written *nftContent
+	writes  atomic.Int64
+	execs   atomic.Int64
+}
+
+var _ Datapath = (*NFTables)(nil)
+
+// NewNFTables returns the nftables datapath of family (contract.FamilyIPv4 or
+// contract.FamilyIPv6). It fails when nft is missing or does not work here
+// (too old, no permission, no nf_tables in the kernel).
+func NewNFTables(family contract.Family) (*NFTables, error) {
+	t := &NFTables{family: family}
+	var fam knftables.Family
+	switch family {
+	case contract.FamilyIPv4:
+		fam, t.addr, t.ipMatch = knftables.IPv4Family, "ipv4_addr", "ip"
+	case contract.FamilyIPv6:
+		fam, t.addr, t.ipMatch = knftables.IPv6Family, "ipv6_addr", "ip6"
+	default:
+		return nil, fmt.Errorf("new nftables datapath: unknown IP family %q", family)
+	}
+	t.execs.Add(2) // nft --version, nft --check
+	nft, err := knftables.New(fam, TableName)
+	if err != nil {
+		return nil, fmt.Errorf("new %s nftables datapath (apt-get install nftables; needs nft 1.0.1 or later and nf_tables): %w", family, err)
+	}
+	t.nft = nft
+	return t, nil
+}
+
+// Family returns the IP family this datapath programs.
+func (t *NFTables) Family() contract.Family { return t.family }
+
+// Stats returns the commands run so far.
+func (t *NFTables) Stats() Stats {
+	return Stats{Writes: int(t.writes.Load()), Execs: int(t.execs.Load())}
+}
+
+// nftContent is what the npl table holds beyond its fixed chains: the map
+// and set elements, and the port range of the masquerade rule.
+type nftContent struct {
+	elements  map[string]nftElement // by key, "tcp . 61000"
+	sources   map[string]bool       // hairpin source addresses
+	portRange [2]int
+}
+
+// nftElement is a map element: its key and value fields, and a comment
+// naming the Pod.
+type nftElement struct {
+	key, value []string
+	comment    string
+}
+
+func (e nftElement) same(o nftElement) bool {
+	return slices.Equal(e.key, o.key) && slices.Equal(e.value, o.value) && e.comment == o.comment
+}
+
+// contentOf renders the family's selection of d as table content.
+func contentOf(family contract.Family, d Desired) nftContent {
+	sel := selectFamily(family, d)
+	c := nftContent{
+		elements:  make(map[string]nftElement, len(sel.mappings)),
+		sources:   make(map[string]bool, len(sel.sources)),
+		portRange: sel.portRange,
+	}
+	for _, m := range sel.mappings {
+		e := nftElement{
+			key:     []string{string(m.Protocol), strconv.Itoa(m.NodePort)},
+			value:   []string{m.PodIP.String(), strconv.Itoa(m.PodPort)},
+			comment: mappingComment(m),
+		}
+		// Two mappings of one node port cannot both be served; the first in
+		// selection order wins, as the first DNAT rule would.
+		if _, dup := c.elements[elementKey(e.key)]; !dup {
+			c.elements[elementKey(e.key)] = e
+		}
+	}
+	for _, a := range sel.sources {
+		c.sources[a.String()] = true
+	}
+	return c
+}
+
+func elementKey(key []string) string { return strings.Join(key, " . ") }
+
+// chains returns the chains of the table and their rules, in order. The
+// rules are fixed but for the port range of the masquerade, which is left
+// out when the range is zero (as the iptables backend writes no masquerade
+// then). Each rule has a comment, the one thing nft lists back that Check
+// can compare.
+func (t *NFTables) chains(portRange [2]int) []nftChain {
+	nat := knftables.NATType
+	accept := knftables.AcceptPolicy
+	base := func(name string, hook knftables.BaseChainHook, prio knftables.BaseChainPriority, rules ...nftRule) nftChain {
+		return nftChain{chain: knftables.Chain{Name: name, Type: &nat, Hook: &hook, Priority: &prio, Policy: &accept}, rules: rules}
+	}
+	// Node-local clients are served by the output hook and keep the node IP
+	// as source. 127.0.0.1 is not a destination of type local for fib here
+	// either way: see Render for why loopback is not served.
+	toNodePorts := nftRule{"fib daddr type local jump " + nftChainNodePorts, "npl node ports"}
+	var masquerade []nftRule
+	if portRange != [2]int{} {
+		ports := strconv.Itoa(portRange[0])
+		if portRange[1] != portRange[0] {
+			ports += "-" + strconv.Itoa(portRange[1])
+		}
+		// "meta l4proto" gives "ct original proto-dst" a type nft 1.0.6 can parse.
+		masquerade = append(masquerade, nftRule{
+			t.ipMatch + " saddr @" + nftSetHairpin + " ct status dnat meta l4proto { tcp, udp } ct original proto-dst " + ports + " masquerade",
+			hairpinComment,
+		})
+	}
+	return []nftChain{
+		base(nftChainPrerouting, knftables.PreroutingHook, nftDNATPriority, toNodePorts),
+		base(nftChainOutput, knftables.OutputHook, nftDNATPriority, toNodePorts),
+		base(nftChainPostrouting, knftables.PostroutingHook, nftSNATPriority, masquerade...),
+		{chain: knftables.Chain{Name: nftChainNodePorts}, rules: []nftRule{
+			{"dnat " + t.ipMatch + " to meta l4proto . th dport map @" + nftMapNodePorts, "npl dnat"},
+		}},
+	}
+}
+
+type nftChain struct {
+	chain knftables.Chain
+	rules []nftRule
+}
+
+type nftRule struct{ rule, comment string }
+
+// Sync programs d. When it wrote the table itself last and no drift was seen
+// since, and the port range is unchanged, it writes one transaction of
+// element deletes and adds; otherwise, and when that transaction fails (an
+// element to delete was gone: drift), it replaces the whole table in one
+// transaction, which the kernel applies atomically: no packet sees a half
+// written table.
+func (t *NFTables) Sync(ctx context.Context, d Desired) error {
+	if err := d.Validate(); err != nil {
+		return fmt.Errorf("sync %s nftables datapath: %w", t.family, err)
+	}
+	want := contentOf(t.family, d)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.written != nil && t.written.portRange == want.portRange {
+		if tx := t.diff(*t.written, want); tx.NumOperations() > 0 {
+			if err := t.run(ctx, tx); err == nil {
+				t.written = &want
+				return nil
+			}
+			klog.FromContext(ctx).V(2).Info("Difference did not apply, writing the table whole", "family", t.family)
+		}
+	}
+	if err := t.run(ctx, t.whole(want)); err != nil {
+		t.written = nil
+		return fmt.Errorf("sync %s nftables datapath: %w", t.family, err)
+	}
+	t.written = &want
+	return nil
+}
+
+func (t *NFTables) run(ctx context.Context, tx *knftables.Transaction) error {
+	t.execs.Add(1)
+	t.writes.Add(1)
+	return t.nft.Run(ctx, tx)
+}
+
+// whole returns the transaction that replaces the table with want. nft 1.0.6
+// has no "destroy", so the table is added (a no-op when it exists) before it
+// is deleted, which then cannot fail.
+func (t *NFTables) whole(want nftContent) *knftables.Transaction {
+	tx := t.nft.NewTransaction()
+	tx.Add(&knftables.Table{})
+	tx.Delete(&knftables.Table{})
+	tx.Add(&knftables.Table{Comment: knftables.PtrTo("NodePortLocal: owned by npl-agent")})
+	tx.Add(&knftables.Map{
+		Name:    nftMapNodePorts,
+		Type:    knftables.Concat("inet_proto", ".", "inet_service", ":", t.addr, ".", "inet_service"),
+		Comment: knftables.PtrTo("node port to Pod address and port"),
+	})
+	tx.Add(&knftables.Set{Name: nftSetHairpin, Type: t.addr, Comment: knftables.PtrTo("local Pods, masqueraded when they reach a node port")})
+	chains := t.chains(want.portRange)
+	for _, c := range chains {
+		tx.Add(&c.chain) // every chain before any rule jumps to one
+	}
+	for _, c := range chains {
+		for _, r := range c.rules {
+			tx.Add(&knftables.Rule{Chain: c.chain.Name, Rule: r.rule, Comment: knftables.PtrTo(r.comment)})
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(want.elements)) {
+		tx.Add(want.elements[k].object())
+	}
+	for _, a := range slices.Sorted(maps.Keys(want.sources)) {
+		tx.Add(&knftables.Element{Set: nftSetHairpin, Key: []string{a}})
+	}
+	return tx
+}
+
+func (e nftElement) object() *knftables.Element {
+	el := &knftables.Element{Map: nftMapNodePorts, Key: e.key, Value: e.value}
+	if e.comment != "" {
+		el.Comment = knftables.PtrTo(e.comment)
+	}
+	return el
+}
+
+// diff returns the transaction of element deletes and adds that turns have
+// into want. A changed element is deleted and added again: adding a key that
+// exists does not replace its value.
+func (t *NFTables) diff(have, want nftContent) *knftables.Transaction {
+	tx := t.nft.NewTransaction()
+	for _, k := range slices.Sorted(maps.Keys(have.elements)) {
+		if w, ok := want.elements[k]; !ok || !w.same(have.elements[k]) {
+			tx.Delete(&knftables.Element{Map: nftMapNodePorts, Key: have.elements[k].key})
+		}
+	}
+	for _, a := range slices.Sorted(maps.Keys(have.sources)) {
+		if !want.sources[a] {
+			tx.Delete(&knftables.Element{Set: nftSetHairpin, Key: []string{a}})
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(want.elements)) {
+		if h, ok := have.elements[k]; !ok || !h.same(want.elements[k]) {
+			tx.Add(want.elements[k].object())
+		}
+	}
+	for _, a := range slices.Sorted(maps.Keys(want.sources)) {
+		if !have.sources[a] {
+			tx.Add(&knftables.Element{Set: nftSetHairpin, Key: []string{a}})
+		}
+	}
+	return tx
+}
+
+// Check compares the npl table with d: the table, its chains, map and set
+// must exist, each chain must hold exactly its rules (compared by comment
+// and count: nft does not list a rule back in the form it was written), and
+// the map and the set must hold exactly the elements of d (keys and values;
+// comments are not compared). It costs four nft runs whatever the size.
+func (t *NFTables) Check(ctx context.Context, d Desired) (bool, error) {
+	want := contentOf(t.family, d)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	reason, err := t.drift(ctx, want)
+	if err != nil {
+		return false, fmt.Errorf("check %s nftables datapath: %w", t.family, err)
+	}
+	if reason != "" {
+		t.written = nil
+		klog.FromContext(ctx).V(2).Info("Datapath drift", "family", t.family, "reason", reason)
+		return true, nil
+	}
+	return false, nil
+}
+
+// drift describes the first difference between the table and want, or
+// returns "" when there is none.
+func (t *NFTables) drift(ctx context.Context, want nftContent) (string, error) {
+	t.execs.Add(1)
+	objects, err := t.nft.ListAll(ctx)
+	if knftables.IsNotFound(err) {
+		return "table " + TableName + " is missing", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	for kind, names := range map[string][]string{
+		"map": {nftMapNodePorts}, "set": {nftSetHairpin},
+		"chain": {nftChainPrerouting, nftChainOutput, nftChainPostrouting, nftChainNodePorts},
+	} {
+		for _, name := range names {
+			if !slices.Contains(objects[kind], name) {
+				return kind + " " + name + " is missing", nil
+			}
+		}
+	}
+
+	t.execs.Add(1)
+	rules, err := t.nft.ListRules(ctx, "")
+	if err != nil {
+		return "", fmt.Errorf("list rules: %w", err)
+	}
+	have := map[string][]string{}
+	for _, r := range rules {
+		c := ""
+		if r.Comment != nil {
+			c = *r.Comment
+		}
+		have[r.Chain] = append(have[r.Chain], c)
+	}
+	for _, c := range t.chains(want.portRange) {
+		var comments []string
+		for _, r := range c.rules {
+			comments = append(comments, r.comment)
+		}
+		if !slices.Equal(have[c.chain.Name], comments) {
+			return fmt.Sprintf("chain %s has rules %q, want %q", c.chain.Name, have[c.chain.Name], comments), nil
+		}
+	}
+
+	t.execs.Add(1)
+	elements, err := t.nft.ListElements(ctx, "map", nftMapNodePorts)
+	if err != nil {
+		return "", fmt.Errorf("list map %s: %w", nftMapNodePorts, err)
+	}
+	if len(elements) != len(want.elements) {
+		return fmt.Sprintf("map %s has %d elements, want %d", nftMapNodePorts, len(elements), len(want.elements)), nil
+	}
+	for _, e := range elements {
+		w, ok := want.elements[elementKey(e.Key)]
+		if !ok || !sameValue(e.Value, w.value) {
+			return fmt.Sprintf("map %s: unexpected element %s : %s", nftMapNodePorts, elementKey(e.Key), elementKey(e.Value)), nil
+		}
+	}
+
+	t.execs.Add(1)
+	sources, err := t.nft.ListElements(ctx, "set", nftSetHairpin)
+	if err != nil {
+		return "", fmt.Errorf("list set %s: %w", nftSetHairpin, err)
+	}
+	if len(sources) != len(want.sources) {
+		return fmt.Sprintf("set %s has %d elements, want %d", nftSetHairpin, len(sources), len(want.sources)), nil
+	}
+	for _, e := range sources {
+		if len(e.Key) != 1 || !want.sources[canonicalAddr(e.Key[0])] {
+			return fmt.Sprintf("set %s: unexpected element %s", nftSetHairpin, elementKey(e.Key)), nil
+		}
+	}
+	return "", nil
+}
+
+// sameValue compares a listed map value (address . port) with a written one;
+// addresses are compared as addresses, so nft's spelling of an IPv6 address
+// cannot cause a false drift.
+func sameValue(listed, written []string) bool {
+	return len(listed) == 2 && len(written) == 2 &&
+		canonicalAddr(listed[0]) == written[0] && listed[1] == written[1]
+}
+
+func canonicalAddr(s string) string {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.String()
+	}
+	return s
+}
+
+// FlushUDP deletes the conntrack entries of UDP flows whose original
+// destination port is nodePort.
+func (t *NFTables) FlushUDP(ctx context.Context, nodePort int) error {
+	return flushUDPConntrack(ctx, t.family, nodePort, &t.execs)
+}
+
+// Cleanup deletes the npl table; with no table it only looks. It is
+// idempotent.
+func (t *NFTables) Cleanup(ctx context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.written = nil
+	t.execs.Add(1)
+	if _, err := t.nft.List(ctx, "chain"); knftables.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("clean up %s nftables datapath: %w", t.family, err)
+	}
+	tx := t.nft.NewTransaction()
+	tx.Delete(&knftables.Table{})
+	if err := t.run(ctx, tx); err != nil && !knftables.IsNotFound(err) {
+		return fmt.Errorf("clean up %s nftables datapath: %w", t.family, err)
+	}
+	klog.FromContext(ctx).Info("Removed the NodePortLocal nftables table", "family", t.family, "table", TableName)
+	return nil
+}
