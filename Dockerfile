@@ -27,13 +27,14 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
       -o /out/ ./cmd/npl-agent ./cmd/npl-lbsync ./cmd/nplctl
 
 # npl-agent needs iptables (both the nft and the legacy backends, the host
-# decides which) and conntrack, so it is not distroless. Debian's iptables
-# package ships both backends; the build fails if that ever changes.
+# decides which), nft for its nftables datapath, and conntrack, so it is not
+# distroless. Debian's iptables package ships both backends; the build fails
+# if that ever changes.
 FROM ${AGENT_BASE_IMAGE} AS agent
 RUN apt-get update \
- && apt-get install -y --no-install-recommends iptables conntrack \
+ && apt-get install -y --no-install-recommends iptables nftables conntrack \
  && rm -rf /var/lib/apt/lists/* \
- && test -x /usr/sbin/xtables-nft-multi && test -x /usr/sbin/xtables-legacy-multi
+ && test -x /usr/sbin/xtables-nft-multi && test -x /usr/sbin/xtables-legacy-multi && test -x /usr/sbin/nft
 COPY --chmod=0755 hack/iptables-wrapper.sh /usr/local/bin/iptables-wrapper
 COPY --from=builder /out/npl-agent /usr/local/bin/npl-agent
 # The wrapper switches iptables to the host's backend, then runs npl-agent

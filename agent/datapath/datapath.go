@@ -154,6 +154,7 @@ func (m multi) Cleanup(ctx context.Context) error {
 // Stats counts the commands a datapath ran.
 type Stats struct {
 	Writes int // writes: iptables-restore runs or nft transactions
+	Bytes  int // input of those writes, in bytes
 	Execs  int // every command run: iptables, iptables-restore, iptables-save, nft, conntrack
 }
 

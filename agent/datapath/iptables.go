@@ -61,6 +61,7 @@ type IPTables struct {
 	// 10-30 ms on a large nft table) stay off the path of every update.
 	jumpsOK  bool
 	restores atomic.Int64
+	bytes    atomic.Int64
 	execs    atomic.Int64
 }
 
@@ -172,7 +173,7 @@ func (t *IPTables) Version() string { return t.version }
 
 // Stats returns the commands run so far.
 func (t *IPTables) Stats() Stats {
-	return Stats{Writes: int(t.restores.Load()), Execs: int(t.execs.Load())}
+	return Stats{Writes: int(t.restores.Load()), Bytes: int(t.bytes.Load()), Execs: int(t.execs.Load())}
 }
 
 // Sync programs d with one iptables-restore. When it wrote the chains itself
@@ -239,6 +240,7 @@ func (t *IPTables) ensureJumps(ctx context.Context) error {
 func (t *IPTables) runRestore(ctx context.Context, input []byte) error {
 	t.execs.Add(1)
 	t.restores.Add(1)
+	t.bytes.Add(int64(len(input)))
 	cmd := exec.CommandContext(ctx, t.restore, "--noflush", "-w", strconv.Itoa(t.wait))
 	cmd.Stdin = bytes.NewReader(input)
 	var stderr bytes.Buffer

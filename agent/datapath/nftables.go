@@ -3,7 +3,6 @@ package datapath
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -59,6 +58,7 @@ type NFTables struct {
 	// forces the next Sync to write the table whole.
 	written *nftContent
 	writes  atomic.Int64
+	bytes   atomic.Int64
 	execs   atomic.Int64
 }
 
@@ -92,55 +92,57 @@ func (t *NFTables) Family() contract.Family { return t.family }
 
 // Stats returns the commands run so far.
 func (t *NFTables) Stats() Stats {
-	return Stats{Writes: int(t.writes.Load()), Execs: int(t.execs.Load())}
+	return Stats{Writes: int(t.writes.Load()), Bytes: int(t.bytes.Load()), Execs: int(t.execs.Load())}
 }
 
 // nftContent is what the npl table holds beyond its fixed chains: the map
-// and set elements, and the port range of the masquerade rule.
+// and set elements, and the port range of the masquerade rule. Keys and
+// values stay typed; the strings nft reads are made only for what is
+// written.
 type nftContent struct {
-	elements  map[string]nftElement // by key, "tcp . 61000"
-	sources   map[string]bool       // hairpin source addresses
+	elements  map[nftKey]Mapping // the mapping served on each key
+	sources   map[netip.Addr]bool
 	portRange [2]int
 }
 
-// nftElement is a map element: its key and value fields, and a comment
-// naming the Pod.
-type nftElement struct {
-	key, value []string
-	comment    string
-}
-
-func (e nftElement) same(o nftElement) bool {
-	return slices.Equal(e.key, o.key) && slices.Equal(e.value, o.value) && e.comment == o.comment
+// nftKey is the key of the node-ports map: protocol and node port.
+type nftKey struct {
+	protocol contract.Protocol
+	nodePort int
 }
 
 // contentOf renders the family's selection of d as table content.
 func contentOf(family contract.Family, d Desired) nftContent {
 	sel := selectFamily(family, d)
 	c := nftContent{
-		elements:  make(map[string]nftElement, len(sel.mappings)),
-		sources:   make(map[string]bool, len(sel.sources)),
+		elements:  make(map[nftKey]Mapping, len(sel.mappings)),
+		sources:   make(map[netip.Addr]bool, len(sel.sources)),
 		portRange: sel.portRange,
 	}
 	for _, m := range sel.mappings {
-		e := nftElement{
-			key:     []string{string(m.Protocol), strconv.Itoa(m.NodePort)},
-			value:   []string{m.PodIP.String(), strconv.Itoa(m.PodPort)},
-			comment: mappingComment(m),
-		}
-		// Two mappings of one node port cannot both be served; the first in
-		// selection order wins, as the first DNAT rule would.
-		if _, dup := c.elements[elementKey(e.key)]; !dup {
-			c.elements[elementKey(e.key)] = e
+		k := nftKey{m.Protocol, m.NodePort}
+		// Two mappings of one node port cannot both be served: the first in
+		// compareMappings order wins, as its iptables rule would.
+		if have, dup := c.elements[k]; !dup || compareMappings(m, have) < 0 {
+			c.elements[k] = m
 		}
 	}
 	for _, a := range sel.sources {
-		c.sources[a.String()] = true
+		c.sources[a] = true
 	}
 	return c
 }
 
-func elementKey(key []string) string { return strings.Join(key, " . ") }
+// element is the map element of m.
+func element(m Mapping) *knftables.Element {
+	return &knftables.Element{
+		Map:     nftMapNodePorts,
+		Key:     []string{string(m.Protocol), strconv.Itoa(m.NodePort)},
+		Value:   []string{m.PodIP.String(), strconv.Itoa(m.PodPort)},
+		Comment: knftables.PtrTo(mappingComment(m)),
+	}
+}
+
 
 // chains returns the chains of the table and their rules, in order. The
 // rules are fixed but for the port range of the masquerade, which is left
@@ -219,6 +221,7 @@ func (t *NFTables) Sync(ctx context.Context, d Desired) error {
 func (t *NFTables) run(ctx context.Context, tx *knftables.Transaction) error {
 	t.execs.Add(1)
 	t.writes.Add(1)
+	t.bytes.Add(int64(len(tx.String())))
 	return t.nft.Run(ctx, tx)
 }
 
@@ -245,47 +248,58 @@ func (t *NFTables) whole(want nftContent) *knftables.Transaction {
 			tx.Add(&knftables.Rule{Chain: c.chain.Name, Rule: r.rule, Comment: knftables.PtrTo(r.comment)})
 		}
 	}
-	for _, k := range slices.Sorted(maps.Keys(want.elements)) {
-		tx.Add(want.elements[k].object())
+	for _, m := range sortedMappings(want.elements, nil) {
+		tx.Add(element(m))
 	}
-	for _, a := range slices.Sorted(maps.Keys(want.sources)) {
-		tx.Add(&knftables.Element{Set: nftSetHairpin, Key: []string{a}})
+	for _, a := range sortedAddrs(want.sources, nil) {
+		tx.Add(&knftables.Element{Set: nftSetHairpin, Key: []string{a.String()}})
 	}
 	return tx
 }
 
-func (e nftElement) object() *knftables.Element {
-	el := &knftables.Element{Map: nftMapNodePorts, Key: e.key, Value: e.value}
-	if e.comment != "" {
-		el.Comment = knftables.PtrTo(e.comment)
+// sortedMappings returns the mappings of elements that keep says to keep (all
+// when keep is nil), in compareMappings order, so that a transaction's text
+// depends on its content only.
+func sortedMappings(elements map[nftKey]Mapping, keep func(nftKey, Mapping) bool) []Mapping {
+	var out []Mapping
+	for k, m := range elements {
+		if keep == nil || keep(k, m) {
+			out = append(out, m)
+		}
 	}
-	return el
+	slices.SortFunc(out, compareMappings)
+	return out
+}
+
+// sortedAddrs is sortedMappings for the hairpin sources.
+func sortedAddrs(set map[netip.Addr]bool, keep func(netip.Addr) bool) []netip.Addr {
+	var out []netip.Addr
+	for a := range set {
+		if keep == nil || keep(a) {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
 }
 
 // diff returns the transaction of element deletes and adds that turns have
 // into want. A changed element is deleted and added again: adding a key that
-// exists does not replace its value.
+// exists does not replace its value. Only what changed is sorted, so a
+// small change costs little on a large table.
 func (t *NFTables) diff(have, want nftContent) *knftables.Transaction {
 	tx := t.nft.NewTransaction()
-	for _, k := range slices.Sorted(maps.Keys(have.elements)) {
-		if w, ok := want.elements[k]; !ok || !w.same(have.elements[k]) {
-			tx.Delete(&knftables.Element{Map: nftMapNodePorts, Key: have.elements[k].key})
-		}
+	for _, m := range sortedMappings(have.elements, func(k nftKey, m Mapping) bool { w, ok := want.elements[k]; return !ok || w != m }) {
+		tx.Delete(&knftables.Element{Map: nftMapNodePorts, Key: []string{string(m.Protocol), strconv.Itoa(m.NodePort)}})
 	}
-	for _, a := range slices.Sorted(maps.Keys(have.sources)) {
-		if !want.sources[a] {
-			tx.Delete(&knftables.Element{Set: nftSetHairpin, Key: []string{a}})
-		}
+	for _, a := range sortedAddrs(have.sources, func(a netip.Addr) bool { return !want.sources[a] }) {
+		tx.Delete(&knftables.Element{Set: nftSetHairpin, Key: []string{a.String()}})
 	}
-	for _, k := range slices.Sorted(maps.Keys(want.elements)) {
-		if h, ok := have.elements[k]; !ok || !h.same(want.elements[k]) {
-			tx.Add(want.elements[k].object())
-		}
+	for _, m := range sortedMappings(want.elements, func(k nftKey, m Mapping) bool { h, ok := have.elements[k]; return !ok || h != m }) {
+		tx.Add(element(m))
 	}
-	for _, a := range slices.Sorted(maps.Keys(want.sources)) {
-		if !have.sources[a] {
-			tx.Add(&knftables.Element{Set: nftSetHairpin, Key: []string{a}})
-		}
+	for _, a := range sortedAddrs(want.sources, func(a netip.Addr) bool { return !have.sources[a] }) {
+		tx.Add(&knftables.Element{Set: nftSetHairpin, Key: []string{a.String()}})
 	}
 	return tx
 }
@@ -365,9 +379,8 @@ func (t *NFTables) drift(ctx context.Context, want nftContent) (string, error) {
 		return fmt.Sprintf("map %s has %d elements, want %d", nftMapNodePorts, len(elements), len(want.elements)), nil
 	}
 	for _, e := range elements {
-		w, ok := want.elements[elementKey(e.Key)]
-		if !ok || !sameValue(e.Value, w.value) {
-			return fmt.Sprintf("map %s: unexpected element %s : %s", nftMapNodePorts, elementKey(e.Key), elementKey(e.Value)), nil
+		if !listedAsWanted(e, want.elements) {
+			return fmt.Sprintf("map %s: unexpected element %s : %s", nftMapNodePorts, strings.Join(e.Key, " . "), strings.Join(e.Value, " . ")), nil
 		}
 	}
 
@@ -380,26 +393,28 @@ func (t *NFTables) drift(ctx context.Context, want nftContent) (string, error) {
 		return fmt.Sprintf("set %s has %d elements, want %d", nftSetHairpin, len(sources), len(want.sources)), nil
 	}
 	for _, e := range sources {
-		if len(e.Key) != 1 || !want.sources[canonicalAddr(e.Key[0])] {
-			return fmt.Sprintf("set %s: unexpected element %s", nftSetHairpin, elementKey(e.Key)), nil
+		if a, err := netip.ParseAddr(strings.Join(e.Key, "")); err != nil || !want.sources[a] {
+			return fmt.Sprintf("set %s: unexpected element %s", nftSetHairpin, strings.Join(e.Key, " . ")), nil
 		}
 	}
 	return "", nil
 }
 
-// sameValue compares a listed map value (address . port) with a written one;
-// addresses are compared as addresses, so nft's spelling of an IPv6 address
-// cannot cause a false drift.
-func sameValue(listed, written []string) bool {
-	return len(listed) == 2 && len(written) == 2 &&
-		canonicalAddr(listed[0]) == written[0] && listed[1] == written[1]
-}
-
-func canonicalAddr(s string) string {
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a.String()
+// listedAsWanted reports whether a map element nft listed is the one want
+// holds for its key. Addresses are compared as addresses, so nft's spelling
+// of an IPv6 address cannot cause a false drift.
+func listedAsWanted(e *knftables.Element, want map[nftKey]Mapping) bool {
+	if len(e.Key) != 2 || len(e.Value) != 2 {
+		return false
 	}
-	return s
+	port, err1 := strconv.Atoi(e.Key[1])
+	podPort, err2 := strconv.Atoi(e.Value[1])
+	addr, err3 := netip.ParseAddr(e.Value[0])
+	if err1 != nil || err2 != nil || err3 != nil {
+		return false
+	}
+	m, ok := want[nftKey{contract.Protocol(e.Key[0]), port}]
+	return ok && m.PodIP == addr && m.PodPort == podPort
 }
 
 // FlushUDP deletes the conntrack entries of UDP flows whose original

@@ -74,10 +74,9 @@ func Render(family contract.Family, d Desired) []byte {
 }
 
 // selection is what one family's datapath programs of a Desired, whatever
-// the backend: the valid mappings of that family (unmapped, sorted by
-// protocol, node port, then target, without duplicates), the hairpin sources
-// of that family (sorted, unique), and the port range of the masquerade
-// rule, zero when none is to be written.
+// the backend: the valid mappings of that family (unmapped, in the order of
+// d), the hairpin sources of that family (sorted, unique), and the port
+// range of the masquerade rule, zero when none is to be written.
 type selection struct {
 	mappings  []Mapping
 	sources   []netip.Addr
@@ -98,17 +97,6 @@ func selectFamily(family contract.Family, d Desired) selection {
 			sel.mappings = append(sel.mappings, m)
 		}
 	}
-	slices.SortFunc(sel.mappings, func(a, b Mapping) int {
-		return cmp.Or(
-			cmp.Compare(a.Protocol, b.Protocol),
-			cmp.Compare(a.NodePort, b.NodePort),
-			a.PodIP.Compare(b.PodIP),
-			cmp.Compare(a.PodPort, b.PodPort),
-			cmp.Compare(a.Pod, b.Pod),
-		)
-	})
-	sel.mappings = slices.Compact(sel.mappings)
-
 	for _, a := range d.HairpinSources {
 		if a.IsValid() && a.Zone() == "" && contract.FamilyOf(a) == family {
 			sel.sources = append(sel.sources, a.Unmap())
@@ -123,6 +111,19 @@ func selectFamily(family contract.Family, d Desired) selection {
 	return sel
 }
 
+// compareMappings orders mappings by protocol, node port, then target: the
+// order of the iptables rules, and the tie-break when two mappings claim one
+// node port (the first in this order is served).
+func compareMappings(a, b Mapping) int {
+	return cmp.Or(
+		cmp.Compare(a.Protocol, b.Protocol),
+		cmp.Compare(a.NodePort, b.NodePort),
+		a.PodIP.Compare(b.PodIP),
+		cmp.Compare(a.PodPort, b.PodPort),
+		cmp.Compare(a.Pod, b.Pod),
+	)
+}
+
 // mappingComment names the Pod and Pod port of a mapping, for a rule or
 // element comment.
 func mappingComment(m Mapping) string { return comment(m.Pod + ":" + strconv.Itoa(m.PodPort)) }
@@ -130,6 +131,8 @@ func mappingComment(m Mapping) string { return comment(m.Pod + ":" + strconv.Ito
 // desiredRules returns the rules of both chains in the order Render writes them.
 func desiredRules(family contract.Family, d Desired) []rule {
 	sel := selectFamily(family, d)
+	slices.SortFunc(sel.mappings, compareMappings)
+	sel.mappings = slices.Compact(sel.mappings)
 	rules := make([]rule, 0, len(sel.mappings)+len(sel.sources))
 	for _, m := range sel.mappings {
 		rules = append(rules, rule{ChainNodePortLocal, []string{

@@ -51,7 +51,7 @@ func inNetNS(path string, fn func() error) error {
 
 // newPod creates the Pod namespace, wires it to the node with a veth and
 // returns its path.
-func newPod(t *testing.T) string {
+func newPod(t testing.TB) string {
 	t.Helper()
 	pod := newNetNS(t)
 	run(t, "ip", "link", "add", "npl-node0", "type", "veth", "peer", "name", "npl-pod0", "netns", pod)
@@ -73,7 +73,7 @@ func newPod(t *testing.T) string {
 
 // serveRemoteAddr listens on podIP:podPort in the Pod and answers each
 // connection with the client address it sees.
-func serveRemoteAddr(t *testing.T, pod string) {
+func serveRemoteAddr(t testing.TB, pod string) {
 	t.Helper()
 	var ln net.Listener
 	err := inNetNS(pod, func() (err error) {

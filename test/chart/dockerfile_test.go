@@ -168,7 +168,7 @@ func TestDockerfile_buildsTheThreeTargets(t *testing.T) {
 		})
 	}
 
-	t.Run("agent has iptables, conntrack and the wrapper", func(t *testing.T) {
+	t.Run("agent has iptables, nftables, conntrack and the wrapper", func(t *testing.T) {
 		s := stages["agent"]
 		if s == nil {
 			t.Fatal("missing")
@@ -179,7 +179,7 @@ func TestDockerfile_buildsTheThreeTargets(t *testing.T) {
 				install = r
 			}
 		}
-		for _, pkg := range []string{"iptables", "conntrack"} {
+		for _, pkg := range []string{"iptables", "nftables", "conntrack"} {
 			if !slices.Contains(strings.Fields(install), pkg) {
 				t.Errorf("apt-get install %q does not install %s", install, pkg)
 			}

@@ -28,6 +28,7 @@ func TestSchema_rejectsBadValues(t *testing.T) {
 		{"clusterName too long", map[string]any{"clusterName": strings.Repeat("a", 33)}, []string{"/clusterName"}},
 		{"bad provider name", map[string]any{"provider.name": "nsx"}, []string{"/provider/name"}},
 		{"bad iptablesMode", map[string]any{"agent.iptablesMode": "auto-detect"}, []string{"/agent/iptablesMode"}},
+		{"bad datapath", map[string]any{"agent.datapath": "ebpf"}, []string{"/agent/datapath"}},
 		{"bad duration", map[string]any{"lbsync.resyncPeriod": "10 minutes"}, []string{"/lbsync/resyncPeriod"}},
 		{"bad port", map[string]any{"agent.metricsPort": 70000}, []string{"/agent/metricsPort"}},
 		{"replicas as a string", map[string]any{"lbsync.replicas": "2"}, []string{"/lbsync/replicas"}},
