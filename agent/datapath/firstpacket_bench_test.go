@@ -26,6 +26,13 @@ const (
 	connectsPerOp = 300
 )
 
+// scaleBackends are the backends of the scale benchmarks: both, and the
+// iptables legacy mode as well, which many nodes still run.
+var scaleBackends = append(slices.Clone(backends), struct {
+	name string
+	new  func(t testing.TB, family contract.Family) counted
+}{"iptables-legacy", func(t testing.TB, family contract.Family) counted { return newIPTables(t, family, datapath.ModeLegacy) }})
+
 // wide is n TCP mappings from firstWidePort up, all to the benchmark's Pod.
 func wide(n int) datapath.Desired {
 	d := datapath.Desired{PortRange: [2]int{firstWidePort, firstWidePort + n - 1}}
@@ -65,35 +72,41 @@ func BenchmarkFirstPacket(b *testing.B) {
 	serveRemoteAddr(b, pod)
 	client := newClient(b)
 	ctx := context.Background()
+	measure := func(b *testing.B, target string) {
+		var samples []time.Duration
+		for b.Loop() {
+			err := inNetNS(client, func() error {
+				for range connectsPerOp {
+					start := time.Now()
+					c, err := net.DialTimeout("tcp4", target, 5*time.Second)
+					if err != nil {
+						return err
+					}
+					samples = append(samples, time.Since(start))
+					c.Close()
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatalf("connect to %s: %v", target, err)
+			}
+		}
+		slices.Sort(samples)
+		b.ReportMetric(us(samples[len(samples)/2]), "p50-us")
+		b.ReportMetric(us(samples[len(samples)*99/100]), "p99-us")
+	}
+	// The same path without NAT (the client dials the Pod, routed through
+	// the node): what is left of a figure below after this one is the cost
+	// of the node port.
+	b.Run("backend=none/direct", func(b *testing.B) { measure(b, net.JoinHostPort(podIP, fmt.Sprint(podPort))) })
 	for _, n := range []int{100, 1000, 10000} {
-		for _, be := range backends {
+		for _, be := range scaleBackends {
 			b.Run(fmt.Sprintf("backend=%s/mappings=%d", be.name, n), func(b *testing.B) {
 				dp := be.new(b, contract.FamilyIPv4)
 				if err := dp.Sync(ctx, wide(n)); err != nil {
 					b.Fatal(err)
 				}
-				target := net.JoinHostPort(nodeIP, fmt.Sprint(firstWidePort+n-1))
-				var samples []time.Duration
-				for b.Loop() {
-					err := inNetNS(client, func() error {
-						for range connectsPerOp {
-							start := time.Now()
-							c, err := net.DialTimeout("tcp4", target, 5*time.Second)
-							if err != nil {
-								return err
-							}
-							samples = append(samples, time.Since(start))
-							c.Close()
-						}
-						return nil
-					})
-					if err != nil {
-						b.Fatalf("connect to %s: %v", target, err)
-					}
-				}
-				slices.Sort(samples)
-				b.ReportMetric(us(samples[len(samples)/2]), "p50-us")
-				b.ReportMetric(us(samples[len(samples)*99/100]), "p99-us")
+				measure(b, net.JoinHostPort(nodeIP, fmt.Sprint(firstWidePort+n-1)))
 			})
 		}
 	}
@@ -107,7 +120,7 @@ func BenchmarkAddOne(b *testing.B) {
 	requirePrivateNetNS(b)
 	ctx := context.Background()
 	for _, n := range []int{1000, 10000} {
-		for _, be := range backends {
+		for _, be := range scaleBackends {
 			b.Run(fmt.Sprintf("backend=%s/mappings=%d", be.name, n), func(b *testing.B) {
 				dp := be.new(b, contract.FamilyIPv4)
 				d := wide(n)

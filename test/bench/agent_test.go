@@ -508,7 +508,11 @@ func BenchmarkAgentRestart(b *testing.B) {
 
 // waitReady polls the agent's /readyz until it answers 200 and returns when.
 func (f *agentFixture) waitReady(timeout time.Duration) (time.Time, error) {
-	url := fmt.Sprintf("http://%s:%d/readyz", f.node.IP, stack.AgentHealthPort)
+	return waitOK(fmt.Sprintf("http://%s:%d/readyz", f.node.IP, stack.AgentHealthPort), timeout)
+}
+
+// waitOK polls url every 2 ms until it answers 200 and returns when.
+func waitOK(url string, timeout time.Duration) (time.Time, error) {
 	client := &http.Client{Timeout: time.Second}
 	var at time.Time
 	err := pollUntil(timeout, 2*time.Millisecond, url, func() (bool, error) {

@@ -48,6 +48,7 @@ type env struct {
 	c      *cluster.Cluster
 	client kubernetes.Interface // for setup: no client-side throttling
 	agent  *agentFixture
+	scale  *scaleFixture
 	lb     *lbFixture
 }
 
@@ -110,6 +111,9 @@ func closeEnvLocked() error {
 	var errs []error
 	if e.agent != nil {
 		errs = append(errs, e.agent.close())
+	}
+	if e.scale != nil {
+		errs = append(errs, e.scale.close())
 	}
 	if e.lb != nil {
 		errs = append(errs, e.lb.close())
