@@ -143,7 +143,6 @@ func element(m Mapping) *knftables.Element {
 	}
 }
 
-
 // chains returns the chains of the table and their rules, in order. The
 // rules are fixed but for the port range of the masquerade, which is left
 // out when the range is zero (as the iptables backend writes no masquerade
