@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -203,4 +205,35 @@ func (v nftablesView) hooked(t *testing.T, n *cluster.Node) bool {
 
 func (nftablesView) deleteAll(t *testing.T, n *cluster.Node) {
 	runIn(t, n, "nft", "flush", "map", "ip", "npl", "node-ports")
+}
+
+// TestAgent_refusesADatapathItCannotRun: an unknown --datapath, and
+// nftables on a node without nft, end the agent with exit 2 and one line
+// that names the problem; nothing is left half started.
+func TestAgent_refusesADatapathItCannotRun(t *testing.T) {
+	e := setup(t)
+	a := e.agent(node0)
+	ctx := ctxFor(t, time.Minute)
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"unknown backend", nil, []string{"--datapath", "ebpf"}, `--datapath: "ebpf" is not auto, iptables or nftables`},
+		// Without /usr/sbin on PATH there is no nft (nor iptables).
+		{"nftables without nft", []string{"PATH=/nonexistent"}, []string{"--datapath", "nftables", "--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, "apt-get install nftables"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := a.RunOnce(ctx, tc.env, tc.args...)
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+				t.Fatalf("npl-agent %v: %v, want exit 2\n%s", tc.args, err, out)
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			if len(lines) != 1 || !strings.Contains(lines[0], tc.want) {
+				t.Errorf("npl-agent %v printed %q; want one line containing %q", tc.args, out, tc.want)
+			}
+		})
+	}
 }

@@ -121,6 +121,18 @@ func (a *Agent) Cleanup(ctx context.Context) (string, error) {
 	return string(out), err
 }
 
+// RunOnce runs the agent's binary once in its node, as the agent (its
+// kubeconfig and node name) with args and, when env is not nil, that
+// environment, and returns its combined output.
+func (a *Agent) RunOnce(ctx context.Context, env []string, args ...string) (string, error) {
+	cmd := a.Node.Command(ctx, a.bin, append([]string{"--kubeconfig", a.kube, "--node-name", a.Node.Name}, args...)...)
+	if env != nil {
+		cmd.Env = env
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
 // MetricsURL is the agent's /metrics, reachable from the test namespace.
 func (a *Agent) MetricsURL() string {
 	return fmt.Sprintf("http://%s:%d/metrics", a.Node.IP, AgentMetricsPort)
