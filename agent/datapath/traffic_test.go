@@ -167,3 +167,89 @@ func trafficToNodePortReachesThePod(t *testing.T, ipt datapath.Datapath) {
 		t.Errorf("the Pod saw its own hairpin connection as %s, want the node address %s (masqueraded)", peer, nodeIP)
 	}
 }
+
+// kubeProxyNFT is a table shaped like kube-proxy's nftables mode: a nat
+// prerouting and output chain at dstnat priority that sends packets to local
+// addresses through a verdict map of NodePorts. NodePort 30080 goes to the
+// test's Pod.
+var kubeProxyNFT = fmt.Sprintf(`
+table ip kube-proxy {
+	map service-nodeports {
+		type inet_proto . inet_service : verdict
+		elements = { tcp . 30080 : goto svc-web }
+	}
+	chain svc-web {
+		meta l4proto tcp dnat to %s:%d
+	}
+	chain nodeports {
+		meta l4proto . th dport vmap @service-nodeports
+	}
+	chain nat-prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		fib daddr type local jump nodeports
+	}
+	chain nat-output {
+		type nat hook output priority -100; policy accept;
+		fib daddr type local jump nodeports
+	}
+}
+`, podIP, podPort)
+
+// TestDatapath_coexistsWithKubeProxy: with kube-proxy's NodePort rules on the
+// node, in iptables mode (a DNAT in the nat table's PREROUTING and OUTPUT)
+// or nftables mode (its own table), a NodePort and an npl node port both
+// reach their Pod from the node and from outside it, whichever npl backend
+// runs: neither shadows the other.
+func TestDatapath_coexistsWithKubeProxy(t *testing.T) {
+	for _, kp := range []string{"iptables", "nftables"} {
+		for _, b := range backends {
+			t.Run("kube-proxy="+kp+"/npl="+b.name, func(t *testing.T) {
+				dp := b.new(t, v4)
+				pod := newPod(t)
+				serveRemoteAddr(t, pod)
+				switch kp {
+				case "iptables":
+					for _, chain := range []string{"PREROUTING", "OUTPUT"} {
+						spec := []string{"-w", "5", "-t", "nat", "-A", chain, "-p", "tcp", "--dport", "30080", "-m", "addrtype", "--dst-type", "LOCAL",
+							"-j", "DNAT", "--to-destination", fmt.Sprintf("%s:%d", podIP, podPort)}
+						run(t, "iptables", spec...)
+						t.Cleanup(func() { spec[3] = "-D"; _ = exec.Command("iptables", spec...).Run() })
+					}
+				case "nftables":
+					cmd := exec.Command("nft", "-f", "-")
+					cmd.Stdin = strings.NewReader(kubeProxyNFT)
+					if out, err := cmd.CombinedOutput(); err != nil {
+						t.Fatalf("kube-proxy's table: %v: %s", err, out)
+					}
+					t.Cleanup(func() { _ = exec.Command("nft", "delete", "table", "ip", "kube-proxy").Run() })
+				}
+				ctx := context.Background()
+				d := datapath.Desired{Mappings: []datapath.Mapping{{NodePort: nodePort, Protocol: "tcp", PodIP: netip.MustParseAddr(podIP), PodPort: podPort, Pod: "ns/web"}}}
+				if err := dp.Sync(ctx, d); err != nil {
+					t.Fatal(err)
+				}
+				client := newClient(t)
+				for _, port := range []int{30080, nodePort} {
+					target := net.JoinHostPort(nodeIP, fmt.Sprint(port))
+					dial := func() (net.Conn, error) { return net.DialTimeout("tcp4", target, 5*time.Second) }
+					if _, err := askPeer(dial); err != nil {
+						t.Errorf("from the node to %s: %v", target, err)
+					}
+					err := inNetNS(client, func() error {
+						peer, err := askPeer(dial)
+						if err == nil && peer != clientIP {
+							err = fmt.Errorf("the Pod saw the client as %s, want %s", peer, clientIP)
+						}
+						return err
+					})
+					if err != nil {
+						t.Errorf("from outside the node to %s: %v", target, err)
+					}
+				}
+				if drift, err := dp.Check(ctx, d); err != nil || drift {
+					t.Errorf("Check beside kube-proxy's rules = drift %v, err %v; want none", drift, err)
+				}
+			})
+		}
+	}
+}
