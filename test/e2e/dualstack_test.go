@@ -1,0 +1,430 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/test/cluster"
+	"github.com/nodeportlocal/npl/test/stack"
+)
+
+// TestDualStack runs npl on a dual-stack cluster (IPv4 and IPv6 on every
+// node and Pod): IPv6-only and dual-stack Services get one entry per family
+// they ask for, the IPv6 node ports carry TCP and UDP from everywhere, and
+// npl-lbsync builds pools of the family it is configured for.
+func TestDualStack(t *testing.T) { testDualStack(t, stack.AgentOptions{}) }
+
+// testDualStack is the body of TestDualStack for agents started with opts
+// (a datapath backend, for instance).
+func testDualStack(t *testing.T, opts stack.AgentOptions) {
+	e := dualStackEnv(t, opts)
+	t.Run("IPv6-only and dual-stack Services: entries, traffic, removal", func(t *testing.T) {
+		testDualStackAgent(t, e)
+	})
+	t.Run("npl-lbsync builds members of its ipFamily and serves an IPv6 VIP", func(t *testing.T) {
+		testDualStackLBSync(t, e)
+	})
+}
+
+// dualStackEnv starts a dual-stack cluster of two nodes with an agent on
+// each, started with opts; both stop at the end of the test. One cluster
+// runs per process, so the package's shared IPv4 cluster is closed first;
+// setup starts it again for the tests that follow.
+func dualStackEnv(t *testing.T, opts stack.AgentOptions) *env {
+	t.Helper()
+	if shared != nil {
+		stack.StopAgents(shared.agents)
+		shared = nil
+	}
+	if err := cluster.CloseShared(); err != nil {
+		t.Fatalf("close the shared IPv4 cluster: %v", err)
+	}
+	ctx := ctxFor(t, 3*time.Minute)
+	c, err := cluster.Start(ctx, cluster.Options{Nodes: 2, DualStack: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("close the dual-stack cluster: %v", err)
+		}
+	})
+	t.Logf("dual-stack cluster started in %v", c.StartDuration())
+	agents, err := stack.StartAgents(ctx, c, opts)
+	if err != nil {
+		t.Fatalf("start agents: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, a := range agents {
+				t.Logf("--- %s log tail:\n%s", a.Name, a.Tail(25))
+			}
+		}
+		stack.StopAgents(agents)
+	})
+	return &env{c: c, client: c.Client(), agents: agents}
+}
+
+// nodeIPOf is the node's address of the family.
+func nodeIPOf(n *cluster.Node, f contract.Family) netip.Addr {
+	if f == contract.FamilyIPv6 {
+		return n.IPv6
+	}
+	return n.IP
+}
+
+// natRulesOf returns the node's NAT rules of one family, as iptables-save
+// or ip6tables-save prints them: the one place that reads a family's rules.
+func natRulesOf(t *testing.T, n *cluster.Node, f contract.Family) string {
+	t.Helper()
+	if f == contract.FamilyIPv4 {
+		return natRules(t, n)
+	}
+	out, err := n.Command(context.Background(), "ip6tables-save", "-t", "nat").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip6tables-save on %s: %v: %s", n.Name, err, out)
+	}
+	return string(out)
+}
+
+// hasRuleOf reports whether the node has a rule of the family that DNATs
+// nodePort/proto to the Pod address target; nodePort 0 matches any.
+func hasRuleOf(t *testing.T, n *cluster.Node, f contract.Family, proto contract.Protocol, nodePort int, target netip.AddrPort) bool {
+	t.Helper()
+	match := fmt.Sprintf("-p %s -m %s --dport %d ", proto, proto, nodePort)
+	if nodePort == 0 {
+		match = fmt.Sprintf("-p %s -m %s --dport ", proto, proto)
+	}
+	for _, line := range strings.Split(natRulesOf(t, n, f), "\n") {
+		if strings.Contains(line, match) && strings.HasSuffix(line, "--to-destination "+target.String()) {
+			return true
+		}
+	}
+	return false
+}
+
+// portHeldOf reports whether a socket of the family holds the port on the
+// node: a bind of the family's wildcard address fails.
+func portHeldOf(t *testing.T, n *cluster.Node, f contract.Family, proto contract.Protocol, port int) bool {
+	t.Helper()
+	if f == contract.FamilyIPv4 {
+		return portHeld(t, n, proto, port)
+	}
+	held := false
+	err := n.Do(func() error {
+		a := addr("::", port)
+		if proto == contract.ProtocolUDP {
+			c, err := net.ListenPacket("udp6", a)
+			if err != nil {
+				held = true
+				return nil
+			}
+			return c.Close()
+		}
+		l, err := net.Listen("tcp6", a)
+		if err != nil {
+			held = true
+			return nil
+		}
+		return l.Close()
+	})
+	if err != nil {
+		t.Fatalf("bind on %s: %v", n.Name, err)
+	}
+	return held
+}
+
+// podIPOf is the Pod's address of the family.
+func (e *env) podIPOf(t *testing.T, ns, name string, f contract.Family) netip.Addr {
+	t.Helper()
+	p, err := e.client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ip := range p.Status.PodIPs {
+		if a, err := netip.ParseAddr(ip.IP); err == nil && contract.FamilyOf(a) == f {
+			return a
+		}
+	}
+	t.Fatalf("pod %s/%s has no %s address (podIPs %v)", ns, name, f, p.Status.PodIPs)
+	return netip.Addr{}
+}
+
+// waitFamilyEntries waits until the Pod's annotation holds exactly the
+// entries for tcp/8080 and udp/5353 in each of families on node n, and
+// returns them by "protocol/family".
+func (e *env) waitFamilyEntries(t *testing.T, ns, pod string, n *cluster.Node, families ...contract.Family) map[string]contract.Entry {
+	t.Helper()
+	es := e.waitEntries(t, ns, pod, 2*len(families))
+	got := map[string]contract.Entry{}
+	for _, x := range es {
+		got[string(x.Protocol)+"/"+string(x.IPFamily)] = x
+	}
+	for _, f := range families {
+		for _, want := range []contract.Entry{
+			{PodPort: 8080, Protocol: contract.ProtocolTCP, IPFamily: f},
+			{PodPort: 5353, Protocol: contract.ProtocolUDP, IPFamily: f},
+		} {
+			x, ok := got[string(want.Protocol)+"/"+string(f)]
+			want.NodeIP, want.NodePort = nodeIPOf(n, f).String(), x.NodePort
+			if !ok || x != want {
+				t.Fatalf("pod %s: entries %+v, want one like %+v", pod, es, want)
+			}
+		}
+	}
+	return got
+}
+
+// checkTraffic sends HTTP and a UDP echo to the Pod through its entries of
+// the family: from the test namespace, from the other node, from the node
+// itself and from each hairpin Pod (on the same node).
+func (e *env) checkTraffic(t *testing.T, ns, pod string, entries map[string]contract.Entry, f contract.Family, other *cluster.Node, hairpin ...string) {
+	t.Helper()
+	n := e.c.Node(e.nodeOf(t, ns, pod))
+	tcp, udp := entries["tcp/"+string(f)], entries["udp/"+string(f)]
+	tcpAddr, udpAddr := addr(tcp.NodeIP, tcp.NodePort), addr(udp.NodeIP, udp.NodePort)
+	both := func() error {
+		if err := expectBody(stack.HTTPGet(tcpAddr))(pod); err != nil {
+			return fmt.Errorf("TCP %s: %w", tcpAddr, err)
+		}
+		reply, err := stack.UDPEcho(udpAddr, "ping")
+		if err == nil && reply != pod+": ping" {
+			err = fmt.Errorf("reply %q, want %q", reply, pod+": ping")
+		}
+		if err != nil {
+			return fmt.Errorf("UDP %s: %w", udpAddr, err)
+		}
+		return nil
+	}
+	eventually(t, 10*time.Second, fmt.Sprintf("%s traffic from the test namespace to %s", f, pod), both)
+	if err := other.Do(both); err != nil {
+		t.Errorf("%s from node %s to %s: %v", f, other.Name, pod, err)
+	}
+	if err := n.Do(both); err != nil {
+		t.Errorf("%s from node %s itself to %s: %v", f, n.Name, pod, err)
+	}
+	for _, from := range hairpin {
+		if err := e.c.PodDo(ns, from, both); err != nil {
+			t.Errorf("%s hairpin from pod %s to %s: %v", f, from, pod, err)
+		}
+	}
+}
+
+func (e *env) nodeOf(t *testing.T, ns, pod string) string {
+	t.Helper()
+	p, err := e.client.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Spec.NodeName
+}
+
+// familyService is an opted-in Service with TCP 8080 and UDP 5353 of the
+// given families (nil: RequireDualStack, IPv4 first).
+func familyService(ns, name string, selector map[string]string, families ...corev1.IPFamily) *corev1.Service {
+	s := npService(ns, name, selector,
+		corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)},
+		corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(5353)})
+	if len(families) == 0 {
+		s.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
+	} else {
+		s.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
+		s.Spec.IPFamilies = families
+	}
+	return s
+}
+
+func testDualStackAgent(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	n0, n1 := e.node(node0), e.node(node1)
+	v6only, dual := map[string]string{"app": "v6"}, map[string]string{"app": "dual"}
+	// Two IPv6-only backends on node 0 (hairpin to itself and a neighbour),
+	// dual-stack backends on both nodes.
+	e.createPod(t, webPod(ns, "v6-a", node0, v6only))
+	e.createPod(t, webPod(ns, "v6-b", node0, v6only))
+	e.createPod(t, webPod(ns, "dual-a", node0, dual))
+	e.createPod(t, webPod(ns, "dual-b", node1, dual))
+	if _, err := e.c.WaitForPods(ctxFor(t, time.Minute), ns, nil, 4, true); err != nil {
+		t.Fatal(err)
+	}
+	v6svc := e.createService(t, familyService(ns, "v6", v6only, corev1.IPv6Protocol))
+	dualSvc := e.createService(t, familyService(ns, "dual", dual))
+	if !slices.Equal(v6svc.Spec.IPFamilies, []corev1.IPFamily{corev1.IPv6Protocol}) ||
+		!slices.Equal(dualSvc.Spec.IPFamilies, []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}) {
+		t.Fatalf("service families: v6 %v, dual %v", v6svc.Spec.IPFamilies, dualSvc.Spec.IPFamilies)
+	}
+
+	type backend struct {
+		pod      string
+		node     *cluster.Node
+		families []contract.Family
+		hairpin  []string
+	}
+	backends := []backend{
+		{"v6-a", n0, []contract.Family{contract.FamilyIPv6}, []string{"v6-a", "v6-b"}},
+		{"v6-b", n0, []contract.Family{contract.FamilyIPv6}, []string{"v6-b", "dual-a"}},
+		{"dual-a", n0, []contract.Family{contract.FamilyIPv4, contract.FamilyIPv6}, []string{"dual-a", "v6-a"}},
+		{"dual-b", n1, []contract.Family{contract.FamilyIPv4, contract.FamilyIPv6}, []string{"dual-b"}},
+	}
+	entries := map[string]map[string]contract.Entry{}
+	for _, b := range backends {
+		es := e.waitFamilyEntries(t, ns, b.pod, b.node, b.families...)
+		entries[b.pod] = es
+		other := n1
+		if b.node == n1 {
+			other = n0
+		}
+		for _, f := range []contract.Family{contract.FamilyIPv4, contract.FamilyIPv6} {
+			podIP := e.podIPOf(t, ns, b.pod, f)
+			served := slices.Contains(b.families, f)
+			for _, p := range []struct {
+				proto   contract.Protocol
+				podPort uint16
+			}{{contract.ProtocolTCP, 8080}, {contract.ProtocolUDP, 5353}} {
+				x := es[string(p.proto)+"/"+string(f)]
+				if !served {
+					// An IPv6-only Service opens nothing on IPv4.
+					if hasRuleOf(t, b.node, f, p.proto, 0, netip.AddrPortFrom(podIP, p.podPort)) {
+						t.Errorf("%s: a %s rule leads to %s though its Service is IPv6-only", b.pod, f, podIP)
+					}
+					continue
+				}
+				if !hasRuleOf(t, b.node, f, p.proto, x.NodePort, netip.AddrPortFrom(podIP, p.podPort)) ||
+					!portHeldOf(t, b.node, f, p.proto, x.NodePort) {
+					t.Errorf("%s: %s %s rule or socket missing for node port %d\n%s", b.pod, f, p.proto, x.NodePort, natRulesOf(t, b.node, f))
+				}
+			}
+			if served {
+				e.checkTraffic(t, ns, b.pod, es, f, other, b.hairpin...)
+			}
+		}
+	}
+
+	// Removing a Service removes its Pods' rules, sockets and annotation in
+	// every family.
+	for _, s := range []struct {
+		name string
+		pods []string
+	}{{"dual", []string{"dual-a", "dual-b"}}, {"v6", []string{"v6-a", "v6-b"}}} {
+		if err := e.client.CoreV1().Services(ns).Delete(context.Background(), s.name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, pod := range s.pods {
+			e.waitNoAnnotation(t, ns, pod)
+			n := e.c.Node(e.nodeOf(t, ns, pod))
+			for key, x := range entries[pod] {
+				f := x.IPFamily
+				podIP := e.podIPOf(t, ns, pod, f)
+				waitFor(t, 10*time.Second, fmt.Sprintf("%s: %s rule and socket of %d released", pod, key, x.NodePort), func() (bool, error) {
+					if target := netip.AddrPortFrom(podIP, uint16(x.PodPort)); hasRuleOf(t, n, f, x.Protocol, 0, target) {
+						return false, fmt.Errorf("a rule still leads to %s:\n%s", target, natRulesOf(t, n, f))
+					}
+					if portHeldOf(t, n, f, x.Protocol, x.NodePort) {
+						return false, fmt.Errorf("port %d still held", x.NodePort)
+					}
+					return true, nil
+				})
+			}
+		}
+	}
+}
+
+func testDualStackLBSync(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	if _, err := e.client.AppsV1().Deployments(ns).Create(context.Background(), deployment(ns, "web", 2), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sel := map[string]string{"app": "web"}
+	for _, tc := range []struct {
+		family contract.Family
+		vips   netip.Prefix
+	}{
+		{contract.FamilyIPv6, netip.MustParsePrefix("fd00:198:200::/120")},
+		{contract.FamilyIPv4, netip.MustParsePrefix("198.18.120.0/28")},
+	} {
+		t.Run(string(tc.family), func(t *testing.T) {
+			class := "npl.io/" + strings.ToLower(string(tc.family))
+			clusterName := "dual-" + strings.ToLower(string(tc.family))
+			_, backend := e.startLBSync(t, "npl-lbsync-"+strings.ToLower(string(tc.family)), "mock", tc.vips,
+				fmt.Sprintf("clusterName: %s\nloadBalancerClass: %s\nipFamily: %s\nresyncPeriod: 1m\ndrainSeconds: 0\n", clusterName, class, tc.family))
+			name := "web-" + strings.ToLower(string(tc.family))
+			e.createService(t, &corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+				Spec: corev1.ServiceSpec{
+					Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, Selector: sel,
+					IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyRequireDualStack),
+					Ports:          []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}},
+				},
+			})
+
+			// The members are the ready Pods' entries of the family.
+			var want []providers.Member
+			owner := map[string]string{}
+			waitFor(t, 60*time.Second, "2 ready Pods with an entry of each family", func() (bool, error) {
+				pods, err := e.client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: labels.SelectorFromSet(sel).String()})
+				if err != nil {
+					return false, err
+				}
+				want, owner = nil, map[string]string{}
+				for _, p := range pods.Items {
+					es, err := contract.Parse(p.Annotations[contract.PodKey])
+					if err != nil || !podReady(&p) || len(es) != 2 {
+						return false, nil
+					}
+					for _, x := range es {
+						if x.IPFamily == tc.family {
+							want = append(want, providers.Member{IP: x.NodeIP, Port: int32(x.NodePort), Enabled: true})
+							owner[addr(x.NodeIP, x.NodePort)] = p.Name
+						}
+					}
+				}
+				return len(pods.Items) == 2 && len(want) == 2, nil
+			})
+			lbName := providers.LoadBalancerName(clusterName, ns, name)
+			pool := providers.PoolName(lbName, providers.TCP, 80)
+			var got map[string][]providers.Member
+			var vips []string
+			waitFor(t, 30*time.Second, "the pool with the Pods' "+string(tc.family)+" members", func() (bool, error) {
+				var ok bool
+				var err error
+				got, vips, ok, err = backend.Pools(lbName)
+				if err == nil && !sameMembers(got[pool], want) {
+					err = fmt.Errorf("pool %s has %v, want %v", pool, got[pool], want)
+				}
+				return ok && err == nil, err
+			})
+			for _, m := range got[pool] {
+				ip := netip.MustParseAddr(m.IP)
+				if contract.FamilyOf(ip) != tc.family {
+					t.Errorf("member %s is not %s", m.IP, tc.family)
+				}
+				target := addr(m.IP, int(m.Port))
+				if body, err := stack.HTTPGet(target); err != nil || body != owner[target] {
+					t.Errorf("member %s answered %q (%v), want Pod %s", target, body, err, owner[target])
+				}
+			}
+			waitFor(t, 20*time.Second, "the "+string(tc.family)+" VIP in the Service status", func() (bool, error) {
+				in := e.service(t, ns, name).Status.LoadBalancer.Ingress
+				if len(vips) != 1 || len(in) != 1 || in[0].IP != vips[0] {
+					return false, fmt.Errorf("VIPs %v, status %+v", vips, in)
+				}
+				vip, err := netip.ParseAddr(vips[0])
+				return err == nil && tc.vips.Contains(vip), err
+			})
+		})
+	}
+}
