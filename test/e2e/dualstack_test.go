@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -24,15 +25,16 @@ import (
 
 // TestDualStack runs npl on a dual-stack cluster (IPv4 and IPv6 on every
 // node and Pod): IPv6-only and dual-stack Services get one entry per family
-// they ask for, the IPv6 node ports carry TCP and UDP from everywhere, and
-// npl-lbsync builds pools of the family it is configured for.
+// they ask for, the IPv6 node ports carry TCP and UDP from everywhere, an
+// agent restart keeps every family's ports, removal clears both families,
+// and npl-lbsync builds pools of the family it is configured for.
 func TestDualStack(t *testing.T) { testDualStack(t, stack.AgentOptions{}) }
 
 // testDualStack is the body of TestDualStack for agents started with opts
 // (a datapath backend, for instance).
 func testDualStack(t *testing.T, opts stack.AgentOptions) {
 	e := dualStackEnv(t, opts)
-	t.Run("IPv6-only and dual-stack Services: entries, traffic, removal", func(t *testing.T) {
+	t.Run("IPv6-only and dual-stack Services: entries, traffic, restart, removal", func(t *testing.T) {
 		testDualStackAgent(t, e)
 	})
 	t.Run("npl-lbsync builds members of its ipFamily and serves an IPv6 VIP", func(t *testing.T) {
@@ -311,6 +313,38 @@ func testDualStackAgent(t *testing.T, e *env) {
 			if served {
 				e.checkTraffic(t, ns, b.pod, es, f, other, b.hairpin...)
 			}
+		}
+	}
+
+	// A restart of node 0's agent restores every family's mappings from the
+	// annotations: no entry changes, the IPv6 rules and sockets are back and
+	// carry traffic.
+	a := e.agent(node0)
+	if err := a.Stop(); err != nil {
+		t.Fatalf("stop %s: %v", a.Name, err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatalf("start %s: %v", a.Name, err)
+	}
+	if err := a.WaitReady(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range backends {
+		if b.node != n0 {
+			continue
+		}
+		after := e.waitFamilyEntries(t, ns, b.pod, b.node, b.families...)
+		if !maps.Equal(after, entries[b.pod]) {
+			t.Errorf("%s: entries changed across the agent restart: %v -> %v", b.pod, entries[b.pod], after)
+		}
+		x := after["tcp/"+string(contract.FamilyIPv6)]
+		target := netip.AddrPortFrom(e.podIPOf(t, ns, b.pod, contract.FamilyIPv6), 8080)
+		if !hasRuleOf(t, n0, contract.FamilyIPv6, contract.ProtocolTCP, x.NodePort, target) ||
+			!portHeldOf(t, n0, contract.FamilyIPv6, contract.ProtocolTCP, x.NodePort) {
+			t.Errorf("%s: IPv6 rule or socket of %d missing after the restart", b.pod, x.NodePort)
+		}
+		if err := expectBody(stack.HTTPGet(addr(x.NodeIP, x.NodePort)))(b.pod); err != nil {
+			t.Errorf("%s: IPv6 traffic after the restart: %v", b.pod, err)
 		}
 	}
 
