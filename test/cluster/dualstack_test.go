@@ -24,12 +24,13 @@ import (
 // CIDR of each family, Pods get an address of each (inside their node's Pod
 // CIDRs), their servers answer over both families from the test namespace,
 // from another node and from a Pod on another node, IPv6-only and dual-stack
-// Services get ClusterIPs and EndpointSlices of their families, and Close
-// leaves nothing behind.
+// Services get ClusterIPs and EndpointSlices of their families, the
+// kube-proxy stand-in serves a dual-stack NodePort Service on both addresses
+// of every node, and Close leaves nothing behind.
 func TestCluster_dualStack(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Options{Nodes: 2, DualStack: true})
+	c, err := cluster.Start(ctx, cluster.Options{Nodes: 2, DualStack: true, KubeProxy: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,6 +173,41 @@ func TestCluster_dualStack(t *testing.T) {
 			})
 			if err != nil {
 				t.Errorf("service %s: %s EndpointSlice addresses %v, want %v", tc.name, addressType, last, want)
+			}
+		}
+	}
+
+	// The kube-proxy stand-in: a dual-stack NodePort Service answers on
+	// both addresses of every node, TCP and UDP, from one of its Pods.
+	np := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "np", Namespace: ns},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeNodePort, Selector: sel, IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyRequireDualStack),
+			Ports: []corev1.ServicePort{
+				{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)},
+				{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(5353)},
+			},
+		},
+	}
+	np, err = c.Client().CoreV1().Services(ns).Create(ctx, np, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create NodePort service: %v", err)
+	}
+	httpPort, dnsPort := uint16(np.Spec.Ports[0].NodePort), uint16(np.Spec.Ports[1].NodePort)
+	for _, n := range c.Nodes() {
+		for _, ip := range n.IPs() {
+			var body, echo string
+			err := poll(ctx, func() bool {
+				var err error
+				body, err = stack.HTTPGet(netip.AddrPortFrom(ip, httpPort).String())
+				if err != nil {
+					return false
+				}
+				echo, err = stack.UDPEcho(netip.AddrPortFrom(ip, dnsPort).String(), "ping")
+				return err == nil
+			})
+			if err != nil || !strings.HasPrefix(body, "echo-") || !strings.HasPrefix(echo, "echo-") || !strings.HasSuffix(echo, ": ping") {
+				t.Errorf("NodePort service at %s: HTTP %q, UDP %q (%v); want answers from the echo Pods", ip, body, echo, err)
 			}
 		}
 	}
