@@ -384,18 +384,20 @@ func testDualStackLBSync(t *testing.T, e *env) {
 	}
 	sel := map[string]string{"app": "web"}
 	for _, tc := range []struct {
-		family contract.Family
-		vips   netip.Prefix
+		provider string
+		family   contract.Family
+		vips     netip.Prefix
 	}{
-		{contract.FamilyIPv6, netip.MustParsePrefix("fd00:198:200::/120")},
-		{contract.FamilyIPv4, netip.MustParsePrefix("198.18.120.0/28")},
+		{"mock", contract.FamilyIPv6, netip.MustParsePrefix("fd00:198:200::/120")},
+		{"mock", contract.FamilyIPv4, netip.MustParsePrefix("198.18.120.0/28")},
+		{"avi", contract.FamilyIPv6, netip.MustParsePrefix("fd00:198:201::/120")},
+		{"bigip", contract.FamilyIPv6, netip.MustParsePrefix("fd00:198:202::/120")},
 	} {
-		t.Run(string(tc.family), func(t *testing.T) {
-			class := "npl.io/" + strings.ToLower(string(tc.family))
-			clusterName := "dual-" + strings.ToLower(string(tc.family))
-			_, backend := e.startLBSync(t, "npl-lbsync-"+strings.ToLower(string(tc.family)), "mock", tc.vips,
+		t.Run(tc.provider+"/"+string(tc.family), func(t *testing.T) {
+			id := tc.provider + "-" + strings.ToLower(string(tc.family))
+			class, clusterName, name := "npl.io/"+id, "dual-"+id, "web-"+id
+			_, backend := e.startLBSync(t, "npl-lbsync-"+id, tc.provider, tc.vips,
 				fmt.Sprintf("clusterName: %s\nloadBalancerClass: %s\nipFamily: %s\nresyncPeriod: 1m\ndrainSeconds: 0\n", clusterName, class, tc.family))
-			name := "web-" + strings.ToLower(string(tc.family))
 			e.createService(t, &corev1.Service{
 				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 				Spec: corev1.ServiceSpec{
