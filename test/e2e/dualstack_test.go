@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbsync/inspect"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/stack"
@@ -396,7 +397,7 @@ func testDualStackLBSync(t *testing.T, e *env) {
 		t.Run(tc.provider+"/"+string(tc.family), func(t *testing.T) {
 			id := tc.provider + "-" + strings.ToLower(string(tc.family))
 			class, clusterName, name := "npl.io/"+id, "dual-"+id, "web-"+id
-			_, backend := e.startLBSync(t, "npl-lbsync-"+id, tc.provider, tc.vips,
+			l, backend := e.startLBSync(t, "npl-lbsync-"+id, tc.provider, tc.vips,
 				fmt.Sprintf("clusterName: %s\nloadBalancerClass: %s\nipFamily: %s\nresyncPeriod: 1m\ndrainSeconds: 0\n", clusterName, class, tc.family))
 			e.createService(t, &corev1.Service{
 				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -451,6 +452,16 @@ func testDualStackLBSync(t *testing.T, e *env) {
 				target := addr(m.IP, int(m.Port))
 				if body, err := stack.HTTPGet(target); err != nil || body != owner[target] {
 					t.Errorf("member %s answered %q (%v), want Pod %s", target, body, err, owner[target])
+				}
+			}
+			// nplctl expects the same members and prints them as addresses.
+			out, stderr, code := nplctl(t, "pools", "--kubeconfig", e.c.Kubeconfig(), "--config", l.ConfigPath, "-n", ns, "--check", "-o", "wide")
+			if code != 0 {
+				t.Errorf("nplctl pools --check: exit %d, want 0 (in sync)\n%s%s", code, out, stderr)
+			}
+			for _, m := range want {
+				if a := (inspect.Member{IP: m.IP, Port: m.Port}).Address(); !strings.Contains(out, a) {
+					t.Errorf("nplctl pools -o wide does not show member %s:\n%s", a, out)
 				}
 			}
 			waitFor(t, 20*time.Second, "the "+string(tc.family)+" VIP in the Service status", func() (bool, error) {
