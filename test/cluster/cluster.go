@@ -92,8 +92,8 @@ type Options struct {
 	// InternalIPs and Pod CIDRs, Pods both podIPs, the Pod servers listen on
 	// both families, and the apiserver allocates ClusterIPs of both, so that
 	// IPv6-only and dual-stack Services can be created. IPv4 stays the
-	// primary family. Off by default: an NPL agent serves every family of
-	// its Node, so IPv4 tests would see twice the mappings.
+	// primary family, so a Service without ipFamilyPolicy is IPv4-only.
+	// Off by default, so that IPv4 tests see IPv4-only nodes and Pods.
 	DualStack bool
 }
 
