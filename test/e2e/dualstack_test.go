@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -349,8 +350,21 @@ func testDualStackAgent(t *testing.T, e *env) {
 		}
 	}
 
-	// Removing a Service removes its Pods' rules, sockets and annotation in
-	// every family.
+	// Removing a Service removes its Pods' rules, sockets, annotation and
+	// UDP conntrack entries in every family.
+	udpFlows := func(n *cluster.Node, f contract.Family, port int) string {
+		out, _ := n.Command(context.Background(), "conntrack", "-L", "-f", strings.ToLower(string(f)), "-p", "udp",
+			"--orig-port-dst", strconv.Itoa(port)).CombinedOutput()
+		return string(out)
+	}
+	for _, b := range backends {
+		for _, f := range b.families {
+			x := entries[b.pod]["udp/"+string(f)]
+			if !strings.Contains(udpFlows(b.node, f, x.NodePort), fmt.Sprintf("dport=%d ", x.NodePort)) {
+				t.Errorf("%s: no %s conntrack entry for the UDP flow to %d:\n%s", b.pod, f, x.NodePort, udpFlows(b.node, f, x.NodePort))
+			}
+		}
+	}
 	for _, s := range []struct {
 		name string
 		pods []string
@@ -370,6 +384,9 @@ func testDualStackAgent(t *testing.T, e *env) {
 					}
 					if portHeldOf(t, n, f, x.Protocol, x.NodePort) {
 						return false, fmt.Errorf("port %d still held", x.NodePort)
+					}
+					if flows := udpFlows(n, f, x.NodePort); x.Protocol == contract.ProtocolUDP && strings.Contains(flows, fmt.Sprintf("dport=%d ", x.NodePort)) {
+						return false, fmt.Errorf("UDP conntrack entries of %d not flushed:\n%s", x.NodePort, flows)
 					}
 					return true, nil
 				})
