@@ -29,11 +29,16 @@ import (
 // node and Pod): IPv6-only and dual-stack Services get one entry per family
 // they ask for, the IPv6 node ports carry TCP and UDP from everywhere, an
 // agent restart keeps every family's ports, removal clears both families,
-// and npl-lbsync builds pools of the family it is configured for.
-func TestDualStack(t *testing.T) { testDualStack(t, stack.AgentOptions{}) }
+// and npl-lbsync builds pools of the family it is configured for; once per
+// datapath backend, each on a dual-stack cluster of its own.
+func TestDualStack(t *testing.T) {
+	for _, dp := range datapaths {
+		t.Run(dp.backend(), func(t *testing.T) { testDualStack(t, stack.AgentOptions{Datapath: dp.backend()}) })
+	}
+}
 
-// testDualStack is the body of TestDualStack for agents started with opts
-// (a datapath backend, for instance).
+// testDualStack is the body of TestDualStack for agents started with opts,
+// whose Datapath names the backend (one of datapaths).
 func testDualStack(t *testing.T, opts stack.AgentOptions) {
 	e := dualStackEnv(t, opts)
 	t.Run("IPv6-only and dual-stack Services: entries, traffic, restart, removal", func(t *testing.T) {
@@ -80,7 +85,16 @@ func dualStackEnv(t *testing.T, opts stack.AgentOptions) *env {
 		}
 		stack.StopAgents(agents)
 	})
-	return &env{c: c, client: c.Client(), agents: agents}
+	e := &env{c: c, client: c.Client(), agents: agents}
+	for _, dp := range datapaths {
+		if dp.backend() == opts.Datapath {
+			e.dp = dp
+		}
+	}
+	if e.dp == nil {
+		t.Fatalf("agent option Datapath %q is none of the backends the tests read", opts.Datapath)
+	}
+	return e
 }
 
 // nodeIPOf is the node's address of the family.
@@ -91,30 +105,67 @@ func nodeIPOf(n *cluster.Node, f contract.Family) netip.Addr {
 	return n.IP
 }
 
-// natRulesOf returns the node's NAT rules of one family, as iptables-save
-// or ip6tables-save prints them: the one place that reads a family's rules.
-func natRulesOf(t *testing.T, n *cluster.Node, f contract.Family) string {
+// rulesOf returns npl's rules of one family on the node, as the backend's
+// own tool lists them (ip6tables-save, nft list table ip6 npl), empty when
+// there are none: the one place that reads a family's rules.
+func (e *env) rulesOf(t *testing.T, n *cluster.Node, f contract.Family) string {
 	t.Helper()
-	if f == contract.FamilyIPv4 {
-		return natRules(t, n)
+	switch {
+	case f == contract.FamilyIPv4:
+		return e.dp.dump(t, n)
+	case e.dp.backend() == backendIPTables:
+		out, err := n.Command(context.Background(), "ip6tables-save", "-t", "nat").CombinedOutput()
+		if err != nil {
+			t.Fatalf("ip6tables-save on %s: %v: %s", n.Name, err, out)
+		}
+		var lines []string
+		for l := range strings.Lines(string(out)) {
+			if strings.Contains(l, "NPL-") {
+				lines = append(lines, l)
+			}
+		}
+		return strings.Join(lines, "")
+	case e.dp.backend() == backendNFTables:
+		out, err := n.Command(context.Background(), "nft", "list", "table", "ip6", "npl").CombinedOutput()
+		if err != nil {
+			if strings.Contains(string(out), "No such file or directory") {
+				return ""
+			}
+			t.Fatalf("nft list table ip6 npl on %s: %v: %s", n.Name, err, out)
+		}
+		return string(out)
 	}
-	out, err := n.Command(context.Background(), "ip6tables-save", "-t", "nat").CombinedOutput()
-	if err != nil {
-		t.Fatalf("ip6tables-save on %s: %v: %s", n.Name, err, out)
-	}
-	return string(out)
+	t.Fatalf("no reader of %s rules for backend %s", f, e.dp.backend())
+	return ""
 }
 
-// hasRuleOf reports whether the node has a rule of the family that DNATs
-// nodePort/proto to the Pod address target; nodePort 0 matches any.
-func hasRuleOf(t *testing.T, n *cluster.Node, f contract.Family, proto contract.Protocol, nodePort int, target netip.AddrPort) bool {
+// targetsOf returns where the node's mappings of one family lead, by
+// "proto/nodePort": the Pod's ip:port ([ip]:port for IPv6).
+func (e *env) targetsOf(t *testing.T, n *cluster.Node, f contract.Family) map[string]string {
 	t.Helper()
-	match := fmt.Sprintf("-p %s -m %s --dport %d ", proto, proto, nodePort)
-	if nodePort == 0 {
-		match = fmt.Sprintf("-p %s -m %s --dport ", proto, proto)
+	out := map[string]string{}
+	rules := e.rulesOf(t, n, f)
+	if e.dp.backend() == backendNFTables {
+		for _, m := range nftElement.FindAllStringSubmatch(rules, -1) {
+			out[m[1]+"/"+m[2]] = net.JoinHostPort(m[3], m[4])
+		}
+		return out
 	}
-	for _, line := range strings.Split(natRulesOf(t, n, f), "\n") {
-		if strings.Contains(line, match) && strings.HasSuffix(line, "--to-destination "+target.String()) {
+	for l := range strings.Lines(rules) {
+		if m := dnatRule.FindStringSubmatch(l); m != nil {
+			out[m[1]+"/"+m[2]] = m[3]
+		}
+	}
+	return out
+}
+
+// hasRuleOf reports whether the node DNATs nodePort/proto of the family to
+// the Pod address target; nodePort 0 matches any.
+func (e *env) hasRuleOf(t *testing.T, n *cluster.Node, f contract.Family, proto contract.Protocol, nodePort int, target netip.AddrPort) bool {
+	t.Helper()
+	for key, to := range e.targetsOf(t, n, f) {
+		p, port, _ := strings.Cut(key, "/")
+		if p == string(proto) && (nodePort == 0 || port == strconv.Itoa(nodePort)) && to == target.String() {
 			return true
 		}
 	}
@@ -302,14 +353,14 @@ func testDualStackAgent(t *testing.T, e *env) {
 				x := es[string(p.proto)+"/"+string(f)]
 				if !served {
 					// An IPv6-only Service opens nothing on IPv4.
-					if hasRuleOf(t, b.node, f, p.proto, 0, netip.AddrPortFrom(podIP, p.podPort)) {
+					if e.hasRuleOf(t, b.node, f, p.proto, 0, netip.AddrPortFrom(podIP, p.podPort)) {
 						t.Errorf("%s: a %s rule leads to %s though its Service is IPv6-only", b.pod, f, podIP)
 					}
 					continue
 				}
-				if !hasRuleOf(t, b.node, f, p.proto, x.NodePort, netip.AddrPortFrom(podIP, p.podPort)) ||
+				if !e.hasRuleOf(t, b.node, f, p.proto, x.NodePort, netip.AddrPortFrom(podIP, p.podPort)) ||
 					!portHeldOf(t, b.node, f, p.proto, x.NodePort) {
-					t.Errorf("%s: %s %s rule or socket missing for node port %d\n%s", b.pod, f, p.proto, x.NodePort, natRulesOf(t, b.node, f))
+					t.Errorf("%s: %s %s rule or socket missing for node port %d\n%s", b.pod, f, p.proto, x.NodePort, e.rulesOf(t, b.node, f))
 				}
 			}
 			if served {
@@ -341,7 +392,7 @@ func testDualStackAgent(t *testing.T, e *env) {
 		}
 		x := after["tcp/"+string(contract.FamilyIPv6)]
 		target := netip.AddrPortFrom(e.podIPOf(t, ns, b.pod, contract.FamilyIPv6), 8080)
-		if !hasRuleOf(t, n0, contract.FamilyIPv6, contract.ProtocolTCP, x.NodePort, target) ||
+		if !e.hasRuleOf(t, n0, contract.FamilyIPv6, contract.ProtocolTCP, x.NodePort, target) ||
 			!portHeldOf(t, n0, contract.FamilyIPv6, contract.ProtocolTCP, x.NodePort) {
 			t.Errorf("%s: IPv6 rule or socket of %d missing after the restart", b.pod, x.NodePort)
 		}
@@ -379,8 +430,8 @@ func testDualStackAgent(t *testing.T, e *env) {
 				f := x.IPFamily
 				podIP := e.podIPOf(t, ns, pod, f)
 				waitFor(t, 10*time.Second, fmt.Sprintf("%s: %s rule and socket of %d released", pod, key, x.NodePort), func() (bool, error) {
-					if target := netip.AddrPortFrom(podIP, uint16(x.PodPort)); hasRuleOf(t, n, f, x.Protocol, 0, target) {
-						return false, fmt.Errorf("a rule still leads to %s:\n%s", target, natRulesOf(t, n, f))
+					if target := netip.AddrPortFrom(podIP, uint16(x.PodPort)); e.hasRuleOf(t, n, f, x.Protocol, 0, target) {
+						return false, fmt.Errorf("a rule still leads to %s:\n%s", target, e.rulesOf(t, n, f))
 					}
 					if portHeldOf(t, n, f, x.Protocol, x.NodePort) {
 						return false, fmt.Errorf("port %d still held", x.NodePort)
