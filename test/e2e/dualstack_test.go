@@ -44,6 +44,9 @@ func testDualStack(t *testing.T, opts stack.AgentOptions) {
 	t.Run("IPv6-only and dual-stack Services: entries, traffic, restart, removal", func(t *testing.T) {
 		testDualStackAgent(t, e)
 	})
+	t.Run("a Service upgraded to dual-stack gains IPv6 entries, downgraded loses them", func(t *testing.T) {
+		testDualStackUpgrade(t, e)
+	})
 	t.Run("npl-lbsync builds members of its ipFamily and serves an IPv6 VIP", func(t *testing.T) {
 		testDualStackLBSync(t, e)
 	})
@@ -444,6 +447,41 @@ func testDualStackAgent(t *testing.T, e *env) {
 			}
 		}
 	}
+}
+
+// testDualStackUpgrade: a Service created without a family policy is
+// IPv4-only on a dual-stack cluster (IPv4 is the primary family), so its Pod
+// gets IPv4 entries only; upgrading it to PreferDualStack adds the IPv6
+// entries, which carry traffic, and going back to SingleStack removes them
+// and their rules.
+func testDualStackUpgrade(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	n1 := e.node(node1)
+	sel := map[string]string{"app": "up"}
+	e.createPod(t, webPod(ns, "up", node1, sel))
+	svc := familyService(ns, "up", sel)
+	svc.Spec.IPFamilyPolicy = nil
+	if got := e.createService(t, svc); !slices.Equal(got.Spec.IPFamilies, []corev1.IPFamily{corev1.IPv4Protocol}) {
+		t.Fatalf("a Service without a family policy got ipFamilies %v, want [IPv4]", got.Spec.IPFamilies)
+	}
+	e.waitFamilyEntries(t, ns, "up", n1, contract.FamilyIPv4)
+
+	e.updateService(t, ns, "up", func(s *corev1.Service) {
+		s.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyPreferDualStack)
+		s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	})
+	entries := e.waitFamilyEntries(t, ns, "up", n1, contract.FamilyIPv4, contract.FamilyIPv6)
+	e.checkTraffic(t, ns, "up", entries, contract.FamilyIPv6, e.node(node0))
+
+	e.updateService(t, ns, "up", func(s *corev1.Service) {
+		s.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
+		s.Spec.IPFamilies, s.Spec.ClusterIPs = s.Spec.IPFamilies[:1], s.Spec.ClusterIPs[:1]
+	})
+	e.waitFamilyEntries(t, ns, "up", n1, contract.FamilyIPv4)
+	target := netip.AddrPortFrom(e.podIPOf(t, ns, "up", contract.FamilyIPv6), 8080)
+	waitFor(t, 10*time.Second, "the IPv6 rule of the downgraded Service removed", func() (bool, error) {
+		return !e.hasRuleOf(t, n1, contract.FamilyIPv6, contract.ProtocolTCP, 0, target), nil
+	})
 }
 
 func testDualStackLBSync(t *testing.T, e *env) {
