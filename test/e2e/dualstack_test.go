@@ -108,65 +108,11 @@ func nodeIPOf(n *cluster.Node, f contract.Family) netip.Addr {
 	return n.IP
 }
 
-// rulesOf returns npl's rules of one family on the node, as the backend's
-// own tool lists them (ip6tables-save, nft list table ip6 npl), empty when
-// there are none: the one place that reads a family's rules.
-func (e *env) rulesOf(t *testing.T, n *cluster.Node, f contract.Family) string {
-	t.Helper()
-	switch {
-	case f == contract.FamilyIPv4:
-		return e.dp.dump(t, n)
-	case e.dp.backend() == backendIPTables:
-		out, err := n.Command(context.Background(), "ip6tables-save", "-t", "nat").CombinedOutput()
-		if err != nil {
-			t.Fatalf("ip6tables-save on %s: %v: %s", n.Name, err, out)
-		}
-		var lines []string
-		for l := range strings.Lines(string(out)) {
-			if strings.Contains(l, "NPL-") {
-				lines = append(lines, l)
-			}
-		}
-		return strings.Join(lines, "")
-	case e.dp.backend() == backendNFTables:
-		out, err := n.Command(context.Background(), "nft", "list", "table", "ip6", "npl").CombinedOutput()
-		if err != nil {
-			if strings.Contains(string(out), "No such file or directory") {
-				return ""
-			}
-			t.Fatalf("nft list table ip6 npl on %s: %v: %s", n.Name, err, out)
-		}
-		return string(out)
-	}
-	t.Fatalf("no reader of %s rules for backend %s", f, e.dp.backend())
-	return ""
-}
-
-// targetsOf returns where the node's mappings of one family lead, by
-// "proto/nodePort": the Pod's ip:port ([ip]:port for IPv6).
-func (e *env) targetsOf(t *testing.T, n *cluster.Node, f contract.Family) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	rules := e.rulesOf(t, n, f)
-	if e.dp.backend() == backendNFTables {
-		for _, m := range nftElement.FindAllStringSubmatch(rules, -1) {
-			out[m[1]+"/"+m[2]] = net.JoinHostPort(m[3], m[4])
-		}
-		return out
-	}
-	for l := range strings.Lines(rules) {
-		if m := dnatRule.FindStringSubmatch(l); m != nil {
-			out[m[1]+"/"+m[2]] = m[3]
-		}
-	}
-	return out
-}
-
 // hasRuleOf reports whether the node DNATs nodePort/proto of the family to
 // the Pod address target; nodePort 0 matches any.
 func (e *env) hasRuleOf(t *testing.T, n *cluster.Node, f contract.Family, proto contract.Protocol, nodePort int, target netip.AddrPort) bool {
 	t.Helper()
-	for key, to := range e.targetsOf(t, n, f) {
+	for key, to := range e.dp.targets(t, n, f) {
 		p, port, _ := strings.Cut(key, "/")
 		if p == string(proto) && (nodePort == 0 || port == strconv.Itoa(nodePort)) && to == target.String() {
 			return true
@@ -363,7 +309,7 @@ func testDualStackAgent(t *testing.T, e *env) {
 				}
 				if !e.hasRuleOf(t, b.node, f, p.proto, x.NodePort, netip.AddrPortFrom(podIP, p.podPort)) ||
 					!portHeldOf(t, b.node, f, p.proto, x.NodePort) {
-					t.Errorf("%s: %s %s rule or socket missing for node port %d\n%s", b.pod, f, p.proto, x.NodePort, e.rulesOf(t, b.node, f))
+					t.Errorf("%s: %s %s rule or socket missing for node port %d\n%s", b.pod, f, p.proto, x.NodePort, e.dp.dump(t, b.node, f))
 				}
 			}
 			if served {
@@ -434,7 +380,7 @@ func testDualStackAgent(t *testing.T, e *env) {
 				podIP := e.podIPOf(t, ns, pod, f)
 				waitFor(t, 10*time.Second, fmt.Sprintf("%s: %s rule and socket of %d released", pod, key, x.NodePort), func() (bool, error) {
 					if target := netip.AddrPortFrom(podIP, uint16(x.PodPort)); e.hasRuleOf(t, n, f, x.Protocol, 0, target) {
-						return false, fmt.Errorf("a rule still leads to %s:\n%s", target, e.rulesOf(t, n, f))
+						return false, fmt.Errorf("a rule still leads to %s:\n%s", target, e.dp.dump(t, n, f))
 					}
 					if portHeldOf(t, n, f, x.Protocol, x.NodePort) {
 						return false, fmt.Errorf("port %d still held", x.NodePort)
