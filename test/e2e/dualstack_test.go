@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -119,37 +118,6 @@ func (e *env) hasRuleOf(t *testing.T, n *cluster.Node, f contract.Family, proto 
 		}
 	}
 	return false
-}
-
-// portHeldOf reports whether a socket of the family holds the port on the
-// node: a bind of the family's wildcard address fails.
-func portHeldOf(t *testing.T, n *cluster.Node, f contract.Family, proto contract.Protocol, port int) bool {
-	t.Helper()
-	if f == contract.FamilyIPv4 {
-		return portHeld(t, n, proto, port)
-	}
-	held := false
-	err := n.Do(func() error {
-		a := addr("::", port)
-		if proto == contract.ProtocolUDP {
-			c, err := net.ListenPacket("udp6", a)
-			if err != nil {
-				held = true
-				return nil
-			}
-			return c.Close()
-		}
-		l, err := net.Listen("tcp6", a)
-		if err != nil {
-			held = true
-			return nil
-		}
-		return l.Close()
-	})
-	if err != nil {
-		t.Fatalf("bind on %s: %v", n.Name, err)
-	}
-	return held
 }
 
 // podIPOf is the Pod's address of the family.
