@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the system packages that the tests and the demo need (network
-# namespaces, iptables, conntrack) when any is missing. Needs root; does
+# namespaces, iptables, conntrack, haproxy) when any is missing. Needs root; does
 # nothing when everything is present.
 set -euo pipefail
 
@@ -10,6 +10,8 @@ command -v iptables-restore >/dev/null 2>&1 || missing+=(iptables)
 command -v conntrack >/dev/null 2>&1 || missing+=(conntrack)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
+# HAProxy is the data plane of the haproxy provider's tests (npl-edge).
+command -v haproxy >/dev/null 2>&1 || missing+=(haproxy)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -1,0 +1,169 @@
+package haproxy
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nodeportlocal/npl/providers"
+)
+
+func sampleProxies() []Proxy {
+	return []Proxy{
+		{Name: "c1--ns-web-TCP-80", Cluster: "c1", LoadBalancer: "c1--ns-web", Service: "ns/web",
+			VIP: netip.MustParseAddr("198.18.200.1"), Port: 80, Members: []providers.Member{
+				{IP: "198.18.0.11", Port: 61001, Enabled: true},
+				{IP: "198.18.0.12", Port: 61002, Enabled: false},
+			}},
+		{Name: "c1--ns-web-TCP-443", Cluster: "c1", LoadBalancer: "c1--ns-web", Service: "ns/web",
+			VIP: netip.MustParseAddr("198.18.200.1"), Port: 443, Members: []providers.Member{}},
+		{Name: "c1--ns-v6-TCP-80", Cluster: "c1", LoadBalancer: "c1--ns-v6", Service: "ns/v6",
+			VIP: netip.MustParseAddr("fd00:198:18::1"), Port: 80, Members: []providers.Member{
+				{IP: "fd00:198:18::11", Port: 61001, Enabled: true},
+			}},
+	}
+}
+
+func TestRender_parseReadsBackWhatWasRendered(t *testing.T) {
+	in := sampleProxies()
+	r := Render(Globals{AdminSocket: "/run/a.sock", Checks: DefaultChecks}, in)
+	got, err := Parse(r.Text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Proxy{in[2], in[1], in[0]} // sorted by name
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Fatalf("Parse(Render) (-want +got):\n%s", diff)
+	}
+}
+
+func TestRender_frameIgnoresMembers(t *testing.T) {
+	g := Globals{AdminSocket: "/run/a.sock", Checks: DefaultChecks}
+	a := sampleProxies()
+	b := sampleProxies()
+	b[0].Members = append(b[0].Members, providers.Member{IP: "198.18.0.13", Port: 61003, Enabled: true})
+	b[0].Members[0].Enabled = false
+	ra, rb := Render(g, a), Render(g, b)
+	if ra.Frame != rb.Frame {
+		t.Errorf("member changes changed the frame:\n%s\n---\n%s", ra.Frame, rb.Frame)
+	}
+	if string(ra.Text) == string(rb.Text) {
+		t.Error("member changes did not change the configuration")
+	}
+	c := sampleProxies()
+	c[1].Port = 8443
+	if Render(g, c).Frame == ra.Frame {
+		t.Error("a new port did not change the frame")
+	}
+}
+
+func TestRender_linesNameTheirObject(t *testing.T) {
+	r := Render(Globals{AdminSocket: "/run/a.sock", Checks: DefaultChecks}, sampleProxies())
+	lines := strings.Split(string(r.Text), "\n")
+	for n, obj := range r.Objects {
+		line := lines[n-1]
+		if !strings.Contains(obj, "c1--ns-") {
+			t.Errorf("line %d %q: object %q", n, line, obj)
+		}
+	}
+	if len(r.Objects) == 0 {
+		t.Fatal("no line is mapped to an object")
+	}
+}
+
+// TestRender_haproxyAcceptsIt checks the rendered configuration with the
+// real haproxy -c.
+func TestRender_haproxyAcceptsIt(t *testing.T) {
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		t.Fatal("haproxy not found: run make deps (apt-get install haproxy)")
+	}
+	dir := t.TempDir()
+	r := Render(Globals{AdminSocket: filepath.Join(dir, "admin.sock"), Checks: DefaultChecks}, sampleProxies())
+	path := filepath.Join(dir, "haproxy.cfg")
+	if err := os.WriteFile(path, r.Text, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(context.Background(), bin, path); err != nil {
+		t.Fatalf("haproxy refused the rendered configuration: %v\n%s", err, r.Text)
+	}
+
+	bad := sampleProxies()
+	bad[1].Name = "c1--ns-web-TCP{443"
+	r = Render(Globals{AdminSocket: filepath.Join(dir, "admin.sock"), Checks: DefaultChecks}, bad)
+	if err := os.WriteFile(path, r.Text, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = Check(context.Background(), bin, path)
+	ce, ok := err.(*CheckError)
+	if !ok {
+		t.Fatalf("Check of an illegal proxy name: got %v, want a *CheckError", err)
+	}
+	var named bool
+	for _, n := range ce.Lines() {
+		named = named || strings.Contains(r.Objects[n], "c1--ns-web-TCP{443")
+	}
+	if !named {
+		t.Errorf("the lines HAProxy names (%v) do not map to the bad proxy:\n%s", ce.Lines(), ce.Output)
+	}
+}
+
+func TestParseServersState(t *testing.T) {
+	out := `1
+# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health srv_check_state srv_agent_state bk_f_forced_id srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl srv_check_port srv_check_addr srv_agent_addr srv_agent_port
+3 be1 1 127.0.0.1_18081 127.0.0.1 2 4 1 1 0 1 0 1 6 0 0 0 - 18081 - 0 0 - - 0
+3 be1 2 127.0.0.1_18082 127.0.0.1 2 8 1 1 0 1 0 0 6 0 0 0 - 18082 - 0 0 - - 0
+3 be1 3 127.0.0.1_18083 127.0.0.1 0 5 1 1 0 1 0 0 6 0 0 0 - 18083 - 0 0 - - 0
+
+`
+	got, err := ParseServersState(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		name             string
+		port             int32
+		up, enabled, dra bool
+	}
+	var rows []row
+	for _, s := range got {
+		rows = append(rows, row{s.Name, s.Port, s.Up, s.Enabled(), s.Draining()})
+	}
+	want := []row{
+		{"127.0.0.1_18081", 18081, true, true, false},   // configured disabled, then set ready
+		{"127.0.0.1_18082", 18082, true, false, true},   // draining
+		{"127.0.0.1_18083", 18083, false, false, false}, // in maintenance
+	}
+	if diff := cmp.Diff(want, rows, cmp.AllowUnexported(row{})); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestParseShowProc(t *testing.T) {
+	out := `#<PID>          <type>          <reloads>       <uptime>        <version>
+11510           master          1 [failed: 2]   0d00h00m02s     2.6.12-1+deb12u4
+# workers
+11613           worker          0               0d00h00m01s     2.6.12-1+deb12u4
+11517           worker          1               0d00h00m03s     2.6.12-1+deb12u4
+# programs
+`
+	procs, err := ParseShowProc(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if procs[0].Type != "master" || procs[0].Reloads != 1 || procs[0].Failed != 2 {
+		t.Errorf("master: %+v", procs[0])
+	}
+	if w := CurrentWorker(procs); w != 11613 {
+		t.Errorf("current worker %d, want 11613", w)
+	}
+	if _, err := ParseShowProc("Unknown command\n"); err == nil {
+		t.Error("an answer without a master parsed")
+	}
+}

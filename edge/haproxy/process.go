@@ -1,0 +1,218 @@
+package haproxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Process is HAProxy in master-worker mode (-W) with its master CLI (-S),
+// started and watched by npl-edge.
+type Process struct {
+	// Bin is the haproxy executable.
+	Bin string
+	// ConfigFile is the configuration HAProxy loads at start and reload.
+	ConfigFile string
+	// MasterSocket is the path of the master CLI.
+	MasterSocket string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error
+}
+
+// Check runs "haproxy -c" on the configuration file path. The error holds
+// HAProxy's own messages.
+func Check(ctx context.Context, bin, path string) error {
+	out, err := exec.CommandContext(ctx, bin, "-c", "-f", path).CombinedOutput()
+	if err != nil {
+		msg := bytes.TrimSpace(out)
+		if len(msg) == 0 {
+			msg = []byte(err.Error())
+		}
+		return &CheckError{Output: string(msg)}
+	}
+	return nil
+}
+
+// CheckError is a configuration HAProxy refused.
+type CheckError struct{ Output string }
+
+func (e *CheckError) Error() string { return "haproxy -c: " + e.Output }
+
+var lineRef = regexp.MustCompile(`\[[^\]]*:(\d+)\]`)
+
+// Lines returns the configuration line numbers HAProxy's messages name
+// ("parsing [/etc/x.cfg:12] : ..."), in order, once each.
+func (e *CheckError) Lines() []int {
+	var lines []int
+	seen := map[int]bool{}
+	for _, m := range lineRef.FindAllStringSubmatch(e.Output, -1) {
+		n, err := strconv.Atoi(m[1])
+		if err == nil && !seen[n] {
+			seen[n] = true
+			lines = append(lines, n)
+		}
+	}
+	return lines
+}
+
+// Start starts HAProxy and waits until its master CLI lists a worker. The
+// process's output goes to the log, one line per message.
+func (p *Process) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil && !isClosed(p.exited) {
+		return errors.New("haproxy is already running")
+	}
+	_ = os.Remove(p.MasterSocket)
+	cmd := exec.Command(p.Bin, "-W", "-S", p.MasterSocket+",mode,600", "-f", p.ConfigFile)
+	// HAProxy must not outlive the edge that manages it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start haproxy: %w", err)
+	}
+	exited := make(chan struct{})
+	p.cmd, p.exited, p.err = cmd, exited, nil
+	go logLines(out, cmd.Process.Pid)
+	go func() {
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(exited)
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		procs, err := ShowProc(ctx, p.MasterSocket)
+		if err == nil && CurrentWorker(procs) != 0 {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("haproxy exited at start: %v", p.err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("haproxy started but its master CLI lists no worker after 15s: %v", err)
+		}
+	}
+}
+
+// Exited is closed when the running HAProxy exits.
+func (p *Process) Exited() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exited == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return p.exited
+}
+
+// MasterPID returns the PID of the master, 0 when none runs.
+func (p *Process) MasterPID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || isClosed(p.exited) {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// Reload makes the master start a worker on the current configuration file;
+// the new worker takes the listening sockets from the old one (expose-fd
+// listeners), so no connection is refused. It returns when the master
+// reports the new worker, or an error when the reload failed (the old
+// worker then keeps serving).
+func (p *Process) Reload(ctx context.Context) error {
+	before, err := ShowProc(ctx, p.MasterSocket)
+	if err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
+	master := before[0]
+	// HAProxy 2.6 closes the master CLI connection on reload without an
+	// answer; the result is read from "show proc".
+	if _, err := Command(ctx, p.MasterSocket, "reload"); err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		procs, err := ShowProc(ctx, p.MasterSocket)
+		if err == nil {
+			m := procs[0]
+			if m.Failed > master.Failed {
+				return errors.New("reload: HAProxy could not start a worker on the new configuration; the previous one keeps serving (see the edge's log)")
+			}
+			if m.Reloads > master.Reloads && CurrentWorker(procs) != 0 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("reload: no new worker after 30s: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Stop ends HAProxy (SIGTERM to the master, which stops its workers) and
+// waits for it, SIGKILL after timeout.
+func (p *Process) Stop(timeout time.Duration) {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil || isClosed(exited) {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(timeout):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+	}
+}
+
+func isClosed(c chan struct{}) bool {
+	if c == nil {
+		return true
+	}
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func logLines(r io.Reader, pid int) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		klog.InfoS("HAProxy", "pid", pid, "message", sc.Text())
+	}
+}
