@@ -2,7 +2,6 @@ package haproxy
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -39,13 +39,30 @@ type Process struct {
 func Check(ctx context.Context, bin, path string) error {
 	out, err := exec.CommandContext(ctx, bin, "-c", "-f", path).CombinedOutput()
 	if err != nil {
-		msg := bytes.TrimSpace(out)
-		if len(msg) == 0 {
-			msg = []byte(err.Error())
-		}
-		return &CheckError{Output: string(msg)}
+		return &CheckError{Output: alerts(out, err)}
 	}
 	return nil
+}
+
+var procPrefix = regexp.MustCompile(`^\[(ALERT|WARNING|NOTICE)\]\s+\(\d+\)\s*:\s*`)
+
+// alerts keeps the [ALERT] lines of HAProxy's output, without their
+// process id: what is wrong, not the version banner. All of it when there
+// is no alert.
+func alerts(out []byte, err error) string {
+	var keep []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "[ALERT]") {
+			keep = append(keep, procPrefix.ReplaceAllString(line, ""))
+		}
+	}
+	if len(keep) == 0 {
+		if msg := strings.TrimSpace(string(out)); msg != "" {
+			return msg
+		}
+		return err.Error()
+	}
+	return strings.Join(keep, "; ")
 }
 
 // CheckError is a configuration HAProxy refused.

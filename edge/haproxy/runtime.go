@@ -33,6 +33,10 @@ func Command(ctx context.Context, path, command string) (string, error) {
 	if _, err := io.WriteString(conn, command+"\n"); err != nil {
 		return "", fmt.Errorf("haproxy %q: %w", command, err)
 	}
+	// The end of the request: the CLI answers and closes.
+	if uc, ok := conn.(*net.UnixConn); ok {
+		_ = uc.CloseWrite()
+	}
 	out, err := io.ReadAll(conn)
 	if err != nil {
 		return "", fmt.Errorf("haproxy %q: %w", command, err)
