@@ -1,0 +1,478 @@
+package edge
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nodeportlocal/npl/edge/api"
+	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/test/cluster"
+)
+
+func TestMain(m *testing.M) { cluster.RunMain(m) }
+
+const testCluster = "c1"
+
+var bridgeIP = netip.MustParseAddr("198.18.2.1")
+
+// newBed starts a bed on a bridge of its own with npl-edge running, and
+// backends in the test namespace.
+func newBed(t *testing.T) (*Bed, *Backends) {
+	t.Helper()
+	bin, err := cluster.DefaultBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := os.Getenv("NPL_BIN_DIR"); d != "" {
+		bin = d
+	}
+	ctx := context.Background()
+	b, err := Start(ctx, t.TempDir(), Options{
+		BridgeIP: bridgeIP, EdgeIP: netip.MustParseAddr("198.18.2.2"), ClientIP: netip.MustParseAddr("198.18.2.3"),
+		BinDir: bin, Name: "t",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("npl-edge log:\n%s", tail(b.EdgeLog(), 60))
+		}
+		if err := b.Close(); err != nil {
+			t.Errorf("close the bed: %v", err)
+		}
+	})
+	if err := b.StartEdge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bs := &Backends{IP: bridgeIP}
+	t.Cleanup(bs.Close)
+	return b, bs
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// startBackends starts n backends named <prefix>-<i> and returns them as
+// enabled members.
+func startBackends(t *testing.T, bs *Backends, prefix string, n int) []providers.Member {
+	t.Helper()
+	var ms []providers.Member
+	for i := range n {
+		port, err := bs.StartBackend(fmt.Sprintf("%s-%d", prefix, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, providers.Member{IP: bs.IP.String(), Port: port, Enabled: true})
+	}
+	return ms
+}
+
+// model is the load balancer of Service ns/svc with one TCP listener.
+func model(svc string, port int32, members []providers.Member) *providers.LoadBalancer {
+	name := providers.LoadBalancerName(testCluster, "ns", svc)
+	return &providers.LoadBalancer{Name: name, Service: "ns/" + svc, Listeners: []providers.Listener{{
+		Port: port, Protocol: providers.TCP,
+		Pool: providers.Pool{Name: providers.PoolName(name, providers.TCP, port), Members: slices.Clone(members)},
+	}}}
+}
+
+func openProvider(t *testing.T, b *Bed, section []byte) providers.Provider {
+	t.Helper()
+	p, err := b.OpenProvider(context.Background(), testCluster, section)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func status(t *testing.T, b *Bed) api.Status {
+	t.Helper()
+	st, err := b.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// answers sends n requests to url from the client namespace, each counted:
+// it fails the test on any failed request and returns who answered.
+func answers(t *testing.T, b *Bed, url string, n int) map[string]int {
+	t.Helper()
+	c := b.ClientHTTP(3 * time.Second)
+	got := map[string]int{}
+	for i := range n {
+		name, err := Get(context.Background(), c, url)
+		if err != nil {
+			t.Fatalf("request %d/%d to %s: %v", i+1, n, url, err)
+		}
+		got[name]++
+	}
+	return got
+}
+
+func names(m map[string]int) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// waitAnswers waits until requests to url are answered by exactly the
+// backends want (health checks take a moment to mark new members up).
+func waitAnswers(t *testing.T, b *Bed, url string, want []string) {
+	t.Helper()
+	slices.Sort(want)
+	deadline := time.Now().Add(10 * time.Second)
+	var got []string
+	for time.Now().Before(deadline) {
+		got = names(answers(t, b, url, 3*len(want)))
+		if slices.Equal(got, want) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("requests to %s answered by %v, want %v", url, got, want)
+}
+
+func listOne(t *testing.T, p providers.Provider, name string) providers.LoadBalancer {
+	t.Helper()
+	lbs, err := p.List(context.Background())
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	for _, lb := range lbs {
+		if lb.Name == name {
+			return lb
+		}
+	}
+	t.Fatalf("List has no %s: %+v", name, lbs)
+	return providers.LoadBalancer{}
+}
+
+func TestProvider_roundTrip(t *testing.T) {
+	b, bs := newBed(t)
+	p := openProvider(t, b, b.ProviderSection())
+	ctx := context.Background()
+	members := startBackends(t, bs, "web", 3)
+
+	lb := model("web", 80, members)
+	st, err := p.Ensure(ctx, lb)
+	if err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	if want := []string{"198.18.200.1"}; !slices.Equal(st.VIPs, want) || len(st.Warnings) != 0 {
+		t.Fatalf("Ensure status = %+v, want VIPs %v and no warning", st, want)
+	}
+	url := URL(st.VIPs[0], 80)
+	got := answers(t, b, url, 60)
+	if want := []string{"web-0", "web-1", "web-2"}; !slices.Equal(names(got), want) {
+		t.Fatalf("60 requests answered by %v, want every member %v", got, want)
+	}
+	t.Logf("60 requests through the VIP, 0 failed: %v", got)
+
+	// List reads back exactly what was applied.
+	want := *lb.Clone()
+	want.VIPs = st.VIPs
+	want.Listeners[0].Pool.Members = providers.SortMembers(want.Listeners[0].Pool.Members)
+	if diff := cmp.Diff(want, listOne(t, p, lb.Name)); diff != "" {
+		t.Fatalf("List (-applied +listed):\n%s", diff)
+	}
+
+	// The same model again writes nothing.
+	before := status(t, b)
+	if _, err := p.Ensure(ctx, lb); err != nil {
+		t.Fatal(err)
+	}
+	after := status(t, b)
+	if after.Writes != before.Writes || after.Reloads != before.Reloads || after.RuntimeCommands != before.RuntimeCommands {
+		t.Fatalf("an unchanged Ensure changed the edge: before %+v, after %+v", before, after)
+	}
+
+	// Members added, removed and drained: runtime API only, no reload.
+	added := startBackends(t, bs, "new", 1)[0]
+	changed := model("web", 80, []providers.Member{
+		{IP: members[1].IP, Port: members[1].Port, Enabled: false}, members[2], added,
+	})
+	if _, err := p.Ensure(ctx, changed); err != nil {
+		t.Fatalf("Ensure with member changes: %v", err)
+	}
+	after = status(t, b)
+	if after.Reloads != before.Reloads || after.WorkerPID != before.WorkerPID || after.MasterPID != before.MasterPID {
+		t.Fatalf("member changes reloaded HAProxy: before %+v, after %+v", before, after)
+	}
+	if after.RuntimeCommands == before.RuntimeCommands {
+		t.Fatal("member changes made no runtime command")
+	}
+	t.Logf("member add/drain/remove: %d runtime commands, 0 reloads, worker %d kept", after.RuntimeCommands-before.RuntimeCommands, after.WorkerPID)
+	waitAnswers(t, b, url, []string{"web-2", "new-0"})
+	wantChanged := *changed.Clone()
+	wantChanged.VIPs = st.VIPs
+	wantChanged.Listeners[0].Pool.Members = providers.SortMembers(wantChanged.Listeners[0].Pool.Members)
+	if diff := cmp.Diff(wantChanged, listOne(t, p, lb.Name)); diff != "" {
+		t.Fatalf("List after member changes (-applied +listed):\n%s", diff)
+	}
+
+	// Delete removes it (a reload: the listener goes).
+	if err := p.Delete(ctx, lb.Name, providers.L4); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	lbs, err := p.List(ctx)
+	if err != nil || len(lbs) != 0 {
+		t.Fatalf("List after Delete = %v, %v; want nothing", lbs, err)
+	}
+	if _, err := Get(ctx, b.ClientHTTP(time.Second), url); err == nil {
+		t.Fatal("the deleted VIP still answers")
+	}
+}
+
+func TestEdge_reloadUnderLoadFailsNoRequest(t *testing.T) {
+	b, bs := newBed(t)
+	p := openProvider(t, b, b.ProviderSection())
+	ctx := context.Background()
+	st, err := p.Ensure(ctx, model("web", 80, startBackends(t, bs, "web", 3)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := URL(st.VIPs[0], 80)
+	waitAnswers(t, b, url, []string{"web-0", "web-1", "web-2"})
+	before := status(t, b)
+
+	const reloads = 8
+	stream := StartStream(ctx, b.ClientHTTP(3*time.Second), url, 4, 60*time.Second)
+	other := startBackends(t, bs, "other", 1)
+	for i := range reloads {
+		time.Sleep(150 * time.Millisecond)
+		// A new Service: a new VIP, a new frontend, a reload.
+		if _, err := p.Ensure(ctx, model(fmt.Sprintf("svc%d", i), 8080, other)); err != nil {
+			stream.Stop()
+			t.Fatalf("Ensure svc%d: %v", i, err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	stream.Stop()
+	after := status(t, b)
+	if got := after.Reloads - before.Reloads; got != reloads {
+		t.Errorf("%d reloads, want %d", got, reloads)
+	}
+	if after.MasterPID != before.MasterPID {
+		t.Errorf("HAProxy's master changed (%d -> %d): restarted rather than reloaded", before.MasterPID, after.MasterPID)
+	}
+	t.Logf("%d reloads under a stream of requests: %d ok, %d failed, answered by %v", reloads, stream.OK, stream.Failed, stream.Answered)
+	if stream.Failed != 0 || stream.OK < 100 {
+		t.Fatalf("%d requests failed (want 0) of %d; errors: %v", stream.Failed, stream.OK+stream.Failed, stream.Errors)
+	}
+}
+
+func TestEdge_rejectedConfigurationKeepsTheOldOne(t *testing.T) {
+	b, bs := newBed(t)
+	p := openProvider(t, b, b.ProviderSection())
+	ctx := context.Background()
+	st, err := p.Ensure(ctx, model("web", 80, startBackends(t, bs, "web", 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := URL(st.VIPs[0], 80)
+	waitAnswers(t, b, url, []string{"web-0", "web-1"})
+	before := status(t, b)
+
+	bad := model("bad", 81, startBackends(t, bs, "bad", 1))
+	bad.Listeners[0].Pool.Name = "c1--ns-bad{pool" // HAProxy refuses '{' in a proxy name
+	_, err = p.Ensure(ctx, bad)
+	if err == nil {
+		t.Fatal("Ensure of a configuration HAProxy refuses succeeded")
+	}
+	for _, want := range []string{"edge " + b.EdgeURL, "rejected by HAProxy", "load balancer c1--ns-bad (proxy c1--ns-bad{pool)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	t.Logf("refused: %v", err)
+	after := status(t, b)
+	if after.Reloads != before.Reloads || after.WorkerPID != before.WorkerPID {
+		t.Errorf("a refused configuration reloaded HAProxy: before %+v, after %+v", before, after)
+	}
+	answers(t, b, url, 20)
+	lbs, err := p.List(ctx)
+	if err != nil || len(lbs) != 1 {
+		t.Fatalf("List after the refusal = %v, %v; want the one good load balancer", lbs, err)
+	}
+}
+
+func TestEdge_refusesClientsWithoutAValidCertificate(t *testing.T) {
+	b, _ := newBed(t)
+	ctx := context.Background()
+	for _, c := range []struct{ name, cert, key, want string }{
+		{"no client certificate", "", "", "certificate required"},
+		{"a certificate of another CA", b.Certs.RogueClientCert, b.Certs.RogueKey, "unknown certificate authority"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			hc, err := b.APIClient(c.cert, c.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.EdgeURL+api.LoadBalancersPath(testCluster), nil)
+			resp, err := hc.Do(req)
+			if err == nil {
+				resp.Body.Close()
+				t.Fatalf("the edge answered HTTP %d to a client with %s", resp.StatusCode, c.name)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %q does not say %q", err, c.want)
+			}
+			t.Logf("refused: %v", err)
+		})
+	}
+	t.Run("an edge certificate the provider's CA does not sign", func(t *testing.T) {
+		sec := strings.Replace(string(b.ProviderSection()), b.Certs.CA, b.Certs.RogueCA, 1)
+		p := openProvider(t, b, []byte(sec))
+		_, err := p.Ensure(ctx, model("web", 80, nil))
+		if err == nil || !strings.Contains(err.Error(), "edge "+b.EdgeURL) || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
+			t.Fatalf("Ensure against an edge that does not verify = %v; want an error naming the edge and the certificate", err)
+		}
+		t.Logf("refused: %v", err)
+	})
+}
+
+func TestProvider_unreachableEdgeFailsAndDeletesNothing(t *testing.T) {
+	b, bs := newBed(t)
+	ctx := context.Background()
+	good := openProvider(t, b, b.ProviderSection())
+	members := startBackends(t, bs, "web", 2)
+	lb := model("web", 80, members)
+	st, err := good.Ensure(ctx, lb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := URL(st.VIPs[0], 80)
+	waitAnswers(t, b, url, []string{"web-0", "web-1"})
+	listed := listOne(t, good, lb.Name)
+
+	const lost = "https://198.18.2.99:8443"
+	both := openProvider(t, b, b.ProviderSection(b.EdgeURL, lost))
+	_, err = both.Ensure(ctx, lb)
+	if err == nil || !strings.Contains(err.Error(), "edge "+lost) {
+		t.Fatalf("Ensure with an unreachable edge = %v; want an error naming %s", err, lost)
+	}
+	if strings.Contains(err.Error(), "edge "+b.EdgeURL) {
+		t.Errorf("the error blames the reachable edge too: %v", err)
+	}
+	t.Logf("Ensure: %v", err)
+	if _, err := both.List(ctx); err == nil || !strings.Contains(err.Error(), lost) {
+		t.Fatalf("List with an unreachable edge = %v; want an error naming it (so that nothing is collected on a partial view)", err)
+	}
+	// Nothing was removed from the edge that answers.
+	if diff := cmp.Diff(listed, listOne(t, good, lb.Name)); diff != "" {
+		t.Fatalf("after the failure (-before +after):\n%s", diff)
+	}
+	waitAnswers(t, b, url, []string{"web-0", "web-1"})
+}
+
+func TestProvider_udpListenersAreWarnedAboutAndTCPServed(t *testing.T) {
+	b, bs := newBed(t)
+	p := openProvider(t, b, b.ProviderSection())
+	ctx := context.Background()
+	lb := model("dns", 80, startBackends(t, bs, "dns", 1))
+	lb.Listeners = append(lb.Listeners, providers.Listener{Port: 53, Protocol: providers.UDP,
+		Pool: providers.Pool{Name: providers.PoolName(lb.Name, providers.UDP, 53), Members: []providers.Member{{IP: bridgeIP.String(), Port: 5353, Enabled: true}}}})
+	st, err := p.Ensure(ctx, lb)
+	if err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	if len(st.Warnings) != 1 || !strings.Contains(st.Warnings[0], "UDP/53") {
+		t.Fatalf("warnings %q; want one naming UDP/53", st.Warnings)
+	}
+	t.Logf("warning: %s", st.Warnings[0])
+	waitAnswers(t, b, URL(st.VIPs[0], 80), []string{"dns-0"})
+	got := listOne(t, p, lb.Name)
+	if len(got.Listeners) != 1 || got.Listeners[0].Protocol != providers.TCP {
+		t.Fatalf("listed listeners %+v; want the TCP one only", got.Listeners)
+	}
+}
+
+func TestEdge_killedHAProxyIsRestoredWithItsState(t *testing.T) {
+	b, bs := newBed(t)
+	p := openProvider(t, b, b.ProviderSection())
+	ctx := context.Background()
+	members := startBackends(t, bs, "web", 3)
+	members[0].Enabled = false // draining: a runtime state the configuration cannot hold
+	lb := model("web", 80, members)
+	st, err := p.Ensure(ctx, lb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := URL(st.VIPs[0], 80)
+	waitAnswers(t, b, url, []string{"web-1", "web-2"})
+	before := listOne(t, p, lb.Name)
+	old := status(t, b)
+
+	if err := syscall.Kill(old.MasterPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = syscall.Kill(old.WorkerPID, syscall.SIGKILL)
+	killed := time.Now()
+	c := b.ClientHTTP(time.Second)
+	var restored time.Duration
+	for time.Since(killed) < 20*time.Second {
+		if _, err := Get(ctx, c, url); err == nil {
+			if st, err := b.Status(ctx); err == nil && st.MasterPID != old.MasterPID && st.MasterPID != 0 {
+				restored = time.Since(killed)
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if restored == 0 {
+		t.Fatal("service not restored 20s after HAProxy was killed")
+	}
+	t.Logf("HAProxy killed (SIGKILL): service restored by a new HAProxy in %v", restored.Round(time.Millisecond))
+	waitAnswers(t, b, url, []string{"web-1", "web-2"})
+	if diff := cmp.Diff(before, listOne(t, p, lb.Name)); diff != "" {
+		t.Fatalf("state after the restart (-before +after):\n%s", diff)
+	}
+	if st := status(t, b); st.Starts != old.Starts+1 {
+		t.Errorf("starts %d, want %d", st.Starts, old.Starts+1)
+	}
+}
+
+func TestEdge_restartedEdgeServesItsDesiredState(t *testing.T) {
+	b, bs := newBed(t)
+	p := openProvider(t, b, b.ProviderSection())
+	ctx := context.Background()
+	lb := model("web", 80, startBackends(t, bs, "web", 2))
+	st, err := p.Ensure(ctx, lb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := listOne(t, p, lb.Name)
+	b.StopEdge()
+	if _, err := p.List(ctx); err == nil {
+		t.Fatal("List succeeded with the edge stopped")
+	} else if !strings.Contains(err.Error(), "edge "+b.EdgeURL) {
+		t.Errorf("List error %q does not name the edge", err)
+	}
+	if err := b.StartEdge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, listOne(t, p, lb.Name)); diff != "" {
+		t.Fatalf("after the edge restarted (-before +after):\n%s", diff)
+	}
+	waitAnswers(t, b, URL(st.VIPs[0], 80), []string{"web-0", "web-1"})
+}
