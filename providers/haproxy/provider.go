@@ -144,6 +144,27 @@ func (p *provider) vipFor(ctx context.Context, lb *providers.LoadBalancer) (neti
 	if lb.RequestedVIP != "" {
 		return netip.ParseAddr(lb.RequestedVIP)
 	}
+	// The VIP it already has, from the edges that serve it: one small
+	// read per edge, rather than the whole list.
+	served := make([]providers.LoadBalancer, len(p.cfg.Edges))
+	err := p.eachEdge(func(i int, edge string) error {
+		err := p.call(ctx, edge, http.MethodGet, api.LoadBalancerPath(p.cfg.common.ClusterName, lb.Name), nil, &served[i])
+		var he *httpError
+		if errors.As(err, &he) && he.status == http.StatusNotFound {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	for _, s := range served {
+		for _, v := range s.VIPs {
+			if a, err := netip.ParseAddr(v); err == nil {
+				return a, nil
+			}
+		}
+	}
 	lbs, err := p.List(ctx)
 	if err != nil {
 		return netip.Addr{}, err
@@ -223,12 +244,20 @@ func (p *provider) call(ctx context.Context, edge, method, path string, body []b
 	if resp.StatusCode/100 != 2 {
 		var e api.Error
 		if json.Unmarshal(data, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s (HTTP %d)", e.Error, resp.StatusCode)
+			return &httpError{status: resp.StatusCode, msg: e.Error}
 		}
-		return fmt.Errorf("%s %s: HTTP %d", method, path, resp.StatusCode)
+		return &httpError{status: resp.StatusCode, msg: method + " " + path}
 	}
 	if err := json.Unmarshal(data, out); err != nil {
 		return fmt.Errorf("%s %s: decode the answer: %w", method, path, err)
 	}
 	return nil
 }
+
+// httpError is an error answer of an edge: its message and status.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.msg, e.status) }
