@@ -145,9 +145,12 @@ func (p *provider) vipFor(ctx context.Context, lb *providers.LoadBalancer) (neti
 		return netip.ParseAddr(lb.RequestedVIP)
 	}
 	// The VIP it already has, from the edges that serve it: one small
-	// read per edge, rather than the whole list.
+	// read per edge, rather than the whole list. An edge that does not
+	// answer does not stop the others from getting the change (Ensure then
+	// fails naming it); but a new VIP is chosen only when every edge
+	// answered, lest it be one the silent edge serves.
 	served := make([]providers.LoadBalancer, len(p.cfg.Edges))
-	err := p.eachEdge(func(i int, edge string) error {
+	readErr := p.eachEdge(func(i int, edge string) error {
 		err := p.call(ctx, edge, http.MethodGet, api.LoadBalancerPath(p.cfg.common.ClusterName, lb.Name), nil, &served[i])
 		var he *httpError
 		if errors.As(err, &he) && he.status == http.StatusNotFound {
@@ -155,15 +158,15 @@ func (p *provider) vipFor(ctx context.Context, lb *providers.LoadBalancer) (neti
 		}
 		return err
 	})
-	if err != nil {
-		return netip.Addr{}, err
-	}
 	for _, s := range served {
 		for _, v := range s.VIPs {
 			if a, err := netip.ParseAddr(v); err == nil {
 				return a, nil
 			}
 		}
+	}
+	if readErr != nil {
+		return netip.Addr{}, readErr
 	}
 	lbs, err := p.List(ctx)
 	if err != nil {

@@ -49,6 +49,9 @@ type Options struct {
 	// namespaces on the bridge's /24.
 	EdgeIP   netip.Addr
 	ClientIP netip.Addr
+	// SecondEdgeIP, when valid, is the address of a second edge namespace
+	// (AddEdge): the edges' certificate names both.
+	SecondEdgeIP netip.Addr
 	// BinDir holds npl-edge.
 	BinDir string
 	// Name distinguishes the namespaces and links of beds of one process.
@@ -61,15 +64,28 @@ type Bed struct {
 	Dir         string
 	EdgeNetns   string
 	ClientNetns string
-	// EdgeURL is the npl-edge API.
+	// EdgeURL is the npl-edge API of the first edge.
 	EdgeURL string
 	Certs   Certs
+	// Edges are the edge hosts: the first, and one more after AddEdge.
+	Edges []*EdgeHost
 
 	ownBridge bool
-	mu        sync.Mutex
-	edgeCmd   *exec.Cmd
-	edgeDone  chan struct{}
-	edgeLog   *os.File
+}
+
+// EdgeHost is one edge namespace with its npl-edge and HAProxy.
+type EdgeHost struct {
+	Netns string
+	IP    netip.Addr
+	URL   string
+	Dir   string
+
+	b        *Bed
+	peer     string
+	mu       sync.Mutex
+	edgeCmd  *exec.Cmd
+	edgeDone chan struct{}
+	edgeLog  *os.File
 }
 
 // Start makes the namespaces and links of the bed and the certificates of
@@ -92,55 +108,101 @@ func Start(ctx context.Context, dir string, o Options) (_ *Bed, err error) {
 			return nil, err
 		}
 	}
-	for _, ns := range []struct {
-		name, peer string
-		ip         netip.Addr
-	}{{b.EdgeNetns, "npl-ee-" + o.Name, o.EdgeIP}, {b.ClientNetns, "npl-ec-" + o.Name, o.ClientIP}} {
-		if err := run(ctx, "ip", "netns", "add", ns.name); err != nil {
-			return nil, err
-		}
-		if err := ipBatch(ctx, "",
-			fmt.Sprintf("link add %s type veth peer name eth0 netns %s", ns.peer, ns.name),
-			fmt.Sprintf("link set %s master %s", ns.peer, b.Bridge),
-			fmt.Sprintf("link set %s up", ns.peer)); err != nil {
-			return nil, err
-		}
-		if err := ipBatch(ctx, ns.name,
-			"link set lo up",
-			fmt.Sprintf("addr add %s/24 dev eth0", ns.ip),
-			"link set eth0 up",
-			fmt.Sprintf("route add default via %s dev eth0", o.BridgeIP)); err != nil {
-			return nil, err
-		}
-	}
-	// Every VIP is local on the edge; the test namespace and the client
-	// route them to it.
-	if err := ipBatch(ctx, b.EdgeNetns, fmt.Sprintf("route add local %s dev lo", VIPRange)); err != nil {
+	if err := b.attach(ctx, b.ClientNetns, "npl-ec-"+o.Name, o.ClientIP); err != nil {
 		return nil, err
 	}
-	if err := ipBatch(ctx, b.ClientNetns, fmt.Sprintf("route add %s via %s dev eth0", VIPRange, o.EdgeIP)); err != nil {
-		return nil, err
+	ips := []netip.Addr{o.EdgeIP}
+	if o.SecondEdgeIP.IsValid() {
+		ips = append(ips, o.SecondEdgeIP)
 	}
-	if err := ipBatch(ctx, "", fmt.Sprintf("route replace %s via %s dev %s", VIPRange, o.EdgeIP, b.Bridge)); err != nil {
-		return nil, err
-	}
-	certs, err := writeCerts(filepath.Join(dir, "certs"), o.EdgeIP)
+	certs, err := writeCerts(filepath.Join(dir, "certs"), ips...)
 	if err != nil {
 		return nil, err
 	}
 	b.Certs = certs
+	if _, err := b.addEdge(ctx, b.EdgeNetns, "npl-ee-"+o.Name, o.EdgeIP); err != nil {
+		return nil, err
+	}
+	if err := b.RouteVIPsTo(ctx, b.Edges[0]); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
+// attach makes the namespace name with eth0 at ip on the bridge.
+func (b *Bed) attach(ctx context.Context, name, peer string, ip netip.Addr) error {
+	if err := run(ctx, "ip", "netns", "add", name); err != nil {
+		return err
+	}
+	if err := ipBatch(ctx, "",
+		fmt.Sprintf("link add %s type veth peer name eth0 netns %s", peer, name),
+		fmt.Sprintf("link set %s master %s", peer, b.Bridge),
+		fmt.Sprintf("link set %s up", peer)); err != nil {
+		return err
+	}
+	return ipBatch(ctx, name,
+		"link set lo up",
+		fmt.Sprintf("addr add %s/24 dev eth0", ip),
+		"link set eth0 up",
+		fmt.Sprintf("route add default via %s dev eth0", b.BridgeIP))
+}
+
+// addEdge makes an edge namespace where every VIP is local.
+func (b *Bed) addEdge(ctx context.Context, name, peer string, ip netip.Addr) (*EdgeHost, error) {
+	e := &EdgeHost{Netns: name, IP: ip, URL: "https://" + net.JoinHostPort(ip.String(), "8443"),
+		Dir: filepath.Join(b.Dir, name), b: b, peer: peer}
+	b.Edges = append(b.Edges, e)
+	if err := os.MkdirAll(e.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := b.attach(ctx, name, peer, ip); err != nil {
+		return nil, err
+	}
+	if err := ipBatch(ctx, name, fmt.Sprintf("route add local %s dev lo", VIPRange)); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// AddEdge makes the second edge namespace, at Options.SecondEdgeIP; StartEdge
+// of the result starts its npl-edge.
+func (b *Bed) AddEdge(ctx context.Context) (*EdgeHost, error) {
+	if !b.SecondEdgeIP.IsValid() {
+		return nil, errors.New("the bed has no SecondEdgeIP")
+	}
+	return b.addEdge(ctx, "npl-edge2-"+b.Name, "npl-ee2-"+b.Name, b.SecondEdgeIP)
+}
+
+// RouteVIPsTo sends the traffic for the VIPs, from the client and the test
+// namespace, to edge e, as VRRP moves the VIPs to the edge that is master.
+func (b *Bed) RouteVIPsTo(ctx context.Context, e *EdgeHost) error {
+	if err := ipBatch(ctx, b.ClientNetns, fmt.Sprintf("route replace %s via %s dev eth0", VIPRange, e.IP)); err != nil {
+		return err
+	}
+	return ipBatch(ctx, "", fmt.Sprintf("route replace %s via %s dev %s", VIPRange, e.IP, b.Bridge))
+}
+
+// StartEdge starts npl-edge of the first edge.
+func (b *Bed) StartEdge(ctx context.Context) error { return b.Edges[0].StartEdge(ctx) }
+
+// StopEdge stops npl-edge of the first edge.
+func (b *Bed) StopEdge() { b.Edges[0].StopEdge() }
+
+// EdgeLog returns the log of the first edge.
+func (b *Bed) EdgeLog() string { return b.Edges[0].EdgeLog() }
+
+// Status reads the first edge's status.
+func (b *Bed) Status(ctx context.Context) (api.Status, error) { return b.Edges[0].Status(ctx) }
+
 // StartEdge starts npl-edge in the edge namespace and waits until its API
 // answers and HAProxy runs.
-func (b *Bed) StartEdge(ctx context.Context) error {
+func (b *EdgeHost) StartEdge(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.edgeCmd != nil {
 		return errors.New("npl-edge already runs")
 	}
-	bin := filepath.Join(b.BinDir, "npl-edge")
+	bin := filepath.Join(b.b.BinDir, "npl-edge")
 	if _, err := os.Stat(bin); err != nil {
 		return fmt.Errorf("%s not found: run make build", bin)
 	}
@@ -148,9 +210,10 @@ func (b *Bed) StartEdge(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("ip", "netns", "exec", b.EdgeNetns, bin,
-		"--listen", net.JoinHostPort(b.EdgeIP.String(), "8443"),
-		"--tls-cert-file", b.Certs.ServerCert, "--tls-key-file", b.Certs.ServerKey, "--client-ca-file", b.Certs.CA,
+	certs := b.b.Certs
+	cmd := exec.Command("ip", "netns", "exec", b.Netns, bin,
+		"--listen", net.JoinHostPort(b.IP.String(), "8443"),
+		"--tls-cert-file", certs.ServerCert, "--tls-key-file", certs.ServerKey, "--client-ca-file", certs.CA,
 		"--state-dir", filepath.Join(b.Dir, "edge-state"),
 		"--check-interval", "300ms", "--check-fall", "1", "--check-rise", "1", "--resync-period", "1s", "-v", "2")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -180,7 +243,7 @@ func (b *Bed) StartEdge(ctx context.Context) error {
 }
 
 // StopEdge stops npl-edge (SIGTERM; it stops HAProxy) and waits for it.
-func (b *Bed) StopEdge() {
+func (b *EdgeHost) StopEdge() {
 	b.mu.Lock()
 	cmd, done, logFile := b.edgeCmd, b.edgeDone, b.edgeLog
 	b.edgeCmd = nil
@@ -199,22 +262,26 @@ func (b *Bed) StopEdge() {
 }
 
 // EdgeLog returns the log of npl-edge (and HAProxy).
-func (b *Bed) EdgeLog() string {
+func (b *EdgeHost) EdgeLog() string {
 	out, _ := os.ReadFile(filepath.Join(b.Dir, "npl-edge.log"))
 	return string(out)
 }
 
 // Close stops npl-edge and removes the namespaces, links and routes.
 func (b *Bed) Close() error {
-	b.StopEdge()
+	peers, netns := []string{"npl-ec-" + b.Name}, []string{b.ClientNetns}
+	for _, e := range b.Edges {
+		e.StopEdge()
+		peers, netns = append(peers, e.peer), append(netns, e.Netns)
+	}
 	var errs []error
 	_ = run(context.Background(), "ip", "route", "del", VIPRange.String())
-	for _, peer := range []string{"npl-ee-" + b.Name, "npl-ec-" + b.Name} {
+	for _, peer := range peers {
 		if linkExists(peer) {
 			errs = append(errs, run(context.Background(), "ip", "link", "del", peer))
 		}
 	}
-	for _, ns := range []string{b.EdgeNetns, b.ClientNetns} {
+	for _, ns := range netns {
 		if _, err := os.Stat(filepath.Join("/run/netns", ns)); err == nil {
 			errs = append(errs, run(context.Background(), "ip", "netns", "del", ns))
 		}
@@ -268,13 +335,13 @@ func (b *Bed) APIClient(certFile, keyFile string) (*http.Client, error) {
 }
 
 // Status reads the edge's status.
-func (b *Bed) Status(ctx context.Context) (api.Status, error) {
+func (b *EdgeHost) Status(ctx context.Context) (api.Status, error) {
 	var st api.Status
-	c, err := b.APIClient(b.Certs.ClientCert, b.Certs.ClientKey)
+	c, err := b.b.APIClient(b.b.Certs.ClientCert, b.b.Certs.ClientKey)
 	if err != nil {
 		return st, err
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.EdgeURL+api.StatusPath, nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.URL+api.StatusPath, nil)
 	resp, err := c.Do(req)
 	if err != nil {
 		return st, err

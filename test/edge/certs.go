@@ -32,7 +32,7 @@ type signer struct {
 	key  *ecdsa.PrivateKey
 }
 
-func writeCerts(dir string, edgeIP netip.Addr) (Certs, error) {
+func writeCerts(dir string, edgeIPs ...netip.Addr) (Certs, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Certs{}, err
 	}
@@ -77,7 +77,9 @@ func writeCerts(dir string, edgeIP netip.Addr) (Certs, error) {
 		}
 		if leaf.server {
 			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-			tmpl.IPAddresses = []net.IP{edgeIP.AsSlice()}
+			for _, ip := range edgeIPs {
+				tmpl.IPAddresses = append(tmpl.IPAddresses, net.IP(ip.AsSlice()))
+			}
 		}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, leaf.by.cert, &key.PublicKey, leaf.by.key)
 		if err != nil {

@@ -29,6 +29,12 @@ var bridgeIP = netip.MustParseAddr("198.18.2.1")
 // backends in the test namespace.
 func newBed(t *testing.T) (*Bed, *Backends) {
 	t.Helper()
+	return newBedWith(t, netip.Addr{})
+}
+
+// newBedWith is newBed with a second edge address for AddEdge.
+func newBedWith(t *testing.T, secondEdge netip.Addr) (*Bed, *Backends) {
+	t.Helper()
 	bin, err := cluster.DefaultBinDir()
 	if err != nil {
 		t.Fatal(err)
@@ -39,14 +45,16 @@ func newBed(t *testing.T) (*Bed, *Backends) {
 	ctx := context.Background()
 	b, err := Start(ctx, t.TempDir(), Options{
 		BridgeIP: bridgeIP, EdgeIP: netip.MustParseAddr("198.18.2.2"), ClientIP: netip.MustParseAddr("198.18.2.3"),
-		BinDir: bin, Name: "t",
+		SecondEdgeIP: secondEdge, BinDir: bin, Name: "t",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("npl-edge log:\n%s", tail(b.EdgeLog(), 60))
+			for _, e := range b.Edges {
+				t.Logf("npl-edge %s log:\n%s", e.URL, tail(e.EdgeLog(), 60))
+			}
 		}
 		if err := b.Close(); err != nil {
 			t.Errorf("close the bed: %v", err)
@@ -475,4 +483,71 @@ func TestEdge_restartedEdgeServesItsDesiredState(t *testing.T) {
 		t.Fatalf("after the edge restarted (-before +after):\n%s", diff)
 	}
 	waitAnswers(t, b, URL(st.VIPs[0], 80), []string{"web-0", "web-1"})
+}
+
+// TestProvider_twoEdges: the provider keeps two edges identical; with one
+// stopped the other serves the VIPs (moved to it, as VRRP would), a change
+// fails naming the stopped edge while the running one has it, and once the
+// stopped edge is back the next Ensure brings it level.
+func TestProvider_twoEdges(t *testing.T) {
+	b, bs := newBedWith(t, netip.MustParseAddr("198.18.2.4"))
+	ctx := context.Background()
+	a := b.Edges[0]
+	e2, err := b.AddEdge(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e2.StartEdge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := openProvider(t, b, b.ProviderSection(a.URL, e2.URL))
+	onA := openProvider(t, b, b.ProviderSection(a.URL))
+	onB := openProvider(t, b, b.ProviderSection(e2.URL))
+	members := startBackends(t, bs, "web", 2)
+	lb := model("web", 80, members)
+	st, err := p.Ensure(ctx, lb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := URL(st.VIPs[0], 80)
+	if diff := cmp.Diff(listOne(t, onA, lb.Name), listOne(t, onB, lb.Name)); diff != "" {
+		t.Fatalf("the edges differ (-A +B):\n%s", diff)
+	}
+	waitAnswers(t, b, url, []string{"web-0", "web-1"})
+
+	// Edge A stops; the VIPs move to B, which serves them.
+	a.StopEdge()
+	if err := b.RouteVIPsTo(ctx, e2); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswers(t, b, url, []string{"web-0", "web-1"})
+	t.Log("edge A stopped: edge B serves the VIP")
+
+	// A change while A is down: applied on B, the error names A only.
+	added := startBackends(t, bs, "new", 1)
+	changed := model("web", 80, append(slices.Clone(members), added...))
+	_, err = p.Ensure(ctx, changed)
+	if err == nil || !strings.Contains(err.Error(), "edge "+a.URL) || strings.Contains(err.Error(), "edge "+e2.URL) {
+		t.Fatalf("Ensure with edge A down = %v; want an error naming %s only", err, a.URL)
+	}
+	t.Logf("Ensure with edge A down: %v", err)
+	waitAnswers(t, b, url, []string{"web-0", "web-1", "new-0"})
+
+	// A is back with its own last state; the retried Ensure levels it.
+	if err := a.StartEdge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := listOne(t, onA, lb.Name); len(got.Listeners[0].Pool.Members) != 2 {
+		t.Fatalf("edge A restarted with %d members, want its last state (2)", len(got.Listeners[0].Pool.Members))
+	}
+	if _, err := p.Ensure(ctx, changed); err != nil {
+		t.Fatalf("Ensure with both edges up: %v", err)
+	}
+	if diff := cmp.Diff(listOne(t, onA, lb.Name), listOne(t, onB, lb.Name)); diff != "" {
+		t.Fatalf("the edges differ after the retry (-A +B):\n%s", diff)
+	}
+	if err := b.RouteVIPsTo(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswers(t, b, url, []string{"web-0", "web-1", "new-0"})
 }
