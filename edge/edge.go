@@ -90,6 +90,12 @@ func New(cfg Config) (*Edge, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("edge directory: %w", err)
 	}
+	// HAProxy refuses unix socket paths longer than this (it appends
+	// ".<pid>.tmp" while it binds them).
+	const maxSocketPath = 97
+	if p := filepath.Join(cfg.Dir, "master.sock"); len(p) > maxSocketPath {
+		return nil, fmt.Errorf("edge directory %s: the socket path %s is longer than HAProxy's limit of %d bytes", cfg.Dir, p, maxSocketPath)
+	}
 	e := &Edge{
 		cfg: cfg,
 		proc: &haproxy.Process{

@@ -134,8 +134,13 @@ func (b *Bed) attach(ctx context.Context, name, peer string, ip netip.Addr) erro
 	if err := run(ctx, "ip", "netns", "add", name); err != nil {
 		return err
 	}
+	// A MAC address derived from the IP: a namespace made again with the
+	// same address (the next test's) stays reachable through neighbour
+	// entries other namespaces cached for the previous one.
+	a := ip.As4()
+	mac := fmt.Sprintf("02:42:%02x:%02x:%02x:%02x", a[0], a[1], a[2], a[3])
 	if err := ipBatch(ctx, "",
-		fmt.Sprintf("link add %s type veth peer name eth0 netns %s", peer, name),
+		fmt.Sprintf("link add %s type veth peer name eth0 address %s netns %s", peer, mac, name),
 		fmt.Sprintf("link set %s master %s", peer, b.Bridge),
 		fmt.Sprintf("link set %s up", peer)); err != nil {
 		return err
@@ -149,12 +154,15 @@ func (b *Bed) attach(ctx context.Context, name, peer string, ip netip.Addr) erro
 
 // addEdge makes an edge namespace where every VIP is local.
 func (b *Bed) addEdge(ctx context.Context, name, peer string, ip netip.Addr) (*EdgeHost, error) {
-	e := &EdgeHost{Netns: name, IP: ip, URL: "https://" + net.JoinHostPort(ip.String(), "8443"),
-		Dir: filepath.Join(b.Dir, name), b: b, peer: peer}
-	b.Edges = append(b.Edges, e)
-	if err := os.MkdirAll(e.Dir, 0o700); err != nil {
+	// A short directory: HAProxy's unix socket paths are limited to 97
+	// bytes, which a test's temporary directory can exceed.
+	dir, err := os.MkdirTemp("", "npl-edge-")
+	if err != nil {
 		return nil, err
 	}
+	e := &EdgeHost{Netns: name, IP: ip, URL: "https://" + net.JoinHostPort(ip.String(), "8443"),
+		Dir: dir, b: b, peer: peer}
+	b.Edges = append(b.Edges, e)
 	if err := b.attach(ctx, name, peer, ip); err != nil {
 		return nil, err
 	}
@@ -270,11 +278,12 @@ func (b *EdgeHost) EdgeLog() string {
 // Close stops npl-edge and removes the namespaces, links and routes.
 func (b *Bed) Close() error {
 	peers, netns := []string{"npl-ec-" + b.Name}, []string{b.ClientNetns}
+	var errs []error
 	for _, e := range b.Edges {
 		e.StopEdge()
 		peers, netns = append(peers, e.peer), append(netns, e.Netns)
+		errs = append(errs, os.RemoveAll(e.Dir))
 	}
-	var errs []error
 	_ = run(context.Background(), "ip", "route", "del", VIPRange.String())
 	for _, peer := range peers {
 		if linkExists(peer) {
