@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
 	"github.com/nodeportlocal/npl/edge/api"
@@ -61,6 +62,9 @@ type Edge struct {
 	activeText  []byte
 
 	reloads, starts, writes, runtimeCommands atomic.Int64
+	// applyDuration times the PUTs that changed HAProxy, by how: "runtime"
+	// (members only) or "reload".
+	applyDuration *prometheus.HistogramVec
 }
 
 type lbKey struct{ cluster, name string }
@@ -104,6 +108,10 @@ func New(cfg Config) (*Edge, error) {
 			MasterSocket: filepath.Join(cfg.Dir, "master.sock"),
 		},
 		desired: map[lbKey]*providers.LoadBalancer{},
+		applyDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "npl_edge_apply_duration_seconds", Help: "Time to apply a changed load balancer to HAProxy, by how (runtime or reload).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"how"}),
 	}
 	if err := e.load(); err != nil {
 		return nil, err
@@ -216,7 +224,15 @@ func (e *Edge) Put(ctx context.Context, cluster string, lb *providers.LoadBalanc
 	prev, had := e.desired[key]
 	e.desired[key] = n
 	changedDesired := !had || !sameModel(prev, n)
+	start := time.Now()
 	changed, reloaded, err := e.converge(ctx)
+	if changed && err == nil {
+		how := "runtime"
+		if reloaded {
+			how = "reload"
+		}
+		e.applyDuration.WithLabelValues(how).Observe(time.Since(start).Seconds())
+	}
 	if errors.Is(err, ErrRejected) || errors.Is(err, ErrInvalid) {
 		// Nothing of it reached the running HAProxy: forget it.
 		if had {
@@ -419,7 +435,11 @@ func (e *Edge) converge(ctx context.Context) (changed, reloaded bool, err error)
 		if err := e.proc.Reload(ctx); err != nil {
 			// Put the previous configuration back for the next start.
 			_ = writeFile(e.proc.ConfigFile, e.activeText)
-			return false, false, fmt.Errorf("%w: %v", ErrRejected, err)
+			var ce *haproxy.CheckError
+			if errors.As(err, &ce) {
+				return false, false, rejection(ce, r)
+			}
+			return false, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 		e.reloads.Add(1)
 		e.activeFrame, e.activeText = r.Frame, r.Text
@@ -453,19 +473,26 @@ func (e *Edge) checkAndWrite(ctx context.Context, r haproxy.Rendered) error {
 		_ = os.Remove(tmp)
 		var ce *haproxy.CheckError
 		if errors.As(err, &ce) {
-			var objs []string
-			for _, n := range ce.Lines() {
-				if o, ok := r.Objects[n]; ok && !slices.Contains(objs, o) {
-					objs = append(objs, o)
-				}
-			}
-			if len(objs) > 0 {
-				return fmt.Errorf("%w: %s: %s", ErrRejected, strings.Join(objs, ", "), ce.Output)
-			}
+			return rejection(ce, r)
 		}
 		return fmt.Errorf("%w: %v", ErrRejected, err)
 	}
 	return os.Rename(tmp, e.proc.ConfigFile)
+}
+
+// rejection is the error of a configuration HAProxy refused, naming the
+// objects of the lines it complains about.
+func rejection(ce *haproxy.CheckError, r haproxy.Rendered) error {
+	var objs []string
+	for _, n := range ce.Lines() {
+		if o, ok := r.Objects[n]; ok && !slices.Contains(objs, o) {
+			objs = append(objs, o)
+		}
+	}
+	if len(objs) > 0 {
+		return fmt.Errorf("%w: %s: %v", ErrRejected, strings.Join(objs, ", "), ce)
+	}
+	return fmt.Errorf("%w: %v", ErrRejected, ce)
 }
 
 // syncServers makes the servers of the running worker match the members of

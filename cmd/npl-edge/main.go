@@ -12,12 +12,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
 	"github.com/nodeportlocal/npl/edge"
 	"github.com/nodeportlocal/npl/edge/haproxy"
 	"github.com/nodeportlocal/npl/internal/cli"
+	"github.com/nodeportlocal/npl/internal/serve"
 )
 
 func main() {
@@ -35,6 +38,7 @@ type options struct {
 	checkFall    int
 	checkRise    int
 	resync       time.Duration
+	metricsAddr  string
 }
 
 func newCommand() *cobra.Command {
@@ -61,6 +65,7 @@ listeners are checked with haproxy -c and applied by a hitless reload.`,
 	f.IntVar(&o.checkFall, "check-fall", haproxy.DefaultChecks.Fall, "failed checks that mark a member down")
 	f.IntVar(&o.checkRise, "check-rise", haproxy.DefaultChecks.Rise, "passed checks that mark a member up")
 	f.DurationVar(&o.resync, "resync-period", 10*time.Second, "how often HAProxy's runtime state is compared with the desired one and repaired")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":9105", "address of the Prometheus metrics and /healthz listener (0 disables it)")
 	return cmd
 }
 
@@ -90,6 +95,14 @@ func run(ctx context.Context, o *options) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	e.Register(reg)
+	mux := serve.Metrics(reg)
+	mux.Handle("/healthz", serve.Probes(nil, nil))
+	if err := serve.Listen(ctx, "metrics", o.metricsAddr, mux); err != nil {
+		return cli.Usagef("%v", err)
+	}
 	klog.FromContext(ctx).Info("Starting npl-edge", "listen", ln.Addr().String(), "stateDir", o.dir)
 	runDone := make(chan error, 1)
 	go func() { runDone <- e.Run(ctx) }()

@@ -110,6 +110,9 @@ func Render(g Globals, proxies []Proxy) Rendered {
 	emit("", "global", false)
 	emit("", fmt.Sprintf("    stats socket %s mode 600 level admin expose-fd listeners", g.AdminSocket), false)
 	emit("", "    stats timeout 30s", false)
+	// A worker replaced by a reload ends its last connections after this,
+	// so that reloads do not pile up old processes.
+	emit("", "    hard-stop-after 10m", false)
 	emit("", "defaults", false)
 	emit("", "    mode tcp", false)
 	emit("", "    timeout connect 3s", false)

@@ -163,6 +163,15 @@ func TestParseShowProc(t *testing.T) {
 	if w := CurrentWorker(procs); w != 11613 {
 		t.Errorf("current worker %d, want 11613", w)
 	}
+	// After a failed reload the old worker, which lived through it, is
+	// the one that serves.
+	failed, err := ParseShowProc("#<PID> <type> <reloads>\n10 master 1 [failed: 1] 0d 2.6\n# workers\n11 worker 1 0d 2.6\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := CurrentWorker(failed); w != 11 {
+		t.Errorf("current worker after a failed reload %d, want 11", w)
+	}
 	if _, err := ParseShowProc("Unknown command\n"); err == nil {
 		t.Error("an answer without a master parsed")
 	}

@@ -32,6 +32,10 @@ type Process struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 	err    error
+	// alerts are the last [ALERT] lines HAProxy printed, numbered from
+	// alertsSeen - len(alerts).
+	alerts     []string
+	alertsSeen int
 }
 
 // Check runs "haproxy -c" on the configuration file path. The error holds
@@ -65,10 +69,20 @@ func alerts(out []byte, err error) string {
 	return strings.Join(keep, "; ")
 }
 
-// CheckError is a configuration HAProxy refused.
-type CheckError struct{ Output string }
+// CheckError is a configuration HAProxy refused: at "haproxy -c", or at a
+// reload (Reload true), when it could not load it (an address in use); the
+// previous configuration then keeps serving.
+type CheckError struct {
+	Output string
+	Reload bool
+}
 
-func (e *CheckError) Error() string { return "haproxy -c: " + e.Output }
+func (e *CheckError) Error() string {
+	if e.Reload {
+		return "haproxy could not load the new configuration, the previous one keeps serving: " + e.Output
+	}
+	return "haproxy -c: " + e.Output
+}
 
 var lineRef = regexp.MustCompile(`\[[^\]]*:(\d+)\]`)
 
@@ -109,7 +123,7 @@ func (p *Process) Start(ctx context.Context) error {
 	}
 	exited := make(chan struct{})
 	p.cmd, p.exited, p.err = cmd, exited, nil
-	go logLines(out, cmd.Process.Pid)
+	go p.logLines(out, cmd.Process.Pid)
 	go func() {
 		err := cmd.Wait()
 		p.mu.Lock()
@@ -169,6 +183,7 @@ func (p *Process) Reload(ctx context.Context) error {
 		return fmt.Errorf("reload: %w", err)
 	}
 	master := before[0]
+	alertsBefore := p.alertCount()
 	// HAProxy 2.6 closes the master CLI connection on reload without an
 	// answer; the result is read from "show proc".
 	if _, err := Command(ctx, p.MasterSocket, "reload"); err != nil {
@@ -180,7 +195,19 @@ func (p *Process) Reload(ctx context.Context) error {
 		if err == nil {
 			m := procs[0]
 			if m.Failed > master.Failed {
-				return errors.New("reload: HAProxy could not start a worker on the new configuration; the previous one keeps serving (see the edge's log)")
+				// The alerts that say why come through the output pipe,
+				// maybe just after the master counted the failure.
+				var alerts []string
+				for range 20 {
+					if alerts = p.alertsSince(alertsBefore); len(alerts) > 0 {
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				if len(alerts) == 0 {
+					alerts = []string{"no reason given (see the edge's log)"}
+				}
+				return &CheckError{Output: strings.Join(alerts, "; "), Reload: true}
 			}
 			if m.Reloads > master.Reloads && CurrentWorker(procs) != 0 {
 				return nil
@@ -227,9 +254,38 @@ func isClosed(c chan struct{}) bool {
 	}
 }
 
-func logLines(r io.Reader, pid int) {
+// logLines logs HAProxy's output and keeps its last alerts, which say why
+// a reload failed.
+func (p *Process) logLines(r io.Reader, pid int) {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		klog.InfoS("HAProxy", "pid", pid, "message", sc.Text())
+		line := sc.Text()
+		klog.InfoS("HAProxy", "pid", pid, "message", line)
+		if strings.HasPrefix(line, "[ALERT]") {
+			p.mu.Lock()
+			p.alerts = append(p.alerts, procPrefix.ReplaceAllString(line, ""))
+			if len(p.alerts) > 50 {
+				p.alerts = p.alerts[len(p.alerts)-50:]
+			}
+			p.alertsSeen++
+			p.mu.Unlock()
+		}
 	}
+}
+
+// alertsSince returns the alerts printed after the n-th one.
+func (p *Process) alertsSince(n int) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	first := p.alertsSeen - len(p.alerts)
+	if n < first {
+		n = first
+	}
+	return append([]string(nil), p.alerts[n-first:]...)
+}
+
+func (p *Process) alertCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.alertsSeen
 }

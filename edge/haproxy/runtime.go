@@ -216,15 +216,17 @@ func ParseShowProc(out string) ([]Proc, error) {
 	return procs, nil
 }
 
-// CurrentWorker is the worker that took the last configuration: the one
-// that has lived through no reload. Zero when there is none.
+// CurrentWorker is the worker that took the last configuration loaded: the
+// one that has lived through the fewest reloads (none, unless the last
+// reload failed and the old worker kept serving). Zero when there is none.
 func CurrentWorker(procs []Proc) int {
+	pid, reloads := 0, -1
 	for _, p := range procs {
-		if p.Type == "worker" && p.Reloads == 0 {
-			return p.PID
+		if p.Type == "worker" && (reloads < 0 || p.Reloads < reloads) {
+			pid, reloads = p.PID, p.Reloads
 		}
 	}
-	return 0
+	return pid
 }
 
 // RuntimeError is an answer of the admin socket that says a command failed.

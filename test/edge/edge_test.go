@@ -551,3 +551,43 @@ func TestProvider_twoEdges(t *testing.T) {
 	}
 	waitAnswers(t, b, url, []string{"web-0", "web-1", "new-0"})
 }
+
+// TestEdge_reloadHAProxyCannotDoKeepsTheOldConfiguration: a configuration
+// that passes haproxy -c but that HAProxy cannot load (its address and
+// port are taken: here npl-edge's own API) fails the reload; the old
+// worker keeps serving, the error says so, and the next change works.
+func TestEdge_reloadHAProxyCannotDoKeepsTheOldConfiguration(t *testing.T) {
+	b, bs := newBed(t)
+	p := openProvider(t, b, b.ProviderSection())
+	ctx := context.Background()
+	st, err := p.Ensure(ctx, model("web", 80, startBackends(t, bs, "web", 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := URL(st.VIPs[0], 80)
+	waitAnswers(t, b, url, []string{"web-0", "web-1"})
+	before := status(t, b)
+
+	taken := model("taken", 8443, startBackends(t, bs, "taken", 1))
+	taken.RequestedVIP = b.EdgeIP.String() // npl-edge's API listens on EdgeIP:8443
+	_, err = p.Ensure(ctx, taken)
+	if err == nil || !strings.Contains(err.Error(), "rejected by HAProxy: load balancer c1--ns-taken (proxy c1--ns-taken-TCP-8443)") ||
+		!strings.Contains(err.Error(), "Address already in use") {
+		t.Fatalf("Ensure of a listener HAProxy cannot bind = %v; want a rejection naming the load balancer and the reason", err)
+	}
+	t.Logf("refused: %v", err)
+	after := status(t, b)
+	if after.WorkerPID != before.WorkerPID || after.MasterPID != before.MasterPID {
+		t.Errorf("the worker changed (%+v -> %+v): the old one should keep serving", before, after)
+	}
+	answers(t, b, url, 20)
+	if lbs, err := p.List(ctx); err != nil || len(lbs) != 1 {
+		t.Fatalf("List after the failed reload = %v, %v; want the one load balancer that serves", lbs, err)
+	}
+	// The next change reloads fine.
+	if _, err := p.Ensure(ctx, model("next", 81, startBackends(t, bs, "next", 1))); err != nil {
+		t.Fatalf("Ensure after the failed reload: %v", err)
+	}
+	waitAnswers(t, b, URL("198.18.200.2", 81), []string{"next-0"})
+	answers(t, b, url, 20)
+}
