@@ -70,6 +70,13 @@ var agents []*stack.Agent
 // for the Services of class npl.io/haproxy.
 func startLBSync(t *testing.T, c *cluster.Cluster, b *Bed, name string) *stack.LBSync {
 	t.Helper()
+	return startLBSyncReplica(t, c, b, name, "npl-lbsync-"+name, false)
+}
+
+// startLBSyncReplica starts one npl-lbsync replica named replica, with
+// leader election when leaderElect is set.
+func startLBSyncReplica(t *testing.T, c *cluster.Cluster, b *Bed, name, replica string, leaderElect bool) *stack.LBSync {
+	t.Helper()
 	var section map[string]any
 	if err := json.Unmarshal(b.ProviderSection(), &section); err != nil {
 		t.Fatal(err)
@@ -77,7 +84,7 @@ func startLBSync(t *testing.T, c *cluster.Cluster, b *Bed, name string) *stack.L
 	sec, _ := json.Marshal(map[string]any{"name": "haproxy", "haproxy": section})
 	cfg := fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/haproxy\nresyncPeriod: 1m\ndrainSeconds: 5\nvipPool: [%q]\nprovider: %s\n",
 		name, VIPRange, sec)
-	l, err := stack.StartLBSync(context.Background(), c, stack.LBSyncOptions{Name: "npl-lbsync-" + name, Config: cfg})
+	l, err := stack.StartLBSync(context.Background(), c, stack.LBSyncOptions{Name: replica, Config: cfg, LeaderElect: leaderElect})
 	if err != nil {
 		t.Fatal(err)
 	}
