@@ -211,7 +211,7 @@ func (e *Edge) Put(ctx context.Context, cluster string, lb *providers.LoadBalanc
 		return res, err
 	}
 	for _, l := range n.Listeners {
-		if l.Protocol != providers.TCP {
+		if !served(l.Protocol) {
 			res.Unsupported = append(res.Unsupported, fmt.Sprintf("%s/%d", l.Protocol, l.Port))
 		}
 	}
@@ -284,8 +284,8 @@ func (e *Edge) Delete(ctx context.Context, cluster, name string) (bool, error) {
 	return true, nil
 }
 
-// List returns what HAProxy serves for cluster: the frontends of the
-// configuration it loaded, with the members its worker holds now.
+// List returns what HAProxy serves for cluster: the frontends and rules of
+// the configuration it loaded, with the members its worker holds now.
 func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalancer, error) {
 	e.mu.Lock()
 	running, text := e.running, e.activeText
@@ -293,7 +293,7 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 	if !running {
 		return nil, ErrUnavailable
 	}
-	proxies, err := haproxy.Parse(text)
+	px, err := haproxy.Parse(text)
 	if err != nil {
 		return nil, fmt.Errorf("read the configuration back: %w", err)
 	}
@@ -305,29 +305,47 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 	for _, s := range states {
 		servers[s.Backend] = append(servers[s.Backend], providers.Member{IP: s.IP.String(), Port: s.Port, Enabled: s.Enabled()})
 	}
-	lbs := map[string]*providers.LoadBalancer{}
-	for _, p := range proxies {
-		if p.Cluster != cluster {
-			continue
-		}
-		lb := lbs[p.LoadBalancer]
-		if lb == nil {
-			lb = &providers.LoadBalancer{Name: p.LoadBalancer, Service: p.Service}
-			lbs[p.LoadBalancer] = lb
-		}
-		if vip := p.VIP.String(); !slices.Contains(lb.VIPs, vip) {
-			lb.VIPs = append(lb.VIPs, vip)
-		}
-		members := providers.SortMembers(servers[p.Name])
+	pool := func(name string) providers.Pool {
+		members := providers.SortMembers(servers[name])
 		if members == nil {
 			members = []providers.Member{}
 		}
-		lb.Listeners = append(lb.Listeners, providers.Listener{Port: p.Port, Protocol: providers.TCP,
-			Pool: providers.Pool{Name: p.Name, Members: members}})
+		return providers.Pool{Name: name, Members: members}
+	}
+	lbs := map[string]*providers.LoadBalancer{}
+	for _, f := range px.Frontends {
+		if f.Cluster != cluster {
+			continue
+		}
+		lb := lbs[f.LoadBalancer]
+		if lb == nil {
+			lb = &providers.LoadBalancer{Name: f.LoadBalancer, Service: f.Service, Ingress: f.Ingress}
+			lbs[f.LoadBalancer] = lb
+		}
+		if vip := f.VIP.String(); !slices.Contains(lb.VIPs, vip) {
+			lb.VIPs = append(lb.VIPs, vip)
+		}
+		if !f.HTTP {
+			lb.Listeners = append(lb.Listeners, providers.Listener{Port: f.Port, Protocol: providers.TCP, Pool: pool(f.DefaultBackend)})
+			continue
+		}
+		// Every HTTP listener of a load balancer has the same rules.
+		lb.Kind = providers.L7
+		lb.Listeners = append(lb.Listeners, providers.Listener{Port: f.Port, Protocol: providers.HTTP})
+		lb.HTTP = &providers.HTTPRoutes{Rules: f.Rules, DefaultPool: f.DefaultBackend}
+		if lb.HTTP.Rules == nil {
+			lb.HTTP.Rules = []providers.Rule{}
+		}
+	}
+	for _, b := range px.Backends {
+		if lb := lbs[b.LoadBalancer]; b.Cluster == cluster && b.HTTP && lb != nil && lb.IsL7() {
+			lb.Pools = append(lb.Pools, pool(b.Name))
+		}
 	}
 	out := make([]providers.LoadBalancer, 0, len(lbs))
 	for _, lb := range lbs {
 		providers.SortListeners(lb.Listeners)
+		providers.SortPools(lb.Pools)
 		slices.Sort(lb.VIPs)
 		out = append(out, *lb)
 	}
@@ -354,7 +372,7 @@ func (e *Edge) Status(ctx context.Context) api.Status {
 
 // checkRequest checks a load balancer sent to the edge and returns it in
 // canonical form. The model's rules are providers.Normalize's; the edge
-// adds only what HAProxy needs: an L4 model and one VIP.
+// adds only what HAProxy needs: one VIP, and rules it can write.
 func checkRequest(cluster string, lb *providers.LoadBalancer) (*providers.LoadBalancer, error) {
 	if cluster == "" || lb == nil || !providers.OwnedBy(cluster, lb.Name) {
 		return nil, fmt.Errorf("%w: the load balancer's name must start with the cluster name %q and \"--\"", ErrInvalid, cluster)
@@ -364,7 +382,11 @@ func checkRequest(cluster string, lb *providers.LoadBalancer) (*providers.LoadBa
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if n.IsL7() {
-		return nil, fmt.Errorf("%w: load balancer %s: L7 load balancers are not supported by npl-edge yet", ErrInvalid, n.Name)
+		for _, r := range n.HTTP.Rules {
+			if why := haproxy.Unrenderable(r); why != "" {
+				return nil, fmt.Errorf("%w: load balancer %s: rule %s%s: %s", ErrInvalid, n.Name, r.Host, r.Path, why)
+			}
+		}
 	}
 	if len(n.VIPs) != 1 {
 		return nil, fmt.Errorf("%w: load balancer %s: want exactly one VIP, got %d", ErrInvalid, n.Name, len(n.VIPs))
@@ -386,7 +408,7 @@ func (e *Edge) checkConflicts(cluster string, lb *providers.LoadBalancer) error 
 		}
 		for _, l := range lb.Listeners {
 			for _, o := range other.Listeners {
-				if l.Protocol == providers.TCP && o.Protocol == providers.TCP && l.Port == o.Port {
+				if served(l.Protocol) && served(o.Protocol) && l.Port == o.Port {
 					return fmt.Errorf("%w: load balancer %s: %s:%d is already served by load balancer %s of cluster %s",
 						ErrConflict, lb.Name, lb.VIPs[0], l.Port, other.Name, k.cluster)
 				}
@@ -396,21 +418,44 @@ func (e *Edge) checkConflicts(cluster string, lb *providers.LoadBalancer) error 
 	return nil
 }
 
-// proxies are the HAProxy proxies of the desired state: one per TCP
-// listener.
-func (e *Edge) proxies() []haproxy.Proxy {
-	var out []haproxy.Proxy
+// served reports whether HAProxy serves listeners of protocol p here: TCP
+// and plain HTTP. UDP it cannot; HTTPS (TLS termination) is not done yet.
+func served(p providers.Protocol) bool { return p == providers.TCP || p == providers.HTTP }
+
+// proxies are the HAProxy frontends and backends of the desired state: per
+// L4 listener a TCP frontend and its pool's backend; per L7 load balancer an
+// HTTP frontend per HTTP listener, with the rules, and a backend per pool.
+func (e *Edge) proxies() haproxy.Proxies {
+	var out haproxy.Proxies
 	for k, lb := range e.desired {
 		vip := netip.MustParseAddr(lb.VIPs[0])
+		if lb.IsL7() {
+			for _, l := range lb.Listeners {
+				if !served(l.Protocol) {
+					continue
+				}
+				out.Frontends = append(out.Frontends, haproxy.Frontend{Name: providers.ListenerName(lb.Name, l.Protocol, l.Port),
+					Cluster: k.cluster, LoadBalancer: lb.Name, Service: lb.Service, Ingress: lb.Ingress, HTTP: true,
+					VIP: vip, Port: l.Port, Rules: lb.HTTP.Rules, DefaultBackend: lb.HTTP.DefaultPool})
+			}
+			for _, p := range lb.Pools {
+				out.Backends = append(out.Backends, haproxy.Backend{Name: p.Name, Cluster: k.cluster, LoadBalancer: lb.Name,
+					HTTP: true, Members: p.Members})
+			}
+			continue
+		}
 		for _, l := range lb.Listeners {
-			if l.Protocol != providers.TCP {
+			if !served(l.Protocol) {
 				continue
 			}
-			out = append(out, haproxy.Proxy{Name: l.Pool.Name, Cluster: k.cluster, LoadBalancer: lb.Name,
-				Service: lb.Service, VIP: vip, Port: l.Port, Members: l.Pool.Members})
+			out.Frontends = append(out.Frontends, haproxy.Frontend{Name: l.Pool.Name, Cluster: k.cluster, LoadBalancer: lb.Name,
+				Service: lb.Service, VIP: vip, Port: l.Port, DefaultBackend: l.Pool.Name})
+			out.Backends = append(out.Backends, haproxy.Backend{Name: l.Pool.Name, Cluster: k.cluster, LoadBalancer: lb.Name,
+				Members: l.Pool.Members})
 		}
 	}
-	slices.SortFunc(out, func(a, b haproxy.Proxy) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(out.Frontends, func(a, b haproxy.Frontend) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(out.Backends, func(a, b haproxy.Backend) int { return cmp.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -498,7 +543,7 @@ func rejection(ce *haproxy.CheckError, r haproxy.Rendered) error {
 // syncServers makes the servers of the running worker match the members of
 // proxies through the runtime API, and returns how many commands changed
 // something.
-func (e *Edge) syncServers(ctx context.Context, proxies []haproxy.Proxy) (int, error) {
+func (e *Edge) syncServers(ctx context.Context, px haproxy.Proxies) (int, error) {
 	states, err := haproxy.ShowServersState(ctx, e.adminSocket())
 	if err != nil {
 		return 0, fmt.Errorf("%w: %v", ErrUnavailable, err)
@@ -521,7 +566,7 @@ func (e *Edge) syncServers(ctx context.Context, proxies []haproxy.Proxy) (int, e
 		return nil
 	}
 	var errs []error
-	for _, p := range proxies {
+	for _, p := range px.Backends {
 		have := current[p.Name]
 		want := map[string]bool{}
 		for _, m := range p.Members {

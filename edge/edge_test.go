@@ -40,7 +40,7 @@ func TestCheckRequest(t *testing.T) {
 		{"another cluster's name", "c2", lb("c1--ns-web", "198.18.200.1", 80), "must start with the cluster name"},
 		{"no cluster", "", lb("c1--ns-web", "198.18.200.1", 80), "must start with the cluster name"},
 		{"no listener", "c1", lb("c1--ns-web", "198.18.200.1"), "no listeners"},
-		{"L7", "c1", l7, "L7 load balancers are not supported"},
+		{"L7", "c1", l7, ""},
 		{"no VIP", "c1", noVIP, "want exactly one VIP, got 0"},
 		{"bad VIP", "c1", lb("c1--ns-web", "nope", 80), `VIP "nope" is not an IP address`},
 	} {

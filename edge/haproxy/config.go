@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,21 +46,41 @@ type Globals struct {
 	Checks      Checks
 }
 
-// Proxy is one TCP listener of a load balancer as HAProxy serves it: a
-// frontend bound to VIP:Port and a backend of the same name (the pool name)
-// holding the members.
-type Proxy struct {
-	// Name is the pool name, the name of both the frontend and the backend.
+// Frontend is one listener: VIP:Port, in TCP mode for an L4 load
+// balancer (DefaultBackend is its pool), in HTTP mode for an L7 one (Rules
+// pick the backend, DefaultBackend serves the rest).
+type Frontend struct {
+	// Name is the listener's name: the pool name of an L4 listener,
+	// providers.ListenerName of an L7 one.
 	Name string
-	// Cluster, LoadBalancer and Service say whom the proxy belongs to; the
-	// configuration keeps them in its description so that it can be read
-	// back.
+	// Cluster, LoadBalancer, Service and Ingress say whom the frontend
+	// belongs to; the configuration keeps them in its description so that
+	// it can be read back.
 	Cluster      string
 	LoadBalancer string
 	Service      string
+	Ingress      string
+	HTTP         bool
 	VIP          netip.Addr
 	Port         int32
+	// Rules are the L7 rules in the order HAProxy tries them.
+	Rules          []providers.Rule
+	DefaultBackend string
+}
+
+// Backend is one pool.
+type Backend struct {
+	Name         string
+	Cluster      string
+	LoadBalancer string
+	HTTP         bool
 	Members      []providers.Member
+}
+
+// Proxies are the frontends and backends of a configuration.
+type Proxies struct {
+	Frontends []Frontend
+	Backends  []Backend
 }
 
 // ServerName is the name of a member's server in its backend.
@@ -85,12 +106,27 @@ type Rendered struct {
 	Objects map[int]string
 }
 
-// Render writes the configuration of proxies. Members that drain are
-// rendered disabled, so a started or reloaded HAProxy sends them nothing
-// new; the runtime API then sets their drain state.
-func Render(g Globals, proxies []Proxy) Rendered {
-	proxies = slices.Clone(proxies)
-	slices.SortFunc(proxies, func(a, b Proxy) int { return cmp.Compare(a.Name, b.Name) })
+// Unrenderable reports why a rule cannot be written into a configuration
+// (HAProxy splits words at blanks and starts comments at #), "" when it
+// can.
+func Unrenderable(r providers.Rule) string {
+	for _, v := range []string{r.Host, r.Path, r.Pool} {
+		if strings.ContainsAny(v, " \t\r\n#\"'\\{}") {
+			return fmt.Sprintf("%q holds a blank, #, a quote, a backslash or a brace", v)
+		}
+	}
+	return ""
+}
+
+// Render writes the configuration of p. Members that drain are rendered
+// disabled, so a started or reloaded HAProxy sends them nothing new; the
+// runtime API then sets their drain state. The rules of HTTP frontends must
+// pass Unrenderable.
+func Render(g Globals, p Proxies) Rendered {
+	fronts := slices.Clone(p.Frontends)
+	slices.SortFunc(fronts, func(a, b Frontend) int { return cmp.Compare(a.Name, b.Name) })
+	backs := slices.Clone(p.Backends)
+	slices.SortFunc(backs, func(a, b Backend) int { return cmp.Compare(a.Name, b.Name) })
 	var text, frame bytes.Buffer
 	objects := map[int]string{}
 	line := 0
@@ -118,21 +154,42 @@ func Render(g Globals, proxies []Proxy) Rendered {
 	emit("", "    timeout connect 3s", false)
 	emit("", "    timeout client 1h", false)
 	emit("", "    timeout server 1h", false)
+	emit("", "    timeout http-request 30s", false)
 	// A connection a member refuses (its Pod just went) is tried again on
 	// another member rather than failed.
 	emit("", "    retries 3", false)
 	emit("", "    option redispatch", false)
-	for _, p := range proxies {
-		obj := fmt.Sprintf("load balancer %s (proxy %s)", p.LoadBalancer, p.Name)
-		desc := fmt.Sprintf("    description npl cluster=%s lb=%s service=%s", p.Cluster, p.LoadBalancer, p.Service)
-		emit(obj, "frontend "+p.Name, false)
+	for _, f := range fronts {
+		obj := fmt.Sprintf("load balancer %s (proxy %s)", f.LoadBalancer, f.Name)
+		desc := fmt.Sprintf("    description npl cluster=%s lb=%s service=%s", f.Cluster, f.LoadBalancer, f.Service)
+		if f.Ingress != "" || f.HTTP {
+			desc += " ingress=" + f.Ingress
+		}
+		emit(obj, "frontend "+f.Name, false)
 		emit(obj, desc, false)
-		emit(obj, "    bind "+Address(p.VIP.String(), p.Port), false)
-		emit(obj, "    default_backend "+p.Name, false)
-		emit(obj, "backend "+p.Name, false)
-		emit(obj, desc, false)
+		if f.HTTP {
+			emit(obj, "    mode http", false)
+		}
+		emit(obj, "    bind "+Address(f.VIP.String(), f.Port), false)
+		for _, r := range f.Rules {
+			emit(obj, fmt.Sprintf("    # npl rule host=%s path=%s type=%s pool=%s", r.Host, r.Path, r.PathType, r.Pool), false)
+			for _, m := range r.PathMatches() {
+				emit(obj, "    use_backend "+r.Pool+" if "+ruleCondition(r.Host, m), false)
+			}
+		}
+		if f.DefaultBackend != "" {
+			emit(obj, "    default_backend "+f.DefaultBackend, false)
+		}
+	}
+	for _, b := range backs {
+		obj := fmt.Sprintf("load balancer %s (proxy %s)", b.LoadBalancer, b.Name)
+		emit(obj, "backend "+b.Name, false)
+		emit(obj, fmt.Sprintf("    description npl cluster=%s lb=%s", b.Cluster, b.LoadBalancer), false)
+		if b.HTTP {
+			emit(obj, "    mode http", false)
+		}
 		emit(obj, "    balance roundrobin", false)
-		for _, m := range p.Members {
+		for _, m := range b.Members {
 			s := fmt.Sprintf("    server %s %s %s", ServerName(m), Address(m.IP, m.Port), g.Checks.Options())
 			if !m.Enabled {
 				s += " disabled"
@@ -143,17 +200,41 @@ func Render(g Globals, proxies []Proxy) Rendered {
 	return Rendered{Text: text.Bytes(), Frame: frame.String(), Objects: objects}
 }
 
-// Parse reads back a configuration Render wrote: its proxies with their
-// members as configured. Sections it did not write (no npl description)
-// are skipped.
-func Parse(text []byte) ([]Proxy, error) {
-	fronts := map[string]*Proxy{}
-	backs := map[string][]providers.Member{}
+// ruleCondition is the HAProxy condition of one path match of a rule: the
+// Host header without its port, exactly or as one label under a wildcard,
+// and the path exactly or as a prefix.
+func ruleCondition(host string, m providers.PathMatch) string {
+	var conds []string
+	switch {
+	case strings.HasPrefix(host, "*."):
+		conds = append(conds, "{ req.hdr(host),field(1,:),lower -m reg ^[^.]+"+regexp.QuoteMeta(strings.ToLower(host[1:]))+"$ }")
+	case host != "":
+		conds = append(conds, "{ req.hdr(host),field(1,:),lower -m str "+strings.ToLower(host)+" }")
+	}
+	switch {
+	case m.Prefix && m.Path == "/":
+	case m.Prefix:
+		conds = append(conds, "{ path_beg "+m.Path+" }")
+	default:
+		conds = append(conds, "{ path "+m.Path+" }")
+	}
+	if len(conds) == 0 {
+		return "TRUE"
+	}
+	return strings.Join(conds, " ")
+}
+
+// Parse reads back a configuration Render wrote: its frontends (with their
+// rules) and backends with their members as configured. Sections it did not
+// write (no npl description) are skipped.
+func Parse(text []byte) (Proxies, error) {
+	fronts := map[string]*Frontend{}
+	backs := map[string]*Backend{}
 	var section, name string
 	sc := bufio.NewScanner(bytes.NewReader(text))
 	for n := 1; sc.Scan(); n++ {
 		fields := strings.Fields(sc.Text())
-		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
+		if len(fields) == 0 {
 			continue
 		}
 		switch fields[0] {
@@ -162,61 +243,84 @@ func Parse(text []byte) ([]Proxy, error) {
 			if len(fields) > 1 {
 				name = fields[1]
 			}
+			switch section {
+			case "frontend":
+				fronts[name] = &Frontend{Name: name}
+			case "backend":
+				backs[name] = &Backend{Name: name}
+			}
 			continue
 		}
-		switch {
-		case section == "frontend" && fields[0] == "description" && len(fields) > 1 && fields[1] == "npl":
-			p := fronts[name]
-			if p == nil {
-				p = &Proxy{Name: name}
-				fronts[name] = p
-			}
-			for _, kv := range fields[2:] {
-				k, v, _ := strings.Cut(kv, "=")
-				switch k {
-				case "cluster":
-					p.Cluster = v
-				case "lb":
-					p.LoadBalancer = v
-				case "service":
-					p.Service = v
+		f, b := fronts[name], backs[name]
+		if section == "frontend" && f != nil {
+			switch {
+			case fields[0] == "description" && len(fields) > 1 && fields[1] == "npl":
+				kv := keyValues(fields[2:])
+				f.Cluster, f.LoadBalancer, f.Service, f.Ingress = kv["cluster"], kv["lb"], kv["service"], kv["ingress"]
+			case fields[0] == "mode" && len(fields) > 1:
+				f.HTTP = fields[1] == "http"
+			case fields[0] == "bind" && len(fields) > 1:
+				ip, port, err := splitAddress(fields[1])
+				if err != nil {
+					return Proxies{}, fmt.Errorf("line %d: frontend %s: %w", n, name, err)
 				}
+				f.VIP, f.Port = ip, port
+			case fields[0] == "default_backend" && len(fields) > 1:
+				f.DefaultBackend = fields[1]
+			case len(fields) > 2 && fields[0] == "#" && fields[1] == "npl" && fields[2] == "rule":
+				kv := keyValues(fields[3:])
+				f.Rules = append(f.Rules, providers.Rule{Host: kv["host"], Path: kv["path"], PathType: providers.PathType(kv["type"]), Pool: kv["pool"]})
 			}
-		case section == "frontend" && fields[0] == "bind" && len(fields) > 1:
-			p := fronts[name]
-			if p == nil {
-				p = &Proxy{Name: name}
-				fronts[name] = p
+			continue
+		}
+		if section == "backend" && b != nil {
+			switch {
+			case fields[0] == "description" && len(fields) > 1 && fields[1] == "npl":
+				kv := keyValues(fields[2:])
+				b.Cluster, b.LoadBalancer = kv["cluster"], kv["lb"]
+			case fields[0] == "mode" && len(fields) > 1:
+				b.HTTP = fields[1] == "http"
+			case fields[0] == "server" && len(fields) > 2:
+				ip, port, err := splitAddress(fields[2])
+				if err != nil {
+					return Proxies{}, fmt.Errorf("line %d: backend %s: %w", n, name, err)
+				}
+				b.Members = append(b.Members, providers.Member{IP: ip.String(), Port: port, Enabled: !slices.Contains(fields[3:], "disabled")})
 			}
-			ip, port, err := splitAddress(fields[1])
-			if err != nil {
-				return nil, fmt.Errorf("line %d: frontend %s: %w", n, name, err)
-			}
-			p.VIP, p.Port = ip, port
-		case section == "backend" && fields[0] == "server" && len(fields) > 2:
-			ip, port, err := splitAddress(fields[2])
-			if err != nil {
-				return nil, fmt.Errorf("line %d: backend %s: %w", n, name, err)
-			}
-			backs[name] = append(backs[name], providers.Member{IP: ip.String(), Port: port, Enabled: !slices.Contains(fields[3:], "disabled")})
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, err
+		return Proxies{}, err
 	}
-	var out []Proxy
-	for n, p := range fronts {
-		if p.LoadBalancer == "" {
-			continue // not ours
+	var out Proxies
+	for _, f := range fronts {
+		if f.LoadBalancer != "" { // ours
+			out.Frontends = append(out.Frontends, *f)
 		}
-		p.Members = providers.SortMembers(backs[n])
-		if p.Members == nil {
-			p.Members = []providers.Member{}
-		}
-		out = append(out, *p)
 	}
-	slices.SortFunc(out, func(a, b Proxy) int { return cmp.Compare(a.Name, b.Name) })
+	for _, b := range backs {
+		if b.LoadBalancer == "" {
+			continue
+		}
+		b.Members = providers.SortMembers(b.Members)
+		if b.Members == nil {
+			b.Members = []providers.Member{}
+		}
+		out.Backends = append(out.Backends, *b)
+	}
+	slices.SortFunc(out.Frontends, func(a, b Frontend) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(out.Backends, func(a, b Backend) int { return cmp.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// keyValues reads key=value words; a value may be empty.
+func keyValues(words []string) map[string]string {
+	kv := map[string]string{}
+	for _, w := range words {
+		k, v, _ := strings.Cut(w, "=")
+		kv[k] = v
+	}
+	return kv
 }
 
 // splitAddress parses ip:port, the last colon separating the port.

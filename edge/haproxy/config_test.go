@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,20 +15,46 @@ import (
 	"github.com/nodeportlocal/npl/providers"
 )
 
-func sampleProxies() []Proxy {
-	return []Proxy{
-		{Name: "c1--ns-web-TCP-80", Cluster: "c1", LoadBalancer: "c1--ns-web", Service: "ns/web",
-			VIP: netip.MustParseAddr("198.18.200.1"), Port: 80, Members: []providers.Member{
+func sampleProxies() Proxies {
+	vip := netip.MustParseAddr("198.18.200.1")
+	return Proxies{
+		Frontends: []Frontend{
+			{Name: "c1--ns-web-TCP-80", Cluster: "c1", LoadBalancer: "c1--ns-web", Service: "ns/web", VIP: vip, Port: 80,
+				DefaultBackend: "c1--ns-web-TCP-80"},
+			{Name: "c1--ns-web-TCP-443", Cluster: "c1", LoadBalancer: "c1--ns-web", Service: "ns/web", VIP: vip, Port: 443,
+				DefaultBackend: "c1--ns-web-TCP-443"},
+			{Name: "c1--ns-v6-TCP-80", Cluster: "c1", LoadBalancer: "c1--ns-v6", Service: "ns/v6", VIP: netip.MustParseAddr("fd00:198:18::1"),
+				Port: 80, DefaultBackend: "c1--ns-v6-TCP-80"},
+			{Name: "c1--ns-ing-L7-HTTP-80", Cluster: "c1", LoadBalancer: "c1--ns-ing-L7", Ingress: "ns/ing", HTTP: true,
+				VIP: netip.MustParseAddr("198.18.200.2"), Port: 80, DefaultBackend: "c1--ns-ing-L7-ns-web-80", Rules: []providers.Rule{
+					{Host: "a.example.com", Path: "/api", PathType: providers.PathExact, Pool: "c1--ns-ing-L7-ns-api-80"},
+					{Host: "*.example.com", Path: "/shop", PathType: providers.PathPrefix, Pool: "c1--ns-ing-L7-ns-web-80"},
+					{Path: "/", PathType: providers.PathPrefix, Pool: "c1--ns-ing-L7-ns-web-80"},
+				}},
+		},
+		Backends: []Backend{
+			{Name: "c1--ns-web-TCP-80", Cluster: "c1", LoadBalancer: "c1--ns-web", Members: []providers.Member{
 				{IP: "198.18.0.11", Port: 61001, Enabled: true},
 				{IP: "198.18.0.12", Port: 61002, Enabled: false},
 			}},
-		{Name: "c1--ns-web-TCP-443", Cluster: "c1", LoadBalancer: "c1--ns-web", Service: "ns/web",
-			VIP: netip.MustParseAddr("198.18.200.1"), Port: 443, Members: []providers.Member{}},
-		{Name: "c1--ns-v6-TCP-80", Cluster: "c1", LoadBalancer: "c1--ns-v6", Service: "ns/v6",
-			VIP: netip.MustParseAddr("fd00:198:18::1"), Port: 80, Members: []providers.Member{
+			{Name: "c1--ns-web-TCP-443", Cluster: "c1", LoadBalancer: "c1--ns-web", Members: []providers.Member{}},
+			{Name: "c1--ns-v6-TCP-80", Cluster: "c1", LoadBalancer: "c1--ns-v6", Members: []providers.Member{
 				{IP: "fd00:198:18::11", Port: 61001, Enabled: true},
 			}},
+			{Name: "c1--ns-ing-L7-ns-api-80", Cluster: "c1", LoadBalancer: "c1--ns-ing-L7", HTTP: true, Members: []providers.Member{
+				{IP: "198.18.0.11", Port: 61003, Enabled: true},
+			}},
+			{Name: "c1--ns-ing-L7-ns-web-80", Cluster: "c1", LoadBalancer: "c1--ns-ing-L7", HTTP: true, Members: []providers.Member{}},
+		},
 	}
+}
+
+func sorted(p Proxies) Proxies {
+	p.Frontends = slices.Clone(p.Frontends)
+	p.Backends = slices.Clone(p.Backends)
+	slices.SortFunc(p.Frontends, func(a, b Frontend) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(p.Backends, func(a, b Backend) int { return strings.Compare(a.Name, b.Name) })
+	return p
 }
 
 func TestRender_parseReadsBackWhatWasRendered(t *testing.T) {
@@ -37,8 +64,7 @@ func TestRender_parseReadsBackWhatWasRendered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Proxy{in[2], in[1], in[0]} // sorted by name
-	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+	if diff := cmp.Diff(sorted(in), got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 		t.Fatalf("Parse(Render) (-want +got):\n%s", diff)
 	}
 }
@@ -47,8 +73,8 @@ func TestRender_frameIgnoresMembers(t *testing.T) {
 	g := Globals{AdminSocket: "/run/a.sock", Checks: DefaultChecks}
 	a := sampleProxies()
 	b := sampleProxies()
-	b[0].Members = append(b[0].Members, providers.Member{IP: "198.18.0.13", Port: 61003, Enabled: true})
-	b[0].Members[0].Enabled = false
+	b.Backends[0].Members = append(slices.Clone(b.Backends[0].Members), providers.Member{IP: "198.18.0.13", Port: 61003, Enabled: true})
+	b.Backends[0].Members[0].Enabled = false
 	ra, rb := Render(g, a), Render(g, b)
 	if ra.Frame != rb.Frame {
 		t.Errorf("member changes changed the frame:\n%s\n---\n%s", ra.Frame, rb.Frame)
@@ -57,9 +83,28 @@ func TestRender_frameIgnoresMembers(t *testing.T) {
 		t.Error("member changes did not change the configuration")
 	}
 	c := sampleProxies()
-	c[1].Port = 8443
+	c.Frontends[1].Port = 8443
 	if Render(g, c).Frame == ra.Frame {
 		t.Error("a new port did not change the frame")
+	}
+	d := sampleProxies()
+	d.Frontends[3].Rules = d.Frontends[3].Rules[1:]
+	if Render(g, d).Frame == ra.Frame {
+		t.Error("a removed rule did not change the frame")
+	}
+}
+
+func TestRender_rulesAsHAProxyConditions(t *testing.T) {
+	text := string(Render(Globals{AdminSocket: "/run/a.sock", Checks: DefaultChecks}, sampleProxies()).Text)
+	for _, want := range []string{
+		"    use_backend c1--ns-ing-L7-ns-api-80 if { req.hdr(host),field(1,:),lower -m str a.example.com } { path /api }\n",
+		"    use_backend c1--ns-ing-L7-ns-web-80 if { req.hdr(host),field(1,:),lower -m reg ^[^.]+\\.example\\.com$ } { path /shop }\n",
+		"    use_backend c1--ns-ing-L7-ns-web-80 if { req.hdr(host),field(1,:),lower -m reg ^[^.]+\\.example\\.com$ } { path_beg /shop/ }\n",
+		"    use_backend c1--ns-ing-L7-ns-web-80 if TRUE\n",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the configuration lacks %q:\n%s", want, text)
+		}
 	}
 }
 
@@ -95,7 +140,7 @@ func TestRender_haproxyAcceptsIt(t *testing.T) {
 	}
 
 	bad := sampleProxies()
-	bad[1].Name = "c1--ns-web-TCP{443"
+	bad.Frontends[1].Name = "c1--ns-web-TCP{443"
 	r = Render(Globals{AdminSocket: filepath.Join(dir, "admin.sock"), Checks: DefaultChecks}, bad)
 	if err := os.WriteFile(path, r.Text, 0o600); err != nil {
 		t.Fatal(err)
@@ -111,6 +156,17 @@ func TestRender_haproxyAcceptsIt(t *testing.T) {
 	}
 	if !named {
 		t.Errorf("the lines HAProxy names (%v) do not map to the bad proxy:\n%s", ce.Lines(), ce.Output)
+	}
+}
+
+func TestUnrenderable(t *testing.T) {
+	if why := Unrenderable(providers.Rule{Host: "a.example.com", Path: "/a-b_c.d~e", Pool: "p"}); why != "" {
+		t.Errorf("a plain rule: %s", why)
+	}
+	for _, path := range []string{"/a b", "/a#b", "/a'b", `/a"b`, `/a\b`, "/a{b"} {
+		if Unrenderable(providers.Rule{Path: path, Pool: "p"}) == "" {
+			t.Errorf("path %q is accepted", path)
+		}
 	}
 }
 

@@ -1,10 +1,11 @@
 // Package haproxy is the HAProxy provider: it states each load balancer to
 // every configured npl-edge (the command beside HAProxy on an edge host)
 // over mutual TLS, and counts a change applied only when every edge has
-// it. HAProxy serves TCP listeners; UDP listeners are reported as warnings
-// (HAProxy 2.6 has no UDP load balancing) while the TCP ones are served.
-// L7 load balancers are not supported yet. VIPs come from vipPool, as the
-// edges do not allocate them.
+// it. HAProxy serves TCP listeners and, for L7 load balancers (Ingress),
+// HTTP listeners with host and path rules; UDP listeners (HAProxy 2.6 has
+// no UDP load balancing) and HTTPS ones (TLS termination is not done yet)
+// are reported as warnings while the others are served. VIPs come from
+// vipPool, as the edges do not allocate them.
 package haproxy
 
 import (
@@ -56,15 +57,27 @@ func (e *EdgeError) Unwrap() error { return e.Err }
 // Ensure states lb to every edge. The VIP is lb.RequestedVIP, else the one
 // an edge already serves it on, else the first free address of vipPool.
 func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
-	if lb.IsL7() {
-		return providers.Status{}, fmt.Errorf("ensure %s: L7 load balancers (Ingress) are not supported by the haproxy provider yet", lb.Name)
-	}
 	vip, err := p.vipFor(ctx, lb)
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
 	}
 	body := lb.Clone()
 	body.VIPs = []string{vip.String()}
+	var warnings []string
+	if body.IsL7() && len(body.HTTP.TLS) > 0 {
+		// TLS termination is not done yet, and the keys do not travel:
+		// the HTTPS listeners stay out, the HTTP ones are served.
+		var https []string
+		body.Listeners = slices.DeleteFunc(body.Listeners, func(l providers.Listener) bool {
+			if l.Protocol == providers.HTTPS {
+				https = append(https, fmt.Sprintf("%s/%d", l.Protocol, l.Port))
+				return true
+			}
+			return false
+		})
+		body.HTTP.TLS = nil
+		warnings = append(warnings, fmt.Sprintf("TLS termination is not supported by the haproxy provider yet: listener(s) %s not served", strings.Join(https, ", ")))
+	}
 	data, err := json.Marshal(body)
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
@@ -79,7 +92,7 @@ func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (prov
 	p.mu.Lock()
 	delete(p.reserved, lb.Name)
 	p.mu.Unlock()
-	status := providers.Status{VIPs: []string{vip.String()}}
+	status := providers.Status{VIPs: []string{vip.String()}, Warnings: warnings}
 	if u := results[0].Unsupported; len(u) > 0 {
 		status.Warnings = append(status.Warnings, fmt.Sprintf("HAProxy does not serve UDP: listener(s) %s not served", strings.Join(u, ", ")))
 	}
@@ -90,12 +103,10 @@ func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (prov
 	return status, nil
 }
 
-// Delete removes the load balancer from every edge. The provider makes no
-// L7 load balancer, so there is none of that kind to delete.
-func (p *provider) Delete(ctx context.Context, name string, kind providers.Kind) error {
-	if kind == providers.L7 {
-		return nil
-	}
+// Delete removes the load balancer from every edge. A name holds one load
+// balancer on an edge, of either kind; L4 and L7 names never meet (the L7
+// suffix is upper case).
+func (p *provider) Delete(ctx context.Context, name string, _ providers.Kind) error {
 	if !providers.OwnedBy(p.cfg.common.ClusterName, name) {
 		return fmt.Errorf("delete %s: not owned by cluster %s", name, p.cfg.common.ClusterName)
 	}

@@ -20,13 +20,13 @@ import (
 
 // serviceVIP creates the Deployment and its Service and waits for the VIP
 // and for requests through it to reach every ready Pod.
-func serviceVIP(t *testing.T, client kubernetes.Interface, b *Bed, ns string, d *appsv1.Deployment) string {
+func serviceVIP(t *testing.T, client kubernetes.Interface, b *Bed, ns, lbsync string, d *appsv1.Deployment) string {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, d.Name), metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, d.Name, lbsync), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var vip string
@@ -57,7 +57,7 @@ func TestEndToEnd_agentRestartAndLeaderChangeFailNoRequest(t *testing.T) {
 	client := c.Client()
 	ctx := context.Background()
 	ns := c.TestNamespace(t)
-	url := serviceVIP(t, client, b, ns, webDeployment(ns, "web", 3))
+	url := serviceVIP(t, client, b, ns, name, webDeployment(ns, "web", 3))
 
 	stream := StartStream(ctx, b.ClientHTTP(3*time.Second), url, 4, 4*time.Minute)
 	defer stream.Stop()
@@ -112,7 +112,8 @@ func TestEndToEnd_agentRestartAndLeaderChangeFailNoRequest(t *testing.T) {
 func rollout(t *testing.T, gate bool) *Stream {
 	t.Helper()
 	c, b := clusterBed(t)
-	startLBSync(t, c, b, fmt.Sprintf("e2e-haproxy-rollout-%v", gate))
+	name := fmt.Sprintf("e2e-haproxy-rollout-%v", gate)
+	startLBSync(t, c, b, name)
 	client := c.Client()
 	ctx := context.Background()
 	ns := c.TestNamespace(t)
@@ -127,7 +128,7 @@ func rollout(t *testing.T, gate bool) *Stream {
 	if gate {
 		d.Spec.Template.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: contract.RegisteredReadinessGate}}
 	}
-	url := serviceVIP(t, client, b, ns, d)
+	url := serviceVIP(t, client, b, ns, name, d)
 
 	stream := StartStream(ctx, b.ClientHTTP(3*time.Second), url, 4, 4*time.Minute)
 	start := time.Now()

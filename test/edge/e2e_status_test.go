@@ -88,7 +88,7 @@ func TestEndToEnd_statusOfTheHAProxyProvider(t *testing.T) {
 	if _, err := client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, "web"), metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, "web", "e2e-haproxy-status"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var vip string

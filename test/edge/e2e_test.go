@@ -67,7 +67,8 @@ func clusterBed(t *testing.T) (*cluster.Cluster, *Bed) {
 var agents []*stack.Agent
 
 // startLBSync runs npl-lbsync with the haproxy provider on the bed's edge,
-// for the Services of class npl.io/haproxy.
+// for the Services of class npl.io/<name> (a class per test: Services an
+// earlier test left terminating are not this one's).
 func startLBSync(t *testing.T, c *cluster.Cluster, b *Bed, name string) *stack.LBSync {
 	t.Helper()
 	return startLBSyncReplica(t, c, b, name, "npl-lbsync-"+name, false)
@@ -82,8 +83,8 @@ func startLBSyncReplica(t *testing.T, c *cluster.Cluster, b *Bed, name, replica 
 		t.Fatal(err)
 	}
 	sec, _ := json.Marshal(map[string]any{"name": "haproxy", "haproxy": section})
-	cfg := fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/haproxy\nresyncPeriod: 1m\ndrainSeconds: 5\nvipPool: [%q]\nprovider: %s\n",
-		name, VIPRange, sec)
+	cfg := fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/%s\nresyncPeriod: 1m\ndrainSeconds: 5\nvipPool: [%q]\nprovider: %s\n",
+		name, name, VIPRange, sec)
 	l, err := stack.StartLBSync(context.Background(), c, stack.LBSyncOptions{Name: replica, Config: cfg, LeaderElect: leaderElect})
 	if err != nil {
 		t.Fatal(err)
@@ -124,8 +125,10 @@ func webDeployment(ns, name string, replicas int32) *appsv1.Deployment {
 	}
 }
 
-func lbService(ns, name string) *corev1.Service {
-	class := "npl.io/haproxy"
+// lbService is a LoadBalancer Service of the class npl.io/<lbsync> for the
+// Deployment name.
+func lbService(ns, name, lbsync string) *corev1.Service {
+	class := "npl.io/" + lbsync
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.ServiceSpec{
@@ -229,7 +232,7 @@ func TestEndToEnd_requestsThroughTheVIPReachEveryReadyPod(t *testing.T) {
 	if _, err := client.AppsV1().Deployments(ns).Create(ctx, webDeployment(ns, "web", 3), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, "web"), metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, "web", "e2e-haproxy"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var vip string

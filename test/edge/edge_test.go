@@ -2,7 +2,15 @@ package edge
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"io"
+	"math/big"
 	"net/http"
 	"net/netip"
 	"os"
@@ -590,4 +598,143 @@ func TestEdge_reloadHAProxyCannotDoKeepsTheOldConfiguration(t *testing.T) {
 	}
 	waitAnswers(t, b, URL("198.18.200.2", 81), []string{"next-0"})
 	answers(t, b, url, 20)
+}
+
+// getHost sends one request for host and path to url's VIP from the client
+// namespace and returns who answered.
+func getHost(ctx context.Context, c *http.Client, vipURL, host, path string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(vipURL, "/")+path, nil)
+	if err != nil {
+		return "", err
+	}
+	req.Host = host
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var sb strings.Builder
+	if _, err := io.Copy(&sb, resp.Body); err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return sb.String(), nil
+}
+
+// TestProvider_l7HostAndPathRules: an L7 load balancer (an Ingress) is an
+// HTTP frontend whose rules send each request, by Host and path, to the
+// pool Kubernetes prescribes; List reads the rules and pools back exactly;
+// a member change of an L7 pool needs no reload; an HTTPS listener is
+// reported as not served while HTTP is.
+func TestProvider_l7HostAndPathRules(t *testing.T) {
+	b, bs := newBed(t)
+	p := openProvider(t, b, b.ProviderSection())
+	ctx := context.Background()
+	name := providers.IngressLoadBalancerName(testCluster, "ns", "ing")
+	apiPool := providers.IngressPoolName(name, "ns", "api", "80")
+	web := providers.IngressPoolName(name, "ns", "web", "80")
+	other := providers.IngressPoolName(name, "ns", "other", "80")
+	lb := &providers.LoadBalancer{Name: name, Ingress: "ns/ing", Kind: providers.L7,
+		Listeners: []providers.Listener{{Port: 80, Protocol: providers.HTTP}},
+		Pools: []providers.Pool{
+			{Name: apiPool, Members: startBackends(t, bs, "api", 1)},
+			{Name: web, Members: startBackends(t, bs, "web", 2)},
+			{Name: other, Members: startBackends(t, bs, "other", 1)},
+		},
+		HTTP: &providers.HTTPRoutes{DefaultPool: other, Rules: []providers.Rule{
+			{Host: "shop.example.com", Path: "/api", PathType: providers.PathPrefix, Pool: apiPool},
+			{Host: "shop.example.com", Path: "/", PathType: providers.PathPrefix, Pool: web},
+			{Host: "*.example.net", Path: "/exact", PathType: providers.PathExact, Pool: apiPool},
+		}},
+	}
+	st, err := p.Ensure(ctx, lb)
+	if err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	url := URL(st.VIPs[0], 80)
+	c := b.ClientHTTP(3 * time.Second)
+	for _, tc := range []struct{ host, path, want string }{
+		{"shop.example.com", "/api", "api-0"},
+		{"shop.example.com:80", "/api/v1", "api-0"},
+		{"shop.example.com", "/apix", "web-"}, // Prefix is element-wise: /apix is not under /api
+		{"shop.example.com", "/", "web-"},
+		{"a.example.net", "/exact", "api-0"},
+		{"a.example.net", "/exact/more", "other-0"}, // Exact only
+		{"a.b.example.net", "/exact", "other-0"},    // the wildcard is one label
+		{"unknown.example.org", "/", "other-0"},     // the default pool
+	} {
+		got, err := getHost(ctx, c, url, tc.host, tc.path)
+		if err != nil || !strings.HasPrefix(got, tc.want) {
+			t.Errorf("Host %s path %s: answered by %q (%v), want %s", tc.host, tc.path, got, err, tc.want)
+		}
+	}
+	n, err := providers.Normalize(lb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := *n
+	want.VIPs = st.VIPs
+	if diff := cmp.Diff(want, listOne(t, p, name)); diff != "" {
+		t.Fatalf("List (-applied +listed):\n%s", diff)
+	}
+
+	// A member of an L7 pool goes: no reload.
+	before := status(t, b)
+	fewer := lb.Clone()
+	fewer.Pools[1].Members = fewer.Pools[1].Members[:1]
+	if _, err := p.Ensure(ctx, fewer); err != nil {
+		t.Fatal(err)
+	}
+	if after := status(t, b); after.Reloads != before.Reloads || after.WorkerPID != before.WorkerPID {
+		t.Errorf("a member change of an L7 pool reloaded HAProxy: %+v -> %+v", before, after)
+	}
+	for range 6 {
+		if got, err := getHost(ctx, c, url, "shop.example.com", "/"); err != nil || got != "web-0" {
+			t.Fatalf("after web-1 left: answered by %q (%v), want web-0", got, err)
+		}
+	}
+
+	// HTTPS: not served (yet), said so; HTTP still served.
+	withTLS := fewer.Clone()
+	withTLS.Listeners = append(withTLS.Listeners, providers.Listener{Port: 443, Protocol: providers.HTTPS})
+	certPEM, keyPEM := selfSigned(t)
+	withTLS.HTTP.TLS = []providers.TLSCert{{Secret: "ns/tls", Hosts: []string{"shop.example.com"}, CertPEM: certPEM, KeyPEM: keyPEM,
+		Fingerprint: providers.CertFingerprint(certPEM)}}
+	st, err = p.Ensure(ctx, withTLS)
+	if err != nil {
+		t.Fatalf("Ensure with TLS: %v", err)
+	}
+	if len(st.Warnings) != 1 || !strings.Contains(st.Warnings[0], "HTTPS/443") {
+		t.Fatalf("warnings %q; want one naming HTTPS/443", st.Warnings)
+	}
+	if got, err := getHost(ctx, c, url, "shop.example.com", "/api"); err != nil || got != "api-0" {
+		t.Fatalf("HTTP after the TLS change: %q (%v)", got, err)
+	}
+	if err := p.Delete(ctx, name, providers.L7); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if lbs, err := p.List(ctx); err != nil || len(lbs) != 0 {
+		t.Fatalf("List after Delete = %v, %v", lbs, err)
+	}
+}
+
+func selfSigned(t *testing.T) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "shop.example.com"},
+		DNSNames: []string{"shop.example.com"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
 }
