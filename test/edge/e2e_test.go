@@ -74,6 +74,10 @@ func startLBSync(t *testing.T, c *cluster.Cluster, b *Bed, name string) *stack.L
 	return startLBSyncReplica(t, c, b, name, "npl-lbsync-"+name, false)
 }
 
+// extraConfig is appended to the configuration of the next npl-lbsync a
+// test starts (an ingressClass, say).
+var extraConfig string
+
 // startLBSyncReplica starts one npl-lbsync replica named replica, with
 // leader election when leaderElect is set.
 func startLBSyncReplica(t *testing.T, c *cluster.Cluster, b *Bed, name, replica string, leaderElect bool) *stack.LBSync {
@@ -84,7 +88,7 @@ func startLBSyncReplica(t *testing.T, c *cluster.Cluster, b *Bed, name, replica 
 	}
 	sec, _ := json.Marshal(map[string]any{"name": "haproxy", "haproxy": section})
 	cfg := fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/%s\nresyncPeriod: 1m\ndrainSeconds: 5\nvipPool: [%q]\nprovider: %s\n",
-		name, name, VIPRange, sec)
+		name, name, VIPRange, sec) + extraConfig
 	l, err := stack.StartLBSync(context.Background(), c, stack.LBSyncOptions{Name: replica, Config: cfg, LeaderElect: leaderElect})
 	if err != nil {
 		t.Fatal(err)
