@@ -32,7 +32,9 @@ func TestEndToEnd_ingressThroughTheVIP(t *testing.T) {
 	if _, err := client.NetworkingV1().IngressClasses().Create(ctx, ic, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = client.NetworkingV1().IngressClasses().Delete(context.Background(), class, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = client.NetworkingV1().IngressClasses().Delete(context.Background(), class, metav1.DeleteOptions{})
+	})
 	ns := c.TestNamespace(t)
 	for _, app := range []string{"alpha", "beta"} {
 		if _, err := client.AppsV1().Deployments(ns).Create(ctx, webDeployment(ns, app, 2), metav1.CreateOptions{}); err != nil {
