@@ -11,9 +11,11 @@
 package edge
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -331,8 +333,18 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 		}
 		// Every HTTP listener of a load balancer has the same rules.
 		lb.Kind = providers.L7
-		lb.Listeners = append(lb.Listeners, providers.Listener{Port: f.Port, Protocol: providers.HTTP})
-		lb.HTTP = &providers.HTTPRoutes{Rules: f.Rules, DefaultPool: f.DefaultBackend}
+		protocol := providers.HTTP
+		var tls []providers.TLSCert
+		if len(f.Certificates) > 0 {
+			protocol = providers.HTTPS
+			for _, c := range f.Certificates {
+				tls = append(tls, c.Cert)
+			}
+		} else if lb.HTTP != nil {
+			tls = lb.HTTP.TLS
+		}
+		lb.Listeners = append(lb.Listeners, providers.Listener{Port: f.Port, Protocol: protocol})
+		lb.HTTP = &providers.HTTPRoutes{Rules: f.Rules, DefaultPool: f.DefaultBackend, TLS: tls}
 		if lb.HTTP.Rules == nil {
 			lb.HTTP.Rules = []providers.Rule{}
 		}
@@ -418,9 +430,11 @@ func (e *Edge) checkConflicts(cluster string, lb *providers.LoadBalancer) error 
 	return nil
 }
 
-// served reports whether HAProxy serves listeners of protocol p here: TCP
-// and plain HTTP. UDP it cannot; HTTPS (TLS termination) is not done yet.
-func served(p providers.Protocol) bool { return p == providers.TCP || p == providers.HTTP }
+// served reports whether HAProxy serves listeners of protocol p here: TCP,
+// HTTP and HTTPS; UDP it cannot.
+func served(p providers.Protocol) bool {
+	return p == providers.TCP || p == providers.HTTP || p == providers.HTTPS
+}
 
 // proxies are the HAProxy frontends and backends of the desired state: per
 // L4 listener a TCP frontend and its pool's backend; per L7 load balancer an
@@ -434,9 +448,15 @@ func (e *Edge) proxies() haproxy.Proxies {
 				if !served(l.Protocol) {
 					continue
 				}
-				out.Frontends = append(out.Frontends, haproxy.Frontend{Name: providers.ListenerName(lb.Name, l.Protocol, l.Port),
+				f := haproxy.Frontend{Name: providers.ListenerName(lb.Name, l.Protocol, l.Port),
 					Cluster: k.cluster, LoadBalancer: lb.Name, Service: lb.Service, Ingress: lb.Ingress, HTTP: true,
-					VIP: vip, Port: l.Port, Rules: lb.HTTP.Rules, DefaultBackend: lb.HTTP.DefaultPool})
+					VIP: vip, Port: l.Port, Rules: lb.HTTP.Rules, DefaultBackend: lb.HTTP.DefaultPool}
+				if l.Protocol == providers.HTTPS {
+					for _, c := range lb.HTTP.TLS {
+						f.Certificates = append(f.Certificates, haproxy.CertFile{Path: e.certPath(c.Fingerprint), Cert: c.WithoutKeys()})
+					}
+				}
+				out.Frontends = append(out.Frontends, f)
 			}
 			for _, p := range lb.Pools {
 				out.Backends = append(out.Backends, haproxy.Backend{Name: p.Name, Cluster: k.cluster, LoadBalancer: lb.Name,
@@ -467,6 +487,9 @@ func (e *Edge) render() haproxy.Rendered {
 // changed, runtime commands for the members, and the configuration file
 // rewritten so that the next start has them. Called with e.mu held.
 func (e *Edge) converge(ctx context.Context) (changed, reloaded bool, err error) {
+	if err := e.writeCerts(); err != nil {
+		return false, false, err
+	}
 	r := e.render()
 	if r.Frame != e.activeFrame || !e.running {
 		if err := e.checkAndWrite(ctx, r); err != nil {
@@ -503,7 +526,101 @@ func (e *Edge) converge(ctx context.Context) (changed, reloaded bool, err error)
 		}
 		e.activeText = r.Text
 	}
+	e.removeStaleCerts()
 	return changed, reloaded, nil
+}
+
+// certPath is the file of a certificate and its key, named by the
+// certificate's fingerprint: a changed certificate is a new file, hence a
+// changed configuration and a reload.
+func (e *Edge) certPath(fingerprint string) string {
+	return filepath.Join(e.cfg.Dir, "tls", fingerprint+".pem")
+}
+
+// writeCerts writes the certificate files of the desired state that do not
+// exist yet (mode 0600 in a 0700 directory): HAProxy reads them, and a
+// restarted edge reads the keys back from them.
+func (e *Edge) writeCerts() error {
+	for _, lb := range e.desired {
+		if !lb.IsL7() {
+			continue
+		}
+		for _, c := range lb.HTTP.TLS {
+			path := e.certPath(c.Fingerprint)
+			if _, err := os.Stat(path); err == nil {
+				continue
+			}
+			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+				return err
+			}
+			pemData := append(append(bytes.TrimSpace(slices.Clone(c.CertPEM)), '\n'), bytes.TrimSpace(c.KeyPEM)...)
+			if err := writeFile(path, append(pemData, '\n')); err != nil {
+				return fmt.Errorf("write the certificate of TLS Secret %s: %w", c.Secret, err)
+			}
+		}
+	}
+	return nil
+}
+
+// removeStaleCerts removes the certificate files no load balancer uses.
+func (e *Edge) removeStaleCerts() {
+	used := map[string]bool{}
+	for _, lb := range e.desired {
+		if lb.IsL7() {
+			for _, c := range lb.HTTP.TLS {
+				used[e.certPath(c.Fingerprint)] = true
+			}
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(e.cfg.Dir, "tls", "*.pem"))
+	for _, f := range files {
+		if !used[f] {
+			_ = os.Remove(f)
+		}
+	}
+}
+
+// AttachCertificates puts the PEM data of certs into the TLS entries of lb
+// they belong to; a certificate for a Secret lb does not name is an error.
+func AttachCertificates(lb *providers.LoadBalancer, certs []api.Certificate) error {
+	for _, c := range certs {
+		found := false
+		if lb.HTTP != nil {
+			for i := range lb.HTTP.TLS {
+				if lb.HTTP.TLS[i].Secret == c.Secret {
+					lb.HTTP.TLS[i].CertPEM, lb.HTTP.TLS[i].KeyPEM = []byte(c.CertPEM), []byte(c.KeyPEM)
+					found = true
+				}
+			}
+		}
+		if !found {
+			return fmt.Errorf("%w: load balancer %s: a certificate for TLS Secret %s, which it does not name", ErrInvalid, lb.Name, c.Secret)
+		}
+	}
+	return nil
+}
+
+// readCert reads the certificate and key of a TLS entry back from its file.
+func (e *Edge) readCert(c *providers.TLSCert) error {
+	data, err := os.ReadFile(e.certPath(c.Fingerprint))
+	if err != nil {
+		return err
+	}
+	var certs, key []byte
+	for rest := data; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type == "CERTIFICATE" {
+			certs = append(certs, pem.EncodeToMemory(block)...)
+		} else {
+			key = pem.EncodeToMemory(block)
+		}
+	}
+	c.CertPEM, c.KeyPEM = certs, key
+	return nil
 }
 
 // checkAndWrite checks the configuration with "haproxy -c" and writes it;
@@ -655,6 +772,13 @@ func (e *Edge) load() error {
 		return fmt.Errorf("load the desired state %s: %w", e.stateFile(), err)
 	}
 	for _, s := range saved {
+		if s.LoadBalancer.HTTP != nil {
+			for i := range s.LoadBalancer.HTTP.TLS {
+				if err := e.readCert(&s.LoadBalancer.HTTP.TLS[i]); err != nil {
+					return fmt.Errorf("load the desired state: the certificate of TLS Secret %s: %w", s.LoadBalancer.HTTP.TLS[i].Secret, err)
+				}
+			}
+		}
 		n, err := checkRequest(s.Cluster, &s.LoadBalancer)
 		if err != nil {
 			return fmt.Errorf("load the desired state %s: %w", e.stateFile(), err)

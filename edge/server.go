@@ -16,7 +16,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeportlocal/npl/edge/api"
-	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/secretfile"
 )
 
@@ -38,11 +37,16 @@ func (e *Edge) Handler() http.Handler {
 
 func (e *Edge) handlePut(w http.ResponseWriter, r *http.Request) {
 	cluster, name := r.PathValue("cluster"), r.PathValue("name")
-	var lb providers.LoadBalancer
+	var req api.LoadBalancerRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&lb); err != nil {
+	if err := dec.Decode(&req); err != nil {
 		writeError(w, fmt.Errorf("%w: load balancer %s: body: %v", ErrInvalid, name, err))
+		return
+	}
+	lb := req.LoadBalancer
+	if err := AttachCertificates(&lb, req.Certificates); err != nil {
+		writeError(w, err)
 		return
 	}
 	if lb.Name != name {

@@ -1,7 +1,7 @@
 // Package api is the wire format of npl-edge's HTTPS API, the one place
 // that both npl-edge and the haproxy provider of npl-lbsync read it from.
 //
-//	PUT    /v1/clusters/{cluster}/loadbalancers/{name}  body: providers.LoadBalancer with VIPs = [vip]  -> EnsureResult
+//	PUT    /v1/clusters/{cluster}/loadbalancers/{name}  body: LoadBalancerRequest with VIPs = [vip]       -> EnsureResult
 //	DELETE /v1/clusters/{cluster}/loadbalancers/{name}                                                -> DeleteResult
 //	GET    /v1/clusters/{cluster}/loadbalancers/{name}  what HAProxy serves of it                      -> providers.LoadBalancer (404 when none)
 //	GET    /v1/clusters/{cluster}/loadbalancers         what HAProxy serves of the cluster             -> List
@@ -30,6 +30,23 @@ func LoadBalancerPath(cluster, name string) string {
 
 // StatusPath is the path of the edge's status.
 const StatusPath = "/v1/status"
+
+// LoadBalancerRequest is the body of a PUT: the load balancer model, and
+// for an L7 one with HTTPS the certificates and keys of its TLS Secrets,
+// which the model itself never serialises. The edge writes them into its
+// own directory (mode 0600) for HAProxy; it never answers or logs them.
+type LoadBalancerRequest struct {
+	providers.LoadBalancer
+	Certificates []Certificate `json:"certificates,omitempty"`
+}
+
+// Certificate is the PEM certificate chain and key of one TLS Secret of the
+// model (HTTP.TLS[].Secret).
+type Certificate struct {
+	Secret  string `json:"secret"`
+	CertPEM string `json:"certPEM"`
+	KeyPEM  string `json:"keyPEM"`
+}
 
 // EnsureResult is the answer to a PUT.
 type EnsureResult struct {

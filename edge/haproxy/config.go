@@ -66,6 +66,18 @@ type Frontend struct {
 	// Rules are the L7 rules in the order HAProxy tries them.
 	Rules          []providers.Rule
 	DefaultBackend string
+	// Certificates, when any, terminate TLS on the listener (HTTPS): the
+	// first is the default, the others are picked by SNI.
+	Certificates []CertFile
+}
+
+// CertFile is a certificate and key HAProxy loads from Path (the chain then
+// the key, PEM), and what the configuration records of it.
+type CertFile struct {
+	Path string
+	// Cert is the certificate without its PEM data: Secret, Hosts and
+	// Fingerprint.
+	Cert providers.TLSCert
 }
 
 // Backend is one pool.
@@ -170,7 +182,16 @@ func Render(g Globals, p Proxies) Rendered {
 		if f.HTTP {
 			emit(obj, "    mode http", false)
 		}
-		emit(obj, "    bind "+Address(f.VIP.String(), f.Port), false)
+		bind := "    bind " + Address(f.VIP.String(), f.Port)
+		if len(f.Certificates) > 0 {
+			bind += " ssl"
+			for _, c := range f.Certificates {
+				bind += " crt " + c.Path
+				emit(obj, fmt.Sprintf("    # npl tls secret=%s fingerprint=%s hosts=%s", c.Cert.Secret, c.Cert.Fingerprint,
+					strings.Join(c.Cert.Hosts, ",")), false)
+			}
+		}
+		emit(obj, bind, false)
 		for _, r := range f.Rules {
 			emit(obj, fmt.Sprintf("    # npl rule host=%s path=%s type=%s pool=%s", r.Host, r.Path, r.PathType, r.Pool), false)
 			for _, m := range r.PathMatches() {
@@ -265,6 +286,20 @@ func Parse(text []byte) (Proxies, error) {
 					return Proxies{}, fmt.Errorf("line %d: frontend %s: %w", n, name, err)
 				}
 				f.VIP, f.Port = ip, port
+				for i, w := range fields {
+					if w == "crt" && i+1 < len(fields) {
+						if k := slices.IndexFunc(f.Certificates, func(c CertFile) bool { return c.Path == "" }); k >= 0 {
+							f.Certificates[k].Path = fields[i+1]
+						}
+					}
+				}
+			case len(fields) > 2 && fields[0] == "#" && fields[1] == "npl" && fields[2] == "tls":
+				kv := keyValues(fields[3:])
+				c := providers.TLSCert{Secret: kv["secret"], Fingerprint: kv["fingerprint"]}
+				if kv["hosts"] != "" {
+					c.Hosts = strings.Split(kv["hosts"], ",")
+				}
+				f.Certificates = append(f.Certificates, CertFile{Cert: c})
 			case fields[0] == "default_backend" && len(fields) > 1:
 				f.DefaultBackend = fields[1]
 			case len(fields) > 2 && fields[0] == "#" && fields[1] == "npl" && fields[2] == "rule":

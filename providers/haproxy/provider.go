@@ -2,10 +2,10 @@
 // every configured npl-edge (the command beside HAProxy on an edge host)
 // over mutual TLS, and counts a change applied only when every edge has
 // it. HAProxy serves TCP listeners and, for L7 load balancers (Ingress),
-// HTTP listeners with host and path rules; UDP listeners (HAProxy 2.6 has
-// no UDP load balancing) and HTTPS ones (TLS termination is not done yet)
-// are reported as warnings while the others are served. VIPs come from
-// vipPool, as the edges do not allocate them.
+// HTTP and HTTPS listeners (TLS terminated with the Ingress's Secrets) with
+// host and path rules; UDP listeners (HAProxy 2.6 has no UDP load
+// balancing) are reported as warnings while the others are served. VIPs
+// come from vipPool, as the edges do not allocate them.
 package haproxy
 
 import (
@@ -61,24 +61,16 @@ func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (prov
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
 	}
-	body := lb.Clone()
-	body.VIPs = []string{vip.String()}
-	var warnings []string
-	if body.IsL7() && len(body.HTTP.TLS) > 0 {
-		// TLS termination is not done yet, and the keys do not travel:
-		// the HTTPS listeners stay out, the HTTP ones are served.
-		var https []string
-		body.Listeners = slices.DeleteFunc(body.Listeners, func(l providers.Listener) bool {
-			if l.Protocol == providers.HTTPS {
-				https = append(https, fmt.Sprintf("%s/%d", l.Protocol, l.Port))
-				return true
-			}
-			return false
-		})
-		body.HTTP.TLS = nil
-		warnings = append(warnings, fmt.Sprintf("TLS termination is not supported by the haproxy provider yet: listener(s) %s not served", strings.Join(https, ", ")))
+	req := api.LoadBalancerRequest{LoadBalancer: *lb.Clone()}
+	req.VIPs = []string{vip.String()}
+	if lb.IsL7() {
+		// The model never serialises key material: the certificates of
+		// an HTTPS listener travel beside it, to the edges only.
+		for _, c := range lb.HTTP.TLS {
+			req.Certificates = append(req.Certificates, api.Certificate{Secret: c.Secret, CertPEM: string(c.CertPEM), KeyPEM: string(c.KeyPEM)})
+		}
 	}
-	data, err := json.Marshal(body)
+	data, err := json.Marshal(req)
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
 	}
@@ -92,7 +84,7 @@ func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (prov
 	p.mu.Lock()
 	delete(p.reserved, lb.Name)
 	p.mu.Unlock()
-	status := providers.Status{VIPs: []string{vip.String()}, Warnings: warnings}
+	status := providers.Status{VIPs: []string{vip.String()}}
 	if u := results[0].Unsupported; len(u) > 0 {
 		status.Warnings = append(status.Warnings, fmt.Sprintf("HAProxy does not serve UDP: listener(s) %s not served", strings.Join(u, ", ")))
 	}

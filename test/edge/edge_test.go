@@ -5,15 +5,18 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -626,8 +629,9 @@ func getHost(ctx context.Context, c *http.Client, vipURL, host, path string) (st
 // TestProvider_l7HostAndPathRules: an L7 load balancer (an Ingress) is an
 // HTTP frontend whose rules send each request, by Host and path, to the
 // pool Kubernetes prescribes; List reads the rules and pools back exactly;
-// a member change of an L7 pool needs no reload; an HTTPS listener is
-// reported as not served while HTTP is.
+// a member change of an L7 pool needs no reload; an HTTPS listener
+// terminates TLS with the Secret's certificate, kept across a restart of
+// the edge.
 func TestProvider_l7HostAndPathRules(t *testing.T) {
 	b, bs := newBed(t)
 	p := openProvider(t, b, b.ProviderSection())
@@ -696,7 +700,8 @@ func TestProvider_l7HostAndPathRules(t *testing.T) {
 		}
 	}
 
-	// HTTPS: not served (yet), said so; HTTP still served.
+	// HTTPS: TLS terminated on the VIP with the Secret's certificate,
+	// read back without its key; HTTP still served.
 	withTLS := fewer.Clone()
 	withTLS.Listeners = append(withTLS.Listeners, providers.Listener{Port: 443, Protocol: providers.HTTPS})
 	certPEM, keyPEM := selfSigned(t)
@@ -706,11 +711,49 @@ func TestProvider_l7HostAndPathRules(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Ensure with TLS: %v", err)
 	}
-	if len(st.Warnings) != 1 || !strings.Contains(st.Warnings[0], "HTTPS/443") {
-		t.Fatalf("warnings %q; want one naming HTTPS/443", st.Warnings)
+	if len(st.Warnings) != 0 {
+		t.Fatalf("warnings %q; want none", st.Warnings)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	tc := b.ClientHTTP(3 * time.Second)
+	tc.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool, ServerName: "shop.example.com", MinVersion: tls.VersionTLS12}
+	httpsURL := "https://" + net.JoinHostPort(st.VIPs[0], "443")
+	if got, err := getHost(ctx, tc, httpsURL, "shop.example.com", "/api"); err != nil || got != "api-0" {
+		t.Fatalf("HTTPS request for shop.example.com/api: %q (%v), want api-0", got, err)
 	}
 	if got, err := getHost(ctx, c, url, "shop.example.com", "/api"); err != nil || got != "api-0" {
 		t.Fatalf("HTTP after the TLS change: %q (%v)", got, err)
+	}
+	n, err = providers.Normalize(withTLS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = *n
+	want.VIPs = st.VIPs
+	want.HTTP.TLS[0] = want.HTTP.TLS[0].WithoutKeys()
+	if diff := cmp.Diff(want, listOne(t, p, name)); diff != "" {
+		t.Fatalf("List with TLS (-applied +listed):\n%s", diff)
+	}
+	// The edge keeps the key for a restart of its own, and serves it again.
+	b.StopEdge()
+	if err := b.StartEdge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := getHost(ctx, tc, httpsURL, "shop.example.com", "/"); err != nil || got != "web-0" {
+		t.Fatalf("HTTPS after the edge restarted: %q (%v), want web-0", got, err)
+	}
+	// The key is in one file of mode 0600, not in the log nor the state.
+	state, err := os.ReadFile(filepath.Join(b.Edges[0].Dir, "edge-state", "desired.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.EdgeLog(), "PRIVATE KEY") || strings.Contains(string(state), "PRIVATE KEY") {
+		t.Error("the private key is in the edge's log or desired.json")
+	}
+	keyFile := filepath.Join(b.Edges[0].Dir, "edge-state", "tls", providers.CertFingerprint(certPEM)+".pem")
+	if fi, err := os.Stat(keyFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("certificate file %s: %v, mode %v; want 0600", keyFile, err, fi)
 	}
 	if err := p.Delete(ctx, name, providers.L7); err != nil {
 		t.Fatalf("Delete: %v", err)
