@@ -773,10 +773,17 @@ func (e *Edge) load() error {
 	}
 	for _, s := range saved {
 		if s.LoadBalancer.HTTP != nil {
+			var missing error
 			for i := range s.LoadBalancer.HTTP.TLS {
 				if err := e.readCert(&s.LoadBalancer.HTTP.TLS[i]); err != nil {
-					return fmt.Errorf("load the desired state: the certificate of TLS Secret %s: %w", s.LoadBalancer.HTTP.TLS[i].Secret, err)
+					missing = fmt.Errorf("the certificate of TLS Secret %s: %w", s.LoadBalancer.HTTP.TLS[i].Secret, err)
 				}
+			}
+			if missing != nil {
+				// Served again when the provider next states it; the
+				// others start now.
+				klog.ErrorS(missing, "Load balancer of the saved state left out", "cluster", s.Cluster, "loadBalancer", s.LoadBalancer.Name)
+				continue
 			}
 		}
 		n, err := checkRequest(s.Cluster, &s.LoadBalancer)
