@@ -275,6 +275,10 @@ func (e *Edge) Delete(ctx context.Context, cluster, name string) (bool, error) {
 	if _, _, err := e.converge(ctx); err != nil {
 		if errors.Is(err, ErrRejected) {
 			e.desired[key] = prev
+		} else {
+			// Not running, or a runtime command failed: the deletion
+			// stands and is applied when HAProxy runs or at the resync.
+			_ = e.save()
 		}
 		return false, fmt.Errorf("delete %s: %w", name, err)
 	}
