@@ -26,6 +26,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nodeportlocal/npl/edge/api"
+	"github.com/nodeportlocal/npl/edge/haproxy"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/cluster"
 )
@@ -780,4 +781,41 @@ func selfSigned(t *testing.T) (certPEM, keyPEM []byte) {
 		t.Fatal(err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+}
+
+// TestEdge_resyncRepairsRuntimeDrift: a member drained and another deleted
+// by hand on HAProxy's admin socket are put back by the edge's periodic
+// resync (1 s in the bed), with no reload.
+func TestEdge_resyncRepairsRuntimeDrift(t *testing.T) {
+	b, bs := newBed(t)
+	p := openProvider(t, b, b.ProviderSection())
+	ctx := context.Background()
+	members := startBackends(t, bs, "web", 2)
+	lb := model("web", 80, members)
+	if _, err := p.Ensure(ctx, lb); err != nil {
+		t.Fatal(err)
+	}
+	want := listOne(t, p, lb.Name)
+	before := status(t, b)
+	admin := filepath.Join(b.Edges[0].Dir, "edge-state", "admin.sock")
+	pool := lb.Listeners[0].Pool.Name
+	for _, cmd := range []string{
+		"set server " + pool + "/" + haproxy.ServerName(members[0]) + " state drain",
+		"set server " + pool + "/" + haproxy.ServerName(members[1]) + " state maint",
+		"del server " + pool + "/" + haproxy.ServerName(members[1]),
+	} {
+		if err := haproxy.Run(ctx, admin, cmd, "Server deleted"); err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
+	}
+	if got := listOne(t, p, lb.Name); cmp.Equal(want, got) {
+		t.Fatal("the drift did not show in List")
+	}
+	waitForCond(t, 10*time.Second, "the resync to repair the drift", func() (bool, error) {
+		return cmp.Equal(want, listOne(t, p, lb.Name)), nil
+	})
+	if after := status(t, b); after.Reloads != before.Reloads || after.WorkerPID != before.WorkerPID {
+		t.Errorf("the repair reloaded HAProxy: %+v -> %+v", before, after)
+	}
+	waitAnswers(t, b, URL(want.VIPs[0], 80), []string{"web-0", "web-1"})
 }
