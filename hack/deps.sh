@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages that the tests and the demo need (network
-# namespaces, iptables, nftables, conntrack) when any is missing. Needs root; does
+# namespaces, iptables, nftables, conntrack, haproxy) when any is missing. Needs
+# root; does
 # nothing when everything is present.
 set -euo pipefail
 
@@ -11,6 +12,8 @@ command -v conntrack >/dev/null 2>&1 || missing+=(conntrack)
 command -v nft >/dev/null 2>&1 || missing+=(nftables)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
+# HAProxy is the data plane of the haproxy provider's tests (npl-edge).
+command -v haproxy >/dev/null 2>&1 || missing+=(haproxy)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ]; then
