@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -202,12 +203,8 @@ func BenchmarkEdge_podReadyToVIP(b *testing.B) {
 		su := startServersUp(ctx, bed.Edges[0], pool)
 		fa := startFirstAnswers(ctx, bed, url, 8, 5*time.Minute)
 		for n := 1 + step; n <= 1+pods; n += step {
-			d, err := client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			d.Spec.Replicas = new(int32(n))
-			if _, err := client.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+			patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n)
+			if _, err := client.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 				b.Fatal(err)
 			}
 			waitForCond(b, 2*time.Minute, fmt.Sprintf("%d Pods ready and answering through the VIP", n), func() (bool, error) {

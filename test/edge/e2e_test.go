@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
@@ -184,12 +185,10 @@ func waitForCond(t testing.TB, d time.Duration, what string, cond func() (bool, 
 func scaleAndConverge(t testing.TB, client kubernetes.Interface, b *Bed, ns, name, url string, replicas int32) []string {
 	t.Helper()
 	ctx := context.Background()
-	d, err := client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Spec.Replicas = &replicas
-	if _, err := client.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+	// A patch, not Get and Update: the Deployment's controller writes it
+	// meanwhile.
+	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas)
+	if _, err := client.AppsV1().Deployments(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var pods []string
