@@ -12,7 +12,7 @@ GO         ?= go
 GOTEST     := $(GO) test -count=1
 COMMANDS   := npl-agent npl-lbsync nplctl npl-edge
 GOLANGCI_LINT_VERSION := v2.15.0
-PROVIDER   ?= mock
+PROVIDER   ?= haproxy
 KEEP       ?= 0
 FUZZTIME   ?= 30s
 
@@ -79,7 +79,7 @@ lint: vet ## gofmt check, go vet and golangci-lint.
 ##@ Run
 
 .PHONY: demo
-demo: deps tools build ## Run the whole system on one machine with real traffic (PROVIDER=mock|avi|bigip, KEEP=1).
+demo: deps tools build ## Run the whole system on one machine with real traffic (PROVIDER=haproxy|mock|avi|bigip, KEEP=1).
 	$(GO) run ./test/demo/cmd/npl-demo --provider $(PROVIDER) --keep=$(KEEP)
 
 .PHONY: demo-shell

@@ -1,6 +1,7 @@
 // Package demo runs the whole system on one machine: a local 3-node cluster,
-// npl-agent on every node, npl-lbsync with a load balancer (the mock, or
-// the Avi or BIG-IP simulator), the manifests in examples/, and real traffic.
+// npl-agent on every node, npl-lbsync with a load balancer (HAProxy on an
+// edge host, the mock, or the Avi or BIG-IP simulator), the manifests in
+// examples/, and real traffic.
 // `make demo` and its test run this same code.
 package demo
 
@@ -29,8 +30,10 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/edge/haproxy"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/cluster"
+	edgebed "github.com/nodeportlocal/npl/test/edge"
 	"github.com/nodeportlocal/npl/test/stack"
 )
 
@@ -39,7 +42,7 @@ const Namespace = "npl-demo"
 
 // Options configure a run.
 type Options struct {
-	// Provider is mock, avi or bigip.
+	// Provider is haproxy (the default), mock, avi or bigip.
 	Provider string
 	// Keep leaves everything running until ctx ends, for kubectl and curl.
 	Keep bool
@@ -66,7 +69,34 @@ type Result struct {
 	// ScaleConvergence is the time from the scale to 2 until the load
 	// balancer's pool held exactly the 2 remaining Pods.
 	ScaleConvergence time.Duration
+
+	// The requests through HAProxy's VIPs (provider haproxy only).
+	// VIPAnswers counts the answers of each Pod to requests to web's VIP;
+	// VIPWrong counts those where the Pod that answered is not the one
+	// behind the member HAProxy chose (a second hop), VIPFailed the failed
+	// requests.
+	VIPAnswers          map[string]int
+	VIPWrong, VIPFailed int
+	// NodePortRequests went to a second VIP whose members are every
+	// node's nodeIP:NodePort of web-nodeport; NodePortSecondHops of them
+	// were answered by a Pod on another node than the member's, and
+	// NodePortFailed failed.
+	NodePortRequests, NodePortSecondHops, NodePortFailed int
+	// NotServed is the dns Service's Warning Event about its UDP port.
+	NotServed string
 }
+
+// VIPRequests and NodePortVIPRequests are how many requests the demo sends
+// to web's VIP (each of its 4 Pods twice under round robin) and to the
+// NodePort VIP (each of the 3 nodes 4 times).
+const (
+	VIPRequests         = 8
+	NodePortVIPRequests = 12
+)
+
+// nodePortVIP is the address of the NodePort contrast's load balancer: in
+// the edge's VIP range, outside what npl-lbsync allocates from.
+var nodePortVIP = netip.MustParsePrefix("198.18.200.250/32")
 
 type run struct {
 	opts    Options
@@ -74,6 +104,7 @@ type run struct {
 	c       *cluster.Cluster
 	client  kubernetes.Interface
 	backend stack.Backend
+	bed     *edgebed.Bed // provider haproxy: the edge and client namespaces
 	lbsync  *stack.LBSync
 	agents  []*stack.Agent
 	cluster string
@@ -89,19 +120,19 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		opts.Out = os.Stdout
 	}
 	if opts.Provider == "" {
-		opts.Provider = "mock"
+		opts.Provider = "haproxy"
 	}
 	if opts.StateDir == "" {
 		opts.StateDir = "/tmp/npl-demo"
 	}
 	switch opts.Provider {
-	case "mock", "avi", "bigip":
+	case "haproxy", "mock", "avi", "bigip":
 	default:
-		return nil, fmt.Errorf("provider %q: want mock, avi or bigip", opts.Provider)
+		return nil, fmt.Errorf("provider %q: want haproxy, mock, avi or bigip", opts.Provider)
 	}
 	r := &run{opts: opts, out: opts.Out, cluster: "demo", res: &Result{
 		Answers: map[string]string{}, Expected: map[string]string{}, UDPAnswers: map[string]string{}, UDPExpected: map[string]string{},
-		NodePortOpen: map[string]bool{}, NPLOpen: map[string]bool{}, Backends: map[string]int{},
+		NodePortOpen: map[string]bool{}, NPLOpen: map[string]bool{}, Backends: map[string]int{}, VIPAnswers: map[string]int{},
 	}}
 	defer r.cleanup()
 	if err := r.steps(ctx); err != nil {
@@ -167,7 +198,11 @@ func (r *run) steps(ctx context.Context) error {
 			return err
 		}
 	}
-	r.printf("\nAll good: every pool member is one hop to the right Pod.\n")
+	if r.bed != nil {
+		r.printf("\nAll good: every request to the VIP went one hop to the Pod behind the member HAProxy chose.\n")
+	} else {
+		r.printf("\nAll good: every pool member is one hop to the right Pod.\n")
+	}
 	return nil
 }
 
@@ -178,13 +213,39 @@ func (r *run) startLBSync(ctx context.Context) error {
 	}
 	vips := netip.MustParsePrefix("198.18.200.0/24")
 	var err error
-	if r.backend, err = stack.StartBackend(r.opts.Provider, dir, vips); err != nil {
+	if r.opts.Provider == "haproxy" {
+		if err := r.startEdge(ctx, dir); err != nil {
+			return err
+		}
+		// npl-lbsync allocates below the NodePort contrast's VIP.
+		vips = netip.MustParsePrefix("198.18.200.0/25")
+	} else if r.backend, err = stack.StartBackend(r.opts.Provider, dir, vips); err != nil {
 		return err
 	}
 	// drainSeconds 0: the demo shows a scaled-down Pod leaving its pool at
 	// once; the default (30 s) keeps it there, disabled, while it drains.
 	cfg := fmt.Sprintf("clusterName: %s\ndefaultLoadBalancer: true\ndrainSeconds: 0\nvipPool: [%q]\n%s", r.cluster, vips, r.backend.ProviderConfig())
 	r.lbsync, err = stack.StartLBSync(ctx, r.c, stack.LBSyncOptions{Config: cfg})
+	return err
+}
+
+// startEdge starts the edge host (npl-edge and HAProxy in a network
+// namespace on the cluster's bridge, VIPs routed to it) and the client
+// namespace the requests to the VIPs come from: the bed of test/edge.
+func (r *run) startEdge(ctx context.Context, dir string) error {
+	bed, err := edgebed.Start(ctx, dir, edgebed.Options{
+		Bridge: "npl-br0", BridgeIP: netip.MustParseAddr("198.18.0.1"),
+		EdgeIP: netip.MustParseAddr("198.18.0.200"), ClientIP: netip.MustParseAddr("198.18.0.201"),
+		BinDir: r.bin, Name: "demo",
+	})
+	if err != nil {
+		return err
+	}
+	r.bed = bed
+	if err := bed.StartEdge(ctx); err != nil {
+		return err
+	}
+	r.backend, err = edgebed.NewLBBackend(ctx, bed, r.cluster)
 	return err
 }
 
@@ -402,6 +463,9 @@ func (r *run) showPools(ctx context.Context) error {
 }
 
 func (r *run) showTraffic(ctx context.Context) error {
+	if r.bed != nil {
+		return r.showVIPTraffic(ctx)
+	}
 	r.printf("\n3. One request to every pool member, from outside the nodes\n\n")
 	lb := providers.LoadBalancerName(r.cluster, Namespace, "web")
 	pools, vips, _, err := r.backend.Pools(lb)
@@ -454,6 +518,163 @@ func (r *run) showTraffic(ctx context.Context) error {
 			return fmt.Errorf("member %s answered %q, want %q", t, r.res.Answers[t], want)
 		}
 	}
+	return nil
+}
+
+// showVIPTraffic sends requests to web's VIP from the client namespace,
+// one at a time, and names for each the member HAProxy chose (from its own
+// per-server counters) and the Pod that answered: the member's Pod, one hop.
+func (r *run) showVIPTraffic(ctx context.Context) error {
+	r.printf("\n3. Requests to web's VIP from a client outside the nodes, through HAProxy on the edge host\n\n")
+	lb := providers.LoadBalancerName(r.cluster, Namespace, "web")
+	pools, vips, _, err := r.backend.Pools(lb)
+	if err != nil {
+		return err
+	}
+	if len(vips) != 1 || len(pools) != 1 {
+		return fmt.Errorf("web's load balancer has VIPs %v and pools %v, want one each", vips, pools)
+	}
+	_, owner, err := r.members(ctx, "web", contract.ProtocolTCP)
+	if err != nil {
+		return err
+	}
+	nodeOf, err := r.nodeOf(ctx, "web")
+	if err != nil {
+		return err
+	}
+	pool := sortedKeys(pools)[0]
+	url := edgebed.URL(vips[0], 80)
+	c := r.bed.ClientHTTP(5 * time.Second)
+	for range VIPRequests {
+		body, server, err := r.bed.GetVia(ctx, c, url, r.bed.Edges[0], pool)
+		body = strings.TrimSpace(body)
+		if err != nil {
+			r.res.VIPFailed++
+			r.printf("  GET %s -> FAILED: %v\n", url, err)
+			continue
+		}
+		member := memberOf(server, pools[pool])
+		verdict := "one hop, the member's Pod"
+		if owner[member] != body {
+			r.res.VIPWrong++
+			verdict = "WRONG Pod, the member is " + owner[member] + "'s"
+		}
+		r.res.VIPAnswers[body]++
+		r.printf("  GET %s -> member %-18s -> %-22s on %-10s %s\n", url, member, body, nodeOf[body], verdict)
+	}
+	for _, pod := range sortedKeys(nodeOf) {
+		if r.res.VIPAnswers[pod] == 0 {
+			return fmt.Errorf("no request to web's VIP reached Pod %s", pod)
+		}
+	}
+	if r.res.VIPWrong+r.res.VIPFailed > 0 {
+		return fmt.Errorf("web's VIP: %d requests failed, %d reached another Pod than the member's", r.res.VIPFailed, r.res.VIPWrong)
+	}
+	udp, uowner, err := r.members(ctx, "dns", contract.ProtocolUDP)
+	if err != nil {
+		return err
+	}
+	var notServed string
+	if err := waitUntil(ctx, 15*time.Second, func() (bool, error) {
+		evs, err := r.client.CoreV1().Events(Namespace).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Service,involvedObject.name=dns,reason=NotServed"})
+		if err != nil || len(evs.Items) == 0 {
+			return false, err
+		}
+		notServed = evs.Items[0].Type + " " + evs.Items[0].Reason + ": " + evs.Items[0].Message
+		return true, nil
+	}); err != nil {
+		return fmt.Errorf("the dns Service has no NotServed Event for its UDP port: %w", err)
+	}
+	r.res.NotServed = notServed
+	r.printf("dns: HAProxy serves no UDP; the Service's Event says so:\n  %s\n", notServed)
+	r.printf("dns over UDP, straight to the members\n")
+	for _, m := range udp {
+		target := fmt.Sprintf("%s:%d", m.IP, m.Port)
+		reply, err := stack.UDPEcho(target, "ping")
+		if err != nil {
+			reply = "error: " + err.Error()
+		}
+		r.res.UDPAnswers[target], r.res.UDPExpected[target] = reply, uowner[target]
+		r.printf("  udp %-24s -> %q (want %s)\n", target, reply, uowner[target])
+	}
+	return nil
+}
+
+// memberOf is the ip:port of the member of HAProxy server name.
+func memberOf(server string, members []providers.Member) string {
+	for _, m := range members {
+		if haproxy.ServerName(m) == server {
+			return fmt.Sprintf("%s:%d", m.IP, m.Port)
+		}
+	}
+	return "unknown server " + server
+}
+
+// nodeOf maps the running Pods of app to their nodes.
+func (r *run) nodeOf(ctx context.Context, app string) (map[string]string, error) {
+	pods, err := r.pods(ctx, app)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, p := range pods {
+		out[p.Name] = p.Spec.NodeName
+	}
+	return out, nil
+}
+
+// showNodePortVIP puts a second VIP on the edge whose members are every
+// node's nodeIP:NodePort of web-nodeport, the way a load balancer fed
+// NodePorts works, and sends requests to it: each names the node HAProxy
+// chose and the Pod that answered; a Pod on another node is a second hop
+// through the kube-proxy stand-in.
+func (r *run) showNodePortVIP(ctx context.Context, nodePort int32, nodeOf map[string]string) error {
+	r.printf("\nThe same through a VIP: a second VIP on the edge whose members are every node's NodePort\n\n")
+	cl := r.cluster + "-nodeport"
+	p, err := r.bed.OpenProviderPool(ctx, cl, []netip.Prefix{nodePortVIP}, r.bed.ProviderSection())
+	if err != nil {
+		return err
+	}
+	name := providers.LoadBalancerName(cl, Namespace, "web-nodeport")
+	pool := providers.PoolName(name, providers.TCP, 80)
+	var members []providers.Member
+	node := map[string]string{}
+	for _, n := range r.c.Nodes() {
+		m := providers.Member{IP: n.IP.String(), Port: nodePort, Enabled: true}
+		members = append(members, m)
+		node[haproxy.ServerName(m)] = n.Name
+	}
+	lb := &providers.LoadBalancer{Name: name, Service: Namespace + "/web-nodeport", Listeners: []providers.Listener{{
+		Port: 80, Protocol: providers.TCP, Pool: providers.Pool{Name: pool, Members: providers.SortMembers(members)}}}}
+	if _, err := p.Ensure(ctx, lb); err != nil {
+		return fmt.Errorf("the NodePort VIP: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := r.bed.Edges[0].WaitUp(wctx, pool, len(members)); err != nil {
+		return err
+	}
+	url := edgebed.URL(nodePortVIP.Addr().String(), 80)
+	c := r.bed.ClientHTTP(5 * time.Second)
+	for range NodePortVIPRequests {
+		r.res.NodePortRequests++
+		body, server, err := r.bed.GetVia(ctx, c, url, r.bed.Edges[0], pool)
+		body = strings.TrimSpace(body)
+		if err != nil {
+			r.res.NodePortFailed++
+			r.printf("  GET %s -> FAILED: %v\n", url, err)
+			continue
+		}
+		hop := "one hop"
+		if nodeOf[body] != node[server] {
+			r.res.NodePortSecondHops++
+			hop = "SECOND HOP to " + nodeOf[body]
+		}
+		r.printf("  GET %s -> member %s (%s) -> %-22s %s\n", url, memberOf(server, members), node[server], body, hop)
+	}
+	r.printf("web's VIP (NodePortLocal): %d requests, %d second hops; the NodePort VIP: %d requests, %d second hops, %d failed.\n",
+		VIPRequests, r.res.VIPWrong, r.res.NodePortRequests, r.res.NodePortSecondHops, r.res.NodePortFailed)
 	return nil
 }
 
@@ -534,6 +755,9 @@ func (r *run) showContrast(ctx context.Context) error {
 		return err
 	}
 	r.printf("A NodePort opens on every node and may take a second hop; NodePortLocal opens only where a backend runs.\n")
+	if r.bed != nil {
+		return r.showNodePortVIP(ctx, nodePort, nodeOf)
+	}
 	return nil
 }
 
@@ -577,6 +801,11 @@ The demo keeps running (Ctrl-C ends it and removes everything). Its network is p
   nplctl mappings -n %[1]s
   curl http://<nodeIP>:<nodePort>/             # any member from nplctl pools
 `, Namespace, r.lbsync.ConfigPath)
+	if r.bed != nil {
+		r.printf(`  curl http://<VIP>/                           # web's VIP from nplctl pools, through HAProxy on the edge
+  ip netns exec %s bash                # the edge host: HAProxy's admin socket is %s
+`, r.bed.EdgeNetns, r.bed.Edges[0].AdminSocket())
+	}
 	<-ctx.Done()
 }
 
@@ -587,6 +816,8 @@ func (r *run) cleanup() {
 	stack.StopAgents(r.agents)
 	if r.backend != nil {
 		r.backend.Close()
+	} else if r.bed != nil {
+		_ = r.bed.Close()
 	}
 	if r.c != nil {
 		_ = r.c.Close()

@@ -67,3 +67,59 @@ func TestDemo(t *testing.T) {
 		}
 	}
 }
+
+// TestDemo_haproxy runs the demo of `make demo` as it runs by default, on
+// HAProxy on an edge host, and checks what it shows through the VIPs: each
+// request to web's VIP reached the Pod behind the member HAProxy chose (one
+// hop) and every Pod answered; requests to the NodePort VIP took second
+// hops (the third node runs no web Pod, so each request HAProxy sends there
+// takes one).
+func TestDemo_haproxy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	res, err := Run(ctx, Options{Out: &out, StateDir: t.TempDir()})
+	t.Logf("demo output:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("demo failed: %v", err)
+	}
+	if !strings.Contains(out.String(), "load balancer: haproxy") {
+		t.Error("the demo does not run on HAProxy by default")
+	}
+	total := 0
+	for _, n := range res.VIPAnswers {
+		total += n
+	}
+	if total != VIPRequests || len(res.VIPAnswers) != 4 || res.VIPWrong != 0 || res.VIPFailed != 0 {
+		t.Errorf("web's VIP: answers %v (want %d over 4 Pods), %d second hops, %d failed (want 0)",
+			res.VIPAnswers, VIPRequests, res.VIPWrong, res.VIPFailed)
+	}
+	if got := strings.Count(out.String(), "one hop, the member's Pod"); got != VIPRequests {
+		t.Errorf("the output shows %d one-hop requests to web's VIP, want %d", got, VIPRequests)
+	}
+	if res.NodePortRequests != NodePortVIPRequests || res.NodePortFailed != 0 {
+		t.Errorf("the NodePort VIP: %d requests, %d failed; want %d, 0", res.NodePortRequests, res.NodePortFailed, NodePortVIPRequests)
+	}
+	// Round robin sends a third of the requests to npl-node-2, where no web
+	// Pod runs.
+	if min := NodePortVIPRequests / 3; res.NodePortSecondHops < min {
+		t.Errorf("the NodePort VIP: %d second hops, want at least %d", res.NodePortSecondHops, min)
+	}
+	if got := strings.Count(out.String(), "SECOND HOP"); got != res.NodePortSecondHops {
+		t.Errorf("the output shows %d second hops, the result %d", got, res.NodePortSecondHops)
+	}
+	if !strings.Contains(res.NotServed, "Warning") || !strings.Contains(res.NotServed, "53") || !strings.Contains(res.NotServed, "UDP") {
+		t.Errorf("dns's NotServed Event %q does not name port 53/UDP", res.NotServed)
+	}
+	if len(res.UDPExpected) != 2 {
+		t.Errorf("dns has %d UDP members, want 2", len(res.UDPExpected))
+	}
+	for target, pod := range res.UDPExpected {
+		if want := pod + ": ping"; res.UDPAnswers[target] != want {
+			t.Errorf("UDP member %s replied %q, want %q", target, res.UDPAnswers[target], want)
+		}
+	}
+	if res.ScaleConvergence <= 0 {
+		t.Error("the scale to 2 was not measured")
+	}
+}

@@ -39,6 +39,10 @@ import (
 // there (a local route), so HAProxy binds any of them.
 var VIPRange = netip.MustParsePrefix("198.18.200.0/24")
 
+// VIPRange6 is where the bed's IPv6 VIPs come from, when the bed has IPv6
+// addresses (Options.BridgeIPv6): routed to the edge and local there too.
+var VIPRange6 = netip.MustParsePrefix("fd00:198:200::/120")
+
 // Options place the bed on a bridge.
 type Options struct {
 	// Bridge is an existing bridge to join (npl-br0 of a running cluster)
@@ -49,6 +53,13 @@ type Options struct {
 	// namespaces on the bridge's /24.
 	EdgeIP   netip.Addr
 	ClientIP netip.Addr
+	// BridgeIPv6, when valid, is the bridge's IPv6 address (a /64, the
+	// dual-stack cluster's fd00:198:18::1): the edge and client
+	// namespaces get EdgeIPv6 and ClientIPv6 on it, and the VIPs of
+	// VIPRange6 are routed to the edge.
+	BridgeIPv6 netip.Addr
+	EdgeIPv6   netip.Addr
+	ClientIPv6 netip.Addr
 	// SecondEdgeIP, when valid, is the address of a second edge namespace
 	// (AddEdge): the edges' certificate names both.
 	SecondEdgeIP netip.Addr
@@ -77,8 +88,10 @@ type Bed struct {
 type EdgeHost struct {
 	Netns string
 	IP    netip.Addr
-	URL   string
-	Dir   string
+	// IPv6 is the edge's IPv6 address, when the bed has IPv6.
+	IPv6 netip.Addr
+	URL  string
+	Dir  string
 
 	b        *Bed
 	peer     string
@@ -108,7 +121,7 @@ func Start(ctx context.Context, dir string, o Options) (_ *Bed, err error) {
 			return nil, err
 		}
 	}
-	if err := b.attach(ctx, b.ClientNetns, "npl-ec-"+o.Name, o.ClientIP); err != nil {
+	if err := b.attach(ctx, b.ClientNetns, "npl-ec-"+o.Name, o.ClientIP, o.ClientIPv6); err != nil {
 		return nil, err
 	}
 	ips := []netip.Addr{o.EdgeIP}
@@ -120,7 +133,7 @@ func Start(ctx context.Context, dir string, o Options) (_ *Bed, err error) {
 		return nil, err
 	}
 	b.Certs = certs
-	if _, err := b.addEdge(ctx, b.EdgeNetns, "npl-ee-"+o.Name, o.EdgeIP); err != nil {
+	if _, err := b.addEdge(ctx, b.EdgeNetns, "npl-ee-"+o.Name, o.EdgeIP, o.EdgeIPv6); err != nil {
 		return nil, err
 	}
 	if err := b.RouteVIPsTo(ctx, b.Edges[0]); err != nil {
@@ -129,8 +142,9 @@ func Start(ctx context.Context, dir string, o Options) (_ *Bed, err error) {
 	return b, nil
 }
 
-// attach makes the namespace name with eth0 at ip on the bridge.
-func (b *Bed) attach(ctx context.Context, name, peer string, ip netip.Addr) error {
+// attach makes the namespace name with eth0 at ip on the bridge, and at
+// ip6 too when valid.
+func (b *Bed) attach(ctx context.Context, name, peer string, ip, ip6 netip.Addr) error {
 	if err := run(ctx, "ip", "netns", "add", name); err != nil {
 		return err
 	}
@@ -145,15 +159,22 @@ func (b *Bed) attach(ctx context.Context, name, peer string, ip netip.Addr) erro
 		fmt.Sprintf("link set %s up", peer)); err != nil {
 		return err
 	}
-	return ipBatch(ctx, name,
+	lines := []string{
 		"link set lo up",
 		fmt.Sprintf("addr add %s/24 dev eth0", ip),
 		"link set eth0 up",
-		fmt.Sprintf("route add default via %s dev eth0", b.BridgeIP))
+		fmt.Sprintf("route add default via %s dev eth0", b.BridgeIP),
+	}
+	if ip6.IsValid() {
+		// nodad: usable at once, no duplicate address detection wait.
+		lines = append(lines, fmt.Sprintf("addr add %s/64 dev eth0 nodad", ip6),
+			fmt.Sprintf("route add default via %s dev eth0", b.BridgeIPv6))
+	}
+	return ipBatch(ctx, name, lines...)
 }
 
 // addEdge makes an edge namespace where every VIP is local.
-func (b *Bed) addEdge(ctx context.Context, name, peer string, ip netip.Addr) (*EdgeHost, error) {
+func (b *Bed) addEdge(ctx context.Context, name, peer string, ip, ip6 netip.Addr) (*EdgeHost, error) {
 	// A short directory: HAProxy's unix socket paths are limited to 97
 	// bytes, which a test's temporary directory can exceed.
 	dir, err := os.MkdirTemp("", "npl-edge-")
@@ -163,11 +184,23 @@ func (b *Bed) addEdge(ctx context.Context, name, peer string, ip netip.Addr) (*E
 	e := &EdgeHost{Netns: name, IP: ip, URL: "https://" + net.JoinHostPort(ip.String(), "8443"),
 		Dir: dir, b: b, peer: peer}
 	b.Edges = append(b.Edges, e)
-	if err := b.attach(ctx, name, peer, ip); err != nil {
+	e.IPv6 = ip6
+	if err := b.attach(ctx, name, peer, ip, ip6); err != nil {
 		return nil, err
 	}
-	if err := ipBatch(ctx, name, fmt.Sprintf("route add local %s dev lo", VIPRange)); err != nil {
+	lines := []string{fmt.Sprintf("route add local %s dev lo", VIPRange)}
+	if ip6.IsValid() {
+		lines = append(lines, fmt.Sprintf("route add local %s dev lo", VIPRange6))
+	}
+	if err := ipBatch(ctx, name, lines...); err != nil {
 		return nil, err
+	}
+	if ip6.IsValid() {
+		// A local route lets IPv4 sockets bind any address of the range;
+		// IPv6 sockets need non-local binds allowed (this namespace only).
+		if err := run(ctx, "ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.ip_nonlocal_bind=1"); err != nil {
+			return nil, err
+		}
 	}
 	return e, nil
 }
@@ -178,16 +211,22 @@ func (b *Bed) AddEdge(ctx context.Context) (*EdgeHost, error) {
 	if !b.SecondEdgeIP.IsValid() {
 		return nil, errors.New("the bed has no SecondEdgeIP")
 	}
-	return b.addEdge(ctx, "npl-edge2-"+b.Name, "npl-ee2-"+b.Name, b.SecondEdgeIP)
+	return b.addEdge(ctx, "npl-edge2-"+b.Name, "npl-ee2-"+b.Name, b.SecondEdgeIP, netip.Addr{})
 }
 
 // RouteVIPsTo sends the traffic for the VIPs, from the client and the test
 // namespace, to edge e, as VRRP moves the VIPs to the edge that is master.
 func (b *Bed) RouteVIPsTo(ctx context.Context, e *EdgeHost) error {
-	if err := ipBatch(ctx, b.ClientNetns, fmt.Sprintf("route replace %s via %s dev eth0", VIPRange, e.IP)); err != nil {
+	client := []string{fmt.Sprintf("route replace %s via %s dev eth0", VIPRange, e.IP)}
+	test := []string{fmt.Sprintf("route replace %s via %s dev %s", VIPRange, e.IP, b.Bridge)}
+	if e.IPv6.IsValid() {
+		client = append(client, fmt.Sprintf("route replace %s via %s dev eth0", VIPRange6, e.IPv6))
+		test = append(test, fmt.Sprintf("route replace %s via %s dev %s", VIPRange6, e.IPv6, b.Bridge))
+	}
+	if err := ipBatch(ctx, b.ClientNetns, client...); err != nil {
 		return err
 	}
-	return ipBatch(ctx, "", fmt.Sprintf("route replace %s via %s dev %s", VIPRange, e.IP, b.Bridge))
+	return ipBatch(ctx, "", test...)
 }
 
 // StartEdge starts npl-edge of the first edge.
@@ -285,6 +324,9 @@ func (b *Bed) Close() error {
 		errs = append(errs, os.RemoveAll(e.Dir))
 	}
 	_ = run(context.Background(), "ip", "route", "del", VIPRange.String())
+	if b.BridgeIPv6.IsValid() {
+		_ = run(context.Background(), "ip", "-6", "route", "del", VIPRange6.String())
+	}
 	for _, peer := range peers {
 		if linkExists(peer) {
 			errs = append(errs, run(context.Background(), "ip", "link", "del", peer))

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
@@ -24,9 +25,9 @@ import (
 // clusterBed starts (once per package) the local cluster with an agent on
 // every node, and for the test a bed on the cluster's bridge npl-br0 with
 // npl-edge running.
-func clusterBed(t *testing.T) (*cluster.Cluster, *Bed) {
+func clusterBed(t testing.TB) (*cluster.Cluster, *Bed) {
 	t.Helper()
-	c := cluster.Shared(t, cluster.Options{Nodes: 3})
+	c := cluster.Shared(t, cluster.Options{Nodes: 3, KubeProxy: true})
 	if agents == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -69,7 +70,7 @@ var agents []*stack.Agent
 // startLBSync runs npl-lbsync with the haproxy provider on the bed's edge,
 // for the Services of class npl.io/<name> (a class per test: Services an
 // earlier test left terminating are not this one's).
-func startLBSync(t *testing.T, c *cluster.Cluster, b *Bed, name string) *stack.LBSync {
+func startLBSync(t testing.TB, c *cluster.Cluster, b *Bed, name string) *stack.LBSync {
 	t.Helper()
 	return startLBSyncReplica(t, c, b, name, "npl-lbsync-"+name, false)
 }
@@ -80,7 +81,7 @@ var extraConfig string
 
 // startLBSyncReplica starts one npl-lbsync replica named replica, with
 // leader election when leaderElect is set.
-func startLBSyncReplica(t *testing.T, c *cluster.Cluster, b *Bed, name, replica string, leaderElect bool) *stack.LBSync {
+func startLBSyncReplica(t testing.TB, c *cluster.Cluster, b *Bed, name, replica string, leaderElect bool) *stack.LBSync {
 	t.Helper()
 	var section map[string]any
 	if err := json.Unmarshal(b.ProviderSection(), &section); err != nil {
@@ -164,7 +165,7 @@ func readyPods(ctx context.Context, client kubernetes.Interface, ns, app string)
 	return out, nil
 }
 
-func waitForCond(t *testing.T, d time.Duration, what string, cond func() (bool, error)) {
+func waitForCond(t testing.TB, d time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	var last error
@@ -181,15 +182,13 @@ func waitForCond(t *testing.T, d time.Duration, what string, cond func() (bool, 
 
 // scaleAndConverge scales the Deployment and waits until requests through
 // the VIP are answered by exactly its ready Pods.
-func scaleAndConverge(t *testing.T, client kubernetes.Interface, b *Bed, ns, name, url string, replicas int32) []string {
+func scaleAndConverge(t testing.TB, client kubernetes.Interface, b *Bed, ns, name, url string, replicas int32) []string {
 	t.Helper()
 	ctx := context.Background()
-	d, err := client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Spec.Replicas = &replicas
-	if _, err := client.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+	// A patch, not Get and Update: the Deployment's controller writes it
+	// meanwhile.
+	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas)
+	if _, err := client.AppsV1().Deployments(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var pods []string

@@ -15,11 +15,11 @@ import (
 )
 
 func main() {
-	provider := flag.String("provider", "mock", "load balancer: mock, avi or bigip")
+	provider := flag.String("provider", "haproxy", "load balancer: haproxy (on an edge host), mock, avi or bigip")
 	keep := flag.Bool("keep", false, "keep everything running until Ctrl-C")
 	flag.CommandLine.SetOutput(os.Stderr)
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: npl-demo [--provider mock|avi|bigip] [--keep]\n")
+		fmt.Fprintf(os.Stderr, "usage: npl-demo [--provider haproxy|mock|avi|bigip] [--keep]\n")
 		flag.PrintDefaults()
 	}
 	if err := flag.CommandLine.Parse(os.Args[1:]); err != nil {
@@ -30,9 +30,9 @@ func main() {
 		os.Exit(2)
 	}
 	switch *provider {
-	case "mock", "avi", "bigip":
+	case "haproxy", "mock", "avi", "bigip":
 	default:
-		fmt.Fprintf(os.Stderr, "npl-demo: --provider %q: want mock, avi or bigip\n", *provider)
+		fmt.Fprintf(os.Stderr, "npl-demo: --provider %q: want haproxy, mock, avi or bigip\n", *provider)
 		os.Exit(2)
 	}
 	if pid, ok := runningDemo(); ok {

@@ -1,0 +1,179 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/test/cluster"
+	"github.com/nodeportlocal/npl/test/stack"
+)
+
+// TestEndToEnd_ipv6VIP: on a dual-stack cluster, npl-lbsync with
+// ipFamily IPv6 and an IPv6 vipPool gives an IPv6-only LoadBalancer
+// Service an IPv6 VIP on the edge, whose members are the Pods' IPv6
+// NodePortLocal mappings; requests over IPv6 from the client namespace to
+// the VIP reach every ready Pod, and none fails. The shared IPv4 cluster of
+// the package is closed first (one bridge per process); the next test that
+// asks for it starts it again.
+func TestEndToEnd_ipv6VIP(t *testing.T) {
+	stack.StopAgents(agents)
+	agents = nil
+	if err := cluster.CloseShared(); err != nil {
+		t.Fatalf("close the shared cluster: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Options{Nodes: 3, DualStack: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("close the dual-stack cluster: %v", err)
+		}
+	})
+	ag, err := stack.StartAgents(ctx, c, stack.AgentOptions{})
+	if err != nil {
+		t.Fatalf("start agents: %v", err)
+	}
+	t.Cleanup(func() { stack.StopAgents(ag) })
+	bin, err := stack.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Start(ctx, t.TempDir(), Options{
+		Bridge: "npl-br0", BridgeIP: netip.MustParseAddr("198.18.0.1"),
+		EdgeIP: netip.MustParseAddr("198.18.0.200"), ClientIP: netip.MustParseAddr("198.18.0.201"),
+		BridgeIPv6: netip.MustParseAddr("fd00:198:18::1"),
+		EdgeIPv6:   netip.MustParseAddr("fd00:198:18::200"), ClientIPv6: netip.MustParseAddr("fd00:198:18::201"),
+		BinDir: bin, Name: "v6",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("npl-edge log:\n%s", tail(b.EdgeLog(), 40))
+		}
+		if err := b.Close(); err != nil {
+			t.Errorf("close the bed: %v", err)
+		}
+	})
+	if err := b.StartEdge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var section map[string]any
+	if err := json.Unmarshal(b.ProviderSection(), &section); err != nil {
+		t.Fatal(err)
+	}
+	sec, _ := json.Marshal(map[string]any{"name": "haproxy", "haproxy": section})
+	cfg := fmt.Sprintf("clusterName: v6\nloadBalancerClass: npl.io/v6\nipFamily: IPv6\nresyncPeriod: 1m\ndrainSeconds: 5\nvipPool: [%q]\nprovider: %s\n",
+		VIPRange6, sec)
+	l, err := stack.StartLBSync(ctx, c, stack.LBSyncOptions{Name: "npl-lbsync-v6", Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("--- npl-lbsync log tail:\n%s", l.Tail(40))
+		}
+		_ = l.Stop()
+	})
+
+	client := c.Client()
+	ns := c.TestNamespace(t)
+	if _, err := client.AppsV1().Deployments(ns).Create(ctx, webDeployment(ns, "web", 3), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc := lbService(ns, "web", "v6")
+	single := corev1.IPFamilyPolicySingleStack
+	svc.Spec.IPFamilyPolicy, svc.Spec.IPFamilies = &single, []corev1.IPFamily{corev1.IPv6Protocol}
+	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var vip netip.Addr
+	waitForCond(t, 90*time.Second, "the Service's IPv6 VIP", func() (bool, error) {
+		s, err := client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil || len(s.Status.LoadBalancer.Ingress) == 0 {
+			return false, err
+		}
+		vip, err = netip.ParseAddr(s.Status.LoadBalancer.Ingress[0].IP)
+		return err == nil, err
+	})
+	if !VIPRange6.Contains(vip) {
+		t.Fatalf("VIP %s is not from %s", vip, VIPRange6)
+	}
+	// The members HAProxy serves are the Pods' IPv6 mappings.
+	p, err := b.OpenProviderPool(ctx, "v6", []netip.Prefix{VIPRange6}, b.ProviderSection())
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := providers.LoadBalancerName("v6", ns, "web")
+	waitForCond(t, 90*time.Second, "3 IPv6 members on the edge, one per Pod mapping", func() (bool, error) {
+		lbs, err := p.List(ctx)
+		if err != nil {
+			return false, err
+		}
+		i := slices.IndexFunc(lbs, func(lb providers.LoadBalancer) bool { return lb.Name == name })
+		if i < 0 {
+			return false, fmt.Errorf("the edge has no %s", name)
+		}
+		lb := lbs[i]
+		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			return false, err
+		}
+		var want []providers.Member
+		for _, pod := range pods.Items {
+			es, err := contract.Parse(pod.Annotations[contract.PodKey])
+			if err != nil {
+				return false, err
+			}
+			for _, e := range es {
+				if e.IPFamily == contract.FamilyIPv6 {
+					want = append(want, providers.Member{IP: e.NodeIP, Port: int32(e.NodePort), Enabled: true})
+				}
+			}
+		}
+		if len(lb.Listeners) != 1 || len(want) != 3 {
+			return false, fmt.Errorf("listeners %v, IPv6 mappings %v", lb.Listeners, want)
+		}
+		got := lb.Listeners[0].Pool.Members
+		for _, m := range got {
+			if !netip.MustParseAddr(m.IP).Is6() {
+				return false, fmt.Errorf("member %s is not IPv6", m.IP)
+			}
+		}
+		if !slices.Equal(providers.SortMembers(got), providers.SortMembers(want)) {
+			return false, fmt.Errorf("members %v, want %v", got, want)
+		}
+		return true, nil
+	})
+	if lb := listOne(t, p, name); !slices.Equal(lb.VIPs, []string{vip.String()}) {
+		t.Errorf("the edge serves VIPs %v, want [%s]", lb.VIPs, vip)
+	}
+
+	url := URL(vip.String(), 80)
+	pods := scaleAndConverge(t, client, b, ns, "web", url, 3)
+	const n = 60
+	got := answers(t, b, url, n)
+	trimmed := map[string]int{}
+	for k, v := range got {
+		trimmed[strings.TrimSpace(k)] += v
+	}
+	if !slices.Equal(names(trimmed), pods) {
+		t.Fatalf("%d requests to %s answered by %v, want every ready Pod %v", n, url, trimmed, pods)
+	}
+	t.Logf("%d requests over IPv6 to VIP %s: 0 failed, per Pod %v", n, vip, trimmed)
+}
