@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages that the tests and the demo need (network
-# namespaces, iptables, nftables, conntrack) when any is missing. Needs root; does
+# namespaces, iptables, nftables, conntrack, and containerd and runc for the
+# real-node cluster) when any is missing. Needs root; does
 # nothing when everything is present.
 set -euo pipefail
 
@@ -9,6 +10,8 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v iptables-restore >/dev/null 2>&1 || missing+=(iptables)
 command -v conntrack >/dev/null 2>&1 || missing+=(conntrack)
 command -v nft >/dev/null 2>&1 || missing+=(nftables)
+command -v containerd >/dev/null 2>&1 || missing+=(containerd)
+command -v runc >/dev/null 2>&1 || missing+=(runc)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
 [ ${#missing[@]} -eq 0 ] && exit 0
