@@ -15,6 +15,8 @@ GOLANGCI_LINT_VERSION := v2.15.0
 PROVIDER   ?= mock
 KEEP       ?= 0
 FUZZTIME   ?= 30s
+# The tag of `make images`: the chart's appVersion, so the chart's defaults use them.
+IMAGE_TAG  ?= $(shell awk '$$1=="appVersion:" {print $$2}' charts/npl/Chart.yaml)
 
 ##@ Build
 
@@ -25,15 +27,19 @@ build: ## Build npl-agent, npl-lbsync and nplctl into ./bin (and the kubectl-npl
 	@ln -sf nplctl $(BIN)/kubectl-npl
 
 .PHONY: tools
-tools: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler into ./bin (idempotent).
+tools: ## Build etcd, the control plane, kubelet, kube-proxy and the CNI plugins (bin/cni) into ./bin (idempotent).
 	BIN_DIR=$(BIN) test/tools/build.sh
+
+.PHONY: images
+images: build ## Build the images (agent, lbsync, nplctl, pause, test workload) into ./bin/images for real nodes (cached).
+	$(GO) run ./test/images/cmd/npl-images --repo . --bin $(BIN) --out $(BIN)/images --tag $(IMAGE_TAG)
 
 .PHONY: kubectl
 kubectl: ## Build kubectl into ./bin (for make demo-shell).
 	BIN_DIR=$(BIN) test/tools/build.sh kubectl
 
 .PHONY: deps
-deps: ## Install the system packages tests and the demo need (iproute2, iptables, conntrack), when missing.
+deps: ## Install the system packages tests and the demo need (iproute2, iptables, nftables, conntrack, containerd, runc), when missing.
 	hack/deps.sh
 
 ##@ Test
