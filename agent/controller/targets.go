@@ -81,8 +81,11 @@ func PodMappable(pod *corev1.Pod) bool {
 }
 
 // Targets computes the ports to publish for pod from the Services that
-// select it, for the families both the Pod and the node have. It is a pure
-// function of its inputs; Skips name the Service ports it cannot map.
+// select it, for the families both the Pod and the node have and the Service
+// asks for (spec.ipFamilies, as Antrea does: an IPv6-only Service publishes
+// no IPv4 node port; a Service without ipFamilies asks for every family).
+// It is a pure function of its inputs; Skips name the Service ports it
+// cannot map.
 func Targets(pod *corev1.Pod, services []*corev1.Service, nodeFamilies []contract.Family) ([]Target, []Skip) {
 	if !PodMappable(pod) {
 		return nil, nil
@@ -114,6 +117,9 @@ func Targets(pod *corev1.Pod, services []*corev1.Service, nodeFamilies []contrac
 			}
 			hostPort := contract.HostPort(pod, port, proto.Kubernetes())
 			for _, fam := range families {
+				if !servesFamily(svc, fam) {
+					continue
+				}
 				t := Target{PodPort: port, Protocol: proto, Family: fam, HostPort: hostPort}
 				if !seen[t] {
 					seen[t] = true
@@ -132,4 +138,14 @@ func Targets(pod *corev1.Pod, services []*corev1.Service, nodeFamilies []contrac
 		return int(a.PodPort - b.PodPort)
 	})
 	return out, skips
+}
+
+// servesFamily reports whether a Service asks for family: it lists it in
+// spec.ipFamilies, or lists none (the apiserver always fills the field; an
+// object without it predates dual-stack and asked for nothing in particular).
+func servesFamily(svc *corev1.Service, family contract.Family) bool {
+	if len(svc.Spec.IPFamilies) == 0 {
+		return true
+	}
+	return slices.Contains(svc.Spec.IPFamilies, corev1.IPFamily(family))
 }

@@ -109,6 +109,22 @@ func TestTargets(t *testing.T) {
 		{name: "dual stack", families: []contract.Family{"IPv4", "IPv6"}, pod: pod(func(p *corev1.Pod) {
 			p.Status.PodIPs = []corev1.PodIP{{IP: "198.19.0.5"}, {IP: "fd00::5"}}
 		}), services: []*corev1.Service{svc("a")}, want: []Target{tcp(8080), {PodPort: 8080, Protocol: "tcp", Family: "IPv6"}}},
+		{name: "IPv6-only service on a dual-stack pod", families: []contract.Family{"IPv4", "IPv6"}, pod: pod(func(p *corev1.Pod) {
+			p.Status.PodIPs = []corev1.PodIP{{IP: "198.19.0.5"}, {IP: "fd00::5"}}
+		}), services: []*corev1.Service{svc("a", func(s *corev1.Service) { s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol} })},
+			want: []Target{{PodPort: 8080, Protocol: "tcp", Family: "IPv6"}}},
+		{name: "IPv4-only and dual-stack services on one pod port", families: []contract.Family{"IPv4", "IPv6"}, pod: pod(func(p *corev1.Pod) {
+			p.Status.PodIPs = []corev1.PodIP{{IP: "198.19.0.5"}, {IP: "fd00::5"}}
+		}), services: []*corev1.Service{
+			svc("a", func(s *corev1.Service) { s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol} }),
+			svc("b", func(s *corev1.Service) {
+				s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}
+				s.Spec.Ports[0].TargetPort = intstr.FromInt32(5353)
+				s.Spec.Ports[0].Protocol = corev1.ProtocolUDP
+			}),
+		}, want: []Target{tcp(8080), udp(5353), {PodPort: 5353, Protocol: "udp", Family: "IPv6"}}},
+		{name: "IPv6-only service on an IPv4-only pod", families: v4, pod: pod(),
+			services: []*corev1.Service{svc("a", func(s *corev1.Service) { s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol} })}},
 		{name: "IPv6 pod on an IPv4-only node", families: v4, pod: pod(func(p *corev1.Pod) {
 			p.Status.PodIP, p.Status.PodIPs = "fd00::5", []corev1.PodIP{{IP: "fd00::5"}}
 		}), services: []*corev1.Service{svc("a")}},

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -79,12 +80,13 @@ func TrimNode(obj any) (any, error) {
 }
 
 // serviceChangeMatters reports whether a Service update can change any
-// Pod's mappings: opt-in, type, selector or ports.
+// Pod's mappings: opt-in, type, selector, ports or IP families.
 func serviceChangeMatters(old, cur *corev1.Service) bool {
 	if contract.ServiceEnabled(old.Annotations) != contract.ServiceEnabled(cur.Annotations) || old.Spec.Type != cur.Spec.Type {
 		return true
 	}
-	if !maps.Equal(old.Spec.Selector, cur.Spec.Selector) || len(old.Spec.Ports) != len(cur.Spec.Ports) {
+	if !maps.Equal(old.Spec.Selector, cur.Spec.Selector) || len(old.Spec.Ports) != len(cur.Spec.Ports) ||
+		!slices.Equal(old.Spec.IPFamilies, cur.Spec.IPFamilies) {
 		return true
 	}
 	for i := range old.Spec.Ports {

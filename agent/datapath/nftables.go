@@ -369,31 +369,31 @@ func (t *NFTables) drift(ctx context.Context, want nftContent) (string, error) {
 		}
 	}
 
-	t.execs.Add(1)
-	elements, err := t.nft.ListElements(ctx, "map", nftMapNodePorts)
-	if err != nil {
-		return "", fmt.Errorf("list map %s: %w", nftMapNodePorts, err)
+	if reason, err := t.elementsDrift(ctx, "map", nftMapNodePorts, len(want.elements), func(e *knftables.Element) bool {
+		return listedAsWanted(e, want.elements)
+	}); reason != "" || err != nil {
+		return reason, err
 	}
-	if len(elements) != len(want.elements) {
-		return fmt.Sprintf("map %s has %d elements, want %d", nftMapNodePorts, len(elements), len(want.elements)), nil
+	return t.elementsDrift(ctx, "set", nftSetHairpin, len(want.sources), func(e *knftables.Element) bool {
+		a, err := netip.ParseAddr(strings.Join(e.Key, ""))
+		return err == nil && want.sources[a]
+	})
+}
+
+// elementsDrift lists a map or set and describes how it differs from the n
+// elements wanted, each of which wanted recognises, or returns "".
+func (t *NFTables) elementsDrift(ctx context.Context, kind, name string, n int, wanted func(*knftables.Element) bool) (string, error) {
+	t.execs.Add(1)
+	elements, err := t.nft.ListElements(ctx, kind, name)
+	if err != nil {
+		return "", fmt.Errorf("list %s %s: %w", kind, name, err)
+	}
+	if len(elements) != n {
+		return fmt.Sprintf("%s %s has %d elements, want %d", kind, name, len(elements), n), nil
 	}
 	for _, e := range elements {
-		if !listedAsWanted(e, want.elements) {
-			return fmt.Sprintf("map %s: unexpected element %s : %s", nftMapNodePorts, strings.Join(e.Key, " . "), strings.Join(e.Value, " . ")), nil
-		}
-	}
-
-	t.execs.Add(1)
-	sources, err := t.nft.ListElements(ctx, "set", nftSetHairpin)
-	if err != nil {
-		return "", fmt.Errorf("list set %s: %w", nftSetHairpin, err)
-	}
-	if len(sources) != len(want.sources) {
-		return fmt.Sprintf("set %s has %d elements, want %d", nftSetHairpin, len(sources), len(want.sources)), nil
-	}
-	for _, e := range sources {
-		if a, err := netip.ParseAddr(strings.Join(e.Key, "")); err != nil || !want.sources[a] {
-			return fmt.Sprintf("set %s: unexpected element %s", nftSetHairpin, strings.Join(e.Key, " . ")), nil
+		if !wanted(e) {
+			return fmt.Sprintf("%s %s: unexpected element %s : %s", kind, name, strings.Join(e.Key, " . "), strings.Join(e.Value, " . ")), nil
 		}
 	}
 	return "", nil

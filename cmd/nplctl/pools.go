@@ -151,7 +151,7 @@ func memberList(ms []inspect.Member) string {
 	}
 	parts := make([]string, 0, len(ms))
 	for _, m := range ms {
-		s := fmt.Sprintf("%s:%d", m.IP, m.Port)
+		s := m.Address()
 		if !m.Enabled {
 			s += "(disabled)"
 		}

@@ -7,7 +7,9 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,6 +36,9 @@ type Member struct {
 	Port    int32  `json:"port"`
 	Enabled bool   `json:"enabled"`
 }
+
+// Address is the member as ip:port, with the IPv6 address in brackets.
+func (m Member) Address() string { return net.JoinHostPort(m.IP, strconv.Itoa(int(m.Port))) }
 
 // Pool is one expected pool beside what the provider has.
 type Pool struct {
@@ -295,7 +300,7 @@ func members(ms []providers.Member) []Member {
 func addresses(ms []Member) []string {
 	out := make([]string, 0, len(ms))
 	for _, m := range ms {
-		out = append(out, fmt.Sprintf("%s:%d", m.IP, m.Port))
+		out = append(out, m.Address())
 	}
 	return out
 }
@@ -323,7 +328,7 @@ func diff(expected, actual []Member) (missing, extra []string) {
 }
 
 func describe(m Member) string {
-	s := fmt.Sprintf("%s:%d", m.IP, m.Port)
+	s := m.Address()
 	if !m.Enabled {
 		s += " (disabled)"
 	}

@@ -50,3 +50,14 @@ func TestCompare_statesAndDifferences(t *testing.T) {
 		t.Error("InSync disagrees with the states")
 	}
 }
+
+func TestMemberAddress_bracketsIPv6(t *testing.T) {
+	for m, want := range map[Member]string{
+		{IP: "198.18.0.10", Port: 61000}:     "198.18.0.10:61000",
+		{IP: "fd00:198:18::10", Port: 61000}: "[fd00:198:18::10]:61000",
+	} {
+		if got := m.Address(); got != want {
+			t.Errorf("%+v.Address() = %q, want %q", m, got, want)
+		}
+	}
+}

@@ -142,21 +142,7 @@ func countEntries(ann map[string][]contract.Entry) int {
 
 // annotations returns the parsed annotation of every Pod by name.
 func (f *scaleFixture) annotations(ctx context.Context) (map[string][]contract.Entry, error) {
-	list, err := f.e.client.CoreV1().Pods(scaleNamespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	out := map[string][]contract.Entry{}
-	for _, p := range list.Items {
-		if v, ok := p.Annotations[contract.PodKey]; ok {
-			entries, err := contract.Parse(v)
-			if err != nil {
-				return nil, fmt.Errorf("pod %s: %w", p.Name, err)
-			}
-			out[p.Name] = entries
-		}
-	}
-	return out, nil
+	return podAnnotations(ctx, f.e.client, scaleNamespace, "")
 }
 
 var nftMapElement = regexp.MustCompile(`(?m)tcp \. \d+(?: comment "[^"]*")? : `)

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
@@ -200,7 +201,13 @@ func (f *agentFixture) annotatedPods(ctx context.Context) (int, error) {
 
 // annotations returns the parsed annotation of every served Pod by name.
 func (f *agentFixture) annotations(ctx context.Context) (map[string][]contract.Entry, error) {
-	list, err := f.e.client.CoreV1().Pods(agentNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=served"})
+	return podAnnotations(ctx, f.e.client, agentNamespace, "app=served")
+}
+
+// podAnnotations returns the parsed annotation of every Pod of namespace
+// that selector selects, by name; Pods without one are left out.
+func podAnnotations(ctx context.Context, client kubernetes.Interface, namespace, selector string) (map[string][]contract.Entry, error) {
+	list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,13 @@
 // npl-br0 is 198.18.0.1, node i is 198.18.0.(10+i) with Pod CIDR
 // 198.19.i.0/24, Services get 198.18.128.0/20.
 //
+// A dual-stack cluster (Options.DualStack) adds IPv6 unique local addresses
+// that mirror the IPv4 ones: npl-br0 is also fd00:198:18::1, node i also
+// fd00:198:18::(10+i) with Pod CIDR fd00:198:19:i::/64 (a Pod's IPv6 address
+// ends like its IPv4 one), Services also get fd00:198:18:128::/108 (the
+// groups read as written, like the IPv4 octets, although IPv6 groups are
+// hexadecimal).
+//
 // One cluster runs at a time per process; the expected use is one per test
 // binary, shared by its tests (see Shared).
 package cluster
@@ -80,6 +87,14 @@ type Options struct {
 	// NoKubelet creates the nodes but runs no Pods: scheduled Pods stay
 	// Pending unless the test writes their status. For scale benchmarks.
 	NoKubelet bool
+	// DualStack gives the bridge, every node and every Pod an IPv6 address
+	// besides the IPv4 one (see the package documentation): Nodes get both
+	// InternalIPs and Pod CIDRs, Pods both podIPs, the Pod servers listen on
+	// both families, and the apiserver allocates ClusterIPs of both, so that
+	// IPv6-only and dual-stack Services can be created. IPv4 stays the
+	// primary family, so a Service without ipFamilyPolicy is IPv4-only.
+	// Off by default, so that IPv4 tests see IPv4-only nodes and Pods.
+	DualStack bool
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -160,7 +175,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, fmt.Errorf("start npl test cluster: %w", err)
 	}
 	c.startDuration = time.Since(began)
-	c.log.Info("Cluster started", "nodes", opts.Nodes, "apiserver", c.cp.serverURL,
+	c.log.Info("Cluster started", "nodes", opts.Nodes, "dualStack", opts.DualStack, "apiserver", c.cp.serverURL,
 		"kubeconfig", c.Kubeconfig(), "duration", c.startDuration.Round(time.Millisecond))
 	return c, nil
 }
@@ -183,9 +198,9 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return fmt.Errorf("create log directory: %w", err)
 	}
-	c.cp = &controlPlane{dir: dir, logDir: logDir, binDir: c.opts.BinDir, out: c.opts.Out}
+	c.cp = &controlPlane{dir: dir, logDir: logDir, binDir: c.opts.BinDir, out: c.opts.Out, serviceCIDRs: serviceCIDRs(c.opts.DualStack)}
 
-	if err := createBridge(ctx); err != nil {
+	if err := createBridge(ctx, c.opts.DualStack); err != nil {
 		return fmt.Errorf("create bridge %s: %w", bridgeName, err)
 	}
 	apiPort, err := freePort(bridgeIP)
@@ -384,6 +399,9 @@ func (c *Cluster) PodDo(namespace, name string, fn func() error) error {
 	}
 	return nil
 }
+
+// DualStack reports whether the cluster has IPv6 besides IPv4.
+func (c *Cluster) DualStack() bool { return c.opts.DualStack }
 
 // StartDuration is how long Start took.
 func (c *Cluster) StartDuration() time.Duration { return c.startDuration }

@@ -29,9 +29,14 @@ var (
 	// bridgeIP is the test namespace's address on npl-br0; the apiserver
 	// listens there so that processes inside node namespaces reach it.
 	bridgeIP = netip.MustParseAddr("198.18.0.1")
+	// bridgeIPv6 is the test namespace's IPv6 address on npl-br0 in a
+	// dual-stack cluster, the nodes' IPv6 default gateway.
+	bridgeIPv6 = netip.MustParseAddr("fd00:198:18::1")
 	// serviceCIDR holds ClusterIPs; its first address is the kubernetes Service.
-	serviceCIDR       = netip.MustParsePrefix("198.18.128.0/20")
-	kubernetesSvcIP   = netip.MustParseAddr("198.18.128.1")
+	serviceCIDR     = netip.MustParsePrefix("198.18.128.0/20")
+	kubernetesSvcIP = netip.MustParseAddr("198.18.128.1")
+	// serviceCIDRv6 holds the IPv6 ClusterIPs of a dual-stack cluster.
+	serviceCIDRv6     = netip.MustParsePrefix("fd00:198:18:128::/108")
 	componentBinaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
 )
 
@@ -188,6 +193,9 @@ type controlPlane struct {
 	binDir string
 	out    io.Writer
 
+	// serviceCIDRs are the ClusterIP ranges, IPv4 first.
+	serviceCIDRs []netip.Prefix
+
 	ca        *authority
 	admin     keyPair
 	serverURL string
@@ -286,6 +294,23 @@ func (cp *controlPlane) start(name string, args ...string) (*process, error) {
 	return p, nil
 }
 
+// serviceCIDRs returns the ClusterIP ranges: IPv4, then IPv6 when dualStack.
+func serviceCIDRs(dualStack bool) []netip.Prefix {
+	if dualStack {
+		return []netip.Prefix{serviceCIDR, serviceCIDRv6}
+	}
+	return []netip.Prefix{serviceCIDR}
+}
+
+// joinPrefixes is the comma-separated list the components' flags take.
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
 // startEtcd starts a single-member etcd on loopback and returns its client URL.
 func (cp *controlPlane) startEtcd() (string, error) {
 	lo := netip.MustParseAddr("127.0.0.1")
@@ -328,7 +353,7 @@ func (cp *controlPlane) startAPIServer(etcdURL string, port int) error {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+cp.path("sa.pub"),
 		"--service-account-signing-key-file="+cp.path("sa.key"),
-		"--service-cluster-ip-range="+serviceCIDR.String(),
+		"--service-cluster-ip-range="+joinPrefixes(cp.serviceCIDRs),
 		"--service-node-port-range=30000-32767",
 		"--allow-privileged=true",
 		"--profiling=false",
@@ -363,8 +388,10 @@ func (cp *controlPlane) startControllers() error {
 		"--root-ca-file="+cp.path("ca.crt"),
 		"--cluster-signing-cert-file="+cp.path("ca.crt"),
 		"--cluster-signing-key-file="+cp.path("ca.key"),
+		// Nodes register with their Pod CIDRs (both families in a
+		// dual-stack cluster), so node IPAM and --cluster-cidr stay off.
 		"--allocate-node-cidrs=false",
-		"--service-cluster-ip-range="+serviceCIDR.String(),
+		"--service-cluster-ip-range="+joinPrefixes(cp.serviceCIDRs),
 		// Scale runs create many objects; the default 20 QPS would pace them.
 		"--kube-api-qps=100",
 		"--kube-api-burst=200",

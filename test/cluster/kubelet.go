@@ -51,6 +51,7 @@ type podRuntime struct {
 	uid     types.UID
 	netns   string // empty for hostNetwork Pods
 	ip      netip.Addr
+	ipv6    netip.Addr // in a dual-stack cluster only
 	closers []io.Closer
 	started time.Time
 }
@@ -209,7 +210,8 @@ func (k *kubelet) sync(ctx context.Context, key string) (time.Duration, error) {
 		klog.FromContext(ctx).Info("Ignoring annotation", "pod", key, "err", err)
 	}
 	status, recheck := kubeletStatus(pod, runningPod{
-		hostIP: k.node.IP, podIP: rt.ip, started: rt.started, readinessDelay: k.c.opts.ReadinessDelay,
+		hostIP: k.node.IP, hostIPv6: k.node.IPv6, podIP: rt.ip, podIPv6: rt.ipv6,
+		started: rt.started, readinessDelay: k.c.opts.ReadinessDelay,
 	}, time.Now())
 	if !equality.Semantic.DeepEqual(status, pod.Status) {
 		updated := pod.DeepCopy()
@@ -274,7 +276,7 @@ func (k *kubelet) runtime(key string) *podRuntime {
 // run starts a Pod: a network namespace with an address of the node's Pod
 // CIDR and the Pod's servers; hostNetwork Pods just get the node IP.
 func (k *kubelet) run(ctx context.Context, pod *corev1.Pod) (*podRuntime, error) {
-	rt := &podRuntime{uid: pod.UID, ip: k.node.IP, started: time.Now()}
+	rt := &podRuntime{uid: pod.UID, ip: k.node.IP, ipv6: k.node.IPv6, started: time.Now()}
 	if !pod.Spec.HostNetwork {
 		if err := k.startSandbox(ctx, pod, rt); err != nil {
 			return nil, err
@@ -283,16 +285,18 @@ func (k *kubelet) run(ctx context.Context, pod *corev1.Pod) (*podRuntime, error)
 	k.mu.Lock()
 	k.pods[cache.MetaObjectToName(pod).String()] = rt
 	k.mu.Unlock()
-	klog.FromContext(ctx).V(2).Info("Started pod", "pod", klog.KObj(pod), "ip", rt.ip, "netns", rt.netns)
+	klog.FromContext(ctx).V(2).Info("Started pod", "pod", klog.KObj(pod), "ip", rt.ip, "ipv6", rt.ipv6, "netns", rt.netns)
 	return rt, nil
 }
 
-// startSandbox gives rt a new namespace, address and servers.
+// startSandbox gives rt a new namespace, address (two in a dual-stack
+// cluster) and servers.
 func (k *kubelet) startSandbox(ctx context.Context, pod *corev1.Pod, rt *podRuntime) error {
 	ip, err := k.node.ips.allocate()
 	if err != nil {
 		return err
 	}
+	ipv6 := k.node.podIPv6(ip)
 	seq := k.c.podSeq.Add(1)
 	netns := fmt.Sprintf("npl-%s-p%d", k.c.runID, seq)
 	fail := func(err error) error {
@@ -315,20 +319,27 @@ func (k *kubelet) startSandbox(ctx context.Context, pod *corev1.Pod, rt *podRunt
 	); err != nil {
 		return fail(err)
 	}
-	if err := ipBatch(ctx, netns,
+	lines := []string{
 		"link set lo up",
 		fmt.Sprintf("addr add %s/%d dev eth0", ip, k.node.PodCIDR.Bits()),
 		"link set eth0 up",
 		fmt.Sprintf("route add default via %s dev eth0 onlink", k.node.gateway()),
-	); err != nil {
+	}
+	if ipv6.IsValid() {
+		lines = append(lines,
+			fmt.Sprintf("addr add %s/%d dev eth0 nodad", ipv6, k.node.PodCIDRv6.Bits()),
+			fmt.Sprintf("route add ::/0 via %s dev eth0 onlink", k.node.gatewayV6()),
+		)
+	}
+	if err := ipBatch(ctx, netns, lines...); err != nil {
 		return fail(err)
 	}
-	closers, err := startPodServers(netnsPath(netns), pod)
+	closers, err := startPodServers(netnsPath(netns), pod, ipv6.IsValid())
 	if err != nil {
 		return fail(err)
 	}
 	k.mu.Lock() // PodNetns reads these
-	rt.netns, rt.ip, rt.closers = netns, ip, closers
+	rt.netns, rt.ip, rt.ipv6, rt.closers = netns, ip, ipv6, closers
 	k.mu.Unlock()
 	return nil
 }

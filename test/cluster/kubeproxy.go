@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,7 +20,9 @@ import (
 // The kube-proxy stand-in programs NodePort Services the way kube-proxy's
 // iptables mode does, in essence: the nodePort is opened on every node and
 // DNATed to a random ready endpoint, wherever it runs, with masquerade so
-// the reply comes back through the node that was asked. It exists so that
+// the reply comes back through the node that was asked. In a dual-stack
+// cluster it does so per family, an IPv6 endpoint behind the node's IPv6
+// address. It exists so that
 // tests and the demo can show the difference with NodePortLocal for real.
 const (
 	kubeProxyChain      = "NPL-TEST-NODEPORTS"
@@ -31,14 +35,32 @@ type kubeProxy struct {
 	svcs    cache.Indexer
 	slices  cache.Indexer
 	trigger chan struct{}
-	last    []byte
+	last    map[discoveryv1.AddressType][]byte
+}
+
+// families are the address families the stand-in programs: IPv4,
+// and IPv6 (through ip6tables) in a dual-stack cluster.
+func (kp *kubeProxy) families() []discoveryv1.AddressType {
+	if kp.c.opts.DualStack {
+		return []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6}
+	}
+	return []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4}
+}
+
+// iptablesCommand is iptables or ip6tables, with suffix ("-restore").
+func iptablesCommand(family discoveryv1.AddressType, suffix string) string {
+	if family == discoveryv1.AddressTypeIPv6 {
+		return "ip6tables" + suffix
+	}
+	return "iptables" + suffix
 }
 
 func (c *Cluster) startKubeProxy(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactory(c.client, 0)
 	svcInf := factory.Core().V1().Services().Informer()
 	sliceInf := factory.Discovery().V1().EndpointSlices().Informer()
-	kp := &kubeProxy{c: c, svcs: svcInf.GetIndexer(), slices: sliceInf.GetIndexer(), trigger: make(chan struct{}, 1)}
+	kp := &kubeProxy{c: c, svcs: svcInf.GetIndexer(), slices: sliceInf.GetIndexer(), trigger: make(chan struct{}, 1),
+		last: map[discoveryv1.AddressType][]byte{}}
 	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { kp.poke() },
 		UpdateFunc: func(any, any) { kp.poke() },
@@ -70,31 +92,35 @@ func (kp *kubeProxy) run(ctx context.Context) {
 		case <-kp.trigger:
 		}
 		time.Sleep(20 * time.Millisecond) // coalesce a burst
-		rules := kp.render()
-		if bytes.Equal(rules, kp.last) {
-			continue
-		}
-		ok := true
-		for _, n := range kp.c.nodes {
-			if err := kp.apply(ctx, n, rules); err != nil {
-				if ctx.Err() != nil {
-					return // the cluster is closing
-				}
-				kp.c.log.Error(err, "kube-proxy stand-in: program node", "node", n.Name)
-				ok = false
+		for _, family := range kp.families() {
+			rules := kp.render(family)
+			if bytes.Equal(rules, kp.last[family]) {
+				continue
 			}
-		}
-		if ok {
-			kp.last = rules
-		} else {
-			kp.poke()
+			ok := true
+			for _, n := range kp.c.nodes {
+				if err := kp.apply(ctx, n, family, rules); err != nil {
+					if ctx.Err() != nil {
+						return // the cluster is closing
+					}
+					kp.c.log.Error(err, "kube-proxy stand-in: program node", "node", n.Name, "family", family)
+					ok = false
+				}
+			}
+			if ok {
+				kp.last[family] = rules
+			} else {
+				kp.poke()
+			}
 		}
 	}
 }
 
-// render computes the chains for every NodePort (and LoadBalancer) Service
-// port: one DNAT per ready endpoint, chosen at random.
-func (kp *kubeProxy) render() []byte {
+// render computes the chains of one family for every NodePort (and
+// LoadBalancer) Service port: one DNAT per ready endpoint of the family,
+// chosen at random. A Service without endpoints of the family (an IPv6-only
+// one, for IPv4) gets no rule.
+func (kp *kubeProxy) render(family discoveryv1.AddressType) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "*nat\n:%s - [0:0]\n:%s - [0:0]\n", kubeProxyChain, kubeProxyMasquerade)
 	var svcs []*corev1.Service
@@ -109,7 +135,7 @@ func (kp *kubeProxy) render() []byte {
 			if sp.NodePort == 0 || (sp.Protocol != "" && sp.Protocol != corev1.ProtocolTCP && sp.Protocol != corev1.ProtocolUDP) {
 				continue
 			}
-			eps := kp.endpoints(s, sp)
+			eps := kp.endpoints(s, sp, family)
 			proto := strings.ToLower(string(sp.Protocol))
 			if proto == "" {
 				proto = "tcp"
@@ -129,13 +155,14 @@ func (kp *kubeProxy) render() []byte {
 	return []byte(b.String())
 }
 
-// endpoints lists ip:port of the ready endpoints of a Service port.
-func (kp *kubeProxy) endpoints(s *corev1.Service, sp corev1.ServicePort) []string {
+// endpoints lists ip:port of the ready endpoints of a Service port of one
+// family.
+func (kp *kubeProxy) endpoints(s *corev1.Service, sp corev1.ServicePort, family discoveryv1.AddressType) []string {
 	sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: s.Name})
 	var out []string
 	for _, o := range kp.slices.List() {
 		es, ok := o.(*discoveryv1.EndpointSlice)
-		if !ok || es.Namespace != s.Namespace || !sel.Matches(labels.Set(es.Labels)) || es.AddressType != discoveryv1.AddressTypeIPv4 {
+		if !ok || es.Namespace != s.Namespace || !sel.Matches(labels.Set(es.Labels)) || es.AddressType != family {
 			continue
 		}
 		port := int32(0)
@@ -152,7 +179,7 @@ func (kp *kubeProxy) endpoints(s *corev1.Service, sp corev1.ServicePort) []strin
 				continue
 			}
 			for _, a := range ep.Addresses {
-				out = append(out, fmt.Sprintf("%s:%d", a, port))
+				out = append(out, net.JoinHostPort(a, strconv.Itoa(int(port))))
 			}
 		}
 	}
@@ -160,12 +187,14 @@ func (kp *kubeProxy) endpoints(s *corev1.Service, sp corev1.ServicePort) []strin
 	return out
 }
 
-// apply writes the chains into a node and makes sure they are jumped to.
-func (kp *kubeProxy) apply(ctx context.Context, n *Node, rules []byte) error {
-	restore := n.Command(ctx, "iptables-restore", "--noflush", "-w", "5")
+// apply writes one family's chains into a node and makes sure they are
+// jumped to.
+func (kp *kubeProxy) apply(ctx context.Context, n *Node, family discoveryv1.AddressType, rules []byte) error {
+	restoreCmd, iptables := iptablesCommand(family, "-restore"), iptablesCommand(family, "")
+	restore := n.Command(ctx, restoreCmd, "--noflush", "-w", "5")
 	restore.Stdin = bytes.NewReader(rules)
 	if out, err := restore.CombinedOutput(); err != nil {
-		return fmt.Errorf("iptables-restore: %v: %s", err, out)
+		return fmt.Errorf("%s: %v: %s", restoreCmd, err, out)
 	}
 	jumps := [][]string{
 		{"PREROUTING", "-m", "addrtype", "--dst-type", "LOCAL", "-j", kubeProxyChain},
@@ -174,12 +203,12 @@ func (kp *kubeProxy) apply(ctx context.Context, n *Node, rules []byte) error {
 	}
 	for _, j := range jumps {
 		check := append([]string{"-t", "nat", "-C"}, j...)
-		if n.Command(ctx, "iptables", check...).Run() == nil {
+		if n.Command(ctx, iptables, check...).Run() == nil {
 			continue
 		}
 		add := append([]string{"-t", "nat", "-A"}, j...)
-		if out, err := n.Command(ctx, "iptables", add...).CombinedOutput(); err != nil {
-			return fmt.Errorf("iptables %v: %v: %s", add, err, out)
+		if out, err := n.Command(ctx, iptables, add...).CombinedOutput(); err != nil {
+			return fmt.Errorf("%s %v: %v: %s", iptables, add, err, out)
 		}
 	}
 	return nil

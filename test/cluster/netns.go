@@ -149,17 +149,27 @@ func writeSysctls(path string, values map[string]string) error {
 }
 
 // createBridge replaces any npl-br0 left by an earlier cluster of this process
-// with a fresh one at 198.18.0.1/24.
-func createBridge(ctx context.Context) error {
+// with a fresh one at 198.18.0.1/24 and, when dualStack, fd00:198:18::1/64
+// with IPv6 forwarding on in the test namespace.
+func createBridge(ctx context.Context, dualStack bool) error {
 	if err := ensurePrivateNetns(); err != nil {
 		return err
 	}
 	_ = deleteBridge()
-	return ipBatch(ctx, "",
-		"link add "+bridgeName+" type bridge",
-		"addr add "+bridgeIP.String()+"/24 dev "+bridgeName,
-		"link set "+bridgeName+" up",
-	)
+	lines := []string{
+		"link add " + bridgeName + " type bridge",
+		"addr add " + bridgeIP.String() + "/24 dev " + bridgeName,
+	}
+	if dualStack {
+		// The test namespace routes between the nodes' Pod CIDRs.
+		if err := os.WriteFile("/proc/sys/net/ipv6/conf/all/forwarding", []byte("1"), 0o644); err != nil {
+			return fmt.Errorf("enable IPv6 forwarding in the test namespace (is IPv6 disabled on this host?): %w", err)
+		}
+		// nodad: duplicate address detection would keep the address
+		// tentative, unusable, for a second or two.
+		lines = append(lines, "addr add "+bridgeIPv6.String()+"/64 dev "+bridgeName+" nodad")
+	}
+	return ipBatch(ctx, "", append(lines, "link set "+bridgeName+" up")...)
 }
 
 // deleteBridge removes npl-br0, and with it the routes to the Pod CIDRs.

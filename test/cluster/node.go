@@ -41,6 +41,12 @@ type Node struct {
 	IP netip.Addr
 	// PodCIDR is 198.19.i.0/24; its first address is the Pods' gateway.
 	PodCIDR netip.Prefix
+	// IPv6 is the node's IPv6 InternalIP in a dual-stack cluster,
+	// fd00:198:18::(10+i) on eth0; the zero Addr otherwise.
+	IPv6 netip.Addr
+	// PodCIDRv6 is fd00:198:19:i::/64 in a dual-stack cluster, the zero
+	// Prefix otherwise. A Pod's IPv6 address ends like its IPv4 one.
+	PodCIDRv6 netip.Prefix
 	// Netns is the name of the node's network namespace.
 	Netns string
 
@@ -55,7 +61,7 @@ type Node struct {
 
 func newNode(c *Cluster, i int) *Node {
 	cidr := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 19, byte(i), 0}), 24)
-	return &Node{
+	n := &Node{
 		Name:    fmt.Sprintf("npl-node-%d", i),
 		IP:      netip.AddrFrom4([4]byte{198, 18, 0, byte(10 + i)}),
 		PodCIDR: cidr,
@@ -64,10 +70,48 @@ func newNode(c *Cluster, i int) *Node {
 		index:   i,
 		ips:     newIPPool(cidr),
 	}
+	if c.opts.DualStack {
+		// The groups are written with the decimal digits of the IPv4
+		// octets: 198.18.0.10 and fd00:198:18::10 are the same node.
+		n.IPv6 = netip.MustParseAddr(fmt.Sprintf("fd00:198:18::%d", 10+i))
+		n.PodCIDRv6 = netip.MustParsePrefix(fmt.Sprintf("fd00:198:19:%d::/64", i))
+	}
+	return n
+}
+
+// IPs returns the node's InternalIPs: IP, then IPv6 in a dual-stack cluster.
+func (n *Node) IPs() []netip.Addr {
+	if n.IPv6.IsValid() {
+		return []netip.Addr{n.IP, n.IPv6}
+	}
+	return []netip.Addr{n.IP}
+}
+
+// PodCIDRs returns the node's Pod CIDRs: PodCIDR, then PodCIDRv6 in a
+// dual-stack cluster.
+func (n *Node) PodCIDRs() []netip.Prefix {
+	if n.PodCIDRv6.IsValid() {
+		return []netip.Prefix{n.PodCIDR, n.PodCIDRv6}
+	}
+	return []netip.Prefix{n.PodCIDR}
 }
 
 // gateway is the node's address on cbr0, the Pods' default route.
 func (n *Node) gateway() netip.Addr { return n.PodCIDR.Addr().Next() }
+
+// gatewayV6 is the node's IPv6 address on cbr0 in a dual-stack cluster.
+func (n *Node) gatewayV6() netip.Addr { return n.PodCIDRv6.Addr().Next() }
+
+// podIPv6 returns the IPv6 address that goes with a Pod's IPv4 address in a
+// dual-stack cluster (198.19.i.x: fd00:198:19:i::x, x in decimal digits),
+// or the zero Addr.
+func (n *Node) podIPv6(ip netip.Addr) netip.Addr {
+	if !n.PodCIDRv6.IsValid() {
+		return netip.Addr{}
+	}
+	last := ip.As4()[3]
+	return netip.MustParseAddr(fmt.Sprintf("%s%d", n.PodCIDRv6.Addr(), last))
+}
 
 // NetnsPath is the path of the node's network namespace, for setns(2) or
 // nsenter --net=.
@@ -87,17 +131,23 @@ func (n *Node) Do(fn func() error) error { return doInNetns(n.NetnsPath(), fn) }
 
 // setupNetwork creates the node namespace: eth0 with the node IP, its peer
 // on npl-br0, a default route via 198.18.0.1, forwarding on, rp_filter off,
-// cbr0 for the Pods, and in the test namespace a route to the Pod CIDR.
+// cbr0 for the Pods, and in the test namespace a route to the Pod CIDR; in a
+// dual-stack cluster the same again for IPv6 (addresses without duplicate
+// address detection, which would keep them unusable for a second or two).
 func (n *Node) setupNetwork(ctx context.Context) error {
 	if err := addNetns(ctx, n.Netns); err != nil {
 		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
 	// Before any device exists, so that eth0 and cbr0 inherit rp_filter=0.
-	if err := writeSysctls(n.NetnsPath(), map[string]string{
+	sysctls := map[string]string{
 		"net/ipv4/ip_forward":             "1",
 		"net/ipv4/conf/all/rp_filter":     "0",
 		"net/ipv4/conf/default/rp_filter": "0",
-	}); err != nil {
+	}
+	if n.IPv6.IsValid() {
+		sysctls["net/ipv6/conf/all/forwarding"] = "1"
+	}
+	if err := writeSysctls(n.NetnsPath(), sysctls); err != nil {
 		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
 	peer := n.peerName()
@@ -109,20 +159,27 @@ func (n *Node) setupNetwork(ctx context.Context) error {
 	); err != nil {
 		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	if err := ipBatch(ctx, n.Netns,
+	lines := []string{
 		"link set lo up",
 		fmt.Sprintf("addr add %s/24 dev eth0", n.IP),
 		"link set eth0 up",
 		fmt.Sprintf("route add default via %s dev eth0 onlink", bridgeIP),
 		"link add cbr0 type bridge",
 		fmt.Sprintf("addr add %s/%d dev cbr0", n.gateway(), n.PodCIDR.Bits()),
-		"link set cbr0 up",
-	); err != nil {
+	}
+	routes := []string{fmt.Sprintf("route replace %s via %s dev %s onlink", n.PodCIDR, n.IP, bridgeName)}
+	if n.IPv6.IsValid() {
+		lines = append(lines,
+			fmt.Sprintf("addr add %s/64 dev eth0 nodad", n.IPv6),
+			fmt.Sprintf("route add ::/0 via %s dev eth0 onlink", bridgeIPv6),
+			fmt.Sprintf("addr add %s/%d dev cbr0 nodad", n.gatewayV6(), n.PodCIDRv6.Bits()),
+		)
+		routes = append(routes, fmt.Sprintf("route replace %s via %s dev %s onlink", n.PodCIDRv6, n.IPv6, bridgeName))
+	}
+	if err := ipBatch(ctx, n.Netns, append(lines, "link set cbr0 up")...); err != nil {
 		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	if err := ipBatch(ctx, "",
-		fmt.Sprintf("route replace %s via %s dev %s onlink", n.PodCIDR, n.IP, bridgeName),
-	); err != nil {
+	if err := ipBatch(ctx, "", routes...); err != nil {
 		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
 	return nil
@@ -149,7 +206,10 @@ func (n *Node) object() *corev1.Node {
 				corev1.LabelArchStable: runtime.GOARCH,
 			},
 		},
-		Spec: corev1.NodeSpec{PodCIDR: n.PodCIDR.String(), PodCIDRs: []string{n.PodCIDR.String()}},
+		Spec: corev1.NodeSpec{PodCIDR: n.PodCIDR.String()},
+	}
+	for _, p := range n.PodCIDRs() {
+		node.Spec.PodCIDRs = append(node.Spec.PodCIDRs, p.String())
 	}
 	n.setStatus(&node.Status, time.Now())
 	return node
@@ -164,10 +224,11 @@ func (n *Node) setStatus(st *corev1.NodeStatus, now time.Time) {
 		corev1.ResourcePods:   resource.MustParse("110"),
 	}
 	st.Capacity, st.Allocatable = resources, resources.DeepCopy()
-	st.Addresses = []corev1.NodeAddress{
-		{Type: corev1.NodeInternalIP, Address: n.IP.String()},
-		{Type: corev1.NodeHostName, Address: n.Name},
+	st.Addresses = nil
+	for _, ip := range n.IPs() {
+		st.Addresses = append(st.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
 	}
+	st.Addresses = append(st.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: n.Name})
 	st.NodeInfo = corev1.NodeSystemInfo{
 		KubeletVersion:          kubeletVersion,
 		OperatingSystem:         "linux",

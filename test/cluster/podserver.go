@@ -65,10 +65,11 @@ func isSidecar(c corev1.Container) bool {
 }
 
 // startPodServers opens, inside the network namespace at netnsPath, a socket
-// for each declared port, then serves them from ordinary goroutines: TCP
-// ports answer HTTP with "<pod name>\n" and the header X-Pod: ns/name, UDP
-// ports echo "<pod name>: <payload>". Closing the returned closers stops them.
-func startPodServers(netnsPath string, pod *corev1.Pod) ([]io.Closer, error) {
+// for each declared port, on IPv4 or, when dualStack, on both families, then
+// serves them from ordinary goroutines: TCP ports answer HTTP with
+// "<pod name>\n" and the header X-Pod: ns/name, UDP ports echo
+// "<pod name>: <payload>". Closing the returned closers stops them.
+func startPodServers(netnsPath string, pod *corev1.Pod, dualStack bool) ([]io.Closer, error) {
 	ports := declaredPorts(pod)
 	if len(ports) == 0 {
 		return nil, nil
@@ -83,18 +84,23 @@ func startPodServers(netnsPath string, pod *corev1.Pod) ([]io.Closer, error) {
 			c.Close()
 		}
 	}
+	// An IPv6 wildcard socket also receives IPv4 (IPV6_V6ONLY is off).
+	host, tcp, udp := "0.0.0.0", "tcp4", "udp4"
+	if dualStack {
+		host, tcp, udp = "::", "tcp", "udp"
+	}
 	err := doInNetns(netnsPath, func() error {
 		for _, p := range ports {
-			addr := net.JoinHostPort("0.0.0.0", strconv.Itoa(int(p.port)))
+			addr := net.JoinHostPort(host, strconv.Itoa(int(p.port)))
 			switch p.protocol {
 			case corev1.ProtocolTCP:
-				l, err := net.Listen("tcp4", addr)
+				l, err := net.Listen(tcp, addr)
 				if err != nil {
 					return fmt.Errorf("listen on tcp %s: %w", addr, err)
 				}
 				listeners = append(listeners, l)
 			case corev1.ProtocolUDP:
-				c, err := net.ListenPacket("udp4", addr)
+				c, err := net.ListenPacket(udp, addr)
 				if err != nil {
 					return fmt.Errorf("listen on udp %s: %w", addr, err)
 				}

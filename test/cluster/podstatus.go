@@ -27,9 +27,12 @@ const (
 
 // runningPod is what the kubelet stand-in knows about a Pod it runs.
 type runningPod struct {
-	hostIP  netip.Addr
-	podIP   netip.Addr
-	started time.Time
+	hostIP netip.Addr
+	podIP  netip.Addr
+	// hostIPv6 and podIPv6 are set in a dual-stack cluster only.
+	hostIPv6 netip.Addr
+	podIPv6  netip.Addr
+	started  time.Time
 	// readinessDelay applies when the Pod has no readiness-delay annotation.
 	readinessDelay time.Duration
 }
@@ -67,6 +70,12 @@ func kubeletStatus(pod *corev1.Pod, rp runningPod, now time.Time) (status corev1
 	st.Phase = corev1.PodRunning
 	st.HostIP, st.HostIPs = rp.hostIP.String(), []corev1.HostIP{{IP: rp.hostIP.String()}}
 	st.PodIP, st.PodIPs = rp.podIP.String(), []corev1.PodIP{{IP: rp.podIP.String()}}
+	if rp.hostIPv6.IsValid() {
+		st.HostIPs = append(st.HostIPs, corev1.HostIP{IP: rp.hostIPv6.String()})
+	}
+	if rp.podIPv6.IsValid() {
+		st.PodIPs = append(st.PodIPs, corev1.PodIP{IP: rp.podIPv6.String()})
+	}
 	if st.StartTime == nil {
 		st.StartTime = &started
 	}

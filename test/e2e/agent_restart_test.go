@@ -381,7 +381,7 @@ func TestAgent_cleanupLeavesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatalf("npl-agent cleanup: %v\n%s", err, out)
 		}
-		if rules := e.dp.dump(t, n); rules != "" {
+		if rules := e.dp.dump(t, n, contract.FamilyIPv4); rules != "" {
 			t.Errorf("NPL chains or jumps left after cleanup:\n%s", rules)
 		}
 		pods, err := e.client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{

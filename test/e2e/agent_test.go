@@ -67,7 +67,7 @@ func TestAgent_distinctPortsAndTrafficFromEverywhere(t *testing.T) {
 			}
 		}
 		// A node that runs no backend opens no port.
-		if strings.Contains(e.dp.dump(t, e.node(node1)), "\""+ns+"/") {
+		if strings.Contains(e.dp.dump(t, e.node(node1), contract.FamilyIPv4), "\""+ns+"/") {
 			t.Errorf("node %s has rules for namespace %s though it runs none of its Pods", node1, ns)
 		}
 	})
@@ -296,7 +296,7 @@ func TestAgent_podLifecycle(t *testing.T) {
 			t.Fatalf("pod IP did not change (%s)", oldIP)
 		}
 		waitFor(t, 15*time.Second, "rule rewritten to the new Pod IP", func() (bool, error) {
-			return e.dp.target(t, n, "tcp", moving.NodePort) == addr(newIP.String(), 8080), nil
+			return e.target(t, n, "tcp", moving.NodePort) == addr(newIP.String(), 8080), nil
 		})
 		eventually(t, 10*time.Second, "traffic to the moved Pod", func() error {
 			return expectBody(get(addr(moving.NodeIP, moving.NodePort)))("moving")

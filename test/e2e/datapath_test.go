@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/stack"
 )
@@ -30,12 +31,12 @@ var datapaths = []nodeDatapath{iptablesView{}, nftablesView{}}
 // nodeDatapath is one backend's view of a node.
 type nodeDatapath interface {
 	backend() string
-	// dump returns npl's part of the node's rules (with the comments that
-	// name Pods), empty when there is none.
-	dump(t *testing.T, n *cluster.Node) string
-	// target returns the Pod address ("ip:port") that proto/nodePort is
-	// DNATed to, or "" when the node port is not mapped.
-	target(t *testing.T, n *cluster.Node, proto string, nodePort int) string
+	// dump returns npl's part of the node's rules of family (with the
+	// comments that name Pods), empty when there is none.
+	dump(t *testing.T, n *cluster.Node, family contract.Family) string
+	// targets returns where the node's mappings of family lead, by
+	// "proto/nodePort": the Pod's ip:port ([ip]:port for IPv6).
+	targets(t *testing.T, n *cluster.Node, family contract.Family) map[string]string
 	// deleteMapping removes the mapping of tcp/nodePort.
 	deleteMapping(t *testing.T, n *cluster.Node, nodePort int)
 	// deleteHook removes what sends incoming traffic to npl's rules, and
@@ -88,7 +89,7 @@ func setupDatapath(t *testing.T, dp nodeDatapath) *env {
 			if other.backend() == dp.backend() {
 				continue
 			}
-			if left := other.dump(t, a.Node); left != "" {
+			if left := other.dump(t, a.Node, contract.FamilyIPv4); left != "" {
 				t.Fatalf("%s switched to %s and left its %s rules:\n%s", a.Name, dp.backend(), other.backend(), left)
 			}
 		}
@@ -96,18 +97,33 @@ func setupDatapath(t *testing.T, dp nodeDatapath) *env {
 	return e
 }
 
-// hasMapping reports whether the node DNATs proto/nodePort somewhere.
+// target returns the Pod address ("ip:port") that the node DNATs IPv4
+// proto/nodePort to, or "" when the node port is not mapped.
+func (e *env) target(t *testing.T, n *cluster.Node, proto string, nodePort int) string {
+	return e.dp.targets(t, n, contract.FamilyIPv4)[proto+"/"+strconv.Itoa(nodePort)]
+}
+
+// hasMapping reports whether the node DNATs IPv4 proto/nodePort somewhere.
 func (e *env) hasMapping(t *testing.T, n *cluster.Node, proto string, nodePort int) bool {
-	return e.dp.target(t, n, proto, nodePort) != ""
+	return e.target(t, n, proto, nodePort) != ""
 }
 
 type iptablesView struct{}
 
 func (iptablesView) backend() string { return backendIPTables }
 
-func (iptablesView) dump(t *testing.T, n *cluster.Node) string {
+func (iptablesView) dump(t *testing.T, n *cluster.Node, family contract.Family) string {
+	t.Helper()
+	save := "iptables-save"
+	if family == contract.FamilyIPv6 {
+		save = "ip6tables-save"
+	}
+	out, err := n.Command(context.Background(), save, "-t", "nat").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s on %s: %v: %s", save, n.Name, err, out)
+	}
 	var lines []string
-	for l := range strings.Lines(natRules(t, n)) {
+	for l := range strings.Lines(string(out)) {
 		if strings.Contains(l, "NPL-") {
 			lines = append(lines, l)
 		}
@@ -117,13 +133,14 @@ func (iptablesView) dump(t *testing.T, n *cluster.Node) string {
 
 var dnatRule = regexp.MustCompile(`-p (\w+) -m \w+ --dport (\d+) .*--to-destination (\S+)`)
 
-func (v iptablesView) target(t *testing.T, n *cluster.Node, proto string, nodePort int) string {
-	for l := range strings.Lines(v.dump(t, n)) {
-		if m := dnatRule.FindStringSubmatch(l); m != nil && m[1] == proto && m[2] == strconv.Itoa(nodePort) {
-			return m[3]
+func (v iptablesView) targets(t *testing.T, n *cluster.Node, family contract.Family) map[string]string {
+	out := map[string]string{}
+	for l := range strings.Lines(v.dump(t, n, family)) {
+		if m := dnatRule.FindStringSubmatch(l); m != nil {
+			out[m[1]+"/"+m[2]] = m[3]
 		}
 	}
-	return ""
+	return out
 }
 
 func (iptablesView) deleteMapping(t *testing.T, n *cluster.Node, nodePort int) {
@@ -162,15 +179,19 @@ type nftablesView struct{}
 
 func (nftablesView) backend() string { return backendNFTables }
 
-// dump is the IPv4 npl table as nft lists it, empty when there is none.
-func (nftablesView) dump(t *testing.T, n *cluster.Node) string {
+// dump is the family's npl table as nft lists it, empty when there is none.
+func (nftablesView) dump(t *testing.T, n *cluster.Node, family contract.Family) string {
 	t.Helper()
-	out, err := n.Command(context.Background(), "nft", "list", "table", "ip", "npl").CombinedOutput()
+	table := "ip"
+	if family == contract.FamilyIPv6 {
+		table = "ip6"
+	}
+	out, err := n.Command(context.Background(), "nft", "list", "table", table, "npl").CombinedOutput()
 	if err != nil {
 		if strings.Contains(string(out), "No such file or directory") {
 			return ""
 		}
-		t.Fatalf("nft list table ip npl on %s: %v: %s", n.Name, err, out)
+		t.Fatalf("nft list table %s npl on %s: %v: %s", table, n.Name, err, out)
 	}
 	return string(out)
 }
@@ -179,13 +200,12 @@ func (nftablesView) dump(t *testing.T, n *cluster.Node) string {
 // tcp . 61000 comment "ns/pod:8080" : 198.19.0.5 . 8080
 var nftElement = regexp.MustCompile(`(tcp|udp) \. (\d+)(?: comment "[^"]*")? : ([0-9a-f.:]+) \. (\d+)`)
 
-func (v nftablesView) target(t *testing.T, n *cluster.Node, proto string, nodePort int) string {
-	for _, m := range nftElement.FindAllStringSubmatch(v.dump(t, n), -1) {
-		if m[1] == proto && m[2] == strconv.Itoa(nodePort) {
-			return net.JoinHostPort(m[3], m[4])
-		}
+func (v nftablesView) targets(t *testing.T, n *cluster.Node, family contract.Family) map[string]string {
+	out := map[string]string{}
+	for _, m := range nftElement.FindAllStringSubmatch(v.dump(t, n, family), -1) {
+		out[m[1]+"/"+m[2]] = net.JoinHostPort(m[3], m[4])
 	}
-	return ""
+	return out
 }
 
 func (nftablesView) deleteMapping(t *testing.T, n *cluster.Node, nodePort int) {

@@ -231,22 +231,32 @@ func natRules(t *testing.T, n *cluster.Node) string {
 	return string(out)
 }
 
-// portHeld reports whether a socket on the node holds the port: a bind on
-// the node's wildcard address fails with EADDRINUSE.
+// portHeld reports whether an IPv4 socket on the node holds the port.
 func portHeld(t *testing.T, n *cluster.Node, proto contract.Protocol, port int) bool {
 	t.Helper()
+	return portHeldOf(t, n, contract.FamilyIPv4, proto, port)
+}
+
+// portHeldOf reports whether a socket of the family holds the port on the
+// node: a bind on the family's wildcard address fails with EADDRINUSE.
+func portHeldOf(t *testing.T, n *cluster.Node, f contract.Family, proto contract.Protocol, port int) bool {
+	t.Helper()
+	suffix, wildcard := "4", "0.0.0.0"
+	if f == contract.FamilyIPv6 {
+		suffix, wildcard = "6", "::"
+	}
 	held := false
 	err := n.Do(func() error {
-		addr := ":" + strconv.Itoa(port)
+		a := addr(wildcard, port)
 		if proto == contract.ProtocolUDP {
-			c, err := net.ListenPacket("udp4", addr)
+			c, err := net.ListenPacket("udp"+suffix, a)
 			if err != nil {
 				held = true
 				return nil
 			}
 			return c.Close()
 		}
-		l, err := net.Listen("tcp4", addr)
+		l, err := net.Listen("tcp"+suffix, a)
 		if err != nil {
 			held = true
 			return nil

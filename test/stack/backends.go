@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -259,16 +258,10 @@ func (b *bigipBackend) Pools(lbName string) (map[string][]providers.Member, []st
 		}
 		members := []providers.Member{}
 		for _, m := range p.Members {
-			short := m.FullPath[strings.LastIndex(m.FullPath, "/")+1:]
-			i := strings.LastIndex(short, ":")
-			if i < 0 {
-				return nil, nil, false, fmt.Errorf("member %q has no port", m.FullPath)
+			addr, port, ok := bigipsim.SplitEndpoint(m.FullPath)
+			if !ok {
+				return nil, nil, false, fmt.Errorf("member %q is not address:port", m.FullPath)
 			}
-			port, err := strconv.Atoi(short[i+1:])
-			if err != nil {
-				return nil, nil, false, fmt.Errorf("member %q: %w", m.FullPath, err)
-			}
-			addr := strings.SplitN(short[:i], "%", 2)[0]
 			members = append(members, providers.Member{IP: addr, Port: int32(port), Enabled: m.Session != "user-disabled"})
 		}
 		pools[name] = providers.SortMembers(members)
@@ -280,9 +273,9 @@ func (b *bigipBackend) Pools(lbName string) (map[string][]providers.Member, []st
 		if !strings.HasPrefix(name, lbName+"-") {
 			continue
 		}
-		dest := v.Destination[strings.LastIndex(v.Destination, "/")+1:]
-		if i := strings.LastIndex(dest, ":"); i > 0 {
-			dest = dest[:i]
+		dest, _, ok := bigipsim.SplitEndpoint(v.Destination)
+		if !ok {
+			return nil, nil, false, fmt.Errorf("virtual %q has destination %q, not address:port", v.FullPath, v.Destination)
 		}
 		if !seen[dest] {
 			seen[dest] = true

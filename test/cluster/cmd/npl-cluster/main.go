@@ -25,9 +25,10 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // config is what the flags say.
 type config struct {
-	nodes    int
-	binDir   string
-	keepLogs bool
+	nodes     int
+	binDir    string
+	keepLogs  bool
+	dualStack bool
 }
 
 // parseFlags reads the flags; the error is one line. help is true for -h.
@@ -37,6 +38,7 @@ func parseFlags(args []string) (cfg config, help bool, err error) {
 	fs.IntVar(&cfg.nodes, "nodes", 3, "number of nodes (1-200)")
 	fs.StringVar(&cfg.binDir, "bin-dir", "", "directory of etcd and the Kubernetes binaries (default: bin/ at the repository root)")
 	fs.BoolVar(&cfg.keepLogs, "keep-logs", false, "keep the component logs after exit, in a directory printed at start")
+	fs.BoolVar(&cfg.dualStack, "dual-stack", false, "give the bridge, nodes, Pods and Services IPv6 addresses too (fd00:198:18::/48 and fd00:198:19::/48)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, true, nil
@@ -52,10 +54,11 @@ func parseFlags(args []string) (cfg config, help bool, err error) {
 	return cfg, false, nil
 }
 
-const usage = `Usage: npl-cluster [--nodes N] [--bin-dir DIR] [--keep-logs]
+const usage = `Usage: npl-cluster [--nodes N] [--bin-dir DIR] [--keep-logs] [--dual-stack]
 
 Runs a local Kubernetes control plane with N nodes (network namespaces) and a
-kubelet stand-in, inside private namespaces, until interrupted.
+kubelet stand-in, inside private namespaces, until interrupted. With
+--dual-stack, nodes, Pods and Services also get IPv6 addresses.
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -89,7 +92,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	opts := cluster.Options{Nodes: cfg.nodes, BinDir: cfg.binDir}
+	opts := cluster.Options{Nodes: cfg.nodes, BinDir: cfg.binDir, DualStack: cfg.dualStack}
 	if cfg.keepLogs {
 		if opts.LogDir, err = os.MkdirTemp("", "npl-cluster-logs-"); err != nil {
 			fmt.Fprintf(stderr, "npl-cluster: %v\n", err)
@@ -122,7 +125,11 @@ func printInfo(w io.Writer, c *cluster.Cluster, keepLogs bool) {
 	fmt.Fprintf(w, "  %s kubectl --kubeconfig %s get nodes,pods -A\n", enter, c.Kubeconfig())
 	fmt.Fprintf(w, "  %s bash     # a shell in the test namespace\n", enter)
 	for _, n := range c.Nodes() {
-		fmt.Fprintf(w, "  node %s  ip %s  pods %s  netns %s: %s ip netns exec %s bash\n", n.Name, n.IP, n.PodCIDR, n.Netns, enter, n.Netns)
+		ips, cidrs := fmt.Sprint(n.IP), fmt.Sprint(n.PodCIDR)
+		if c.DualStack() {
+			ips, cidrs = fmt.Sprintf("%s,%s", n.IP, n.IPv6), fmt.Sprintf("%s,%s", n.PodCIDR, n.PodCIDRv6)
+		}
+		fmt.Fprintf(w, "  node %s  ip %s  pods %s  netns %s: %s ip netns exec %s bash\n", n.Name, ips, cidrs, n.Netns, enter, n.Netns)
 	}
 	if keepLogs {
 		fmt.Fprintf(w, "Component logs (kept after exit): %s\n", c.LogDir())

@@ -16,8 +16,8 @@ func TestParseFlags(t *testing.T) {
 		wantErr  string
 	}{
 		{name: "defaults", args: nil, want: config{nodes: 3}},
-		{name: "all flags", args: []string{"--nodes", "5", "--bin-dir", "/opt/k8s", "--keep-logs"},
-			want: config{nodes: 5, binDir: "/opt/k8s", keepLogs: true}},
+		{name: "all flags", args: []string{"--nodes", "5", "--bin-dir", "/opt/k8s", "--keep-logs", "--dual-stack"},
+			want: config{nodes: 5, binDir: "/opt/k8s", keepLogs: true, dualStack: true}},
 		{name: "help", args: []string{"-h"}, wantHelp: true, want: config{nodes: 3}},
 		{name: "unknown flag", args: []string{"--bogus"}, wantErr: "npl-cluster: flag provided but not defined: -bogus"},
 		{name: "not a number", args: []string{"--nodes", "x"}, wantErr: `npl-cluster: invalid value "x" for flag -nodes: parse error`},

@@ -396,6 +396,17 @@ func parseEndpoint(s string, named bool) (endpoint, bool) {
 	return e, true
 }
 
+// SplitEndpoint splits a pool member's name or a virtual's destination as
+// State shows them ("/P/ip:port", "ip%rd:port", for IPv6 "ip.port") into
+// the IP address, without route domain, and the port.
+func SplitEndpoint(s string) (addr string, port int, ok bool) {
+	e, ok := parseEndpoint(s[strings.LastIndexByte(s, '/')+1:], false)
+	if !ok {
+		return "", 0, false
+	}
+	return e.addr.String(), e.port, true
+}
+
 // address is the IP part of the endpoint, with its route domain.
 func (e endpoint) address() string {
 	if e.rd != "" {
