@@ -14,6 +14,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // Registry is the repository prefix of every image, the chart's default.
@@ -281,4 +283,17 @@ func fileSum(path string) (string, error) {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// TagOf returns the reference (repository:tag) an image tarball written by
+// Build carries.
+func TagOf(path string) (string, error) {
+	m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(path) })
+	if err != nil {
+		return "", fmt.Errorf("read the manifest of %s: %w", path, err)
+	}
+	if len(m) != 1 || len(m[0].RepoTags) != 1 {
+		return "", fmt.Errorf("%s: want one image with one tag, have %d images", path, len(m))
+	}
+	return m[0].RepoTags[0], nil
 }

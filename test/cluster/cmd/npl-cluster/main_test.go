@@ -24,6 +24,10 @@ func TestParseFlags(t *testing.T) {
 		{name: "zero nodes", args: []string{"--nodes", "0"}, wantErr: "npl-cluster: --nodes must be between 1 and 200, not 0"},
 		{name: "too many nodes", args: []string{"--nodes", "201"}, wantErr: "npl-cluster: --nodes must be between 1 and 200, not 201"},
 		{name: "stray argument", args: []string{"up"}, wantErr: `npl-cluster: unexpected argument "up"`},
+		{name: "real nodes", args: []string{"--real-nodes", "3"}, want: config{nodes: 3, realNodes: 3}},
+		{name: "too many real nodes", args: []string{"--real-nodes", "11"}, wantErr: "npl-cluster: --real-nodes must be between 1 and 10, not 11"},
+		{name: "real nodes are IPv4-only", args: []string{"--real-nodes", "1", "--dual-stack"},
+			wantErr: "npl-cluster: --real-nodes are IPv4-only for now: drop --dual-stack"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
