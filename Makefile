@@ -45,7 +45,7 @@ deps: ## Install the system packages tests and the demo need (iproute2, iptables
 ##@ Test
 
 .PHONY: test
-test: deps tools build lint ## Everything a fresh machine needs, then every test (unit and end to end).
+test: deps tools build images lint ## Everything a fresh machine needs, then every test (unit, end to end, real nodes).
 	$(GOTEST) -timeout 25m ./...
 
 .PHONY: test-unit
@@ -53,8 +53,12 @@ test-unit: ## Unit tests only (packages outside test/).
 	$(GOTEST) -timeout 10m $$($(GO) list ./... | grep -v '/test/')
 
 .PHONY: test-e2e
-test-e2e: deps tools build ## End-to-end tests on the local cluster (test/...).
+test-e2e: deps tools build images ## End-to-end tests on the local cluster (test/...).
 	$(GOTEST) -timeout 25m ./test/...
+
+.PHONY: test-real-nodes
+test-real-nodes: deps tools build images ## The tests on real nodes alone (kubelet, containerd, kube-proxy; the chart installed with Helm).
+	$(GOTEST) -v -timeout 20m -run 'RealNodes' ./test/cluster/ ./test/realnodes/...
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (default 30s) each, one at a time (make test runs their seeds).
