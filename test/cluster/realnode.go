@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,6 +126,7 @@ func (c *Cluster) startRealNodes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	removeStaleCgroups(c.log)
 	for _, n := range c.nodes {
 		rn := &realNode{n: n, c: c, dir: filepath.Join(c.dir, "nodes", n.Name), cgroupRoot: "/npl-" + c.runID + "-" + n.Name}
 		c.realNodes = append(c.realNodes, rn)
@@ -382,27 +384,61 @@ func (rn *realNode) removeCgroups() error {
 	}
 	var errs []error
 	for _, h := range hs {
-		root := filepath.Join(h, rn.cgroupRoot)
-		var dirs []string
-		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
+		errs = append(errs, removeCgroupTree(filepath.Join(h, rn.cgroupRoot), 10*time.Second))
+	}
+	return errors.Join(errs...)
+}
+
+// removeCgroupTree removes the cgroup at root and those below it, deepest
+// first, retrying each for up to wait while its last processes exit.
+func removeCgroupTree(root string, wait time.Duration) error {
+	var dirs []string
+	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	var errs []error
+	for i := len(dirs) - 1; i >= 0; i-- {
+		var err error
+		for deadline := time.Now().Add(wait); ; time.Sleep(50 * time.Millisecond) {
+			if err = syscall.Rmdir(dirs[i]); err == nil || errors.Is(err, syscall.ENOENT) || time.Now().After(deadline) {
+				break
 			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			var err error
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-				if err = syscall.Rmdir(dirs[i]); err == nil || errors.Is(err, syscall.ENOENT) || time.Now().After(deadline) {
-					break
-				}
-			}
-			if err != nil && !errors.Is(err, syscall.ENOENT) {
-				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", dirs[i], err))
-			}
+		}
+		if err != nil && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", dirs[i], err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// cgroupRootPattern matches the cgroupRoot of every real node: npl-<run>-<node>.
+var cgroupRootPattern = regexp.MustCompile(`^npl-([0-9a-f]+)-npl-node-\d+$`)
+
+// removeStaleCgroups removes the cgroups of real nodes whose run died
+// without closing (its directory, which removeStaleDirs removes first, is
+// gone); the kernel ended their processes with the run.
+func removeStaleCgroups(log klog.Logger) {
+	hs, err := cgroupHierarchies()
+	if err != nil {
+		return
+	}
+	for _, h := range hs {
+		entries, _ := os.ReadDir(h)
+		for _, e := range entries {
+			m := cgroupRootPattern.FindStringSubmatch(e.Name())
+			if m == nil {
+				continue
+			}
+			if dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "npl-cluster-"+m[1]+"-*")); len(dirs) > 0 {
+				continue
+			}
+			log.V(1).Info("Removing the cgroups of a dead run's node", "cgroup", filepath.Join(h, e.Name()))
+			_ = removeCgroupTree(filepath.Join(h, e.Name()), 0)
+		}
+	}
 }
 
 // stop kills the node's init, and with it every process of the node, waits

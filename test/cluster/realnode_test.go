@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeportlocal/npl/test/images"
@@ -203,5 +204,34 @@ func TestRealNodes_aMissingPrerequisiteSaysHowToGetIt(t *testing.T) {
 	err = checkRealNodes(t.TempDir(), filepath.Join(bin, "images"))
 	if err == nil || !strings.Contains(err.Error(), "kubelet not found: run 'make tools'") {
 		t.Errorf("no kubelet: %v; want one line saying run 'make tools'", err)
+	}
+}
+
+func TestRealNodes_aDeadRunsCgroupsAreRemovedAtTheNextStart(t *testing.T) {
+	memory := filepath.Join(cgroupRootDir, "memory")
+	dead := filepath.Join(memory, "npl-dead01-npl-node-0")
+	alive := filepath.Join(memory, "npl-a11ve0-npl-node-0")
+	for _, d := range []string{filepath.Join(dead, "kubepods", "pod1"), alive} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_ = removeCgroupTree(dead, 0)
+		_ = removeCgroupTree(alive, 0)
+	})
+	// The live run's directory.
+	aliveDir, err := os.MkdirTemp("", "npl-cluster-a11ve0-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(aliveDir) })
+
+	removeStaleCgroups(klog.Background())
+	if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the dead run's cgroup %s is still there: %v", dead, err)
+	}
+	if _, err := os.Stat(alive); err != nil {
+		t.Errorf("the live run's cgroup %s was removed: %v", alive, err)
 	}
 }
