@@ -105,6 +105,9 @@ type Options struct {
 	// ImagesDir holds the image tarballs of `make images`; empty means
 	// BinDir/images.
 	ImagesDir string
+	// KubeProxyMode is the mode of the real nodes' kube-proxy: iptables
+	// (empty) or nftables.
+	KubeProxyMode string
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -126,6 +129,13 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.RealNodes && (o.KubeProxy || o.NoKubelet) {
 		return o, errors.New("npl test cluster: RealNodes run a real kubelet and kube-proxy: KubeProxy and NoKubelet do not apply")
+	}
+	switch o.KubeProxyMode {
+	case "":
+		o.KubeProxyMode = "iptables"
+	case "iptables", "nftables":
+	default:
+		return o, fmt.Errorf("npl test cluster: KubeProxyMode %q: want iptables or nftables", o.KubeProxyMode)
 	}
 	if o.RealNodes && o.DualStack {
 		return o, errors.New("npl test cluster: real nodes are IPv4-only for now: DualStack does not apply")

@@ -1,10 +1,14 @@
 package cluster
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -197,6 +201,7 @@ func (rn *realNode) writeFiles(sandboxImage string) error {
 	data := map[string]any{
 		"Dir": rn.dir, "BinDir": rn.c.opts.BinDir, "Node": rn.n, "CgroupRoot": rn.cgroupRoot,
 		"SandboxImage": sandboxImage, "CA": cp.path("ca.crt"), "ClusterCIDR": podNetwork,
+		"ProxyMode": rn.c.opts.KubeProxyMode,
 	}
 	for name, tmpl := range map[string]*template.Template{
 		"containerd.toml":   containerdConfig,
@@ -327,8 +332,18 @@ func (rn *realNode) importImages(ctx context.Context) error {
 	return nil
 }
 
-// waitReady waits for the kubelet to report the node Ready.
+// waitReady waits for the kubelet to report the node Ready and for
+// kube-proxy's first sync (its /healthz answers 200 once it programmed the
+// node), so that what starts next sees kube-proxy's rules.
 func (rn *realNode) waitReady(ctx context.Context) error {
+	if err := rn.c.cp.poll(ctx, "kube-proxy of node "+rn.n.Name+" synced", func(ctx context.Context) error {
+		if err := rn.proc.exited(); err != nil {
+			return fmt.Errorf("%w: %s", err, rn.proc.tail(logTailLines))
+		}
+		return rn.n.Do(kubeProxyHealthy)
+	}); err != nil {
+		return err
+	}
 	return rn.c.cp.poll(ctx, "node "+rn.n.Name+" Ready", func(ctx context.Context) error {
 		if err := rn.proc.exited(); err != nil {
 			return fmt.Errorf("%w: %s", err, rn.proc.tail(logTailLines))
@@ -344,6 +359,30 @@ func (rn *realNode) waitReady(ctx context.Context) error {
 		}
 		return errors.New("not Ready")
 	})
+}
+
+// kubeProxyHealthy asks kube-proxy's /healthz, on loopback of the network
+// namespace it runs in (the connection is opened on this thread, which
+// n.Do puts in the node's namespace).
+func kubeProxyHealthy() error {
+	conn, err := net.DialTimeout("tcp", "127.0.0.1:10256", 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.0\r\nHost: localhost\r\n\r\n"); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("kube-proxy /healthz: %s", resp.Status)
+	}
+	return nil
 }
 
 // cgroupHierarchies lists the mounted cgroup hierarchies.
@@ -588,7 +627,7 @@ rotateCertificates: false
 
 var kubeProxyConfig = template.Must(template.New("kube-proxy").Parse(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
-mode: iptables
+mode: {{.ProxyMode}}
 hostnameOverride: {{.Node.Name}}
 clusterCIDR: {{.ClusterCIDR}}
 clientConnection:

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,10 +48,19 @@ const (
 // annotated with a node port of its node, the load balancer gets exactly
 // those members and a VIP, and a request from outside the nodes to each
 // member reaches the container of that member's Pod.
+//
+// It runs once with kube-proxy in iptables mode and once in nftables mode:
+// the agent picks the matching datapath (--datapath auto) in each.
 func TestHelmInstall_onRealNodes_feedsTheMockLoadBalancerAndEveryMemberReachesItsPod(t *testing.T) {
+	for _, mode := range []string{"iptables", "nftables"} {
+		t.Run("kube-proxy "+mode, func(t *testing.T) { helmInstallFeedsTheLoadBalancer(t, mode) })
+	}
+}
+
+func helmInstallFeedsTheLoadBalancer(t *testing.T, proxyMode string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	c := startRealCluster(t, ctx, 3)
+	c := startRealCluster(t, ctx, cluster.Options{Nodes: 3, KubeProxyMode: proxyMode})
 	client := c.Client()
 
 	tag := imageTag(t, c)
@@ -74,8 +84,9 @@ func TestHelmInstall_onRealNodes_feedsTheMockLoadBalancerAndEveryMemberReachesIt
 		return nil
 	})
 	// Each agent runs the iptables backend of its node, where kube-proxy
-	// and the kubelet put their rules; its log, read through the apiserver
-	// from the node's kubelet, says so.
+	// and the kubelet put their rules, and the datapath of kube-proxy's
+	// mode; its log, read through the apiserver from the node's kubelet,
+	// says so.
 	for _, n := range c.Nodes() {
 		out, err := n.Command(ctx, "iptables", "--version").CombinedOutput()
 		if err != nil {
@@ -102,6 +113,9 @@ func TestHelmInstall_onRealNodes_feedsTheMockLoadBalancerAndEveryMemberReachesIt
 			found = strings.Contains(string(logs), want)
 			if !found {
 				t.Errorf("agent %s on %s (iptables %s): log lacks %q:\n%s", p.Name, n.Name, mode, want, logs)
+			}
+			if datapath := regexp.MustCompile(`"Datapath" .*backend="` + proxyMode + `"`); !datapath.Match(logs) {
+				t.Errorf("agent %s on %s (kube-proxy in %s mode): log lacks %s:\n%s", p.Name, n.Name, proxyMode, datapath, logs)
 			}
 		}
 		if !found {

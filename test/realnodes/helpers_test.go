@@ -15,15 +15,16 @@ import (
 	"github.com/nodeportlocal/npl/test/cluster"
 )
 
-// startRealCluster starts a cluster of n real nodes, closed when the test ends.
-func startRealCluster(t *testing.T, ctx context.Context, n int) *cluster.Cluster {
+// startRealCluster starts a cluster of real nodes, closed when the test ends.
+func startRealCluster(t *testing.T, ctx context.Context, opts cluster.Options) *cluster.Cluster {
 	t.Helper()
 	began := time.Now()
-	c, err := cluster.Start(ctx, cluster.Options{Nodes: n, RealNodes: true})
+	opts.RealNodes = true
+	c, err := cluster.Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d real nodes Ready in %s (logs: %s)", n, time.Since(began).Round(100*time.Millisecond), c.LogDir())
+	t.Logf("%d real nodes Ready in %s (logs: %s)", len(c.Nodes()), time.Since(began).Round(100*time.Millisecond), c.LogDir())
 	t.Cleanup(func() {
 		if err := c.Close(); err != nil {
 			t.Errorf("close the cluster: %v", err)

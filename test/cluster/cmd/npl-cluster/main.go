@@ -31,6 +31,8 @@ type config struct {
 	dualStack bool
 	// realNodes is the number of real nodes; 0 means stand-in nodes.
 	realNodes int
+	// kubeProxyMode is the real nodes' kube-proxy mode.
+	kubeProxyMode string
 }
 
 // maxRealNodes bounds --real-nodes: each real node takes about 220 MB.
@@ -44,6 +46,7 @@ func parseFlags(args []string) (cfg config, help bool, err error) {
 	fs.StringVar(&cfg.binDir, "bin-dir", "", "directory of etcd and the Kubernetes binaries (default: bin/ at the repository root)")
 	fs.BoolVar(&cfg.keepLogs, "keep-logs", false, "keep the component logs after exit, in a directory printed at start")
 	fs.BoolVar(&cfg.dualStack, "dual-stack", false, "give the bridge, nodes, Pods and Services IPv6 addresses too (fd00:198:18::/48 and fd00:198:19::/48)")
+	fs.StringVar(&cfg.kubeProxyMode, "kube-proxy-mode", "iptables", "mode of the real nodes' kube-proxy: iptables or nftables")
 	fs.IntVar(&cfg.realNodes, "real-nodes", 0, "run N real nodes (containerd, kubelet, kube-proxy, the images of `make images`) instead of --nodes stand-ins")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -60,19 +63,22 @@ func parseFlags(args []string) (cfg config, help bool, err error) {
 	if cfg.realNodes < 0 || cfg.realNodes > maxRealNodes {
 		return cfg, false, fmt.Errorf("npl-cluster: --real-nodes must be between 1 and %d, not %d", maxRealNodes, cfg.realNodes)
 	}
+	if cfg.kubeProxyMode != "iptables" && cfg.kubeProxyMode != "nftables" {
+		return cfg, false, fmt.Errorf("npl-cluster: --kube-proxy-mode is %q; want iptables or nftables", cfg.kubeProxyMode)
+	}
 	if cfg.realNodes > 0 && cfg.dualStack {
 		return cfg, false, errors.New("npl-cluster: --real-nodes are IPv4-only for now: drop --dual-stack")
 	}
 	return cfg, false, nil
 }
 
-const usage = `Usage: npl-cluster [--nodes N | --real-nodes N] [--bin-dir DIR] [--keep-logs] [--dual-stack]
+const usage = `Usage: npl-cluster [--nodes N | --real-nodes N [--kube-proxy-mode M]] [--bin-dir DIR] [--keep-logs] [--dual-stack]
 
 Runs a local Kubernetes control plane with N nodes (network namespaces) and a
 kubelet stand-in, inside private namespaces, until interrupted. With
 --dual-stack, nodes, Pods and Services also get IPv6 addresses. With
 --real-nodes N, the N nodes are real: containerd, a kubelet and kube-proxy
-each, with the images of 'make images' loaded.
+(iptables or nftables mode) each, with the images of 'make images' loaded.
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -108,7 +114,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	opts := cluster.Options{Nodes: cfg.nodes, BinDir: cfg.binDir, DualStack: cfg.dualStack}
 	if cfg.realNodes > 0 {
-		opts.Nodes, opts.RealNodes = cfg.realNodes, true
+		opts.Nodes, opts.RealNodes, opts.KubeProxyMode = cfg.realNodes, true, cfg.kubeProxyMode
 	}
 	if cfg.keepLogs {
 		if opts.LogDir, err = os.MkdirTemp("", "npl-cluster-logs-"); err != nil {
