@@ -94,6 +94,9 @@ type realNode struct {
 	proc       *process
 	// pidNS is the inode of the node's PID namespace, to find stray processes.
 	pidNS uint64
+	// initPID is the node's init (outside its PID namespace), whose
+	// /proc/<pid>/root shows the node's mounts.
+	initPID int
 }
 
 // realNodeStarted, when set, learns of every real node whose processes
@@ -280,7 +283,8 @@ func (rn *realNode) start(ctx context.Context, sandboxImage string) error {
 	})
 }
 
-// initPIDNamespace finds the inode of the PID namespace of unshare's child.
+// initPIDNamespace finds unshare's child, the node's init, and the inode of
+// its PID namespace.
 func (rn *realNode) initPIDNamespace() (uint64, error) {
 	child, err := childOf(rn.proc.cmd.Process.Pid)
 	if err != nil {
@@ -290,6 +294,7 @@ func (rn *realNode) initPIDNamespace() (uint64, error) {
 	if err := syscall.Stat(fmt.Sprintf("/proc/%d/ns/pid", child), &st); err != nil {
 		return 0, err
 	}
+	rn.initPID = child
 	return st.Ino, nil
 }
 
@@ -640,3 +645,28 @@ conntrack:
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
 `))
+
+// PodToken returns the ServiceAccount token the kubelet of a real node
+// mounted into a running Pod (its projected volume), so that a test can act
+// with exactly the Pod's credentials.
+func (c *Cluster) PodToken(ctx context.Context, namespace, name string) (string, error) {
+	pod, err := c.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token of pod %s/%s: %w", namespace, name, err)
+	}
+	for _, rn := range c.realNodes {
+		if rn.n.Name != pod.Spec.NodeName {
+			continue
+		}
+		// The kubelet mounts the volume in the node's mount namespace:
+		// read it through the node's init.
+		root := fmt.Sprintf("/proc/%d/root", rn.initPID)
+		files, _ := filepath.Glob(filepath.Join(root, rn.path("kubelet"), "pods", string(pod.UID), "volumes", "kubernetes.io~projected", "*", "token"))
+		if len(files) != 1 {
+			return "", fmt.Errorf("token of pod %s/%s: %d projected token files on %s", namespace, name, len(files), rn.n.Name)
+		}
+		b, err := os.ReadFile(files[0])
+		return string(b), err
+	}
+	return "", fmt.Errorf("token of pod %s/%s: it does not run on a real node (node %q)", namespace, name, pod.Spec.NodeName)
+}

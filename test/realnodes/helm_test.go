@@ -46,8 +46,9 @@ const (
 // 3-replica Deployment behind a LoadBalancer Service. The agent DaemonSet
 // becomes Ready on every node, npl-lbsync becomes Ready, every Pod is
 // annotated with a node port of its node, the load balancer gets exactly
-// those members and a VIP, and a request from outside the nodes to each
-// member reaches the container of that member's Pod.
+// those members and a VIP, the agent's and npl-lbsync's own tokens (read
+// from their Pods) hold only the chart's grants, and a request from outside
+// the nodes to each member reaches the container of that member's Pod.
 //
 // It runs once with kube-proxy in iptables mode and once in nftables mode:
 // the agent picks the matching datapath (--datapath auto) in each.
@@ -83,6 +84,7 @@ func helmInstallFeedsTheLoadBalancer(t *testing.T, proxyMode string) {
 		}
 		return nil
 	})
+	agentPod := ""
 	// Each agent runs the iptables backend of its node, where kube-proxy
 	// and the kubelet put their rules, and the datapath of kube-proxy's
 	// mode; its log, read through the apiserver from the node's kubelet,
@@ -106,6 +108,7 @@ func helmInstallFeedsTheLoadBalancer(t *testing.T, proxyMode string) {
 			if !strings.Contains(p.Name, "agent") {
 				continue
 			}
+			agentPod = p.Name
 			logs, err := client.CoreV1().Pods(releaseNamespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 			if err != nil {
 				t.Fatalf("logs of %s through the apiserver: %v", p.Name, err)
@@ -123,7 +126,7 @@ func helmInstallFeedsTheLoadBalancer(t *testing.T, proxyMode string) {
 		}
 	}
 
-	lbsyncPod := ""
+	lbsyncPod, lbsyncPodName := "", ""
 	eventually(t, ctx, "npl-lbsync Ready", func(ctx context.Context) error {
 		deps, err := client.AppsV1().Deployments(releaseNamespace).List(ctx, metav1.ListOptions{})
 		if err != nil || len(deps.Items) != 1 {
@@ -139,7 +142,7 @@ func helmInstallFeedsTheLoadBalancer(t *testing.T, proxyMode string) {
 		}
 		for _, p := range pods.Items {
 			if podReady(&p) {
-				lbsyncPod = p.Status.PodIP
+				lbsyncPod, lbsyncPodName = p.Status.PodIP, p.Name
 				return nil
 			}
 		}
@@ -169,6 +172,7 @@ func helmInstallFeedsTheLoadBalancer(t *testing.T, proxyMode string) {
 
 	// Every Pod annotated with one node port on its own node.
 	members := map[string]string{} // nodeIP:nodePort -> Pod name
+	var webPod string
 	eventually(t, ctx, "3 ready web Pods, each annotated with a node port on its node", func(ctx context.Context) error {
 		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 		if err != nil {
@@ -196,6 +200,9 @@ func helmInstallFeedsTheLoadBalancer(t *testing.T, proxyMode string) {
 			return fmt.Errorf("%d annotated ready Pods: %v", len(got), got)
 		}
 		members = got
+		for _, name := range got {
+			webPod = name
+		}
 		return nil
 	})
 
@@ -235,6 +242,9 @@ func helmInstallFeedsTheLoadBalancer(t *testing.T, proxyMode string) {
 		}
 		return nil
 	})
+
+	// Least privilege in operation, with the Pods' own tokens.
+	checkLeastPrivilege(t, ctx, c, agentPod, lbsyncPodName, ns, webPod)
 
 	// From outside the nodes (the test's namespace, across the bridge), each
 	// member answers with the name of its own Pod.
