@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -428,13 +429,14 @@ func (rn *realNode) removeCgroups() error {
 	}
 	var errs []error
 	for _, h := range hs {
-		errs = append(errs, removeCgroupTree(filepath.Join(h, rn.cgroupRoot), 10*time.Second))
+		errs = append(errs, removeCgroupTree(filepath.Join(h, rn.cgroupRoot), 20*time.Second))
 	}
 	return errors.Join(errs...)
 }
 
 // removeCgroupTree removes the cgroup at root and those below it, deepest
-// first, retrying each for up to wait while its last processes exit.
+// first; cgroups still busy (their last processes exiting) are retried
+// until wait has passed.
 func removeCgroupTree(root string, wait time.Duration) error {
 	var dirs []string
 	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
@@ -443,19 +445,29 @@ func removeCgroupTree(root string, wait time.Duration) error {
 		}
 		return nil
 	})
-	var errs []error
-	for i := len(dirs) - 1; i >= 0; i-- {
-		var err error
-		for deadline := time.Now().Add(wait); ; time.Sleep(50 * time.Millisecond) {
-			if err = syscall.Rmdir(dirs[i]); err == nil || errors.Is(err, syscall.ENOENT) || time.Now().After(deadline) {
-				break
+	slices.Reverse(dirs)
+	deadline := time.Now().Add(wait)
+	for {
+		var busy []string
+		var errs []error
+		for _, d := range dirs {
+			if err := syscall.Rmdir(d); err != nil && !errors.Is(err, syscall.ENOENT) {
+				busy = append(busy, d)
+				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
 			}
 		}
-		if err != nil && !errors.Is(err, syscall.ENOENT) {
-			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", dirs[i], err))
+		if len(busy) == 0 {
+			return nil
 		}
+		if time.Now().After(deadline) {
+			if len(errs) > 3 {
+				errs = append(errs[:3], fmt.Errorf("and %d more cgroups", len(errs)-3))
+			}
+			return errors.Join(errs...)
+		}
+		dirs = busy
+		time.Sleep(100 * time.Millisecond)
 	}
-	return errors.Join(errs...)
 }
 
 // cgroupRootPattern matches the cgroupRoot of every real node: npl-<run>-<node>.
