@@ -99,7 +99,7 @@ demo-shell: kubectl ## Open a shell inside a running `make demo KEEP=1` (its net
 	  nsenter --target $$pid --net --mount -- env KUBECONFIG=$$(cat /tmp/npl-demo/kubeconfig) PATH=$(BIN):$$PATH bash -i
 
 .PHONY: bench
-bench: deps tools build ## Measure speed and memory (Go benchmarks and scale runs on the local cluster).
+bench: deps tools build images ## Measure speed and memory (Go benchmarks and scale runs on the local cluster).
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x -timeout 30m ./...
 
 .PHONY: clean

@@ -332,7 +332,7 @@ func podReady(p *corev1.Pod) bool {
 }
 
 // imageTag is the tag of the images the nodes imported.
-func imageTag(t *testing.T, c *cluster.Cluster) string {
+func imageTag(t testing.TB, c *cluster.Cluster) string {
 	t.Helper()
 	ref, err := images.TagOf(filepath.Join(c.ImagesDir(), images.Agent+".tar"))
 	if err != nil {

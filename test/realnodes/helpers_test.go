@@ -35,7 +35,7 @@ func startRealCluster(t *testing.T, ctx context.Context, opts cluster.Options) *
 
 // helmInstall installs charts/npl as `helm install npl charts/npl -n
 // npl-system --create-namespace` would, with vals.
-func helmInstall(t *testing.T, ctx context.Context, c *cluster.Cluster, vals map[string]any) {
+func helmInstall(t testing.TB, ctx context.Context, c *cluster.Cluster, vals map[string]any) {
 	t.Helper()
 	root, err := cluster.RepoRoot()
 	if err != nil {
@@ -63,7 +63,7 @@ func helmInstall(t *testing.T, ctx context.Context, c *cluster.Cluster, vals map
 
 // eventually polls check until it passes, failing the test with the last
 // error when ctx ends.
-func eventually(t *testing.T, ctx context.Context, what string, check func(context.Context) error) {
+func eventually(t testing.TB, ctx context.Context, what string, check func(context.Context) error) {
 	t.Helper()
 	began := time.Now()
 	var last error
