@@ -10,7 +10,7 @@ VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo d
 LDFLAGS    := -s -w -X github.com/nodeportlocal/npl/internal/buildinfo.Version=$(VERSION)
 GO         ?= go
 GOTEST     := $(GO) test -count=1
-COMMANDS   := npl-agent npl-lbsync nplctl
+COMMANDS   := npl-agent npl-lbsync nplctl npl-edge
 GOLANGCI_LINT_VERSION := v2.15.0
 PROVIDER   ?= mock
 KEEP       ?= 0
@@ -21,7 +21,7 @@ IMAGE_TAG  ?= $(shell awk '$$1=="appVersion:" {print $$2}' charts/npl/Chart.yaml
 ##@ Build
 
 .PHONY: build
-build: ## Build npl-agent, npl-lbsync and nplctl into ./bin (and the kubectl-npl plugin link).
+build: ## Build npl-agent, npl-lbsync, nplctl and npl-edge into ./bin (and the kubectl-npl plugin link).
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ $(addprefix ./cmd/,$(COMMANDS))
 	@ln -sf nplctl $(BIN)/kubectl-npl
@@ -39,7 +39,7 @@ kubectl: ## Build kubectl into ./bin (for make demo-shell).
 	BIN_DIR=$(BIN) test/tools/build.sh kubectl
 
 .PHONY: deps
-deps: ## Install the system packages tests and the demo need (iproute2, iptables, nftables, conntrack, containerd, runc), when missing.
+deps: ## Install the system packages tests and the demo need (iproute2, iptables, nftables, conntrack, haproxy, containerd, runc), when missing.
 	hack/deps.sh
 
 ##@ Test

@@ -170,6 +170,10 @@ type Member struct {
 type Status struct {
 	// VIPs are the addresses to write into the Service's status.
 	VIPs []string
+	// Warnings say what of the model the load balancer does not serve
+	// while it serves the rest (HAProxy has no UDP listeners, say). The
+	// controller reports them in a Warning Event and in the condition.
+	Warnings []string
 }
 
 // Provider makes a load balancer match the model. A provider owns only the

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodeportlocal/npl/agent/datapath"
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/internal/netns"
 )
 
 // The first-packet benchmark's client namespace, outside the node, so that
@@ -75,7 +76,7 @@ func BenchmarkFirstPacket(b *testing.B) {
 	measure := func(b *testing.B, target string) {
 		var samples []time.Duration
 		for b.Loop() {
-			err := inNetNS(client, func() error {
+			err := netns.Do(client, func() error {
 				for range connectsPerOp {
 					start := time.Now()
 					c, err := net.DialTimeout("tcp4", target, 5*time.Second)

@@ -8,14 +8,12 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nodeportlocal/npl/agent/datapath"
+	"github.com/nodeportlocal/npl/internal/netns"
 )
 
 // Addresses of the traffic test, inside the private namespace: the outer
@@ -26,28 +24,6 @@ const (
 	nodePort = 61000
 	podPort  = 8080
 )
-
-// inNetNS runs fn on an OS thread that joined the namespace at path, so the
-// sockets fn creates belong to that namespace.
-func inNetNS(path string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread ends with the goroutine.
-		runtime.LockOSThread()
-		f, err := os.Open(path)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", path, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
 
 // newPod creates the Pod namespace, wires it to the node with a veth and
 // returns its path.
@@ -76,7 +52,7 @@ func newPod(t testing.TB) string {
 func serveRemoteAddr(t testing.TB, pod string) {
 	t.Helper()
 	var ln net.Listener
-	err := inNetNS(pod, func() (err error) {
+	err := netns.Do(pod, func() (err error) {
 		ln, err = net.Listen("tcp4", net.JoinHostPort(podIP, fmt.Sprint(podPort)))
 		return err
 	})
@@ -128,7 +104,7 @@ func trafficToNodePortReachesThePod(t *testing.T, ipt datapath.Datapath) {
 	mapping := datapath.Mapping{NodePort: nodePort, Protocol: "tcp", PodIP: netip.MustParseAddr(podIP), PodPort: podPort, Pod: "ns/web"}
 	fromNode := func() (net.Conn, error) { return net.DialTimeout("tcp4", target, 5*time.Second) }
 	fromPod := func() (conn net.Conn, err error) {
-		err = inNetNS(pod, func() error {
+		err = netns.Do(pod, func() error {
 			conn, err = net.DialTimeout("tcp4", target, 2*time.Second)
 			return err
 		})
@@ -235,7 +211,7 @@ func TestDatapath_coexistsWithKubeProxy(t *testing.T) {
 					if _, err := askPeer(dial); err != nil {
 						t.Errorf("from the node to %s: %v", target, err)
 					}
-					err := inNetNS(client, func() error {
+					err := netns.Do(client, func() error {
 						peer, err := askPeer(dial)
 						if err == nil && peer != clientIP {
 							err = fmt.Errorf("the Pod saw the client as %s, want %s", peer, clientIP)

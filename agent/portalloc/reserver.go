@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"runtime"
 	"strconv"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/internal/netns"
 )
 
 // Reserver holds a node port so that no host process can take it while a
@@ -50,7 +47,7 @@ func (s SocketReserver) Reserve(family contract.Family, proto contract.Protocol,
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	var c io.Closer
-	err := inNetNS(s.NetNSPath, func() error {
+	err := netns.Do(s.NetNSPath, func() error {
 		var lc net.ListenConfig
 		var err error
 		if proto == contract.ProtocolTCP {
@@ -64,30 +61,4 @@ func (s SocketReserver) Reserve(family contract.Family, proto contract.Protocol,
 		return nil, fmt.Errorf("reserve %s/%s port %d: %w", proto, family, port, err)
 	}
 	return c, nil
-}
-
-// inNetNS runs fn on a dedicated OS thread that has joined the network
-// namespace at path; with an empty path it runs fn directly.
-func inNetNS(path string, fn func() error) error {
-	if path == "" {
-		return fn()
-	}
-	errc := make(chan error, 1)
-	go func() {
-		// The thread is never unlocked: when this goroutine ends, the runtime
-		// terminates the thread instead of reusing it in the wrong namespace.
-		runtime.LockOSThread()
-		f, err := os.Open(path)
-		if err != nil {
-			errc <- fmt.Errorf("open network namespace: %w", err)
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("enter network namespace %s: %w", path, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
 }

@@ -63,7 +63,7 @@ func newCommand() *cobra.Command {
 		Long: `npl-lbsync claims LoadBalancer Services (by loadBalancerClass), opts them in to
 NodePortLocal, builds a pool of nodeIP:nodePort members per Service port from the
 Pods' nodeportlocal.antrea.io annotations, makes the configured load balancer
-(avi, bigip or mock) match, and writes the VIP into the Service status.`,
+(avi, bigip, haproxy or mock) match, and writes the VIP into the Service status.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), o) },
 	})

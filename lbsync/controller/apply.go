@@ -66,8 +66,9 @@ type model struct {
 	// is applied (not for the shared load balancer: one change would send an
 	// Event to every Ingress).
 	syncedEvents bool
-	// setStatus writes the VIPs (and the condition) after an apply.
-	setStatus func(ctx context.Context, vips []string) error
+	// setStatus writes the VIPs (and the condition, with the provider's
+	// warnings) after an apply.
+	setStatus func(ctx context.Context, status providers.Status) error
 	// setFailed records on the objects why the model was not applied (the
 	// Service condition); nil where there is none.
 	setFailed func(ctx context.Context, reason, message string) error
@@ -116,7 +117,16 @@ func (c *Controller) apply(ctx context.Context, m model) (*providers.LoadBalance
 	c.applied[m.key] = hash
 	delete(c.rejected, m.key)
 	c.mu.Unlock()
-	if err := m.setStatus(ctx, status.VIPs); err != nil {
+	if !unchanged {
+		// What the load balancer does not serve of the model (UDP on
+		// HAProxy): said once per applied change.
+		for _, w := range status.Warnings {
+			for _, o := range m.objects {
+				c.recorder.Eventf(o, corev1.EventTypeWarning, "NotServed", "Load balancer %s: %s", lb.Name, w)
+			}
+		}
+	}
+	if err := m.setStatus(ctx, status); err != nil {
 		return lb, err
 	}
 	switch {

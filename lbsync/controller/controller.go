@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -457,9 +458,14 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) error {
 	applied, err := c.apply(ctx, model{
 		key: key, lb: lb, report: report, objects: []runtime.Object{svc},
 		needsStatus: len(svc.Status.LoadBalancer.Ingress) == 0, syncedEvents: true,
-		setStatus: func(ctx context.Context, vips []string) error {
-			return c.setStatus(ctx, svc, vips, claim.Condition{OK: true, Reason: "Synced",
-				Message: fmt.Sprintf("%d listener(s), %d ready backend(s)", len(lb.Listeners), report.ReadyBackends)})
+		setStatus: func(ctx context.Context, status providers.Status) error {
+			cond := claim.Condition{OK: true, Reason: "Synced",
+				Message: fmt.Sprintf("%d listener(s), %d ready backend(s)", len(lb.Listeners), report.ReadyBackends)}
+			if len(status.Warnings) > 0 {
+				cond.Reason = "SyncedWithWarnings"
+				cond.Message += "; " + strings.Join(status.Warnings, "; ")
+			}
+			return c.setStatus(ctx, svc, status.VIPs, cond)
 		},
 		setFailed: func(ctx context.Context, reason, message string) error {
 			return c.setCondition(ctx, svc, claim.Condition{Reason: reason, Message: message})

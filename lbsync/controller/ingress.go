@@ -193,7 +193,8 @@ func (c *Controller) syncSharedIngresses(ctx context.Context) error {
 	_, err = c.apply(ctx, model{
 		key: sharedIngressKey, lb: lb, report: report, objects: objects,
 		needsStatus: slices.ContainsFunc(ings, func(i *networkingv1.Ingress) bool { return len(i.Status.LoadBalancer.Ingress) == 0 }),
-		setStatus: func(ctx context.Context, vips []string) error {
+		setStatus: func(ctx context.Context, status providers.Status) error {
+			vips := status.VIPs
 			for _, ing := range ings {
 				if err := c.setIngressStatus(ctx, ing, vips); err != nil {
 					return err
@@ -257,7 +258,9 @@ func (c *Controller) ensureIngress(ctx context.Context, key queueKey, ing *netwo
 	_, err = c.apply(ctx, model{
 		key: key, lb: lb, report: report, objects: []runtime.Object{ing},
 		needsStatus: len(ing.Status.LoadBalancer.Ingress) == 0, syncedEvents: true,
-		setStatus: func(ctx context.Context, vips []string) error { return c.setIngressStatus(ctx, ing, vips) },
+		setStatus: func(ctx context.Context, status providers.Status) error {
+			return c.setIngressStatus(ctx, ing, status.VIPs)
+		},
 	})
 	return err
 }

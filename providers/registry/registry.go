@@ -13,14 +13,16 @@ import (
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/avi"
 	"github.com/nodeportlocal/npl/providers/bigip"
+	"github.com/nodeportlocal/npl/providers/haproxy"
 	"github.com/nodeportlocal/npl/providers/mock"
 )
 
 // parsers maps provider.name to the provider's ParseFunc.
 var parsers = map[string]providers.ParseFunc{
-	avi.Name:   avi.Parse,
-	bigip.Name: bigip.Parse,
-	mock.Name:  mock.Parse,
+	avi.Name:     avi.Parse,
+	bigip.Name:   bigip.Parse,
+	haproxy.Name: haproxy.Parse,
+	mock.Name:    mock.Parse,
 }
 
 // Names returns the valid provider names, sorted.

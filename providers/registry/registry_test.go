@@ -2,13 +2,26 @@ package registry
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
+	"maps"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -19,7 +32,7 @@ import (
 )
 
 func TestNames_listsEveryProviderSorted(t *testing.T) {
-	if diff := cmp.Diff([]string{"avi", "bigip", "mock"}, Names()); diff != "" {
+	if diff := cmp.Diff([]string{"avi", "bigip", "haproxy", "mock"}, Names()); diff != "" {
 		t.Errorf("Names (-want +got):\n%s", diff)
 	}
 	for _, n := range Names() {
@@ -117,6 +130,8 @@ func newBackend(t *testing.T, name string) backend {
 			requests: sim.Writes, reset: sim.ResetCounters,
 			state: func() any { return sim.Dump() },
 		}
+	case "haproxy":
+		return fakeEdge(t, dir)
 	case "mock":
 		state := filepath.Join(dir, "state.json")
 		var m *mock.Mock
@@ -187,8 +202,8 @@ func TestParse_errors(t *testing.T) {
 	tests := []struct {
 		name, provider, section, wantErr string
 	}{
-		{"unknown provider lists the valid ones", "f5", `{}`, `unknown provider "f5" (valid: avi, bigip, mock)`},
-		{"empty name", "", `{}`, `unknown provider "" (valid: avi, bigip, mock)`},
+		{"unknown provider lists the valid ones", "f5", `{}`, `unknown provider "f5" (valid: avi, bigip, haproxy, mock)`},
+		{"empty name", "", `{}`, `unknown provider "" (valid: avi, bigip, haproxy, mock)`},
 		{"the provider's own error is kept as is", "mock", `{"latency":"x"}`, `latency: time: invalid duration "x"`},
 	}
 	for _, tt := range tests {
@@ -198,5 +213,68 @@ func TestParse_errors(t *testing.T) {
 				t.Errorf("err = %v, want %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// fakeEdge is an npl-edge API that accepts every PUT and lists what it was
+// given: enough to count the requests the haproxy provider makes (the real
+// edge and HAProxy are tested in test/edge).
+func fakeEdge(t *testing.T, dir string) backend {
+	var mu sync.Mutex
+	var requests int
+	lbs := map[string]providers.LoadBalancer{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		requests++
+		switch r.Method {
+		case http.MethodPut:
+			var lb providers.LoadBalancer
+			if err := json.NewDecoder(r.Body).Decode(&lb); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			lbs[lb.Name] = lb
+			_ = json.NewEncoder(w).Encode(map[string]any{"changed": true})
+		case http.MethodGet:
+			out := []providers.LoadBalancer{}
+			for _, lb := range lbs {
+				out = append(out, lb)
+			}
+			_ = json.NewEncoder(w).Encode(map[string]any{"loadBalancers": out})
+		default:
+			_ = json.NewEncoder(w).Encode(map[string]any{"deleted": true})
+		}
+	}))
+	srv.TLS = &tls.Config{ClientAuth: tls.RequireAnyClientCert}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "npl-lbsync"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return backend{
+		section: map[string]any{"edges": []string{srv.URL},
+			"certFile": writeFile(t, dir, "tls.crt", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))),
+			"keyFile":  writeFile(t, dir, "tls.key", string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}))),
+			"caFile":   writeFile(t, dir, "ca.crt", string(caPEM))},
+		requests: func() int { mu.Lock(); defer mu.Unlock(); return requests },
+		reset:    func() {},
+		state: func() any {
+			mu.Lock()
+			defer mu.Unlock()
+			return maps.Clone(lbs)
+		},
 	}
 }

@@ -402,6 +402,27 @@ func testCAPEM(t *testing.T) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
+// testKeyPairPEM is a certificate and its key, for the tls.crt and tls.key
+// of Secrets the chart does not make (the haproxy provider loads them).
+func testKeyPairPEM(t *testing.T) (crt, key []byte) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "existing secret certificate"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+}
+
 // mountedFiles returns the files a container sees under its read-only
 // mounts of projected ConfigMaps and Secrets, by absolute path. The content
 // of a Secret the release does not make (existingSecret, certSecret) is made
@@ -433,8 +454,9 @@ func mountedFiles(t *testing.T, r *release, o object, c corev1.Container) map[st
 				if r.has("Secret", src.Secret.Name) {
 					data = r.one(t, "Secret", src.Secret.Name).typed.(*corev1.Secret).Data
 				} else {
+					crt, key := testKeyPairPEM(t)
 					data = map[string][]byte{"username": []byte("existing-user"), "password": []byte("existing-password"), "ca.crt": testCAPEM(t),
-						"tls.crt": []byte("existing-certificate"), "tls.key": []byte("existing-key")}
+						"tls.crt": crt, "tls.key": key}
 				}
 				items = src.Secret.Items
 			}
@@ -844,6 +866,9 @@ func TestChart_templatesRejectIncompleteProviderSettings(t *testing.T) {
 		{"bigip https without CA", map[string]any{"provider.name": "bigip", "provider.bigip.url": "https://b",
 			"provider.bigip.username": "u", "provider.bigip.password": "p"}, "set caData"},
 		{"bigip without url", map[string]any{"provider.name": "bigip", "provider.bigip.existingSecret": "s"}, "provider.bigip.url is required"},
+		{"haproxy without edges", map[string]any{"provider.name": "haproxy", "provider.haproxy.existingSecret": "s"}, "provider.haproxy.edges is required"},
+		{"haproxy without client certificate", map[string]any{"provider.name": "haproxy", "provider.haproxy.edges": []any{"https://e:8443"}},
+			"provider.haproxy.existingSecret is required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vals := readValues(t, "", tc.overrides)

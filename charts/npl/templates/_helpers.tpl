@@ -75,6 +75,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- if has .Values.provider.name (list "avi" "bigip") }}true{{ end }}
 {{- end }}
 
+{{/* Whether the chosen provider presents a client certificate (haproxy). */}}
+{{- define "npl.provider.hasClientCert" -}}
+{{- if eq .Values.provider.name "haproxy" }}true{{ end }}
+{{- end }}
+
 {{/* Name of the Secret holding the provider credentials. */}}
 {{- define "npl.credentialsSecretName" -}}
 {{- $p := index .Values.provider .Values.provider.name }}
@@ -102,6 +107,10 @@ set) or "" (no CA file).
 {{- if include "npl.provider.hasCredentials" . }}
 {{- if get $p "caData" }}configmap
 {{- else if and (get $p "existingSecret") (include "npl.provider.verifiesTLS" .) }}secret
+{{- end }}
+{{- else if include "npl.provider.hasClientCert" . }}
+{{- if get $p "caData" }}configmap
+{{- else if get $p "existingSecret" }}secret
 {{- end }}
 {{- end }}
 {{- end }}
@@ -133,6 +142,15 @@ install with a message rather than crash-looping npl-lbsync.
 {{- range $k := list "partition" "timeout" }}
 {{- if index $p $k }}{{ $_ := set $section $k (index $p $k) }}{{ end }}
 {{- end }}
+{{- end }}
+{{- if eq $name "haproxy" }}
+{{- if not $p.edges }}{{ fail "provider.haproxy.edges is required: the https URLs of the npl-edge APIs" }}{{ end }}
+{{- $_ := set $section "edges" $p.edges }}
+{{- if $p.timeout }}{{ $_ := set $section "timeout" $p.timeout }}{{ end }}
+{{- if not $p.existingSecret }}{{ fail "provider.haproxy.existingSecret is required: a Secret with tls.crt and tls.key, the client certificate for the edges" }}{{ end }}
+{{- $_ := set $section "certFile" (printf "%s/tls.crt" $dir) }}
+{{- $_ := set $section "keyFile" (printf "%s/tls.key" $dir) }}
+{{- $_ := set $section "caFile" (printf "%s/ca.crt" $dir) }}
 {{- end }}
 {{- if include "npl.provider.hasCredentials" . }}
 {{- if not (or $p.existingSecret (and $p.username $p.password)) }}
@@ -194,6 +212,19 @@ source. Call with (dict "ctx" $ "webhook" true).
               path: {{ $ctx.Values.provider.name }}/username
             - key: password
               path: {{ $ctx.Values.provider.name }}/password
+            {{- if eq (include "npl.caSource" $ctx) "secret" }}
+            - key: ca.crt
+              path: {{ $ctx.Values.provider.name }}/ca.crt
+            {{- end }}
+      {{- end }}
+      {{- if include "npl.provider.hasClientCert" $ctx }}
+      - secret:
+          name: {{ include "npl.credentialsSecretName" $ctx }}
+          items:
+            - key: tls.crt
+              path: {{ $ctx.Values.provider.name }}/tls.crt
+            - key: tls.key
+              path: {{ $ctx.Values.provider.name }}/tls.key
             {{- if eq (include "npl.caSource" $ctx) "secret" }}
             - key: ca.crt
               path: {{ $ctx.Values.provider.name }}/ca.crt

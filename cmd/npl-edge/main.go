@@ -1,0 +1,113 @@
+// Command npl-edge runs beside HAProxy on an edge host: it starts HAProxy
+// in master-worker mode, owns its configuration and sockets, and serves the
+// mutual-TLS API through which npl-lbsync's haproxy provider sets the load
+// balancers HAProxy serves.
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeportlocal/npl/edge"
+	"github.com/nodeportlocal/npl/edge/haproxy"
+	"github.com/nodeportlocal/npl/internal/cli"
+	"github.com/nodeportlocal/npl/internal/serve"
+)
+
+func main() {
+	cli.Main(newCommand())
+}
+
+type options struct {
+	listen       string
+	certFile     string
+	keyFile      string
+	clientCAFile string
+	haproxyBin   string
+	dir          string
+	checkInter   time.Duration
+	checkFall    int
+	checkRise    int
+	resync       time.Duration
+	metricsAddr  string
+}
+
+func newCommand() *cobra.Command {
+	o := &options{}
+	cmd := cli.NewRoot(&cobra.Command{
+		Use:   "npl-edge",
+		Short: "Run HAProxy for npl-lbsync on an edge host",
+		Long: `npl-edge starts HAProxy (master-worker mode), owns its configuration file, its
+admin socket and its master CLI, and serves an HTTPS API with mutual TLS through
+which npl-lbsync's haproxy provider states the load balancers to serve. Member
+changes go through HAProxy's runtime API without a reload; new or changed
+listeners are checked with haproxy -c and applied by a hitless reload.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), o) },
+	})
+	f := cmd.Flags()
+	f.StringVar(&o.listen, "listen", ":8443", "address of the HTTPS API")
+	f.StringVar(&o.certFile, "tls-cert-file", "/etc/npl-edge/tls.crt", "the API's certificate (PEM)")
+	f.StringVar(&o.keyFile, "tls-key-file", "/etc/npl-edge/tls.key", "the API's private key (PEM)")
+	f.StringVar(&o.clientCAFile, "client-ca-file", "/etc/npl-edge/client-ca.crt", "CA certificates (PEM) that sign the clients' certificates; a client without one is refused")
+	f.StringVar(&o.haproxyBin, "haproxy", "haproxy", "the haproxy executable")
+	f.StringVar(&o.dir, "state-dir", "/var/lib/npl-edge", "directory of haproxy.cfg, the sockets and the desired state")
+	f.DurationVar(&o.checkInter, "check-interval", haproxy.DefaultChecks.Inter, "interval of the members' health checks")
+	f.IntVar(&o.checkFall, "check-fall", haproxy.DefaultChecks.Fall, "failed checks that mark a member down")
+	f.IntVar(&o.checkRise, "check-rise", haproxy.DefaultChecks.Rise, "passed checks that mark a member up")
+	f.DurationVar(&o.resync, "resync-period", 10*time.Second, "how often HAProxy's runtime state is compared with the desired one and repaired")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":9105", "address of the Prometheus metrics and /healthz listener (0 disables it)")
+	return cmd
+}
+
+func run(ctx context.Context, o *options) error {
+	if o.checkInter < 100*time.Millisecond || o.checkFall < 1 || o.checkRise < 1 {
+		return cli.Usagef("--check-interval must be at least 100ms, --check-fall and --check-rise at least 1")
+	}
+	if o.resync <= 0 {
+		return cli.Usagef("--resync-period must be positive")
+	}
+	tlsConfig, err := edge.ServerTLS(o.certFile, o.keyFile, o.clientCAFile)
+	if err != nil {
+		return cli.Usagef("%v", err)
+	}
+	e, err := edge.New(edge.Config{
+		HAProxyBin:   o.haproxyBin,
+		Dir:          o.dir,
+		Checks:       haproxy.Checks{Inter: o.checkInter, Fall: o.checkFall, Rise: o.checkRise},
+		ResyncPeriod: o.resync,
+	})
+	if err != nil {
+		return cli.Usagef("%v", err)
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return cli.Usagef("listen on %s: %v", o.listen, err)
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	e.Register(reg)
+	mux := serve.Metrics(reg)
+	mux.Handle("/healthz", serve.Probes(nil, nil))
+	if err := serve.Listen(ctx, "metrics", o.metricsAddr, mux); err != nil {
+		return cli.Usagef("%v", err)
+	}
+	klog.FromContext(ctx).Info("Starting npl-edge", "listen", ln.Addr().String(), "stateDir", o.dir)
+	runDone := make(chan error, 1)
+	go func() { runDone <- e.Run(ctx) }()
+	serveErr := e.Serve(ctx, ln, tlsConfig)
+	stop()
+	runErr := <-runDone
+	return errors.Join(serveErr, runErr)
+}

@@ -1,0 +1,94 @@
+// Package api is the wire format of npl-edge's HTTPS API, the one place
+// that both npl-edge and the haproxy provider of npl-lbsync read it from.
+//
+//	PUT    /v1/clusters/{cluster}/loadbalancers/{name}  body: LoadBalancerRequest with VIPs = [vip]       -> EnsureResult
+//	DELETE /v1/clusters/{cluster}/loadbalancers/{name}                                                -> DeleteResult
+//	GET    /v1/clusters/{cluster}/loadbalancers/{name}  what HAProxy serves of it                      -> providers.LoadBalancer (404 when none)
+//	GET    /v1/clusters/{cluster}/loadbalancers         what HAProxy serves of the cluster             -> List
+//	GET    /v1/status                                                                                 -> Status
+//
+// A PUT states the whole desired load balancer: it is idempotent, and one
+// that changes nothing writes nothing. Errors are an Error body with a 4xx
+// or 5xx status.
+package api
+
+import (
+	"net/url"
+
+	"github.com/nodeportlocal/npl/providers"
+)
+
+// LoadBalancersPath is the path of the load balancers of a cluster.
+func LoadBalancersPath(cluster string) string {
+	return "/v1/clusters/" + url.PathEscape(cluster) + "/loadbalancers"
+}
+
+// LoadBalancerPath is the path of one load balancer of a cluster.
+func LoadBalancerPath(cluster, name string) string {
+	return LoadBalancersPath(cluster) + "/" + url.PathEscape(name)
+}
+
+// StatusPath is the path of the edge's status.
+const StatusPath = "/v1/status"
+
+// LoadBalancerRequest is the body of a PUT: the load balancer model, and
+// for an L7 one with HTTPS the certificates and keys of its TLS Secrets,
+// which the model itself never serialises. The edge writes them into its
+// own directory (mode 0600) for HAProxy; it never answers or logs them.
+type LoadBalancerRequest struct {
+	providers.LoadBalancer
+	Certificates []Certificate `json:"certificates,omitempty"`
+}
+
+// Certificate is the PEM certificate chain and key of one TLS Secret of the
+// model (HTTP.TLS[].Secret).
+type Certificate struct {
+	Secret  string `json:"secret"`
+	CertPEM string `json:"certPEM"`
+	KeyPEM  string `json:"keyPEM"`
+}
+
+// EnsureResult is the answer to a PUT.
+type EnsureResult struct {
+	// Changed is true when the edge changed anything (configuration or
+	// runtime state) for the request.
+	Changed bool `json:"changed"`
+	// Reloaded is true when the change needed a reload of HAProxy (new or
+	// changed listeners); member changes never do.
+	Reloaded bool `json:"reloaded"`
+	// Unsupported lists the listeners HAProxy cannot serve, as
+	// "UDP/53"; the others are served.
+	Unsupported []string `json:"unsupported,omitempty"`
+}
+
+// DeleteResult is the answer to a DELETE.
+type DeleteResult struct {
+	// Deleted is false when there was nothing to delete.
+	Deleted bool `json:"deleted"`
+}
+
+// List is the answer to the GET of a cluster's load balancers.
+type List struct {
+	LoadBalancers []providers.LoadBalancer `json:"loadBalancers"`
+}
+
+// Status is what the edge reports of itself and of HAProxy.
+type Status struct {
+	// MasterPID and WorkerPID are HAProxy's master and current worker.
+	MasterPID int `json:"masterPID"`
+	WorkerPID int `json:"workerPID"`
+	// Reloads counts the reloads the edge made; Starts the times it
+	// started HAProxy (more than one after HAProxy died).
+	Reloads int64 `json:"reloads"`
+	Starts  int64 `json:"starts"`
+	// Writes counts the PUTs and DELETEs that changed something;
+	// RuntimeCommands the runtime API commands that changed a server.
+	Writes          int64 `json:"writes"`
+	RuntimeCommands int64 `json:"runtimeCommands"`
+}
+
+// Error is the body of an error answer.
+type Error struct {
+	// Error is the message; it names the object concerned.
+	Error string `json:"error"`
+}

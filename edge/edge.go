@@ -1,0 +1,816 @@
+// Package edge is npl-edge: it runs beside HAProxy on an edge host, owns
+// HAProxy's configuration file, its admin socket and its master CLI, and
+// makes HAProxy serve the load balancers npl-lbsync's haproxy provider
+// asks for over a mutual-TLS API (package api holds the wire format).
+//
+// Member changes go through the runtime API without a reload; new or
+// changed listeners are rendered into a whole configuration, checked with
+// "haproxy -c", written, and applied by a hitless reload of the master.
+// The desired state is kept in a file, so a restarted edge or HAProxy
+// serves it again at once.
+package edge
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeportlocal/npl/edge/api"
+	"github.com/nodeportlocal/npl/edge/haproxy"
+	"github.com/nodeportlocal/npl/providers"
+)
+
+// Config is what the edge needs to run HAProxy.
+type Config struct {
+	// HAProxyBin is the haproxy executable.
+	HAProxyBin string
+	// Dir holds the files the edge owns: haproxy.cfg, the admin and master
+	// sockets, and desired.json (the desired state).
+	Dir string
+	// Checks are the members' health-check settings.
+	Checks haproxy.Checks
+	// ResyncPeriod is how often the runtime state is compared with the
+	// desired one and repaired.
+	ResyncPeriod time.Duration
+}
+
+// Edge makes HAProxy serve the desired load balancers.
+type Edge struct {
+	cfg  Config
+	proc *haproxy.Process
+
+	// mu serialises every change of the desired state and of HAProxy.
+	mu      sync.Mutex
+	desired map[lbKey]*providers.LoadBalancer
+	running bool
+	// activeFrame is the frame (the configuration without servers) the
+	// running HAProxy loaded; activeText the configuration file as written.
+	activeFrame string
+	activeText  []byte
+
+	reloads, starts, writes, runtimeCommands atomic.Int64
+	// applyDuration times the PUTs that changed HAProxy, by how: "runtime"
+	// (members only) or "reload".
+	applyDuration *prometheus.HistogramVec
+}
+
+type lbKey struct{ cluster, name string }
+
+// Error classes of the API; the server maps them to HTTP statuses.
+var (
+	// ErrInvalid is a request the edge refuses as written.
+	ErrInvalid = errors.New("invalid request")
+	// ErrConflict is a listener another load balancer already holds.
+	ErrConflict = errors.New("conflict")
+	// ErrRejected is a configuration HAProxy refused; the previous one
+	// keeps serving.
+	ErrRejected = errors.New("rejected by HAProxy")
+	// ErrUnavailable is an HAProxy that does not run (yet).
+	ErrUnavailable = errors.New("HAProxy is not running")
+)
+
+// New returns an edge over the files of cfg.Dir, with the desired state
+// saved there by an earlier run.
+func New(cfg Config) (*Edge, error) {
+	if cfg.Checks == (haproxy.Checks{}) {
+		cfg.Checks = haproxy.DefaultChecks
+	}
+	if cfg.ResyncPeriod <= 0 {
+		cfg.ResyncPeriod = 10 * time.Second
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("edge directory: %w", err)
+	}
+	// HAProxy refuses unix socket paths longer than this (it appends
+	// ".<pid>.tmp" while it binds them).
+	const maxSocketPath = 97
+	if p := filepath.Join(cfg.Dir, "master.sock"); len(p) > maxSocketPath {
+		return nil, fmt.Errorf("edge directory %s: the socket path %s is longer than HAProxy's limit of %d bytes", cfg.Dir, p, maxSocketPath)
+	}
+	e := &Edge{
+		cfg: cfg,
+		proc: &haproxy.Process{
+			Bin:          cfg.HAProxyBin,
+			ConfigFile:   filepath.Join(cfg.Dir, "haproxy.cfg"),
+			MasterSocket: filepath.Join(cfg.Dir, "master.sock"),
+		},
+		desired: map[lbKey]*providers.LoadBalancer{},
+		applyDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "npl_edge_apply_duration_seconds", Help: "Time to apply a changed load balancer to HAProxy, by how (runtime or reload).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"how"}),
+	}
+	if err := e.load(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Edge) adminSocket() string { return filepath.Join(e.cfg.Dir, "admin.sock") }
+func (e *Edge) stateFile() string   { return filepath.Join(e.cfg.Dir, "desired.json") }
+
+// Run starts HAProxy, starts it again whenever it exits (the new one loads
+// the desired state at once), and repairs runtime drift every ResyncPeriod,
+// until ctx ends; then it stops HAProxy.
+func (e *Edge) Run(ctx context.Context) error {
+	log := klog.FromContext(ctx)
+	defer e.proc.Stop(10 * time.Second)
+	backoff := 200 * time.Millisecond
+	for {
+		if err := e.start(ctx); err != nil {
+			log.Error(err, "Start HAProxy", "retryIn", backoff)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 10*time.Second)
+			continue
+		}
+		backoff = 200 * time.Millisecond
+		e.supervise(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// supervise repairs drift until HAProxy exits or ctx ends.
+func (e *Edge) supervise(ctx context.Context) {
+	log := klog.FromContext(ctx)
+	tick := time.NewTicker(e.cfg.ResyncPeriod)
+	defer tick.Stop()
+	exited := e.proc.Exited()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-exited:
+			e.mu.Lock()
+			e.running = false
+			e.mu.Unlock()
+			log.Info("HAProxy exited; starting it again with the desired state")
+			return
+		case <-tick.C:
+			e.mu.Lock()
+			changed, _, err := e.converge(ctx)
+			e.mu.Unlock()
+			switch {
+			case err != nil:
+				log.Error(err, "Resync HAProxy")
+			case changed:
+				log.Info("Repaired HAProxy's runtime state")
+			}
+		}
+	}
+}
+
+// start renders the desired state, starts HAProxy on it and sets the
+// runtime states the configuration cannot hold (drain).
+func (e *Edge) start(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := e.render()
+	if err := e.checkAndWrite(ctx, r); err != nil {
+		return err
+	}
+	if err := e.proc.Start(ctx); err != nil {
+		return err
+	}
+	e.starts.Add(1)
+	e.running, e.activeFrame, e.activeText = true, r.Frame, r.Text
+	if _, err := e.syncServers(ctx, e.proxies()); err != nil {
+		return fmt.Errorf("set the runtime state after start: %w", err)
+	}
+	klog.FromContext(ctx).Info("HAProxy started", "pid", e.proc.MasterPID(), "loadBalancers", len(e.desired))
+	return nil
+}
+
+// Stop stops HAProxy; Run does it when its context ends.
+func (e *Edge) Stop() { e.proc.Stop(10 * time.Second) }
+
+// Put makes lb, a load balancer of cluster, the desired state of its name
+// and applies it. lb.VIPs holds exactly the VIP to serve on.
+func (e *Edge) Put(ctx context.Context, cluster string, lb *providers.LoadBalancer) (api.EnsureResult, error) {
+	var res api.EnsureResult
+	n, err := checkRequest(cluster, lb)
+	if err != nil {
+		return res, err
+	}
+	for _, l := range n.Listeners {
+		if !served(l.Protocol) {
+			res.Unsupported = append(res.Unsupported, fmt.Sprintf("%s/%d", l.Protocol, l.Port))
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.checkConflicts(cluster, n); err != nil {
+		return res, err
+	}
+	key := lbKey{cluster, n.Name}
+	prev, had := e.desired[key]
+	e.desired[key] = n
+	changedDesired := !had || !sameModel(prev, n)
+	start := time.Now()
+	changed, reloaded, err := e.converge(ctx)
+	if changed && err == nil {
+		how := "runtime"
+		if reloaded {
+			how = "reload"
+		}
+		e.applyDuration.WithLabelValues(how).Observe(time.Since(start).Seconds())
+	}
+	if errors.Is(err, ErrRejected) || errors.Is(err, ErrInvalid) {
+		// Nothing of it reached the running HAProxy: forget it.
+		if had {
+			e.desired[key] = prev
+		} else {
+			delete(e.desired, key)
+		}
+		return res, err
+	}
+	if changedDesired {
+		if serr := e.save(); serr != nil && err == nil {
+			err = serr
+		}
+	}
+	res.Changed, res.Reloaded = changed || changedDesired, reloaded
+	if res.Changed {
+		e.writes.Add(1)
+		klog.FromContext(ctx).Info("Load balancer applied", "cluster", cluster, "loadBalancer", n.Name,
+			"reloaded", reloaded, "unsupported", res.Unsupported)
+	}
+	return res, err
+}
+
+// Delete removes the load balancer name of cluster. Removing one that is
+// not there is not an error.
+func (e *Edge) Delete(ctx context.Context, cluster, name string) (bool, error) {
+	if cluster == "" || !providers.OwnedBy(cluster, name) {
+		return false, fmt.Errorf("%w: load balancer %q is not of cluster %q", ErrInvalid, name, cluster)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	key := lbKey{cluster, name}
+	prev, had := e.desired[key]
+	if !had {
+		return false, nil
+	}
+	delete(e.desired, key)
+	if _, _, err := e.converge(ctx); err != nil {
+		if errors.Is(err, ErrRejected) {
+			e.desired[key] = prev
+		} else {
+			// Not running, or a runtime command failed: the deletion
+			// stands and is applied when HAProxy runs or at the resync.
+			_ = e.save()
+		}
+		return false, fmt.Errorf("delete %s: %w", name, err)
+	}
+	if err := e.save(); err != nil {
+		return true, err
+	}
+	e.writes.Add(1)
+	klog.FromContext(ctx).Info("Load balancer deleted", "cluster", cluster, "loadBalancer", name)
+	return true, nil
+}
+
+// List returns what HAProxy serves for cluster: the frontends and rules of
+// the configuration it loaded, with the members its worker holds now.
+func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalancer, error) {
+	e.mu.Lock()
+	running, text := e.running, e.activeText
+	e.mu.Unlock()
+	if !running {
+		return nil, ErrUnavailable
+	}
+	px, err := haproxy.Parse(text)
+	if err != nil {
+		return nil, fmt.Errorf("read the configuration back: %w", err)
+	}
+	states, err := haproxy.ShowServersState(ctx, e.adminSocket())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	servers := map[string][]providers.Member{}
+	for _, s := range states {
+		servers[s.Backend] = append(servers[s.Backend], providers.Member{IP: s.IP.String(), Port: s.Port, Enabled: s.Enabled()})
+	}
+	pool := func(name string) providers.Pool {
+		members := providers.SortMembers(servers[name])
+		if members == nil {
+			members = []providers.Member{}
+		}
+		return providers.Pool{Name: name, Members: members}
+	}
+	lbs := map[string]*providers.LoadBalancer{}
+	for _, f := range px.Frontends {
+		if f.Cluster != cluster {
+			continue
+		}
+		lb := lbs[f.LoadBalancer]
+		if lb == nil {
+			lb = &providers.LoadBalancer{Name: f.LoadBalancer, Service: f.Service, Ingress: f.Ingress}
+			lbs[f.LoadBalancer] = lb
+		}
+		if vip := f.VIP.String(); !slices.Contains(lb.VIPs, vip) {
+			lb.VIPs = append(lb.VIPs, vip)
+		}
+		if !f.HTTP {
+			lb.Listeners = append(lb.Listeners, providers.Listener{Port: f.Port, Protocol: providers.TCP, Pool: pool(f.DefaultBackend)})
+			continue
+		}
+		// Every HTTP listener of a load balancer has the same rules.
+		lb.Kind = providers.L7
+		protocol := providers.HTTP
+		var tls []providers.TLSCert
+		if len(f.Certificates) > 0 {
+			protocol = providers.HTTPS
+			for _, c := range f.Certificates {
+				tls = append(tls, c.Cert)
+			}
+		} else if lb.HTTP != nil {
+			tls = lb.HTTP.TLS
+		}
+		lb.Listeners = append(lb.Listeners, providers.Listener{Port: f.Port, Protocol: protocol})
+		lb.HTTP = &providers.HTTPRoutes{Rules: f.Rules, DefaultPool: f.DefaultBackend, TLS: tls}
+		if lb.HTTP.Rules == nil {
+			lb.HTTP.Rules = []providers.Rule{}
+		}
+	}
+	for _, b := range px.Backends {
+		if lb := lbs[b.LoadBalancer]; b.Cluster == cluster && b.HTTP && lb != nil && lb.IsL7() {
+			lb.Pools = append(lb.Pools, pool(b.Name))
+		}
+	}
+	out := make([]providers.LoadBalancer, 0, len(lbs))
+	for _, lb := range lbs {
+		providers.SortListeners(lb.Listeners)
+		providers.SortPools(lb.Pools)
+		slices.Sort(lb.VIPs)
+		out = append(out, *lb)
+	}
+	slices.SortFunc(out, func(a, b providers.LoadBalancer) int { return cmp.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Status reports HAProxy's processes and the edge's counters.
+func (e *Edge) Status(ctx context.Context) api.Status {
+	s := api.Status{
+		MasterPID:       e.proc.MasterPID(),
+		Reloads:         e.reloads.Load(),
+		Starts:          e.starts.Load(),
+		Writes:          e.writes.Load(),
+		RuntimeCommands: e.runtimeCommands.Load(),
+	}
+	if s.MasterPID != 0 {
+		if procs, err := haproxy.ShowProc(ctx, e.proc.MasterSocket); err == nil {
+			s.WorkerPID = haproxy.CurrentWorker(procs)
+		}
+	}
+	return s
+}
+
+// checkRequest checks a load balancer sent to the edge and returns it in
+// canonical form. The model's rules are providers.Normalize's; the edge
+// adds only what HAProxy needs: one VIP, and rules it can write.
+func checkRequest(cluster string, lb *providers.LoadBalancer) (*providers.LoadBalancer, error) {
+	if cluster == "" || lb == nil || !providers.OwnedBy(cluster, lb.Name) {
+		return nil, fmt.Errorf("%w: the load balancer's name must start with the cluster name %q and \"--\"", ErrInvalid, cluster)
+	}
+	n, err := providers.Normalize(lb)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if n.IsL7() {
+		for _, r := range n.HTTP.Rules {
+			if why := haproxy.Unrenderable(r); why != "" {
+				return nil, fmt.Errorf("%w: load balancer %s: rule %s%s: %s", ErrInvalid, n.Name, r.Host, r.Path, why)
+			}
+		}
+	}
+	if len(n.VIPs) != 1 {
+		return nil, fmt.Errorf("%w: load balancer %s: want exactly one VIP, got %d", ErrInvalid, n.Name, len(n.VIPs))
+	}
+	vip, err := netip.ParseAddr(n.VIPs[0])
+	if err != nil || vip.Zone() != "" {
+		return nil, fmt.Errorf("%w: load balancer %s: VIP %q is not an IP address", ErrInvalid, n.Name, n.VIPs[0])
+	}
+	n.VIPs = []string{vip.Unmap().String()}
+	return n, nil
+}
+
+// checkConflicts refuses a TCP listener that another load balancer (of any
+// cluster) serves on the same VIP and port.
+func (e *Edge) checkConflicts(cluster string, lb *providers.LoadBalancer) error {
+	for k, other := range e.desired {
+		if k == (lbKey{cluster, lb.Name}) || other.VIPs[0] != lb.VIPs[0] {
+			continue
+		}
+		for _, l := range lb.Listeners {
+			for _, o := range other.Listeners {
+				if served(l.Protocol) && served(o.Protocol) && l.Port == o.Port {
+					return fmt.Errorf("%w: load balancer %s: %s:%d is already served by load balancer %s of cluster %s",
+						ErrConflict, lb.Name, lb.VIPs[0], l.Port, other.Name, k.cluster)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// served reports whether HAProxy serves listeners of protocol p here: TCP,
+// HTTP and HTTPS; UDP it cannot.
+func served(p providers.Protocol) bool {
+	return p == providers.TCP || p == providers.HTTP || p == providers.HTTPS
+}
+
+// proxies are the HAProxy frontends and backends of the desired state: per
+// L4 listener a TCP frontend and its pool's backend; per L7 load balancer an
+// HTTP frontend per HTTP listener, with the rules, and a backend per pool.
+func (e *Edge) proxies() haproxy.Proxies {
+	var out haproxy.Proxies
+	for k, lb := range e.desired {
+		vip := netip.MustParseAddr(lb.VIPs[0])
+		if lb.IsL7() {
+			for _, l := range lb.Listeners {
+				if !served(l.Protocol) {
+					continue
+				}
+				f := haproxy.Frontend{Name: providers.ListenerName(lb.Name, l.Protocol, l.Port),
+					Cluster: k.cluster, LoadBalancer: lb.Name, Service: lb.Service, Ingress: lb.Ingress, HTTP: true,
+					VIP: vip, Port: l.Port, Rules: lb.HTTP.Rules, DefaultBackend: lb.HTTP.DefaultPool}
+				if l.Protocol == providers.HTTPS {
+					for _, c := range lb.HTTP.TLS {
+						f.Certificates = append(f.Certificates, haproxy.CertFile{Path: e.certPath(c.Fingerprint), Cert: c.WithoutKeys()})
+					}
+				}
+				out.Frontends = append(out.Frontends, f)
+			}
+			for _, p := range lb.Pools {
+				out.Backends = append(out.Backends, haproxy.Backend{Name: p.Name, Cluster: k.cluster, LoadBalancer: lb.Name,
+					HTTP: true, Members: p.Members})
+			}
+			continue
+		}
+		for _, l := range lb.Listeners {
+			if !served(l.Protocol) {
+				continue
+			}
+			out.Frontends = append(out.Frontends, haproxy.Frontend{Name: l.Pool.Name, Cluster: k.cluster, LoadBalancer: lb.Name,
+				Service: lb.Service, VIP: vip, Port: l.Port, DefaultBackend: l.Pool.Name})
+			out.Backends = append(out.Backends, haproxy.Backend{Name: l.Pool.Name, Cluster: k.cluster, LoadBalancer: lb.Name,
+				Members: l.Pool.Members})
+		}
+	}
+	slices.SortFunc(out.Frontends, func(a, b haproxy.Frontend) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(out.Backends, func(a, b haproxy.Backend) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+func (e *Edge) render() haproxy.Rendered {
+	return haproxy.Render(haproxy.Globals{AdminSocket: e.adminSocket(), Checks: e.cfg.Checks}, e.proxies())
+}
+
+// converge makes HAProxy serve the desired state: a reload when the frame
+// changed, runtime commands for the members, and the configuration file
+// rewritten so that the next start has them. Called with e.mu held.
+func (e *Edge) converge(ctx context.Context) (changed, reloaded bool, err error) {
+	if err := e.writeCerts(); err != nil {
+		return false, false, err
+	}
+	r := e.render()
+	if r.Frame != e.activeFrame || !e.running {
+		if err := e.checkAndWrite(ctx, r); err != nil {
+			return false, false, err
+		}
+		if !e.running {
+			// Run starts HAProxy on the file just written.
+			e.activeText = r.Text
+			return true, false, fmt.Errorf("%w: the change is saved and served when it starts", ErrUnavailable)
+		}
+		if err := e.proc.Reload(ctx); err != nil {
+			// Put the previous configuration back for the next start.
+			_ = writeFile(e.proc.ConfigFile, e.activeText)
+			var ce *haproxy.CheckError
+			if errors.As(err, &ce) {
+				return false, false, rejection(ce, r)
+			}
+			return false, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		e.reloads.Add(1)
+		e.activeFrame, e.activeText = r.Frame, r.Text
+		changed, reloaded = true, true
+	}
+	ops, err := e.syncServers(ctx, e.proxies())
+	if ops > 0 {
+		changed = true
+	}
+	if err != nil {
+		return changed, reloaded, err
+	}
+	if string(r.Text) != string(e.activeText) {
+		if err := writeFile(e.proc.ConfigFile, r.Text); err != nil {
+			return changed, reloaded, err
+		}
+		e.activeText = r.Text
+	}
+	e.removeStaleCerts()
+	return changed, reloaded, nil
+}
+
+// certPath is the file of a certificate and its key, named by the
+// certificate's fingerprint: a changed certificate is a new file, hence a
+// changed configuration and a reload.
+func (e *Edge) certPath(fingerprint string) string {
+	return filepath.Join(e.cfg.Dir, "tls", fingerprint+".pem")
+}
+
+// writeCerts writes the certificate files of the desired state that do not
+// exist yet (mode 0600 in a 0700 directory): HAProxy reads them, and a
+// restarted edge reads the keys back from them.
+func (e *Edge) writeCerts() error {
+	for _, lb := range e.desired {
+		if !lb.IsL7() {
+			continue
+		}
+		for _, c := range lb.HTTP.TLS {
+			path := e.certPath(c.Fingerprint)
+			if _, err := os.Stat(path); err == nil {
+				continue
+			}
+			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+				return err
+			}
+			pemData := append(append(bytes.TrimSpace(slices.Clone(c.CertPEM)), '\n'), bytes.TrimSpace(c.KeyPEM)...)
+			if err := writeFile(path, append(pemData, '\n')); err != nil {
+				return fmt.Errorf("write the certificate of TLS Secret %s: %w", c.Secret, err)
+			}
+		}
+	}
+	return nil
+}
+
+// removeStaleCerts removes the certificate files no load balancer uses.
+func (e *Edge) removeStaleCerts() {
+	used := map[string]bool{}
+	for _, lb := range e.desired {
+		if lb.IsL7() {
+			for _, c := range lb.HTTP.TLS {
+				used[e.certPath(c.Fingerprint)] = true
+			}
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(e.cfg.Dir, "tls", "*.pem"))
+	for _, f := range files {
+		if !used[f] {
+			_ = os.Remove(f)
+		}
+	}
+}
+
+// AttachCertificates puts the PEM data of certs into the TLS entries of lb
+// they belong to; a certificate for a Secret lb does not name is an error.
+func AttachCertificates(lb *providers.LoadBalancer, certs []api.Certificate) error {
+	for _, c := range certs {
+		found := false
+		if lb.HTTP != nil {
+			for i := range lb.HTTP.TLS {
+				if lb.HTTP.TLS[i].Secret == c.Secret {
+					lb.HTTP.TLS[i].CertPEM, lb.HTTP.TLS[i].KeyPEM = []byte(c.CertPEM), []byte(c.KeyPEM)
+					found = true
+				}
+			}
+		}
+		if !found {
+			return fmt.Errorf("%w: load balancer %s: a certificate for TLS Secret %s, which it does not name", ErrInvalid, lb.Name, c.Secret)
+		}
+	}
+	return nil
+}
+
+// readCert reads the certificate and key of a TLS entry back from its file.
+func (e *Edge) readCert(c *providers.TLSCert) error {
+	data, err := os.ReadFile(e.certPath(c.Fingerprint))
+	if err != nil {
+		return err
+	}
+	var certs, key []byte
+	for rest := data; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type == "CERTIFICATE" {
+			certs = append(certs, pem.EncodeToMemory(block)...)
+		} else {
+			key = pem.EncodeToMemory(block)
+		}
+	}
+	c.CertPEM, c.KeyPEM = certs, key
+	return nil
+}
+
+// checkAndWrite checks the configuration with "haproxy -c" and writes it;
+// a refused one is not written, and the error names the objects of the
+// lines HAProxy complains about.
+func (e *Edge) checkAndWrite(ctx context.Context, r haproxy.Rendered) error {
+	tmp := e.proc.ConfigFile + ".new"
+	if err := writeFile(tmp, r.Text); err != nil {
+		return err
+	}
+	if err := haproxy.Check(ctx, e.cfg.HAProxyBin, tmp); err != nil {
+		_ = os.Remove(tmp)
+		var ce *haproxy.CheckError
+		if errors.As(err, &ce) {
+			return rejection(ce, r)
+		}
+		return fmt.Errorf("%w: %v", ErrRejected, err)
+	}
+	return os.Rename(tmp, e.proc.ConfigFile)
+}
+
+// rejection is the error of a configuration HAProxy refused, naming the
+// objects of the lines it complains about.
+func rejection(ce *haproxy.CheckError, r haproxy.Rendered) error {
+	var objs []string
+	for _, n := range ce.Lines() {
+		if o, ok := r.Objects[n]; ok && !slices.Contains(objs, o) {
+			objs = append(objs, o)
+		}
+	}
+	if len(objs) > 0 {
+		return fmt.Errorf("%w: %s: %v", ErrRejected, strings.Join(objs, ", "), ce)
+	}
+	return fmt.Errorf("%w: %v", ErrRejected, ce)
+}
+
+// syncServers makes the servers of the running worker match the members of
+// proxies through the runtime API, and returns how many commands changed
+// something.
+func (e *Edge) syncServers(ctx context.Context, px haproxy.Proxies) (int, error) {
+	states, err := haproxy.ShowServersState(ctx, e.adminSocket())
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	current := map[string]map[string]haproxy.ServerState{}
+	for _, s := range states {
+		if current[s.Backend] == nil {
+			current[s.Backend] = map[string]haproxy.ServerState{}
+		}
+		current[s.Backend][s.Name] = s
+	}
+	ops := 0
+	admin := e.adminSocket()
+	run := func(cmd string, ok ...string) error {
+		if err := haproxy.Run(ctx, admin, cmd, ok...); err != nil {
+			return err
+		}
+		ops++
+		e.runtimeCommands.Add(1)
+		return nil
+	}
+	var errs []error
+	for _, p := range px.Backends {
+		have := current[p.Name]
+		want := map[string]bool{}
+		for _, m := range p.Members {
+			name := haproxy.ServerName(m)
+			want[name] = true
+			srv := p.Name + "/" + name
+			s, ok := have[name]
+			switch {
+			case !ok:
+				err := run("add server "+srv+" "+haproxy.Address(m.IP, m.Port)+" "+e.cfg.Checks.Options(), "New server registered")
+				if err == nil {
+					err = run("enable health " + srv)
+				}
+				if err == nil && m.Enabled {
+					err = run("enable server " + srv)
+				}
+				if err != nil {
+					errs = append(errs, fmt.Errorf("load balancer %s: add member %s: %w", p.LoadBalancer, srv, err))
+				}
+			case m.Enabled && !s.Enabled():
+				if err := run("set server " + srv + " state ready"); err != nil {
+					errs = append(errs, fmt.Errorf("load balancer %s: enable member %s: %w", p.LoadBalancer, srv, err))
+				}
+			case !m.Enabled && s.Enabled():
+				if err := run("set server " + srv + " state drain"); err != nil {
+					errs = append(errs, fmt.Errorf("load balancer %s: drain member %s: %w", p.LoadBalancer, srv, err))
+				}
+			}
+		}
+		for name := range have {
+			if want[name] {
+				continue
+			}
+			srv := p.Name + "/" + name
+			err := run("set server " + srv + " state maint")
+			if err == nil {
+				if err = run("del server "+srv, "Server deleted"); err != nil {
+					// Connections still open to it: the member is gone
+					// from the model, so they end now.
+					_ = run("shutdown sessions server " + srv)
+					err = run("del server "+srv, "Server deleted")
+				}
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("load balancer %s: remove member %s: %w", p.LoadBalancer, srv, err))
+			}
+		}
+	}
+	return ops, errors.Join(errs...)
+}
+
+// savedLB is one entry of desired.json.
+type savedLB struct {
+	Cluster      string                 `json:"cluster"`
+	LoadBalancer providers.LoadBalancer `json:"loadBalancer"`
+}
+
+func (e *Edge) save() error {
+	out := make([]savedLB, 0, len(e.desired))
+	for k, lb := range e.desired {
+		out = append(out, savedLB{Cluster: k.cluster, LoadBalancer: *lb})
+	}
+	slices.SortFunc(out, func(a, b savedLB) int {
+		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.LoadBalancer.Name, b.LoadBalancer.Name))
+	})
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeFile(e.stateFile(), b); err != nil {
+		return fmt.Errorf("save the desired state: %w", err)
+	}
+	return nil
+}
+
+func (e *Edge) load() error {
+	b, err := os.ReadFile(e.stateFile())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("load the desired state: %w", err)
+	}
+	var saved []savedLB
+	if err := json.Unmarshal(b, &saved); err != nil {
+		return fmt.Errorf("load the desired state %s: %w", e.stateFile(), err)
+	}
+	for _, s := range saved {
+		if s.LoadBalancer.HTTP != nil {
+			var missing error
+			for i := range s.LoadBalancer.HTTP.TLS {
+				if err := e.readCert(&s.LoadBalancer.HTTP.TLS[i]); err != nil {
+					missing = fmt.Errorf("the certificate of TLS Secret %s: %w", s.LoadBalancer.HTTP.TLS[i].Secret, err)
+				}
+			}
+			if missing != nil {
+				// Served again when the provider next states it; the
+				// others start now.
+				klog.ErrorS(missing, "Load balancer of the saved state left out", "cluster", s.Cluster, "loadBalancer", s.LoadBalancer.Name)
+				continue
+			}
+		}
+		n, err := checkRequest(s.Cluster, &s.LoadBalancer)
+		if err != nil {
+			return fmt.Errorf("load the desired state %s: %w", e.stateFile(), err)
+		}
+		e.desired[lbKey{s.Cluster, n.Name}] = n
+	}
+	return nil
+}
+
+// writeFile replaces path atomically.
+func writeFile(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// sameModel reports whether two canonical models are equal.
+func sameModel(a, b *providers.LoadBalancer) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}

@@ -1,0 +1,122 @@
+package edge
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nodeportlocal/npl/edge/api"
+	"github.com/nodeportlocal/npl/providers"
+)
+
+func lb(name string, vip string, ports ...int32) *providers.LoadBalancer {
+	out := &providers.LoadBalancer{Name: name, Service: "ns/x", VIPs: []string{vip}}
+	for _, p := range ports {
+		out.Listeners = append(out.Listeners, providers.Listener{Port: p, Protocol: providers.TCP,
+			Pool: providers.Pool{Name: providers.PoolName(name, providers.TCP, p)}})
+	}
+	return out
+}
+
+func TestCheckRequest(t *testing.T) {
+	l7 := lb("c1--ns-web-L7", "198.18.200.1", 80)
+	l7.Kind, l7.Listeners[0].Protocol, l7.Listeners[0].Pool = providers.L7, providers.HTTP, providers.Pool{}
+	l7.Pools = []providers.Pool{{Name: "p"}}
+	l7.HTTP = &providers.HTTPRoutes{DefaultPool: "p"}
+	noVIP := lb("c1--ns-web", "198.18.200.1", 80)
+	noVIP.VIPs = nil
+	for _, c := range []struct {
+		name    string
+		cluster string
+		lb      *providers.LoadBalancer
+		want    string // "" for accepted
+	}{
+		{"valid", "c1", lb("c1--ns-web", "198.18.200.1", 80), ""},
+		{"IPv4-mapped VIP is canonical", "c1", lb("c1--ns-web", "::ffff:198.18.200.1", 80), ""},
+		{"another cluster's name", "c2", lb("c1--ns-web", "198.18.200.1", 80), "must start with the cluster name"},
+		{"no cluster", "", lb("c1--ns-web", "198.18.200.1", 80), "must start with the cluster name"},
+		{"no listener", "c1", lb("c1--ns-web", "198.18.200.1"), "no listeners"},
+		{"L7", "c1", l7, ""},
+		{"no VIP", "c1", noVIP, "want exactly one VIP, got 0"},
+		{"bad VIP", "c1", lb("c1--ns-web", "nope", 80), `VIP "nope" is not an IP address`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := checkRequest(c.cluster, c.lb)
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				if got.VIPs[0] != "198.18.200.1" {
+					t.Errorf("VIP %q, want 198.18.200.1", got.VIPs[0])
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v; want ErrInvalid saying %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestCheckConflicts_aVIPPortIsServedOnce(t *testing.T) {
+	e := &Edge{desired: map[lbKey]*providers.LoadBalancer{
+		{"c1", "c1--ns-a"}: lb("c1--ns-a", "198.18.200.1", 80, 443),
+	}}
+	if err := e.checkConflicts("c1", lb("c1--ns-a", "198.18.200.1", 80)); err != nil {
+		t.Errorf("the same load balancer again: %v", err)
+	}
+	if err := e.checkConflicts("c2", lb("c2--ns-b", "198.18.200.1", 8080)); err != nil {
+		t.Errorf("another port of the VIP: %v", err)
+	}
+	if err := e.checkConflicts("c1", lb("c1--ns-b", "198.18.200.2", 80)); err != nil {
+		t.Errorf("another VIP: %v", err)
+	}
+	err := e.checkConflicts("c2", lb("c2--ns-b", "198.18.200.1", 443))
+	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "198.18.200.1:443 is already served by load balancer c1--ns-a of cluster c1") {
+		t.Errorf("a taken VIP and port: %v", err)
+	}
+}
+
+func TestHandler_refusesBadBodiesBeforeTouchingHAProxy(t *testing.T) {
+	e, err := New(Config{HAProxyBin: "/nonexistent/haproxy", Dir: filepath.Join(t.TempDir(), "e")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := e.Handler()
+	for _, c := range []struct {
+		name, path, body string
+		status           int
+		want             string
+	}{
+		{"unknown field", api.LoadBalancerPath("c1", "c1--ns-web"), `{"name":"c1--ns-web","bogus":1}`, http.StatusBadRequest, `unknown field "bogus"`},
+		{"name differs from the path", api.LoadBalancerPath("c1", "c1--ns-web"), `{"name":"c1--ns-other"}`, http.StatusBadRequest, "the body names load balancer"},
+		{"not JSON", api.LoadBalancerPath("c1", "c1--ns-web"), `nope`, http.StatusBadRequest, "body"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, c.path, strings.NewReader(c.body)))
+			var body api.Error
+			_ = json.Unmarshal(rec.Body.Bytes(), &body)
+			if rec.Code != c.status || !strings.Contains(body.Error, c.want) {
+				t.Fatalf("HTTP %d %q; want %d saying %q", rec.Code, body.Error, c.status, c.want)
+			}
+		})
+	}
+	// Not running yet: List says so rather than reporting nothing.
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, api.LoadBalancersPath("c1"), nil))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("List before HAProxy runs: HTTP %d, want 503", rec.Code)
+	}
+}
+
+func TestNew_refusesASocketPathHAProxyCannotBind(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
+	if _, err := New(Config{HAProxyBin: "haproxy", Dir: dir}); err == nil || !strings.Contains(err.Error(), "longer than HAProxy's limit") {
+		t.Fatalf("New with a long directory = %v; want an error about the socket path", err)
+	}
+}

@@ -1,0 +1,376 @@
+// Package haproxy holds what npl-edge knows of HAProxy itself: the
+// configuration it renders (and reads back), the runtime API of the admin
+// socket and the master CLI, and the master-worker process it supervises.
+// It knows nothing of HTTP or of npl-lbsync; package edge drives it.
+package haproxy
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nodeportlocal/npl/providers"
+)
+
+// Checks are the health-check settings of every member: HAProxy connects to
+// it every Inter, marks it down after Fall failures and up after Rise
+// successes.
+type Checks struct {
+	Inter time.Duration
+	Fall  int
+	Rise  int
+}
+
+// DefaultChecks are the health-check settings when none are given.
+var DefaultChecks = Checks{Inter: 2 * time.Second, Fall: 2, Rise: 1}
+
+// Options returns the server keywords of a member's health check, the same
+// in the configuration and in a runtime "add server" (dynamic servers do
+// not inherit default-server settings in HAProxy 2.6).
+func (c Checks) Options() string {
+	return fmt.Sprintf("check inter %dms fall %d rise %d", c.Inter.Milliseconds(), c.Fall, c.Rise)
+}
+
+// Globals are the process-wide settings of the configuration.
+type Globals struct {
+	// AdminSocket is the path of the stats socket, at admin level, that
+	// also hands the listening sockets to a new worker on reload.
+	AdminSocket string
+	Checks      Checks
+}
+
+// Frontend is one listener: VIP:Port, in TCP mode for an L4 load
+// balancer (DefaultBackend is its pool), in HTTP mode for an L7 one (Rules
+// pick the backend, DefaultBackend serves the rest).
+type Frontend struct {
+	// Name is the listener's name: the pool name of an L4 listener,
+	// providers.ListenerName of an L7 one.
+	Name string
+	// Cluster, LoadBalancer, Service and Ingress say whom the frontend
+	// belongs to; the configuration keeps them in its description so that
+	// it can be read back.
+	Cluster      string
+	LoadBalancer string
+	Service      string
+	Ingress      string
+	HTTP         bool
+	VIP          netip.Addr
+	Port         int32
+	// Rules are the L7 rules in the order HAProxy tries them.
+	Rules          []providers.Rule
+	DefaultBackend string
+	// Certificates, when any, terminate TLS on the listener (HTTPS): the
+	// first is the default, the others are picked by SNI.
+	Certificates []CertFile
+}
+
+// CertFile is a certificate and key HAProxy loads from Path (the chain then
+// the key, PEM), and what the configuration records of it.
+type CertFile struct {
+	Path string
+	// Cert is the certificate without its PEM data: Secret, Hosts and
+	// Fingerprint.
+	Cert providers.TLSCert
+}
+
+// Backend is one pool.
+type Backend struct {
+	Name         string
+	Cluster      string
+	LoadBalancer string
+	HTTP         bool
+	Members      []providers.Member
+}
+
+// Proxies are the frontends and backends of a configuration.
+type Proxies struct {
+	Frontends []Frontend
+	Backends  []Backend
+}
+
+// ServerName is the name of a member's server in its backend.
+func ServerName(m providers.Member) string {
+	return m.IP + "_" + strconv.Itoa(int(m.Port))
+}
+
+// Address is ip:port as HAProxy parses it (the last colon separates the
+// port, so IPv6 needs no brackets).
+func Address(ip string, port int32) string { return ip + ":" + strconv.Itoa(int(port)) }
+
+// Rendered is a configuration and what tells its parts apart.
+type Rendered struct {
+	// Text is the whole configuration.
+	Text []byte
+	// Frame is the configuration without its server lines: when it changes,
+	// HAProxy needs a reload; when only the servers change, the runtime API
+	// applies them and the file is rewritten for the next start.
+	Frame string
+	// Objects maps a 1-based line number of Text to the object it belongs
+	// to ("load balancer X (proxy Y)"), so that an error of HAProxy that
+	// names a line names the object.
+	Objects map[int]string
+}
+
+// Unrenderable reports why a rule cannot be written into a configuration
+// (HAProxy splits words at blanks and starts comments at #), "" when it
+// can.
+func Unrenderable(r providers.Rule) string {
+	for _, v := range []string{r.Host, r.Path, r.Pool} {
+		if strings.ContainsAny(v, " \t\r\n#\"'\\{}") {
+			return fmt.Sprintf("%q holds a blank, #, a quote, a backslash or a brace", v)
+		}
+	}
+	return ""
+}
+
+// Render writes the configuration of p. Members that drain are rendered
+// disabled, so a started or reloaded HAProxy sends them nothing new; the
+// runtime API then sets their drain state. The rules of HTTP frontends must
+// pass Unrenderable.
+func Render(g Globals, p Proxies) Rendered {
+	fronts := slices.Clone(p.Frontends)
+	slices.SortFunc(fronts, func(a, b Frontend) int { return cmp.Compare(a.Name, b.Name) })
+	backs := slices.Clone(p.Backends)
+	slices.SortFunc(backs, func(a, b Backend) int { return cmp.Compare(a.Name, b.Name) })
+	var text, frame bytes.Buffer
+	objects := map[int]string{}
+	line := 0
+	emit := func(object, s string, server bool) {
+		line++
+		text.WriteString(s)
+		text.WriteByte('\n')
+		if object != "" {
+			objects[line] = object
+		}
+		if !server {
+			frame.WriteString(s)
+			frame.WriteByte('\n')
+		}
+	}
+	emit("", "# Written by npl-edge; it replaces this file at every change.", false)
+	emit("", "global", false)
+	emit("", fmt.Sprintf("    stats socket %s mode 600 level admin expose-fd listeners", g.AdminSocket), false)
+	emit("", "    stats timeout 30s", false)
+	// A worker replaced by a reload ends its last connections after this,
+	// so that reloads do not pile up old processes.
+	emit("", "    hard-stop-after 10m", false)
+	emit("", "defaults", false)
+	emit("", "    mode tcp", false)
+	emit("", "    timeout connect 3s", false)
+	emit("", "    timeout client 1h", false)
+	emit("", "    timeout server 1h", false)
+	emit("", "    timeout http-request 30s", false)
+	// A connection a member refuses (its Pod just went) is tried again on
+	// another member rather than failed.
+	emit("", "    retries 3", false)
+	emit("", "    option redispatch", false)
+	for _, f := range fronts {
+		obj := fmt.Sprintf("load balancer %s (proxy %s)", f.LoadBalancer, f.Name)
+		desc := fmt.Sprintf("    description npl cluster=%s lb=%s service=%s", f.Cluster, f.LoadBalancer, f.Service)
+		if f.Ingress != "" || f.HTTP {
+			desc += " ingress=" + f.Ingress
+		}
+		emit(obj, "frontend "+f.Name, false)
+		emit(obj, desc, false)
+		if f.HTTP {
+			emit(obj, "    mode http", false)
+		}
+		bind := "    bind " + Address(f.VIP.String(), f.Port)
+		if len(f.Certificates) > 0 {
+			bind += " ssl"
+			for _, c := range f.Certificates {
+				bind += " crt " + c.Path
+				emit(obj, fmt.Sprintf("    # npl tls secret=%s fingerprint=%s hosts=%s", c.Cert.Secret, c.Cert.Fingerprint,
+					strings.Join(c.Cert.Hosts, ",")), false)
+			}
+		}
+		emit(obj, bind, false)
+		for _, r := range f.Rules {
+			emit(obj, fmt.Sprintf("    # npl rule host=%s path=%s type=%s pool=%s", r.Host, r.Path, r.PathType, r.Pool), false)
+			for _, m := range r.PathMatches() {
+				emit(obj, "    use_backend "+r.Pool+" if "+ruleCondition(r.Host, m), false)
+			}
+		}
+		if f.DefaultBackend != "" {
+			emit(obj, "    default_backend "+f.DefaultBackend, false)
+		}
+	}
+	for _, b := range backs {
+		obj := fmt.Sprintf("load balancer %s (proxy %s)", b.LoadBalancer, b.Name)
+		emit(obj, "backend "+b.Name, false)
+		emit(obj, fmt.Sprintf("    description npl cluster=%s lb=%s", b.Cluster, b.LoadBalancer), false)
+		if b.HTTP {
+			emit(obj, "    mode http", false)
+		}
+		emit(obj, "    balance roundrobin", false)
+		for _, m := range b.Members {
+			s := fmt.Sprintf("    server %s %s %s", ServerName(m), Address(m.IP, m.Port), g.Checks.Options())
+			if !m.Enabled {
+				s += " disabled"
+			}
+			emit(obj, s, true)
+		}
+	}
+	return Rendered{Text: text.Bytes(), Frame: frame.String(), Objects: objects}
+}
+
+// ruleCondition is the HAProxy condition of one path match of a rule: the
+// Host header without its port, exactly or as one label under a wildcard,
+// and the path exactly or as a prefix.
+func ruleCondition(host string, m providers.PathMatch) string {
+	var conds []string
+	switch {
+	case strings.HasPrefix(host, "*."):
+		conds = append(conds, "{ req.hdr(host),field(1,:),lower -m reg ^[^.]+"+regexp.QuoteMeta(strings.ToLower(host[1:]))+"$ }")
+	case host != "":
+		conds = append(conds, "{ req.hdr(host),field(1,:),lower -m str "+strings.ToLower(host)+" }")
+	}
+	switch {
+	case m.Prefix && m.Path == "/":
+	case m.Prefix:
+		conds = append(conds, "{ path_beg "+m.Path+" }")
+	default:
+		conds = append(conds, "{ path "+m.Path+" }")
+	}
+	if len(conds) == 0 {
+		return "TRUE"
+	}
+	return strings.Join(conds, " ")
+}
+
+// Parse reads back a configuration Render wrote: its frontends (with their
+// rules) and backends with their members as configured. Sections it did not
+// write (no npl description) are skipped.
+func Parse(text []byte) (Proxies, error) {
+	fronts := map[string]*Frontend{}
+	backs := map[string]*Backend{}
+	var section, name string
+	sc := bufio.NewScanner(bytes.NewReader(text))
+	for n := 1; sc.Scan(); n++ {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 {
+			continue
+		}
+		switch fields[0] {
+		case "global", "defaults", "frontend", "backend", "listen":
+			section, name = fields[0], ""
+			if len(fields) > 1 {
+				name = fields[1]
+			}
+			switch section {
+			case "frontend":
+				fronts[name] = &Frontend{Name: name}
+			case "backend":
+				backs[name] = &Backend{Name: name}
+			}
+			continue
+		}
+		f, b := fronts[name], backs[name]
+		if section == "frontend" && f != nil {
+			switch {
+			case fields[0] == "description" && len(fields) > 1 && fields[1] == "npl":
+				kv := keyValues(fields[2:])
+				f.Cluster, f.LoadBalancer, f.Service, f.Ingress = kv["cluster"], kv["lb"], kv["service"], kv["ingress"]
+			case fields[0] == "mode" && len(fields) > 1:
+				f.HTTP = fields[1] == "http"
+			case fields[0] == "bind" && len(fields) > 1:
+				ip, port, err := splitAddress(fields[1])
+				if err != nil {
+					return Proxies{}, fmt.Errorf("line %d: frontend %s: %w", n, name, err)
+				}
+				f.VIP, f.Port = ip, port
+				for i, w := range fields {
+					if w == "crt" && i+1 < len(fields) {
+						if k := slices.IndexFunc(f.Certificates, func(c CertFile) bool { return c.Path == "" }); k >= 0 {
+							f.Certificates[k].Path = fields[i+1]
+						}
+					}
+				}
+			case len(fields) > 2 && fields[0] == "#" && fields[1] == "npl" && fields[2] == "tls":
+				kv := keyValues(fields[3:])
+				c := providers.TLSCert{Secret: kv["secret"], Fingerprint: kv["fingerprint"]}
+				if kv["hosts"] != "" {
+					c.Hosts = strings.Split(kv["hosts"], ",")
+				}
+				f.Certificates = append(f.Certificates, CertFile{Cert: c})
+			case fields[0] == "default_backend" && len(fields) > 1:
+				f.DefaultBackend = fields[1]
+			case len(fields) > 2 && fields[0] == "#" && fields[1] == "npl" && fields[2] == "rule":
+				kv := keyValues(fields[3:])
+				f.Rules = append(f.Rules, providers.Rule{Host: kv["host"], Path: kv["path"], PathType: providers.PathType(kv["type"]), Pool: kv["pool"]})
+			}
+			continue
+		}
+		if section == "backend" && b != nil {
+			switch {
+			case fields[0] == "description" && len(fields) > 1 && fields[1] == "npl":
+				kv := keyValues(fields[2:])
+				b.Cluster, b.LoadBalancer = kv["cluster"], kv["lb"]
+			case fields[0] == "mode" && len(fields) > 1:
+				b.HTTP = fields[1] == "http"
+			case fields[0] == "server" && len(fields) > 2:
+				ip, port, err := splitAddress(fields[2])
+				if err != nil {
+					return Proxies{}, fmt.Errorf("line %d: backend %s: %w", n, name, err)
+				}
+				b.Members = append(b.Members, providers.Member{IP: ip.String(), Port: port, Enabled: !slices.Contains(fields[3:], "disabled")})
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return Proxies{}, err
+	}
+	var out Proxies
+	for _, f := range fronts {
+		if f.LoadBalancer != "" { // ours
+			out.Frontends = append(out.Frontends, *f)
+		}
+	}
+	for _, b := range backs {
+		if b.LoadBalancer == "" {
+			continue
+		}
+		b.Members = providers.SortMembers(b.Members)
+		if b.Members == nil {
+			b.Members = []providers.Member{}
+		}
+		out.Backends = append(out.Backends, *b)
+	}
+	slices.SortFunc(out.Frontends, func(a, b Frontend) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(out.Backends, func(a, b Backend) int { return cmp.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// keyValues reads key=value words; a value may be empty.
+func keyValues(words []string) map[string]string {
+	kv := map[string]string{}
+	for _, w := range words {
+		k, v, _ := strings.Cut(w, "=")
+		kv[k] = v
+	}
+	return kv
+}
+
+// splitAddress parses ip:port, the last colon separating the port.
+func splitAddress(s string) (netip.Addr, int32, error) {
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return netip.Addr{}, 0, fmt.Errorf("address %q has no port", s)
+	}
+	ip, err := netip.ParseAddr(strings.Trim(s[:i], "[]"))
+	if err != nil {
+		return netip.Addr{}, 0, fmt.Errorf("address %q: %w", s, err)
+	}
+	port, err := strconv.ParseUint(s[i+1:], 10, 16)
+	if err != nil || port == 0 {
+		return netip.Addr{}, 0, fmt.Errorf("address %q: bad port", s)
+	}
+	return ip.Unmap(), int32(port), nil
+}

@@ -1,0 +1,175 @@
+package edge
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nodeportlocal/npl/edge/api"
+	"github.com/nodeportlocal/npl/providers/secretfile"
+)
+
+// maxBody bounds a request body.
+const maxBody = 8 << 20
+
+// Handler serves the API of package api.
+func (e *Edge) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("PUT /v1/clusters/{cluster}/loadbalancers/{name}", e.handlePut)
+	mux.HandleFunc("DELETE /v1/clusters/{cluster}/loadbalancers/{name}", e.handleDelete)
+	mux.HandleFunc("GET /v1/clusters/{cluster}/loadbalancers/{name}", e.handleGet)
+	mux.HandleFunc("GET /v1/clusters/{cluster}/loadbalancers", e.handleList)
+	mux.HandleFunc("GET "+api.StatusPath, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, e.Status(r.Context()))
+	})
+	return mux
+}
+
+func (e *Edge) handlePut(w http.ResponseWriter, r *http.Request) {
+	cluster, name := r.PathValue("cluster"), r.PathValue("name")
+	var req api.LoadBalancerRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, fmt.Errorf("%w: load balancer %s: body: %v", ErrInvalid, name, err))
+		return
+	}
+	lb := req.LoadBalancer
+	if err := AttachCertificates(&lb, req.Certificates); err != nil {
+		writeError(w, err)
+		return
+	}
+	if lb.Name != name {
+		writeError(w, fmt.Errorf("%w: the body names load balancer %q, the path %q", ErrInvalid, lb.Name, name))
+		return
+	}
+	ctx := klog.NewContext(r.Context(), klog.FromContext(r.Context()).WithValues("client", clientName(r)))
+	res, err := e.Put(ctx, cluster, &lb)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (e *Edge) handleDelete(w http.ResponseWriter, r *http.Request) {
+	ctx := klog.NewContext(r.Context(), klog.FromContext(r.Context()).WithValues("client", clientName(r)))
+	deleted, err := e.Delete(ctx, r.PathValue("cluster"), r.PathValue("name"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.DeleteResult{Deleted: deleted})
+}
+
+func (e *Edge) handleList(w http.ResponseWriter, r *http.Request) {
+	lbs, err := e.List(r.Context(), r.PathValue("cluster"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.List{LoadBalancers: lbs})
+}
+
+func (e *Edge) handleGet(w http.ResponseWriter, r *http.Request) {
+	lbs, err := e.List(r.Context(), r.PathValue("cluster"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	for _, lb := range lbs {
+		if lb.Name == r.PathValue("name") {
+			writeJSON(w, http.StatusOK, lb)
+			return
+		}
+	}
+	writeJSON(w, http.StatusNotFound, api.Error{Error: "load balancer " + r.PathValue("name") + " is not served"})
+}
+
+// clientName is the subject of the verified client certificate, for logs.
+func clientName(r *http.Request) string {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return ""
+	}
+	return r.TLS.VerifiedChains[0][0].Subject.CommonName
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	status := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, ErrInvalid):
+		status = http.StatusBadRequest
+	case errors.Is(err, ErrConflict):
+		status = http.StatusConflict
+	case errors.Is(err, ErrRejected):
+		status = http.StatusUnprocessableEntity
+	case errors.Is(err, ErrUnavailable):
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, api.Error{Error: err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// ServerTLS returns the TLS settings of the API: the edge's certificate and
+// key from files, and client certificates required and verified against
+// the CA certificates of clientCAFile. Nothing of the files is logged.
+func ServerTLS(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("server certificate %s and key %s: %w", certFile, keyFile, err)
+	}
+	pool, err := secretfile.LoadCAPool(clientCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("client CA: %w", err)
+	}
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    pool,
+	}, nil
+}
+
+// Serve serves the API with TLS on ln until ctx ends, then shuts down.
+func (e *Edge) Serve(ctx context.Context, ln net.Listener, tlsConfig *tls.Config) error {
+	srv := &http.Server{
+		Handler:           e.Handler(),
+		TLSConfig:         tlsConfig,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          log.New(serverLog{}, "", 0),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	}
+}
+
+// serverLog sends the HTTP server's own messages (refused TLS handshakes,
+// among them clients without a valid certificate) to the log.
+type serverLog struct{}
+
+func (serverLog) Write(p []byte) (int, error) {
+	klog.InfoS("API connection", "message", strings.TrimSpace(string(p)))
+	return len(p), nil
+}

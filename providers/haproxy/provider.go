@@ -1,0 +1,269 @@
+// Package haproxy is the HAProxy provider: it states each load balancer to
+// every configured npl-edge (the command beside HAProxy on an edge host)
+// over mutual TLS, and counts a change applied only when every edge has
+// it. HAProxy serves TCP listeners and, for L7 load balancers (Ingress),
+// HTTP and HTTPS listeners (TLS terminated with the Ingress's Secrets) with
+// host and path rules; UDP listeners (HAProxy 2.6 has no UDP load
+// balancing) are reported as warnings while the others are served. VIPs
+// come from vipPool, as the edges do not allocate them.
+package haproxy
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nodeportlocal/npl/edge/api"
+	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/providers/vippool"
+)
+
+type provider struct {
+	cfg    *Config
+	client *http.Client
+
+	// mu guards reserved: the VIP chosen for a load balancer that no edge
+	// serves yet, so that concurrent Ensures never choose the same one.
+	mu       sync.Mutex
+	reserved map[string]netip.Addr
+}
+
+var _ providers.Provider = (*provider)(nil)
+
+func newProvider(cfg *Config, client *http.Client) *provider {
+	return &provider{cfg: cfg, client: client, reserved: map[string]netip.Addr{}}
+}
+
+// EdgeError is the failure of one edge; the message names it.
+type EdgeError struct {
+	Edge string
+	Err  error
+}
+
+func (e *EdgeError) Error() string { return "edge " + e.Edge + ": " + e.Err.Error() }
+func (e *EdgeError) Unwrap() error { return e.Err }
+
+// Ensure states lb to every edge. The VIP is lb.RequestedVIP, else the one
+// an edge already serves it on, else the first free address of vipPool.
+func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
+	vip, err := p.vipFor(ctx, lb)
+	if err != nil {
+		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
+	}
+	req := api.LoadBalancerRequest{LoadBalancer: *lb.Clone()}
+	req.VIPs = []string{vip.String()}
+	if lb.IsL7() {
+		// The model never serialises key material: the certificates of
+		// an HTTPS listener travel beside it, to the edges only.
+		for _, c := range lb.HTTP.TLS {
+			req.Certificates = append(req.Certificates, api.Certificate{Secret: c.Secret, CertPEM: string(c.CertPEM), KeyPEM: string(c.KeyPEM)})
+		}
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
+	}
+	results := make([]api.EnsureResult, len(p.cfg.Edges))
+	err = p.eachEdge(func(i int, edge string) error {
+		return p.call(ctx, edge, http.MethodPut, api.LoadBalancerPath(p.cfg.common.ClusterName, lb.Name), data, &results[i])
+	})
+	if err != nil {
+		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
+	}
+	p.mu.Lock()
+	delete(p.reserved, lb.Name)
+	p.mu.Unlock()
+	status := providers.Status{VIPs: []string{vip.String()}}
+	if u := results[0].Unsupported; len(u) > 0 {
+		status.Warnings = append(status.Warnings, fmt.Sprintf("HAProxy does not serve UDP: listener(s) %s not served", strings.Join(u, ", ")))
+	}
+	changed := slices.ContainsFunc(results, func(r api.EnsureResult) bool { return r.Changed })
+	if changed {
+		klog.FromContext(ctx).V(2).Info("HAProxy load balancer applied", "loadBalancer", lb.Name, "vip", vip, "edges", len(p.cfg.Edges))
+	}
+	return status, nil
+}
+
+// Delete removes the load balancer from every edge. A name holds one load
+// balancer on an edge, of either kind; L4 and L7 names never meet (the L7
+// suffix is upper case).
+func (p *provider) Delete(ctx context.Context, name string, _ providers.Kind) error {
+	if !providers.OwnedBy(p.cfg.common.ClusterName, name) {
+		return fmt.Errorf("delete %s: not owned by cluster %s", name, p.cfg.common.ClusterName)
+	}
+	err := p.eachEdge(func(_ int, edge string) error {
+		var res api.DeleteResult
+		return p.call(ctx, edge, http.MethodDelete, api.LoadBalancerPath(p.cfg.common.ClusterName, name), nil, &res)
+	})
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", name, err)
+	}
+	p.mu.Lock()
+	delete(p.reserved, name)
+	p.mu.Unlock()
+	return nil
+}
+
+// List returns what HAProxy serves on the edges: every load balancer of the
+// cluster found on any edge, as the first edge that has it serves it. An
+// edge that does not answer fails the call, so that nothing is collected
+// on a partial view.
+func (p *provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
+	lists := make([]api.List, len(p.cfg.Edges))
+	err := p.eachEdge(func(i int, edge string) error {
+		return p.call(ctx, edge, http.MethodGet, api.LoadBalancersPath(p.cfg.common.ClusterName), nil, &lists[i])
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list: %w", err)
+	}
+	seen := map[string]bool{}
+	var out []providers.LoadBalancer
+	for _, l := range lists {
+		for _, lb := range l.LoadBalancers {
+			if seen[lb.Name] || !providers.OwnedBy(p.cfg.common.ClusterName, lb.Name) {
+				continue
+			}
+			seen[lb.Name] = true
+			out = append(out, lb)
+		}
+	}
+	slices.SortFunc(out, func(a, b providers.LoadBalancer) int { return cmp.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// vipFor chooses the VIP of lb.
+func (p *provider) vipFor(ctx context.Context, lb *providers.LoadBalancer) (netip.Addr, error) {
+	if lb.RequestedVIP != "" {
+		return netip.ParseAddr(lb.RequestedVIP)
+	}
+	// The VIP it already has, from the edges that serve it: one small
+	// read per edge, rather than the whole list. An edge that does not
+	// answer does not stop the others from getting the change (Ensure then
+	// fails naming it); but a new VIP is chosen only when every edge
+	// answered, lest it be one the silent edge serves.
+	served := make([]providers.LoadBalancer, len(p.cfg.Edges))
+	readErr := p.eachEdge(func(i int, edge string) error {
+		err := p.call(ctx, edge, http.MethodGet, api.LoadBalancerPath(p.cfg.common.ClusterName, lb.Name), nil, &served[i])
+		var he *httpError
+		if errors.As(err, &he) && he.status == http.StatusNotFound {
+			return nil
+		}
+		return err
+	})
+	for _, s := range served {
+		for _, v := range s.VIPs {
+			if a, err := netip.ParseAddr(v); err == nil {
+				return a, nil
+			}
+		}
+	}
+	if readErr != nil {
+		return netip.Addr{}, readErr
+	}
+	lbs, err := p.List(ctx)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	inUse := map[netip.Addr]bool{}
+	for _, other := range lbs {
+		for _, v := range other.VIPs {
+			a, err := netip.ParseAddr(v)
+			if err != nil {
+				continue
+			}
+			if other.Name == lb.Name {
+				return a, nil
+			}
+			inUse[a] = true
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if a, ok := p.reserved[lb.Name]; ok {
+		return a, nil
+	}
+	for name, a := range p.reserved {
+		if name != lb.Name {
+			inUse[a] = true
+		}
+	}
+	a, err := vippool.First(p.cfg.common.VIPPool, func(a netip.Addr) bool { return inUse[a] })
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	p.reserved[lb.Name] = a
+	return a, nil
+}
+
+// eachEdge runs fn for every edge in parallel and joins the errors, each
+// naming its edge.
+func (p *provider) eachEdge(fn func(i int, edge string) error) error {
+	errs := make([]error, len(p.cfg.Edges))
+	var wg sync.WaitGroup
+	for i, edge := range p.cfg.Edges {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(i, edge); err != nil {
+				errs[i] = &EdgeError{Edge: edge, Err: err}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// call makes one API call and decodes the answer into out; an error answer
+// becomes an error with the edge's message.
+func (p *provider) call(ctx context.Context, edge, method, path string, body []byte, out any) error {
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, edge+path, r)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e api.Error
+		if json.Unmarshal(data, &e) == nil && e.Error != "" {
+			return &httpError{status: resp.StatusCode, msg: e.Error}
+		}
+		return &httpError{status: resp.StatusCode, msg: method + " " + path}
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("%s %s: decode the answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// httpError is an error answer of an edge: its message and status.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.msg, e.status) }

@@ -1,0 +1,591 @@
+// Package edge is the test bed of the haproxy provider: an edge network
+// namespace that runs npl-edge and HAProxy, with the VIPs of
+// 198.18.200.0/24 routed to it, and a client namespace that sends real
+// traffic to the VIPs. Both hang off a bridge: the local cluster's npl-br0
+// when a cluster runs, else a bridge of the bed's own. It runs inside the
+// private namespaces of test/cluster (cluster.RunMain).
+package edge
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodeportlocal/npl/edge/api"
+	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/providers/registry"
+)
+
+// VIPRange is where the bed's VIPs come from: routed to the edge, local
+// there (a local route), so HAProxy binds any of them.
+var VIPRange = netip.MustParsePrefix("198.18.200.0/24")
+
+// Options place the bed on a bridge.
+type Options struct {
+	// Bridge is an existing bridge to join (npl-br0 of a running cluster)
+	// with BridgeIP its address; empty makes the bed's own bridge.
+	Bridge   string
+	BridgeIP netip.Addr
+	// EdgeIP and ClientIP are the addresses of the edge and client
+	// namespaces on the bridge's /24.
+	EdgeIP   netip.Addr
+	ClientIP netip.Addr
+	// SecondEdgeIP, when valid, is the address of a second edge namespace
+	// (AddEdge): the edges' certificate names both.
+	SecondEdgeIP netip.Addr
+	// BinDir holds npl-edge.
+	BinDir string
+	// Name distinguishes the namespaces and links of beds of one process.
+	Name string
+}
+
+// Bed is a running edge and client namespace.
+type Bed struct {
+	Options
+	Dir         string
+	EdgeNetns   string
+	ClientNetns string
+	// EdgeURL is the npl-edge API of the first edge.
+	EdgeURL string
+	Certs   Certs
+	// Edges are the edge hosts: the first, and one more after AddEdge.
+	Edges []*EdgeHost
+
+	ownBridge bool
+}
+
+// EdgeHost is one edge namespace with its npl-edge and HAProxy.
+type EdgeHost struct {
+	Netns string
+	IP    netip.Addr
+	URL   string
+	Dir   string
+
+	b        *Bed
+	peer     string
+	mu       sync.Mutex
+	edgeCmd  *exec.Cmd
+	edgeDone chan struct{}
+	edgeLog  *os.File
+}
+
+// Start makes the namespaces and links of the bed and the certificates of
+// its API; StartEdge starts npl-edge.
+func Start(ctx context.Context, dir string, o Options) (_ *Bed, err error) {
+	b := &Bed{Options: o, Dir: dir,
+		EdgeNetns: "npl-edge-" + o.Name, ClientNetns: "npl-client-" + o.Name,
+		EdgeURL: "https://" + net.JoinHostPort(o.EdgeIP.String(), "8443")}
+	defer func() {
+		if err != nil {
+			_ = b.Close()
+		}
+	}()
+	if b.Bridge == "" {
+		b.Bridge, b.ownBridge = "npl-eb-"+o.Name, true
+		if err := ipBatch(ctx, "",
+			"link add "+b.Bridge+" type bridge",
+			fmt.Sprintf("addr add %s/24 dev %s", o.BridgeIP, b.Bridge),
+			"link set "+b.Bridge+" up"); err != nil {
+			return nil, err
+		}
+	}
+	if err := b.attach(ctx, b.ClientNetns, "npl-ec-"+o.Name, o.ClientIP); err != nil {
+		return nil, err
+	}
+	ips := []netip.Addr{o.EdgeIP}
+	if o.SecondEdgeIP.IsValid() {
+		ips = append(ips, o.SecondEdgeIP)
+	}
+	certs, err := writeCerts(filepath.Join(dir, "certs"), ips...)
+	if err != nil {
+		return nil, err
+	}
+	b.Certs = certs
+	if _, err := b.addEdge(ctx, b.EdgeNetns, "npl-ee-"+o.Name, o.EdgeIP); err != nil {
+		return nil, err
+	}
+	if err := b.RouteVIPsTo(ctx, b.Edges[0]); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// attach makes the namespace name with eth0 at ip on the bridge.
+func (b *Bed) attach(ctx context.Context, name, peer string, ip netip.Addr) error {
+	if err := run(ctx, "ip", "netns", "add", name); err != nil {
+		return err
+	}
+	// A MAC address derived from the IP: a namespace made again with the
+	// same address (the next test's) stays reachable through neighbour
+	// entries other namespaces cached for the previous one.
+	a := ip.As4()
+	mac := fmt.Sprintf("02:42:%02x:%02x:%02x:%02x", a[0], a[1], a[2], a[3])
+	if err := ipBatch(ctx, "",
+		fmt.Sprintf("link add %s type veth peer name eth0 address %s netns %s", peer, mac, name),
+		fmt.Sprintf("link set %s master %s", peer, b.Bridge),
+		fmt.Sprintf("link set %s up", peer)); err != nil {
+		return err
+	}
+	return ipBatch(ctx, name,
+		"link set lo up",
+		fmt.Sprintf("addr add %s/24 dev eth0", ip),
+		"link set eth0 up",
+		fmt.Sprintf("route add default via %s dev eth0", b.BridgeIP))
+}
+
+// addEdge makes an edge namespace where every VIP is local.
+func (b *Bed) addEdge(ctx context.Context, name, peer string, ip netip.Addr) (*EdgeHost, error) {
+	// A short directory: HAProxy's unix socket paths are limited to 97
+	// bytes, which a test's temporary directory can exceed.
+	dir, err := os.MkdirTemp("", "npl-edge-")
+	if err != nil {
+		return nil, err
+	}
+	e := &EdgeHost{Netns: name, IP: ip, URL: "https://" + net.JoinHostPort(ip.String(), "8443"),
+		Dir: dir, b: b, peer: peer}
+	b.Edges = append(b.Edges, e)
+	if err := b.attach(ctx, name, peer, ip); err != nil {
+		return nil, err
+	}
+	if err := ipBatch(ctx, name, fmt.Sprintf("route add local %s dev lo", VIPRange)); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// AddEdge makes the second edge namespace, at Options.SecondEdgeIP; StartEdge
+// of the result starts its npl-edge.
+func (b *Bed) AddEdge(ctx context.Context) (*EdgeHost, error) {
+	if !b.SecondEdgeIP.IsValid() {
+		return nil, errors.New("the bed has no SecondEdgeIP")
+	}
+	return b.addEdge(ctx, "npl-edge2-"+b.Name, "npl-ee2-"+b.Name, b.SecondEdgeIP)
+}
+
+// RouteVIPsTo sends the traffic for the VIPs, from the client and the test
+// namespace, to edge e, as VRRP moves the VIPs to the edge that is master.
+func (b *Bed) RouteVIPsTo(ctx context.Context, e *EdgeHost) error {
+	if err := ipBatch(ctx, b.ClientNetns, fmt.Sprintf("route replace %s via %s dev eth0", VIPRange, e.IP)); err != nil {
+		return err
+	}
+	return ipBatch(ctx, "", fmt.Sprintf("route replace %s via %s dev %s", VIPRange, e.IP, b.Bridge))
+}
+
+// StartEdge starts npl-edge of the first edge.
+func (b *Bed) StartEdge(ctx context.Context) error { return b.Edges[0].StartEdge(ctx) }
+
+// StopEdge stops npl-edge of the first edge.
+func (b *Bed) StopEdge() { b.Edges[0].StopEdge() }
+
+// EdgeLog returns the log of the first edge.
+func (b *Bed) EdgeLog() string { return b.Edges[0].EdgeLog() }
+
+// Status reads the first edge's status.
+func (b *Bed) Status(ctx context.Context) (api.Status, error) { return b.Edges[0].Status(ctx) }
+
+// StartEdge starts npl-edge in the edge namespace and waits until its API
+// answers and HAProxy runs.
+func (b *EdgeHost) StartEdge(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.edgeCmd != nil {
+		return errors.New("npl-edge already runs")
+	}
+	bin := filepath.Join(b.b.BinDir, "npl-edge")
+	if _, err := os.Stat(bin); err != nil {
+		return fmt.Errorf("%s not found: run make build", bin)
+	}
+	logFile, err := os.OpenFile(filepath.Join(b.Dir, "npl-edge.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	certs := b.b.Certs
+	cmd := exec.Command("ip", "netns", "exec", b.Netns, bin,
+		"--listen", net.JoinHostPort(b.IP.String(), "8443"),
+		"--tls-cert-file", certs.ServerCert, "--tls-key-file", certs.ServerKey, "--client-ca-file", certs.CA,
+		"--state-dir", filepath.Join(b.Dir, "edge-state"),
+		"--check-interval", "300ms", "--check-fall", "1", "--check-rise", "1", "--resync-period", "1s", "-v", "2")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("start npl-edge: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	b.edgeCmd, b.edgeDone, b.edgeLog = cmd, done, logFile
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := b.Status(ctx)
+		if err == nil && st.WorkerPID != 0 {
+			return nil
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("npl-edge exited at start; log:\n%s", b.EdgeLog())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("npl-edge does not serve after 20s (%v); log:\n%s", err, b.EdgeLog())
+		}
+	}
+}
+
+// StopEdge stops npl-edge (SIGTERM; it stops HAProxy) and waits for it.
+func (b *EdgeHost) StopEdge() {
+	b.mu.Lock()
+	cmd, done, logFile := b.edgeCmd, b.edgeDone, b.edgeLog
+	b.edgeCmd = nil
+	b.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	logFile.Close()
+}
+
+// EdgeLog returns the log of npl-edge (and HAProxy).
+func (b *EdgeHost) EdgeLog() string {
+	out, _ := os.ReadFile(filepath.Join(b.Dir, "npl-edge.log"))
+	return string(out)
+}
+
+// Close stops npl-edge and removes the namespaces, links and routes.
+func (b *Bed) Close() error {
+	peers, netns := []string{"npl-ec-" + b.Name}, []string{b.ClientNetns}
+	var errs []error
+	for _, e := range b.Edges {
+		e.StopEdge()
+		peers, netns = append(peers, e.peer), append(netns, e.Netns)
+		errs = append(errs, os.RemoveAll(e.Dir))
+	}
+	_ = run(context.Background(), "ip", "route", "del", VIPRange.String())
+	for _, peer := range peers {
+		if linkExists(peer) {
+			errs = append(errs, run(context.Background(), "ip", "link", "del", peer))
+		}
+	}
+	for _, ns := range netns {
+		if _, err := os.Stat(filepath.Join("/run/netns", ns)); err == nil {
+			errs = append(errs, run(context.Background(), "ip", "netns", "del", ns))
+		}
+	}
+	if b.ownBridge && linkExists(b.Bridge) {
+		errs = append(errs, run(context.Background(), "ip", "link", "del", b.Bridge))
+	}
+	return errors.Join(errs...)
+}
+
+// ProviderSection is the provider.haproxy section for the given edges.
+func (b *Bed) ProviderSection(edges ...string) []byte {
+	if len(edges) == 0 {
+		edges = []string{b.EdgeURL}
+	}
+	s, _ := json.Marshal(map[string]any{"edges": edges, "certFile": b.Certs.ClientCert, "keyFile": b.Certs.ClientKey,
+		"caFile": b.Certs.CA, "timeout": "5s"})
+	return s
+}
+
+// OpenProvider opens the haproxy provider of cluster through the registry,
+// as npl-lbsync does, with the bed's VIP range as vipPool.
+func (b *Bed) OpenProvider(ctx context.Context, cluster string, section []byte) (providers.Provider, error) {
+	cfg, err := registry.Parse("haproxy", providers.Common{ClusterName: cluster, VIPPool: []netip.Prefix{VIPRange}}, section)
+	if err != nil {
+		return nil, err
+	}
+	return cfg.Open(ctx)
+}
+
+// APIClient is an HTTPS client of the edge API with the given client
+// certificate files.
+func (b *Bed) APIClient(certFile, keyFile string) (*http.Client, error) {
+	pem, err := os.ReadFile(b.Certs.CA)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, err
+		}
+		// Sent whatever CAs the server names, as a misconfigured client
+		// would.
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 5 * time.Second}, nil
+}
+
+// Status reads the edge's status.
+func (b *EdgeHost) Status(ctx context.Context) (api.Status, error) {
+	var st api.Status
+	c, err := b.b.APIClient(b.b.Certs.ClientCert, b.b.Certs.ClientKey)
+	if err != nil {
+		return st, err
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.URL+api.StatusPath, nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("status: HTTP %d", resp.StatusCode)
+	}
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// ClientDo runs fn on a thread inside the client namespace: sockets it
+// opens are the client's.
+func (b *Bed) ClientDo(fn func() error) error {
+	return doInNetns(filepath.Join("/run/netns", b.ClientNetns), fn)
+}
+
+// ClientHTTP is an HTTP client whose connections start in the client
+// namespace, one connection per request (so that each request is balanced).
+func (b *Bed) ClientHTTP(timeout time.Duration) *http.Client {
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var conn net.Conn
+		err := b.ClientDo(func() error {
+			var err error
+			d := net.Dialer{Timeout: timeout}
+			conn, err = d.DialContext(ctx, network, addr)
+			return err
+		})
+		return conn, err
+	}
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}}
+}
+
+// Backends are HTTP servers in the test namespace on the bridge address,
+// each answering with its name: the members of the bed's pools when no
+// cluster gives Pods.
+type Backends struct {
+	IP      netip.Addr
+	servers map[int32]*http.Server
+	names   map[int32]string
+	mu      sync.Mutex
+}
+
+// StartBackend starts a backend named name and returns its port.
+func (bs *Backends) StartBackend(name string) (int32, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(bs.IP.String(), "0"))
+	if err != nil {
+		return 0, err
+	}
+	port := int32(ln.Addr().(*net.TCPAddr).Port)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, name)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if bs.servers == nil {
+		bs.servers, bs.names = map[int32]*http.Server{}, map[int32]string{}
+	}
+	bs.servers[port], bs.names[port] = srv, name
+	return port, nil
+}
+
+// StopBackend closes the backend on port.
+func (bs *Backends) StopBackend(port int32) {
+	bs.mu.Lock()
+	srv := bs.servers[port]
+	delete(bs.servers, port)
+	bs.mu.Unlock()
+	if srv != nil {
+		_ = srv.Close()
+	}
+}
+
+// Close stops every backend.
+func (bs *Backends) Close() {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	for _, s := range bs.servers {
+		_ = s.Close()
+	}
+	bs.servers = nil
+}
+
+// Name is the name of the backend on port.
+func (bs *Backends) Name(port int32) string {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	return bs.names[port]
+}
+
+// Get sends one request to url from the client namespace and returns the
+// body: the name of the backend that answered.
+func Get(ctx context.Context, c *http.Client, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(body))
+	}
+	return string(body), nil
+}
+
+// Stream sends requests to url from the client namespace, workers at a
+// time, until Stop; it counts every request and the backends that answer.
+type Stream struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	OK       int
+	Failed   int
+	Errors   []string
+	Answered map[string]int
+}
+
+// StartStream starts a stream of requests, bounded by maxDuration.
+func StartStream(ctx context.Context, c *http.Client, url string, workers int, maxDuration time.Duration) *Stream {
+	ctx, cancel := context.WithTimeout(ctx, maxDuration)
+	s := &Stream{cancel: cancel, Answered: map[string]int{}}
+	for range workers {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			for ctx.Err() == nil {
+				name, err := Get(ctx, c, url)
+				if ctx.Err() != nil {
+					return // stopped in flight: not counted
+				}
+				s.mu.Lock()
+				if err != nil {
+					s.Failed++
+					if len(s.Errors) < 10 {
+						s.Errors = append(s.Errors, err.Error())
+					}
+				} else {
+					s.OK++
+					s.Answered[name]++
+				}
+				s.mu.Unlock()
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+	}
+	return s
+}
+
+// Stop ends the stream and waits for its requests.
+func (s *Stream) Stop() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+// Snapshot returns the counts so far.
+func (s *Stream) Snapshot() (ok, failed int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.OK, s.Failed
+}
+
+func run(ctx context.Context, name string, args ...string) error {
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+func ipBatch(ctx context.Context, netns string, lines ...string) error {
+	args := []string{"-batch", "-"}
+	if netns != "" {
+		args = append([]string{"-n", netns}, args...)
+	}
+	cmd := exec.CommandContext(ctx, "ip", args...)
+	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("ip batch in %q: %w: %s", netns, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+func linkExists(name string) bool {
+	_, err := net.InterfaceByName(name)
+	return err == nil
+}
+
+// doInNetns runs fn on a locked OS thread that entered the network
+// namespace at path; the thread returns to its namespace after, or is
+// discarded when it cannot.
+func doInNetns(path string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		target, err := os.Open(path)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		err = unix.Setns(int(target.Fd()), unix.CLONE_NEWNET)
+		target.Close()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("enter %s: %w", path, err)
+			return
+		}
+		ferr := fn()
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- errors.Join(ferr, fmt.Errorf("return from %s: %w", path, err)) // thread stays locked: discarded
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+// URL is http://vip:port/.
+func URL(vip string, port int32) string {
+	return "http://" + net.JoinHostPort(vip, strconv.Itoa(int(port))) + "/"
+}
