@@ -100,6 +100,17 @@ type realNode struct {
 	initPID int
 }
 
+// logTails returns the last lines of the node's component logs, for errors.
+func (rn *realNode) logTails() string {
+	var b strings.Builder
+	for _, c := range []string{"containerd", "kubelet", "kube-proxy"} {
+		name := rn.n.Name + "-" + c
+		p := &process{name: name, logPath: filepath.Join(rn.c.cp.logDir, name+".log")}
+		fmt.Fprintf(&b, "--- %s:\n%s\n", name, p.tail(logTailLines))
+	}
+	return b.String()
+}
+
 // realNodeStarted, when set, learns of every real node whose processes
 // started (tests of the clean-up).
 var realNodeStarted func(*realNode)
@@ -144,13 +155,17 @@ func (c *Cluster) startRealNodes(ctx context.Context) error {
 		if err := rn.register(ctx); err != nil {
 			return err
 		}
-		if err := rn.start(ctx, tag); err != nil {
-			return fmt.Errorf("node %s: %w", n.Name, err)
+		err := rn.start(ctx, tag)
+		if err == nil {
+			err = rn.importImages(ctx)
 		}
-		if err := rn.importImages(ctx); err != nil {
-			return fmt.Errorf("node %s: %w", n.Name, err)
+		if err == nil {
+			err = rn.waitReady(ctx)
 		}
-		return rn.waitReady(ctx)
+		if err != nil {
+			return fmt.Errorf("node %s: %w\n%s", n.Name, err, rn.logTails())
+		}
+		return nil
 	})
 }
 
@@ -338,11 +353,10 @@ func (rn *realNode) importImages(ctx context.Context) error {
 	return nil
 }
 
-// waitReady waits for the kubelet to report the node Ready and for
-// kube-proxy's first sync (its /healthz answers 200 once it programmed the
-// node), so that what starts next sees kube-proxy's rules.
+// waitReady waits for kube-proxy to serve /healthz and for the kubelet to
+// report the node Ready.
 func (rn *realNode) waitReady(ctx context.Context) error {
-	if err := rn.c.cp.poll(ctx, "kube-proxy of node "+rn.n.Name+" synced", func(ctx context.Context) error {
+	if err := rn.c.cp.poll(ctx, "kube-proxy of node "+rn.n.Name+" healthy", func(ctx context.Context) error {
 		if err := rn.proc.exited(); err != nil {
 			return fmt.Errorf("%w: %s", err, rn.proc.tail(logTailLines))
 		}
