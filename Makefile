@@ -15,6 +15,8 @@ GOLANGCI_LINT_VERSION := v2.15.0
 PROVIDER   ?= haproxy
 KEEP       ?= 0
 FUZZTIME   ?= 30s
+# The tag of `make images`: the chart's appVersion, so the chart's defaults use them.
+IMAGE_TAG  ?= $(shell awk '$$1=="appVersion:" {print $$2}' charts/npl/Chart.yaml)
 
 ##@ Build
 
@@ -25,21 +27,25 @@ build: ## Build npl-agent, npl-lbsync, nplctl and npl-edge into ./bin (and the k
 	@ln -sf nplctl $(BIN)/kubectl-npl
 
 .PHONY: tools
-tools: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler into ./bin (idempotent).
+tools: ## Build etcd, the control plane, kubelet, kube-proxy and the CNI plugins (bin/cni) into ./bin (idempotent).
 	BIN_DIR=$(BIN) test/tools/build.sh
+
+.PHONY: images
+images: build ## Build the images (agent, lbsync, nplctl, pause, test workload) into ./bin/images for real nodes (cached).
+	$(GO) run ./test/images/cmd/npl-images --repo . --bin $(BIN) --out $(BIN)/images --tag $(IMAGE_TAG)
 
 .PHONY: kubectl
 kubectl: ## Build kubectl into ./bin (for make demo-shell).
 	BIN_DIR=$(BIN) test/tools/build.sh kubectl
 
 .PHONY: deps
-deps: ## Install the system packages tests and the demo need (iproute2, iptables, conntrack, haproxy), when missing.
+deps: ## Install the system packages tests and the demo need (iproute2, iptables, nftables, conntrack, haproxy, containerd, runc), when missing.
 	hack/deps.sh
 
 ##@ Test
 
 .PHONY: test
-test: deps tools build lint ## Everything a fresh machine needs, then every test (unit and end to end).
+test: deps tools build images lint ## Everything a fresh machine needs, then every test (unit, end to end, real nodes).
 	$(GOTEST) -timeout 25m ./...
 
 .PHONY: test-unit
@@ -47,8 +53,12 @@ test-unit: ## Unit tests only (packages outside test/).
 	$(GOTEST) -timeout 10m $$($(GO) list ./... | grep -v '/test/')
 
 .PHONY: test-e2e
-test-e2e: deps tools build ## End-to-end tests on the local cluster (test/...).
+test-e2e: deps tools build images ## End-to-end tests on the local cluster (test/...).
 	$(GOTEST) -timeout 25m ./test/...
+
+.PHONY: test-real-nodes
+test-real-nodes: deps tools build images ## The tests on real nodes alone (kubelet, containerd, kube-proxy; the chart installed with Helm).
+	$(GOTEST) -v -timeout 20m -run 'RealNodes' ./test/cluster/ ./test/realnodes/...
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (default 30s) each, one at a time (make test runs their seeds).
@@ -89,7 +99,7 @@ demo-shell: kubectl ## Open a shell inside a running `make demo KEEP=1` (its net
 	  nsenter --target $$pid --net --mount -- env KUBECONFIG=$$(cat /tmp/npl-demo/kubeconfig) PATH=$(BIN):$$PATH bash -i
 
 .PHONY: bench
-bench: deps tools build ## Measure speed and memory (Go benchmarks and scale runs on the local cluster).
+bench: deps tools build images ## Measure speed and memory (Go benchmarks and scale runs on the local cluster).
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x -timeout 30m ./...
 
 .PHONY: clean

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages that the tests and the demo need (network
-# namespaces, iptables, nftables, conntrack, haproxy) when any is missing. Needs
-# root; does
+# namespaces, iptables, nftables, conntrack, haproxy, and containerd and runc
+# for the real-node cluster) when any is missing. Needs root; does
 # nothing when everything is present.
 set -euo pipefail
 
@@ -10,6 +10,8 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v iptables-restore >/dev/null 2>&1 || missing+=(iptables)
 command -v conntrack >/dev/null 2>&1 || missing+=(conntrack)
 command -v nft >/dev/null 2>&1 || missing+=(nftables)
+command -v containerd >/dev/null 2>&1 || missing+=(containerd)
+command -v runc >/dev/null 2>&1 || missing+=(runc)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
 # HAProxy is the data plane of the haproxy provider's tests (npl-edge).

@@ -95,6 +95,19 @@ type Options struct {
 	// primary family, so a Service without ipFamilyPolicy is IPv4-only.
 	// Off by default, so that IPv4 tests see IPv4-only nodes and Pods.
 	DualStack bool
+	// RealNodes makes every node a real one: containerd, a real kubelet with
+	// its own node credentials and a real kube-proxy (iptables mode) in
+	// private mount, UTS and PID namespaces on the node's network, Pods as
+	// containers on the CNI plugins bridge, host-local and portmap, and the
+	// images of ImagesDir imported into every node. The stand-ins
+	// (KubeProxy, ReadinessDelay, TerminationDelay, NoKubelet) do not apply.
+	RealNodes bool
+	// ImagesDir holds the image tarballs of `make images`; empty means
+	// BinDir/images.
+	ImagesDir string
+	// KubeProxyMode is the mode of the real nodes' kube-proxy: iptables
+	// (empty) or nftables.
+	KubeProxyMode string
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -110,6 +123,22 @@ func (o Options) withDefaults() (Options, error) {
 			return o, err
 		}
 		o.BinDir = dir
+	}
+	if o.ImagesDir == "" {
+		o.ImagesDir = filepath.Join(o.BinDir, "images")
+	}
+	if o.RealNodes && (o.KubeProxy || o.NoKubelet) {
+		return o, errors.New("npl test cluster: RealNodes run a real kubelet and kube-proxy: KubeProxy and NoKubelet do not apply")
+	}
+	switch o.KubeProxyMode {
+	case "":
+		o.KubeProxyMode = "iptables"
+	case "iptables", "nftables":
+	default:
+		return o, fmt.Errorf("npl test cluster: KubeProxyMode %q: want iptables or nftables", o.KubeProxyMode)
+	}
+	if o.RealNodes && o.DualStack {
+		return o, errors.New("npl test cluster: real nodes are IPv4-only for now: DualStack does not apply")
 	}
 	return o, nil
 }
@@ -127,6 +156,7 @@ type Cluster struct {
 	client     kubernetes.Interface
 	nodes      []*Node
 	kubelets   map[string]*kubelet // by node name
+	realNodes  []*realNode
 
 	// bgCtx lives from Start to Close; heartbeats and kubelets run under it.
 	bgCtx    context.Context
@@ -158,6 +188,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	if err := CheckBinaries(opts.BinDir); err != nil {
 		return nil, err
+	}
+	if opts.RealNodes {
+		if err := checkRealNodes(opts.BinDir, opts.ImagesDir); err != nil {
+			return nil, err
+		}
 	}
 	began := time.Now()
 	c := &Cluster{opts: opts, runID: newRunID(), kubelets: map[string]*kubelet{}}
@@ -223,6 +258,13 @@ func (c *Cluster) start(ctx context.Context) error {
 		return fmt.Errorf("build client: %w", err)
 	}
 
+	if c.opts.RealNodes {
+		args, err := c.cp.realNodeAPIServerArgs()
+		if err != nil {
+			return err
+		}
+		c.cp.extraArgs = map[string][]string{"kube-apiserver": args}
+	}
 	etcdURL, err := c.cp.startEtcd()
 	if err != nil {
 		return err
@@ -248,6 +290,12 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 
 	c.bgCtx, c.bgCancel = context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), c.log))
+	if c.opts.RealNodes {
+		if err := c.startRealNodes(ctx); err != nil {
+			return err
+		}
+		return c.waitControllers(ctx)
+	}
 	if err := forEachNode(c.nodes, func(n *Node) error { return n.register(ctx) }); err != nil {
 		return err
 	}
@@ -269,6 +317,12 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 	}
 
+	return c.waitControllers(ctx)
+}
+
+// waitControllers waits for the controller-manager, the scheduler and the
+// default ServiceAccount.
+func (c *Cluster) waitControllers(ctx context.Context) error {
 	if err := c.cp.waitHealthy(ctx, "kube-controller-manager", "/healthz"); err != nil {
 		return err
 	}
@@ -313,6 +367,9 @@ func (c *Cluster) close() error {
 	}
 	for _, n := range c.nodes {
 		n.StopHeartbeat()
+	}
+	if err := c.stopRealNodes(); err != nil {
+		errs = append(errs, err)
 	}
 	// Before the bridge goes: the apiserver's shutdown hooks call 198.18.0.1.
 	if c.cp != nil {
@@ -402,6 +459,9 @@ func (c *Cluster) PodDo(namespace, name string, fn func() error) error {
 
 // DualStack reports whether the cluster has IPv6 besides IPv4.
 func (c *Cluster) DualStack() bool { return c.opts.DualStack }
+
+// ImagesDir is the directory of the image tarballs real nodes imported.
+func (c *Cluster) ImagesDir() string { return c.opts.ImagesDir }
 
 // StartDuration is how long Start took.
 func (c *Cluster) StartDuration() time.Duration { return c.startDuration }

@@ -203,6 +203,10 @@ type controlPlane struct {
 	// scheduler, on 127.0.0.1.
 	componentPorts map[string]int
 
+	// extraArgs are added to a component's flags, by component name (the
+	// apiserver's flags for real nodes).
+	extraArgs map[string][]string
+
 	mu    sync.Mutex
 	procs []*process
 }
@@ -284,6 +288,7 @@ func (cp *controlPlane) writeCredentials(apiPort int) error {
 }
 
 func (cp *controlPlane) start(name string, args ...string) (*process, error) {
+	args = append(args, cp.extraArgs[name]...)
 	p, err := startProcess(name, filepath.Join(cp.binDir, name), cp.logDir, cp.out, args...)
 	if err != nil {
 		return nil, err

@@ -11,10 +11,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodeportlocal/npl/test/podreply"
 )
 
-// PodHeader is the HTTP response header that names the Pod (namespace/name).
-const PodHeader = "X-Pod"
+// PodHeader is the HTTP response header that names the Pod (namespace/name),
+// as the workload image of real nodes sends it too (package podreply).
+const PodHeader = podreply.Header
 
 // podPort is a port a Pod's containers declare.
 type podPort struct {
@@ -128,9 +131,9 @@ func startPodServers(netnsPath string, pod *corev1.Pod, dualStack bool) ([]io.Cl
 }
 
 func podHandler(namespace, name string) http.Handler {
-	body := []byte(name + "\n")
+	body := []byte(podreply.Body(name))
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set(PodHeader, namespace+"/"+name)
+		w.Header().Set(PodHeader, podreply.HeaderValue(namespace, name))
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write(body)
 	})
@@ -139,7 +142,6 @@ func podHandler(namespace, name string) http.Handler {
 // udpEcho answers each datagram with "<pod name>: <payload>" until c closes.
 func udpEcho(c net.PacketConn, name string) {
 	buf := make([]byte, 64*1024)
-	prefix := []byte(name + ": ")
 	for {
 		n, from, err := c.ReadFrom(buf)
 		if err != nil {
@@ -148,7 +150,6 @@ func udpEcho(c net.PacketConn, name string) {
 			}
 			continue
 		}
-		reply := append(append([]byte(nil), prefix...), buf[:n]...)
-		_, _ = c.WriteTo(reply, from)
+		_, _ = c.WriteTo(podreply.Echo(name, buf[:n]), from)
 	}
 }

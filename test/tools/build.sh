@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Builds the control-plane binaries of the local test cluster into BIN_DIR
-# from the Go modules pinned in test/tools/go.mod. Idempotent: a binary that
-# already reports the pinned version is not rebuilt. With the argument
-# "kubectl" it builds kubectl (for `make demo-shell`) instead.
+# Builds the binaries of the local test cluster into BIN_DIR from the Go
+# modules pinned in test/tools/go.mod: the control plane (etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler), the real-node components (kubelet,
+# kube-proxy) and the CNI plugins bridge, host-local, loopback and portmap
+# (into BIN_DIR/cni). Idempotent: a binary that already reports the pinned
+# version is not rebuilt. With the argument "kubectl" it builds kubectl (for
+# `make demo-shell`) instead.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -11,6 +14,7 @@ mkdir -p "$bin"
 bin=$(cd "$bin" && pwd)
 
 k8s_version=$(awk '$1=="k8s.io/kubernetes" {print $2; exit}' "$here/go.mod")
+cni_version=$(awk '$1=="github.com/containernetworking/plugins" {print $2; exit}' "$here/go.mod")
 etcd_version=$(awk '$1=="go.etcd.io/etcd/server/v3" {print $2; exit}' "$here/go.mod")
 minor=$(echo "$k8s_version" | cut -d. -f2)
 pkg=k8s.io/component-base/version
@@ -27,7 +31,7 @@ if [ "${1:-}" = kubectl ]; then
   exit 0
 fi
 todo=()
-for c in kube-apiserver kube-controller-manager kube-scheduler; do
+for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
   if [ -x "$bin/$c" ] && [ "$("$bin/$c" --version 2>/dev/null)" = "Kubernetes $k8s_version" ]; then
     echo "tools: $c $k8s_version is up to date"
   else
@@ -43,4 +47,22 @@ if [ -x "$bin/etcd" ] && "$bin/etcd" --version 2>/dev/null | grep -q "etcd Versi
 else
   echo "tools: building etcd $etcd_version"
   go build -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3
+fi
+
+# A CNI plugin run without CNI_COMMAND prints "CNI <name> plugin <version>".
+cni_todo=()
+for p in main/bridge ipam/host-local main/loopback meta/portmap; do
+  name=${p#*/}
+  about=$( [ -x "$bin/cni/$name" ] && CNI_COMMAND= "$bin/cni/$name" 2>&1 </dev/null | head -1 || true)
+  if [ "$about" = "CNI $name plugin $cni_version" ]; then
+    echo "tools: cni/$name $cni_version is up to date"
+  else
+    cni_todo+=("github.com/containernetworking/plugins/plugins/$p")
+  fi
+done
+if [ ${#cni_todo[@]} -gt 0 ]; then
+  echo "tools: building cni/${cni_todo[*]##*/} $cni_version"
+  mkdir -p "$bin/cni"
+  go build -trimpath -ldflags "-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$cni_version" \
+    -o "$bin/cni/" "${cni_todo[@]}"
 fi

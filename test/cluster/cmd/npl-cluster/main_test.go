@@ -15,15 +15,21 @@ func TestParseFlags(t *testing.T) {
 		wantHelp bool
 		wantErr  string
 	}{
-		{name: "defaults", args: nil, want: config{nodes: 3}},
+		{name: "defaults", args: nil, want: config{nodes: 3, kubeProxyMode: "iptables"}},
 		{name: "all flags", args: []string{"--nodes", "5", "--bin-dir", "/opt/k8s", "--keep-logs", "--dual-stack"},
-			want: config{nodes: 5, binDir: "/opt/k8s", keepLogs: true, dualStack: true}},
-		{name: "help", args: []string{"-h"}, wantHelp: true, want: config{nodes: 3}},
+			want: config{nodes: 5, binDir: "/opt/k8s", keepLogs: true, dualStack: true, kubeProxyMode: "iptables"}},
+		{name: "help", args: []string{"-h"}, wantHelp: true, want: config{nodes: 3, kubeProxyMode: "iptables"}},
 		{name: "unknown flag", args: []string{"--bogus"}, wantErr: "npl-cluster: flag provided but not defined: -bogus"},
 		{name: "not a number", args: []string{"--nodes", "x"}, wantErr: `npl-cluster: invalid value "x" for flag -nodes: parse error`},
 		{name: "zero nodes", args: []string{"--nodes", "0"}, wantErr: "npl-cluster: --nodes must be between 1 and 200, not 0"},
 		{name: "too many nodes", args: []string{"--nodes", "201"}, wantErr: "npl-cluster: --nodes must be between 1 and 200, not 201"},
 		{name: "stray argument", args: []string{"up"}, wantErr: `npl-cluster: unexpected argument "up"`},
+		{name: "real nodes", args: []string{"--real-nodes", "3", "--kube-proxy-mode", "nftables"}, want: config{nodes: 3, realNodes: 3, kubeProxyMode: "nftables"}},
+		{name: "bad kube-proxy mode", args: []string{"--real-nodes", "1", "--kube-proxy-mode", "ipvs"},
+			wantErr: `npl-cluster: --kube-proxy-mode is "ipvs"; want iptables or nftables`},
+		{name: "too many real nodes", args: []string{"--real-nodes", "11"}, wantErr: "npl-cluster: --real-nodes must be between 1 and 10, not 11"},
+		{name: "real nodes are IPv4-only", args: []string{"--real-nodes", "1", "--dual-stack"},
+			wantErr: "npl-cluster: --real-nodes are IPv4-only for now: drop --dual-stack"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

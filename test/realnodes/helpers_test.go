@@ -1,0 +1,99 @@
+package realnodes
+
+import (
+	"context"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v3/pkg/action"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	"github.com/nodeportlocal/npl/test/chart/render"
+	"github.com/nodeportlocal/npl/test/cluster"
+)
+
+// startRealCluster starts a cluster of real nodes, closed when the test ends.
+func startRealCluster(t *testing.T, ctx context.Context, opts cluster.Options) *cluster.Cluster {
+	t.Helper()
+	began := time.Now()
+	opts.RealNodes = true
+	c, err := cluster.Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d real nodes Ready in %s (logs: %s)", len(c.Nodes()), time.Since(began).Round(100*time.Millisecond), c.LogDir())
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("close the cluster: %v", err)
+		}
+	})
+	return c
+}
+
+// helmInstall installs charts/npl as `helm install npl charts/npl -n
+// npl-system --create-namespace` would, with vals.
+func helmInstall(t testing.TB, ctx context.Context, c *cluster.Cluster, vals map[string]any) {
+	t.Helper()
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := render.Load(filepath.Join(root, "charts", "npl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, ns := c.Kubeconfig(), releaseNamespace
+	getter := &genericclioptions.ConfigFlags{KubeConfig: &kubeconfig, Namespace: &ns}
+	cfg := new(action.Configuration)
+	if err := cfg.Init(getter, ns, "secret", t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	install := action.NewInstall(cfg)
+	install.ReleaseName, install.Namespace, install.CreateNamespace = releaseName, ns, true
+	install.Timeout = 2 * time.Minute
+	rel, err := install.RunWithContext(ctx, ch, vals)
+	if err != nil {
+		t.Fatalf("helm install: %v", err)
+	}
+	t.Logf("helm install: release %s revision %d %s", rel.Name, rel.Version, rel.Info.Status)
+}
+
+// eventually polls check until it passes, failing the test with the last
+// error when ctx ends.
+func eventually(t testing.TB, ctx context.Context, what string, check func(context.Context) error) {
+	t.Helper()
+	began := time.Now()
+	var last error
+	for {
+		attempt, cancel := context.WithTimeout(ctx, 10*time.Second)
+		last = check(attempt)
+		cancel()
+		if last == nil {
+			t.Logf("%s after %s", what, time.Since(began).Round(100*time.Millisecond))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not after %s: %v", what, time.Since(began).Round(time.Second), last)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// netipIn reports whether the address ip is in the prefix cidr.
+func netipIn(ip, cidr string) bool {
+	a, err := netip.ParseAddr(ip)
+	return err == nil && netip.MustParsePrefix(cidr).Contains(a)
+}
+
+// cutLast cuts s around the last sep.
+func cutLast(s, sep string) (before, after string, found bool) {
+	i := strings.LastIndex(s, sep)
+	if i < 0 {
+		return s, "", false
+	}
+	return s[:i], s[i+len(sep):], true
+}
