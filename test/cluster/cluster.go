@@ -157,6 +157,8 @@ type Cluster struct {
 	nodes      []*Node
 	kubelets   map[string]*kubelet // by node name
 	realNodes  []*realNode
+	// releaseRealNodes lets the next real-node cluster on the machine start.
+	releaseRealNodes func()
 
 	// bgCtx lives from Start to Close; heartbeats and kubelets run under it.
 	bgCtx    context.Context

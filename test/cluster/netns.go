@@ -9,11 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 
-	"golang.org/x/sys/unix"
+	"github.com/nodeportlocal/npl/internal/netns"
 )
 
 // bridgeName is the bridge in the private test namespace that joins the nodes.
@@ -41,23 +40,9 @@ func runContext(ctx context.Context, name string, args ...string) error {
 }
 
 // ipBatch runs several ip commands in one exec, inside netns when it is not
-// empty. It stops at the first failing line.
-func ipBatch(ctx context.Context, netns string, lines ...string) error {
-	args := []string{"-batch", "-"}
-	if netns != "" {
-		args = append([]string{"-n", netns}, args...)
-	}
-	cmd := command(ctx, "ip", args...)
-	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		where := "test namespace"
-		if netns != "" {
-			where = "netns " + netns
-		}
-		return fmt.Errorf("ip batch in %s: %w: %s", where, err, bytes.TrimSpace(out))
-	}
-	return nil
+// empty (netns.IPBatch).
+func ipBatch(ctx context.Context, name string, lines ...string) error {
+	return netns.IPBatch(ctx, name, lines...)
 }
 
 // netnsPath is where a named network namespace is mounted.
@@ -94,45 +79,8 @@ func listNetns() ([]string, error) {
 	return names, nil
 }
 
-// doInNetns runs fn on an OS thread that has entered the network namespace at
-// path, then returns the thread to its namespace. Only fn's own goroutine is
-// in the namespace: sockets it opens stay there, goroutines it starts do not.
-// If the thread cannot return, it is left locked so that Go discards it.
-func doInNetns(path string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("open current network namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open(path)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("open network namespace %s: %w", path, err)
-			return
-		}
-		err = unix.Setns(int(target.Fd()), unix.CLONE_NEWNET)
-		target.Close()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter network namespace %s: %w", path, err)
-			return
-		}
-		fnErr := fn()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			// Stay locked: the thread dies with this goroutine.
-			errc <- fmt.Errorf("leave network namespace %s: %w", path, err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- fnErr
-	}()
-	return <-errc
-}
+// doInNetns runs fn in the network namespace at path (netns.Do).
+func doInNetns(path string, fn func() error) error { return netns.Do(path, fn) }
 
 // writeSysctls sets sysctls (keys as paths under /proc/sys) inside the
 // network namespace at path: /proc/sys/net follows the writing thread's

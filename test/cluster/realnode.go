@@ -21,6 +21,7 @@ import (
 	"text/template"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -93,8 +94,6 @@ type realNode struct {
 	// that kubelets of different nodes do not remove each other's Pods.
 	cgroupRoot string
 	proc       *process
-	// pidNS is the inode of the node's PID namespace, to find stray processes.
-	pidNS uint64
 	// initPID is the node's init (outside its PID namespace), whose
 	// /proc/<pid>/root shows the node's mounts.
 	initPID int
@@ -145,6 +144,11 @@ func (c *Cluster) startRealNodes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	release, err := lockRealNodes(ctx, c.log)
+	if err != nil {
+		return err
+	}
+	c.releaseRealNodes = release
 	removeStaleCgroups(c.log)
 	for _, n := range c.nodes {
 		rn := &realNode{n: n, c: c, dir: filepath.Join(c.dir, "nodes", n.Name), cgroupRoot: "/npl-" + c.runID + "-" + n.Name}
@@ -276,7 +280,7 @@ func (rn *realNode) start(ctx context.Context, sandboxImage string) error {
 	p, err := startProcess(rn.n.Name, "nsenter", logDir, rn.c.opts.Out,
 		"--net="+rn.n.NetnsPath(), "--",
 		"unshare", "--mount", "--uts", "--pid", "--fork", "--mount-proc", "--propagation", "private", "--kill-child",
-		"--", "/bin/sh", "-c", script)
+		"--", "env", rn.marker(), "/bin/sh", "-c", script)
 	if err != nil {
 		return err
 	}
@@ -288,30 +292,15 @@ func (rn *realNode) start(ctx context.Context, sandboxImage string) error {
 		if err := p.exited(); err != nil {
 			return fmt.Errorf("%w: %s", err, p.tail(logTailLines))
 		}
-		if rn.pidNS == 0 {
-			ino, err := rn.initPIDNamespace()
+		if rn.initPID == 0 {
+			child, err := childOf(rn.proc.cmd.Process.Pid)
 			if err != nil {
 				return err
 			}
-			rn.pidNS = ino
+			rn.initPID = child
 		}
 		return rn.ctr(ctx, "version")
 	})
-}
-
-// initPIDNamespace finds unshare's child, the node's init, and the inode of
-// its PID namespace.
-func (rn *realNode) initPIDNamespace() (uint64, error) {
-	child, err := childOf(rn.proc.cmd.Process.Pid)
-	if err != nil {
-		return 0, err
-	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(fmt.Sprintf("/proc/%d/ns/pid", child), &st); err != nil {
-		return 0, err
-	}
-	rn.initPID = child
-	return st.Ino, nil
 }
 
 // childOf returns a child process of pid.
@@ -373,11 +362,14 @@ func (rn *realNode) waitReady(ctx context.Context) error {
 			return err
 		}
 		for _, cond := range node.Status.Conditions {
-			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-				return nil
+			if cond.Type == corev1.NodeReady {
+				if cond.Status == corev1.ConditionTrue {
+					return nil
+				}
+				return fmt.Errorf("not Ready: %s: %s", cond.Reason, cond.Message)
 			}
 		}
-		return errors.New("not Ready")
+		return errors.New("not Ready: no Ready condition yet")
 	})
 }
 
@@ -533,19 +525,22 @@ func (rn *realNode) stop() error {
 	return errors.Join(errs...)
 }
 
-// processes lists the node's processes: those of its PID namespace, and
-// the containers', which have PID namespaces of their own inside it and
-// cgroups under the node's cgroupRoot.
+// processes lists the node's processes: those that inherited the node's
+// marker from its init (containerd, its shims, the kubelet, kube-proxy),
+// and the containers', which have an environment of their own and cgroups
+// under the node's cgroupRoot.
 func (rn *realNode) processes() []int {
 	entries, _ := os.ReadDir("/proc")
+	marker := []byte(rn.marker() + "\x00")
 	var pids []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		var st syscall.Stat_t
-		if rn.pidNS != 0 && syscall.Stat("/proc/"+e.Name()+"/ns/pid", &st) == nil && st.Ino == rn.pidNS {
+		// The node's own processes inherit its marker; PID namespace inodes
+		// are reused by the kernel, so another run's node may have ours.
+		if env, err := os.ReadFile("/proc/" + e.Name() + "/environ"); err == nil && bytes.Contains(env, marker) {
 			pids = append(pids, pid)
 			continue
 		}
@@ -556,6 +551,10 @@ func (rn *realNode) processes() []int {
 	return pids
 }
 
+// marker is the environment variable every process of the node inherits
+// from its init, unique to the run and the node.
+func (rn *realNode) marker() string { return "NPL_REAL_NODE=" + strings.TrimPrefix(rn.cgroupRoot, "/") }
+
 // stopRealNodes stops every real node at once.
 func (c *Cluster) stopRealNodes() error {
 	errs := make([]error, len(c.realNodes))
@@ -565,7 +564,48 @@ func (c *Cluster) stopRealNodes() error {
 		go func() { defer wg.Done(); errs[i] = rn.stop() }()
 	}
 	wg.Wait()
+	if c.releaseRealNodes != nil {
+		c.releaseRealNodes()
+		c.releaseRealNodes = nil
+	}
 	return errors.Join(errs...)
+}
+
+// realNodesLockFile serialises real-node clusters on the machine, across
+// test processes: `go test ./...` runs packages in parallel, and two sets of
+// containerds and kubelets starting at once on a small machine starve each
+// other (a node once stayed NotReady past its deadline that way).
+var realNodesLockFile = filepath.Join(os.TempDir(), "npl-real-nodes.lock")
+
+// lockRealNodes waits, within ctx, until no other real-node cluster runs on
+// the machine, and returns the function that lets the next one start. The
+// lock is a flock, so a process that dies releases it.
+func lockRealNodes(ctx context.Context, log klog.Logger) (func(), error) {
+	f, err := os.OpenFile(realNodesLockFile, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("npl test cluster: real nodes lock: %w", err)
+	}
+	waited := false
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("npl test cluster: real nodes lock %s: %w", realNodesLockFile, err)
+		}
+		if !waited {
+			log.Info("Waiting for another real-node cluster on this machine to close", "lock", realNodesLockFile)
+			waited = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("npl test cluster: wait for another real-node cluster to close (%s): %w", realNodesLockFile, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 var containerdConfig = template.Must(template.New("containerd").Parse(`version = 2

@@ -184,7 +184,7 @@ func TestRealNodes_aFailedStartLeavesNothingBehind(t *testing.T) {
 	if !strings.Contains(err.Error(), "import image "+images.Workload) {
 		t.Errorf("Start: %v; want it to name the image it could not import", err)
 	}
-	if len(*started) != 1 || (*started)[0].pidNS == 0 {
+	if len(*started) != 1 || (*started)[0].initPID == 0 {
 		t.Fatalf("recorded %d real nodes; want one that ran", len(*started))
 	}
 	if after := leftovers(t, *started); !slices.Equal(after, before) {

@@ -21,16 +21,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nodeportlocal/npl/edge/api"
+	"github.com/nodeportlocal/npl/internal/netns"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/registry"
 )
@@ -571,17 +569,8 @@ func run(ctx context.Context, name string, args ...string) error {
 	return nil
 }
 
-func ipBatch(ctx context.Context, netns string, lines ...string) error {
-	args := []string{"-batch", "-"}
-	if netns != "" {
-		args = append([]string{"-n", netns}, args...)
-	}
-	cmd := exec.CommandContext(ctx, "ip", args...)
-	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("ip batch in %q: %w: %s", netns, err, bytes.TrimSpace(out))
-	}
-	return nil
+func ipBatch(ctx context.Context, name string, lines ...string) error {
+	return netns.IPBatch(ctx, name, lines...)
 }
 
 func linkExists(name string) bool {
@@ -589,43 +578,8 @@ func linkExists(name string) bool {
 	return err == nil
 }
 
-// doInNetns runs fn on a locked OS thread that entered the network
-// namespace at path; the thread returns to its namespace after, or is
-// discarded when it cannot.
-func doInNetns(path string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open(path)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		err = unix.Setns(int(target.Fd()), unix.CLONE_NEWNET)
-		target.Close()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter %s: %w", path, err)
-			return
-		}
-		ferr := fn()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("return from %s: %w", path, err)) // thread stays locked: discarded
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
+// doInNetns runs fn in the network namespace at path (netns.Do).
+func doInNetns(path string, fn func() error) error { return netns.Do(path, fn) }
 
 // URL is http://vip:port/.
 func URL(vip string, port int32) string {
