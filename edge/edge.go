@@ -278,7 +278,7 @@ func (e *Edge) Delete(ctx context.Context, cluster, name string) (bool, error) {
 		} else {
 			// Not running, or a runtime command failed: the deletion
 			// stands and is applied when HAProxy runs or at the resync.
-			_ = e.save()
+			err = errors.Join(err, e.save())
 		}
 		return false, fmt.Errorf("delete %s: %w", name, err)
 	}
@@ -505,8 +505,11 @@ func (e *Edge) converge(ctx context.Context) (changed, reloaded bool, err error)
 			return true, false, fmt.Errorf("%w: the change is saved and served when it starts", ErrUnavailable)
 		}
 		if err := e.proc.Reload(ctx); err != nil {
-			// Put the previous configuration back for the next start.
-			_ = writeFile(e.proc.ConfigFile, e.activeText)
+			// Put the previous configuration back for the next start; if
+			// that fails too, say so beside the reload's error.
+			if werr := writeFile(e.proc.ConfigFile, e.activeText); werr != nil {
+				err = errors.Join(err, fmt.Errorf("restore the previous configuration: %w", werr))
+			}
 			var ce *haproxy.CheckError
 			if errors.As(err, &ce) {
 				return false, false, rejection(ce, r)
