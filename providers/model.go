@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 )
@@ -68,6 +69,9 @@ type LoadBalancer struct {
 	Pools []Pool `json:"pools,omitempty"`
 	// HTTP routes the requests of an L7 load balancer to its Pools.
 	HTTP *HTTPRoutes `json:"http,omitempty"`
+	// Gateway is the owning Gateway API Gateway as "namespace/name" of an
+	// L7 load balancer built from a Gateway and its routes; empty otherwise.
+	Gateway string `json:"gateway,omitempty"`
 }
 
 // IsL7 reports whether lb routes HTTP requests.
@@ -102,6 +106,10 @@ const (
 	// PathPrefix matches the path and every path under it, element by
 	// element: /foo matches /foo and /foo/bar, not /foobar.
 	PathPrefix PathType = "Prefix"
+	// PathRegex matches the path against a regular expression in the
+	// common RE2/PCRE subset, anchored at both ends (Gateway API's
+	// RegularExpression).
+	PathRegex PathType = "RegularExpression"
 )
 
 // Rule sends the requests for a host and a path to a pool.
@@ -113,8 +121,91 @@ type Rule struct {
 	// "/" itself.
 	Path     string   `json:"path"`
 	PathType PathType `json:"pathType"`
-	// Pool names one of the load balancer's Pools.
+	// Pool names one of the load balancer's Pools. It is empty when the
+	// rule answers by itself: with a Redirect, or with FixedStatus.
 	Pool string `json:"pool"`
+
+	// The fields below come from Gateway API routes; Ingress rules leave
+	// them zero.
+
+	// Ports are the listener ports the rule serves on, sorted; empty serves
+	// it on every listener of the load balancer (Ingress).
+	Ports []int32 `json:"ports,omitempty"`
+	// Method, when set, is the request method the rule matches (GET, ...).
+	Method string `json:"method,omitempty"`
+	// Headers and Query are further tests of the request that must all
+	// pass: header names compare case-insensitively, query parameter names
+	// exactly.
+	Headers []ValueMatch `json:"headers,omitempty"`
+	Query   []ValueMatch `json:"query,omitempty"`
+	// Order breaks the ties of rules that SortRules ranks equal, lowest
+	// first: Gateway API orders them by route age, then route name, then
+	// rule index, which only the builder knows.
+	Order int32 `json:"order,omitempty"`
+	// RequestHeaders and ResponseHeaders change headers of the request sent
+	// to the pool and of the response sent back.
+	RequestHeaders  *HeaderFilter `json:"requestHeaders,omitempty"`
+	ResponseHeaders *HeaderFilter `json:"responseHeaders,omitempty"`
+	// Redirect answers the request with a redirect; the rule has no Pool.
+	Redirect *Redirect `json:"redirect,omitempty"`
+	// Rewrite changes the host or path of the request sent to the pool.
+	Rewrite *Rewrite `json:"rewrite,omitempty"`
+	// FixedStatus, for a rule without Pool nor Redirect, is the HTTP status
+	// answered: 500 for a rule whose backends are all invalid, as Gateway
+	// API requires.
+	FixedStatus int32 `json:"fixedStatus,omitempty"`
+}
+
+// Equal reports whether two normalized rules are the same.
+func (r Rule) Equal(o Rule) bool { return reflect.DeepEqual(r, o) }
+
+// ValueMatch tests a named value of a request (a header, a query parameter).
+type ValueMatch struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+	// Regex matches Value as a regular expression (the RE2/PCRE subset)
+	// rather than exactly.
+	Regex bool `json:"regex,omitempty"`
+}
+
+// Header is a header name and value.
+type Header struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// HeaderFilter changes headers: Set replaces (or adds) a header, Add
+// appends a value, Remove deletes a header by name.
+type HeaderFilter struct {
+	Set    []Header `json:"set,omitempty"`
+	Add    []Header `json:"add,omitempty"`
+	Remove []string `json:"remove,omitempty"`
+}
+
+// PathModifier replaces the path of a request: all of it
+// (ReplaceFullPath), or the part a Prefix rule matched (ReplacePrefixMatch).
+type PathModifier struct {
+	// Type is "ReplaceFullPath" or "ReplacePrefixMatch".
+	Type  string `json:"type"`
+	Value string `json:"value"`
+}
+
+// Redirect answers a request with a redirect to the same URL with some of
+// its parts replaced; an empty field keeps the request's.
+type Redirect struct {
+	Scheme   string        `json:"scheme,omitempty"`
+	Hostname string        `json:"hostname,omitempty"`
+	Port     int32         `json:"port,omitempty"`
+	Path     *PathModifier `json:"path,omitempty"`
+	// StatusCode is 301 or 302.
+	StatusCode int32 `json:"statusCode"`
+}
+
+// Rewrite changes the request sent to the pool; an empty field keeps the
+// request's.
+type Rewrite struct {
+	Hostname string        `json:"hostname,omitempty"`
+	Path     *PathModifier `json:"path,omitempty"`
 }
 
 // TLSCert is a certificate and key the HTTPS listener serves, from a
@@ -127,6 +218,9 @@ type TLSCert struct {
 	Hosts []string `json:"hosts,omitempty"`
 	// Fingerprint is CertFingerprint(CertPEM).
 	Fingerprint string `json:"fingerprint"`
+	// Ports are the HTTPS listener ports that serve it, sorted; empty
+	// serves it on every HTTPS listener (Ingress).
+	Ports []int32 `json:"ports,omitempty"`
 	// CertPEM is the certificate chain and KeyPEM the private key, PEM
 	// encoded. They are set in desired models only.
 	CertPEM []byte `json:"-"`
@@ -164,6 +258,10 @@ type Member struct {
 	Port int32  `json:"port"`
 	// Enabled is false for a member that drains (its Pod is terminating).
 	Enabled bool `json:"enabled"`
+	// Weight is the member's share of the pool's requests relative to the
+	// other members, 1-256; zero means 1. Gateway API's weighted
+	// backendRefs set it.
+	Weight int32 `json:"weight,omitempty"`
 }
 
 // Status is what Ensure reports about a load balancer it applied.

@@ -169,7 +169,11 @@ func (lb *LoadBalancer) normalizeL7() error {
 	if d := lb.HTTP.DefaultPool; d != "" && !hasPool(d) {
 		return fmt.Errorf("default pool %s is not one of the pools", d)
 	}
-	rules := map[Rule]bool{}
+	type ruleKey struct {
+		host, path string
+		typ        PathType
+	}
+	rules := map[ruleKey]bool{}
 	for _, r := range lb.HTTP.Rules {
 		switch {
 		case !hasPool(r.Pool):
@@ -183,7 +187,7 @@ func (lb *LoadBalancer) normalizeL7() error {
 		case !validHost(r.Host):
 			return fmt.Errorf("rule %s%s: %q is not a host name or a *. wildcard", r.Host, r.Path, r.Host)
 		}
-		key := Rule{Host: r.Host, Path: r.Path, PathType: r.PathType}
+		key := ruleKey{r.Host, r.Path, r.PathType}
 		if rules[key] {
 			return fmt.Errorf("rule %s%s (%s): given twice", r.Host, r.Path, r.PathType)
 		}

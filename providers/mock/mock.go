@@ -478,7 +478,7 @@ func sameRoutes(a, b *providers.HTTPRoutes) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.DefaultPool == b.DefaultPool && slices.Equal(a.Rules, b.Rules) &&
+	return a.DefaultPool == b.DefaultPool && slices.EqualFunc(a.Rules, b.Rules, providers.Rule.Equal) &&
 		slices.EqualFunc(a.TLS, b.TLS, func(x, y providers.TLSCert) bool {
 			return x.Secret == y.Secret && x.Fingerprint == y.Fingerprint && slices.Equal(x.Hosts, y.Hosts)
 		})
