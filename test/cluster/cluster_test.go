@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/nodeportlocal/npl/test/cluster"
 )
@@ -73,6 +74,9 @@ func TestCluster(t *testing.T) {
 	})
 	t.Run("a hostNetwork Pod gets the node IP and no namespace", func(t *testing.T) {
 		testHostNetwork(ctx, t, c)
+	})
+	t.Run("InstallGatewayAPI serves the pinned standard-channel CRDs, twice in a row", func(t *testing.T) {
+		testInstallGatewayAPI(ctx, t, c)
 	})
 	t.Run("heartbeat renews the node Lease", func(t *testing.T) {
 		testHeartbeat(ctx, t, c)
@@ -775,5 +779,28 @@ func BenchmarkStart(b *testing.B) {
 			slices.Sort(starts)
 			b.ReportMetric(starts[len(starts)/2].Seconds(), "s-median/start")
 		})
+	}
+}
+
+func testInstallGatewayAPI(ctx context.Context, t *testing.T, c *cluster.Cluster) {
+	for range 2 { // the second install updates in place
+		if err := c.InstallGatewayAPI(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := c.Client().Discovery().ServerResourcesForGroupVersion(gatewayv1.GroupVersion.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, r := range res.APIResources {
+		if !strings.Contains(r.Name, "/") {
+			kinds = append(kinds, r.Kind)
+		}
+	}
+	for _, want := range []string{"GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "ReferenceGrant"} {
+		if !slices.Contains(kinds, want) {
+			t.Errorf("%s serves %v, not %s", gatewayv1.GroupVersion, kinds, want)
+		}
 	}
 }
