@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/edge/haproxy"
@@ -32,35 +33,71 @@ func percentile(ds []time.Duration, p int) float64 {
 
 // readyWatch records when each Pod of a namespace is first seen Ready
 // through a watch, and when first seen with its NodePortLocal annotation.
+// A watch the API server ends is opened again from the last version seen.
 type readyWatch struct {
 	mu          sync.Mutex
 	readyAt     map[string]time.Time
 	annotatedAt map[string]time.Time
-	stop        func()
+	cancel      context.CancelFunc
+	done        chan struct{}
 }
 
-func watchReady(w watch.Interface) *readyWatch {
-	rw := &readyWatch{readyAt: map[string]time.Time{}, annotatedAt: map[string]time.Time{}, stop: w.Stop}
+func watchReady(ctx context.Context, client kubernetes.Interface, ns, selector string) (*readyWatch, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	rw := &readyWatch{readyAt: map[string]time.Time{}, annotatedAt: map[string]time.Time{}, cancel: cancel, done: make(chan struct{})}
+	open := func(rv string) (watch.Interface, error) {
+		return client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv})
+	}
+	w, err := open("")
+	if err != nil {
+		cancel()
+		return nil, err
+	}
 	go func() {
-		for ev := range w.ResultChan() {
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || p.DeletionTimestamp != nil {
-				continue
-			}
-			now := time.Now()
-			rw.mu.Lock()
-			if _, seen := rw.annotatedAt[p.Name]; !seen && p.Annotations[contract.PodKey] != "" {
-				rw.annotatedAt[p.Name] = now
-			}
-			for _, c := range p.Status.Conditions {
-				if _, seen := rw.readyAt[p.Name]; !seen && c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-					rw.readyAt[p.Name] = now
+		defer close(rw.done)
+		rv := ""
+		for {
+			for ev := range w.ResultChan() {
+				p, ok := ev.Object.(*corev1.Pod)
+				if !ok {
+					// An error event (the version is too old): start over.
+					rv = ""
+					continue
 				}
+				rv = p.ResourceVersion
+				if p.DeletionTimestamp != nil {
+					continue
+				}
+				now := time.Now()
+				rw.mu.Lock()
+				if _, seen := rw.annotatedAt[p.Name]; !seen && p.Annotations[contract.PodKey] != "" {
+					rw.annotatedAt[p.Name] = now
+				}
+				for _, c := range p.Status.Conditions {
+					if _, seen := rw.readyAt[p.Name]; !seen && c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+						rw.readyAt[p.Name] = now
+					}
+				}
+				rw.mu.Unlock()
 			}
-			rw.mu.Unlock()
+			for {
+				if ctx.Err() != nil {
+					return
+				}
+				if w, err = open(rv); err == nil {
+					break
+				}
+				rv = ""
+				time.Sleep(100 * time.Millisecond)
+			}
 		}
 	}()
-	return rw
+	return rw, nil
+}
+
+func (rw *readyWatch) stop() {
+	rw.cancel()
+	<-rw.done
 }
 
 // firstAnswers sends requests to url from the client namespace, workers at
@@ -220,11 +257,10 @@ func podReadyToVIP(b *testing.B, lbsync string, gate bool) {
 	})
 	url := URL(vip, 80)
 	scaleAndConverge(b, client, bed, ns, "web", url, 1)
-	w, err := client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	rw, err := watchReady(ctx, client, ns, "app=web")
 	if err != nil {
 		b.Fatal(err)
 	}
-	rw := watchReady(w)
 	defer rw.stop()
 
 	var lat, member, present, annotated, applied []time.Duration
@@ -275,6 +311,9 @@ func podReadyToVIP(b *testing.B, lbsync string, gate bool) {
 				continue
 			}
 			ready := rw.readyAt[p.Name]
+			if ready.IsZero() || rw.annotatedAt[p.Name].IsZero() {
+				b.Fatalf("pod %s answered, but the watch never saw it Ready and annotated", p.Name)
+			}
 			es, err := contract.Parse(p.Annotations[contract.PodKey])
 			if err != nil || len(es) != 1 {
 				b.Fatalf("pod %s: annotation %q", p.Name, p.Annotations[contract.PodKey])
