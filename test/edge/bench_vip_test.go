@@ -205,20 +205,20 @@ func (t podTimeline) String() string {
 // from a stream from the client namespace, lands on it: per iteration a
 // Deployment scales from 1 to 101 Pods in steps of 10, then back to 1. It
 // reports p50 and p99 over the 100 Pods of every iteration, the stream's
-// rate (HAProxy's round robin gives a new server its first request at the
-// end of the current round: a new Pod among n members waits up to n/rate)
-// and its failed requests; member-p50/p99 are the times from Ready
-// until HAProxy has the Pod's server up (its runtime state polled every
-// 10 ms), the control path without the stream's sampling, added-p50/p99
-// until the server exists (before its first health check passes), and
+// rate and its failed requests, and where the time goes, each from Ready:
 // annotated-p50/p99 until the Pod carries npl-agent's annotation (its node
-// port programmed; the stand-in kubelet makes a Pod Ready as it gets its IP,
-// so npl-agent's whole path comes after Ready here). The five slowest Pods'
-// timelines are logged. lbsync-p50/p99 are the times from when the member
-// may be added (the later of Ready and the annotation) until the server
-// exists: npl-lbsync's and the edge's share (not with the gate). On a busy
-// machine the watch that times Ready and the annotation may see them late,
-// which shortens what is timed from them.
+// port programmed; the stand-in kubelet makes a Pod Ready as it gets its
+// IP, so npl-agent's whole path comes after Ready here), added-p50/p99
+// until HAProxy has the Pod's server (its runtime state polled every
+// 10 ms), member-p50/p99 until that server is up. lbsync-p50/p99 are the
+// times from when the member may be added (the later of Ready and the
+// annotation) until the server exists, npl-lbsync's and the edge's share
+// (not with the gate); sampling-p50/p99 from the server up until the
+// stream's first request lands on it (HAProxy's round robin gives a new
+// server its first request at the end of the current round: among n
+// members it waits up to n/rate). The five slowest Pods' timelines are
+// logged. On a busy machine the watch that times Ready and the annotation
+// may see them late, which shortens what is timed from them.
 func BenchmarkEdge_podReadyToVIP(b *testing.B) { podReadyToVIP(b, "bench-ready", false) }
 
 // BenchmarkEdge_podReadyToVIPWithGate is BenchmarkEdge_podReadyToVIP with
@@ -263,7 +263,7 @@ func podReadyToVIP(b *testing.B, lbsync string, gate bool) {
 	}
 	defer rw.stop()
 
-	var lat, member, present, annotated, applied []time.Duration
+	var lat, member, present, annotated, applied, sampled []time.Duration
 	var timelines []podTimeline
 	pool := providers.PoolName(providers.LoadBalancerName(lbsync, ns, "web"), providers.TCP, 80)
 	var requests, failed int
@@ -332,6 +332,7 @@ func podReadyToVIP(b *testing.B, lbsync string, gate bool) {
 			// npl-lbsync may add the member once the Pod is annotated and
 			// Ready.
 			applied = append(applied, t.added-max(t.annotated, 0))
+			sampled = append(sampled, t.first-t.up)
 		}
 		rw.mu.Unlock()
 		b.StopTimer()
@@ -344,6 +345,7 @@ func podReadyToVIP(b *testing.B, lbsync string, gate bool) {
 	slices.Sort(present)
 	slices.Sort(annotated)
 	slices.Sort(applied)
+	slices.Sort(sampled)
 	// The slowest Pods' timelines say where the tail's time goes.
 	slices.SortFunc(timelines, func(a, b podTimeline) int { return cmp.Compare(b.first, a.first) })
 	for _, t := range timelines[:min(5, len(timelines))] {
@@ -357,6 +359,8 @@ func podReadyToVIP(b *testing.B, lbsync string, gate bool) {
 		b.ReportMetric(percentile(applied, 50), "lbsync-p50-ms")
 		b.ReportMetric(percentile(applied, 99), "lbsync-p99-ms")
 	}
+	b.ReportMetric(percentile(sampled, 50), "sampling-p50-ms")
+	b.ReportMetric(percentile(sampled, 99), "sampling-p99-ms")
 	b.ReportMetric(percentile(present, 50), "added-p50-ms")
 	b.ReportMetric(percentile(present, 99), "added-p99-ms")
 	b.ReportMetric(percentile(member, 50), "member-p50-ms")
