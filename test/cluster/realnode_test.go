@@ -109,10 +109,18 @@ func TestRealNodes_closeLeavesNoProcessCgroupOrFileBehind(t *testing.T) {
 		}
 	}
 
+	// What a package's TestMain asserts after its tests sees the running
+	// node, and nothing once it closed.
+	if err := RealNodesLeftNothing(); err == nil || !strings.Contains(err.Error(), rn.cgroupRoot) {
+		t.Errorf("RealNodesLeftNothing with the node running: %v; want its processes and cgroups named", err)
+	}
 	dir := c.dir
 	closed = true
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if err := RealNodesLeftNothing(); err != nil {
+		t.Errorf("RealNodesLeftNothing after Close: %v", err)
 	}
 	if left := rn.processes(); len(left) > 0 {
 		t.Errorf("processes %v of the node still run", left)

@@ -425,7 +425,8 @@ const secondHopRequests = 30
 // nodePortContrast sets npl's node ports against a Kubernetes NodePort
 // Service over the same Pods, served by the real kube-proxy: every node
 // opens the NodePort, and most requests to a node land on a Pod of another
-// node (a second hop); an npl node port opens only on its Pod's node, and
+// node (a second hop), even with a Pod on every node, and all of them with
+// one Pod on one node; an npl node port opens only on its Pod's node, and
 // every request to it reaches that Pod.
 func (s *story) nodePortContrast(t *testing.T) {
 	ctx := s.ctx
@@ -500,6 +501,103 @@ func (s *story) nodePortContrast(t *testing.T) {
 		}
 	}
 	t.Logf("npl node ports: %d open on their Pod's node with no second hop, %d not open on the other nodes", open, refused)
+	s.onePodNodePortContrast(t)
+}
+
+// onePodNodePortContrast: with one Pod on one node, the other nodes still
+// open its NodePort and every request to them takes a second hop to that
+// Pod; its npl node port opens on its node alone.
+func (s *story) onePodNodePortContrast(t *testing.T) {
+	ctx := s.ctx
+	nodes := s.c.Nodes()
+	home := nodes[0]
+	spec := workloadDeployment(workloadNS, "solo", s.tag).Spec.Template
+	spec.Spec.NodeName = home.Name
+	pod, err := s.client.CoreV1().Pods(workloadNS).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "solo", Namespace: workloadNS, Labels: spec.Labels}, Spec: spec.Spec}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A NodePort Service, and a ClusterIP one that opts solo in to
+	// NodePortLocal (the agent, as Antrea's, does not count NodePort ones).
+	svc, err := s.client.CoreV1().Services(workloadNS).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "solo", Namespace: workloadNS},
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeNodePort,
+			Selector: spec.Labels,
+			Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	optIn, err := s.client.CoreV1().Services(workloadNS).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "solo-npl", Namespace: workloadNS, Annotations: map[string]string{contract.ServiceEnabledKey: "true"}},
+		Spec: corev1.ServiceSpec{
+			Selector: spec.Labels,
+			Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		// Gone before the next step drains a node.
+		bg := context.Background()
+		_ = s.client.CoreV1().Services(workloadNS).Delete(bg, svc.Name, metav1.DeleteOptions{})
+		_ = s.client.CoreV1().Services(workloadNS).Delete(bg, optIn.Name, metav1.DeleteOptions{})
+		_ = s.client.CoreV1().Pods(workloadNS).Delete(bg, pod.Name, metav1.DeleteOptions{})
+		eventually(t, s.ctx, "the Pod solo gone", func(ctx context.Context) error {
+			if _, err := s.client.CoreV1().Pods(workloadNS).Get(ctx, pod.Name, metav1.GetOptions{}); err == nil {
+				return fmt.Errorf("still there")
+			}
+			return nil
+		})
+	}()
+	want := workloadNS + "/solo"
+	var npl string
+	eventually(t, ctx, "solo ready and annotated", func(ctx context.Context) error {
+		p, err := s.client.CoreV1().Pods(workloadNS).Get(ctx, "solo", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		entries, err := contract.Parse(p.Annotations[contract.PodKey])
+		if err != nil || len(entries) != 1 || !podReady(p) {
+			return fmt.Errorf("ready %v, annotation %q (%v)", podReady(p), p.Annotations[contract.PodKey], err)
+		}
+		npl = strconv.Itoa(entries[0].NodePort)
+		return nil
+	})
+	nodePort := strconv.Itoa(int(svc.Spec.Ports[0].NodePort))
+	eventually(t, ctx, "solo's NodePort open on every node", func(ctx context.Context) error {
+		for _, n := range nodes {
+			if _, err := get(ctx, net.JoinHostPort(n.IP.String(), nodePort)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	sent, secondHops := 0, 0
+	for _, n := range nodes[1:] {
+		for range secondHopRequests {
+			got, err := get(ctx, net.JoinHostPort(n.IP.String(), nodePort))
+			if err != nil || got != want {
+				t.Fatalf("solo's NodePort on %s: %s (%v); want %s", n.Name, got, err, want)
+			}
+			sent++
+			secondHops++ // solo is on home, not on n
+		}
+	}
+	t.Logf("solo's NodePort %s: open on %d of %d nodes; all %d requests to the %d nodes without the Pod took a second hop to %s",
+		nodePort, len(nodes), len(nodes), secondHops, len(nodes)-1, home.Name)
+	if got, err := get(ctx, net.JoinHostPort(home.IP.String(), npl)); err != nil || got != want {
+		t.Errorf("solo's npl node port on %s: %s (%v); want %s", home.Name, got, err, want)
+	}
+	for _, n := range nodes[1:] {
+		if got, err := get(ctx, net.JoinHostPort(n.IP.String(), npl)); err == nil && got == want {
+			t.Errorf("solo's npl node port %s also opens on %s", npl, n.Name)
+		}
+	}
+	t.Logf("solo's npl node port %s: open on %s only", npl, home.Name)
 }
 
 // drainAndDeleteANode: a node (not npl-lbsync's) is drained — cordoned, its
