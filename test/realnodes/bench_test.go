@@ -215,6 +215,13 @@ func BenchmarkRealNodes_agentDaemonSetRollout(b *testing.B) {
 	if _, err := client.CoreV1().Services(workloadNS).Create(ctx, loadBalancerService(workloadNS, "web"), metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
+	eventually(b, ctx, "web's 3 Pods ready and annotated", func(ctx context.Context) error {
+		members, _, err := (&story{client: client}).appPods(ctx, "web")
+		if err == nil && len(members) != 3 {
+			err = fmt.Errorf("%d mapped", len(members))
+		}
+		return err
+	})
 	var total time.Duration
 	round := 0
 	for b.Loop() {
