@@ -327,7 +327,7 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 		}
 		lb := lbs[f.LoadBalancer]
 		if lb == nil {
-			lb = &providers.LoadBalancer{Name: f.LoadBalancer, Service: f.Service, Ingress: f.Ingress}
+			lb = &providers.LoadBalancer{Name: f.LoadBalancer, Service: f.Service, Ingress: f.Ingress, Gateway: f.Gateway}
 			lbs[f.LoadBalancer] = lb
 		}
 		if vip := f.VIP.String(); !slices.Contains(lb.VIPs, vip) {
@@ -456,7 +456,7 @@ func (e *Edge) proxies() haproxy.Proxies {
 					continue
 				}
 				f := haproxy.Frontend{Name: providers.ListenerName(lb.Name, l.Protocol, l.Port),
-					Cluster: k.cluster, LoadBalancer: lb.Name, Service: lb.Service, Ingress: lb.Ingress, HTTP: true,
+					Cluster: k.cluster, LoadBalancer: lb.Name, Service: lb.Service, Ingress: lb.Ingress, Gateway: lb.Gateway, HTTP: true,
 					VIP: vip, Port: l.Port, DefaultBackend: lb.HTTP.DefaultPool}
 				for _, r := range lb.HTTP.Rules {
 					if onPort(r.Ports, l.Port) {

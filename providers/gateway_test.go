@@ -116,6 +116,7 @@ func TestSortRules_gatewayPrecedence(t *testing.T) {
 	want := []string{
 		"a.example Prefix / m= h=0 q=0 o=0 []",
 		" Exact / m= h=0 q=0 o=0 []",
+		" RegularExpression /a.* m= h=0 q=0 o=0 []",
 		" Prefix /a m= h=0 q=0 o=0 []",
 		" Prefix / m=GET h=0 q=0 o=0 []",
 		" Prefix / m= h=2 q=0 o=0 []",
@@ -124,7 +125,6 @@ func TestSortRules_gatewayPrecedence(t *testing.T) {
 		" Prefix / m= h=0 q=1 o=0 []",
 		" Prefix / m= h=0 q=0 o=0 [80]",
 		" Prefix / m= h=0 q=0 o=1 []",
-		" RegularExpression /a.* m= h=0 q=0 o=0 []",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("order (-want +got):\n%s", diff)

@@ -355,8 +355,9 @@ func SortPools(pools []Pool) {
 
 // SortRules sorts rules by precedence, most specific first: hosts named
 // exactly (by name), then wildcard hosts (longest first), then rules for
-// every host; within a host, Exact paths, then Prefix paths longest first,
-// then RegularExpression paths longest first. Rules equal so far follow
+// every host; within a host, Exact paths, then RegularExpression paths
+// longest first (a regular expression is more specific than a prefix that
+// covers it, "/" say), then Prefix paths longest first. Rules equal so far follow
 // Gateway API's precedence: a rule with a Method before one without, then
 // more header matches first, then more query matches first, then the lower
 // Order. Ingress rules, which leave those zero, keep the order of host and
@@ -431,9 +432,9 @@ func pathClass(t PathType) int {
 	case PathExact:
 		return 0
 	case PathRegex:
-		return 2
+		return 1
 	}
-	return 1
+	return 2
 }
 
 // PathMatch is one test of a request path as load balancers express it,

@@ -53,13 +53,14 @@ type Frontend struct {
 	// Name is the listener's name: the pool name of an L4 listener,
 	// providers.ListenerName of an L7 one.
 	Name string
-	// Cluster, LoadBalancer, Service and Ingress say whom the frontend
+	// Cluster, LoadBalancer, Service, Ingress and Gateway say whom the frontend
 	// belongs to; the configuration keeps them in its description so that
 	// it can be read back.
 	Cluster      string
 	LoadBalancer string
 	Service      string
 	Ingress      string
+	Gateway      string
 	HTTP         bool
 	VIP          netip.Addr
 	Port         int32
@@ -164,6 +165,9 @@ func Render(g Globals, p Proxies) Rendered {
 		if f.Ingress != "" || f.HTTP {
 			desc += " ingress=" + f.Ingress
 		}
+		if f.Gateway != "" {
+			desc += " gateway=" + f.Gateway
+		}
 		emit(obj, "frontend "+f.Name, false)
 		emit(obj, desc, false)
 		if f.HTTP {
@@ -243,7 +247,7 @@ func Parse(text []byte) (Proxies, error) {
 			switch {
 			case fields[0] == "description" && len(fields) > 1 && fields[1] == "npl":
 				kv := keyValues(fields[2:])
-				f.Cluster, f.LoadBalancer, f.Service, f.Ingress = kv["cluster"], kv["lb"], kv["service"], kv["ingress"]
+				f.Cluster, f.LoadBalancer, f.Service, f.Ingress, f.Gateway = kv["cluster"], kv["lb"], kv["service"], kv["ingress"], kv["gateway"]
 			case fields[0] == "mode" && len(fields) > 1:
 				f.HTTP = fields[1] == "http"
 			case fields[0] == "bind" && len(fields) > 1:

@@ -39,7 +39,7 @@ func sampleProxies() Proxies {
 					{Host: "*.example.com", Path: "/shop", PathType: providers.PathPrefix, Pool: "c1--ns-ing-L7-ns-web-80"},
 					{Path: "/", PathType: providers.PathPrefix, Pool: "c1--ns-ing-L7-ns-web-80"},
 				}},
-			{Name: "c1--ns-gw-HTTPS-8443", Cluster: "c1", LoadBalancer: "c1--ns-gw", Service: "", HTTP: true,
+			{Name: "c1--ns-gw-HTTPS-8443", Cluster: "c1", LoadBalancer: "c1--ns-gw", Gateway: "ns/gw", HTTP: true,
 				VIP: netip.MustParseAddr("198.18.200.3"), Port: 8443, Rules: gatewayRules(), Certificates: []CertFile{
 					{Path: "/run/tls/a b.pem", Cert: providers.TLSCert{Secret: "ns/a", Hosts: []string{"a.example"}, Fingerprint: "aa", Ports: []int32{8443}}},
 					{Path: "/run/tls/b.pem", Cert: providers.TLSCert{Secret: "ns/b", Fingerprint: "bb"}},
