@@ -153,7 +153,9 @@ func TestProvider_gatewayL7DataPlane(t *testing.T) {
 		t.Fatalf("warnings %q", st.Warnings)
 	}
 	vip := st.VIPs[0]
-	url := func(port int, path string) string { return "http://" + net.JoinHostPort(vip, strconv.Itoa(port)) + path }
+	url := func(port int, path string) string {
+		return "http://" + net.JoinHostPort(vip, strconv.Itoa(port)) + path
+	}
 	c := b.ClientHTTP(3 * time.Second)
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	hdr := func(kv ...string) http.Header {
