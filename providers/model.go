@@ -165,7 +165,8 @@ type ValueMatch struct {
 	Name  string `json:"name"`
 	Value string `json:"value"`
 	// Regex matches Value as a regular expression (the RE2/PCRE subset)
-	// rather than exactly.
+	// rather than exactly; like a RegularExpression path, it must match the
+	// whole value (anchored at both ends).
 	Regex bool `json:"regex,omitempty"`
 }
 

@@ -144,7 +144,7 @@ func TestRender_rulesAsHAProxyConditions(t *testing.T) {
 		// The Gateway frontend.
 		"    acl npl_r0_method method -m str -- 'GET'\n",
 		"    acl npl_r0_h0 'req.fhdr(x-it\\'\\''s)' -m str -- 'it'\\''s \"a\" \\ %x}'\n",
-		"    acl npl_r0_q0 'url_param(q)' -m reg -- '^-v[0-9]'\n",
+		"    acl npl_r0_q0 'url_param(q)' -m reg -- '^(?:^-v[0-9])$'\n",
 		"    http-request set-header 'X-S' 'a b 100%% \"q\"' if npl_sel0\n",
 		"    http-request add-header 'X-A' 'v' if npl_sel0\n",
 		"    http-request del-header 'X-R' if npl_sel0\n",

@@ -159,7 +159,7 @@ func renderRules(f Frontend, emit func(string)) {
 func valueTest(fetch string, m providers.ValueMatch) string {
 	switch {
 	case m.Regex:
-		return quote(fetch) + " -m reg -- " + quote(m.Value)
+		return quote(fetch) + " -m reg -- " + quote("^(?:"+m.Value+")$")
 	case m.Value == "":
 		return quote(fetch) + " -m len 0"
 	}

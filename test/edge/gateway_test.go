@@ -119,7 +119,7 @@ func TestProvider_gatewayL7DataPlane(t *testing.T) {
 				{Path: "/hdr", PathType: providers.PathPrefix, Pool: pa, Ports: all,
 					Headers: []providers.ValueMatch{{Name: "X-Env", Value: `can "ary" it's`}}},
 				{Path: "/hdr", PathType: providers.PathPrefix, Pool: pa, Ports: all,
-					Headers: []providers.ValueMatch{{Name: "X-Version", Value: "^v[0-9]+$", Regex: true}}, Order: 1},
+					Headers: []providers.ValueMatch{{Name: "X-Version", Value: "v[0-9]+", Regex: true}}, Order: 1},
 				{Path: "/q", PathType: providers.PathExact, Pool: pa, Ports: all, Query: []providers.ValueMatch{{Name: "v", Value: "12"}}},
 				{Path: "/m", PathType: providers.PathPrefix, Pool: pa, Ports: all, Method: "POST"},
 				{Path: "/v[0-9]+/items", PathType: providers.PathRegex, Pool: pa, Ports: all},
