@@ -199,7 +199,7 @@ type Redirect struct {
 	Hostname string        `json:"hostname,omitempty"`
 	Port     int32         `json:"port,omitempty"`
 	Path     *PathModifier `json:"path,omitempty"`
-	// StatusCode is 301 or 302.
+	// StatusCode is 301 or 302 (Gateway API's core), or 303, 307 or 308.
 	StatusCode int32 `json:"statusCode"`
 }
 

@@ -58,7 +58,7 @@ var ErrNoListeners = errors.New("no listeners: nothing to serve")
 //     names, and the header names of filters HTTP tokens, each named once
 //     in its list (header names case-insensitively); regular expressions
 //     that compile; no control characters in values; redirects with status
-//     301 or 302, scheme http or https, a host name, a port 1-65535; path
+//     301, 302, 303, 307 or 308, scheme http or https, a host name, a port 1-65535; path
 //     modifiers ReplaceFullPath (a path) or ReplacePrefixMatch (empty or a
 //     path, on Prefix rules only); no two rules that match the same
 //     requests (MatchKey);
@@ -270,7 +270,7 @@ func normalizePorts(ports []int32, check func(int32) error) ([]int32, error) {
 }
 
 // Redirect status codes a Redirect may have.
-var redirectCodes = []int32{301, 302}
+var redirectCodes = []int32{301, 302, 303, 307, 308}
 
 // Path modifier types.
 const (
@@ -354,7 +354,7 @@ func (r *Rule) normalize(ports map[int32]Protocol, hasPool func(string) bool) er
 		d := *d
 		switch {
 		case !slices.Contains(redirectCodes, d.StatusCode):
-			return fmt.Errorf("redirect status %d is not 301 or 302", d.StatusCode)
+			return fmt.Errorf("redirect status %d is not 301, 302, 303, 307 or 308", d.StatusCode)
 		case d.Scheme != "" && d.Scheme != "http" && d.Scheme != "https":
 			return fmt.Errorf("redirect scheme %q is not http or https", d.Scheme)
 		case d.Hostname != "" && (!validHost(d.Hostname) || strings.HasPrefix(d.Hostname, "*")):

@@ -118,7 +118,7 @@ func TestNormalize_rejectsInvalidModels(t *testing.T) {
 		{"L7 a bad filter header name", validL7, func(lb *LoadBalancer) {
 			lb.HTTP.Rules[0].ResponseHeaders = &HeaderFilter{Add: []Header{{Name: "x:y", Value: "1"}}}
 		}, `response header filter: header name "x:y" is not a token`},
-		{"L7 a redirect status 303", validL7, func(lb *LoadBalancer) { r := &lb.HTTP.Rules[0]; r.Pool, r.Redirect = "", &Redirect{StatusCode: 303} }, "redirect status 303 is not 301 or 302"},
+		{"L7 a redirect status 304", validL7, func(lb *LoadBalancer) { r := &lb.HTTP.Rules[0]; r.Pool, r.Redirect = "", &Redirect{StatusCode: 304} }, "redirect status 304 is not 301, 302, 303, 307 or 308"},
 		{"L7 a redirect scheme ftp", validL7, func(lb *LoadBalancer) {
 			r := &lb.HTTP.Rules[0]
 			r.Pool, r.Redirect = "", &Redirect{Scheme: "ftp", StatusCode: 301}

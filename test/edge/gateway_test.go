@@ -141,6 +141,7 @@ func TestProvider_gatewayL7DataPlane(t *testing.T) {
 				{Path: "/redir2", PathType: providers.PathExact, Ports: all, Redirect: &providers.Redirect{Port: 8081, StatusCode: 302,
 					Path: &providers.PathModifier{Type: providers.ReplaceFullPath, Value: "/else"}}},
 				{Path: "/redir3", PathType: providers.PathExact, Ports: all, Redirect: &providers.Redirect{StatusCode: 302}},
+				{Path: "/redir308", PathType: providers.PathExact, Ports: all, Redirect: &providers.Redirect{Hostname: "b.example", StatusCode: 308}},
 				{Path: "/broken", PathType: providers.PathPrefix, Ports: all, FixedStatus: 500},
 			},
 		},
@@ -236,6 +237,7 @@ func TestProvider_gatewayL7DataPlane(t *testing.T) {
 		{"/redir/x?y=1", "shop.example", 80, 301, "https://new.example/moved/x?y=1"},
 		{"/redir2?k=v", "shop.example:80", 80, 302, "http://shop.example:8081/else?k=v"},
 		{"/redir3", "shop.example", 80, 302, "http://shop.example/redir3"},
+		{"/redir308", "shop.example", 80, 308, "http://b.example/redir308"},
 	} {
 		a := send(t, c, "GET", url(tc.port, tc.path), tc.host, nil)
 		if a.status != tc.status || a.header.Get("Location") != tc.location {
