@@ -321,6 +321,7 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 		return providers.Pool{Name: name, Members: members}
 	}
 	lbs := map[string]*providers.LoadBalancer{}
+	seenRules := map[string]map[string]bool{} // load balancer -> rule MatchKeys
 	for _, f := range px.Frontends {
 		if f.Cluster != cluster {
 			continue
@@ -353,8 +354,16 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 			}
 		}
 		lb.Listeners = append(lb.Listeners, providers.Listener{Port: f.Port, Protocol: protocol})
+		seen := seenRules[lb.Name]
+		if seen == nil {
+			seen = map[string]bool{}
+			seenRules[lb.Name] = seen
+		}
 		for _, r := range f.Rules {
-			if !slices.ContainsFunc(lb.HTTP.Rules, r.Equal) {
+			// A rule of several ports is on each of their frontends; two
+			// rules of a load balancer never have the same MatchKey.
+			if k := r.MatchKey(); !seen[k] {
+				seen[k] = true
 				lb.HTTP.Rules = append(lb.HTTP.Rules, r)
 			}
 		}
