@@ -132,10 +132,10 @@ func TestRender_frameIgnoresMembers(t *testing.T) {
 func TestRender_rulesAsHAProxyConditions(t *testing.T) {
 	text := string(Render(Globals{AdminSocket: "/run/a.sock", Checks: DefaultChecks}, sampleProxies()).Text)
 	for _, want := range []string{
-		"    acl npl_r0_host req.hdr(host),field(1,:),lower -m str -- 'a.example.com'\n",
+		"    acl npl_r0_host 'req.hdr(host),regsub(:[0-9]+$,),lower' -m str -- 'a.example.com'\n",
 		"    acl npl_r0_path path -m str -- '/api'\n",
 		"    http-request set-var(txn.npl_rule) int(0) if !{ var(txn.npl_rule) -m found } npl_r0_host npl_r0_path\n",
-		"    acl npl_r1_host req.hdr(host),field(1,:),lower -m reg -- '^[^.]+\\.example\\.com$'\n",
+		"    acl npl_r1_host 'req.hdr(host),regsub(:[0-9]+$,),lower' -m reg -- '^[^.]+\\.example\\.com$'\n",
 		"    acl npl_r1_path path -m str -- '/shop'\n",
 		"    acl npl_r1_path path_beg -- '/shop/'\n",
 		"    http-request set-var(txn.npl_rule) int(2) if !{ var(txn.npl_rule) -m found }\n",
@@ -156,7 +156,7 @@ func TestRender_rulesAsHAProxyConditions(t *testing.T) {
 		"    http-request return status 500 if npl_sel1\n",
 		"    http-request set-path '/new' if npl_sel2\n",
 		"    http-request redirect location 'https://new.example:8443%[pathq]' code 301 if npl_sel2\n",
-		"    http-request redirect location 'http://%[req.hdr(host),field(1,:)]%[pathq]' code 302 if npl_sel3\n",
+		"    http-request redirect location 'http://%[req.hdr(host),regsub(:[0-9]+$,)]%[pathq]' code 302 if npl_sel3\n",
 		"    http-request return status 404 if !{ var(txn.npl_rule) -m found }\n",
 		"    http-after-response set-header 'X-Resp' 'r' if npl_sel0\n",
 		"    use_backend c1--ns-gw-a if npl_sel0\n",

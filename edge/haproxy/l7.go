@@ -20,6 +20,10 @@ import (
 
 const ruleVar = "txn.npl_rule"
 
+// requestHost is the sample expression of the request's host: the Host
+// header without its port (an IPv6 literal keeps its brackets).
+const requestHost = "req.hdr(host),regsub(:[0-9]+$,)"
+
 // Comment prefixes of what the configuration records of a frontend: the
 // model's JSON of each rule and certificate, so that Parse reads back
 // exactly what was rendered.
@@ -73,9 +77,9 @@ func renderRules(f Frontend, emit func(string)) {
 		}
 		switch {
 		case strings.HasPrefix(r.Host, "*."):
-			acl("_host", "req.hdr(host),field(1,:),lower -m reg -- "+quote("^[^.]+"+regexp.QuoteMeta(strings.ToLower(r.Host[1:]))+"$"))
+			acl("_host", quote(requestHost+",lower")+" -m reg -- "+quote("^[^.]+"+regexp.QuoteMeta(strings.ToLower(r.Host[1:]))+"$"))
 		case r.Host != "":
-			acl("_host", "req.hdr(host),field(1,:),lower -m str -- "+quote(strings.ToLower(r.Host)))
+			acl("_host", quote(requestHost+",lower")+" -m str -- "+quote(strings.ToLower(r.Host)))
 		}
 		if r.Host != "" {
 			conds = append(conds, id+"_host")
@@ -224,7 +228,7 @@ func location(d *providers.Redirect, https bool, port int32) string {
 			p = defaultPort(d.Scheme)
 		}
 	}
-	host := "%[req.hdr(host),field(1,:)]"
+	host := "%[" + requestHost + "]"
 	if d.Hostname != "" {
 		host = logFormat(d.Hostname)
 	}

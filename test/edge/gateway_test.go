@@ -238,6 +238,7 @@ func TestProvider_gatewayL7DataPlane(t *testing.T) {
 		{"/redir2?k=v", "shop.example:80", 80, 302, "http://shop.example:8081/else?k=v"},
 		{"/redir3", "shop.example", 80, 302, "http://shop.example/redir3"},
 		{"/redir308", "shop.example", 80, 308, "http://b.example/redir308"},
+		{"/redir3", "[fd00:198:18::1]:80", 80, 302, "http://[fd00:198:18::1]/redir3"}, // an IPv6 literal keeps its brackets
 	} {
 		a := send(t, c, "GET", url(tc.port, tc.path), tc.host, nil)
 		if a.status != tc.status || a.header.Get("Location") != tc.location {
