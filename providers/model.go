@@ -115,8 +115,10 @@ const (
 
 // Rule sends the requests for a host and a path to a pool.
 type Rule struct {
-	// Host is a host name, a wildcard such as *.example.com (one DNS label),
-	// or empty for every host.
+	// Host is a host name, a wildcard such as *.example.com, or empty for
+	// every host. The wildcard stands for one DNS label in the load
+	// balancer of an Ingress, for one or more labels in a Gateway's
+	// (LoadBalancer.Gateway set), as Gateway API's hostnames do.
 	Host string `json:"host,omitempty"`
 	// Path starts with "/"; a Prefix path has no trailing "/" unless it is
 	// "/" itself.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // ErrUnsupported is the error of a model that uses a part of the L7 model
@@ -13,7 +14,9 @@ var ErrUnsupported = errors.New("not supported by this provider")
 // IngressSubset returns an ErrUnsupported error naming the first field of
 // lb, and its rule, beyond what Ingress models use: the Gateway fields of
 // rules (other than Order, which only ranks them), rule and certificate
-// ports other than every listener, and member weights. A provider that
+// ports other than every listener, member weights, and the wildcard hosts
+// of a Gateway's load balancer (one or more labels, where an Ingress's
+// stand for one). A provider that
 // serves Ingress models only refuses the others with it rather than serve
 // a model partly.
 func IngressSubset(lb *LoadBalancer) error {
@@ -46,6 +49,8 @@ func IngressSubset(lb *LoadBalancer) error {
 		switch {
 		case r.PathType == PathRegex:
 			field = "pathType RegularExpression"
+		case lb.Gateway != "" && strings.HasPrefix(r.Host, "*."):
+			field = "a Gateway's wildcard host (one or more labels)"
 		case len(r.Ports) > 0 && !slices.Equal(r.Ports, all):
 			field = fmt.Sprintf("ports %v (some listeners only)", r.Ports)
 		case r.Method != "":

@@ -77,7 +77,7 @@ func gatewayRules() []providers.Rule {
 				Add: []providers.Header{{Name: "X-A", Value: "v"}}, Remove: []string{"X-R"}},
 			ResponseHeaders: &providers.HeaderFilter{Set: []providers.Header{{Name: "X-Resp", Value: "r"}}},
 			Rewrite:         &providers.Rewrite{Hostname: "rewritten.example", Path: &providers.PathModifier{Type: providers.ReplacePrefixMatch}}},
-		{Path: "/v[0-9]+/.*", PathType: providers.PathRegex, FixedStatus: 500},
+		{Host: "*.wild.example", Path: "/v[0-9]+/.*", PathType: providers.PathRegex, FixedStatus: 500},
 		{Path: "/old", PathType: providers.PathExact, Redirect: &providers.Redirect{Scheme: "https", Hostname: "new.example", Port: 8443,
 			StatusCode: 301, Path: &providers.PathModifier{Type: providers.ReplaceFullPath, Value: "/new"}}},
 		{Path: "/", PathType: providers.PathPrefix, Redirect: &providers.Redirect{Scheme: "http", StatusCode: 302}, Order: 4},
@@ -153,6 +153,8 @@ func TestRender_rulesAsHAProxyConditions(t *testing.T) {
 		"    http-request set-path '/' if npl_sel0 npl_r0_prefix\n",
 		"    http-request replace-path '^/app(/.*)$' '\\1' if npl_sel0 !npl_r0_prefix\n",
 		"    acl npl_r1_path path -m reg -- '^(?:/v[0-9]+/.*)$'\n",
+		// A Gateway's wildcard is one or more labels; an Ingress's one (above).
+		"    acl npl_r1_host 'req.hdr(host),regsub(:[0-9]+$,),lower' -m reg -- '^.+\\.wild\\.example$'\n",
 		"    http-request return status 500 if npl_sel1\n",
 		"    http-request set-path '/new' if npl_sel2\n",
 		"    http-request redirect location 'https://new.example:8443%[pathq]' code 301 if npl_sel2\n",

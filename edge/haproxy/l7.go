@@ -77,7 +77,13 @@ func renderRules(f Frontend, emit func(string)) {
 		}
 		switch {
 		case strings.HasPrefix(r.Host, "*."):
-			acl("_host", quote(requestHost+",lower")+" -m reg -- "+quote("^[^.]+"+regexp.QuoteMeta(strings.ToLower(r.Host[1:]))+"$"))
+			// One label before the suffix for an Ingress, one or more for
+			// a Gateway (Gateway API's wildcard hostnames).
+			labels := "[^.]+"
+			if f.Gateway != "" {
+				labels = ".+"
+			}
+			acl("_host", quote(requestHost+",lower")+" -m reg -- "+quote("^"+labels+regexp.QuoteMeta(strings.ToLower(r.Host[1:]))+"$"))
 		case r.Host != "":
 			acl("_host", quote(requestHost+",lower")+" -m str -- "+quote(strings.ToLower(r.Host)))
 		}

@@ -290,6 +290,9 @@ func TestProvider_l7RefusesGatewayFieldsItCannotExpress(t *testing.T) {
 		},
 		"member weights":     func(lb *providers.LoadBalancer) { lb.Pools[0].Members[0].Weight = 3 },
 		"pathType RegularEx": func(lb *providers.LoadBalancer) { lb.HTTP.Rules[2].PathType = providers.PathRegex },
+		"wildcard host": func(lb *providers.LoadBalancer) {
+			lb.Ingress, lb.Gateway, lb.HTTP.Rules[2].Host = "", "shop/gw", "*.example.com"
+		},
 	} {
 		e := newEnv(t, envOptions{})
 		lb := ingressLB()

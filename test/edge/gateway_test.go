@@ -125,6 +125,7 @@ func TestProvider_gatewayL7DataPlane(t *testing.T) {
 				{Path: "/v[0-9]+/items", PathType: providers.PathRegex, Pool: pa, Ports: all},
 				{Path: "/p8080", PathType: providers.PathExact, Pool: pa, Ports: []int32{8080}},
 				{Path: "/w", PathType: providers.PathExact, Pool: pw, Ports: all},
+				{Host: "*.wild.example", Path: "/wild", PathType: providers.PathExact, Pool: pa, Ports: all},
 				{Path: "/filter", PathType: providers.PathExact, Pool: pa, Ports: all,
 					RequestHeaders: &providers.HeaderFilter{Set: []providers.Header{{Name: "X-Set", Value: `a b 'c' "d" 100%`}},
 						Add: []providers.Header{{Name: "X-Add", Value: "v2"}}, Remove: []string{"X-Del"}},
@@ -198,6 +199,12 @@ func TestProvider_gatewayL7DataPlane(t *testing.T) {
 		a := send(t, c, tc.method, url(tc.port, tc.path), "shop.example", tc.h)
 		if a.status != tc.status || a.backend != tc.want {
 			t.Errorf("%s :%d%s %v: HTTP %d from %q, want HTTP %d from %q", tc.method, tc.port, tc.path, tc.h, a.status, a.backend, tc.status, tc.want)
+		}
+	}
+	// A Gateway's wildcard host stands for one or more labels, not none.
+	for host, want := range map[string]string{"a.wild.example": "a-0", "a.b.wild.example:80": "a-0", "wild.example": "b-0"} {
+		if a := send(t, c, "GET", url(80, "/wild"), host, nil); a.status != 200 || a.backend != want {
+			t.Errorf("Host %s /wild: HTTP %d from %q, want %s", host, a.status, a.backend, want)
 		}
 	}
 
