@@ -71,7 +71,7 @@ func sampleProxies() Proxies {
 func gatewayRules() []providers.Rule {
 	return []providers.Rule{
 		{Host: "a.example", Path: "/app", PathType: providers.PathPrefix, Pool: "c1--ns-gw-a", Ports: []int32{8443}, Method: "GET",
-			Headers: []providers.ValueMatch{{Name: "x-it's", Value: `it's "a" \ %x}`}},
+			Headers: []providers.ValueMatch{{Name: "x-it's", Value: `it's "a" \ %x} #y`}},
 			Query:   []providers.ValueMatch{{Name: "q", Value: "^-v[0-9]", Regex: true}},
 			RequestHeaders: &providers.HeaderFilter{Set: []providers.Header{{Name: "X-S", Value: `a b 100% "q"`}},
 				Add: []providers.Header{{Name: "X-A", Value: "v"}}, Remove: []string{"X-R"}},
@@ -143,7 +143,7 @@ func TestRender_rulesAsHAProxyConditions(t *testing.T) {
 		"    use_backend c1--ns-ing-L7-ns-web-80 if npl_sel2\n",
 		// The Gateway frontend.
 		"    acl npl_r0_method method -m str -- 'GET'\n",
-		"    acl npl_r0_h0 'req.fhdr(x-it\\'\\''s)' -m str -- 'it'\\''s \"a\" \\ %x}'\n",
+		"    acl npl_r0_h0 'req.fhdr(x-it\\'\\''s)' -m str -- 'it'\\''s \"a\" \\ %x} #y'\n",
 		"    acl npl_r0_q0 'url_param(q)' -m reg -- '^(?:^-v[0-9])$'\n",
 		"    http-request set-header 'X-S' 'a b 100%% \"q\"' if npl_sel0\n",
 		"    http-request add-header 'X-A' 'v' if npl_sel0\n",

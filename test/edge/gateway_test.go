@@ -117,7 +117,7 @@ func TestProvider_gatewayL7DataPlane(t *testing.T) {
 			Rules: []providers.Rule{
 				{Path: "/", PathType: providers.PathPrefix, Pool: pb, Ports: all, Order: 9},
 				{Path: "/hdr", PathType: providers.PathPrefix, Pool: pa, Ports: all,
-					Headers: []providers.ValueMatch{{Name: "X-Env", Value: `can "ary" it's`}}},
+					Headers: []providers.ValueMatch{{Name: "X-Env", Value: `can "ary" it's #1 {x}`}}},
 				{Path: "/hdr", PathType: providers.PathPrefix, Pool: pa, Ports: all,
 					Headers: []providers.ValueMatch{{Name: "X-Version", Value: "v[0-9]+", Regex: true}}, Order: 1},
 				{Path: "/q", PathType: providers.PathExact, Pool: pa, Ports: all, Query: []providers.ValueMatch{{Name: "v", Value: "12"}}},
@@ -176,7 +176,7 @@ func TestProvider_gatewayL7DataPlane(t *testing.T) {
 		want         string
 		status       int
 	}{
-		{"GET", "/hdr", 80, hdr("X-Env", `can "ary" it's`), "a-0", 200},
+		{"GET", "/hdr", 80, hdr("X-Env", `can "ary" it's #1 {x}`), "a-0", 200},
 		{"GET", "/hdr/x", 80, hdr("x-env", "canary"), "b-0", 200}, // the value differs
 		{"GET", "/hdr", 80, hdr("X-Version", "v12"), "a-0", 200},
 		{"GET", "/hdr", 80, hdr("X-Version", "v12x"), "b-0", 200},
