@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -309,7 +310,8 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 	}
 	servers := map[string][]providers.Member{}
 	for _, s := range states {
-		servers[s.Backend] = append(servers[s.Backend], providers.Member{IP: s.IP.String(), Port: s.Port, Enabled: s.Enabled()})
+		servers[s.Backend] = append(servers[s.Backend], providers.Member{IP: s.IP.String(), Port: s.Port, Enabled: s.Enabled(),
+			Weight: modelWeight(s.Weight)})
 	}
 	pool := func(name string) providers.Pool {
 		members := providers.SortMembers(servers[name])
@@ -319,13 +321,14 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 		return providers.Pool{Name: name, Members: members}
 	}
 	lbs := map[string]*providers.LoadBalancer{}
+	seenRules := map[string]map[string]bool{} // load balancer -> rule MatchKeys
 	for _, f := range px.Frontends {
 		if f.Cluster != cluster {
 			continue
 		}
 		lb := lbs[f.LoadBalancer]
 		if lb == nil {
-			lb = &providers.LoadBalancer{Name: f.LoadBalancer, Service: f.Service, Ingress: f.Ingress}
+			lb = &providers.LoadBalancer{Name: f.LoadBalancer, Service: f.Service, Ingress: f.Ingress, Gateway: f.Gateway}
 			lbs[f.LoadBalancer] = lb
 		}
 		if vip := f.VIP.String(); !slices.Contains(lb.VIPs, vip) {
@@ -335,22 +338,34 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 			lb.Listeners = append(lb.Listeners, providers.Listener{Port: f.Port, Protocol: providers.TCP, Pool: pool(f.DefaultBackend)})
 			continue
 		}
-		// Every HTTP listener of a load balancer has the same rules.
+		// Each HTTP listener has the rules and certificates of its port:
+		// the load balancer's are their union.
 		lb.Kind = providers.L7
+		if lb.HTTP == nil {
+			lb.HTTP = &providers.HTTPRoutes{Rules: []providers.Rule{}, DefaultPool: f.DefaultBackend}
+		}
 		protocol := providers.HTTP
-		var tls []providers.TLSCert
 		if len(f.Certificates) > 0 {
 			protocol = providers.HTTPS
 			for _, c := range f.Certificates {
-				tls = append(tls, c.Cert)
+				if !slices.ContainsFunc(lb.HTTP.TLS, func(o providers.TLSCert) bool { return o.Secret == c.Cert.Secret }) {
+					lb.HTTP.TLS = append(lb.HTTP.TLS, c.Cert)
+				}
 			}
-		} else if lb.HTTP != nil {
-			tls = lb.HTTP.TLS
 		}
 		lb.Listeners = append(lb.Listeners, providers.Listener{Port: f.Port, Protocol: protocol})
-		lb.HTTP = &providers.HTTPRoutes{Rules: f.Rules, DefaultPool: f.DefaultBackend, TLS: tls}
-		if lb.HTTP.Rules == nil {
-			lb.HTTP.Rules = []providers.Rule{}
+		seen := seenRules[lb.Name]
+		if seen == nil {
+			seen = map[string]bool{}
+			seenRules[lb.Name] = seen
+		}
+		for _, r := range f.Rules {
+			// A rule of several ports is on each of their frontends; two
+			// rules of a load balancer never have the same MatchKey.
+			if k := r.MatchKey(); !seen[k] {
+				seen[k] = true
+				lb.HTTP.Rules = append(lb.HTTP.Rules, r)
+			}
 		}
 	}
 	for _, b := range px.Backends {
@@ -363,6 +378,10 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 		providers.SortListeners(lb.Listeners)
 		providers.SortPools(lb.Pools)
 		slices.Sort(lb.VIPs)
+		if lb.HTTP != nil {
+			providers.SortRules(lb.HTTP.Rules)
+			slices.SortFunc(lb.HTTP.TLS, func(a, b providers.TLSCert) int { return cmp.Compare(a.Secret, b.Secret) })
+		}
 		out = append(out, *lb)
 	}
 	slices.SortFunc(out, func(a, b providers.LoadBalancer) int { return cmp.Compare(a.Name, b.Name) })
@@ -388,7 +407,7 @@ func (e *Edge) Status(ctx context.Context) api.Status {
 
 // checkRequest checks a load balancer sent to the edge and returns it in
 // canonical form. The model's rules are providers.Normalize's; the edge
-// adds only what HAProxy needs: one VIP, and rules it can write.
+// adds only what HAProxy needs: one VIP.
 func checkRequest(cluster string, lb *providers.LoadBalancer) (*providers.LoadBalancer, error) {
 	if cluster == "" || lb == nil || !providers.OwnedBy(cluster, lb.Name) {
 		return nil, fmt.Errorf("%w: the load balancer's name must start with the cluster name %q and \"--\"", ErrInvalid, cluster)
@@ -396,13 +415,6 @@ func checkRequest(cluster string, lb *providers.LoadBalancer) (*providers.LoadBa
 	n, err := providers.Normalize(lb)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	if n.IsL7() {
-		for _, r := range n.HTTP.Rules {
-			if why := haproxy.Unrenderable(r); why != "" {
-				return nil, fmt.Errorf("%w: load balancer %s: rule %s%s: %s", ErrInvalid, n.Name, r.Host, r.Path, why)
-			}
-		}
 	}
 	if len(n.VIPs) != 1 {
 		return nil, fmt.Errorf("%w: load balancer %s: want exactly one VIP, got %d", ErrInvalid, n.Name, len(n.VIPs))
@@ -453,11 +465,18 @@ func (e *Edge) proxies() haproxy.Proxies {
 					continue
 				}
 				f := haproxy.Frontend{Name: providers.ListenerName(lb.Name, l.Protocol, l.Port),
-					Cluster: k.cluster, LoadBalancer: lb.Name, Service: lb.Service, Ingress: lb.Ingress, HTTP: true,
-					VIP: vip, Port: l.Port, Rules: lb.HTTP.Rules, DefaultBackend: lb.HTTP.DefaultPool}
+					Cluster: k.cluster, LoadBalancer: lb.Name, Service: lb.Service, Ingress: lb.Ingress, Gateway: lb.Gateway, HTTP: true,
+					VIP: vip, Port: l.Port, DefaultBackend: lb.HTTP.DefaultPool}
+				for _, r := range lb.HTTP.Rules {
+					if onPort(r.Ports, l.Port) {
+						f.Rules = append(f.Rules, r)
+					}
+				}
 				if l.Protocol == providers.HTTPS {
 					for _, c := range lb.HTTP.TLS {
-						f.Certificates = append(f.Certificates, haproxy.CertFile{Path: e.certPath(c.Fingerprint), Cert: c.WithoutKeys()})
+						if onPort(c.Ports, l.Port) {
+							f.Certificates = append(f.Certificates, haproxy.CertFile{Path: e.certPath(c.Fingerprint), Cert: c.WithoutKeys()})
+						}
 					}
 				}
 				out.Frontends = append(out.Frontends, f)
@@ -481,6 +500,38 @@ func (e *Edge) proxies() haproxy.Proxies {
 	slices.SortFunc(out.Frontends, func(a, b haproxy.Frontend) int { return cmp.Compare(a.Name, b.Name) })
 	slices.SortFunc(out.Backends, func(a, b haproxy.Backend) int { return cmp.Compare(a.Name, b.Name) })
 	return out
+}
+
+// modelWeight is the model's weight of a server of HAProxy weight w: 1,
+// the default, is 0.
+func modelWeight(w int) int32 {
+	if w == 1 {
+		return 0
+	}
+	return int32(w)
+}
+
+// haproxyWeight is HAProxy's weight of member m (0 in the model is 1).
+func haproxyWeight(m providers.Member) int {
+	if m.Weight == 0 {
+		return 1
+	}
+	return int(m.Weight)
+}
+
+// weightOption is the weight keyword of member m's server, empty for the
+// default weight.
+func weightOption(m providers.Member) string {
+	if m.Weight == 0 {
+		return ""
+	}
+	return " weight " + strconv.Itoa(int(m.Weight))
+}
+
+// onPort reports whether a rule or certificate of ports (every listener
+// when empty) serves the listener of port.
+func onPort(ports []int32, port int32) bool {
+	return len(ports) == 0 || slices.Contains(ports, port)
 }
 
 func (e *Edge) render() haproxy.Rendered {
@@ -711,7 +762,7 @@ func (e *Edge) syncServers(ctx context.Context, px haproxy.Proxies) (int, error)
 				// One round trip to the worker: a new member takes traffic
 				// as soon as it can, and every round trip waits for both
 				// processes to be scheduled on a busy host.
-				cmds := []string{"add server " + srv + " " + haproxy.Address(m.IP, m.Port) + " " + e.cfg.Checks.Options(), "enable health " + srv}
+				cmds := []string{"add server " + srv + " " + haproxy.Address(m.IP, m.Port) + " " + e.cfg.Checks.Options() + weightOption(m), "enable health " + srv}
 				if m.Enabled {
 					cmds = append(cmds, "enable server "+srv)
 				}
@@ -725,6 +776,11 @@ func (e *Edge) syncServers(ctx context.Context, px haproxy.Proxies) (int, error)
 			case !m.Enabled && s.Enabled():
 				if err := run("set server " + srv + " state drain"); err != nil {
 					errs = append(errs, fmt.Errorf("load balancer %s: drain member %s: %w", p.LoadBalancer, srv, err))
+				}
+			}
+			if ok && modelWeight(s.Weight) != m.Weight {
+				if err := run(fmt.Sprintf("set server %s weight %d", srv, haproxyWeight(m))); err != nil {
+					errs = append(errs, fmt.Errorf("load balancer %s: set the weight of member %s: %w", p.LoadBalancer, srv, err))
 				}
 			}
 		}

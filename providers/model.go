@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net/netip"
@@ -114,8 +115,10 @@ const (
 
 // Rule sends the requests for a host and a path to a pool.
 type Rule struct {
-	// Host is a host name, a wildcard such as *.example.com (one DNS label),
-	// or empty for every host.
+	// Host is a host name, a wildcard such as *.example.com, or empty for
+	// every host. The wildcard stands for one DNS label in the load
+	// balancer of an Ingress, for one or more labels in a Gateway's
+	// (LoadBalancer.Gateway set), as Gateway API's hostnames do.
 	Host string `json:"host,omitempty"`
 	// Path starts with "/"; a Prefix path has no trailing "/" unless it is
 	// "/" itself.
@@ -164,7 +167,8 @@ type ValueMatch struct {
 	Name  string `json:"name"`
 	Value string `json:"value"`
 	// Regex matches Value as a regular expression (the RE2/PCRE subset)
-	// rather than exactly.
+	// rather than exactly; like a RegularExpression path, it must match the
+	// whole value (anchored at both ends).
 	Regex bool `json:"regex,omitempty"`
 }
 
@@ -197,7 +201,7 @@ type Redirect struct {
 	Hostname string        `json:"hostname,omitempty"`
 	Port     int32         `json:"port,omitempty"`
 	Path     *PathModifier `json:"path,omitempty"`
-	// StatusCode is 301 or 302.
+	// StatusCode is 301 or 302 (Gateway API's core), or 303, 307 or 308.
 	StatusCode int32 `json:"statusCode"`
 }
 
@@ -354,28 +358,66 @@ func SortPools(pools []Pool) {
 
 // SortRules sorts rules by precedence, most specific first: hosts named
 // exactly (by name), then wildcard hosts (longest first), then rules for
-// every host; within a host, Exact paths, then Prefix paths longest first.
-// A load balancer that takes the first rule that matches then picks the
-// rule Kubernetes prescribes.
+// every host; within a host, Exact paths, then RegularExpression paths
+// longest first (a regular expression is more specific than a prefix that
+// covers it, "/" say), then Prefix paths longest first. Rules equal so far follow
+// Gateway API's precedence: a rule with a Method before one without, then
+// more header matches first, then more query matches first, then the lower
+// Order. Ingress rules, which leave those zero, keep the order of host and
+// path alone. The last ties are broken by path, pool, then MatchKey, so
+// that the order of the rules of a valid model is total. A load balancer
+// that takes the first rule that matches then picks the rule Kubernetes
+// prescribes.
 func SortRules(rules []Rule) {
-	slices.SortFunc(rules, func(a, b Rule) int {
-		if c := cmp.Compare(hostClass(a.Host), hostClass(b.Host)); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(len(b.Host), len(a.Host)); c != 0 && strings.HasPrefix(a.Host, "*") {
-			return c
-		}
-		if c := cmp.Compare(a.Host, b.Host); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(pathClass(a.PathType), pathClass(b.PathType)); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(len(b.Path), len(a.Path)); c != 0 {
-			return c
-		}
-		return cmp.Or(cmp.Compare(a.Path, b.Path), cmp.Compare(a.Pool, b.Pool))
-	})
+	slices.SortFunc(rules, CompareRules)
+}
+
+// CompareRules is the order of SortRules.
+func CompareRules(a, b Rule) int {
+	if c := cmp.Compare(hostClass(a.Host), hostClass(b.Host)); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(len(b.Host), len(a.Host)); c != 0 && strings.HasPrefix(a.Host, "*") {
+		return c
+	}
+	if c := cmp.Compare(a.Host, b.Host); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(pathClass(a.PathType), pathClass(b.PathType)); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(len(b.Path), len(a.Path)); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(boolInt(a.Method == ""), boolInt(b.Method == "")); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(len(b.Headers), len(a.Headers)); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(len(b.Query), len(a.Query)); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Order, b.Order); c != 0 {
+		return c
+	}
+	return cmp.Or(cmp.Compare(a.Path, b.Path), cmp.Compare(a.Pool, b.Pool), cmp.Compare(a.MatchKey(), b.MatchKey()))
+}
+
+// MatchKey is everything of a rule that decides which requests it matches
+// (host, path, ports, method, headers, query) as one string: two rules of
+// a load balancer never have the same key.
+func (r Rule) MatchKey() string {
+	b, _ := json.Marshal(Rule{Host: r.Host, Path: r.Path, PathType: r.PathType, Ports: r.Ports, Method: r.Method,
+		Headers: r.Headers, Query: r.Query})
+	return string(b)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func hostClass(h string) int {
@@ -389,10 +431,13 @@ func hostClass(h string) int {
 }
 
 func pathClass(t PathType) int {
-	if t == PathExact {
+	switch t {
+	case PathExact:
 		return 0
+	case PathRegex:
+		return 1
 	}
-	return 1
+	return 2
 }
 
 // PathMatch is one test of a request path as load balancers express it,
@@ -404,7 +449,8 @@ type PathMatch struct {
 	Prefix bool
 }
 
-// PathMatches returns the tests whose union is the rule's path: an Exact
+// PathMatches returns the tests whose union is the rule's Exact or Prefix
+// path (a RegularExpression path has none of this kind): an Exact
 // path is one equality; Prefix "/" is every path; another Prefix path p is
 // p itself or any path that begins with p + "/".
 func (r Rule) PathMatches() []PathMatch {

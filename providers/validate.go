@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -45,17 +47,31 @@ var ErrNoListeners = errors.New("no listeners: nothing to serve")
 //     address, and at least one listener (ErrNoListeners);
 //   - L4: TCP or UDP listeners, each port 1-65535 once per protocol, each
 //     with a pool of its own name; no HTTP routes, shared pools or Ingress;
-//   - L7: HTTP and HTTPS listeners without pools, HTTPS exactly when there
-//     are certificates, rules and a default pool that name existing pools,
-//     paths and hosts as Rule documents, certificates with their PEM data
-//     and its fingerprint;
-//   - members: IP addresses without zone, ports 1-65535.
+//   - L7: HTTP and HTTPS listeners without pools, one per port; every HTTPS
+//     listener served by a certificate, certificates only with HTTPS
+//     listeners, with their PEM data and its fingerprint, their Ports
+//     HTTPS listener ports; a default pool that names an existing pool;
+//   - L7 rules: hosts and paths as Rule documents (a RegularExpression path
+//     compiles); exactly one of Pool (an existing pool), Redirect and
+//     FixedStatus (200-599); Rewrite and RequestHeaders only with a Pool;
+//     Ports listener ports, given once; Method, header and query parameter
+//     names, and the header names of filters HTTP tokens, each named once
+//     in its list (header names case-insensitively); regular expressions
+//     that compile; no control characters in values; redirects with status
+//     301, 302, 303, 307 or 308, scheme http or https, a host name, a port 1-65535; path
+//     modifiers ReplaceFullPath (a path) or ReplacePrefixMatch (empty or a
+//     path, on Prefix rules only); no two rules that match the same
+//     requests (MatchKey);
+//   - members: IP addresses without zone, ports 1-65535, weights 0-256.
 //
 // The canonical form: Kind empty for L4, IP addresses in their shortest
 // form (IPv4-mapped IPv6 as IPv4), listeners, pools, members, rules and
 // certificates sorted (SortListeners, SortPools, SortMembers, SortRules,
 // TLS by Secret, hosts by name), duplicate members merged, and a named
-// pool's members never nil. The error is an *InvalidModelError.
+// pool's members never nil; member weight 1 as 0 (the same); in rules and
+// certificates, ports sorted, header and query matches and filter headers
+// sorted by name, and empty lists and filters nil. Equal normalized rules
+// are Rule.Equal. The error is an *InvalidModelError.
 func Normalize(lb *LoadBalancer) (*LoadBalancer, error) {
 	if lb == nil {
 		return nil, &InvalidModelError{Err: errors.New("no load balancer")}
@@ -126,7 +142,7 @@ func (lb *LoadBalancer) normalizeL7() error {
 		return errors.New("L7 load balancer without HTTP routes")
 	}
 	SortListeners(lb.Listeners)
-	var https bool
+	ports := map[int32]Protocol{}
 	for i, l := range lb.Listeners {
 		switch {
 		case l.Protocol != HTTP && l.Protocol != HTTPS:
@@ -135,17 +151,14 @@ func (lb *LoadBalancer) normalizeL7() error {
 			return fmt.Errorf("listener %s/%d: port out of 1-65535", l.Protocol, l.Port)
 		case l.Pool.Name != "" || len(l.Pool.Members) > 0:
 			return fmt.Errorf("listener %s/%d: an L7 listener has no pool of its own", l.Protocol, l.Port)
-		case i > 0 && lb.Listeners[i-1].Protocol == l.Protocol && lb.Listeners[i-1].Port == l.Port:
+		case ports[l.Port] != "":
 			return fmt.Errorf("listener %s/%d: given twice", l.Protocol, l.Port)
 		}
 		lb.Listeners[i].Pool = Pool{}
-		https = https || l.Protocol == HTTPS
+		ports[l.Port] = l.Protocol
 	}
-	switch {
-	case https && len(lb.HTTP.TLS) == 0:
-		return errors.New("an HTTPS listener without TLS certificates")
-	case !https && len(lb.HTTP.TLS) > 0:
-		return errors.New("TLS certificates without an HTTPS listener")
+	if err := lb.normalizeTLS(ports); err != nil {
+		return err
 	}
 	SortPools(lb.Pools)
 	for i := range lb.Pools {
@@ -169,32 +182,29 @@ func (lb *LoadBalancer) normalizeL7() error {
 	if d := lb.HTTP.DefaultPool; d != "" && !hasPool(d) {
 		return fmt.Errorf("default pool %s is not one of the pools", d)
 	}
-	type ruleKey struct {
-		host, path string
-		typ        PathType
-	}
-	rules := map[ruleKey]bool{}
-	for _, r := range lb.HTTP.Rules {
-		switch {
-		case !hasPool(r.Pool):
-			return fmt.Errorf("rule %s%s: pool %s is not one of the pools", r.Host, r.Path, r.Pool)
-		case !strings.HasPrefix(r.Path, "/"):
-			return fmt.Errorf("rule %s%s: the path does not start with /", r.Host, r.Path)
-		case r.PathType != PathExact && r.PathType != PathPrefix:
-			return fmt.Errorf("rule %s%s: path type %q is not Exact or Prefix", r.Host, r.Path, r.PathType)
-		case r.PathType == PathPrefix && r.Path != "/" && strings.HasSuffix(r.Path, "/"):
-			return fmt.Errorf("rule %s%s: a Prefix path other than / has no trailing /", r.Host, r.Path)
-		case !validHost(r.Host):
-			return fmt.Errorf("rule %s%s: %q is not a host name or a *. wildcard", r.Host, r.Path, r.Host)
+	keys := map[string]bool{}
+	for i := range lb.HTTP.Rules {
+		r := &lb.HTTP.Rules[i]
+		if err := r.normalize(ports, hasPool); err != nil {
+			return fmt.Errorf("rule %s%s (%s): %w", r.Host, r.Path, r.PathType, err)
 		}
-		key := ruleKey{r.Host, r.Path, r.PathType}
-		if rules[key] {
-			return fmt.Errorf("rule %s%s (%s): given twice", r.Host, r.Path, r.PathType)
+		key := r.MatchKey()
+		if keys[key] {
+			return fmt.Errorf("rule %s%s (%s): another rule matches the same requests (host, path, ports, method, headers, query)",
+				r.Host, r.Path, r.PathType)
 		}
-		rules[key] = true
+		keys[key] = true
 	}
 	SortRules(lb.HTTP.Rules)
+	return nil
+}
+
+// normalizeTLS checks the certificates of an L7 load balancer whose
+// listeners are ports (port -> protocol): each HTTPS listener has at least
+// one, and each serves HTTPS listeners only.
+func (lb *LoadBalancer) normalizeTLS(ports map[int32]Protocol) error {
 	slices.SortFunc(lb.HTTP.TLS, func(a, b TLSCert) int { return cmp.Compare(a.Secret, b.Secret) })
+	served := map[int32]bool{}
 	for i, c := range lb.HTTP.TLS {
 		switch {
 		case c.Secret == "":
@@ -208,7 +218,308 @@ func (lb *LoadBalancer) normalizeL7() error {
 		case c.Fingerprint != CertFingerprint(c.CertPEM):
 			return fmt.Errorf("TLS Secret %s: the fingerprint is not the certificate's", c.Secret)
 		}
-		slices.Sort(lb.HTTP.TLS[i].Hosts)
+		c.Hosts = canonicalSlice(c.Hosts)
+		slices.Sort(c.Hosts)
+		var err error
+		if c.Ports, err = normalizePorts(c.Ports, func(p int32) error {
+			if ports[p] != HTTPS {
+				return fmt.Errorf("port %d is not an HTTPS listener", p)
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("TLS Secret %s: %w", c.Secret, err)
+		}
+		lb.HTTP.TLS[i] = c
+		for p, proto := range ports {
+			if proto == HTTPS && (len(c.Ports) == 0 || slices.Contains(c.Ports, p)) {
+				served[p] = true
+			}
+		}
+	}
+	if len(lb.HTTP.TLS) == 0 && slices.Contains(slices.Collect(maps.Values(ports)), HTTPS) {
+		return errors.New("an HTTPS listener without TLS certificates")
+	}
+	if len(lb.HTTP.TLS) > 0 && !slices.Contains(slices.Collect(maps.Values(ports)), HTTPS) {
+		return errors.New("TLS certificates without an HTTPS listener")
+	}
+	for _, l := range lb.Listeners {
+		if l.Protocol == HTTPS && !served[l.Port] {
+			return fmt.Errorf("listener HTTPS/%d: no TLS certificate serves it", l.Port)
+		}
+	}
+	return nil
+}
+
+// normalizePorts sorts ports, refuses duplicates and the ports check
+// refuses, and returns nil for none.
+func normalizePorts(ports []int32, check func(int32) error) ([]int32, error) {
+	if len(ports) == 0 {
+		return nil, nil
+	}
+	ports = slices.Clone(ports)
+	slices.Sort(ports)
+	for i, p := range ports {
+		if i > 0 && ports[i-1] == p {
+			return nil, fmt.Errorf("port %d given twice", p)
+		}
+		if err := check(p); err != nil {
+			return nil, err
+		}
+	}
+	return ports, nil
+}
+
+// Redirect status codes a Redirect may have.
+var redirectCodes = []int32{301, 302, 303, 307, 308}
+
+// Path modifier types.
+const (
+	// ReplaceFullPath replaces the whole path of the request.
+	ReplaceFullPath = "ReplaceFullPath"
+	// ReplacePrefixMatch replaces the part of the path a Prefix rule
+	// matched.
+	ReplacePrefixMatch = "ReplacePrefixMatch"
+)
+
+// normalize checks a rule of an L7 load balancer with listener ports and
+// pools (hasPool) and puts it in canonical form: slices sorted (header
+// names case-insensitively), empty slices and filters nil, member-less
+// parts dropped.
+func (r *Rule) normalize(ports map[int32]Protocol, hasPool func(string) bool) error {
+	switch r.PathType {
+	case PathExact, PathPrefix:
+		switch {
+		case !strings.HasPrefix(r.Path, "/"):
+			return errors.New("the path does not start with /")
+		case r.PathType == PathPrefix && r.Path != "/" && strings.HasSuffix(r.Path, "/"):
+			return errors.New("a Prefix path other than / has no trailing /")
+		}
+	case PathRegex:
+		if r.Path == "" {
+			return errors.New("an empty regular expression")
+		}
+		if _, err := regexp.Compile(r.Path); err != nil {
+			return fmt.Errorf("the path is not a regular expression: %w", err)
+		}
+	default:
+		return fmt.Errorf("path type %q is not Exact, Prefix or RegularExpression", r.PathType)
+	}
+	if err := printable("the path", r.Path); err != nil {
+		return err
+	}
+	if !validHost(r.Host) {
+		return fmt.Errorf("%q is not a host name or a *. wildcard", r.Host)
+	}
+	answers := 0
+	for _, set := range []bool{r.Pool != "", r.Redirect != nil, r.FixedStatus != 0} {
+		if set {
+			answers++
+		}
+	}
+	switch {
+	case answers != 1:
+		return errors.New("a rule has exactly one of a pool, a redirect and a fixed status")
+	case r.Pool != "" && !hasPool(r.Pool):
+		return fmt.Errorf("pool %s is not one of the pools", r.Pool)
+	case r.FixedStatus != 0 && (r.FixedStatus < 200 || r.FixedStatus > 599):
+		return fmt.Errorf("fixed status %d is out of 200-599", r.FixedStatus)
+	case r.Pool == "" && (r.Rewrite != nil || r.RequestHeaders != nil):
+		return errors.New("a rewrite or request header filter needs a pool to send the request to")
+	}
+	var err error
+	if r.Ports, err = normalizePorts(r.Ports, func(p int32) error {
+		if ports[p] == "" {
+			return fmt.Errorf("port %d is not a listener", p)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if r.Method != "" && !isToken(r.Method) {
+		return fmt.Errorf("method %q is not a token", r.Method)
+	}
+	if r.Headers, err = normalizeMatches("header", r.Headers, strings.ToLower); err != nil {
+		return err
+	}
+	if r.Query, err = normalizeMatches("query parameter", r.Query, func(s string) string { return s }); err != nil {
+		return err
+	}
+	if r.RequestHeaders, err = normalizeFilter("request", r.RequestHeaders); err != nil {
+		return err
+	}
+	if r.ResponseHeaders, err = normalizeFilter("response", r.ResponseHeaders); err != nil {
+		return err
+	}
+	if d := r.Redirect; d != nil {
+		d := *d
+		switch {
+		case !slices.Contains(redirectCodes, d.StatusCode):
+			return fmt.Errorf("redirect status %d is not 301, 302, 303, 307 or 308", d.StatusCode)
+		case d.Scheme != "" && d.Scheme != "http" && d.Scheme != "https":
+			return fmt.Errorf("redirect scheme %q is not http or https", d.Scheme)
+		case d.Hostname != "" && (!validHost(d.Hostname) || strings.HasPrefix(d.Hostname, "*")):
+			return fmt.Errorf("redirect hostname %q is not a host name", d.Hostname)
+		case d.Port != 0 && !validPort(d.Port):
+			return fmt.Errorf("redirect port %d is out of 1-65535", d.Port)
+		}
+		if d.Path, err = r.normalizePathModifier("redirect", d.Path); err != nil {
+			return err
+		}
+		r.Redirect = &d
+	}
+	if w := r.Rewrite; w != nil {
+		w := *w
+		if w.Hostname != "" && (!validHost(w.Hostname) || strings.HasPrefix(w.Hostname, "*")) {
+			return fmt.Errorf("rewrite hostname %q is not a host name", w.Hostname)
+		}
+		if w.Path, err = r.normalizePathModifier("rewrite", w.Path); err != nil {
+			return err
+		}
+		r.Rewrite = &w
+		if w == (Rewrite{}) {
+			r.Rewrite = nil
+		}
+	}
+	return nil
+}
+
+// normalizePathModifier checks the path modifier of a redirect or a
+// rewrite of r (what says which) and returns a copy of it.
+func (r *Rule) normalizePathModifier(what string, m *PathModifier) (*PathModifier, error) {
+	if m == nil {
+		return nil, nil
+	}
+	c := *m
+	switch c.Type {
+	case ReplaceFullPath:
+		if !strings.HasPrefix(c.Value, "/") {
+			return nil, fmt.Errorf("%s path %q does not start with /", what, c.Value)
+		}
+	case ReplacePrefixMatch:
+		if r.PathType != PathPrefix {
+			return nil, fmt.Errorf("%s: ReplacePrefixMatch needs a Prefix path", what)
+		}
+		if c.Value != "" && !strings.HasPrefix(c.Value, "/") {
+			return nil, fmt.Errorf("%s prefix %q is neither empty nor starts with /", what, c.Value)
+		}
+	default:
+		return nil, fmt.Errorf("%s path modifier type %q is not %s or %s", what, c.Type, ReplaceFullPath, ReplacePrefixMatch)
+	}
+	if err := printable(what+" path", c.Value); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// normalizeMatches checks header or query parameter matches (what says
+// which): names are tokens, given once (compared as fold makes them),
+// regular expressions compile, values printable. It returns them sorted by
+// name, nil for none.
+func normalizeMatches(what string, ms []ValueMatch, fold func(string) string) ([]ValueMatch, error) {
+	if len(ms) == 0 {
+		return nil, nil
+	}
+	ms = slices.Clone(ms)
+	slices.SortFunc(ms, func(a, b ValueMatch) int {
+		return cmp.Or(cmp.Compare(fold(a.Name), fold(b.Name)), cmp.Compare(a.Name, b.Name))
+	})
+	for i, m := range ms {
+		switch {
+		case !isToken(m.Name):
+			return nil, fmt.Errorf("%s name %q is not a token", what, m.Name)
+		case i > 0 && fold(ms[i-1].Name) == fold(m.Name):
+			return nil, fmt.Errorf("%s %s: matched twice", what, m.Name)
+		}
+		if err := printable(what+" "+m.Name, m.Value); err != nil {
+			return nil, err
+		}
+		if m.Regex {
+			if _, err := regexp.Compile(m.Value); err != nil {
+				return nil, fmt.Errorf("%s %s: not a regular expression: %w", what, m.Name, err)
+			}
+		}
+	}
+	return ms, nil
+}
+
+// normalizeFilter checks a header filter of the request or the response
+// (what says which) and returns a canonical copy, nil when it changes
+// nothing. A header is named once across Set, Add and Remove.
+func normalizeFilter(what string, f *HeaderFilter) (*HeaderFilter, error) {
+	if f == nil {
+		return nil, nil
+	}
+	out := HeaderFilter{Set: canonicalSlice(slices.Clone(f.Set)), Add: canonicalSlice(slices.Clone(f.Add)),
+		Remove: canonicalSlice(slices.Clone(f.Remove))}
+	seen := map[string]bool{}
+	name := func(n string) error {
+		switch {
+		case !isToken(n):
+			return fmt.Errorf("%s header filter: header name %q is not a token", what, n)
+		case seen[strings.ToLower(n)]:
+			return fmt.Errorf("%s header filter: header %s named twice", what, n)
+		}
+		seen[strings.ToLower(n)] = true
+		return nil
+	}
+	byName := func(a, b Header) int {
+		return cmp.Or(cmp.Compare(strings.ToLower(a.Name), strings.ToLower(b.Name)), cmp.Compare(a.Name, b.Name))
+	}
+	for _, hs := range [][]Header{out.Set, out.Add} {
+		slices.SortFunc(hs, byName)
+		for _, h := range hs {
+			if err := name(h.Name); err != nil {
+				return nil, err
+			}
+			if err := printable(what+" header "+h.Name, h.Value); err != nil {
+				return nil, err
+			}
+		}
+	}
+	slices.SortFunc(out.Remove, func(a, b string) int {
+		return cmp.Or(cmp.Compare(strings.ToLower(a), strings.ToLower(b)), cmp.Compare(a, b))
+	})
+	for _, n := range out.Remove {
+		if err := name(n); err != nil {
+			return nil, err
+		}
+	}
+	if out.Set == nil && out.Add == nil && out.Remove == nil {
+		return nil, nil
+	}
+	return &out, nil
+}
+
+// canonicalSlice returns nil for an empty slice.
+func canonicalSlice[S ~[]E, E any](s S) S {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110): a header name, a
+// method.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && strings.IndexByte("!#$%&'*+-.^_`|~", c) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// printable refuses a value with control characters (other than a tab):
+// no request or configuration line can hold them.
+func printable(what, v string) error {
+	for _, c := range v {
+		if c < 0x20 && c != '\t' || c == 0x7f {
+			return fmt.Errorf("%s %q holds a control character", what, v)
+		}
 	}
 	return nil
 }
@@ -224,13 +535,22 @@ func normalizeMembers(pool Pool) ([]Member, error) {
 		if !validPort(m.Port) {
 			return nil, fmt.Errorf("pool %s: member %s:%d: port out of 1-65535", pool.Name, m.IP, m.Port)
 		}
+		if m.Weight < 0 || m.Weight > maxWeight {
+			return nil, fmt.Errorf("pool %s: member %s:%d: weight %d out of 0-%d", pool.Name, m.IP, m.Port, m.Weight, maxWeight)
+		}
 		pool.Members[i].IP = ip
+		if m.Weight == 1 {
+			pool.Members[i].Weight = 0 // the same
+		}
 	}
 	if pool.Members == nil {
 		return []Member{}, nil
 	}
 	return SortMembers(pool.Members), nil
 }
+
+// maxWeight is the largest weight of a member.
+const maxWeight = 256
 
 func validPort(p int32) bool { return p >= 1 && p <= 65535 }
 
@@ -263,13 +583,50 @@ func (lb *LoadBalancer) Clone() *LoadBalancer {
 	if lb.HTTP != nil {
 		h := *lb.HTTP
 		h.Rules = slices.Clone(h.Rules)
+		for i := range h.Rules {
+			h.Rules[i] = h.Rules[i].Clone()
+		}
 		h.TLS = slices.Clone(h.TLS)
 		for i := range h.TLS {
 			h.TLS[i].Hosts = slices.Clone(h.TLS[i].Hosts)
+			h.TLS[i].Ports = slices.Clone(h.TLS[i].Ports)
 		}
 		out.HTTP = &h
 	}
 	return &out
+}
+
+// Clone returns a deep copy of r; nil slices and pointers stay nil.
+func (r Rule) Clone() Rule {
+	r.Ports = slices.Clone(r.Ports)
+	r.Headers = slices.Clone(r.Headers)
+	r.Query = slices.Clone(r.Query)
+	r.RequestHeaders = r.RequestHeaders.clone()
+	r.ResponseHeaders = r.ResponseHeaders.clone()
+	if r.Redirect != nil {
+		d := *r.Redirect
+		if d.Path != nil {
+			m := *d.Path
+			d.Path = &m
+		}
+		r.Redirect = &d
+	}
+	if r.Rewrite != nil {
+		w := *r.Rewrite
+		if w.Path != nil {
+			m := *w.Path
+			w.Path = &m
+		}
+		r.Rewrite = &w
+	}
+	return r
+}
+
+func (f *HeaderFilter) clone() *HeaderFilter {
+	if f == nil {
+		return nil
+	}
+	return &HeaderFilter{Set: slices.Clone(f.Set), Add: slices.Clone(f.Add), Remove: slices.Clone(f.Remove)}
 }
 
 // Validated returns p behind the one check of the model: its Ensure runs

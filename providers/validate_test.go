@@ -72,10 +72,78 @@ func TestNormalize_rejectsInvalidModels(t *testing.T) {
 		{"L7 an unknown rule pool", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Pool = "q" }, "pool q is not one"},
 		{"L7 an unknown default pool", validL7, func(lb *LoadBalancer) { lb.HTTP.DefaultPool = "q" }, "default pool q"},
 		{"L7 a relative path", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Path = "a" }, "does not start with /"},
-		{"L7 an unknown path type", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].PathType = "Regex" }, "is not Exact or Prefix"},
+		{"L7 an unknown path type", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].PathType = "Regex" }, "is not Exact, Prefix or RegularExpression"},
 		{"L7 a prefix with a trailing slash", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Path = "/a/" }, "no trailing /"},
 		{"L7 a bad host", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Host = "a.*.com" }, "not a host name"},
-		{"L7 a rule twice", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules = append(lb.HTTP.Rules, lb.HTTP.Rules[0]) }, "given twice"},
+		{"L7 a rule twice", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules = append(lb.HTTP.Rules, lb.HTTP.Rules[0]) }, "another rule matches the same requests"},
+		{"L7 a rule twice but its pool", validL7, func(lb *LoadBalancer) {
+			lb.Pools = append(lb.Pools, Pool{Name: "q"})
+			r := lb.HTTP.Rules[0].Clone()
+			r.Pool, r.Order = "q", 3
+			lb.HTTP.Rules = append(lb.HTTP.Rules, r)
+		}, "another rule matches the same requests"},
+		{"L7 the same listener port twice", validL7, func(lb *LoadBalancer) { lb.Listeners[0].Port = 443 }, "given twice"},
+		{"L7 a rule without pool, redirect or status", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Pool = "" }, "exactly one of a pool, a redirect and a fixed status"},
+		{"L7 a rule with a pool and a redirect", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Redirect = &Redirect{StatusCode: 302} }, "exactly one of"},
+		{"L7 a rule with a pool and a status", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].FixedStatus = 500 }, "exactly one of"},
+		{"L7 a fixed status 99", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Pool, lb.HTTP.Rules[0].FixedStatus = "", 99 }, "fixed status 99 is out of 200-599"},
+		{"L7 a rewrite without pool", validL7, func(lb *LoadBalancer) {
+			r := &lb.HTTP.Rules[0]
+			r.Pool, r.FixedStatus, r.Rewrite = "", 500, &Rewrite{Hostname: "a.example"}
+		}, "needs a pool"},
+		{"L7 request headers without pool", validL7, func(lb *LoadBalancer) {
+			r := &lb.HTTP.Rules[0]
+			r.Pool, r.Redirect, r.RequestHeaders = "", &Redirect{StatusCode: 301}, &HeaderFilter{Remove: []string{"x"}}
+		}, "needs a pool"},
+		{"L7 a rule port that is no listener", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Ports = []int32{8080} }, "port 8080 is not a listener"},
+		{"L7 a rule port twice", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Ports = []int32{80, 443, 80} }, "port 80 given twice"},
+		{"L7 a certificate port that is not HTTPS", validL7, func(lb *LoadBalancer) { lb.HTTP.TLS[0].Ports = []int32{80} }, "TLS Secret shop/cert: port 80 is not an HTTPS listener"},
+		{"L7 an HTTPS port without certificate", validL7, func(lb *LoadBalancer) {
+			lb.Listeners = append(lb.Listeners, Listener{Port: 8443, Protocol: HTTPS})
+			lb.HTTP.TLS[0].Ports = []int32{443}
+		}, "listener HTTPS/8443: no TLS certificate serves it"},
+		{"L7 a bad method", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Method = "GET /" }, `method "GET /" is not a token`},
+		{"L7 a bad header name", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Headers = []ValueMatch{{Name: "a b", Value: "x"}} }, `header name "a b" is not a token`},
+		{"L7 a header matched twice", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].Headers = []ValueMatch{{Name: "X-A", Value: "1"}, {Name: "x-a", Value: "2"}}
+		}, "matched twice"},
+		{"L7 a header value with a newline", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Headers = []ValueMatch{{Name: "a", Value: "x\ny"}} }, "control character"},
+		{"L7 a bad header regex", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Headers = []ValueMatch{{Name: "a", Value: "(", Regex: true}} }, "header a: not a regular expression"},
+		{"L7 a bad query regex", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Query = []ValueMatch{{Name: "q", Value: "[", Regex: true}} }, "query parameter q: not a regular expression"},
+		{"L7 a bad path regex", validL7, func(lb *LoadBalancer) { r := &lb.HTTP.Rules[0]; r.Path, r.PathType = "/a(", PathRegex }, "not a regular expression"},
+		{"L7 an empty path regex", validL7, func(lb *LoadBalancer) { r := &lb.HTTP.Rules[0]; r.Path, r.PathType = "", PathRegex }, "an empty regular expression"},
+		{"L7 a filter header twice", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].RequestHeaders = &HeaderFilter{Set: []Header{{Name: "X-A", Value: "1"}}, Remove: []string{"x-a"}}
+		}, "request header filter: header x-a named twice"},
+		{"L7 a bad filter header name", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].ResponseHeaders = &HeaderFilter{Add: []Header{{Name: "x:y", Value: "1"}}}
+		}, `response header filter: header name "x:y" is not a token`},
+		{"L7 a redirect status 304", validL7, func(lb *LoadBalancer) { r := &lb.HTTP.Rules[0]; r.Pool, r.Redirect = "", &Redirect{StatusCode: 304} }, "redirect status 304 is not 301, 302, 303, 307 or 308"},
+		{"L7 a redirect scheme ftp", validL7, func(lb *LoadBalancer) {
+			r := &lb.HTTP.Rules[0]
+			r.Pool, r.Redirect = "", &Redirect{Scheme: "ftp", StatusCode: 301}
+		}, `redirect scheme "ftp"`},
+		{"L7 a redirect wildcard host", validL7, func(lb *LoadBalancer) {
+			r := &lb.HTTP.Rules[0]
+			r.Pool, r.Redirect = "", &Redirect{Hostname: "*.a.example", StatusCode: 301}
+		}, "redirect hostname"},
+		{"L7 a redirect port 0x10000", validL7, func(lb *LoadBalancer) {
+			r := &lb.HTTP.Rules[0]
+			r.Pool, r.Redirect = "", &Redirect{Port: 65536, StatusCode: 301}
+		}, "redirect port 65536"},
+		{"L7 a path modifier type", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].Rewrite = &Rewrite{Path: &PathModifier{Type: "Strip", Value: "/"}}
+		}, `rewrite path modifier type "Strip"`},
+		{"L7 a relative full path", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].Rewrite = &Rewrite{Path: &PathModifier{Type: ReplaceFullPath, Value: "x"}}
+		}, `rewrite path "x" does not start with /`},
+		{"L7 a prefix replacement on an Exact rule", validL7, func(lb *LoadBalancer) {
+			r := &lb.HTTP.Rules[0]
+			r.PathType, r.Redirect, r.Pool = PathExact, &Redirect{StatusCode: 302, Path: &PathModifier{Type: ReplacePrefixMatch, Value: "/b"}}, ""
+		}, "redirect: ReplacePrefixMatch needs a Prefix path"},
+		{"L7 a rewrite wildcard host", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Rewrite = &Rewrite{Hostname: "*.x"} }, "rewrite hostname"},
+		{"L7 a member weight 257", validL7, func(lb *LoadBalancer) { lb.Pools[0].Members[0].Weight = 257 }, "weight 257 out of 0-256"},
+		{"L7 a negative member weight", validL7, func(lb *LoadBalancer) { lb.Pools[0].Members[0].Weight = -1 }, "weight -1 out of 0-256"},
 		{"L7 a bad member", validL7, func(lb *LoadBalancer) { lb.Pools[0].Members[0].IP = "x" }, `pool p: member "x"`},
 		{"L7 a certificate without a Secret", validL7, func(lb *LoadBalancer) { lb.HTTP.TLS[0].Secret = "" }, "has no Secret"},
 		{"L7 a certificate twice", validL7, func(lb *LoadBalancer) { lb.HTTP.TLS = append(lb.HTTP.TLS, lb.HTTP.TLS[0]) }, "given twice"},

@@ -8,9 +8,9 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,13 +53,14 @@ type Frontend struct {
 	// Name is the listener's name: the pool name of an L4 listener,
 	// providers.ListenerName of an L7 one.
 	Name string
-	// Cluster, LoadBalancer, Service and Ingress say whom the frontend
+	// Cluster, LoadBalancer, Service, Ingress and Gateway say whom the frontend
 	// belongs to; the configuration keeps them in its description so that
 	// it can be read back.
 	Cluster      string
 	LoadBalancer string
 	Service      string
 	Ingress      string
+	Gateway      string
 	HTTP         bool
 	VIP          netip.Addr
 	Port         int32
@@ -118,22 +119,9 @@ type Rendered struct {
 	Objects map[int]string
 }
 
-// Unrenderable reports why a rule cannot be written into a configuration
-// (HAProxy splits words at blanks and starts comments at #), "" when it
-// can.
-func Unrenderable(r providers.Rule) string {
-	for _, v := range []string{r.Host, r.Path, r.Pool} {
-		if strings.ContainsAny(v, " \t\r\n#\"'\\{}") {
-			return fmt.Sprintf("%q holds a blank, #, a quote, a backslash or a brace", v)
-		}
-	}
-	return ""
-}
-
 // Render writes the configuration of p. Members that drain are rendered
 // disabled, so a started or reloaded HAProxy sends them nothing new; the
-// runtime API then sets their drain state. The rules of HTTP frontends must
-// pass Unrenderable.
+// runtime API then sets their drain state.
 func Render(g Globals, p Proxies) Rendered {
 	fronts := slices.Clone(p.Frontends)
 	slices.SortFunc(fronts, func(a, b Frontend) int { return cmp.Compare(a.Name, b.Name) })
@@ -177,6 +165,9 @@ func Render(g Globals, p Proxies) Rendered {
 		if f.Ingress != "" || f.HTTP {
 			desc += " ingress=" + f.Ingress
 		}
+		if f.Gateway != "" {
+			desc += " gateway=" + f.Gateway
+		}
 		emit(obj, "frontend "+f.Name, false)
 		emit(obj, desc, false)
 		if f.HTTP {
@@ -184,19 +175,17 @@ func Render(g Globals, p Proxies) Rendered {
 		}
 		bind := "    bind " + Address(f.VIP.String(), f.Port)
 		if len(f.Certificates) > 0 {
+			// The first certificate is the default; HAProxy picks the
+			// others by SNI, from the names they hold.
 			bind += " ssl"
 			for _, c := range f.Certificates {
-				bind += " crt " + c.Path
-				emit(obj, fmt.Sprintf("    # npl tls secret=%s fingerprint=%s hosts=%s", c.Cert.Secret, c.Cert.Fingerprint,
-					strings.Join(c.Cert.Hosts, ",")), false)
+				bind += " crt " + quote(c.Path)
+				emit(obj, "    "+tlsComment+jsonLine(c.Cert), false)
 			}
 		}
 		emit(obj, bind, false)
-		for _, r := range f.Rules {
-			emit(obj, fmt.Sprintf("    # npl rule host=%s path=%s type=%s pool=%s", r.Host, r.Path, r.PathType, r.Pool), false)
-			for _, m := range r.PathMatches() {
-				emit(obj, "    use_backend "+r.Pool+" if "+ruleCondition(r.Host, m), false)
-			}
+		if f.HTTP {
+			renderRules(f, func(s string) { emit(obj, s, false) })
 		}
 		if f.DefaultBackend != "" {
 			emit(obj, "    default_backend "+f.DefaultBackend, false)
@@ -212,6 +201,9 @@ func Render(g Globals, p Proxies) Rendered {
 		emit(obj, "    balance roundrobin", false)
 		for _, m := range b.Members {
 			s := fmt.Sprintf("    server %s %s %s", ServerName(m), Address(m.IP, m.Port), g.Checks.Options())
+			if m.Weight != 0 {
+				s += " weight " + strconv.Itoa(int(m.Weight))
+			}
 			if !m.Enabled {
 				s += " disabled"
 			}
@@ -219,30 +211,6 @@ func Render(g Globals, p Proxies) Rendered {
 		}
 	}
 	return Rendered{Text: text.Bytes(), Frame: frame.String(), Objects: objects}
-}
-
-// ruleCondition is the HAProxy condition of one path match of a rule: the
-// Host header without its port, exactly or as one label under a wildcard,
-// and the path exactly or as a prefix.
-func ruleCondition(host string, m providers.PathMatch) string {
-	var conds []string
-	switch {
-	case strings.HasPrefix(host, "*."):
-		conds = append(conds, "{ req.hdr(host),field(1,:),lower -m reg ^[^.]+"+regexp.QuoteMeta(strings.ToLower(host[1:]))+"$ }")
-	case host != "":
-		conds = append(conds, "{ req.hdr(host),field(1,:),lower -m str "+strings.ToLower(host)+" }")
-	}
-	switch {
-	case m.Prefix && m.Path == "/":
-	case m.Prefix:
-		conds = append(conds, "{ path_beg "+m.Path+" }")
-	default:
-		conds = append(conds, "{ path "+m.Path+" }")
-	}
-	if len(conds) == 0 {
-		return "TRUE"
-	}
-	return strings.Join(conds, " ")
 }
 
 // Parse reads back a configuration Render wrote: its frontends (with their
@@ -253,8 +221,10 @@ func Parse(text []byte) (Proxies, error) {
 	backs := map[string]*Backend{}
 	var section, name string
 	sc := bufio.NewScanner(bytes.NewReader(text))
+	sc.Buffer(make([]byte, 64*1024), 16<<20)
 	for n := 1; sc.Scan(); n++ {
-		fields := strings.Fields(sc.Text())
+		line := strings.TrimSpace(sc.Text())
+		fields := strings.Fields(line)
 		if len(fields) == 0 {
 			continue
 		}
@@ -277,7 +247,7 @@ func Parse(text []byte) (Proxies, error) {
 			switch {
 			case fields[0] == "description" && len(fields) > 1 && fields[1] == "npl":
 				kv := keyValues(fields[2:])
-				f.Cluster, f.LoadBalancer, f.Service, f.Ingress = kv["cluster"], kv["lb"], kv["service"], kv["ingress"]
+				f.Cluster, f.LoadBalancer, f.Service, f.Ingress, f.Gateway = kv["cluster"], kv["lb"], kv["service"], kv["ingress"], kv["gateway"]
 			case fields[0] == "mode" && len(fields) > 1:
 				f.HTTP = fields[1] == "http"
 			case fields[0] == "bind" && len(fields) > 1:
@@ -286,25 +256,28 @@ func Parse(text []byte) (Proxies, error) {
 					return Proxies{}, fmt.Errorf("line %d: frontend %s: %w", n, name, err)
 				}
 				f.VIP, f.Port = ip, port
-				for i, w := range fields {
-					if w == "crt" && i+1 < len(fields) {
-						if k := slices.IndexFunc(f.Certificates, func(c CertFile) bool { return c.Path == "" }); k >= 0 {
-							f.Certificates[k].Path = fields[i+1]
-						}
+				ws := words(line)
+				k := 0
+				for i := 0; i+1 < len(ws) && k < len(f.Certificates); i++ {
+					if ws[i] == "crt" {
+						f.Certificates[k].Path = ws[i+1]
+						k++
 					}
 				}
-			case len(fields) > 2 && fields[0] == "#" && fields[1] == "npl" && fields[2] == "tls":
-				kv := keyValues(fields[3:])
-				c := providers.TLSCert{Secret: kv["secret"], Fingerprint: kv["fingerprint"]}
-				if kv["hosts"] != "" {
-					c.Hosts = strings.Split(kv["hosts"], ",")
+			case strings.HasPrefix(line, tlsComment):
+				var c providers.TLSCert
+				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, tlsComment)), &c); err != nil {
+					return Proxies{}, fmt.Errorf("line %d: frontend %s: certificate: %w", n, name, err)
 				}
 				f.Certificates = append(f.Certificates, CertFile{Cert: c})
 			case fields[0] == "default_backend" && len(fields) > 1:
 				f.DefaultBackend = fields[1]
-			case len(fields) > 2 && fields[0] == "#" && fields[1] == "npl" && fields[2] == "rule":
-				kv := keyValues(fields[3:])
-				f.Rules = append(f.Rules, providers.Rule{Host: kv["host"], Path: kv["path"], PathType: providers.PathType(kv["type"]), Pool: kv["pool"]})
+			case strings.HasPrefix(line, ruleComment):
+				var r providers.Rule
+				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, ruleComment)), &r); err != nil {
+					return Proxies{}, fmt.Errorf("line %d: frontend %s: rule: %w", n, name, err)
+				}
+				f.Rules = append(f.Rules, r)
 			}
 			continue
 		}
@@ -320,7 +293,15 @@ func Parse(text []byte) (Proxies, error) {
 				if err != nil {
 					return Proxies{}, fmt.Errorf("line %d: backend %s: %w", n, name, err)
 				}
-				b.Members = append(b.Members, providers.Member{IP: ip.String(), Port: port, Enabled: !slices.Contains(fields[3:], "disabled")})
+				m := providers.Member{IP: ip.String(), Port: port, Enabled: !slices.Contains(fields[3:], "disabled")}
+				if i := slices.Index(fields, "weight"); i > 0 && i+1 < len(fields) {
+					w, err := strconv.ParseInt(fields[i+1], 10, 32)
+					if err != nil {
+						return Proxies{}, fmt.Errorf("line %d: backend %s: weight %q", n, name, fields[i+1])
+					}
+					m.Weight = int32(w)
+				}
+				b.Members = append(b.Members, m)
 			}
 		}
 	}
@@ -346,6 +327,43 @@ func Parse(text []byte) (Proxies, error) {
 	slices.SortFunc(out.Frontends, func(a, b Frontend) int { return cmp.Compare(a.Name, b.Name) })
 	slices.SortFunc(out.Backends, func(a, b Backend) int { return cmp.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// words splits a configuration line into words as HAProxy does for what
+// quote writes: blanks separate words, single quotes hold anything but a
+// single quote, a backslash outside quotes escapes the next character.
+func words(line string) []string {
+	var out []string
+	var w strings.Builder
+	inWord, inQuote := false, false
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case inQuote && c == '\'':
+			inQuote = false
+		case inQuote:
+			w.WriteByte(c)
+		case c == '\'':
+			inQuote, inWord = true, true
+		case c == '\\' && i+1 < len(line):
+			i++
+			w.WriteByte(line[i])
+			inWord = true
+		case c == ' ' || c == '\t':
+			if inWord {
+				out = append(out, w.String())
+				w.Reset()
+				inWord = false
+			}
+		default:
+			w.WriteByte(c)
+			inWord = true
+		}
+	}
+	if inWord {
+		out = append(out, w.String())
+	}
+	return out
 }
 
 // keyValues reads key=value words; a value may be empty.

@@ -2,6 +2,13 @@ package haproxy
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -9,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -31,6 +39,11 @@ func sampleProxies() Proxies {
 					{Host: "*.example.com", Path: "/shop", PathType: providers.PathPrefix, Pool: "c1--ns-ing-L7-ns-web-80"},
 					{Path: "/", PathType: providers.PathPrefix, Pool: "c1--ns-ing-L7-ns-web-80"},
 				}},
+			{Name: "c1--ns-gw-HTTPS-8443", Cluster: "c1", LoadBalancer: "c1--ns-gw", Gateway: "ns/gw", HTTP: true,
+				VIP: netip.MustParseAddr("198.18.200.3"), Port: 8443, Rules: gatewayRules(), Certificates: []CertFile{
+					{Path: "/run/tls/a b.pem", Cert: providers.TLSCert{Secret: "ns/a", Hosts: []string{"a.example"}, Fingerprint: "aa", Ports: []int32{8443}}},
+					{Path: "/run/tls/b.pem", Cert: providers.TLSCert{Secret: "ns/b", Fingerprint: "bb"}},
+				}},
 		},
 		Backends: []Backend{
 			{Name: "c1--ns-web-TCP-80", Cluster: "c1", LoadBalancer: "c1--ns-web", Members: []providers.Member{
@@ -45,7 +58,29 @@ func sampleProxies() Proxies {
 				{IP: "198.18.0.11", Port: 61003, Enabled: true},
 			}},
 			{Name: "c1--ns-ing-L7-ns-web-80", Cluster: "c1", LoadBalancer: "c1--ns-ing-L7", HTTP: true, Members: []providers.Member{}},
+			{Name: "c1--ns-gw-a", Cluster: "c1", LoadBalancer: "c1--ns-gw", HTTP: true, Members: []providers.Member{
+				{IP: "198.18.0.11", Port: 61005, Enabled: true, Weight: 70},
+				{IP: "198.18.0.12", Port: 61005, Enabled: true},
+			}},
 		},
+	}
+}
+
+// gatewayRules are rules with every field Gateway API routes fill, values
+// with blanks, quotes, backslashes, % and braces among them.
+func gatewayRules() []providers.Rule {
+	return []providers.Rule{
+		{Host: "a.example", Path: "/app", PathType: providers.PathPrefix, Pool: "c1--ns-gw-a", Ports: []int32{8443}, Method: "GET",
+			Headers: []providers.ValueMatch{{Name: "x-it's", Value: `it's "a" \ %x} #y`}},
+			Query:   []providers.ValueMatch{{Name: "q", Value: "^-v[0-9]", Regex: true}},
+			RequestHeaders: &providers.HeaderFilter{Set: []providers.Header{{Name: "X-S", Value: `a b 100% "q"`}},
+				Add: []providers.Header{{Name: "X-A", Value: "v"}}, Remove: []string{"X-R"}},
+			ResponseHeaders: &providers.HeaderFilter{Set: []providers.Header{{Name: "X-Resp", Value: "r"}}},
+			Rewrite:         &providers.Rewrite{Hostname: "rewritten.example", Path: &providers.PathModifier{Type: providers.ReplacePrefixMatch}}},
+		{Host: "*.wild.example", Path: "/v[0-9]+/.*", PathType: providers.PathRegex, FixedStatus: 500},
+		{Path: "/old", PathType: providers.PathExact, Redirect: &providers.Redirect{Scheme: "https", Hostname: "new.example", Port: 8443,
+			StatusCode: 301, Path: &providers.PathModifier{Type: providers.ReplaceFullPath, Value: "/new"}}},
+		{Path: "/", PathType: providers.PathPrefix, Redirect: &providers.Redirect{Scheme: "http", StatusCode: 302}, Order: 4},
 	}
 }
 
@@ -97,14 +132,46 @@ func TestRender_frameIgnoresMembers(t *testing.T) {
 func TestRender_rulesAsHAProxyConditions(t *testing.T) {
 	text := string(Render(Globals{AdminSocket: "/run/a.sock", Checks: DefaultChecks}, sampleProxies()).Text)
 	for _, want := range []string{
-		"    use_backend c1--ns-ing-L7-ns-api-80 if { req.hdr(host),field(1,:),lower -m str a.example.com } { path /api }\n",
-		"    use_backend c1--ns-ing-L7-ns-web-80 if { req.hdr(host),field(1,:),lower -m reg ^[^.]+\\.example\\.com$ } { path /shop }\n",
-		"    use_backend c1--ns-ing-L7-ns-web-80 if { req.hdr(host),field(1,:),lower -m reg ^[^.]+\\.example\\.com$ } { path_beg /shop/ }\n",
-		"    use_backend c1--ns-ing-L7-ns-web-80 if TRUE\n",
+		"    acl npl_r0_host 'req.hdr(host),regsub(:[0-9]+$,),lower' -m str -- 'a.example.com'\n",
+		"    acl npl_r0_path path -m str -- '/api'\n",
+		"    http-request set-var(txn.npl_rule) int(0) if !{ var(txn.npl_rule) -m found } npl_r0_host npl_r0_path\n",
+		"    acl npl_r1_host 'req.hdr(host),regsub(:[0-9]+$,),lower' -m reg -- '^[^.]+\\.example\\.com$'\n",
+		"    acl npl_r1_path path -m str -- '/shop'\n",
+		"    acl npl_r1_path path_beg -- '/shop/'\n",
+		"    http-request set-var(txn.npl_rule) int(2) if !{ var(txn.npl_rule) -m found }\n",
+		"    use_backend c1--ns-ing-L7-ns-api-80 if npl_sel0\n",
+		"    use_backend c1--ns-ing-L7-ns-web-80 if npl_sel2\n",
+		// The Gateway frontend.
+		"    acl npl_r0_method method -m str -- 'GET'\n",
+		"    acl npl_r0_h0 'req.fhdr(x-it\\'\\''s)' -m str -- 'it'\\''s \"a\" \\ %x} #y'\n",
+		"    acl npl_r0_q0 'url_param(q)' -m reg -- '^(?:^-v[0-9])$'\n",
+		"    http-request set-header 'X-S' 'a b 100%% \"q\"' if npl_sel0\n",
+		"    http-request add-header 'X-A' 'v' if npl_sel0\n",
+		"    http-request del-header 'X-R' if npl_sel0\n",
+		"    http-request set-header host 'rewritten.example' if npl_sel0\n",
+		"    acl npl_r0_prefix path -m str -- '/app'\n",
+		"    http-request set-path '/' if npl_sel0 npl_r0_prefix\n",
+		"    http-request replace-path '^/app(/.*)$' '\\1' if npl_sel0 !npl_r0_prefix\n",
+		"    acl npl_r1_path path -m reg -- '^(?:/v[0-9]+/.*)$'\n",
+		// A Gateway's wildcard is one or more labels; an Ingress's one (above).
+		"    acl npl_r1_host 'req.hdr(host),regsub(:[0-9]+$,),lower' -m reg -- '^.+\\.wild\\.example$'\n",
+		"    http-request return status 500 if npl_sel1\n",
+		"    http-request set-path '/new' if npl_sel2\n",
+		"    http-request redirect location 'https://new.example:8443%[pathq]' code 301 if npl_sel2\n",
+		"    http-request redirect location 'http://%[req.hdr(host),regsub(:[0-9]+$,)]%[pathq]' code 302 if npl_sel3\n",
+		"    http-request return status 404 if !{ var(txn.npl_rule) -m found }\n",
+		"    http-after-response set-header 'X-Resp' 'r' if npl_sel0\n",
+		"    use_backend c1--ns-gw-a if npl_sel0\n",
+		"    server 198.18.0.11_61005 198.18.0.11:61005 check inter 2000ms fall 2 rise 1 weight 70\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the configuration lacks %q:\n%s", want, text)
 		}
+	}
+	// The Ingress frontend has a default backend: no 404 of its own.
+	ing := text[strings.Index(text, "frontend c1--ns-ing-L7-HTTP-80"):strings.Index(text, "frontend c1--ns-v6-TCP-80")]
+	if strings.Contains(ing, "return status 404") {
+		t.Errorf("a frontend with a default backend answers 404 itself:\n%s", ing)
 	}
 }
 
@@ -130,7 +197,17 @@ func TestRender_haproxyAcceptsIt(t *testing.T) {
 		t.Fatal("haproxy not found: run make deps (apt-get install haproxy)")
 	}
 	dir := t.TempDir()
-	r := Render(Globals{AdminSocket: filepath.Join(dir, "admin.sock"), Checks: DefaultChecks}, sampleProxies())
+	px := sampleProxies()
+	for i := range px.Frontends {
+		for j := range px.Frontends[i].Certificates {
+			c := &px.Frontends[i].Certificates[j]
+			c.Path = filepath.Join(dir, filepath.Base(c.Path))
+			if err := os.WriteFile(c.Path, selfSigned(t), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r := Render(Globals{AdminSocket: filepath.Join(dir, "admin.sock"), Checks: DefaultChecks}, px)
 	path := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(path, r.Text, 0o600); err != nil {
 		t.Fatal(err)
@@ -159,15 +236,23 @@ func TestRender_haproxyAcceptsIt(t *testing.T) {
 	}
 }
 
-func TestUnrenderable(t *testing.T) {
-	if why := Unrenderable(providers.Rule{Host: "a.example.com", Path: "/a-b_c.d~e", Pool: "p"}); why != "" {
-		t.Errorf("a plain rule: %s", why)
+// selfSigned is a self-signed certificate and its key, PEM.
+func selfSigned(t *testing.T) []byte {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, path := range []string{"/a b", "/a#b", "/a'b", `/a"b`, `/a\b`, "/a{b"} {
-		if Unrenderable(providers.Rule{Path: path, Pool: "p"}) == "" {
-			t.Errorf("path %q is accepted", path)
-		}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "a.example"}, DNSNames: []string{"a.example"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
 	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})...)
 }
 
 func TestParseServersState(t *testing.T) {

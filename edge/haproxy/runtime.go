@@ -68,6 +68,8 @@ type ServerState struct {
 	Up bool
 	// AdminState is srv_admin_state.
 	AdminState int
+	// Weight is the server's weight (srv_uweight), 1 by default.
+	Weight int
 }
 
 // Enabled reports whether the server takes new connections when up: not
@@ -156,6 +158,12 @@ func ParseServersState(out string) ([]ServerState, error) {
 		}
 		if s.AdminState, err = strconv.Atoi(v); err != nil {
 			return nil, fmt.Errorf("show servers state: server %s/%s: admin state %q", s.Backend, s.Name, v)
+		}
+		if v, err = get("srv_uweight"); err != nil {
+			return nil, err
+		}
+		if s.Weight, err = strconv.Atoi(v); err != nil {
+			return nil, fmt.Errorf("show servers state: server %s/%s: weight %q", s.Backend, s.Name, v)
 		}
 		states = append(states, s)
 	}

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"strings"
@@ -334,6 +335,28 @@ func TestProvider_deleteIsToldTheKindNotGuessedFromTheName(t *testing.T) {
 	for _, typ := range []string{"virtualservice", "vsvip", "pool", "httppolicyset", "sslkeyandcertificate"} {
 		if n := f.names(typ); len(n) != 0 {
 			t.Errorf("%s left: %v", typ, n)
+		}
+	}
+}
+
+func TestProvider_l7RefusesGatewayFieldsItCannotExpress(t *testing.T) {
+	for field, change := range map[string]func(*providers.LoadBalancer){
+		"query": func(lb *providers.LoadBalancer) {
+			lb.HTTP.Rules[2].Query = []providers.ValueMatch{{Name: "x", Value: "y"}}
+		},
+		"fixedStatus":         func(lb *providers.LoadBalancer) { r := &lb.HTTP.Rules[0]; r.Pool, r.FixedStatus = "", 500 },
+		"member weights":      func(lb *providers.LoadBalancer) { lb.Pools[1].Members[1].Weight = 70 },
+		"some listeners only": func(lb *providers.LoadBalancer) { lb.HTTP.Rules[1].Ports = []int32{443} },
+	} {
+		f := newFixture(t, fixtureOptions{})
+		lb := ingressLB(tlsCert(t, "a-tls", "shop.example.com"))
+		change(lb)
+		_, err := providers.Validated(f.v).Ensure(context.Background(), lb)
+		if !errors.Is(err, providers.ErrUnsupported) || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: Ensure = %v, want ErrUnsupported naming it", field, err)
+		}
+		if w := f.writes(); len(w) != 0 {
+			t.Errorf("%s: writes %v, want none", field, w)
 		}
 	}
 }

@@ -331,6 +331,10 @@ func (p *Provider) read(s *aviSession, name string, wanted map[string]bool) (*cu
 // already in sync cost no write, so a membership change is one PUT of the
 // pool. An error leaves everything else as it was; calling again converges.
 func (p *Provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
+	// Nothing is written of a model it cannot express whole.
+	if err := providers.IngressSubset(lb); err != nil {
+		return providers.Status{}, fmt.Errorf("ensure %s: Avi: %w", lb.Name, err)
+	}
 	if lb.IsL7() {
 		return p.ensureL7(ctx, lb)
 	}

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"strings"
 	"testing"
@@ -275,5 +276,34 @@ func TestProvider_deleteIsToldTheKindNotGuessedFromTheName(t *testing.T) {
 	st := e.sim.Dump()
 	if n := len(st.Virtuals) + len(st.Pools) + len(st.Policies) + len(st.ClientSSLProfiles) + len(st.Certificates) + len(st.Keys); n != 0 {
 		t.Errorf("%d objects left after Delete: %+v", n, st)
+	}
+}
+
+func TestProvider_l7RefusesGatewayFieldsItCannotExpress(t *testing.T) {
+	for field, change := range map[string]func(*providers.LoadBalancer){
+		"headers": func(lb *providers.LoadBalancer) {
+			lb.HTTP.Rules[2].Headers = []providers.ValueMatch{{Name: "x", Value: "y"}}
+		},
+		"redirect": func(lb *providers.LoadBalancer) {
+			r := &lb.HTTP.Rules[0]
+			r.Pool, r.Redirect = "", &providers.Redirect{StatusCode: 301}
+		},
+		"member weights":     func(lb *providers.LoadBalancer) { lb.Pools[0].Members[0].Weight = 3 },
+		"pathType RegularEx": func(lb *providers.LoadBalancer) { lb.HTTP.Rules[2].PathType = providers.PathRegex },
+		"wildcard host": func(lb *providers.LoadBalancer) {
+			lb.Ingress, lb.Gateway, lb.HTTP.Rules[2].Host = "", "shop/gw", "*.example.com"
+		},
+	} {
+		e := newEnv(t, envOptions{})
+		lb := ingressLB()
+		change(lb)
+		before := writesOnly(e.sim.Calls())
+		_, err := providers.Validated(e.prov).Ensure(context.Background(), lb)
+		if !errors.Is(err, providers.ErrUnsupported) || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: Ensure = %v, want ErrUnsupported naming it", field, err)
+		}
+		if w := writesOnly(e.sim.Calls()); !cmp.Equal(w, before) {
+			t.Errorf("%s: writes %v, want none", field, w)
+		}
 	}
 }

@@ -104,6 +104,10 @@ func (p *provider) memberBodies(pool string, members []providers.Member) ([]memb
 // Pools are written before the virtuals that use them; the virtuals of
 // removed listeners are deleted before their pools.
 func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
+	// Nothing is written of a model it cannot express whole.
+	if err := providers.IngressSubset(lb); err != nil {
+		return providers.Status{}, fmt.Errorf("ensure load balancer %s: BIG-IP: %w", lb.Name, err)
+	}
 	if lb.IsL7() {
 		return p.ensureL7(ctx, lb)
 	}

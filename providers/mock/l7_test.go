@@ -180,3 +180,65 @@ func TestMock_l7DeleteRemovesEverything(t *testing.T) {
 		t.Errorf("VIP after delete: %v", vips)
 	}
 }
+
+// gatewayModel is l7Model as a Gateway builds it: rules per listener port
+// with method, header and query tests, header filters, a rewrite, a
+// redirect and a fixed status; a certificate of one port; member weights.
+func gatewayModel() *providers.LoadBalancer {
+	lb := l7Model()
+	lb.Ingress, lb.Gateway = "", "shop/gw"
+	shop, blog := lb.Pools[0].Name, lb.Pools[1].Name
+	lb.Pools[0].Members[0].Weight, lb.Pools[0].Members[1].Weight = 70, 30
+	lb.HTTP.TLS[0].Ports = []int32{443}
+	lb.HTTP.Rules = []providers.Rule{
+		{Host: "shop.example.com", Path: "/", PathType: providers.PathPrefix, Pool: shop, Ports: []int32{443}, Method: "GET",
+			Headers:         []providers.ValueMatch{{Name: "x-env", Value: "canary"}},
+			Query:           []providers.ValueMatch{{Name: "v", Value: "[0-9]+", Regex: true}},
+			RequestHeaders:  &providers.HeaderFilter{Set: []providers.Header{{Name: "X-A", Value: "1"}}, Remove: []string{"X-B"}},
+			ResponseHeaders: &providers.HeaderFilter{Add: []providers.Header{{Name: "X-C", Value: "2"}}},
+			Rewrite:         &providers.Rewrite{Hostname: "internal.example", Path: &providers.PathModifier{Type: providers.ReplacePrefixMatch, Value: "/v2"}},
+			Order:           1},
+		{Host: "blog.example.com", Path: "/old", PathType: providers.PathExact, Ports: []int32{80},
+			Redirect: &providers.Redirect{Scheme: "https", StatusCode: 301}},
+		{Path: "/broken/.*", PathType: providers.PathRegex, FixedStatus: 500},
+		{Host: "blog.example.com", Path: "/", PathType: providers.PathPrefix, Pool: blog},
+	}
+	return lb
+}
+
+func TestMock_gatewayModelStoredAndListedExactly(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state.json")
+	m := newMock(t, Config{Common: common("203.0.113.0/29"), StateFile: path})
+	lb := gatewayModel()
+	mustEnsure(t, m, lb)
+	got, err := m.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]providers.LoadBalancer{listed(lb, "203.0.113.1")}, got); diff != "" {
+		t.Errorf("List (-want +got):\n%s", diff)
+	}
+	// Reopened from its state file: the same model is no write.
+	m2 := newMock(t, Config{Common: common("203.0.113.0/29"), StateFile: path})
+	mustEnsure(t, m2, gatewayModel())
+	if w := m2.Counters().Writes; w != 0 {
+		t.Errorf("Ensure after reopen wrote %d times, want 0", w)
+	}
+	for name, change := range map[string]func(*providers.LoadBalancer){
+		"a weight":             func(lb *providers.LoadBalancer) { lb.Pools[0].Members[0].Weight = 50 },
+		"a header value":       func(lb *providers.LoadBalancer) { lb.HTTP.Rules[0].Headers[0].Value = "stable" },
+		"a certificate's port": func(lb *providers.LoadBalancer) { lb.HTTP.TLS[0].Ports = nil },
+		"the redirect status":  func(lb *providers.LoadBalancer) { lb.HTTP.Rules[1].Redirect.StatusCode = 302 },
+		"the Gateway":          func(lb *providers.LoadBalancer) { lb.Gateway = "shop/gw2" },
+	} {
+		m := newMock(t, Config{Common: common("203.0.113.0/29")})
+		mustEnsure(t, m, gatewayModel())
+		lb := gatewayModel()
+		change(lb)
+		mustEnsure(t, m, lb)
+		if w := m.Counters().Writes; w != 2 {
+			t.Errorf("%s changed: %d writes, want 2", name, w)
+		}
+	}
+}

@@ -460,7 +460,7 @@ func (m *Mock) releaseVIPs(name string) {
 // VIPs are the mock's to choose and are not compared.
 func sameModel(a, b *providers.LoadBalancer) bool {
 	return a.Name == b.Name && a.Service == b.Service && a.RequestedVIP == b.RequestedVIP &&
-		a.Kind == b.Kind && a.Ingress == b.Ingress &&
+		a.Kind == b.Kind && a.Ingress == b.Ingress && a.Gateway == b.Gateway &&
 		slices.EqualFunc(a.Listeners, b.Listeners, func(x, y providers.Listener) bool {
 			return x.Port == y.Port && x.Protocol == y.Protocol && samePool(x.Pool, y.Pool)
 		}) &&
@@ -480,7 +480,7 @@ func sameRoutes(a, b *providers.HTTPRoutes) bool {
 	}
 	return a.DefaultPool == b.DefaultPool && slices.EqualFunc(a.Rules, b.Rules, providers.Rule.Equal) &&
 		slices.EqualFunc(a.TLS, b.TLS, func(x, y providers.TLSCert) bool {
-			return x.Secret == y.Secret && x.Fingerprint == y.Fingerprint && slices.Equal(x.Hosts, y.Hosts)
+			return x.Secret == y.Secret && x.Fingerprint == y.Fingerprint && slices.Equal(x.Hosts, y.Hosts) && slices.Equal(x.Ports, y.Ports)
 		})
 }
 

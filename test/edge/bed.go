@@ -426,13 +426,23 @@ func (b *Bed) ClientHTTP(timeout time.Duration) *http.Client {
 
 // Backends are HTTP servers in the test namespace on the bridge address,
 // each answering with its name: the members of the bed's pools when no
-// cluster gives Pods.
+// cluster gives Pods. The answer's headers say what the backend received
+// (EchoHost, EchoURI, EchoHeaders), and who answered (BackendHeader).
 type Backends struct {
 	IP      netip.Addr
 	servers map[int32]*http.Server
 	names   map[int32]string
 	mu      sync.Mutex
 }
+
+// The headers of a backend's answer: its name, and the Host, request URI
+// and headers (JSON of an http.Header) of the request it received.
+const (
+	BackendHeader = "X-Npl-Backend"
+	EchoHost      = "X-Npl-Echo-Host"
+	EchoURI       = "X-Npl-Echo-Uri"
+	EchoHeaders   = "X-Npl-Echo-Headers"
+)
 
 // StartBackend starts a backend named name and returns its port.
 func (bs *Backends) StartBackend(name string) (int32, error) {
@@ -441,7 +451,14 @@ func (bs *Backends) StartBackend(name string) (int32, error) {
 		return 0, err
 	}
 	port := int32(ln.Addr().(*net.TCPAddr).Port)
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set(BackendHeader, name)
+		h.Set(EchoHost, r.Host)
+		h.Set(EchoURI, r.RequestURI)
+		if b, err := json.Marshal(r.Header); err == nil {
+			h.Set(EchoHeaders, string(b))
+		}
 		_, _ = io.WriteString(w, name)
 	}), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()

@@ -1,0 +1,254 @@
+package haproxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/nodeportlocal/npl/providers"
+)
+
+// The L7 rules of an HTTP frontend, rendered in three passes: per rule,
+// named ACLs for its tests and an "http-request set-var" that records the
+// first rule whose tests all pass (txn.npl_rule, its index); then the
+// actions of the chosen rule (header filters, rewrites, redirect, fixed
+// status); then use_backend on the chosen rule. Named ACLs keep every value
+// a pattern of its own (after "--"), so that no value can end an anonymous
+// ACL or pass for a flag.
+
+const ruleVar = "txn.npl_rule"
+
+// requestHost is the sample expression of the request's host: the Host
+// header without its port (an IPv6 literal keeps its brackets).
+const requestHost = "req.hdr(host),regsub(:[0-9]+$,)"
+
+// Comment prefixes of what the configuration records of a frontend: the
+// model's JSON of each rule and certificate, so that Parse reads back
+// exactly what was rendered.
+const (
+	ruleComment = "# npl rule "
+	tlsComment  = "# npl tls "
+)
+
+// quote writes s as one word of HAProxy's configuration: single-quoted
+// (nothing is special inside), a single quote written as '\” (HAProxy
+// joins the quoted and escaped parts of a word, as a shell does).
+func quote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// fetchArg escapes s for the argument list of a sample fetch, which treats
+// quotes, backslashes, commas and parentheses.
+func fetchArg(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if strings.ContainsRune(`\'",()`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// logFormat escapes literal text for a log-format string (a header value,
+// a redirect location), where % starts a variable.
+func logFormat(s string) string { return strings.ReplaceAll(s, "%", "%%") }
+
+// jsonLine is v as JSON on one line (JSON escapes newlines).
+func jsonLine(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // the model's types always marshal
+	}
+	return string(b)
+}
+
+// renderRules writes the rules of an HTTP frontend f with emit.
+func renderRules(f Frontend, emit func(string)) {
+	https := len(f.Certificates) > 0
+	for i, r := range f.Rules {
+		emit("    " + ruleComment + jsonLine(r))
+		id := "npl_r" + strconv.Itoa(i)
+		conds := []string{"!{ var(" + ruleVar + ") -m found }"}
+		acl := func(name, test string) {
+			emit("    acl " + id + name + " " + test)
+		}
+		switch {
+		case strings.HasPrefix(r.Host, "*."):
+			// One label before the suffix for an Ingress, one or more for
+			// a Gateway (Gateway API's wildcard hostnames).
+			labels := "[^.]+"
+			if f.Gateway != "" {
+				labels = ".+"
+			}
+			acl("_host", quote(requestHost+",lower")+" -m reg -- "+quote("^"+labels+regexp.QuoteMeta(strings.ToLower(r.Host[1:]))+"$"))
+		case r.Host != "":
+			acl("_host", quote(requestHost+",lower")+" -m str -- "+quote(strings.ToLower(r.Host)))
+		}
+		if r.Host != "" {
+			conds = append(conds, id+"_host")
+		}
+		pathAll := false
+		if r.PathType == providers.PathRegex {
+			acl("_path", "path -m reg -- "+quote("^(?:"+r.Path+")$"))
+		} else {
+			for _, m := range r.PathMatches() {
+				switch {
+				case m.Prefix && m.Path == "/":
+					pathAll = true
+				case m.Prefix:
+					acl("_path", "path_beg -- "+quote(m.Path))
+				default:
+					acl("_path", "path -m str -- "+quote(m.Path))
+				}
+			}
+		}
+		if !pathAll {
+			conds = append(conds, id+"_path")
+		}
+		if r.Method != "" {
+			acl("_method", "method -m str -- "+quote(r.Method))
+			conds = append(conds, id+"_method")
+		}
+		for j, h := range r.Headers {
+			acl("_h"+strconv.Itoa(j), valueTest("req.fhdr("+fetchArg(h.Name)+")", h))
+			conds = append(conds, id+"_h"+strconv.Itoa(j))
+		}
+		for j, q := range r.Query {
+			acl("_q"+strconv.Itoa(j), valueTest("url_param("+fetchArg(q.Name)+")", q))
+			conds = append(conds, id+"_q"+strconv.Itoa(j))
+		}
+		emit(fmt.Sprintf("    http-request set-var(%s) int(%d) if %s", ruleVar, i, strings.Join(conds, " ")))
+	}
+	for i, r := range f.Rules {
+		sel := "npl_sel" + strconv.Itoa(i)
+		emit(fmt.Sprintf("    acl %s var(%s) -m int %d", sel, ruleVar, i))
+		if h := r.RequestHeaders; h != nil {
+			headerFilter("http-request", h, sel, emit)
+		}
+		if w := r.Rewrite; w != nil {
+			if w.Hostname != "" {
+				emit("    http-request set-header host " + quote(logFormat(w.Hostname)) + " if " + sel)
+			}
+			if w.Path != nil {
+				pathModifier(r, i, w.Path, sel, emit)
+			}
+		}
+		if d := r.Redirect; d != nil {
+			if d.Path != nil {
+				pathModifier(r, i, d.Path, sel, emit)
+			}
+			emit(fmt.Sprintf("    http-request redirect location %s code %d if %s", quote(location(d, https, f.Port)), d.StatusCode, sel))
+		}
+		if r.FixedStatus != 0 {
+			emit(fmt.Sprintf("    http-request return status %d if %s", r.FixedStatus, sel))
+		}
+	}
+	if f.DefaultBackend == "" {
+		// Gateway API and Ingress controllers answer 404 to a request no
+		// rule matches (HAProxy would answer 503, no backend).
+		emit(fmt.Sprintf("    http-request return status 404 if !{ var(%s) -m found }", ruleVar))
+	}
+	for i, r := range f.Rules {
+		if h := r.ResponseHeaders; h != nil {
+			// After-response rules also change the answers HAProxy makes
+			// itself (redirects, fixed statuses).
+			headerFilter("http-after-response", h, "npl_sel"+strconv.Itoa(i), emit)
+		}
+	}
+	for i, r := range f.Rules {
+		if r.Pool != "" {
+			emit("    use_backend " + r.Pool + " if npl_sel" + strconv.Itoa(i))
+		}
+	}
+}
+
+// valueTest is the ACL test of a header or query parameter match on fetch.
+func valueTest(fetch string, m providers.ValueMatch) string {
+	switch {
+	case m.Regex:
+		return quote(fetch) + " -m reg -- " + quote("^(?:"+m.Value+")$")
+	case m.Value == "":
+		return quote(fetch) + " -m len 0"
+	}
+	return quote(fetch) + " -m str -- " + quote(m.Value)
+}
+
+// headerFilter writes the set, add and del rules of a header filter for
+// the rule selected by ACL sel; directive is http-request or
+// http-after-response.
+func headerFilter(directive string, h *providers.HeaderFilter, sel string, emit func(string)) {
+	for _, x := range h.Set {
+		emit("    " + directive + " set-header " + quote(x.Name) + " " + quote(logFormat(x.Value)) + " if " + sel)
+	}
+	for _, x := range h.Add {
+		emit("    " + directive + " add-header " + quote(x.Name) + " " + quote(logFormat(x.Value)) + " if " + sel)
+	}
+	for _, n := range h.Remove {
+		emit("    " + directive + " del-header " + quote(n) + " if " + sel)
+	}
+}
+
+// pathModifier writes the path change of rule r (index i), selected by
+// sel: a whole new path, or the prefix the rule matched replaced. The
+// query string stays.
+func pathModifier(r providers.Rule, i int, m *providers.PathModifier, sel string, emit func(string)) {
+	if m.Type == providers.ReplaceFullPath {
+		emit("    http-request set-path " + quote(logFormat(m.Value)) + " if " + sel)
+		return
+	}
+	// ReplacePrefixMatch: the path equal to the prefix becomes the
+	// replacement ("/" for an empty one); a path under it keeps what
+	// follows the prefix, "/" included, after the replacement without its
+	// trailing "/".
+	exact := "npl_r" + strconv.Itoa(i) + "_prefix"
+	emit("    acl " + exact + " path -m str -- " + quote(r.Path))
+	whole := m.Value
+	if whole == "" {
+		whole = "/"
+	}
+	emit("    http-request set-path " + quote(logFormat(whole)) + " if " + sel + " " + exact)
+	prefix := strings.TrimSuffix(r.Path, "/")
+	emit("    http-request replace-path " + quote("^"+regexp.QuoteMeta(prefix)+"(/.*)$") + " " +
+		quote(logFormat(strings.TrimSuffix(m.Value, "/"))+`\1`) + " if " + sel + " !" + exact)
+}
+
+// location is the log-format of the Location of redirect d on a listener
+// of port (https when it terminates TLS): the request's URL with d's parts
+// replaced. With neither scheme nor port, the port is the listener's; with
+// a scheme only, the scheme's; a scheme's default port is left out.
+func location(d *providers.Redirect, https bool, port int32) string {
+	scheme := "http"
+	if https {
+		scheme = "https"
+	}
+	if d.Scheme != "" {
+		scheme = d.Scheme
+	}
+	p := d.Port
+	if p == 0 {
+		p = port
+		if d.Scheme != "" {
+			p = defaultPort(d.Scheme)
+		}
+	}
+	host := "%[" + requestHost + "]"
+	if d.Hostname != "" {
+		host = logFormat(d.Hostname)
+	}
+	loc := scheme + "://" + host
+	if p != defaultPort(scheme) {
+		loc += ":" + strconv.Itoa(int(p))
+	}
+	// The path after any path modifier, with the query.
+	return loc + "%[pathq]"
+}
+
+func defaultPort(scheme string) int32 {
+	if scheme == "https" {
+		return 443
+	}
+	return 80
+}

@@ -1,0 +1,196 @@
+package providers
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// gatewayL7 is a valid model with every field Gateway API routes fill.
+func gatewayL7() *LoadBalancer {
+	lb := validL7()
+	lb.Gateway = "shop/gw"
+	lb.Listeners = append(lb.Listeners, Listener{Port: 8443, Protocol: HTTPS})
+	lb.Pools = append(lb.Pools, Pool{Name: "q", Members: []Member{
+		{IP: "198.18.0.12", Port: 61000, Enabled: true, Weight: 70},
+		{IP: "198.18.0.11", Port: 61001, Enabled: true, Weight: 1},
+	}})
+	other := []byte("-----BEGIN CERTIFICATE-----\nb3RoZXI=\n-----END CERTIFICATE-----\n")
+	lb.HTTP.TLS[0].Ports = []int32{443}
+	lb.HTTP.TLS = append(lb.HTTP.TLS, TLSCert{Secret: "shop/other", Hosts: []string{}, Ports: []int32{8443, 443},
+		Fingerprint: CertFingerprint(other), CertPEM: other, KeyPEM: []byte("k")})
+	lb.HTTP.Rules = append(lb.HTTP.Rules,
+		Rule{Path: "/", PathType: PathPrefix, Pool: "q", Ports: []int32{443, 80}, Method: "GET",
+			Headers:         []ValueMatch{{Name: "X-B", Value: "b"}, {Name: "x-a", Value: "a.*", Regex: true}},
+			Query:           []ValueMatch{{Name: "z", Value: "1"}, {Name: "a", Value: "2"}},
+			RequestHeaders:  &HeaderFilter{Set: []Header{{Name: "X-S", Value: "a b \"c\""}}, Add: []Header{}, Remove: []string{"X-R", "x-q"}},
+			ResponseHeaders: &HeaderFilter{Set: []Header{}, Add: []Header{}, Remove: []string{}},
+			Rewrite:         &Rewrite{Hostname: "rewritten.example", Path: &PathModifier{Type: ReplacePrefixMatch, Value: "/"}}, Order: 2},
+		Rule{Path: "/old", PathType: PathPrefix, Ports: []int32{8443},
+			Redirect: &Redirect{Scheme: "https", Hostname: "new.example", Port: 8443, StatusCode: 301,
+				Path: &PathModifier{Type: ReplacePrefixMatch, Value: "/new"}}},
+		Rule{Path: "/v[0-9]+/.*", PathType: PathRegex, FixedStatus: 500},
+		Rule{Path: "/", PathType: PathPrefix, Pool: "p", Headers: []ValueMatch{}, Query: []ValueMatch{}, Order: 1},
+	)
+	return lb
+}
+
+func TestNormalize_gatewayFieldsInCanonicalForm(t *testing.T) {
+	in := gatewayL7()
+	before := in.Clone()
+	got, err := Normalize(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, in); diff != "" {
+		t.Errorf("Normalize modified its argument (-before +after):\n%s", diff)
+	}
+	q := got.Pools[1]
+	if q.Members[0].Weight != 0 || q.Members[1].Weight != 70 {
+		t.Errorf("weights %+v: want weight 1 as 0 (the same), 70 kept", q.Members)
+	}
+	if c := got.HTTP.TLS[0]; c.Secret != "shop/cert" || fmt.Sprint(c.Ports) != "[443]" || got.HTTP.TLS[1].Hosts != nil ||
+		fmt.Sprint(got.HTTP.TLS[1].Ports) != "[443 8443]" {
+		t.Errorf("TLS %v: want sorted by Secret, ports sorted, no empty hosts", got.HTTP.TLS)
+	}
+	var r Rule
+	for _, x := range got.HTTP.Rules {
+		if x.Method == "GET" {
+			r = x
+		}
+	}
+	want := Rule{Path: "/", PathType: PathPrefix, Pool: "q", Ports: []int32{80, 443}, Method: "GET",
+		Headers:        []ValueMatch{{Name: "x-a", Value: "a.*", Regex: true}, {Name: "X-B", Value: "b"}},
+		Query:          []ValueMatch{{Name: "a", Value: "2"}, {Name: "z", Value: "1"}},
+		RequestHeaders: &HeaderFilter{Set: []Header{{Name: "X-S", Value: "a b \"c\""}}, Remove: []string{"x-q", "X-R"}},
+		Rewrite:        &Rewrite{Hostname: "rewritten.example", Path: &PathModifier{Type: ReplacePrefixMatch, Value: "/"}}, Order: 2}
+	if diff := cmp.Diff(want, r); diff != "" {
+		t.Errorf("rule (-want +got):\n%s", diff)
+	}
+	if !r.Equal(want) {
+		t.Error("Equal is false for equal normalized rules")
+	}
+	again, err := Normalize(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(got, again); diff != "" {
+		t.Errorf("Normalize is not idempotent (-once +twice):\n%s", diff)
+	}
+	// A JSON round trip (how the edge and the mock keep models) changes nothing.
+	b, _ := json.Marshal(got)
+	var back LoadBalancer
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	for i := range back.HTTP.Rules {
+		if !back.HTTP.Rules[i].Equal(got.HTTP.Rules[i]) {
+			t.Errorf("rule %d after JSON: %+v, want %+v", i, back.HTTP.Rules[i], got.HTTP.Rules[i])
+		}
+	}
+}
+
+func TestSortRules_gatewayPrecedence(t *testing.T) {
+	rules := []Rule{
+		{Path: "/", PathType: PathPrefix, Pool: "p", Order: 1},
+		{Path: "/", PathType: PathPrefix, Pool: "p", Order: 0, Ports: []int32{80}},
+		{Path: "/", PathType: PathPrefix, Pool: "p", Query: []ValueMatch{{Name: "a"}}},
+		{Path: "/", PathType: PathPrefix, Pool: "p", Headers: []ValueMatch{{Name: "a"}}},
+		{Path: "/", PathType: PathPrefix, Pool: "p", Headers: []ValueMatch{{Name: "a"}, {Name: "b"}}},
+		{Path: "/", PathType: PathPrefix, Pool: "p", Headers: []ValueMatch{{Name: "a"}}, Query: []ValueMatch{{Name: "a"}}},
+		{Path: "/", PathType: PathPrefix, Pool: "p", Method: "GET"},
+		{Path: "/a", PathType: PathPrefix, Pool: "p"},
+		{Path: "/a.*", PathType: PathRegex, Pool: "p"},
+		{Path: "/", PathType: PathExact, Pool: "p"},
+		{Host: "a.example", Path: "/", PathType: PathPrefix, Pool: "p"},
+	}
+	SortRules(rules)
+	var got []string
+	for _, r := range rules {
+		got = append(got, fmt.Sprintf("%s %s %s m=%s h=%d q=%d o=%d %v", r.Host, r.PathType, r.Path, r.Method, len(r.Headers), len(r.Query), r.Order, r.Ports))
+	}
+	want := []string{
+		"a.example Prefix / m= h=0 q=0 o=0 []",
+		" Exact / m= h=0 q=0 o=0 []",
+		" RegularExpression /a.* m= h=0 q=0 o=0 []",
+		" Prefix /a m= h=0 q=0 o=0 []",
+		" Prefix / m=GET h=0 q=0 o=0 []",
+		" Prefix / m= h=2 q=0 o=0 []",
+		" Prefix / m= h=1 q=1 o=0 []",
+		" Prefix / m= h=1 q=0 o=0 []",
+		" Prefix / m= h=0 q=1 o=0 []",
+		" Prefix / m= h=0 q=0 o=0 [80]",
+		" Prefix / m= h=0 q=0 o=1 []",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("order (-want +got):\n%s", diff)
+	}
+}
+
+// FuzzNormalize feeds arbitrary JSON models to Normalize (seeds in
+// testdata/fuzz/FuzzNormalize, written by the test below). Whatever the
+// model, Normalize must not panic; a model it accepts must be a fixed point
+// (normalizing it again changes nothing) whose rules are in strict
+// SortRules order.
+func FuzzNormalize(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var lb LoadBalancer
+		if json.Unmarshal(data, &lb) != nil {
+			return
+		}
+		if lb.HTTP != nil {
+			for i := range lb.HTTP.TLS { // keys never travel in JSON
+				lb.HTTP.TLS[i].CertPEM, lb.HTTP.TLS[i].KeyPEM = testCert, []byte("k")
+				lb.HTTP.TLS[i].Fingerprint = CertFingerprint(testCert)
+			}
+		}
+		n, err := Normalize(&lb)
+		if err != nil {
+			return
+		}
+		again, err := Normalize(n)
+		if err != nil {
+			t.Fatalf("a normalized model is refused: %v", err)
+		}
+		if diff := cmp.Diff(n, again); diff != "" {
+			t.Fatalf("Normalize is not idempotent (-once +twice):\n%s", diff)
+		}
+		if n.HTTP != nil {
+			for i := 1; i < len(n.HTTP.Rules); i++ {
+				if CompareRules(n.HTTP.Rules[i-1], n.HTTP.Rules[i]) >= 0 {
+					t.Fatalf("rules %d and %d are not in strict SortRules order", i-1, i)
+				}
+			}
+		}
+	})
+}
+
+// TestFuzzNormalize_seedsAreCurrent checks that the seed corpus holds the
+// models of validL4, validL7 and gatewayL7, so that the fuzzer starts from
+// every field.
+func TestFuzzNormalize_seedsAreCurrent(t *testing.T) {
+	for name, model := range map[string]func() *LoadBalancer{"l4": validL4, "ingress-l7": validL7, "gateway-l7": gatewayL7} {
+		b, err := json.Marshal(model())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", b)
+		path := filepath.Join("testdata", "fuzz", "FuzzNormalize", name)
+		if os.Getenv("NPL_UPDATE_SEEDS") != "" {
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if got, err := os.ReadFile(path); err != nil || string(got) != want {
+			t.Errorf("%s is not the seed of %s (err %v); run NPL_UPDATE_SEEDS=1 go test -run TestFuzzNormalize_seedsAreCurrent ./providers", path, name, err)
+		}
+	}
+}

@@ -1,0 +1,78 @@
+package providers
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// ErrUnsupported is the error of a model that uses a part of the L7 model
+// a provider cannot express (yet).
+var ErrUnsupported = errors.New("not supported by this provider")
+
+// IngressSubset returns an ErrUnsupported error naming the first field of
+// lb, and its rule, beyond what Ingress models use: the Gateway fields of
+// rules (other than Order, which only ranks them), rule and certificate
+// ports other than every listener, member weights, and the wildcard hosts
+// of a Gateway's load balancer (one or more labels, where an Ingress's
+// stand for one). A provider that
+// serves Ingress models only refuses the others with it rather than serve
+// a model partly.
+func IngressSubset(lb *LoadBalancer) error {
+	var all, https []int32
+	for _, l := range lb.Listeners {
+		all = append(all, l.Port)
+		if l.Protocol == HTTPS {
+			https = append(https, l.Port)
+		}
+	}
+	slices.Sort(all)
+	slices.Sort(https)
+	for _, p := range lb.Pools {
+		for _, m := range p.Members {
+			if m.Weight != 0 {
+				return fmt.Errorf("pool %s: member %s:%d: weight %d: member weights are %w", p.Name, m.IP, m.Port, m.Weight, ErrUnsupported)
+			}
+		}
+	}
+	if lb.HTTP == nil {
+		return nil
+	}
+	for _, c := range lb.HTTP.TLS {
+		if len(c.Ports) > 0 && !slices.Equal(c.Ports, https) {
+			return fmt.Errorf("TLS Secret %s: ports %v: a certificate for some HTTPS listeners only is %w", c.Secret, c.Ports, ErrUnsupported)
+		}
+	}
+	for _, r := range lb.HTTP.Rules {
+		field := ""
+		switch {
+		case r.PathType == PathRegex:
+			field = "pathType RegularExpression"
+		case lb.Gateway != "" && strings.HasPrefix(r.Host, "*."):
+			field = "a Gateway's wildcard host (one or more labels)"
+		case len(r.Ports) > 0 && !slices.Equal(r.Ports, all):
+			field = fmt.Sprintf("ports %v (some listeners only)", r.Ports)
+		case r.Method != "":
+			field = "method"
+		case len(r.Headers) > 0:
+			field = "headers"
+		case len(r.Query) > 0:
+			field = "query"
+		case r.RequestHeaders != nil:
+			field = "requestHeaders"
+		case r.ResponseHeaders != nil:
+			field = "responseHeaders"
+		case r.Redirect != nil:
+			field = "redirect"
+		case r.Rewrite != nil:
+			field = "rewrite"
+		case r.FixedStatus != 0:
+			field = "fixedStatus"
+		default:
+			continue
+		}
+		return fmt.Errorf("rule %s%s (%s): %s is %w", r.Host, r.Path, r.PathType, field, ErrUnsupported)
+	}
+	return nil
+}

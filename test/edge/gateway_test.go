@@ -1,0 +1,329 @@
+package edge
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nodeportlocal/npl/providers"
+)
+
+// certFor is a self-signed certificate for host and its key, PEM.
+func certFor(t *testing.T, host string) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: host},
+		DNSNames: []string{host}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+}
+
+// answer is what a request through the VIP got.
+type answer struct {
+	status int
+	header http.Header
+	// backend is who answered, "" for HAProxy itself.
+	backend string
+	// sent are the request headers the backend received.
+	sent http.Header
+	// cert is the DNS name of the certificate the VIP served over TLS.
+	cert string
+}
+
+// send sends one request without following redirects.
+func send(t *testing.T, c *http.Client, method, url, host string, h http.Header) answer {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s (Host %s): %v", method, url, host, err)
+	}
+	defer resp.Body.Close()
+	a := answer{status: resp.StatusCode, header: resp.Header, backend: resp.Header.Get(BackendHeader)}
+	if e := resp.Header.Get(EchoHeaders); e != "" {
+		if err := json.Unmarshal([]byte(e), &a.sent); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if resp.TLS != nil && len(resp.TLS.PeerCertificates) > 0 {
+		a.cert = resp.TLS.PeerCertificates[0].DNSNames[0]
+	}
+	return a
+}
+
+// TestProvider_gatewayL7DataPlane: a load balancer with every field of the
+// Gateway L7 model, served by the real HAProxy behind a VIP: header, query,
+// method and regex path tests pick the rule; rules serve only their ports;
+// two HTTPS ports serve their certificates by SNI; weights 70/30 split the
+// requests; header filters change what the backend and the client see;
+// rewrites, redirects and a fixed status answer as the model says. List
+// then returns exactly the applied model, and a weight change needs no
+// reload.
+func TestProvider_gatewayL7DataPlane(t *testing.T) {
+	b, bs := newBed(t)
+	p := openProvider(t, b, b.ProviderSection())
+	ctx := context.Background()
+	name := testCluster + "--gw-ns-gw"
+	pa, pb, pw := name+"-a", name+"-b", name+"-w"
+	weighted := startBackends(t, bs, "w", 2)
+	weighted[0].Weight, weighted[1].Weight = 70, 30
+	oneCert, oneKey := certFor(t, "one.example")
+	twoCert, twoKey := certFor(t, "two.example")
+	all := []int32{80, 443, 8443}
+	lb := &providers.LoadBalancer{Name: name, Gateway: "ns/gw", Kind: providers.L7,
+		Listeners: []providers.Listener{{Port: 80, Protocol: providers.HTTP}, {Port: 8080, Protocol: providers.HTTP},
+			{Port: 443, Protocol: providers.HTTPS}, {Port: 8443, Protocol: providers.HTTPS}},
+		Pools: []providers.Pool{{Name: pa, Members: startBackends(t, bs, "a", 1)}, {Name: pb, Members: startBackends(t, bs, "b", 1)},
+			{Name: pw, Members: weighted}},
+		HTTP: &providers.HTTPRoutes{
+			TLS: []providers.TLSCert{
+				{Secret: "ns/one", Hosts: []string{"one.example"}, Ports: []int32{443}, CertPEM: oneCert, KeyPEM: oneKey,
+					Fingerprint: providers.CertFingerprint(oneCert)},
+				{Secret: "ns/two", Hosts: []string{"two.example"}, CertPEM: twoCert, KeyPEM: twoKey,
+					Fingerprint: providers.CertFingerprint(twoCert)},
+			},
+			Rules: []providers.Rule{
+				{Path: "/", PathType: providers.PathPrefix, Pool: pb, Ports: all, Order: 9},
+				{Path: "/hdr", PathType: providers.PathPrefix, Pool: pa, Ports: all,
+					Headers: []providers.ValueMatch{{Name: "X-Env", Value: `can "ary" it's #1 {x}`}}},
+				{Path: "/hdr", PathType: providers.PathPrefix, Pool: pa, Ports: all,
+					Headers: []providers.ValueMatch{{Name: "X-Version", Value: "v[0-9]+", Regex: true}}, Order: 1},
+				{Path: "/q", PathType: providers.PathExact, Pool: pa, Ports: all, Query: []providers.ValueMatch{{Name: "v", Value: "12"}}},
+				{Path: "/m", PathType: providers.PathPrefix, Pool: pa, Ports: all, Method: "POST"},
+				{Path: "/v[0-9]+/items", PathType: providers.PathRegex, Pool: pa, Ports: all},
+				{Path: "/p8080", PathType: providers.PathExact, Pool: pa, Ports: []int32{8080}},
+				{Path: "/w", PathType: providers.PathExact, Pool: pw, Ports: all},
+				{Host: "*.wild.example", Path: "/wild", PathType: providers.PathExact, Pool: pa, Ports: all},
+				{Path: "/filter", PathType: providers.PathExact, Pool: pa, Ports: all,
+					RequestHeaders: &providers.HeaderFilter{Set: []providers.Header{{Name: "X-Set", Value: `a b 'c' "d" 100%`}},
+						Add: []providers.Header{{Name: "X-Add", Value: "v2"}}, Remove: []string{"X-Del"}},
+					ResponseHeaders: &providers.HeaderFilter{Set: []providers.Header{{Name: "X-Resp", Value: "r 'q'"}},
+						Remove: []string{BackendHeader}}},
+				{Path: "/rw", PathType: providers.PathPrefix, Pool: pa, Ports: all, Rewrite: &providers.Rewrite{Hostname: "internal.example",
+					Path: &providers.PathModifier{Type: providers.ReplacePrefixMatch, Value: "/new"}}},
+				{Path: "/strip", PathType: providers.PathPrefix, Pool: pa, Ports: all, Rewrite: &providers.Rewrite{
+					Path: &providers.PathModifier{Type: providers.ReplacePrefixMatch, Value: "/"}}},
+				{Path: "/full", PathType: providers.PathExact, Pool: pa, Ports: all, Rewrite: &providers.Rewrite{
+					Path: &providers.PathModifier{Type: providers.ReplaceFullPath, Value: "/replaced"}}},
+				{Path: "/redir", PathType: providers.PathPrefix, Ports: all, Redirect: &providers.Redirect{Scheme: "https",
+					Hostname: "new.example", StatusCode: 301, Path: &providers.PathModifier{Type: providers.ReplacePrefixMatch, Value: "/moved"}}},
+				{Path: "/redir2", PathType: providers.PathExact, Ports: all, Redirect: &providers.Redirect{Port: 8081, StatusCode: 302,
+					Path: &providers.PathModifier{Type: providers.ReplaceFullPath, Value: "/else"}}},
+				{Path: "/redir3", PathType: providers.PathExact, Ports: all, Redirect: &providers.Redirect{StatusCode: 302}},
+				{Path: "/redir308", PathType: providers.PathExact, Ports: all, Redirect: &providers.Redirect{Hostname: "b.example", StatusCode: 308}},
+				{Path: "/broken", PathType: providers.PathPrefix, Ports: all, FixedStatus: 500},
+			},
+		},
+	}
+	st, err := p.Ensure(ctx, lb)
+	if err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	if len(st.Warnings) != 0 {
+		t.Fatalf("warnings %q", st.Warnings)
+	}
+	vip := st.VIPs[0]
+	url := func(port int, path string) string {
+		return "http://" + net.JoinHostPort(vip, strconv.Itoa(port)) + path
+	}
+	c := b.ClientHTTP(3 * time.Second)
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	hdr := func(kv ...string) http.Header {
+		h := http.Header{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			h.Add(kv[i], kv[i+1])
+		}
+		return h
+	}
+
+	// Matches: each request and the backend that must answer it.
+	for _, tc := range []struct {
+		method, path string
+		port         int
+		h            http.Header
+		want         string
+		status       int
+	}{
+		{"GET", "/hdr", 80, hdr("X-Env", `can "ary" it's #1 {x}`), "a-0", 200},
+		{"GET", "/hdr/x", 80, hdr("x-env", "canary"), "b-0", 200}, // the value differs
+		{"GET", "/hdr", 80, hdr("X-Version", "v12"), "a-0", 200},
+		{"GET", "/hdr", 80, hdr("X-Version", "v12x"), "b-0", 200},
+		{"GET", "/hdr", 80, nil, "b-0", 200},
+		{"GET", "/q?v=12", 80, nil, "a-0", 200},
+		{"GET", "/q?x=1&v=12", 80, nil, "a-0", 200},
+		{"GET", "/q?v=123", 80, nil, "b-0", 200},
+		{"POST", "/m/x", 80, nil, "a-0", 200},
+		{"GET", "/m/x", 80, nil, "b-0", 200},
+		{"GET", "/v12/items", 80, nil, "a-0", 200},
+		{"GET", "/v12/items/more", 80, nil, "b-0", 200}, // anchored at both ends
+		{"GET", "/vx/items", 80, nil, "b-0", 200},
+		// Rules serve only their ports: 8080 has /p8080 and nothing else.
+		{"GET", "/p8080", 8080, nil, "a-0", 200},
+		{"GET", "/p8080", 80, nil, "b-0", 200},
+		{"GET", "/hdr", 8080, hdr("X-Version", "v1"), "", 404},
+		{"GET", "/", 8080, nil, "", 404},
+		{"GET", "/broken/x", 80, nil, "", 500},
+	} {
+		a := send(t, c, tc.method, url(tc.port, tc.path), "shop.example", tc.h)
+		if a.status != tc.status || a.backend != tc.want {
+			t.Errorf("%s :%d%s %v: HTTP %d from %q, want HTTP %d from %q", tc.method, tc.port, tc.path, tc.h, a.status, a.backend, tc.status, tc.want)
+		}
+	}
+	// A Gateway's wildcard host stands for one or more labels, not none.
+	for host, want := range map[string]string{"a.wild.example": "a-0", "a.b.wild.example:80": "a-0", "wild.example": "b-0"} {
+		if a := send(t, c, "GET", url(80, "/wild"), host, nil); a.status != 200 || a.backend != want {
+			t.Errorf("Host %s /wild: HTTP %d from %q, want %s", host, a.status, a.backend, want)
+		}
+	}
+
+	// Header filters: what the backend received, and what the client got.
+	a := send(t, c, "GET", url(80, "/filter"), "shop.example", hdr("X-Add", "v1", "X-Del", "gone", "X-Set", "old"))
+	if a.status != 200 || a.sent.Get("X-Set") != `a b 'c' "d" 100%` || strings.Join(a.sent.Values("X-Add"), ",") != "v1,v2" ||
+		a.sent.Get("X-Del") != "" {
+		t.Errorf("/filter: the backend received %v (HTTP %d); want X-Set replaced, X-Add v1 and v2, no X-Del", a.sent, a.status)
+	}
+	if a.header.Get("X-Resp") != "r 'q'" || a.header.Get(BackendHeader) != "" {
+		t.Errorf("/filter: the client got headers %v; want X-Resp and no %s", a.header, BackendHeader)
+	}
+
+	// Rewrites: the Host and path the backend received; the query stays.
+	for _, tc := range []struct{ path, host, uri string }{
+		{"/rw/x?y=1", "internal.example", "/new/x?y=1"},
+		{"/rw", "internal.example", "/new"},
+		{"/rw/", "internal.example", "/new/"},
+		{"/strip/three", "shop.example", "/three"},
+		{"/strip", "shop.example", "/"},
+		{"/full?z=1", "shop.example", "/replaced?z=1"},
+	} {
+		a := send(t, c, "GET", url(80, tc.path), "shop.example", nil)
+		if a.backend != "a-0" || a.header.Get(EchoHost) != tc.host || a.header.Get(EchoURI) != tc.uri {
+			t.Errorf("%s: backend %q received Host %q URI %q; want a-0, %q, %q", tc.path, a.backend, a.header.Get(EchoHost),
+				a.header.Get(EchoURI), tc.host, tc.uri)
+		}
+	}
+
+	// Redirects: the status and Location.
+	for _, tc := range []struct {
+		path, host string
+		port       int
+		status     int
+		location   string
+	}{
+		{"/redir/x?y=1", "shop.example", 80, 301, "https://new.example/moved/x?y=1"},
+		{"/redir2?k=v", "shop.example:80", 80, 302, "http://shop.example:8081/else?k=v"},
+		{"/redir3", "shop.example", 80, 302, "http://shop.example/redir3"},
+		{"/redir308", "shop.example", 80, 308, "http://b.example/redir308"},
+		{"/redir3", "[fd00:198:18::1]:80", 80, 302, "http://[fd00:198:18::1]/redir3"}, // an IPv6 literal keeps its brackets
+	} {
+		a := send(t, c, "GET", url(tc.port, tc.path), tc.host, nil)
+		if a.status != tc.status || a.header.Get("Location") != tc.location {
+			t.Errorf("%s: HTTP %d Location %q; want HTTP %d %q", tc.path, a.status, a.header.Get("Location"), tc.status, tc.location)
+		}
+	}
+
+	// TLS: 443 serves both certificates by SNI (ns/one the default), 8443
+	// only ns/two. A redirect without scheme or port keeps the listener's.
+	tc := b.ClientHTTP(3 * time.Second)
+	tc.CheckRedirect = c.CheckRedirect
+	for _, x := range []struct {
+		port       int
+		sni, want  string
+		redirected string
+	}{
+		{443, "one.example", "one.example", "https://one.example/redir3"},
+		{443, "two.example", "two.example", "https://two.example/redir3"},
+		{443, "other.example", "one.example", "https://other.example/redir3"},
+		{8443, "one.example", "two.example", "https://one.example:8443/redir3"},
+	} {
+		tc.Transport.(*http.Transport).TLSClientConfig = &tls.Config{ServerName: x.sni, InsecureSkipVerify: true, MinVersion: tls.VersionTLS12} //nolint:gosec // the test reads which certificate is served.
+		u := "https://" + net.JoinHostPort(vip, strconv.Itoa(x.port))
+		if a := send(t, tc, "GET", u+"/", x.sni, nil); a.status != 200 || a.backend != "b-0" || a.cert != x.want {
+			t.Errorf(":%d SNI %s: HTTP %d from %q with the certificate of %q; want b-0 and %q", x.port, x.sni, a.status, a.backend, a.cert, x.want)
+		}
+		if a := send(t, tc, "GET", u+"/redir3", x.sni, nil); a.header.Get("Location") != x.redirected {
+			t.Errorf(":%d /redir3: Location %q, want %q", x.port, a.header.Get("Location"), x.redirected)
+		}
+	}
+
+	// Weights 70/30 over 500 requests, within ±10 points.
+	counts := map[string]int{}
+	for range 500 {
+		counts[send(t, c, "GET", url(80, "/w"), "shop.example", nil).backend]++
+	}
+	if counts["w-0"] < 300 || counts["w-0"] > 400 || counts["w-0"]+counts["w-1"] != 500 {
+		t.Errorf("weights 70/30: %v of 500, want w-0 at 350±50 and nothing else", counts)
+	}
+
+	// List returns exactly what was applied; the same model again is no write.
+	n, err := providers.Normalize(lb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := *n
+	want.VIPs = st.VIPs
+	for i := range want.HTTP.TLS {
+		want.HTTP.TLS[i] = want.HTTP.TLS[i].WithoutKeys()
+	}
+	if diff := cmp.Diff(want, listOne(t, p, name)); diff != "" {
+		t.Fatalf("List (-applied +listed):\n%s", diff)
+	}
+	before := status(t, b)
+	if _, err := p.Ensure(ctx, lb); err != nil {
+		t.Fatal(err)
+	}
+	if after := status(t, b); after.Writes != before.Writes || after.Reloads != before.Reloads {
+		t.Errorf("the same model again: %+v -> %+v, want no write", before, after)
+	}
+
+	// A weight change goes through the runtime API: no reload.
+	reweighted := lb.Clone()
+	reweighted.Pools[2].Members[0].Weight, reweighted.Pools[2].Members[1].Weight = 10, 0
+	if _, err := p.Ensure(ctx, reweighted); err != nil {
+		t.Fatal(err)
+	}
+	if after := status(t, b); after.Reloads != before.Reloads || after.WorkerPID != before.WorkerPID {
+		t.Errorf("a weight change reloaded HAProxy: %+v -> %+v", before, after)
+	}
+	rn, err := providers.Normalize(reweighted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(rn.Pools[2].Members, listOne(t, p, name).Pools[2].Members); diff != "" {
+		t.Errorf("members after the weight change (-applied +listed):\n%s", diff)
+	}
+	if err := p.Delete(ctx, name, providers.L7); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+}
