@@ -83,6 +83,9 @@ type Controller struct {
 
 	queue workqueue.TypedRateLimitingInterface[queueKey]
 
+	// gw is the Gateway API part; nil unless EnableGatewayAPI was called.
+	gw *gatewayState
+
 	// sharedMu serialises the syncs of the shared Ingress load balancer,
 	// which any Ingress's key may trigger.
 	sharedMu sync.Mutex
@@ -102,6 +105,9 @@ type Controller struct {
 	// registered records, per gated Pod, which Services have it applied
 	// on the load balancer (readiness.go).
 	registered map[string]map[string]bool
+	// gatewayVIPs holds the VIPs last learnt per Gateway, for its status
+	// when an unchanged model is not applied again.
+	gatewayVIPs map[queueKey][]string
 
 	cachesSynced atomic.Bool
 	firstSync    atomic.Bool
@@ -138,11 +144,12 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[queueKey](200*time.Millisecond, settings.MaxBackoff),
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "npl-lbsync"}),
-		applied:    map[queueKey]string{},
-		rejected:   map[queueKey]string{},
-		noBackends: map[queueKey]bool{},
-		drains:     map[queueKey]drainTracker{},
-		registered: map[string]map[string]bool{},
+		applied:     map[queueKey]string{},
+		rejected:    map[queueKey]string{},
+		noBackends:  map[queueKey]bool{},
+		drains:      map[queueKey]drainTracker{},
+		registered:  map[string]map[string]bool{},
+		gatewayVIPs: map[queueKey][]string{},
 	}
 
 	svcInformer := factory.Core().V1().Services()
@@ -196,6 +203,9 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 // this, so that a new leader starts with warm caches.
 func (c *Controller) Start(ctx context.Context) error {
 	c.factory.Start(ctx.Done())
+	if c.gw != nil {
+		c.gw.factory.Start(ctx.Done())
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("wait for informer caches: %w", ctx.Err())
 	}
@@ -277,7 +287,7 @@ func (c *Controller) queueAll(force bool) int {
 	for _, ing := range ings {
 		c.queue.Add(ingressKey(ing.Namespace, ing.Name))
 	}
-	return len(services) + len(ings)
+	return len(services) + len(ings) + c.queueAllGateways()
 }
 
 func (c *Controller) worker(ctx context.Context) {
@@ -298,6 +308,10 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		err = c.syncIngress(ctx, key)
 	case kindSharedIngress:
 		err = c.syncSharedIngresses(ctx)
+	case kindGateway:
+		err = c.syncGateway(ctx, key)
+	case kindGatewayClass:
+		err = c.syncGatewayClass(ctx, key)
 	default:
 		err = c.syncService(ctx, key)
 	}
@@ -329,6 +343,7 @@ func (c *Controller) enqueueService(obj any, delay time.Duration) {
 	if s, ok := obj.(*corev1.Service); ok {
 		c.queue.AddAfter(serviceKey(s.Namespace, s.Name), delay)
 		c.enqueueIngressesOf(keyOf(s), delay)
+		c.enqueueGatewaysOf(keyOf(s), delay)
 	}
 }
 
@@ -360,6 +375,7 @@ func (c *Controller) enqueuePodServices(oldObj, obj any) {
 	for k := range keys {
 		c.queue.AddAfter(k, c.settings.CoalesceWindow)
 		c.enqueueIngressesOf(k.namespace+"/"+k.name, c.settings.CoalesceWindow)
+		c.enqueueGatewaysOf(k.namespace+"/"+k.name, c.settings.CoalesceWindow)
 	}
 }
 
@@ -411,11 +427,13 @@ func (c *Controller) syncService(ctx context.Context, key queueKey) error {
 		return c.release(ctx, svc)
 	}
 	c.forget(key)
-	// An Ingress backend opted in that no npl Ingress uses any more. A
+	// An Ingress or route backend opted in that no npl Ingress or route
+	// uses any more. A
 	// Service claimed as a load balancer (by any installation) keeps the
 	// opt-in its claimer manages.
 	if svc.DeletionTimestamp == nil && svc.Annotations[contract.AutoAnnotatedKey] == "true" &&
-		svc.Annotations[contract.ClaimedByKey] == "" && !claim.HasFinalizer(svc) && !c.referencedByNPLIngress(svc) {
+		svc.Annotations[contract.ClaimedByKey] == "" && !claim.HasFinalizer(svc) && !c.referencedByNPLIngress(svc) &&
+		!c.referencedByNPLRoute(svc) {
 		return c.patchOptIn(ctx, svc, false)
 	}
 	// Another installation's, or nobody's: not ours to touch.
@@ -428,6 +446,7 @@ func (c *Controller) forget(key queueKey) {
 	delete(c.rejected, key)
 	delete(c.noBackends, key)
 	delete(c.drains, key)
+	delete(c.gatewayVIPs, key)
 	c.mu.Unlock()
 }
 
@@ -540,6 +559,9 @@ func (c *Controller) claimedNames() map[string]bool {
 		}
 	}
 	for name := range c.claimedIngressNames() {
+		names[name] = true
+	}
+	for name := range c.claimedGatewayNames() {
 		names[name] = true
 	}
 	return names

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -661,6 +662,11 @@ func (b *build) checkRoute(rt *gatewayv1.HTTPRoute) (accepted, resolved metav1.C
 			b.errorf("httproute %s/%s: rule %d: %v", rt.Namespace, rt.Name, i, err)
 			return accepted, resolved
 		}
+		if err := checkRegexes(rule); err != nil {
+			accepted = b.cond(string(gatewayv1.RouteConditionAccepted), false, string(gatewayv1.RouteReasonUnsupportedValue), fmt.Sprintf("rule %d: %v", i, err), gen)
+			b.errorf("httproute %s/%s: rule %d: %v", rt.Namespace, rt.Name, i, err)
+			return accepted, resolved
+		}
 		for _, br := range rule.BackendRefs {
 			if _, reason, msg := b.backendRef(rt, br.BackendRef); reason != "" && resolved.Status == metav1.ConditionTrue {
 				resolved = b.cond(string(gatewayv1.RouteConditionResolvedRefs), false, string(reason), msg, gen)
@@ -671,6 +677,33 @@ func (b *build) checkRoute(rt *gatewayv1.HTTPRoute) (accepted, resolved metav1.C
 		b.errorf("httproute %s/%s: %s", rt.Namespace, rt.Name, resolved.Message)
 	}
 	return accepted, resolved
+}
+
+// checkRegexes checks the regular expressions of a rule's matches: the
+// data planes take Go's (RE2) syntax.
+func checkRegexes(rule *gatewayv1.HTTPRouteRule) error {
+	for _, m := range rule.Matches {
+		if m.Path != nil && m.Path.Type != nil && *m.Path.Type == gatewayv1.PathMatchRegularExpression && m.Path.Value != nil {
+			if _, err := regexp.Compile(*m.Path.Value); err != nil {
+				return fmt.Errorf("path regular expression %q: %w", *m.Path.Value, err)
+			}
+		}
+		for _, h := range m.Headers {
+			if h.Type != nil && *h.Type == gatewayv1.HeaderMatchRegularExpression {
+				if _, err := regexp.Compile(h.Value); err != nil {
+					return fmt.Errorf("header %s regular expression %q: %w", h.Name, h.Value, err)
+				}
+			}
+		}
+		for _, q := range m.QueryParams {
+			if q.Type != nil && *q.Type == gatewayv1.QueryParamMatchRegularExpression {
+				if _, err := regexp.Compile(q.Value); err != nil {
+					return fmt.Errorf("query parameter %s regular expression %q: %w", q.Name, q.Value, err)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // backendRef resolves one backendRef to its Service port, or says why it
@@ -761,6 +794,9 @@ func ruleFilters(rule *gatewayv1.HTTPRouteRule) (filters, error) {
 	if f.redirect != nil && f.rewrite != nil {
 		return f, fmt.Errorf("RequestRedirect and URLRewrite cannot be used together")
 	}
+	if f.redirect != nil && f.redirect.StatusCode != 301 && f.redirect.StatusCode != 302 {
+		return f, fmt.Errorf("redirect status code %d is not supported: only 301 and 302", f.redirect.StatusCode)
+	}
 	return f, nil
 }
 
@@ -840,7 +876,12 @@ func (b *build) addRules(at *attachment, lb *providers.LoadBalancer) {
 		base := providers.Rule{RequestHeaders: f.request, ResponseHeaders: f.response, Redirect: f.redirect, Rewrite: f.rewrite}
 		if f.redirect == nil {
 			base.Pool = b.rulePool(rt, i, rule)
-			if base.Pool == "" {
+		}
+		if base.Pool == "" {
+			// A rule that answers by itself sends nothing on: what
+			// changes the request has no use.
+			base.RequestHeaders, base.Rewrite = nil, nil
+			if f.redirect == nil {
 				base.FixedStatus = 500
 			}
 		}
@@ -854,13 +895,18 @@ func (b *build) addRules(at *attachment, lb *providers.LoadBalancer) {
 			if m.Method != nil {
 				r.Method = string(*m.Method)
 			}
+			// Gateway API: of matches of the same name, the first counts.
 			for _, h := range m.Headers {
-				r.Headers = append(r.Headers, providers.ValueMatch{Name: string(h.Name), Value: h.Value,
-					Regex: h.Type != nil && *h.Type == gatewayv1.HeaderMatchRegularExpression})
+				if !slices.ContainsFunc(r.Headers, func(v providers.ValueMatch) bool { return strings.EqualFold(v.Name, string(h.Name)) }) {
+					r.Headers = append(r.Headers, providers.ValueMatch{Name: string(h.Name), Value: h.Value,
+						Regex: h.Type != nil && *h.Type == gatewayv1.HeaderMatchRegularExpression})
+				}
 			}
 			for _, q := range m.QueryParams {
-				r.Query = append(r.Query, providers.ValueMatch{Name: string(q.Name), Value: q.Value,
-					Regex: q.Type != nil && *q.Type == gatewayv1.QueryParamMatchRegularExpression})
+				if !slices.ContainsFunc(r.Query, func(v providers.ValueMatch) bool { return v.Name == string(q.Name) }) {
+					r.Query = append(r.Query, providers.ValueMatch{Name: string(q.Name), Value: q.Value,
+						Regex: q.Type != nil && *q.Type == gatewayv1.QueryParamMatchRegularExpression})
+				}
 			}
 			b.addRule(lb, r, at.hosts, rt, i)
 		}
