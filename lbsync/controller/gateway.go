@@ -134,7 +134,7 @@ func trimGatewayObject(obj any) (any, error) {
 
 func routeParents(obj any) ([]string, error) {
 	rt, ok := obj.(*gatewayv1.HTTPRoute)
-	if !ok {
+	if !ok || rt == nil {
 		return nil, nil
 	}
 	keys := gateway.Gateways(rt)
@@ -157,7 +157,7 @@ func routeParents(obj any) ([]string, error) {
 
 func routeBackends(obj any) ([]string, error) {
 	rt, ok := obj.(*gatewayv1.HTTPRoute)
-	if !ok {
+	if !ok || rt == nil {
 		return nil, nil
 	}
 	var out []string
