@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/builder"
@@ -132,7 +133,12 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "npl-lbsync"})
+	// Events name their objects by kind: the scheme knows Kubernetes' and
+	// Gateway API's.
+	eventScheme := runtime.NewScheme()
+	utilruntime.Must(scheme.AddToScheme(eventScheme))
+	utilruntime.Must(gatewayv1.Install(eventScheme))
+	recorder := broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: "npl-lbsync"})
 
 	c := &Controller{
 		settings: settings,

@@ -99,7 +99,7 @@ func (c *Controller) EnableGatewayAPI(client gatewayclient.Interface) {
 	})
 	_, _ = gwInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueGateway,
-		UpdateFunc: func(_, obj any) { c.enqueueGateway(obj) },
+		UpdateFunc: c.gatewayUpdated,
 		DeleteFunc: c.enqueueGateway,
 	})
 	_, _ = routeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -187,6 +187,18 @@ func (c *Controller) enqueueGateway(obj any) {
 	if gw, ok := obj.(*gatewayv1.Gateway); ok {
 		c.queue.Add(gatewayKey(gw.Namespace, gw.Name))
 	}
+}
+
+// gatewayUpdated queues a Gateway whose spec or metadata changed; a write
+// of its status (ours) needs no sync.
+func (c *Controller) gatewayUpdated(oldObj, obj any) {
+	old, ok1 := oldObj.(*gatewayv1.Gateway)
+	cur, ok2 := obj.(*gatewayv1.Gateway)
+	if ok1 && ok2 && old.Generation == cur.Generation && apiequality.Semantic.DeepEqual(old.ObjectMeta.Labels, cur.ObjectMeta.Labels) &&
+		apiequality.Semantic.DeepEqual(old.DeletionTimestamp, cur.DeletionTimestamp) {
+		return
+	}
+	c.enqueueGateway(obj)
 }
 
 func (c *Controller) enqueueAllGateways() {

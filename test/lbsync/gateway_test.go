@@ -172,7 +172,7 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 		}
 		return true, nil
 	})
-	wantRoute := map[string][2]string{"r1": {"Accepted", "ResolvedRefs"}, "r2": {"Accepted", "BackendNotFound"}, "r3": {"NoMatchingParent", "ResolvedRefs"}}
+	wantRoute := map[string][2]string{"r1": {"Accepted", "ResolvedRefs"}, "r2": {"Accepted", "BackendNotFound"}, "r3": {"NoMatchingParent", "BackendNotFound"}}
 	for r, want := range wantRoute {
 		waitFor(t, 30*time.Second, "the status of route "+r, func() (bool, error) {
 			rt, err := gw1.HTTPRoutes(ns).Get(ctx, r, metav1.GetOptions{})
