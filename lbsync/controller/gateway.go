@@ -40,6 +40,10 @@ const (
 	routeBackendIndex = "backendService"
 )
 
+// missingSecretRetry is how soon a Gateway whose listener names a missing
+// Secret is synced again.
+const missingSecretRetry = 10 * time.Second
+
 // gatewayResources are the resources of gateway.networking.k8s.io/v1 that
 // npl-lbsync reads.
 var gatewayResources = []string{"gatewayclasses", "gateways", "httproutes", "referencegrants"}
@@ -412,6 +416,10 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
 	}
 	if err := c.writeGatewayStatus(ctx, gw, res, prog); err != nil {
 		return err
+	}
+	if res.MissingSecrets {
+		// Secrets are not watched (npl-lbsync caches none): look again.
+		c.queue.AddAfter(key, missingSecretRetry)
 	}
 	return c.writeRouteStatuses(ctx, key, res.Routes)
 }

@@ -63,6 +63,9 @@ type Result struct {
 	// Backends are the Services the attached routes send requests to
 	// (allowed references only), sorted.
 	Backends []ServiceRef
+	// MissingSecrets is set when a listener names a Secret that does not
+	// exist (yet): npl-lbsync watches no Secret, so it looks again later.
+	MissingSecrets bool
 }
 
 // ListenerResult is one listener's status as Build decides it.
@@ -125,6 +128,8 @@ type build struct {
 	nsLabels map[string]labels.Set
 	pools    map[string]*providers.Pool
 	backends map[ServiceRef]bool
+	// missingSecrets: see Result.MissingSecrets.
+	missingSecrets bool
 	// origins are the (route, rule index) of each rule of the model, in
 	// the order of lb.HTTP.Rules until finish.
 	origins []ruleOrigin
@@ -166,6 +171,7 @@ func Build(in Input) Result {
 	listeners := b.listeners()
 	res.Accepted = b.acceptedCondition(listeners, addrErr)
 
+	res.MissingSecrets = b.missingSecrets
 	routes := b.routes(listeners, &res)
 	for _, rt := range routes {
 		b.addRules(rt, lb)
@@ -392,6 +398,7 @@ func (b *build) listenerCerts(l *listener) {
 		}
 		secret := b.secrets[id]
 		if secret == nil {
+			b.missingSecrets = true
 			fail(gatewayv1.ListenerReasonInvalidCertificateRef, fmt.Sprintf("Secret %s not found", id))
 			continue
 		}

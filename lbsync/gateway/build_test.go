@@ -144,6 +144,9 @@ func TestListenerStatus(t *testing.T) {
 			if l.Served != tt.served || len(l.Status.SupportedKinds) != tt.kindsLen {
 				t.Errorf("served %v kinds %v, want %v and %d kinds", l.Served, l.Status.SupportedKinds, tt.served, tt.kindsLen)
 			}
+			if res.MissingSecrets != (tt.name == "missing secret") {
+				t.Errorf("MissingSecrets %v", res.MissingSecrets)
+			}
 			if (res.LB != nil) != tt.served {
 				t.Errorf("model %v, want one: %v", res.LB != nil, tt.served)
 			}
