@@ -669,6 +669,9 @@ func (b *build) checkRoute(rt *gatewayv1.HTTPRoute) (accepted, resolved metav1.C
 			b.errorf("httproute %s/%s: rule %d: %v", rt.Namespace, rt.Name, i, err)
 			return accepted, resolved
 		}
+		if rule.Timeouts != nil || rule.Retry != nil || rule.SessionPersistence != nil {
+			b.warnf("httproute %s/%s: rule %d: timeouts, retry and sessionPersistence are not supported: ignored", rt.Namespace, rt.Name, i)
+		}
 		if err := checkRegexes(rule); err != nil {
 			accepted = b.cond(string(gatewayv1.RouteConditionAccepted), false, string(gatewayv1.RouteReasonUnsupportedValue), fmt.Sprintf("rule %d: %v", i, err), gen)
 			b.errorf("httproute %s/%s: rule %d: %v", rt.Namespace, rt.Name, i, err)
