@@ -198,7 +198,7 @@ func (c *Controller) enqueueGateway(obj any) {
 func (c *Controller) gatewayUpdated(oldObj, obj any) {
 	old, ok1 := oldObj.(*gatewayv1.Gateway)
 	cur, ok2 := obj.(*gatewayv1.Gateway)
-	if ok1 && ok2 && old.Generation == cur.Generation && apiequality.Semantic.DeepEqual(old.ObjectMeta.Labels, cur.ObjectMeta.Labels) &&
+	if ok1 && ok2 && old.Generation == cur.Generation && apiequality.Semantic.DeepEqual(old.Labels, cur.Labels) &&
 		apiequality.Semantic.DeepEqual(old.DeletionTimestamp, cur.DeletionTimestamp) {
 		return
 	}

@@ -66,7 +66,7 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 
 	// Backends: Service a (one Pod on node 0), b (one Pod on node 1).
 	for i, app := range []string{"a", "b"} {
-		e.pod(t, ns, app+"-1", e.nodeName(i), list(entry(8080, e.nodeIP(i), int(61000+i), "tcp")), func(p *corev1.Pod) {
+		e.pod(t, ns, app+"-1", e.nodeName(i), list(entry(8080, e.nodeIP(i), 61000+i, "tcp")), func(p *corev1.Pod) {
 			p.Labels = map[string]string{"app": app}
 		})
 		e.createService(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app}, Spec: corev1.ServiceSpec{
