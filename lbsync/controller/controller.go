@@ -109,6 +109,9 @@ type Controller struct {
 	// gatewayVIPs holds the VIPs last learnt per Gateway, for its status
 	// when an unchanged model is not applied again.
 	gatewayVIPs map[queueKey][]string
+	// gatewayGone records the Gateways whose load balancer was deleted
+	// because they have nothing to serve, so it is deleted once.
+	gatewayGone map[queueKey]bool
 
 	cachesSynced atomic.Bool
 	firstSync    atomic.Bool
@@ -156,6 +159,7 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		drains:      map[queueKey]drainTracker{},
 		registered:  map[string]map[string]bool{},
 		gatewayVIPs: map[queueKey][]string{},
+		gatewayGone: map[queueKey]bool{},
 	}
 
 	svcInformer := factory.Core().V1().Services()
@@ -453,6 +457,7 @@ func (c *Controller) forget(key queueKey) {
 	delete(c.noBackends, key)
 	delete(c.drains, key)
 	delete(c.gatewayVIPs, key)
+	delete(c.gatewayGone, key)
 	c.mu.Unlock()
 }
 

@@ -392,18 +392,33 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
 		}
 	}
 
+	// The routes' statuses do not depend on the apply: written first.
+	if err := c.writeRouteStatuses(ctx, key, res.Routes); err != nil {
+		return err
+	}
+	if res.MissingSecrets {
+		// Secrets are not watched (npl-lbsync caches none): look again.
+		c.queue.AddAfter(key, missingSecretRetry)
+	}
 	var prog gateway.Programmed
 	if res.LB == nil {
+		// Nothing to serve: no load balancer, deleted once.
 		c.mu.Lock()
 		_, had := c.applied[key]
+		gone := c.gatewayGone[key]
 		c.mu.Unlock()
-		if err := c.provider.Delete(ctx, name, providers.L7); err != nil {
-			return fmt.Errorf("delete load balancer %s: %w", name, err)
+		if had || !gone {
+			if err := c.provider.Delete(ctx, name, providers.L7); err != nil {
+				return fmt.Errorf("delete load balancer %s: %w", name, err)
+			}
+			if had {
+				c.recorder.Eventf(gw, corev1.EventTypeNormal, "Deleted", "Load balancer %s deleted: nothing to serve", name)
+			}
+			c.forget(key)
+			c.mu.Lock()
+			c.gatewayGone[key] = true
+			c.mu.Unlock()
 		}
-		if had {
-			c.recorder.Eventf(gw, corev1.EventTypeNormal, "Deleted", "Load balancer %s deleted: nothing to serve", name)
-		}
-		c.forget(key)
 	} else {
 		prog, err = c.applyGateway(ctx, key, gw, res)
 		if err != nil {
@@ -414,14 +429,7 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
 			return err
 		}
 	}
-	if err := c.writeGatewayStatus(ctx, gw, res, prog); err != nil {
-		return err
-	}
-	if res.MissingSecrets {
-		// Secrets are not watched (npl-lbsync caches none): look again.
-		c.queue.AddAfter(key, missingSecretRetry)
-	}
-	return c.writeRouteStatuses(ctx, key, res.Routes)
+	return c.writeGatewayStatus(ctx, gw, res, prog)
 }
 
 // applyGateway applies a Gateway's model through the one apply path and
@@ -436,6 +444,7 @@ func (c *Controller) applyGateway(ctx context.Context, key queueKey, gw *gateway
 			prog, told = gateway.Programmed{OK: true, VIPs: status.VIPs}, true
 			c.mu.Lock()
 			c.gatewayVIPs[key] = status.VIPs
+			delete(c.gatewayGone, key)
 			c.mu.Unlock()
 			return nil
 		},
