@@ -150,6 +150,7 @@ func run(ctx context.Context, o *options) error {
 		DrainPeriod:      cfg.DrainPeriod(),
 		IngressClass:     cfg.IngressClass(),
 		IngressSharedVIP: cfg.IngressSharedVIP(),
+		GatewayFeatures:  gateway.FeaturesFor(cfg.ProviderName()),
 	}, client, provider, metrics)
 	if cfg.GatewayAPIEnabled() {
 		if err := enableGatewayAPI(ctx, restCfg, client, ctrl); err != nil {

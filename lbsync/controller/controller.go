@@ -64,6 +64,9 @@ type Settings struct {
 	IngressClass string
 	// IngressSharedVIP serves all our Ingresses on one load balancer.
 	IngressSharedVIP bool
+	// GatewayFeatures are the features announced in the status of npl's
+	// GatewayClasses (gateway.FeaturesFor the provider).
+	GatewayFeatures []gatewayv1.FeatureName
 }
 
 // Controller reconciles load balancers with Services.

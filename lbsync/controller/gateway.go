@@ -312,7 +312,7 @@ func (c *Controller) syncGatewayClass(ctx context.Context, key queueKey) error {
 	if err != nil || !gateway.ClassOurs(gc) {
 		return nil
 	}
-	want := gateway.ClassStatus(gc)
+	want := gateway.ClassStatus(gc, c.settings.GatewayFeatures)
 	want.Conditions = gateway.MergeConditions(gc.Status.Conditions, want.Conditions, metav1.Now(), false)
 	if apiequality.Semantic.DeepEqual(gc.Status, want) {
 		return nil

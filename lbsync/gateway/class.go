@@ -32,13 +32,40 @@ const (
 	KindSecret    = "Secret"
 )
 
-// SupportedFeatures are the conformance features npl-lbsync announces in
-// its GatewayClasses' status.supportedFeatures, sorted: exactly those it
-// passes in the official suite.
-var SupportedFeatures = []gatewayv1.FeatureName{
-	"Gateway",
-	"HTTPRoute",
-	"ReferenceGrant",
+// CoreFeatures are the conformance features of the core GATEWAY-HTTP
+// profile, which npl-lbsync supports with every provider that serves the
+// model.
+var CoreFeatures = []gatewayv1.FeatureName{"Gateway", "HTTPRoute", "ReferenceGrant"}
+
+// ExtendedFeatures are the extended features that pass the official suite
+// with a provider that serves the whole L7 model (haproxy, mock); sorted.
+var ExtendedFeatures = []gatewayv1.FeatureName{
+	"GatewayAddressEmpty",
+	"GatewayPort8080",
+	"HTTPRouteBackendProtocolWebSocket",
+	"HTTPRouteHostRewrite",
+	"HTTPRouteMethodMatching",
+	"HTTPRouteNamedRouteRule",
+	"HTTPRouteParentRefPort",
+	"HTTPRoutePathRedirect",
+	"HTTPRoutePathRewrite",
+	"HTTPRoutePortRedirect",
+	"HTTPRouteQueryParamMatching",
+	"HTTPRouteResponseHeaderModification",
+	"HTTPRouteSchemeRedirect",
+}
+
+// FeaturesFor returns the features npl-lbsync announces in its
+// GatewayClasses' status.supportedFeatures with a provider, sorted: the
+// extended ones only with a provider that serves the whole L7 model.
+func FeaturesFor(provider string) []gatewayv1.FeatureName {
+	out := slices.Clone(CoreFeatures)
+	switch provider {
+	case "haproxy", "mock":
+		out = append(out, ExtendedFeatures...)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // ClassOurs reports whether npl-lbsync serves the Gateways of class c.
@@ -63,9 +90,9 @@ func FindClass(classes []*gatewayv1.GatewayClass, name string) *gatewayv1.Gatewa
 }
 
 // ClassStatus is the status npl-lbsync writes into one of its
-// GatewayClasses: Accepted, and the features it supports. Conditions have
-// no lastTransitionTime; MergeConditions sets it.
-func ClassStatus(c *gatewayv1.GatewayClass) gatewayv1.GatewayClassStatus {
+// GatewayClasses: Accepted, and the features it supports (FeaturesFor).
+// Conditions have no lastTransitionTime; MergeConditions sets it.
+func ClassStatus(c *gatewayv1.GatewayClass, features []gatewayv1.FeatureName) gatewayv1.GatewayClassStatus {
 	st := gatewayv1.GatewayClassStatus{}
 	cond := metav1.Condition{
 		Type: string(gatewayv1.GatewayClassConditionStatusAccepted), Status: metav1.ConditionTrue,
@@ -77,7 +104,7 @@ func ClassStatus(c *gatewayv1.GatewayClass) gatewayv1.GatewayClassStatus {
 		cond.Message = "npl-lbsync takes no parameters: remove spec.parametersRef"
 	}
 	st.Conditions = []metav1.Condition{cond}
-	for _, f := range SupportedFeatures {
+	for _, f := range features {
 		st.SupportedFeatures = append(st.SupportedFeatures, gatewayv1.SupportedFeature{Name: f})
 	}
 	return st

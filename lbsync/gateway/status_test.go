@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,12 +83,16 @@ func TestRouteParentsMerge(t *testing.T) {
 
 func TestClassStatus(t *testing.T) {
 	c := &gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: "npl", Generation: 4}, Spec: gatewayv1.GatewayClassSpec{ControllerName: ControllerName}}
-	st := ClassStatus(c)
+	st := ClassStatus(c, FeaturesFor("mock"))
 	if a := cond(st.Conditions, "Accepted"); a.Status != metav1.ConditionTrue || a.ObservedGeneration != 4 {
 		t.Errorf("Accepted %+v", a)
 	}
-	if len(st.SupportedFeatures) != len(SupportedFeatures) || st.SupportedFeatures[0].Name != "Gateway" {
+	if len(st.SupportedFeatures) != len(CoreFeatures)+len(ExtendedFeatures) || st.SupportedFeatures[0].Name != "Gateway" ||
+		!slices.IsSortedFunc(st.SupportedFeatures, func(a, b gatewayv1.SupportedFeature) int { return strings.Compare(string(a.Name), string(b.Name)) }) {
 		t.Errorf("features %+v", st.SupportedFeatures)
+	}
+	if got := FeaturesFor("avi"); !slices.Equal(got, CoreFeatures) {
+		t.Errorf("avi features %v, want the core ones", got)
 	}
 	if !ClassOurs(c) || ClassOurs(&gatewayv1.GatewayClass{Spec: gatewayv1.GatewayClassSpec{ControllerName: "x/y"}}) {
 		t.Error("ClassOurs")

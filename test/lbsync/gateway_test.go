@@ -152,7 +152,7 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 	waitFor(t, 30*time.Second, "the GatewayClass status", func() (bool, error) {
 		c, err := gw1.GatewayClasses().Get(ctx, className, metav1.GetOptions{})
 		return err == nil && hasCond(c.Status.Conditions, "Accepted", metav1.ConditionTrue, "Accepted") &&
-			len(c.Status.SupportedFeatures) == len(gateway.SupportedFeatures), err
+			len(c.Status.SupportedFeatures) == len(gateway.FeaturesFor("mock")), err
 	})
 	waitFor(t, 30*time.Second, "the Gateway status", func() (bool, error) {
 		g, err := gw1.Gateways(ns).Get(ctx, "gw", metav1.GetOptions{})
