@@ -192,6 +192,33 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 		})
 	}
 
+	// A Gateway of another controller's class: no load balancer, no status.
+	foreignClass := "other-" + ns
+	if _, err := gw1.GatewayClasses().Create(ctx, &gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: foreignClass},
+		Spec: gatewayv1.GatewayClassSpec{ControllerName: "example.org/other"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw1.GatewayClasses().Delete(context.Background(), foreignClass, metav1.DeleteOptions{}) })
+	foreign := &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "foreign"}, Spec: gatewayv1.GatewaySpec{
+		GatewayClassName: gatewayv1.ObjectName(foreignClass),
+		Listeners:        []gatewayv1.Listener{{Name: "http", Port: 80, Protocol: gatewayv1.HTTPProtocolType}}}}
+	if _, err := gw1.Gateways(ns).Create(ctx, foreign, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.syncedAfter(t, "services", ns, "a", l)
+	if st, err := l.MockState(); err != nil {
+		t.Fatal(err)
+	} else if _, ok := stack.FindLoadBalancer(st, providers.GatewayLoadBalancerName(name, ns, "foreign")); ok {
+		t.Errorf("a load balancer for the Gateway of another controller")
+	}
+	if g, err := gw1.Gateways(ns).Get(ctx, "foreign", metav1.GetOptions{}); err != nil || len(g.Status.Listeners) != 0 || len(g.Status.Addresses) != 0 ||
+		slices.ContainsFunc(g.Status.Conditions, func(c metav1.Condition) bool { return c.Reason == "Accepted" || c.Reason == "Programmed" }) {
+		t.Errorf("the Gateway of another controller got a status: %+v (%v)", g.Status, err)
+	}
+	if c, err := gw1.GatewayClasses().Get(ctx, foreignClass, metav1.GetOptions{}); err != nil || len(c.Status.SupportedFeatures) != 0 {
+		t.Errorf("the GatewayClass of another controller got a status: %+v (%v)", c.Status, err)
+	}
+
 	// r2 deleted: its rules go, r1's stay.
 	if err := gw1.HTTPRoutes(ns).Delete(ctx, "r2", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
