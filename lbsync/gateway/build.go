@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -1150,6 +1151,12 @@ func (b *build) finish(lb *providers.LoadBalancer, ls []*listener) {
 		seen[matchKey(r)] = true
 		rules = append(rules, r)
 	}
+	for _, r := range isolation(ls) {
+		if !seen[matchKey(r)] {
+			seen[matchKey(r)] = true
+			rules = append(rules, r)
+		}
+	}
 	lb.HTTP.Rules = rules
 	for _, p := range b.pools {
 		lb.Pools = append(lb.Pools, *p)
@@ -1161,6 +1168,35 @@ func (b *build) finish(lb *providers.LoadBalancer, ls []*listener) {
 	}
 	providers.SortPools(lb.Pools)
 	providers.SortRules(lb.HTTP.Rules)
+}
+
+// isolationOrder ranks the rules of isolation after every route rule.
+const isolationOrder = math.MaxInt32
+
+// isolation returns, for each served listener whose hostname is more
+// specific than that of another listener on its port, a rule that answers
+// 404 to the requests for that hostname no route of the listener matches:
+// Gateway API's listener isolation. A request goes to the listener of the
+// most specific matching hostname only; without the rule it would fall
+// through to the routes of the less specific listener. The rule's path is
+// the regular expression ".*", which ranks after every Exact and Prefix
+// path and every longer regular expression of its host.
+func isolation(ls []*listener) []providers.Rule {
+	var out []providers.Rule
+	for _, l := range ls {
+		if !l.served() || l.hostname == "" {
+			continue
+		}
+		shadows := slices.ContainsFunc(ls, func(m *listener) bool {
+			return m != l && m.served() && m.spec.Port == l.spec.Port && m.hostname != l.hostname &&
+				(m.hostname == "" || (strings.HasPrefix(m.hostname, "*.") && strings.HasSuffix(l.hostname, m.hostname[1:])))
+		})
+		if shadows {
+			out = append(out, providers.Rule{Host: l.hostname, Path: ".*", PathType: providers.PathRegex, FixedStatus: 404,
+				Ports: []int32{l.spec.Port}, Order: isolationOrder})
+		}
+	}
+	return out
 }
 
 // matchKey identifies the requests a rule matches.
