@@ -589,7 +589,11 @@ func (b *build) attach(rt *gatewayv1.HTTPRoute, ref gatewayv1.ParentReference, l
 		l.routes[rt.Namespace+"/"+rt.Name] = true
 		if l.served() {
 			port := l.spec.Port
-			at.hosts[port] = append(at.hosts[port], hosts...)
+			for _, h := range hosts {
+				if !capturedElsewhere(l, h, ls) {
+					at.hosts[port] = append(at.hosts[port], h)
+				}
+			}
 		}
 	}
 	if !attached {
@@ -1170,6 +1174,30 @@ func (b *build) finish(lb *providers.LoadBalancer, ls []*listener) {
 	providers.SortRules(lb.HTTP.Rules)
 }
 
+// covers reports whether a listener hostname pattern takes every request
+// for host (a name or a wildcard): the same, or a wildcard above it.
+func covers(pattern, host string) bool {
+	if pattern == host {
+		return true
+	}
+	return strings.HasPrefix(pattern, "*.") && host != "" && strings.HasSuffix(host, pattern[1:]) && len(host) > len(pattern)-1
+}
+
+// capturedElsewhere reports whether the requests for host, which a route
+// gets on listener l, go to another listener of l's port whose hostname is
+// more specific and covers host (listener isolation): the route's rules
+// for host would never be reached on l, and must not be reached on the
+// other.
+func capturedElsewhere(l *listener, host string, ls []*listener) bool {
+	return slices.ContainsFunc(ls, func(m *listener) bool {
+		if m == l || !m.served() || m.spec.Port != l.spec.Port || m.hostname == "" || m.hostname == l.hostname {
+			return false
+		}
+		moreSpecific := l.hostname == "" || covers(l.hostname, m.hostname)
+		return moreSpecific && covers(m.hostname, host)
+	})
+}
+
 // isolationOrder ranks the rules of isolation after every route rule.
 const isolationOrder = math.MaxInt32
 
@@ -1179,8 +1207,10 @@ const isolationOrder = math.MaxInt32
 // Gateway API's listener isolation. A request goes to the listener of the
 // most specific matching hostname only; without the rule it would fall
 // through to the routes of the less specific listener. The rule's path is
-// the regular expression ".*", which ranks after every Exact and Prefix
-// path and every longer regular expression of its host.
+// the prefix "/" with the last Order, which ranks after every other path
+// of its host (Exact, RegularExpression, longer prefixes, and "/" with
+// method, header or query tests); a route's own plain "/" rule replaces
+// it.
 func isolation(ls []*listener) []providers.Rule {
 	var out []providers.Rule
 	for _, l := range ls {
@@ -1192,7 +1222,7 @@ func isolation(ls []*listener) []providers.Rule {
 				(m.hostname == "" || (strings.HasPrefix(m.hostname, "*.") && strings.HasSuffix(l.hostname, m.hostname[1:])))
 		})
 		if shadows {
-			out = append(out, providers.Rule{Host: l.hostname, Path: ".*", PathType: providers.PathRegex, FixedStatus: 404,
+			out = append(out, providers.Rule{Host: l.hostname, Path: "/", PathType: providers.PathPrefix, FixedStatus: 404,
 				Ports: []int32{l.spec.Port}, Order: isolationOrder})
 		}
 	}

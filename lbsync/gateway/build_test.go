@@ -383,7 +383,7 @@ func TestListenerIsolation(t *testing.T) {
 		httpL("abc", 80, "abc.foo.example.com"), httpL("other-port", 8080, "x.example.com"))
 	res := Build(Input{ClusterName: testCluster, Gateway: gw})
 	catchAll := func(host string) providers.Rule {
-		return providers.Rule{Host: host, Path: ".*", PathType: providers.PathRegex, FixedStatus: 404, Ports: []int32{80}, Order: isolationOrder}
+		return providers.Rule{Host: host, Path: "/", PathType: providers.PathPrefix, FixedStatus: 404, Ports: []int32{80}, Order: isolationOrder}
 	}
 	want := []providers.Rule{catchAll("abc.foo.example.com"), catchAll("*.foo.example.com"), catchAll("*.example.com")}
 	if res.LB == nil {
@@ -391,5 +391,39 @@ func TestListenerIsolation(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, res.LB.HTTP.Rules, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("rules (-want +got):\n%s", diff)
+	}
+}
+
+// TestListenerIsolationIntersection: a route's hostnames that a more
+// specific listener of the port takes give no rule on its less specific
+// listener (GatewayHTTPListenerIsolation with hostname intersection).
+func TestListenerIsolationIntersection(t *testing.T) {
+	gw := gateway(httpL("empty", 80, ""), httpL("wild", 80, "*.example.com"), httpL("abc", 80, "abc.foo.example.com"))
+	section := func(name string) routeMod {
+		return parent(gatewayv1.ParentReference{Name: "gw", Namespace: ptr(gatewayv1.Namespace(infraNS)), SectionName: ptr(gatewayv1.SectionName(name))})
+	}
+	all := hostnames("bar.com", "*.example.com", "abc.foo.example.com")
+	routes := []*gatewayv1.HTTPRoute{
+		route("to-empty", 1, all, section("empty"), rule([]gatewayv1.HTTPRouteMatch{prefixM("/empty")}, svcRef("a", 1))),
+		route("to-wild", 2, all, section("wild"), rule([]gatewayv1.HTTPRouteMatch{prefixM("/wild")}, svcRef("a", 1))),
+		route("to-abc", 3, all, section("abc"), rule([]gatewayv1.HTTPRouteMatch{prefixM("/abc")}, svcRef("a", 1))),
+	}
+	res := Build(Input{ClusterName: testCluster, Gateway: gw, Routes: routes, Services: []*corev1.Service{service(appNS, "a")}})
+	got := map[string][]string{}
+	for _, r := range res.LB.HTTP.Rules {
+		got[r.Host] = append(got[r.Host], r.Path)
+	}
+	want := map[string][]string{
+		"bar.com":             {"/empty"},
+		"*.example.com":       {"/wild", "/"},
+		"abc.foo.example.com": {"/abc", "/"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("paths by host (-want +got):\n%s", diff)
+	}
+	for _, l := range res.Listeners {
+		if l.Status.AttachedRoutes != 1 {
+			t.Errorf("listener %s: %d attached routes, want 1", l.Status.Name, l.Status.AttachedRoutes)
+		}
 	}
 }
