@@ -41,6 +41,7 @@ var CoreFeatures = []gatewayv1.FeatureName{"Gateway", "HTTPRoute", "ReferenceGra
 // with a provider that serves the whole L7 model (haproxy, mock); sorted.
 var ExtendedFeatures = []gatewayv1.FeatureName{
 	"GatewayAddressEmpty",
+	"GatewayHTTPListenerIsolation",
 	"GatewayPort8080",
 	"HTTPRouteBackendProtocolWebSocket",
 	"HTTPRouteHostRewrite",
