@@ -392,6 +392,16 @@ func TestListenerIsolation(t *testing.T) {
 	if diff := cmp.Diff(want, res.LB.HTTP.Rules, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("rules (-want +got):\n%s", diff)
 	}
+
+	// A route's own "/" on the listener replaces the 404 rule.
+	rt := route("r", 1, parent(gatewayv1.ParentReference{Name: "gw", Namespace: ptr(gatewayv1.Namespace(infraNS)),
+		SectionName: ptr(gatewayv1.SectionName("abc"))}), rule(nil, svcRef("a", 1)))
+	res = Build(Input{ClusterName: testCluster, Gateway: gw, Routes: []*gatewayv1.HTTPRoute{rt}, Services: []*corev1.Service{service(appNS, "a")}})
+	for _, r := range res.LB.HTTP.Rules {
+		if r.Host == "abc.foo.example.com" && (r.FixedStatus != 0 || r.Pool != poolName("r", 0)) {
+			t.Errorf("rule %+v: want the route's", r)
+		}
+	}
 }
 
 // TestListenerIsolationIntersection: a route's hostnames that a more
