@@ -83,3 +83,20 @@ func ListenerName(lbName string, protocol Protocol, port int32) string {
 func CertificateName(lbName, secret string) string {
 	return lbName + "-" + strings.ReplaceAll(secret, "/", "-") + "-TLS"
 }
+
+// gatewaySuffix marks the load balancer of a Gateway API Gateway. Upper
+// case, like l7Suffix, so it cannot be a Service's or an Ingress's.
+const gatewaySuffix = "-GW"
+
+// GatewayLoadBalancerName is the name of the load balancer of a Gateway
+// API Gateway: <clusterName>--<namespace>-<gateway>-GW.
+func GatewayLoadBalancerName(clusterName, namespace, gateway string) string {
+	return clusterName + nameSeparator + namespace + "-" + gateway + gatewaySuffix
+}
+
+// GatewayPoolName is the name of the pool of one rule of an HTTPRoute on a
+// Gateway's load balancer: <lbName>-<namespace>-<route>-R<rule index>. The
+// backendRefs of the rule share it, weighted.
+func GatewayPoolName(lbName, namespace, route string, rule int) string {
+	return fmt.Sprintf("%s-%s-%s-R%d", lbName, namespace, route, rule)
+}

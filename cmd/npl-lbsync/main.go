@@ -21,14 +21,17 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/nodeportlocal/npl/internal/cli"
 	"github.com/nodeportlocal/npl/internal/serve"
 	"github.com/nodeportlocal/npl/lbsync/config"
 	"github.com/nodeportlocal/npl/lbsync/controller"
+	"github.com/nodeportlocal/npl/lbsync/gateway"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -147,7 +150,13 @@ func run(ctx context.Context, o *options) error {
 		DrainPeriod:      cfg.DrainPeriod(),
 		IngressClass:     cfg.IngressClass(),
 		IngressSharedVIP: cfg.IngressSharedVIP(),
+		GatewayFeatures:  gateway.FeaturesFor(cfg.ProviderName()),
 	}, client, provider, metrics)
+	if cfg.GatewayAPIEnabled() {
+		if err := enableGatewayAPI(ctx, restCfg, client, ctrl); err != nil {
+			return err
+		}
+	}
 
 	metricsMux := serve.Metrics(reg)
 	if h, ok := providers.Unwrap(provider).(interface{ Handler() http.Handler }); ok {
@@ -232,5 +241,27 @@ func run(ctx context.Context, o *options) error {
 		// with fresh state, as client-go recommends.
 		return fmt.Errorf("lost leadership")
 	}
+	return nil
+}
+
+// enableGatewayAPI makes ctrl serve Gateways when the API server serves the
+// Gateway API resources; without their CRDs it says so once and the rest
+// runs as usual.
+func enableGatewayAPI(ctx context.Context, restCfg *rest.Config, client kubernetes.Interface, ctrl *controller.Controller) error {
+	served, missing, err := controller.GatewayAPIServed(client.Discovery())
+	if err != nil {
+		return err
+	}
+	if !served {
+		klog.FromContext(ctx).Info("gatewayAPI.enabled is set but the Gateway API CRDs are not installed: Gateways are not served until they are and npl-lbsync restarts",
+			"missing", missing)
+		return nil
+	}
+	gc, err := gatewayclient.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("gateway API client: %w", err)
+	}
+	ctrl.EnableGatewayAPI(gc)
+	klog.FromContext(ctx).Info("Serving Gateway API Gateways", "controllerName", gateway.ControllerName)
 	return nil
 }

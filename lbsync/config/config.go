@@ -52,6 +52,7 @@ type Config struct {
 	defaultLoadBalancer bool
 	ingressClass        string
 	ingressSharedVIP    bool
+	gatewayAPI          bool
 	vipPool             []netip.Prefix
 	resyncPeriod        time.Duration
 	drainSeconds        int
@@ -80,6 +81,11 @@ func (c *Config) IngressClass() string { return c.ingressClass }
 // IngressSharedVIP serves all Ingresses of our class on one load balancer
 // and VIP instead of one each.
 func (c *Config) IngressSharedVIP() bool { return c.ingressSharedVIP }
+
+// GatewayAPIEnabled reports whether npl-lbsync serves the Gateways of
+// GatewayClasses whose controllerName is npl.io/gateway-controller
+// (gatewayAPI.enabled).
+func (c *Config) GatewayAPIEnabled() bool { return c.gatewayAPI }
 
 // VIPPool returns the ranges VIPs are taken from, for providers that do not
 // allocate them.
@@ -133,11 +139,17 @@ type file struct {
 	DefaultLoadBalancer bool            `json:"defaultLoadBalancer"`
 	IngressClass        string          `json:"ingressClass"`
 	IngressSharedVIP    bool            `json:"ingressSharedVIP"`
+	GatewayAPI          json.RawMessage `json:"gatewayAPI"`
 	VIPPool             []string        `json:"vipPool"`
 	ResyncPeriod        string          `json:"resyncPeriod"`
 	DrainSeconds        *int            `json:"drainSeconds"`
 	IPFamily            string          `json:"ipFamily"`
 	Provider            json.RawMessage `json:"provider"`
+}
+
+// gatewayAPI is the gatewayAPI section.
+type gatewayAPI struct {
+	Enabled bool `json:"enabled"`
 }
 
 // Parse decodes a configuration file's content. baseDir is the directory it
@@ -168,6 +180,13 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 	}
 	if err := c.validate(&f); err != nil {
 		return nil, err
+	}
+	if !isNull(f.GatewayAPI) {
+		var g gatewayAPI
+		if err := strictjson.Decode(f.GatewayAPI, &g, "config: gatewayAPI."); err != nil {
+			return nil, err
+		}
+		c.gatewayAPI = g.Enabled
 	}
 	if err := c.parseProvider(f.Provider); err != nil {
 		return nil, err

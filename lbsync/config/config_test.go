@@ -31,6 +31,7 @@ type view struct {
 	DrainPeriod         time.Duration
 	IPFamily            string
 	IngressSharedVIP    bool
+	GatewayAPIEnabled   bool
 	ProviderName        string
 	Provider            providers.Config
 	Common              providers.Common
@@ -42,8 +43,9 @@ func viewOf(c *Config) view {
 		Dir: c.Dir(), ClusterName: c.ClusterName(), ServiceType: c.ServiceType(),
 		LoadBalancerClass: c.LoadBalancerClass(), DefaultLoadBalancer: c.DefaultLoadBalancer(),
 		IngressClass: c.IngressClass(), VIPPool: c.VIPPool(), ResyncPeriod: c.ResyncPeriod(),
-		DrainPeriod: c.DrainPeriod(), IPFamily: c.IPFamily(), IngressSharedVIP: c.IngressSharedVIP(), ProviderName: c.ProviderName(),
-		Provider: providerConfig(c.Provider()), Common: c.Common(), Claim: c.Claim(),
+		DrainPeriod: c.DrainPeriod(), IPFamily: c.IPFamily(), IngressSharedVIP: c.IngressSharedVIP(), GatewayAPIEnabled: c.GatewayAPIEnabled(),
+		ProviderName: c.ProviderName(),
+		Provider:     providerConfig(c.Provider()), Common: c.Common(), Claim: c.Claim(),
 	}
 }
 
@@ -92,7 +94,7 @@ func TestLoad_fullFile(t *testing.T) {
 	want := view{
 		Dir: "testdata", ClusterName: "prod-eu1", ServiceType: "NodePort", LoadBalancerClass: "example.com/lb",
 		DefaultLoadBalancer: true, IngressClass: "edge", VIPPool: common.VIPPool, ResyncPeriod: 90 * time.Second,
-		DrainPeriod: 0, IPFamily: "IPv6", IngressSharedVIP: true, ProviderName: "mock",
+		DrainPeriod: 0, IPFamily: "IPv6", IngressSharedVIP: true, GatewayAPIEnabled: true, ProviderName: "mock",
 		Provider: &mock.Config{Common: common, StateFile: "testdata/mock-state.json", Latency: 20 * time.Millisecond,
 			FailCalls: 2, AllowFaultInjection: true},
 		Common: common,
@@ -171,6 +173,7 @@ func TestParse_errorsNameTheField(t *testing.T) {
 		{"clusterName with the separator", "clusterName: a--b\nprovider: {name: mock}\n",
 			`config: clusterName: "a--b" must not contain "--"`},
 		{"unknown top-level key", ok + "vipPools: [203.0.113.0/28]\n", "config: vipPools: unknown field"},
+		{"unknown gatewayAPI key", ok + "gatewayAPI: {enable: true}\n", "config: gatewayAPI.enable: unknown field"},
 		{"key case matters", "clusterName: a\nClusterName: b\nprovider: {name: mock}\n", "config: ClusterName: unknown field"},
 		{"duplicate key", ok + "clusterName: b\n", `config: yaml: unmarshal errors: line 3: key "clusterName" already set in map`},
 		{"not YAML", "clusterName: [a\n", "config: yaml: line 1: did not find expected ',' or ']'"},

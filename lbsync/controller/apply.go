@@ -24,6 +24,11 @@ const (
 	// kindSharedIngress is the load balancer that all our Ingresses share
 	// (ingressSharedVIP); it has no namespace or name.
 	kindSharedIngress
+	// kindGateway is a Gateway API Gateway and its load balancer.
+	kindGateway
+	// kindGatewayClass is a GatewayClass, whose status npl-lbsync writes
+	// when it is npl's.
+	kindGatewayClass
 )
 
 // queueKey is an item of the work queue, and the key of what the
@@ -46,6 +51,10 @@ func (k queueKey) String() string {
 		return "ingress " + k.namespace + "/" + k.name
 	case kindSharedIngress:
 		return "shared ingress load balancer"
+	case kindGateway:
+		return "gateway " + k.namespace + "/" + k.name
+	case kindGatewayClass:
+		return "gatewayclass " + k.name
 	default:
 		return "service " + k.namespace + "/" + k.name
 	}

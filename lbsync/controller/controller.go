@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/builder"
@@ -66,6 +67,9 @@ type Settings struct {
 	IngressClass string
 	// IngressSharedVIP serves all our Ingresses on one load balancer.
 	IngressSharedVIP bool
+	// GatewayFeatures are the features announced in the status of npl's
+	// GatewayClasses (gateway.FeaturesFor the provider).
+	GatewayFeatures []gatewayv1.FeatureName
 }
 
 // Controller reconciles load balancers with Services.
@@ -86,6 +90,9 @@ type Controller struct {
 
 	queue workqueue.TypedRateLimitingInterface[queueKey]
 
+	// gw is the Gateway API part; nil unless EnableGatewayAPI was called.
+	gw *gatewayState
+
 	// sharedMu serialises the syncs of the shared Ingress load balancer,
 	// which any Ingress's key may trigger.
 	sharedMu sync.Mutex
@@ -105,6 +112,12 @@ type Controller struct {
 	// registered records, per gated Pod, which Services have it applied
 	// on the load balancer (readiness.go).
 	registered map[string]map[string]bool
+	// gatewayVIPs holds the VIPs last learnt per Gateway, for its status
+	// when an unchanged model is not applied again.
+	gatewayVIPs map[queueKey][]string
+	// gatewayGone records the Gateways whose load balancer was deleted
+	// because they have nothing to serve, so it is deleted once.
+	gatewayGone map[queueKey]bool
 	// podEventAt is when a Pod event last opened a key's coalescing window.
 	podEventAt map[queueKey]time.Time
 
@@ -131,7 +144,12 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "npl-lbsync"})
+	// Events name their objects by kind: the scheme knows Kubernetes' and
+	// Gateway API's.
+	eventScheme := runtime.NewScheme()
+	utilruntime.Must(scheme.AddToScheme(eventScheme))
+	utilruntime.Must(gatewayv1.Install(eventScheme))
+	recorder := broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: "npl-lbsync"})
 
 	c := &Controller{
 		settings: settings,
@@ -143,12 +161,14 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[queueKey](200*time.Millisecond, settings.MaxBackoff),
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "npl-lbsync"}),
-		applied:    map[queueKey]string{},
-		rejected:   map[queueKey]string{},
-		noBackends: map[queueKey]bool{},
-		drains:     map[queueKey]drainTracker{},
-		registered: map[string]map[string]bool{},
-		podEventAt: map[queueKey]time.Time{},
+		applied:     map[queueKey]string{},
+		rejected:    map[queueKey]string{},
+		noBackends:  map[queueKey]bool{},
+		drains:      map[queueKey]drainTracker{},
+		registered:  map[string]map[string]bool{},
+		gatewayVIPs: map[queueKey][]string{},
+		gatewayGone: map[queueKey]bool{},
+		podEventAt:  map[queueKey]time.Time{},
 	}
 
 	svcInformer := factory.Core().V1().Services()
@@ -202,6 +222,9 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 // this, so that a new leader starts with warm caches.
 func (c *Controller) Start(ctx context.Context) error {
 	c.factory.Start(ctx.Done())
+	if c.gw != nil {
+		c.gw.factory.Start(ctx.Done())
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("wait for informer caches: %w", ctx.Err())
 	}
@@ -283,7 +306,7 @@ func (c *Controller) queueAll(force bool) int {
 	for _, ing := range ings {
 		c.queue.Add(ingressKey(ing.Namespace, ing.Name))
 	}
-	return len(services) + len(ings)
+	return len(services) + len(ings) + c.queueAllGateways()
 }
 
 func (c *Controller) worker(ctx context.Context) {
@@ -304,6 +327,10 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		err = c.syncIngress(ctx, key)
 	case kindSharedIngress:
 		err = c.syncSharedIngresses(ctx)
+	case kindGateway:
+		err = c.syncGateway(ctx, key)
+	case kindGatewayClass:
+		err = c.syncGatewayClass(ctx, key)
 	default:
 		err = c.syncService(ctx, key)
 	}
@@ -335,6 +362,7 @@ func (c *Controller) enqueueService(obj any, delay time.Duration) {
 	if s, ok := obj.(*corev1.Service); ok {
 		c.queue.AddAfter(serviceKey(s.Namespace, s.Name), delay)
 		c.enqueueIngressesOf(keyOf(s), delay)
+		c.enqueueGatewaysOf(keyOf(s), delay)
 	}
 }
 
@@ -368,6 +396,7 @@ func (c *Controller) enqueuePodServices(oldObj, obj any) {
 		delay := c.coalesceDelay(k, now)
 		c.queue.AddAfter(k, delay)
 		c.enqueueIngressesOf(k.namespace+"/"+k.name, delay)
+		c.enqueueGatewaysOf(k.namespace+"/"+k.name, delay)
 	}
 }
 
@@ -433,11 +462,13 @@ func (c *Controller) syncService(ctx context.Context, key queueKey) error {
 		return c.release(ctx, svc)
 	}
 	c.forget(key)
-	// An Ingress backend opted in that no npl Ingress uses any more. A
+	// An Ingress or route backend opted in that no npl Ingress or route
+	// uses any more. A
 	// Service claimed as a load balancer (by any installation) keeps the
 	// opt-in its claimer manages.
 	if svc.DeletionTimestamp == nil && svc.Annotations[contract.AutoAnnotatedKey] == "true" &&
-		svc.Annotations[contract.ClaimedByKey] == "" && !claim.HasFinalizer(svc) && !c.referencedByNPLIngress(svc) {
+		svc.Annotations[contract.ClaimedByKey] == "" && !claim.HasFinalizer(svc) && !c.referencedByNPLIngress(svc) &&
+		!c.referencedByNPLRoute(svc) {
 		return c.patchOptIn(ctx, svc, false)
 	}
 	// Another installation's, or nobody's: not ours to touch.
@@ -450,6 +481,8 @@ func (c *Controller) forget(key queueKey) {
 	delete(c.rejected, key)
 	delete(c.noBackends, key)
 	delete(c.drains, key)
+	delete(c.gatewayVIPs, key)
+	delete(c.gatewayGone, key)
 	delete(c.podEventAt, key)
 	c.mu.Unlock()
 }
@@ -563,6 +596,9 @@ func (c *Controller) claimedNames() map[string]bool {
 		}
 	}
 	for name := range c.claimedIngressNames() {
+		names[name] = true
+	}
+	for name := range c.claimedGatewayNames() {
 		names[name] = true
 	}
 	return names

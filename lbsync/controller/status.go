@@ -42,8 +42,8 @@ func (c *Controller) patchIngress(ctx context.Context, ing *networkingv1.Ingress
 
 // patchOptIn adds or removes the NodePortLocal opt-in that we manage.
 func (c *Controller) patchOptIn(ctx context.Context, svc *corev1.Service, want bool) error {
-	if !want && c.referencedByNPLIngress(svc) {
-		return nil // an npl Ingress still needs the Service's node ports
+	if !want && (c.referencedByNPLIngress(svc) || c.referencedByNPLRoute(svc)) {
+		return nil // an npl Ingress or route still needs the Service's node ports
 	}
 	patch, _ := claim.AnnotationPatch(svc, want)
 	return c.patchService(ctx, svc, patch)

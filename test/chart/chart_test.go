@@ -54,6 +54,34 @@ func (r *release) agentEnabled() bool {
 	return v == true
 }
 
+func (r *release) gatewayAPIEnabled() bool {
+	v, _ := r.values.PathValue("gatewayAPI.enabled")
+	return v == true
+}
+
+// readsSecrets reports whether the values let npl-lbsync read TLS Secrets.
+func (r *release) readsSecrets() bool {
+	ing, _ := r.values.PathValue("ingressClass.readTLSSecrets")
+	gw, _ := r.values.PathValue("gatewayAPI.readTLSSecrets")
+	return ing == true || (r.gatewayAPIEnabled() && gw == true)
+}
+
+// lbsyncWant is what the lbsync ClusterRole grants with the release's
+// values.
+func (r *release) lbsyncWant() []string {
+	want := lbsyncGrants
+	if r.webhookEnabled() || r.gatewayAPIEnabled() {
+		want = sortedJoin(want, lbsyncNamespaceGrants)
+	}
+	if r.gatewayAPIEnabled() {
+		want = sortedJoin(want, lbsyncGatewayGrants)
+	}
+	if r.readsSecrets() {
+		want = sortedJoin(want, []string{"/secrets:get"})
+	}
+	return want
+}
+
 func (r *release) webhookEnabled() bool {
 	v, _ := r.values.PathValue("lbsync.webhook.enabled")
 	return v == true
@@ -583,10 +611,16 @@ var (
 		expand([]string{"/pods/status", "networking.k8s.io/ingresses", "networking.k8s.io/ingresses/status"}, "patch"),
 		expand([]string{"/events", "events.k8s.io/events"}, "create", "patch"),
 	)
-	// The webhook reads the readiness-gate label of Namespaces.
-	lbsyncWebhookGrants = sortedJoin(lbsyncGrants, expand([]string{"/namespaces"}, "get", "list", "watch"))
-	lbsyncLeaseGrants   = []string{"coordination.k8s.io/leases:create", "coordination.k8s.io/leases:get@npl-lbsync", "coordination.k8s.io/leases:update@npl-lbsync"}
-	uninstallGrants     = sortedJoin(expand([]string{"/services", "networking.k8s.io/ingresses"}, "get", "list", "patch"),
+	// The webhook reads the readiness-gate label of Namespaces, the Gateway
+	// API support their labels (listeners' namespace selectors).
+	lbsyncNamespaceGrants = expand([]string{"/namespaces"}, "get", "list", "watch")
+	lbsyncGatewayGrants   = sortedJoin(
+		expand([]string{"gateway.networking.k8s.io/gatewayclasses", "gateway.networking.k8s.io/gateways",
+			"gateway.networking.k8s.io/httproutes", "gateway.networking.k8s.io/referencegrants"}, "get", "list", "watch"),
+		expand([]string{"gateway.networking.k8s.io/gatewayclasses/status", "gateway.networking.k8s.io/gateways/status",
+			"gateway.networking.k8s.io/httproutes/status"}, "update", "patch"))
+	lbsyncLeaseGrants = []string{"coordination.k8s.io/leases:create", "coordination.k8s.io/leases:get@npl-lbsync", "coordination.k8s.io/leases:update@npl-lbsync"}
+	uninstallGrants   = sortedJoin(expand([]string{"/services", "networking.k8s.io/ingresses"}, "get", "list", "patch"),
 		expand([]string{"/services/status", "networking.k8s.io/ingresses/status"}, "patch"),
 		expand([]string{"networking.k8s.io/ingressclasses"}, "list"))
 )
@@ -598,8 +632,7 @@ func checkRBAC(t *testing.T, r *release) {
 		when       bool
 	}{
 		{"ClusterRole", agentName, agentGrants, r.agentEnabled()},
-		{"ClusterRole", lbsyncName, lbsyncGrants, !r.webhookEnabled()},
-		{"ClusterRole", lbsyncName, lbsyncWebhookGrants, r.webhookEnabled()},
+		{"ClusterRole", lbsyncName, r.lbsyncWant(), true},
 		{"Role", lbsyncName + "-lease", lbsyncLeaseGrants, true},
 		{"ClusterRole", uninstallName, uninstallGrants, true},
 	} {
@@ -622,9 +655,13 @@ func checkRBAC(t *testing.T, r *release) {
 	if lease, _ := flagValue(d.Spec.Template.Spec.Containers[0].Args, "leader-elect-lease-name"); lease != "npl-lbsync" {
 		t.Errorf("--leader-elect-lease-name=%q; want npl-lbsync, the name the Role allows", lease)
 	}
-	// No role reads Secrets or uses wildcards.
+	// No role reads Secrets (but npl-lbsync's when the values let it) or
+	// uses wildcards.
 	for _, kind := range []string{"ClusterRole", "Role"} {
 		for _, o := range r.find(kind) {
+			if r.readsSecrets() && kind == "ClusterRole" && o.u.GetName() == lbsyncName {
+				continue // checked above: get, nothing else
+			}
 			var rules []rbacv1.PolicyRule
 			switch role := o.typed.(type) {
 			case *rbacv1.ClusterRole:
@@ -952,5 +989,40 @@ func TestChart_longestReleaseNameGivesValidObjectNames(t *testing.T) {
 		if msgs := validation.IsDNS1123Label(o.u.GetName()); len(msgs) > 0 {
 			t.Errorf("%s: name is not a DNS label: %v", o, msgs)
 		}
+	}
+}
+
+func TestChart_gatewayAPIGrantsOnlyWhenEnabled(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		overrides map[string]any
+		gateway   bool
+		secrets   bool
+	}{
+		{"disabled", map[string]any{"gatewayAPI.enabled": false, "gatewayAPI.readTLSSecrets": true}, false, false},
+		{"enabled", map[string]any{"gatewayAPI.enabled": true}, true, false},
+		{"enabled with Secrets", map[string]any{"gatewayAPI.enabled": true, "gatewayAPI.readTLSSecrets": true, "lbsync.webhook.enabled": false}, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := render(t, filepath.Join(chartDir, "ci", "mock-values.yaml"), tc.overrides)
+			if r.gatewayAPIEnabled() != tc.gateway || r.readsSecrets() != tc.secrets {
+				t.Fatalf("values: gatewayAPI %v secrets %v", r.gatewayAPIEnabled(), r.readsSecrets())
+			}
+			checkRBAC(t, r)
+			got := grants(r.one(t, "ClusterRole", lbsyncName).typed.(*rbacv1.ClusterRole).Rules)
+			for _, g := range lbsyncGatewayGrants {
+				if slices.Contains(got, g) != tc.gateway {
+					t.Errorf("grant %s: %v, want %v", g, !tc.gateway, tc.gateway)
+				}
+			}
+			if slices.Contains(got, "/secrets:get") != tc.secrets {
+				t.Errorf("secrets get granted: %v, want %v", !tc.secrets, tc.secrets)
+			}
+			// The configuration npl-lbsync reads says the same.
+			cfg := r.one(t, "ConfigMap", configMapName).typed.(*corev1.ConfigMap).Data["config.yaml"]
+			if want := fmt.Sprintf("gatewayAPI:\n  enabled: %v\n", tc.gateway); !strings.Contains(cfg, want) {
+				t.Errorf("config.yaml lacks %q:\n%s", want, cfg)
+			}
+		})
 	}
 }

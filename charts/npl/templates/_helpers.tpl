@@ -172,6 +172,7 @@ install with a message rather than crash-looping npl-lbsync.
   "defaultLoadBalancer" $v.defaultLoadBalancer
   "ingressClass" $v.ingressClass.name
   "ingressSharedVIP" $v.ingressClass.sharedVIP
+  "gatewayAPI" (dict "enabled" $v.gatewayAPI.enabled)
   "vipPool" $v.vipPool
   "resyncPeriod" $v.lbsync.resyncPeriod
   "drainSeconds" $v.lbsync.drainSeconds

@@ -1,0 +1,602 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+	gatewayinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
+	gatewaylisters "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
+
+	"github.com/nodeportlocal/npl/lbsync/builder"
+	"github.com/nodeportlocal/npl/lbsync/gateway"
+	"github.com/nodeportlocal/npl/lbsync/ingress"
+	"github.com/nodeportlocal/npl/lbsync/inputs"
+	"github.com/nodeportlocal/npl/providers"
+)
+
+// The indexes of the HTTPRoute informer.
+const (
+	// routeParentIndex indexes HTTPRoutes by the "namespace/name" of each
+	// Gateway their parentRefs name.
+	routeParentIndex = "parentGateway"
+	// routeBackendIndex indexes HTTPRoutes by the "namespace/name" of each
+	// Service their backendRefs name.
+	routeBackendIndex = "backendService"
+)
+
+// missingSecretRetry is how soon a Gateway whose listener names a missing
+// Secret is synced again.
+const missingSecretRetry = 10 * time.Second
+
+// gatewayResources are the resources of gateway.networking.k8s.io/v1 that
+// npl-lbsync reads.
+var gatewayResources = []string{"gatewayclasses", "gateways", "httproutes", "referencegrants"}
+
+// GatewayAPIServed reports whether the API server serves the Gateway API
+// resources npl-lbsync reads (their CRDs are installed), and which are
+// missing when not.
+func GatewayAPIServed(d discovery.DiscoveryInterface) (bool, []string, error) {
+	list, err := d.ServerResourcesForGroupVersion(gatewayv1.GroupVersion.String())
+	if apierrors.IsNotFound(err) {
+		return false, gatewayResources, nil
+	}
+	if err != nil {
+		return false, nil, fmt.Errorf("discover %s: %w", gatewayv1.GroupVersion, err)
+	}
+	var missing []string
+	for _, r := range gatewayResources {
+		if !slices.ContainsFunc(list.APIResources, func(a metav1.APIResource) bool { return a.Name == r }) {
+			missing = append(missing, r)
+		}
+	}
+	return len(missing) == 0, missing, nil
+}
+
+// gatewayState is the Gateway API part of the controller, set by
+// EnableGatewayAPI.
+type gatewayState struct {
+	client    gatewayclient.Interface
+	factory   gatewayinformers.SharedInformerFactory
+	classes   gatewaylisters.GatewayClassLister
+	gateways  gatewaylisters.GatewayLister
+	routes    gatewaylisters.HTTPRouteLister
+	routeIdx  cache.Indexer
+	grants    gatewaylisters.ReferenceGrantLister
+	namespace cache.Indexer
+}
+
+// EnableGatewayAPI makes the controller serve the Gateways of npl's
+// GatewayClasses with client; call it before Start, once the Gateway API
+// CRDs are known to be served (GatewayAPIServed).
+func (c *Controller) EnableGatewayAPI(client gatewayclient.Interface) {
+	factory := gatewayinformers.NewSharedInformerFactoryWithOptions(client, 0, gatewayinformers.WithTransform(trimGatewayObject))
+	v1 := factory.Gateway().V1()
+	g := &gatewayState{client: client, factory: factory}
+	classInf, gwInf, routeInf, grantInf := v1.GatewayClasses(), v1.Gateways(), v1.HTTPRoutes(), v1.ReferenceGrants()
+	nsInf := c.factory.Core().V1().Namespaces()
+	utilruntime.Must(routeInf.Informer().AddIndexers(cache.Indexers{routeParentIndex: routeParents, routeBackendIndex: routeBackends}))
+	g.classes, g.gateways, g.routes, g.grants = classInf.Lister(), gwInf.Lister(), routeInf.Lister(), grantInf.Lister()
+	g.routeIdx = routeInf.Informer().GetIndexer()
+	g.namespace = nsInf.Informer().GetIndexer()
+	c.gw = g
+
+	_, _ = classInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.gatewayClassChanged,
+		UpdateFunc: func(_, obj any) { c.gatewayClassChanged(obj) },
+		DeleteFunc: c.gatewayClassChanged,
+	})
+	_, _ = gwInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueGateway,
+		UpdateFunc: c.gatewayUpdated,
+		DeleteFunc: c.enqueueGateway,
+	})
+	_, _ = routeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.routeChanged(nil, obj) },
+		UpdateFunc: c.routeChanged,
+		DeleteFunc: func(obj any) { c.routeChanged(obj, nil) },
+	})
+	all := func(any) { c.enqueueAllGateways() }
+	_, _ = grantInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: all, UpdateFunc: func(_, obj any) { all(obj) }, DeleteFunc: all,
+	})
+	_, _ = nsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, obj any) {
+			o, ok1 := old.(*corev1.Namespace)
+			n, ok2 := obj.(*corev1.Namespace)
+			if ok1 && ok2 && !labels.Equals(o.Labels, n.Labels) {
+				c.enqueueAllGateways()
+			}
+		},
+	})
+	c.synced = append(c.synced, classInf.Informer().HasSynced, gwInf.Informer().HasSynced, routeInf.Informer().HasSynced,
+		grantInf.Informer().HasSynced, nsInf.Informer().HasSynced)
+}
+
+// trimGatewayObject drops the managed fields of Gateway API objects.
+func trimGatewayObject(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+func routeParents(obj any) ([]string, error) {
+	rt, ok := obj.(*gatewayv1.HTTPRoute)
+	if !ok || rt == nil {
+		return nil, nil
+	}
+	keys := gateway.Gateways(rt)
+	// A Gateway whose entry the route's status still holds must hear of
+	// the route, to remove it.
+	for _, p := range rt.Status.Parents {
+		if p.ControllerName != gateway.ControllerName {
+			continue
+		}
+		ns := rt.Namespace
+		if p.ParentRef.Namespace != nil {
+			ns = string(*p.ParentRef.Namespace)
+		}
+		if k := ns + "/" + string(p.ParentRef.Name); !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
+}
+
+func routeBackends(obj any) ([]string, error) {
+	rt, ok := obj.(*gatewayv1.HTTPRoute)
+	if !ok || rt == nil {
+		return nil, nil
+	}
+	var out []string
+	for _, b := range gateway.Backends(rt) {
+		out = append(out, b.String())
+	}
+	return out, nil
+}
+
+func gatewayKey(namespace, name string) queueKey { return queueKey{kindGateway, namespace, name} }
+func gatewayClassKey(name string) queueKey       { return queueKey{kind: kindGatewayClass, name: name} }
+
+func (c *Controller) gatewayClassChanged(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if gc, ok := obj.(*gatewayv1.GatewayClass); ok {
+		c.queue.Add(gatewayClassKey(gc.Name))
+	}
+	c.enqueueAllGateways()
+}
+
+func (c *Controller) enqueueGateway(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if gw, ok := obj.(*gatewayv1.Gateway); ok {
+		c.queue.Add(gatewayKey(gw.Namespace, gw.Name))
+	}
+}
+
+// gatewayUpdated queues a Gateway whose spec or metadata changed; a write
+// of its status (ours) needs no sync.
+func (c *Controller) gatewayUpdated(oldObj, obj any) {
+	old, ok1 := oldObj.(*gatewayv1.Gateway)
+	cur, ok2 := obj.(*gatewayv1.Gateway)
+	if ok1 && ok2 && old.Generation == cur.Generation && apiequality.Semantic.DeepEqual(old.Labels, cur.Labels) &&
+		apiequality.Semantic.DeepEqual(old.DeletionTimestamp, cur.DeletionTimestamp) {
+		return
+	}
+	c.enqueueGateway(obj)
+}
+
+func (c *Controller) enqueueAllGateways() {
+	if c.gw == nil {
+		return
+	}
+	gws, _ := c.gw.gateways.List(labels.Everything())
+	for _, gw := range gws {
+		c.queue.Add(gatewayKey(gw.Namespace, gw.Name))
+	}
+}
+
+// routeChanged queues the Gateways a route names or named, and the
+// Services it stopped naming, whose opt-in may have to go.
+func (c *Controller) routeChanged(oldObj, obj any) {
+	if d, ok := oldObj.(cache.DeletedFinalStateUnknown); ok {
+		oldObj = d.Obj
+	}
+	old, _ := oldObj.(*gatewayv1.HTTPRoute)
+	cur, _ := obj.(*gatewayv1.HTTPRoute)
+	if old != nil && cur != nil && old.Generation == cur.Generation && apiequality.Semantic.DeepEqual(old.Labels, cur.Labels) {
+		return // a status write: nothing to build
+	}
+	keys := map[string]bool{}
+	for _, rt := range []*gatewayv1.HTTPRoute{old, cur} {
+		ks, _ := routeParents(rt)
+		for _, k := range ks {
+			keys[k] = true
+		}
+	}
+	for k := range keys {
+		ns, name, _ := cache.SplitMetaNamespaceKey(k)
+		c.queue.Add(gatewayKey(ns, name))
+	}
+	if old != nil {
+		now := gateway.Backends(cur)
+		for _, b := range gateway.Backends(old) {
+			if !slices.Contains(now, b) {
+				c.queue.Add(serviceKey(b.Namespace, b.Name))
+			}
+		}
+	}
+}
+
+// enqueueGatewaysOf queues the Gateways of the routes that name a Service.
+func (c *Controller) enqueueGatewaysOf(svcKey string, delay time.Duration) {
+	if c.gw == nil {
+		return
+	}
+	objs, _ := c.gw.routeIdx.ByIndex(routeBackendIndex, svcKey)
+	for _, o := range objs {
+		ks, _ := routeParents(o)
+		for _, k := range ks {
+			ns, name, _ := cache.SplitMetaNamespaceKey(k)
+			c.queue.AddAfter(gatewayKey(ns, name), delay)
+		}
+	}
+}
+
+// queueAllGateways queues every GatewayClass and Gateway.
+func (c *Controller) queueAllGateways() int {
+	if c.gw == nil {
+		return 0
+	}
+	classes, _ := c.gw.classes.List(labels.Everything())
+	for _, gc := range classes {
+		c.queue.Add(gatewayClassKey(gc.Name))
+	}
+	gws, _ := c.gw.gateways.List(labels.Everything())
+	for _, gw := range gws {
+		c.queue.Add(gatewayKey(gw.Namespace, gw.Name))
+	}
+	return len(classes) + len(gws)
+}
+
+func (c *Controller) gatewayClasses() []*gatewayv1.GatewayClass {
+	classes, _ := c.gw.classes.List(labels.Everything())
+	return classes
+}
+
+// referencedByNPLRoute reports whether an HTTPRoute attached to a Gateway
+// of an npl GatewayClass sends requests to the Service.
+func (c *Controller) referencedByNPLRoute(svc *corev1.Service) bool {
+	if c.gw == nil {
+		return false
+	}
+	classes := c.gatewayClasses()
+	objs, _ := c.gw.routeIdx.ByIndex(routeBackendIndex, keyOf(svc))
+	for _, o := range objs {
+		rt, ok := o.(*gatewayv1.HTTPRoute)
+		if !ok {
+			continue
+		}
+		for _, k := range gateway.Gateways(rt) {
+			ns, name, _ := cache.SplitMetaNamespaceKey(k)
+			if gw, err := c.gw.gateways.Gateways(ns).Get(name); err == nil && gateway.Ours(gw, classes) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// syncGatewayClass writes the status of one of npl's GatewayClasses.
+func (c *Controller) syncGatewayClass(ctx context.Context, key queueKey) error {
+	gc, err := c.gw.classes.Get(key.name)
+	if err != nil || !gateway.ClassOurs(gc) {
+		return nil
+	}
+	want := gateway.ClassStatus(gc, c.settings.GatewayFeatures)
+	want.Conditions = gateway.MergeConditions(gc.Status.Conditions, want.Conditions, metav1.Now(), false)
+	if apiequality.Semantic.DeepEqual(gc.Status, want) {
+		return nil
+	}
+	patch, err := statusPatch(want, "supportedFeatures")
+	if err != nil {
+		return err
+	}
+	_, err = c.gw.client.GatewayV1().GatewayClasses().Patch(ctx, gc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return fmt.Errorf("patch gatewayclass %s status: %w", gc.Name, err)
+	}
+	return nil
+}
+
+// statusPatch is a merge patch that sets status to st, with the listed
+// fields null (removed) when st omits them.
+func statusPatch(st any, nullable ...string) ([]byte, error) {
+	raw, err := json.Marshal(st)
+	if err != nil {
+		return nil, fmt.Errorf("marshal status: %w", err)
+	}
+	m := map[string]any{}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("unmarshal status: %w", err)
+	}
+	for _, f := range nullable {
+		if _, ok := m[f]; !ok {
+			m[f] = nil
+		}
+	}
+	return json.Marshal(map[string]any{"status": m})
+}
+
+// syncGateway makes the load balancer of one Gateway match it and its
+// routes, and writes the statuses of the Gateway and of the routes'
+// parentRefs to it.
+func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
+	name := providers.GatewayLoadBalancerName(c.settings.ClusterName, key.namespace, key.name)
+	gw, err := c.gw.gateways.Gateways(key.namespace).Get(key.name)
+	if err != nil || !gateway.Ours(gw, c.gatewayClasses()) || gw.DeletionTimestamp != nil {
+		// Gone, or not ours (any more): no load balancer, and no status of
+		// ours on its routes.
+		c.mu.Lock()
+		_, had := c.applied[key]
+		c.mu.Unlock()
+		if had || err != nil {
+			if derr := c.provider.Delete(ctx, name, providers.L7); derr != nil {
+				return fmt.Errorf("delete load balancer %s: %w", name, derr)
+			}
+			if had {
+				klog.FromContext(ctx).Info("Deleted the load balancer of a Gateway", "gateway", key.namespace+"/"+key.name, "lb", name)
+			}
+		}
+		c.forget(key)
+		return c.writeRouteStatuses(ctx, key, nil)
+	}
+
+	in, err := c.gatewayInput(ctx, gw)
+	if err != nil {
+		return err
+	}
+	res := gateway.Build(in)
+	for _, e := range res.Report.Errors {
+		c.recorder.Event(gw, corev1.EventTypeWarning, "InvalidGateway", e)
+	}
+	for _, w := range res.Report.Warnings {
+		c.recorder.Event(gw, corev1.EventTypeWarning, "GatewayWarning", w)
+	}
+	if c.settings.ServiceType == builder.ServiceTypeNodePortLocal {
+		for _, ref := range res.Backends {
+			if svc := c.store.Service(ref.Namespace, ref.Name); ingress.WantsOptIn(svc) {
+				if err := c.patchOptIn(ctx, svc, true); err != nil {
+					return err
+				}
+			}
+		}
+	}
+
+	// The routes' statuses do not depend on the apply: written first.
+	if err := c.writeRouteStatuses(ctx, key, res.Routes); err != nil {
+		return err
+	}
+	if res.MissingSecrets {
+		// Secrets are not watched (npl-lbsync caches none): look again.
+		c.queue.AddAfter(key, missingSecretRetry)
+	}
+	var prog gateway.Programmed
+	if res.LB == nil {
+		// Nothing to serve: no load balancer, deleted once.
+		c.mu.Lock()
+		_, had := c.applied[key]
+		gone := c.gatewayGone[key]
+		c.mu.Unlock()
+		if had || !gone {
+			if err := c.provider.Delete(ctx, name, providers.L7); err != nil {
+				return fmt.Errorf("delete load balancer %s: %w", name, err)
+			}
+			if had {
+				c.recorder.Eventf(gw, corev1.EventTypeNormal, "Deleted", "Load balancer %s deleted: nothing to serve", name)
+			}
+			c.forget(key)
+			c.mu.Lock()
+			c.gatewayGone[key] = true
+			c.mu.Unlock()
+		}
+	} else {
+		prog, err = c.applyGateway(ctx, key, gw, res)
+		if err != nil {
+			// The status says why; the retry may succeed.
+			if serr := c.writeGatewayStatus(ctx, gw, res, prog); serr != nil {
+				klog.FromContext(ctx).Error(serr, "Write Gateway status", "gateway", keyOf(gw))
+			}
+			return err
+		}
+	}
+	return c.writeGatewayStatus(ctx, gw, res, prog)
+}
+
+// applyGateway applies a Gateway's model through the one apply path and
+// returns what the Gateway's Programmed condition says.
+func (c *Controller) applyGateway(ctx context.Context, key queueKey, gw *gatewayv1.Gateway, res gateway.Result) (gateway.Programmed, error) {
+	var prog gateway.Programmed
+	told := false
+	_, err := c.apply(ctx, model{
+		key: key, lb: res.LB, report: res.Report, objects: []runtime.Object{gw},
+		needsStatus: len(gw.Status.Addresses) == 0, syncedEvents: true,
+		setStatus: func(_ context.Context, status providers.Status) error {
+			prog, told = gateway.Programmed{OK: true, VIPs: status.VIPs}, true
+			c.mu.Lock()
+			c.gatewayVIPs[key] = status.VIPs
+			delete(c.gatewayGone, key)
+			c.mu.Unlock()
+			return nil
+		},
+		setFailed: func(_ context.Context, reason, message string) error {
+			prog, told = gateway.Programmed{Reason: string(gatewayv1.GatewayReasonInvalid), Message: reason + ": " + message}, true
+			return nil
+		},
+	})
+	switch {
+	case err != nil && !told:
+		prog = gateway.Programmed{Reason: string(gatewayv1.GatewayReasonPending), Message: err.Error()}
+	case err == nil && !told:
+		// Unchanged and applied before: the VIPs are those last learnt.
+		c.mu.Lock()
+		vips := c.gatewayVIPs[key]
+		c.mu.Unlock()
+		prog = gateway.Programmed{OK: true, VIPs: vips}
+	}
+	return prog, err
+}
+
+// writeGatewayStatus writes the Gateway's status when it changes.
+func (c *Controller) writeGatewayStatus(ctx context.Context, gw *gatewayv1.Gateway, res gateway.Result, prog gateway.Programmed) error {
+	want := gateway.MergeGatewayStatus(gw.Status, gateway.GatewayStatus(gw, res, prog), metav1.Now())
+	want.AttachedListenerSets = gw.Status.AttachedListenerSets
+	if apiequality.Semantic.DeepEqual(gw.Status, want) {
+		return nil
+	}
+	patch, err := statusPatch(want, "addresses")
+	if err != nil {
+		return err
+	}
+	_, err = c.gw.client.GatewayV1().Gateways(gw.Namespace).Patch(ctx, gw.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return fmt.Errorf("patch gateway %s/%s status: %w", gw.Namespace, gw.Name, err)
+	}
+	return nil
+}
+
+// writeRouteStatuses sets, in every route that names the Gateway of key or
+// holds an entry of ours for it, the parent statuses of results (none
+// when the Gateway is gone or not ours). A conflict fails the sync, which
+// is retried.
+func (c *Controller) writeRouteStatuses(ctx context.Context, key queueKey, results []gateway.RouteResult) error {
+	objs, _ := c.gw.routeIdx.ByIndex(routeParentIndex, key.namespace+"/"+key.name)
+	now := metav1.Now()
+	for _, o := range objs {
+		rt, ok := o.(*gatewayv1.HTTPRoute)
+		if !ok {
+			continue
+		}
+		var desired []gatewayv1.RouteParentStatus
+		if i := slices.IndexFunc(results, func(r gateway.RouteResult) bool { return r.Namespace == rt.Namespace && r.Name == rt.Name }); i >= 0 {
+			desired = results[i].Parents
+		}
+		parents := gateway.RouteParents(rt.Status.Parents, key.namespace, key.name, rt.Namespace, desired, now)
+		if apiequality.Semantic.DeepEqual(rt.Status.Parents, parents) || (len(parents) == 0 && len(rt.Status.Parents) == 0) {
+			continue
+		}
+		upd := rt.DeepCopy()
+		upd.Status.Parents = parents
+		if _, err := c.gw.client.GatewayV1().HTTPRoutes(rt.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("update httproute %s/%s status: %w", rt.Namespace, rt.Name, err)
+		}
+	}
+	return nil
+}
+
+// gatewayInput gathers what Build reads for gw from the caches, and its
+// certificate Secrets from the API.
+func (c *Controller) gatewayInput(ctx context.Context, gw *gatewayv1.Gateway) (gateway.Input, error) {
+	in := gateway.Input{ClusterName: c.settings.ClusterName, ServiceType: c.settings.ServiceType, Family: c.settings.Family, Gateway: gw}
+	objs, _ := c.gw.routeIdx.ByIndex(routeParentIndex, gw.Namespace+"/"+gw.Name)
+	seen := map[string]bool{}
+	for _, o := range objs {
+		rt, ok := o.(*gatewayv1.HTTPRoute)
+		if !ok {
+			continue
+		}
+		in.Routes = append(in.Routes, rt)
+		for _, ref := range gateway.Backends(rt) {
+			if seen[ref.String()] {
+				continue
+			}
+			seen[ref.String()] = true
+			if svc := c.store.Service(ref.Namespace, ref.Name); svc != nil {
+				in.Services = append(in.Services, svc)
+				in.Pods = append(in.Pods, c.store.PodsFor(svc)...)
+			}
+		}
+	}
+	if c.settings.ServiceType == builder.ServiceTypeNodePort {
+		in.Nodes = typed[*corev1.Node](c.store.Nodes.List())
+	}
+	in.Namespaces = typed[*corev1.Namespace](c.gw.namespace.List())
+	in.ReferenceGrants, _ = c.gw.grants.List(labels.Everything())
+	get := inputs.APISecrets(c.client)
+	for _, l := range gw.Spec.Listeners {
+		if l.TLS == nil {
+			continue
+		}
+		for _, ref := range l.TLS.CertificateRefs {
+			if (ref.Group != nil && *ref.Group != "") || (ref.Kind != nil && *ref.Kind != gateway.KindSecret) {
+				continue
+			}
+			ns := gw.Namespace
+			if ref.Namespace != nil {
+				ns = string(*ref.Namespace)
+			}
+			if seen["secret "+ns+"/"+string(ref.Name)] {
+				continue
+			}
+			seen["secret "+ns+"/"+string(ref.Name)] = true
+			secret, err := get(ctx, ns, string(ref.Name))
+			switch {
+			case apierrors.IsNotFound(err):
+			case apierrors.IsForbidden(err):
+				c.recorder.Eventf(gw, corev1.EventTypeWarning, "TLSSecretForbidden",
+					"Cannot read TLS Secret %s/%s: npl-lbsync may not read Secrets", ns, ref.Name)
+			case err != nil:
+				return in, fmt.Errorf("get TLS secret %s/%s of gateway %s: %w", ns, ref.Name, keyOf(gw), err)
+			default:
+				in.Secrets = append(in.Secrets, secret)
+			}
+		}
+	}
+	return in, nil
+}
+
+// claimedGatewayNames returns the names of the load balancers of the
+// Gateways we serve.
+func (c *Controller) claimedGatewayNames() map[string]bool {
+	names := map[string]bool{}
+	if c.gw == nil {
+		return names
+	}
+	classes := c.gatewayClasses()
+	gws, _ := c.gw.gateways.List(labels.Everything())
+	for _, gw := range gws {
+		if gateway.Ours(gw, classes) && gw.DeletionTimestamp == nil {
+			names[providers.GatewayLoadBalancerName(c.settings.ClusterName, gw.Namespace, gw.Name)] = true
+		}
+	}
+	return names
+}
+
+func typed[T any](objs []any) []T {
+	out := make([]T, 0, len(objs))
+	for _, o := range objs {
+		if t, ok := o.(T); ok {
+			out = append(out, t)
+		}
+	}
+	return out
+}

@@ -1,0 +1,1242 @@
+package gateway
+
+import (
+	"cmp"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/nodeportlocal/npl/lbsync/builder"
+	"github.com/nodeportlocal/npl/providers"
+)
+
+// Input is everything Build reads. Build does not modify it.
+type Input struct {
+	// ClusterName prefixes the load balancer's name.
+	ClusterName string
+	// ServiceType and Family are as for builder.Input.
+	ServiceType string
+	Family      string
+	// Gateway is the Gateway to build; its class is npl's.
+	Gateway *gatewayv1.Gateway
+	// Routes are candidate HTTPRoutes: Build keeps those with a parentRef
+	// that names the Gateway.
+	Routes []*gatewayv1.HTTPRoute
+	// Namespaces are read for listeners that allow routes by namespace
+	// selector.
+	Namespaces []*corev1.Namespace
+	// ReferenceGrants allow references across namespaces: to backend
+	// Services from routes, to certificate Secrets from the Gateway.
+	ReferenceGrants []*gatewayv1.ReferenceGrant
+	// Services, Pods, Nodes and Secrets are candidates; Build matches
+	// namespaces and names itself. Nodes are used in NodePort mode only.
+	Services []*corev1.Service
+	Pods     []*corev1.Pod
+	Nodes    []*corev1.Node
+	Secrets  []*corev1.Secret
+}
+
+// Result is what Build returns: the model, and the statuses it decides.
+type Result struct {
+	// LB is nil when the Gateway has nothing to serve: it is not accepted,
+	// or none of its listeners can be programmed. Its load balancer must
+	// then not exist.
+	LB     *providers.LoadBalancer
+	Report builder.Report
+	// Accepted is the Gateway's Accepted condition.
+	Accepted metav1.Condition
+	// Listeners are the listeners' statuses in spec order, without the
+	// Programmed condition, which GatewayStatus adds.
+	Listeners []ListenerResult
+	// Routes are the parent statuses of the routes that name the Gateway,
+	// one per such parentRef, routes sorted by namespace and name.
+	Routes []RouteResult
+	// Backends are the Services the attached routes send requests to
+	// (allowed references only), sorted.
+	Backends []ServiceRef
+	// MissingSecrets is set when a listener names a Secret that does not
+	// exist (yet): npl-lbsync watches no Secret, so it looks again later.
+	MissingSecrets bool
+}
+
+// ListenerResult is one listener's status as Build decides it.
+type ListenerResult struct {
+	Status gatewayv1.ListenerStatus
+	// Served is true when the listener's port is in the model.
+	Served bool
+	// Why says why it is not served.
+	Why string
+}
+
+// RouteResult is the status of one route for the Gateway built.
+type RouteResult struct {
+	Namespace string
+	Name      string
+	// Parents are the statuses of the route's parentRefs that name the
+	// Gateway, in spec order.
+	Parents []gatewayv1.RouteParentStatus
+}
+
+// ServiceRef names a Service.
+type ServiceRef struct {
+	Namespace string
+	Name      string
+}
+
+// String is "namespace/name".
+func (r ServiceRef) String() string { return r.Namespace + "/" + r.Name }
+
+// listener is the state of one Gateway listener during a build.
+type listener struct {
+	spec     *gatewayv1.Listener
+	hostname string
+	accepted metav1.Condition
+	resolved metav1.Condition
+	conflict metav1.Condition
+	kinds    []gatewayv1.RouteGroupKind
+	certs    []providers.TLSCert
+	// routes are the routes attached, by namespace/name.
+	routes map[string]bool
+}
+
+// ok reports whether the listener is accepted (routes may attach).
+func (l *listener) ok() bool { return l.accepted.Status == metav1.ConditionTrue }
+
+// served reports whether the listener's port is programmed.
+func (l *listener) served() bool {
+	return l.ok() && l.conflict.Status != metav1.ConditionTrue && len(l.kinds) > 0 &&
+		(l.spec.Protocol != gatewayv1.HTTPSProtocolType || (len(l.certs) > 0 && l.resolved.Reason != string(gatewayv1.ListenerReasonInvalidCertificateRef) &&
+			l.resolved.Reason != string(gatewayv1.ListenerReasonRefNotPermitted)))
+}
+
+type build struct {
+	in       Input
+	gw       *gatewayv1.Gateway
+	r        *builder.Report
+	lbName   string
+	services map[string]*corev1.Service
+	secrets  map[string]*corev1.Secret
+	nsLabels map[string]labels.Set
+	pools    map[string]*providers.Pool
+	backends map[ServiceRef]bool
+	// missingSecrets: see Result.MissingSecrets.
+	missingSecrets bool
+	// origins are the (route, rule index) of each rule of the model, in
+	// the order of lb.HTTP.Rules until finish.
+	origins []ruleOrigin
+}
+
+// Build returns the load balancer of in.Gateway and the statuses of the
+// Gateway, its listeners and its routes. The model has:
+//
+//   - one HTTP or HTTPS listener per port of the Gateway's listeners that
+//     can be programmed (accepted, not conflicted, certificates resolved);
+//   - one Rule per route rule match and effective host (the intersection
+//     of the listener hostname and the route hostnames) with the Ports of
+//     the listeners the route attaches to, and the Order of Gateway API's
+//     tie-break (oldest route, then namespace/name, then rule index);
+//   - one pool per route rule whose members are those of its backendRefs,
+//     weighted by their share; a rule whose backendRefs are all invalid
+//     answers 500 (FixedStatus);
+//   - the certificates of the HTTPS listeners, with their Ports.
+func Build(in Input) Result {
+	var res Result
+	gw := in.Gateway
+	if gw == nil {
+		res.Report.Errors = append(res.Report.Errors, "no Gateway to build from")
+		return res
+	}
+	if _, _, err := builder.Settings(in.ServiceType, in.Family); err != nil {
+		res.Report.Errors = append(res.Report.Errors, err.Error())
+		return res
+	}
+	b := &build{in: in, gw: gw, r: &res.Report, pools: map[string]*providers.Pool{}, backends: map[ServiceRef]bool{}}
+	b.index()
+	b.lbName = providers.GatewayLoadBalancerName(in.ClusterName, gw.Namespace, gw.Name)
+	lb := &providers.LoadBalancer{
+		Name: b.lbName, Kind: providers.L7, Gateway: gw.Namespace + "/" + gw.Name,
+		HTTP: &providers.HTTPRoutes{Rules: []providers.Rule{}},
+	}
+	addrErr := b.addresses(lb)
+
+	listeners := b.listeners()
+	res.Accepted = b.acceptedCondition(listeners, addrErr)
+
+	res.MissingSecrets = b.missingSecrets
+	routes := b.routes(listeners, &res)
+	for _, rt := range routes {
+		b.addRules(rt, lb)
+	}
+
+	for _, l := range listeners {
+		lr := ListenerResult{Status: gatewayv1.ListenerStatus{
+			Name: l.spec.Name, SupportedKinds: l.kinds, AttachedRoutes: int32(len(l.routes)),
+			Conditions: []metav1.Condition{l.accepted, l.resolved, l.conflict},
+		}, Served: l.served()}
+		if !lr.Served {
+			lr.Why = notServedReason(l)
+		}
+		res.Listeners = append(res.Listeners, lr)
+	}
+	if res.Accepted.Status != metav1.ConditionTrue {
+		return res
+	}
+	b.finish(lb, listeners)
+	if len(lb.Listeners) == 0 {
+		return res
+	}
+	for r := range b.backends {
+		res.Backends = append(res.Backends, r)
+	}
+	slices.SortFunc(res.Backends, compareRefs)
+	res.LB = lb
+	return res
+}
+
+func notServedReason(l *listener) string {
+	switch {
+	case !l.ok():
+		return l.accepted.Message
+	case l.conflict.Status == metav1.ConditionTrue:
+		return l.conflict.Message
+	case len(l.kinds) == 0:
+		return "no supported route kind"
+	}
+	return l.resolved.Message
+}
+
+func (b *build) index() {
+	b.services = map[string]*corev1.Service{}
+	for _, s := range b.in.Services {
+		if s != nil {
+			b.services[s.Namespace+"/"+s.Name] = s
+		}
+	}
+	b.secrets = map[string]*corev1.Secret{}
+	for _, s := range b.in.Secrets {
+		if s != nil {
+			b.secrets[s.Namespace+"/"+s.Name] = s
+		}
+	}
+	b.nsLabels = map[string]labels.Set{}
+	for _, n := range b.in.Namespaces {
+		if n != nil {
+			b.nsLabels[n.Name] = n.Labels
+		}
+	}
+}
+
+func (b *build) errorf(format string, args ...any) {
+	b.r.Errors = append(b.r.Errors, fmt.Sprintf(format, args...))
+}
+
+func (b *build) warnf(format string, args ...any) {
+	b.r.Warnings = append(b.r.Warnings, fmt.Sprintf(format, args...))
+}
+
+func (b *build) cond(typ string, ok bool, reason, msg string, gen int64) metav1.Condition {
+	s := metav1.ConditionFalse
+	if ok {
+		s = metav1.ConditionTrue
+	}
+	return metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen}
+}
+
+// addresses sets the requested VIP from spec.addresses; it returns why the
+// Gateway cannot be accepted, or "".
+func (b *build) addresses(lb *providers.LoadBalancer) string {
+	for _, a := range b.gw.Spec.Addresses {
+		if a.Type != nil && *a.Type != gatewayv1.IPAddressType {
+			return fmt.Sprintf("address type %s is not supported: only IPAddress", *a.Type)
+		}
+		if a.Value == "" {
+			continue // the implementation picks the address
+		}
+		addr, err := netip.ParseAddr(a.Value)
+		if err != nil || addr.Zone() != "" {
+			return fmt.Sprintf("address %q is not an IP address", a.Value)
+		}
+		if lb.RequestedVIP != "" {
+			b.warnf("gateway %s/%s: only one address is served: %s ignored", b.gw.Namespace, b.gw.Name, a.Value)
+			continue
+		}
+		lb.RequestedVIP = addr.Unmap().String()
+	}
+	return ""
+}
+
+func (b *build) acceptedCondition(ls []*listener, addrErr string) metav1.Condition {
+	gen := b.gw.Generation
+	typ := string(gatewayv1.GatewayConditionAccepted)
+	if addrErr != "" {
+		return b.cond(typ, false, string(gatewayv1.GatewayReasonUnsupportedAddress), addrErr, gen)
+	}
+	valid := 0
+	for _, l := range ls {
+		if l.ok() {
+			valid++
+		}
+	}
+	switch {
+	case valid == 0:
+		return b.cond(typ, false, string(gatewayv1.GatewayReasonListenersNotValid), "no listener is valid", gen)
+	case valid < len(ls):
+		return b.cond(typ, true, string(gatewayv1.GatewayReasonListenersNotValid),
+			fmt.Sprintf("%d of %d listeners are not valid", len(ls)-valid, len(ls)), gen)
+	}
+	return b.cond(typ, true, string(gatewayv1.GatewayReasonAccepted), "Accepted by npl-lbsync", gen)
+}
+
+// listeners validates the Gateway's listeners.
+func (b *build) listeners() []*listener {
+	gen := b.gw.Generation
+	out := make([]*listener, 0, len(b.gw.Spec.Listeners))
+	for i := range b.gw.Spec.Listeners {
+		spec := &b.gw.Spec.Listeners[i]
+		l := &listener{spec: spec, routes: map[string]bool{}, kinds: []gatewayv1.RouteGroupKind{}}
+		if spec.Hostname != nil {
+			l.hostname = strings.ToLower(string(*spec.Hostname))
+		}
+		l.accepted = b.cond(string(gatewayv1.ListenerConditionAccepted), true, string(gatewayv1.ListenerReasonAccepted), "Accepted", gen)
+		l.resolved = b.cond(string(gatewayv1.ListenerConditionResolvedRefs), true, string(gatewayv1.ListenerReasonResolvedRefs), "References resolved", gen)
+		l.conflict = b.cond(string(gatewayv1.ListenerConditionConflicted), false, string(gatewayv1.ListenerReasonNoConflicts), "No conflicts", gen)
+		switch spec.Protocol {
+		case gatewayv1.HTTPProtocolType, gatewayv1.HTTPSProtocolType:
+		default:
+			l.accepted = b.cond(string(gatewayv1.ListenerConditionAccepted), false, string(gatewayv1.ListenerReasonUnsupportedProtocol),
+				fmt.Sprintf("protocol %s is not supported: only HTTP and HTTPS", spec.Protocol), gen)
+			out = append(out, l)
+			continue
+		}
+		if spec.Protocol == gatewayv1.HTTPSProtocolType && spec.TLS != nil && spec.TLS.Mode != nil && *spec.TLS.Mode != gatewayv1.TLSModeTerminate {
+			l.accepted = b.cond(string(gatewayv1.ListenerConditionAccepted), false, string(gatewayv1.ListenerReasonUnsupportedValue),
+				fmt.Sprintf("TLS mode %s is not supported on HTTPS: only Terminate", *spec.TLS.Mode), gen)
+			out = append(out, l)
+			continue
+		}
+		b.routeKinds(l)
+		if spec.Protocol == gatewayv1.HTTPSProtocolType {
+			b.listenerCerts(l)
+		}
+		out = append(out, l)
+	}
+	conflicts(out, gen)
+	return out
+}
+
+// routeKinds sets the listener's supported kinds: HTTPRoute, unless
+// allowedRoutes.kinds names others only.
+func (b *build) routeKinds(l *listener) {
+	group := gatewayv1.Group(Group)
+	httpRoute := gatewayv1.RouteGroupKind{Group: &group, Kind: KindHTTPRoute}
+	if l.spec.AllowedRoutes == nil || len(l.spec.AllowedRoutes.Kinds) == 0 {
+		l.kinds = []gatewayv1.RouteGroupKind{httpRoute}
+		return
+	}
+	var invalid []string
+	for _, k := range l.spec.AllowedRoutes.Kinds {
+		g := Group
+		if k.Group != nil {
+			g = string(*k.Group)
+		}
+		if g == Group && k.Kind == KindHTTPRoute {
+			if len(l.kinds) == 0 {
+				l.kinds = append(l.kinds, httpRoute)
+			}
+			continue
+		}
+		invalid = append(invalid, g+"/"+string(k.Kind))
+	}
+	if len(invalid) > 0 {
+		l.resolved = b.cond(string(gatewayv1.ListenerConditionResolvedRefs), false, string(gatewayv1.ListenerReasonInvalidRouteKinds),
+			fmt.Sprintf("route kinds %s are not supported: only HTTPRoute", strings.Join(invalid, ", ")), b.gw.Generation)
+	}
+}
+
+// listenerCerts resolves the certificates of an HTTPS listener.
+func (b *build) listenerCerts(l *listener) {
+	gen := b.gw.Generation
+	fail := func(reason gatewayv1.ListenerConditionReason, msg string) {
+		if l.resolved.Status == metav1.ConditionTrue || l.resolved.Reason == string(gatewayv1.ListenerReasonInvalidRouteKinds) {
+			l.resolved = b.cond(string(gatewayv1.ListenerConditionResolvedRefs), false, string(reason), msg, gen)
+		}
+		b.errorf("gateway %s/%s: listener %s: %s", b.gw.Namespace, b.gw.Name, l.spec.Name, msg)
+	}
+	if l.spec.TLS == nil || len(l.spec.TLS.CertificateRefs) == 0 {
+		fail(gatewayv1.ListenerReasonInvalidCertificateRef, "an HTTPS listener needs a certificateRef")
+		return
+	}
+	for _, ref := range l.spec.TLS.CertificateRefs {
+		group, kind := "", KindSecret
+		if ref.Group != nil {
+			group = string(*ref.Group)
+		}
+		if ref.Kind != nil {
+			kind = string(*ref.Kind)
+		}
+		ns := b.gw.Namespace
+		if ref.Namespace != nil {
+			ns = string(*ref.Namespace)
+		}
+		id := ns + "/" + string(ref.Name)
+		if (group != "" && group != "core") || kind != KindSecret {
+			fail(gatewayv1.ListenerReasonInvalidCertificateRef, fmt.Sprintf("certificateRef %s %s/%s is not a Secret", id, group, kind))
+			continue
+		}
+		if ns != b.gw.Namespace && !b.granted(Group, KindGateway, b.gw.Namespace, "", KindSecret, ns, string(ref.Name)) {
+			fail(gatewayv1.ListenerReasonRefNotPermitted, fmt.Sprintf("Secret %s: no ReferenceGrant allows it", id))
+			continue
+		}
+		secret := b.secrets[id]
+		if secret == nil {
+			b.missingSecrets = true
+			fail(gatewayv1.ListenerReasonInvalidCertificateRef, fmt.Sprintf("Secret %s not found", id))
+			continue
+		}
+		cert, key := secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey]
+		if _, err := tls.X509KeyPair(cert, key); err != nil {
+			fail(gatewayv1.ListenerReasonInvalidCertificateRef, fmt.Sprintf("Secret %s: not a TLS certificate and key: %v", id, err))
+			continue
+		}
+		c := providers.TLSCert{Secret: id, Fingerprint: providers.CertFingerprint(cert), Ports: []int32{l.spec.Port},
+			CertPEM: slices.Clone(cert), KeyPEM: slices.Clone(key)}
+		if l.hostname != "" {
+			c.Hosts = []string{l.hostname}
+		}
+		l.certs = append(l.certs, c)
+	}
+}
+
+// conflicts marks listeners that share a port with another protocol, or a
+// port, protocol and hostname.
+func conflicts(ls []*listener, gen int64) {
+	byPort := map[gatewayv1.PortNumber][]*listener{}
+	for _, l := range ls {
+		if l.ok() {
+			byPort[l.spec.Port] = append(byPort[l.spec.Port], l)
+		}
+	}
+	set := func(l *listener, reason gatewayv1.ListenerConditionReason, msg string) {
+		l.conflict = metav1.Condition{Type: string(gatewayv1.ListenerConditionConflicted), Status: metav1.ConditionTrue,
+			Reason: string(reason), Message: msg, ObservedGeneration: gen}
+	}
+	for port, group := range byPort {
+		protos := map[gatewayv1.ProtocolType]bool{}
+		for _, l := range group {
+			protos[l.spec.Protocol] = true
+		}
+		if len(protos) > 1 {
+			for _, l := range group {
+				set(l, gatewayv1.ListenerReasonProtocolConflict, fmt.Sprintf("port %d is used with another protocol", port))
+			}
+			continue
+		}
+		hosts := map[string]int{}
+		for _, l := range group {
+			hosts[l.hostname]++
+		}
+		for _, l := range group {
+			if hosts[l.hostname] > 1 {
+				set(l, gatewayv1.ListenerReasonHostnameConflict, fmt.Sprintf("another listener on port %d has hostname %q", port, l.hostname))
+			}
+		}
+	}
+}
+
+// granted reports whether a ReferenceGrant in toNS allows the reference.
+func (b *build) granted(fromGroup, fromKind, fromNS, toGroup, toKind, toNS, toName string) bool {
+	for _, g := range b.in.ReferenceGrants {
+		if g == nil || g.Namespace != toNS {
+			continue
+		}
+		from := slices.ContainsFunc(g.Spec.From, func(f gatewayv1.ReferenceGrantFrom) bool {
+			return string(f.Group) == fromGroup && string(f.Kind) == fromKind && string(f.Namespace) == fromNS
+		})
+		to := slices.ContainsFunc(g.Spec.To, func(t gatewayv1.ReferenceGrantTo) bool {
+			return string(t.Group) == toGroup && string(t.Kind) == toKind && (t.Name == nil || string(*t.Name) == toName)
+		})
+		if from && to {
+			return true
+		}
+	}
+	return false
+}
+
+// NamesGateway reports whether a route's parentRef names the Gateway
+// namespace/name.
+func NamesGateway(route *gatewayv1.HTTPRoute, ref gatewayv1.ParentReference, namespace, name string) bool {
+	if ref.Group != nil && string(*ref.Group) != Group {
+		return false
+	}
+	if ref.Kind != nil && string(*ref.Kind) != KindGateway {
+		return false
+	}
+	ns := route.Namespace
+	if ref.Namespace != nil {
+		ns = string(*ref.Namespace)
+	}
+	return ns == namespace && string(ref.Name) == name
+}
+
+// attachment is where a route is served: per listener port, its hosts.
+type attachment struct {
+	route *gatewayv1.HTTPRoute
+	// hosts are the effective hosts per listener port ("" for any).
+	hosts map[int32][]string
+	// accepted is false when the route itself cannot be served.
+	accepted metav1.Condition
+	resolved metav1.Condition
+}
+
+// routes decides the parent status of every route that names the Gateway
+// and returns where the accepted ones attach, oldest first.
+func (b *build) routes(ls []*listener, res *Result) []*attachment {
+	routes := slices.Clone(b.in.Routes)
+	routes = slices.DeleteFunc(routes, func(r *gatewayv1.HTTPRoute) bool {
+		return r == nil || !slices.ContainsFunc(r.Spec.ParentRefs, func(p gatewayv1.ParentReference) bool {
+			return NamesGateway(r, p, b.gw.Namespace, b.gw.Name)
+		})
+	})
+	slices.SortFunc(routes, func(a, b *gatewayv1.HTTPRoute) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	var out []*attachment
+	for _, rt := range routes {
+		at := &attachment{route: rt, hosts: map[int32][]string{}}
+		at.accepted, at.resolved = b.checkRoute(rt)
+		rr := RouteResult{Namespace: rt.Namespace, Name: rt.Name}
+		for _, ref := range rt.Spec.ParentRefs {
+			if !NamesGateway(rt, ref, b.gw.Namespace, b.gw.Name) {
+				continue
+			}
+			accepted := b.attach(rt, ref, ls, at)
+			if accepted.Status == metav1.ConditionTrue && at.accepted.Status != metav1.ConditionTrue {
+				accepted = at.accepted
+			}
+			ps := gatewayv1.RouteParentStatus{ParentRef: parentRefWithDefaults(ref), ControllerName: ControllerName,
+				Conditions: []metav1.Condition{accepted, at.resolved}}
+			rr.Parents = append(rr.Parents, ps)
+		}
+		res.Routes = append(res.Routes, rr)
+		if len(at.hosts) > 0 && at.accepted.Status == metav1.ConditionTrue {
+			out = append(out, at)
+		}
+	}
+	slices.SortStableFunc(out, func(x, y *attachment) int {
+		return x.route.CreationTimestamp.Compare(y.route.CreationTimestamp.Time)
+	})
+	return out
+}
+
+func parentRefWithDefaults(ref gatewayv1.ParentReference) gatewayv1.ParentReference {
+	ref = *ref.DeepCopy()
+	if ref.Group == nil {
+		g := gatewayv1.Group(Group)
+		ref.Group = &g
+	}
+	if ref.Kind == nil {
+		k := gatewayv1.Kind(KindGateway)
+		ref.Kind = &k
+	}
+	return ref
+}
+
+// attach attaches a route through one parentRef to the listeners it
+// selects, records the hosts, and returns the parentRef's Accepted
+// condition.
+func (b *build) attach(rt *gatewayv1.HTTPRoute, ref gatewayv1.ParentReference, ls []*listener, at *attachment) metav1.Condition {
+	gen := rt.Generation
+	typ := string(gatewayv1.RouteConditionAccepted)
+	var candidates []*listener
+	for _, l := range ls {
+		if ref.SectionName != nil && l.spec.Name != *ref.SectionName {
+			continue
+		}
+		if ref.Port != nil && l.spec.Port != *ref.Port {
+			continue
+		}
+		candidates = append(candidates, l)
+	}
+	if len(candidates) == 0 {
+		return b.cond(typ, false, string(gatewayv1.RouteReasonNoMatchingParent), "no listener matches the parentRef's sectionName and port", gen)
+	}
+	var allowed []*listener
+	for _, l := range candidates {
+		if l.ok() && len(l.kinds) > 0 && b.namespaceAllowed(l, rt.Namespace) {
+			allowed = append(allowed, l)
+		}
+	}
+	if len(allowed) == 0 {
+		return b.cond(typ, false, string(gatewayv1.RouteReasonNotAllowedByListeners), "no listener allows this route", gen)
+	}
+	attached := false
+	for _, l := range allowed {
+		hosts := intersect(l.hostname, rt.Spec.Hostnames)
+		if len(hosts) == 0 {
+			continue
+		}
+		attached = true
+		l.routes[rt.Namespace+"/"+rt.Name] = true
+		if l.served() {
+			port := l.spec.Port
+			for _, h := range hosts {
+				if !capturedElsewhere(l, h, ls) {
+					at.hosts[port] = append(at.hosts[port], h)
+				}
+			}
+		}
+	}
+	if !attached {
+		return b.cond(typ, false, string(gatewayv1.RouteReasonNoMatchingListenerHostname), "no listener hostname matches the route's hostnames", gen)
+	}
+	return b.cond(typ, true, string(gatewayv1.RouteReasonAccepted), "Accepted", gen)
+}
+
+func (b *build) namespaceAllowed(l *listener, ns string) bool {
+	from := gatewayv1.NamespacesFromSame
+	var sel *metav1.LabelSelector
+	if l.spec.AllowedRoutes != nil && l.spec.AllowedRoutes.Namespaces != nil {
+		if f := l.spec.AllowedRoutes.Namespaces.From; f != nil {
+			from = *f
+		}
+		sel = l.spec.AllowedRoutes.Namespaces.Selector
+	}
+	switch from {
+	case gatewayv1.NamespacesFromAll:
+		return true
+	case gatewayv1.NamespacesFromSame:
+		return ns == b.gw.Namespace
+	case gatewayv1.NamespacesFromSelector:
+		if sel == nil {
+			return false
+		}
+		s, err := metav1.LabelSelectorAsSelector(sel)
+		if err != nil {
+			return false
+		}
+		lbls, ok := b.nsLabels[ns]
+		return ok && s.Matches(lbls)
+	}
+	return false
+}
+
+// intersect returns the hosts a listener of hostname serves a route of
+// hostnames on, "" standing for every host; none when they do not meet.
+func intersect(listener string, hostnames []gatewayv1.Hostname) []string {
+	if len(hostnames) == 0 {
+		return []string{listener}
+	}
+	var out []string
+	for _, h := range hostnames {
+		r := strings.ToLower(string(h))
+		var got string
+		switch {
+		case listener == "" || listener == r:
+			got = r
+		case strings.HasPrefix(listener, "*.") && strings.HasSuffix(r, listener[1:]):
+			got = r
+		case strings.HasPrefix(r, "*.") && strings.HasSuffix(listener, r[1:]):
+			got = listener
+		default:
+			continue
+		}
+		if !slices.Contains(out, got) {
+			out = append(out, got)
+		}
+	}
+	return out
+}
+
+// checkRoute returns the route's own Accepted condition (True unless it
+// uses what npl-lbsync cannot serve) and its ResolvedRefs condition.
+func (b *build) checkRoute(rt *gatewayv1.HTTPRoute) (accepted, resolved metav1.Condition) {
+	gen := rt.Generation
+	accepted = b.cond(string(gatewayv1.RouteConditionAccepted), true, string(gatewayv1.RouteReasonAccepted), "Accepted", gen)
+	resolved = b.cond(string(gatewayv1.RouteConditionResolvedRefs), true, string(gatewayv1.RouteReasonResolvedRefs), "References resolved", gen)
+	for i := range rt.Spec.Rules {
+		rule := &rt.Spec.Rules[i]
+		if _, err := ruleFilters(rule); err != nil {
+			reason := gatewayv1.RouteReasonUnsupportedValue
+			if strings.Contains(err.Error(), "together") {
+				reason = gatewayv1.RouteReasonIncompatibleFilters
+			}
+			accepted = b.cond(string(gatewayv1.RouteConditionAccepted), false, string(reason), fmt.Sprintf("rule %d: %v", i, err), gen)
+			b.errorf("httproute %s/%s: rule %d: %v", rt.Namespace, rt.Name, i, err)
+			return accepted, resolved
+		}
+		if rule.Timeouts != nil || rule.Retry != nil || rule.SessionPersistence != nil {
+			b.warnf("httproute %s/%s: rule %d: timeouts, retry and sessionPersistence are not supported: ignored", rt.Namespace, rt.Name, i)
+		}
+		if err := checkRegexes(rule); err != nil {
+			accepted = b.cond(string(gatewayv1.RouteConditionAccepted), false, string(gatewayv1.RouteReasonUnsupportedValue), fmt.Sprintf("rule %d: %v", i, err), gen)
+			b.errorf("httproute %s/%s: rule %d: %v", rt.Namespace, rt.Name, i, err)
+			return accepted, resolved
+		}
+		for _, br := range rule.BackendRefs {
+			if _, reason, msg := b.backendRef(rt, br.BackendRef); reason != "" && resolved.Status == metav1.ConditionTrue {
+				resolved = b.cond(string(gatewayv1.RouteConditionResolvedRefs), false, string(reason), msg, gen)
+			}
+		}
+	}
+	if resolved.Status != metav1.ConditionTrue {
+		b.errorf("httproute %s/%s: %s", rt.Namespace, rt.Name, resolved.Message)
+	}
+	return accepted, resolved
+}
+
+// checkRegexes checks the regular expressions of a rule's matches: the
+// data planes take Go's (RE2) syntax.
+func checkRegexes(rule *gatewayv1.HTTPRouteRule) error {
+	for _, m := range rule.Matches {
+		if m.Path != nil && m.Path.Type != nil && *m.Path.Type == gatewayv1.PathMatchRegularExpression && m.Path.Value != nil {
+			if _, err := regexp.Compile(*m.Path.Value); err != nil {
+				return fmt.Errorf("path regular expression %q: %w", *m.Path.Value, err)
+			}
+		}
+		for _, h := range m.Headers {
+			if h.Type != nil && *h.Type == gatewayv1.HeaderMatchRegularExpression {
+				if _, err := regexp.Compile(h.Value); err != nil {
+					return fmt.Errorf("header %s regular expression %q: %w", h.Name, h.Value, err)
+				}
+			}
+		}
+		for _, q := range m.QueryParams {
+			if q.Type != nil && *q.Type == gatewayv1.QueryParamMatchRegularExpression {
+				if _, err := regexp.Compile(q.Value); err != nil {
+					return fmt.Errorf("query parameter %s regular expression %q: %w", q.Name, q.Value, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// backendRef resolves one backendRef to its Service port, or says why it
+// is invalid.
+func (b *build) backendRef(rt *gatewayv1.HTTPRoute, ref gatewayv1.BackendRef) (backend, gatewayv1.RouteConditionReason, string) {
+	group, kind := "", KindService
+	if ref.Group != nil {
+		group = string(*ref.Group)
+	}
+	if ref.Kind != nil {
+		kind = string(*ref.Kind)
+	}
+	ns := rt.Namespace
+	if ref.Namespace != nil {
+		ns = string(*ref.Namespace)
+	}
+	id := ns + "/" + string(ref.Name)
+	if (group != "" && group != "core") || kind != KindService {
+		return backend{}, gatewayv1.RouteReasonInvalidKind, fmt.Sprintf("backendRef %s: kind %s/%s is not a Service", id, group, kind)
+	}
+	if ns != rt.Namespace && !b.granted(Group, KindHTTPRoute, rt.Namespace, "", KindService, ns, string(ref.Name)) {
+		return backend{}, gatewayv1.RouteReasonRefNotPermitted, fmt.Sprintf("backendRef %s: no ReferenceGrant allows it", id)
+	}
+	svc := b.services[id]
+	if svc == nil {
+		return backend{}, gatewayv1.RouteReasonBackendNotFound, fmt.Sprintf("backend Service %s not found", id)
+	}
+	if ref.Port == nil {
+		return backend{}, gatewayv1.RouteReasonUnsupportedValue, fmt.Sprintf("backendRef %s has no port", id)
+	}
+	i := slices.IndexFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Port == *ref.Port })
+	if i < 0 {
+		return backend{}, gatewayv1.RouteReasonBackendNotFound, fmt.Sprintf("backend Service %s has no port %d", id, *ref.Port)
+	}
+	weight := int32(1)
+	if ref.Weight != nil {
+		weight = *ref.Weight
+	}
+	return backend{svc: svc, port: svc.Spec.Ports[i], weight: weight}, "", ""
+}
+
+type backend struct {
+	svc    *corev1.Service
+	port   corev1.ServicePort
+	weight int32
+}
+
+// filters are the model's filters of one rule.
+type filters struct {
+	request, response *providers.HeaderFilter
+	redirect          *providers.Redirect
+	rewrite           *providers.Rewrite
+}
+
+// ruleFilters turns the filters of a rule (and of its single backendRef)
+// into the model's, or says which npl-lbsync cannot serve.
+func ruleFilters(rule *gatewayv1.HTTPRouteRule) (filters, error) {
+	var f filters
+	all := slices.Clone(rule.Filters)
+	for _, br := range rule.BackendRefs {
+		if len(br.Filters) == 0 {
+			continue
+		}
+		if len(rule.BackendRefs) > 1 {
+			return f, fmt.Errorf("filters of one backendRef among several are not supported")
+		}
+		all = append(all, br.Filters...)
+	}
+	seen := map[gatewayv1.HTTPRouteFilterType]bool{}
+	for _, flt := range all {
+		if seen[flt.Type] {
+			return f, fmt.Errorf("filter %s given twice", flt.Type)
+		}
+		seen[flt.Type] = true
+		switch flt.Type {
+		case gatewayv1.HTTPRouteFilterRequestHeaderModifier:
+			f.request = headerFilter(flt.RequestHeaderModifier)
+		case gatewayv1.HTTPRouteFilterResponseHeaderModifier:
+			f.response = headerFilter(flt.ResponseHeaderModifier)
+		case gatewayv1.HTTPRouteFilterRequestRedirect:
+			f.redirect = redirect(flt.RequestRedirect)
+		case gatewayv1.HTTPRouteFilterURLRewrite:
+			f.rewrite = rewrite(flt.URLRewrite)
+		default:
+			return f, fmt.Errorf("filter %s is not supported", flt.Type)
+		}
+	}
+	if f.redirect != nil && f.rewrite != nil {
+		return f, fmt.Errorf("RequestRedirect and URLRewrite cannot be used together")
+	}
+	if f.redirect != nil && f.redirect.StatusCode != 301 && f.redirect.StatusCode != 302 {
+		return f, fmt.Errorf("redirect status code %d is not supported: only 301 and 302", f.redirect.StatusCode)
+	}
+	return f, nil
+}
+
+func headerFilter(h *gatewayv1.HTTPHeaderFilter) *providers.HeaderFilter {
+	if h == nil {
+		return nil
+	}
+	out := &providers.HeaderFilter{Remove: slices.Clone(h.Remove)}
+	for _, s := range h.Set {
+		out.Set = append(out.Set, providers.Header{Name: string(s.Name), Value: s.Value})
+	}
+	for _, a := range h.Add {
+		out.Add = append(out.Add, providers.Header{Name: string(a.Name), Value: a.Value})
+	}
+	return out
+}
+
+func pathModifier(p *gatewayv1.HTTPPathModifier) *providers.PathModifier {
+	if p == nil {
+		return nil
+	}
+	switch p.Type {
+	case gatewayv1.FullPathHTTPPathModifier:
+		if p.ReplaceFullPath != nil {
+			return &providers.PathModifier{Type: string(p.Type), Value: *p.ReplaceFullPath}
+		}
+	case gatewayv1.PrefixMatchHTTPPathModifier:
+		if p.ReplacePrefixMatch != nil {
+			return &providers.PathModifier{Type: string(p.Type), Value: *p.ReplacePrefixMatch}
+		}
+	}
+	return nil
+}
+
+func redirect(r *gatewayv1.HTTPRequestRedirectFilter) *providers.Redirect {
+	if r == nil {
+		return nil
+	}
+	out := &providers.Redirect{StatusCode: 302, Path: pathModifier(r.Path)}
+	if r.StatusCode != nil {
+		out.StatusCode = int32(*r.StatusCode)
+	}
+	if r.Scheme != nil {
+		out.Scheme = *r.Scheme
+	}
+	if r.Hostname != nil {
+		out.Hostname = string(*r.Hostname)
+	}
+	switch {
+	case r.Port != nil:
+		out.Port = *r.Port
+	case out.Scheme == "https":
+		out.Port = 443
+	case out.Scheme == "http":
+		out.Port = 80
+	}
+	return out
+}
+
+func rewrite(r *gatewayv1.HTTPURLRewriteFilter) *providers.Rewrite {
+	if r == nil {
+		return nil
+	}
+	out := &providers.Rewrite{Path: pathModifier(r.Path)}
+	if r.Hostname != nil {
+		out.Hostname = string(*r.Hostname)
+	}
+	return out
+}
+
+// addRules adds the rules and pools of one attached route.
+func (b *build) addRules(at *attachment, lb *providers.LoadBalancer) {
+	rt := at.route
+	for i := range rt.Spec.Rules {
+		rule := &rt.Spec.Rules[i]
+		f, _ := ruleFilters(rule) // checked by checkRoute
+		base := providers.Rule{RequestHeaders: f.request, ResponseHeaders: f.response, Redirect: f.redirect, Rewrite: f.rewrite}
+		if f.redirect == nil {
+			base.Pool = b.rulePool(rt, i, rule)
+		}
+		if base.Pool == "" {
+			// A rule that answers by itself sends nothing on: what
+			// changes the request has no use.
+			base.RequestHeaders, base.Rewrite = nil, nil
+			if f.redirect == nil {
+				base.FixedStatus = 500
+			}
+		}
+		matches := rule.Matches
+		if len(matches) == 0 {
+			matches = []gatewayv1.HTTPRouteMatch{{}}
+		}
+		for _, m := range matches {
+			r := base
+			r.Path, r.PathType = matchPath(m.Path)
+			if m.Method != nil {
+				r.Method = string(*m.Method)
+			}
+			// Gateway API: of matches of the same name, the first counts.
+			for _, h := range m.Headers {
+				if !slices.ContainsFunc(r.Headers, func(v providers.ValueMatch) bool { return strings.EqualFold(v.Name, string(h.Name)) }) {
+					r.Headers = append(r.Headers, providers.ValueMatch{Name: string(h.Name), Value: h.Value,
+						Regex: h.Type != nil && *h.Type == gatewayv1.HeaderMatchRegularExpression})
+				}
+			}
+			for _, q := range m.QueryParams {
+				if !slices.ContainsFunc(r.Query, func(v providers.ValueMatch) bool { return v.Name == string(q.Name) }) {
+					r.Query = append(r.Query, providers.ValueMatch{Name: string(q.Name), Value: q.Value,
+						Regex: q.Type != nil && *q.Type == gatewayv1.QueryParamMatchRegularExpression})
+				}
+			}
+			b.addRule(lb, r, at.hosts, rt, i)
+		}
+	}
+}
+
+// ruleOrigin orders the rules: the position of the route (oldest first)
+// and the rule index, which Build turns into Rule.Order.
+type ruleOrigin struct {
+	route *gatewayv1.HTTPRoute
+	index int
+}
+
+// addRule adds r for each of its hosts and ports, merging the ports of
+// rules that are otherwise the same.
+func (b *build) addRule(lb *providers.LoadBalancer, r providers.Rule, hosts map[int32][]string, rt *gatewayv1.HTTPRoute, index int) {
+	byHost := map[string][]int32{}
+	for port, hs := range hosts {
+		for _, h := range hs {
+			byHost[h] = append(byHost[h], port)
+		}
+	}
+	for h, ports := range byHost {
+		x := r
+		x.Host = h
+		slices.Sort(ports)
+		x.Ports = slices.Compact(ports)
+		x.Order = int32(index) // rebased in finish
+		lb.HTTP.Rules = append(lb.HTTP.Rules, x)
+		b.origins = append(b.origins, ruleOrigin{route: rt, index: index})
+	}
+}
+
+// matchPath returns the model path of a path match: Prefix paths lose a
+// trailing "/" (Gateway API ignores it), the default is the prefix "/".
+func matchPath(m *gatewayv1.HTTPPathMatch) (string, providers.PathType) {
+	typ, value := gatewayv1.PathMatchPathPrefix, "/"
+	if m != nil {
+		if m.Type != nil {
+			typ = *m.Type
+		}
+		if m.Value != nil {
+			value = *m.Value
+		}
+	}
+	switch typ {
+	case gatewayv1.PathMatchExact:
+		return value, providers.PathExact
+	case gatewayv1.PathMatchRegularExpression:
+		return value, providers.PathRegex
+	}
+	if t := strings.TrimRight(value, "/"); t != "" {
+		value = t
+	} else {
+		value = "/"
+	}
+	return value, providers.PathPrefix
+}
+
+// rulePool builds the pool of one route rule from its valid backendRefs
+// and returns its name; "" when none can serve (the rule answers 500).
+func (b *build) rulePool(rt *gatewayv1.HTTPRoute, index int, rule *gatewayv1.HTTPRouteRule) string {
+	var valid []backend
+	for _, br := range rule.BackendRefs {
+		be, reason, _ := b.backendRef(rt, br.BackendRef)
+		if reason != "" {
+			continue
+		}
+		b.backends[ServiceRef{Namespace: be.svc.Namespace, Name: be.svc.Name}] = true
+		if be.weight > 0 {
+			valid = append(valid, be)
+		}
+	}
+	if len(valid) == 0 {
+		return ""
+	}
+	name := providers.GatewayPoolName(b.lbName, rt.Namespace, rt.Name, index)
+	if _, ok := b.pools[name]; ok {
+		return name
+	}
+	groups := make([][]providers.Member, len(valid))
+	for i, be := range valid {
+		groups[i] = b.members(rt, be)
+	}
+	b.pools[name] = &providers.Pool{Name: name, Members: weighted(valid, groups)}
+	return name
+}
+
+// weighted joins the members of several backends so that each backend
+// gets its weight's share of requests: a member's weight is its backend's
+// weight divided by the backend's member count, scaled to 1-256. One
+// backend, or equal shares, leave the weights unset.
+func weighted(valid []backend, groups [][]providers.Member) []providers.Member {
+	var out []providers.Member
+	share := make([]float64, len(valid))
+	most := 0.0
+	for i, be := range valid {
+		if n := len(groups[i]); n > 0 {
+			share[i] = float64(be.weight) / float64(n)
+			most = max(most, share[i])
+		}
+	}
+	same := true
+	for i := range valid {
+		if len(groups[i]) > 0 && share[i] != most {
+			same = false
+		}
+	}
+	for i, g := range groups {
+		for _, m := range g {
+			if !same {
+				m.Weight = max(1, int32(share[i]/most*256+0.5))
+			}
+			out = append(out, m)
+		}
+	}
+	if !same {
+		reduce(out)
+	}
+	return providers.SortMembers(out)
+}
+
+// reduce divides the weights by their greatest common divisor.
+func reduce(ms []providers.Member) {
+	g := int32(0)
+	for _, m := range ms {
+		g = gcd(g, m.Weight)
+	}
+	if g <= 1 {
+		return
+	}
+	for i := range ms {
+		ms[i].Weight /= g
+	}
+}
+
+func gcd(a, b int32) int32 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// members builds the members of one backend Service port, as the L4
+// builder does, or reports why it has none.
+func (b *build) members(rt *gatewayv1.HTTPRoute, be backend) []providers.Member {
+	svcID := be.svc.Namespace + "/" + be.svc.Name
+	switch {
+	case be.svc.Spec.Type == corev1.ServiceTypeExternalName:
+		b.errorf("httproute %s/%s: backend Service %s is of type ExternalName, which has no Pods: no members", rt.Namespace, rt.Name, svcID)
+		return nil
+	case be.port.Protocol != "" && be.port.Protocol != corev1.ProtocolTCP:
+		b.errorf("httproute %s/%s: backend Service %s port %d is %s, not TCP: no members", rt.Namespace, rt.Name, svcID, be.port.Port, be.port.Protocol)
+		return nil
+	case be.svc.Spec.Type == corev1.ServiceTypeNodePort && cmp.Or(b.in.ServiceType, builder.ServiceTypeNodePortLocal) == builder.ServiceTypeNodePortLocal:
+		b.warnf("httproute %s/%s: backend Service %s is of type NodePort: NodePortLocal does not map its Pods, no members; make it a ClusterIP Service",
+			rt.Namespace, rt.Name, svcID)
+		return nil
+	}
+	members, rep := builder.Members(builder.Input{
+		ClusterName: b.in.ClusterName, ServiceType: b.in.ServiceType, Family: b.in.Family, Service: be.svc,
+		Pods: b.in.Pods, Nodes: b.in.Nodes,
+	}, be.port)
+	for _, e := range rep.Errors {
+		b.r.Errors = append(b.r.Errors, "backend Service "+svcID+": "+e)
+	}
+	for _, w := range rep.Warnings {
+		b.r.Warnings = append(b.r.Warnings, "backend Service "+svcID+": "+w)
+	}
+	for _, s := range rep.Skipped {
+		if !slices.Contains(b.r.Skipped, s) {
+			b.r.Skipped = append(b.r.Skipped, s)
+		}
+	}
+	return members
+}
+
+// finish sets the listeners, certificates, pools, rule order and ports of
+// the model.
+func (b *build) finish(lb *providers.LoadBalancer, ls []*listener) {
+	served := map[int32]providers.Protocol{}
+	certs := map[string]*providers.TLSCert{}
+	for _, l := range ls {
+		if !l.served() {
+			continue
+		}
+		port := l.spec.Port
+		proto := providers.HTTP
+		if l.spec.Protocol == gatewayv1.HTTPSProtocolType {
+			proto = providers.HTTPS
+		}
+		if _, ok := served[port]; !ok {
+			served[port] = proto
+			lb.Listeners = append(lb.Listeners, providers.Listener{Port: port, Protocol: proto})
+		}
+		for _, c := range l.certs {
+			if have := certs[c.Secret]; have != nil {
+				have.Ports = append(have.Ports, c.Ports...)
+				have.Hosts = append(have.Hosts, c.Hosts...)
+				continue
+			}
+			c := c
+			certs[c.Secret] = &c
+		}
+	}
+	providers.SortListeners(lb.Listeners)
+	for _, c := range certs {
+		slices.Sort(c.Ports)
+		c.Ports = slices.Compact(c.Ports)
+		slices.Sort(c.Hosts)
+		c.Hosts = slices.Compact(c.Hosts)
+		lb.HTTP.TLS = append(lb.HTTP.TLS, *c)
+	}
+	slices.SortFunc(lb.HTTP.TLS, func(a, b providers.TLSCert) int { return cmp.Compare(a.Secret, b.Secret) })
+
+	// Order: the position of (route, rule index) among all; routes come
+	// oldest first and rules by index, so first seen is first.
+	rank := map[ruleOrigin]int32{}
+	for _, o := range b.origins {
+		if _, ok := rank[o]; !ok {
+			rank[o] = int32(len(rank))
+		}
+	}
+	rules := lb.HTTP.Rules[:0]
+	seen := map[string]bool{}
+	for i, r := range lb.HTTP.Rules {
+		r.Order = rank[b.origins[i]]
+		if seen[matchKey(r)] {
+			continue // an older rule matches the same requests
+		}
+		seen[matchKey(r)] = true
+		rules = append(rules, r)
+	}
+	for _, r := range isolation(ls) {
+		if !seen[matchKey(r)] {
+			seen[matchKey(r)] = true
+			rules = append(rules, r)
+		}
+	}
+	lb.HTTP.Rules = rules
+	for _, p := range b.pools {
+		lb.Pools = append(lb.Pools, *p)
+		for _, m := range p.Members {
+			if m.Enabled {
+				b.r.ReadyBackends++
+			}
+		}
+	}
+	providers.SortPools(lb.Pools)
+	providers.SortRules(lb.HTTP.Rules)
+}
+
+// covers reports whether a listener hostname pattern takes every request
+// for host (a name or a wildcard): the same, or a wildcard above it.
+func covers(pattern, host string) bool {
+	if pattern == host {
+		return true
+	}
+	return strings.HasPrefix(pattern, "*.") && host != "" && strings.HasSuffix(host, pattern[1:]) && len(host) > len(pattern)-1
+}
+
+// capturedElsewhere reports whether the requests for host, which a route
+// gets on listener l, go to another listener of l's port whose hostname is
+// more specific and covers host (listener isolation): the route's rules
+// for host would never be reached on l, and must not be reached on the
+// other.
+func capturedElsewhere(l *listener, host string, ls []*listener) bool {
+	return slices.ContainsFunc(ls, func(m *listener) bool {
+		if m == l || !m.served() || m.spec.Port != l.spec.Port || m.hostname == "" || m.hostname == l.hostname {
+			return false
+		}
+		moreSpecific := l.hostname == "" || covers(l.hostname, m.hostname)
+		return moreSpecific && covers(m.hostname, host)
+	})
+}
+
+// isolationOrder ranks the rules of isolation after every route rule.
+const isolationOrder = math.MaxInt32
+
+// isolation returns, for each served listener whose hostname is more
+// specific than that of another listener on its port, a rule that answers
+// 404 to the requests for that hostname no route of the listener matches:
+// Gateway API's listener isolation. A request goes to the listener of the
+// most specific matching hostname only; without the rule it would fall
+// through to the routes of the less specific listener. The rule's path is
+// the prefix "/" with the last Order, which ranks after every other path
+// of its host (Exact, RegularExpression, longer prefixes, and "/" with
+// method, header or query tests); a route's own plain "/" rule replaces
+// it.
+func isolation(ls []*listener) []providers.Rule {
+	var out []providers.Rule
+	for _, l := range ls {
+		if !l.served() || l.hostname == "" {
+			continue
+		}
+		shadows := slices.ContainsFunc(ls, func(m *listener) bool {
+			return m != l && m.served() && m.spec.Port == l.spec.Port && m.hostname != l.hostname &&
+				(m.hostname == "" || (strings.HasPrefix(m.hostname, "*.") && strings.HasSuffix(l.hostname, m.hostname[1:])))
+		})
+		if shadows {
+			out = append(out, providers.Rule{Host: l.hostname, Path: "/", PathType: providers.PathPrefix, FixedStatus: 404,
+				Ports: []int32{l.spec.Port}, Order: isolationOrder})
+		}
+	}
+	return out
+}
+
+// matchKey identifies the requests a rule matches.
+func matchKey(r providers.Rule) string {
+	k, _ := json.Marshal(struct {
+		H, P  string
+		T     providers.PathType
+		Ports []int32
+		M     string
+		Hd, Q []providers.ValueMatch
+	}{r.Host, r.Path, r.PathType, r.Ports, r.Method, r.Headers, r.Query})
+	return string(k)
+}

@@ -1,0 +1,136 @@
+// Package gateway turns Gateway API objects into L7 load balancer models
+// and statuses. It decides which GatewayClasses and Gateways npl-lbsync
+// serves (ClassOurs, Ours), which Services a route sends requests to
+// (Backends, for the NodePortLocal opt-in) and builds, per Gateway, the
+// load balancer of its listeners and of the HTTPRoutes attached to them
+// together with every status the Gateway API asks for: the Gateway's and
+// its listeners' conditions, and each route's parent status (Build,
+// GatewayStatus, RouteParents). Pool members come from the L4 builder, so
+// they are exactly what a LoadBalancer Service would get. It is pure:
+// objects in, model and statuses out.
+package gateway
+
+import (
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+)
+
+// ControllerName is the spec.controllerName of the GatewayClasses whose
+// Gateways npl-lbsync serves.
+const ControllerName gatewayv1.GatewayController = "npl.io/gateway-controller"
+
+// Group is the API group of Gateway API.
+const Group = gatewayv1.GroupName
+
+// Kinds npl-lbsync reads.
+const (
+	KindGateway   = "Gateway"
+	KindHTTPRoute = "HTTPRoute"
+	KindService   = "Service"
+	KindSecret    = "Secret"
+)
+
+// CoreFeatures are the conformance features of the core GATEWAY-HTTP
+// profile, which npl-lbsync supports with every provider that serves the
+// model.
+var CoreFeatures = []gatewayv1.FeatureName{"Gateway", "HTTPRoute", "ReferenceGrant"}
+
+// ExtendedFeatures are the extended features that pass the official suite
+// with a provider that serves the whole L7 model (haproxy, mock); sorted.
+var ExtendedFeatures = []gatewayv1.FeatureName{
+	"GatewayAddressEmpty",
+	"GatewayHTTPListenerIsolation",
+	"GatewayPort8080",
+	"HTTPRouteBackendProtocolWebSocket",
+	"HTTPRouteHostRewrite",
+	"HTTPRouteMethodMatching",
+	"HTTPRouteNamedRouteRule",
+	"HTTPRouteParentRefPort",
+	"HTTPRoutePathRedirect",
+	"HTTPRoutePathRewrite",
+	"HTTPRoutePortRedirect",
+	"HTTPRouteQueryParamMatching",
+	"HTTPRouteResponseHeaderModification",
+	"HTTPRouteSchemeRedirect",
+}
+
+// FeaturesFor returns the features npl-lbsync announces in its
+// GatewayClasses' status.supportedFeatures with a provider, sorted: the
+// extended ones only with a provider that serves the whole L7 model.
+func FeaturesFor(provider string) []gatewayv1.FeatureName {
+	out := slices.Clone(CoreFeatures)
+	switch provider {
+	case "haproxy", "mock":
+		out = append(out, ExtendedFeatures...)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ClassOurs reports whether npl-lbsync serves the Gateways of class c.
+func ClassOurs(c *gatewayv1.GatewayClass) bool {
+	return c != nil && c.Spec.ControllerName == ControllerName
+}
+
+// Ours reports whether npl-lbsync serves gw: its class is one of classes and
+// ours. Like claim.Ours it looks at the spec only.
+func Ours(gw *gatewayv1.Gateway, classes []*gatewayv1.GatewayClass) bool {
+	return gw != nil && ClassOurs(FindClass(classes, string(gw.Spec.GatewayClassName)))
+}
+
+// FindClass returns the class of that name, nil when there is none.
+func FindClass(classes []*gatewayv1.GatewayClass, name string) *gatewayv1.GatewayClass {
+	for _, c := range classes {
+		if c != nil && c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// ClassStatus is the status npl-lbsync writes into one of its
+// GatewayClasses: Accepted, and the features it supports (FeaturesFor).
+// Conditions have no lastTransitionTime; MergeConditions sets it.
+func ClassStatus(c *gatewayv1.GatewayClass, features []gatewayv1.FeatureName) gatewayv1.GatewayClassStatus {
+	st := gatewayv1.GatewayClassStatus{}
+	cond := metav1.Condition{
+		Type: string(gatewayv1.GatewayClassConditionStatusAccepted), Status: metav1.ConditionTrue,
+		Reason:  string(gatewayv1.GatewayClassReasonAccepted),
+		Message: "npl-lbsync serves the Gateways of this class", ObservedGeneration: c.Generation,
+	}
+	if c.Spec.ParametersRef != nil {
+		cond.Status, cond.Reason = metav1.ConditionFalse, string(gatewayv1.GatewayClassReasonInvalidParameters)
+		cond.Message = "npl-lbsync takes no parameters: remove spec.parametersRef"
+	}
+	st.Conditions = []metav1.Condition{cond}
+	for _, f := range features {
+		st.SupportedFeatures = append(st.SupportedFeatures, gatewayv1.SupportedFeature{Name: f})
+	}
+	return st
+}
+
+// MergeConditions returns existing with each of desired set: a condition
+// whose status is unchanged keeps its lastTransitionTime, a new or changed
+// one gets now. Conditions of other types are dropped when drop is set,
+// kept otherwise.
+func MergeConditions(existing, desired []metav1.Condition, now metav1.Time, drop bool) []metav1.Condition {
+	out := make([]metav1.Condition, 0, len(desired))
+	for _, d := range desired {
+		i := slices.IndexFunc(existing, func(e metav1.Condition) bool { return e.Type == d.Type })
+		d.LastTransitionTime = now
+		if i >= 0 && existing[i].Status == d.Status && !existing[i].LastTransitionTime.IsZero() {
+			d.LastTransitionTime = existing[i].LastTransitionTime
+		}
+		out = append(out, d)
+	}
+	if !drop {
+		for _, e := range existing {
+			if !slices.ContainsFunc(desired, func(d metav1.Condition) bool { return d.Type == e.Type }) {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
+}

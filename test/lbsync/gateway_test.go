@@ -1,0 +1,317 @@
+package lbsync
+
+import (
+	"cmp"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"slices"
+	"testing"
+	"time"
+
+	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+
+	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbsync/gateway"
+	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/test/stack"
+)
+
+// TestLBSync_gatewayAPI: an npl-lbsync with gatewayAPI enabled, as the
+// chart's ServiceAccount with the chart's gatewayAPI grants, serves a
+// Gateway with an HTTP and an HTTPS listener and its HTTPRoutes on the mock:
+// exactly the expected rules, weighted pools of the Pods' nodeIP:nodePort
+// and certificate; it writes the GatewayClass, Gateway (VIP) and route
+// statuses; invalid neighbours do not remove valid routes; a route deleted
+// and the Gateway deleted are cleaned up, and the backends' opt-in goes.
+func TestLBSync_gatewayAPI(t *testing.T) {
+	e := setup(t)
+	ctx := ctxFor(t, 4*time.Minute)
+	if err := e.c.InstallGatewayAPI(ctx); err != nil {
+		t.Fatalf("install the Gateway API CRDs: %v", err)
+	}
+	if err := stack.GrantChartValues(ctx, e.c, map[string]any{"gatewayAPI.enabled": true, "gatewayAPI.readTLSSecrets": true}); err != nil {
+		t.Fatal(err)
+	}
+	name := clusterName + "-gw"
+	cfg := e.config(name, "NodePortLocal", "npl.io/gw", "198.18.110.0/28") + "gatewayAPI:\n  enabled: true\n"
+	l := e.startSyncer(t, "npl-lbsync-gw", name, cfg, false)
+	gc, err := gatewayclient.NewForConfig(e.c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw1 := gc.GatewayV1()
+	ns := e.namespace(t)
+
+	className := "npl-" + ns
+	class := &gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: className},
+		Spec: gatewayv1.GatewayClassSpec{ControllerName: gateway.ControllerName}}
+	if _, err := gw1.GatewayClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw1.GatewayClasses().Delete(context.Background(), className, metav1.DeleteOptions{}) })
+
+	// Backends: Service a (one Pod on node 0), b (one Pod on node 1).
+	for i, app := range []string{"a", "b"} {
+		e.pod(t, ns, app+"-1", e.nodeName(i), list(entry(8080, e.nodeIP(i), 61000+i, "tcp")), func(p *corev1.Pod) {
+			p.Labels = map[string]string{"app": app}
+		})
+		e.createService(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app}, Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": app},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}},
+		}})
+	}
+	certPEM, keyPEM := selfSigned(t, "*.example.com")
+	if _, err := e.client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tls"},
+		Type: corev1.SecretTypeTLS, Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wildcard := gatewayv1.Hostname("*.example.com")
+	gw := &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw"}, Spec: gatewayv1.GatewaySpec{
+		GatewayClassName: gatewayv1.ObjectName(className),
+		Listeners: []gatewayv1.Listener{
+			{Name: "http", Port: 80, Protocol: gatewayv1.HTTPProtocolType},
+			{Name: "https", Port: 443, Protocol: gatewayv1.HTTPSProtocolType, Hostname: &wildcard,
+				TLS: &gatewayv1.ListenerTLSConfig{CertificateRefs: []gatewayv1.SecretObjectReference{{Name: "tls"}}}},
+		},
+	}}
+	if _, err := gw1.Gateways(ns).Create(ctx, gw, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	exact, prefix := gatewayv1.PathMatchExact, gatewayv1.PathMatchPathPrefix
+	match := func(typ gatewayv1.PathMatchType, path string) []gatewayv1.HTTPRouteMatch {
+		return []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: &typ, Value: &path}}}
+	}
+	ref := func(svc string, weight int32) gatewayv1.HTTPBackendRef {
+		port := gatewayv1.PortNumber(80)
+		return gatewayv1.HTTPBackendRef{BackendRef: gatewayv1.BackendRef{
+			BackendObjectReference: gatewayv1.BackendObjectReference{Name: gatewayv1.ObjectName(svc), Port: &port}, Weight: &weight}}
+	}
+	route := func(name string, parent gatewayv1.ParentReference, hostnames []gatewayv1.Hostname, rules ...gatewayv1.HTTPRouteRule) {
+		t.Helper()
+		r := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: gatewayv1.HTTPRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{parent}},
+			Hostnames:       hostnames, Rules: rules}}
+		if _, err := gw1.HTTPRoutes(ns).Create(ctx, r, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	toGW := gatewayv1.ParentReference{Name: "gw"}
+	route("r1", toGW, []gatewayv1.Hostname{"shop.example.com"},
+		gatewayv1.HTTPRouteRule{Matches: match(exact, "/a"), BackendRefs: []gatewayv1.HTTPBackendRef{ref("a", 1)}},
+		gatewayv1.HTTPRouteRule{Matches: match(prefix, "/b/"), BackendRefs: []gatewayv1.HTTPBackendRef{ref("a", 3), ref("b", 1)}})
+	// Invalid neighbours: a missing backend (its rule answers 500), a
+	// parentRef to no listener (not attached).
+	route("r2", toGW, nil, gatewayv1.HTTPRouteRule{Matches: match(prefix, "/x"), BackendRefs: []gatewayv1.HTTPBackendRef{ref("nope", 1)}})
+	section := gatewayv1.SectionName("nope")
+	route("r3", gatewayv1.ParentReference{Name: "gw", SectionName: &section}, nil,
+		gatewayv1.HTTPRouteRule{Matches: match(prefix, "/y"), BackendRefs: []gatewayv1.HTTPBackendRef{ref("c", 1)}})
+
+	lbName := providers.GatewayLoadBalancerName(name, ns, "gw")
+	pool := func(route string, rule int) string { return providers.GatewayPoolName(lbName, ns, route, rule) }
+	ip0, ip1 := e.nodeIP(0), e.nodeIP(1)
+	wantPools := []providers.Pool{
+		{Name: pool("r1", 0), Members: []providers.Member{{IP: ip0, Port: 61000, Enabled: true}}},
+		{Name: pool("r1", 1), Members: []providers.Member{{IP: ip0, Port: 61000, Enabled: true, Weight: 256}, {IP: ip1, Port: 61001, Enabled: true, Weight: 85}}},
+	}
+	r1Rules := []providers.Rule{
+		{Host: "shop.example.com", Path: "/a", PathType: providers.PathExact, Pool: pool("r1", 0), Ports: []int32{80, 443}, Order: 0},
+		{Host: "shop.example.com", Path: "/b", PathType: providers.PathPrefix, Pool: pool("r1", 1), Ports: []int32{80, 443}, Order: 1},
+	}
+	r2Rules := []providers.Rule{
+		{Host: "*.example.com", Path: "/x", PathType: providers.PathPrefix, FixedStatus: 500, Ports: []int32{443}, Order: 2},
+		{Path: "/x", PathType: providers.PathPrefix, FixedStatus: 500, Ports: []int32{80}, Order: 2},
+	}
+	lb := waitModel(t, l, lbName, wantPools, slices.Concat(r1Rules, r2Rules))
+	if len(lb.VIPs) != 1 {
+		t.Fatalf("VIPs %v", lb.VIPs)
+	}
+	wantListeners := []providers.Listener{{Port: 80, Protocol: providers.HTTP}, {Port: 443, Protocol: providers.HTTPS}}
+	if d := gocmp.Diff(wantListeners, lb.Listeners, cmpopts.EquateEmpty()); d != "" {
+		t.Errorf("listeners (-want +got):\n%s", d)
+	}
+	if len(lb.HTTP.TLS) != 1 || lb.HTTP.TLS[0].Secret != ns+"/tls" || !slices.Equal(lb.HTTP.TLS[0].Ports, []int32{443}) ||
+		lb.HTTP.TLS[0].Fingerprint != providers.CertFingerprint(certPEM) {
+		t.Errorf("certificates %v", lb.HTTP.TLS)
+	}
+
+	// Statuses.
+	waitFor(t, 30*time.Second, "the GatewayClass status", func() (bool, error) {
+		c, err := gw1.GatewayClasses().Get(ctx, className, metav1.GetOptions{})
+		return err == nil && hasCond(c.Status.Conditions, "Accepted", metav1.ConditionTrue, "Accepted") &&
+			len(c.Status.SupportedFeatures) == len(gateway.FeaturesFor("mock")), err
+	})
+	waitFor(t, 30*time.Second, "the Gateway status", func() (bool, error) {
+		g, err := gw1.Gateways(ns).Get(ctx, "gw", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if len(g.Status.Addresses) != 1 || g.Status.Addresses[0].Value != lb.VIPs[0] ||
+			!hasCond(g.Status.Conditions, "Accepted", metav1.ConditionTrue, "Accepted") ||
+			!hasCond(g.Status.Conditions, "Programmed", metav1.ConditionTrue, "Programmed") || len(g.Status.Listeners) != 2 {
+			return false, fmt.Errorf("status %+v", g.Status)
+		}
+		for _, ls := range g.Status.Listeners {
+			if ls.AttachedRoutes != 2 || !hasCond(ls.Conditions, "Programmed", metav1.ConditionTrue, "Programmed") ||
+				!hasCond(ls.Conditions, "ResolvedRefs", metav1.ConditionTrue, "ResolvedRefs") {
+				return false, fmt.Errorf("listener %+v", ls)
+			}
+		}
+		return true, nil
+	})
+	wantRoute := map[string][2]string{"r1": {"Accepted", "ResolvedRefs"}, "r2": {"Accepted", "BackendNotFound"}, "r3": {"NoMatchingParent", "BackendNotFound"}}
+	for r, want := range wantRoute {
+		waitFor(t, 30*time.Second, "the status of route "+r, func() (bool, error) {
+			rt, err := gw1.HTTPRoutes(ns).Get(ctx, r, metav1.GetOptions{})
+			if err != nil || len(rt.Status.Parents) != 1 {
+				return false, err
+			}
+			p := rt.Status.Parents[0]
+			return p.ControllerName == gateway.ControllerName && p.ParentRef.Name == "gw" &&
+				hasCond(p.Conditions, "Accepted", "", want[0]) && hasCond(p.Conditions, "ResolvedRefs", "", want[1]), fmt.Errorf("parents %+v", p)
+		})
+	}
+	// The backends are opted in to NodePortLocal.
+	for _, s := range []string{"a", "b"} {
+		waitFor(t, 20*time.Second, "the opt-in of "+s, func() (bool, error) {
+			svc := e.service(t, ns, s)
+			return svc.Annotations[contract.ServiceEnabledKey] == "true" && svc.Annotations[contract.AutoAnnotatedKey] == "true", nil
+		})
+	}
+
+	// A Gateway of another controller's class: no load balancer, no status.
+	foreignClass := "other-" + ns
+	if _, err := gw1.GatewayClasses().Create(ctx, &gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: foreignClass},
+		Spec: gatewayv1.GatewayClassSpec{ControllerName: "example.org/other"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw1.GatewayClasses().Delete(context.Background(), foreignClass, metav1.DeleteOptions{}) })
+	foreign := &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "foreign"}, Spec: gatewayv1.GatewaySpec{
+		GatewayClassName: gatewayv1.ObjectName(foreignClass),
+		Listeners:        []gatewayv1.Listener{{Name: "http", Port: 80, Protocol: gatewayv1.HTTPProtocolType}}}}
+	if _, err := gw1.Gateways(ns).Create(ctx, foreign, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.syncedAfter(t, "services", ns, "a", l)
+	if st, err := l.MockState(); err != nil {
+		t.Fatal(err)
+	} else if _, ok := stack.FindLoadBalancer(st, providers.GatewayLoadBalancerName(name, ns, "foreign")); ok {
+		t.Errorf("a load balancer for the Gateway of another controller")
+	}
+	if g, err := gw1.Gateways(ns).Get(ctx, "foreign", metav1.GetOptions{}); err != nil || len(g.Status.Listeners) != 0 || len(g.Status.Addresses) != 0 ||
+		slices.ContainsFunc(g.Status.Conditions, func(c metav1.Condition) bool { return c.Reason == "Accepted" || c.Reason == "Programmed" }) {
+		t.Errorf("the Gateway of another controller got a status: %+v (%v)", g.Status, err)
+	}
+	if c, err := gw1.GatewayClasses().Get(ctx, foreignClass, metav1.GetOptions{}); err != nil || len(c.Status.SupportedFeatures) != 0 {
+		t.Errorf("the GatewayClass of another controller got a status: %+v (%v)", c.Status, err)
+	}
+
+	// r2 deleted: its rules go, r1's stay.
+	if err := gw1.HTTPRoutes(ns).Delete(ctx, "r2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitModel(t, l, lbName, wantPools, r1Rules)
+
+	// r1 deleted: no rule, no pool; the backends lose the opt-in we added.
+	if err := gw1.HTTPRoutes(ns).Delete(ctx, "r1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitModel(t, l, lbName, nil, nil)
+	for _, s := range []string{"a", "b"} {
+		waitFor(t, 20*time.Second, "the opt-in of "+s+" removed", func() (bool, error) {
+			svc := e.service(t, ns, s)
+			_, on := svc.Annotations[contract.ServiceEnabledKey]
+			return !on, nil
+		})
+	}
+
+	// The Gateway deleted: its load balancer goes, and our status on r3.
+	if err := gw1.Gateways(ns).Delete(ctx, "gw", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the Gateway's load balancer deleted", func() (bool, error) {
+		st, err := l.MockState()
+		if err != nil {
+			return false, err
+		}
+		_, ok := stack.FindLoadBalancer(st, lbName)
+		return !ok, nil
+	})
+	waitFor(t, 30*time.Second, "route r3 without our parent status", func() (bool, error) {
+		rt, err := gw1.HTTPRoutes(ns).Get(ctx, "r3", metav1.GetOptions{})
+		return err == nil && len(rt.Status.Parents) == 0, err
+	})
+	if _, err := gw1.Gateways(ns).Get(ctx, "gw", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the Gateway is still there: %v", err)
+	}
+}
+
+// waitModel waits until the mock holds exactly the pools and rules for the
+// load balancer, and returns it.
+func waitModel(t *testing.T, l *syncer, lbName string, pools []providers.Pool, rules []providers.Rule) providers.LoadBalancer {
+	t.Helper()
+	byKey := func(a, b providers.Rule) int {
+		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.Path, b.Path))
+	}
+	slices.SortFunc(rules, byKey)
+	var lb providers.LoadBalancer
+	var diff string
+	waitFor(t, 30*time.Second, "the model of "+lbName, func() (bool, error) {
+		st, err := l.MockState()
+		if err != nil {
+			return false, err
+		}
+		var ok bool
+		if lb, ok = stack.FindLoadBalancer(st, lbName); !ok || lb.HTTP == nil {
+			diff = "no load balancer"
+			return false, nil
+		}
+		got := slices.Clone(lb.HTTP.Rules)
+		slices.SortFunc(got, byKey)
+		diff = gocmp.Diff(pools, lb.Pools, cmpopts.EquateEmpty()) + gocmp.Diff(rules, got, cmpopts.EquateEmpty())
+		return diff == "", nil
+	})
+	if diff != "" {
+		t.Fatalf("model (-want +got):\n%s", diff)
+	}
+	return lb
+}
+
+func hasCond(cs []metav1.Condition, typ string, status metav1.ConditionStatus, reason string) bool {
+	return slices.ContainsFunc(cs, func(c metav1.Condition) bool {
+		return c.Type == typ && (status == "" || c.Status == status) && c.Reason == reason
+	})
+}
+
+// selfSigned returns a self-signed certificate for host and its key, PEM.
+func selfSigned(t *testing.T, host string) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: host},
+		DNSNames: []string{host}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+}
