@@ -27,7 +27,7 @@ build: ## Build npl-agent, npl-lbsync, nplctl and npl-edge into ./bin (and the k
 	@ln -sf nplctl $(BIN)/kubectl-npl
 
 .PHONY: tools
-tools: ## Build etcd, the control plane, kubelet, kube-proxy and the CNI plugins (bin/cni) into ./bin (idempotent).
+tools: ## Build etcd, the control plane, kubelet, kube-proxy, the CNI plugins (bin/cni) and echo-basic into ./bin (idempotent).
 	BIN_DIR=$(BIN) test/tools/build.sh
 
 .PHONY: images
