@@ -88,6 +88,10 @@ func TestGatewayAPIConformance(t *testing.T) {
 			t.Errorf("close the cluster: %v", err)
 		}
 	})
+	// The chart's grants for the Gateway API, HTTPS listeners' Secrets too.
+	if err := stack.GrantChartValues(ctx, c, map[string]any{"gatewayAPI.enabled": true, "gatewayAPI.readTLSSecrets": true}); err != nil {
+		t.Fatal(err)
+	}
 	agents, err := stack.StartAgents(ctx, c, stack.AgentOptions{})
 	if err != nil {
 		t.Fatalf("start agents: %v", err)

@@ -64,7 +64,7 @@ func accessFor(ctx context.Context, c *cluster.Cluster) (*chartAccess, error) {
 	if a := chartAccesses.of[c]; a != nil {
 		return a, nil
 	}
-	a, err := installChartAccess(ctx, c)
+	a, err := installChartAccess(ctx, c, nil)
 	if err != nil {
 		return nil, fmt.Errorf("install the chart's ServiceAccounts and RBAC: %w", err)
 	}
@@ -75,7 +75,26 @@ func accessFor(ctx context.Context, c *cluster.Cluster) (*chartAccess, error) {
 	return a, nil
 }
 
-func installChartAccess(ctx context.Context, c *cluster.Cluster) (*chartAccess, error) {
+// GrantChartValues applies the chart's RBAC rendered with overrides (value
+// paths such as "gatewayAPI.enabled") on top of mock-values.yaml, so that
+// the binaries the stack starts on c get the grants those values give,
+// exactly as the chart would. Call it before the first StartLBSync or
+// StartAgents of c; the grants stay for the cluster's life.
+func GrantChartValues(ctx context.Context, c *cluster.Cluster, overrides map[string]any) error {
+	chartAccesses.Lock()
+	defer chartAccesses.Unlock()
+	a, err := installChartAccess(ctx, c, overrides)
+	if err != nil {
+		return fmt.Errorf("install the chart's ServiceAccounts and RBAC with %v: %w", overrides, err)
+	}
+	if chartAccesses.of == nil {
+		chartAccesses.of = map[*cluster.Cluster]*chartAccess{}
+	}
+	chartAccesses.of[c] = a
+	return nil
+}
+
+func installChartAccess(ctx context.Context, c *cluster.Cluster, overrides map[string]any) (*chartAccess, error) {
 	root, err := cluster.RepoRoot()
 	if err != nil {
 		return nil, err
@@ -88,6 +107,9 @@ func installChartAccess(ctx context.Context, c *cluster.Cluster) (*chartAccess, 
 	vals, err := chartutil.ReadValuesFile(filepath.Join(dir, "ci", "mock-values.yaml"))
 	if err != nil {
 		return nil, err
+	}
+	for path, v := range overrides {
+		setValue(vals, path, v)
 	}
 	_, docs, err := render.Render(engine.Engine{Strict: true}, ch, vals.AsMap(), ChartRelease, ChartNamespace)
 	if err != nil {
@@ -159,4 +181,19 @@ func flagValue(containers []corev1.Container, flag string) string {
 		}
 	}
 	return ""
+}
+
+// setValue sets a dotted value path such as "gatewayAPI.enabled" in vals.
+func setValue(vals chartutil.Values, path string, v any) {
+	keys := strings.Split(path, ".")
+	m := map[string]any(vals)
+	for _, k := range keys[:len(keys)-1] {
+		next, ok := m[k].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[k] = next
+		}
+		m = next
+	}
+	m[keys[len(keys)-1]] = v
 }
