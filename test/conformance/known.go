@@ -16,15 +16,10 @@ import (
 // KnownFailures are the core GATEWAY-HTTP tests npl does not pass yet, by
 // short name, each with its reason. `make test` skips them (the report lists
 // them as skipped) and requires every other core test to pass; a test that
-// passes again must leave the list. This is the only such list.
-var KnownFailures = map[string]string{
-	// Data plane: a Rule's wildcard host matches one DNS label (Ingress's
-	// rule), a Gateway API wildcard hostname one or more.
-	"HTTPRouteHostnameIntersection": "foo.bar.anotherwildcard.io does not match the listener hostname *.anotherwildcard.io: " +
-		"HAProxy matches a wildcard host on one DNS label, Gateway API on one or more",
-	"HTTPRouteListenerHostnameMatching": "multiple.prefixes.bar.com does not match the listener hostname *.bar.com: " +
-		"HAProxy matches a wildcard host on one DNS label, Gateway API on one or more",
-}
+// passes again must leave the list. This is the only such list. It is empty:
+// every core test passes since the Gateway controller (lbsync/gateway) and
+// its HAProxy data plane (edge/haproxy) landed.
+var KnownFailures = map[string]string{}
 
 // knownFailureNames returns the names of KnownFailures, sorted.
 func knownFailureNames() []string { return slices.Sorted(maps.Keys(KnownFailures)) }
