@@ -66,7 +66,7 @@ test-real-nodes: deps tools build images ## The tests on real nodes alone (kubel
 conformance: deps tools build ## Run the Gateway API conformance suite (GATEWAY-HTTP) and write its official report to CONFORMANCE_REPORT.
 	@mkdir -p $(dir $(CONFORMANCE_REPORT))
 	$(GOTEST) -v -timeout 60m -ldflags "-X github.com/nodeportlocal/npl/internal/buildinfo.Version=$(VERSION)" \
-	  -run '^TestGatewayAPIConformance$$' ./test/conformance/ -args -npl.report=$(CURDIR)/$(CONFORMANCE_REPORT)
+	  -run '^TestGatewayAPIConformance$$' ./test/conformance/ -args -npl.report=$(abspath $(CONFORMANCE_REPORT))
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (default 30s) each, one at a time (make test runs their seeds).
