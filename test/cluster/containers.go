@@ -35,12 +35,16 @@ const echoBasicBinary = "echo-basic"
 // processReadyTimeout bounds how long a started process may take to listen.
 const processReadyTimeout = 15 * time.Second
 
+// ErrNoEchoBasic is the error of CheckEchoBasic, and of a Pod of
+// EchoBasicImage the kubelet stand-in cannot start without the binary.
+var ErrNoEchoBasic = errors.New("run 'make tools'")
+
 // CheckEchoBasic returns an error, one line saying how to get it, when
 // binDir lacks the echo-basic binary.
 func CheckEchoBasic(binDir string) error {
 	p := filepath.Join(binDir, echoBasicBinary)
 	if st, err := os.Stat(p); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-		return fmt.Errorf("npl test cluster: %s not found (Pods of %s need it): run 'make tools'", p, EchoBasicImage)
+		return fmt.Errorf("npl test cluster: %s not found (Pods of %s need it): %w", p, EchoBasicImage, ErrNoEchoBasic)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,7 +66,7 @@ func TestRewriteMountPaths_pointsAtTheVolumeFiles(t *testing.T) {
 func TestCheckEchoBasic_missingBinarySaysMakeTools(t *testing.T) {
 	dir := t.TempDir()
 	err := CheckEchoBasic(dir)
-	if err == nil || !strings.Contains(err.Error(), "run 'make tools'") || strings.Contains(err.Error(), "\n") {
+	if !errors.Is(err, ErrNoEchoBasic) || !strings.Contains(err.Error(), "run 'make tools'") || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("CheckEchoBasic of an empty dir = %v, want one line saying make tools", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "echo-basic"), []byte("#!/bin/sh\n"), 0o755); err != nil {

@@ -152,6 +152,10 @@ func (k *kubelet) processNext(ctx context.Context) bool {
 	defer k.queue.Done(key)
 	recheck, err := k.sync(ctx, key)
 	if err != nil {
+		if errors.Is(err, ErrNoEchoBasic) {
+			// Not transient: say it where a test's log shows it.
+			klog.FromContext(ctx).Error(err, "Cannot run the pod", "pod", key)
+		}
 		if ctx.Err() == nil {
 			klog.FromContext(ctx).V(2).Info("Pod sync failed, will retry", "pod", key, "err", err)
 			k.queue.AddRateLimited(key)
