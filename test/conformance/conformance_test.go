@@ -392,3 +392,39 @@ func TestKnownFailures_areCoreTestsOfTheProfileWithAReason(t *testing.T) {
 		}
 	}
 }
+
+// TestAnnotateReport_writesEachReasonAboveTheReport: the reasons of the
+// skipped tests go above the official report as comments, which leave it
+// the same report.
+func TestAnnotateReport_writesEachReasonAboveTheReport(t *testing.T) {
+	saved := KnownFailures
+	t.Cleanup(func() { KnownFailures = saved })
+	KnownFailures = map[string]string{"HTTPRouteWeight": "why\nnot"}
+	path := filepath.Join(t.TempDir(), "report.yaml")
+	report := confv1.ConformanceReport{ProfileReports: []confv1.ProfileReport{{Name: string(profile),
+		Core: confv1.Status{SkippedTests: []string{"HTTPRouteWeight"}}}}}
+	b, err := yaml.Marshal(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := annotateReport(path); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(got), "# Core tests skipped, and why (test/conformance KnownFailures):\n#   HTTPRouteWeight: why not\n") {
+		t.Errorf("report starts with %q", strings.SplitN(string(got), "apiVersion", 2)[0])
+	}
+	back, err := readReport(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(&report, back); diff != "" {
+		t.Errorf("the annotated report reads back different (-want +got):\n%s", diff)
+	}
+}
