@@ -17,6 +17,8 @@ KEEP       ?= 0
 FUZZTIME   ?= 30s
 # The tag of `make images`: the chart's appVersion, so the chart's defaults use them.
 IMAGE_TAG  ?= $(shell awk '$$1=="appVersion:" {print $$2}' charts/npl/Chart.yaml)
+# Where `make conformance` writes the official Gateway API conformance report.
+CONFORMANCE_REPORT ?= docs/conformance/gateway-api-$(shell awk '$$1=="sigs.k8s.io/gateway-api/conformance" {print $$2; exit}' go.mod)-report.yaml
 
 ##@ Build
 
@@ -27,7 +29,7 @@ build: ## Build npl-agent, npl-lbsync, nplctl and npl-edge into ./bin (and the k
 	@ln -sf nplctl $(BIN)/kubectl-npl
 
 .PHONY: tools
-tools: ## Build etcd, the control plane, kubelet, kube-proxy and the CNI plugins (bin/cni) into ./bin (idempotent).
+tools: ## Build etcd, the control plane, kubelet, kube-proxy, the CNI plugins (bin/cni) and echo-basic into ./bin (idempotent).
 	BIN_DIR=$(BIN) test/tools/build.sh
 
 .PHONY: images
@@ -59,6 +61,12 @@ test-e2e: deps tools build images ## End-to-end tests on the local cluster (test
 .PHONY: test-real-nodes
 test-real-nodes: deps tools build images ## The tests on real nodes alone (kubelet, containerd, kube-proxy; the chart installed with Helm).
 	$(GOTEST) -v -timeout 20m -run 'RealNodes' ./test/cluster/ ./test/realnodes/...
+
+.PHONY: conformance
+conformance: deps tools build ## Run the Gateway API conformance suite (GATEWAY-HTTP) and write its official report to CONFORMANCE_REPORT.
+	@mkdir -p $(dir $(CONFORMANCE_REPORT))
+	$(GOTEST) -v -timeout 60m -ldflags "-X github.com/nodeportlocal/npl/internal/buildinfo.Version=$(VERSION)" \
+	  -run '^TestGatewayAPIConformance$$' ./test/conformance/ -args -npl.report=$(abspath $(CONFORMANCE_REPORT))
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (default 30s) each, one at a time (make test runs their seeds).

@@ -1,14 +1,24 @@
 package contract
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 )
+
+// HandWrittenSlices is the label selector of the EndpointSlices that can
+// choose the Pods of a Service without a selector: every slice the
+// EndpointSlice controller does not manage (it writes slices only for
+// Services with a selector). npl-agent and npl-lbsync list and watch
+// EndpointSlices with it, so both see the same ones.
+const HandWrittenSlices = discoveryv1.LabelManagedBy + "!=endpointslice-controller.k8s.io"
 
 // Selects reports whether svc's selector selects pod: the same namespace, a
 // selector that is not empty, and every one of its labels on the Pod with
 // the same value. A Service without a selector selects no Pod (its
-// endpoints are managed by hand). It ignores the Pod's phase, so a
-// controller can also map a Pod that just finished to its Services.
+// endpoints are managed by hand: see Chooses). It ignores the Pod's phase,
+// so a controller can also map a Pod that just finished to its Services.
 func Selects(svc *corev1.Service, pod *corev1.Pod) bool {
 	if svc == nil || pod == nil || pod.Namespace != svc.Namespace || len(svc.Spec.Selector) == 0 {
 		return false
@@ -19,4 +29,68 @@ func Selects(svc *corev1.Service, pod *corev1.Pod) bool {
 		}
 	}
 	return true
+}
+
+// Chooses reports whether pod is a backend of svc: svc's selector selects
+// it (Selects) or, when svc has no selector, one of slices that belongs to
+// svc (SliceService, same namespace) has an endpoint whose targetRef is the
+// Pod (kind Pod, the Pod's name, and its UID when the reference has one).
+// slices may hold other Services' slices; they are ignored. Like Selects it
+// ignores the Pod's phase and readiness.
+func Chooses(svc *corev1.Service, pod *corev1.Pod, slices []*discoveryv1.EndpointSlice) bool {
+	if svc == nil || pod == nil || pod.Namespace != svc.Namespace {
+		return false
+	}
+	if len(svc.Spec.Selector) > 0 {
+		return Selects(svc, pod)
+	}
+	for _, s := range slices {
+		if s == nil || s.Namespace != svc.Namespace || SliceService(s) != svc.Name {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			if refersTo(e.TargetRef, pod) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func refersTo(ref *corev1.ObjectReference, pod *corev1.Pod) bool {
+	if ref == nil || ref.Kind != "Pod" || ref.Name != pod.Name {
+		return false
+	}
+	if ref.Namespace != "" && ref.Namespace != pod.Namespace {
+		return false
+	}
+	return ref.UID == "" || ref.UID == pod.UID
+}
+
+// SliceService is the name of the Service an EndpointSlice belongs to (its
+// label kubernetes.io/service-name), "" when it has none.
+func SliceService(s *discoveryv1.EndpointSlice) string {
+	if s == nil {
+		return ""
+	}
+	return s.Labels[discoveryv1.LabelServiceName]
+}
+
+// SlicePods returns the names of the Pods an EndpointSlice's endpoints
+// reference by targetRef (kind Pod, in the slice's namespace), sorted,
+// without duplicates: the Pods whose backends change with the slice.
+func SlicePods(s *discoveryv1.EndpointSlice) []string {
+	if s == nil {
+		return nil
+	}
+	var out []string
+	for _, e := range s.Endpoints {
+		ref := e.TargetRef
+		if ref == nil || ref.Kind != "Pod" || ref.Name == "" || (ref.Namespace != "" && ref.Namespace != s.Namespace) {
+			continue
+		}
+		out = append(out, ref.Name)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

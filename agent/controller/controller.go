@@ -1,5 +1,6 @@
 // Package controller is npl-agent's control loop: it watches the node's own
-// Pods, all Services and its Node, decides which Pod ports to publish
+// Pods, all Services, the hand-written EndpointSlices (which choose the Pods
+// of Services without a selector) and its Node, decides which Pod ports to publish
 // (Targets), allocates node ports (portalloc), programs the datapath and
 // writes the Pod annotation. It restores every valid mapping from the Pods'
 // annotations before its workers start, so node ports survive a restart.
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -96,9 +98,11 @@ type Controller struct {
 	podFactory  informers.SharedInformerFactory
 	svcFactory  informers.SharedInformerFactory
 	nodeFactory informers.SharedInformerFactory
+	epsFactory  informers.SharedInformerFactory
 	podLister   corelisters.PodLister
 	svcLister   corelisters.ServiceLister
 	svcIndexer  cache.Indexer
+	epsIndexer  cache.Indexer
 	nodeLister  corelisters.NodeLister
 	synced      []cache.InformerSynced
 
@@ -127,6 +131,9 @@ func New(cfg Config, client kubernetes.Interface, alloc Allocator, paths map[con
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.NodeName).String()
 		}),
 		informers.WithTransform(TrimNode))
+	epsFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = contract.HandWrittenSlices }),
+		informers.WithTransform(TrimEndpointSlice))
 
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
@@ -154,10 +161,12 @@ func New(cfg Config, client kubernetes.Interface, alloc Allocator, paths map[con
 	podInformer := podFactory.Core().V1().Pods()
 	svcInformer := svcFactory.Core().V1().Services()
 	nodeInformer := nodeFactory.Core().V1().Nodes()
+	epsInformer := epsFactory.Discovery().V1().EndpointSlices()
 	c.podLister = podInformer.Lister()
 	c.svcLister = svcInformer.Lister()
 	c.nodeLister = nodeInformer.Lister()
 	c.svcIndexer = svcInformer.Informer().GetIndexer()
+	c.epsIndexer = epsInformer.Informer().GetIndexer()
 
 	_, _ = podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueuePod(obj) },
@@ -169,12 +178,19 @@ func New(cfg Config, client kubernetes.Interface, alloc Allocator, paths map[con
 		UpdateFunc: func(old, obj any) { c.enqueueServicePods(old, obj) },
 		DeleteFunc: func(obj any) { c.enqueueServicePods(nil, obj) },
 	})
+	_, _ = epsInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.enqueueSlicePods(nil, obj) },
+		UpdateFunc: func(old, obj any) { c.enqueueSlicePods(old, obj) },
+		DeleteFunc: func(obj any) { c.enqueueSlicePods(nil, obj) },
+	})
 	_, _ = nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.nodeChanged(obj) },
 		UpdateFunc: func(_, obj any) { c.nodeChanged(obj) },
 	})
-	c.synced = []cache.InformerSynced{podInformer.Informer().HasSynced, svcInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced}
+	c.synced = []cache.InformerSynced{podInformer.Informer().HasSynced, svcInformer.Informer().HasSynced,
+		nodeInformer.Informer().HasSynced, epsInformer.Informer().HasSynced}
 	c.nodeFactory = nodeFactory
+	c.epsFactory = epsFactory
 	return c
 }
 
@@ -195,6 +211,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.podFactory.Start(ctx.Done())
 	c.svcFactory.Start(ctx.Done())
 	c.nodeFactory.Start(ctx.Done())
+	c.epsFactory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("wait for informer caches: %w", ctx.Err())
 	}
@@ -312,6 +329,11 @@ func (c *Controller) enqueueServicePods(oldObj, obj any) {
 
 func (c *Controller) enqueueSelected(svc *corev1.Service) {
 	if len(svc.Spec.Selector) == 0 {
+		for _, s := range c.slicesInNamespace(svc.Namespace) {
+			if contract.SliceService(s) == svc.Name {
+				c.enqueueNamed(s.Namespace, contract.SlicePods(s))
+			}
+		}
 		return
 	}
 	pods, err := c.podLister.Pods(svc.Namespace).List(labels.SelectorFromSet(svc.Spec.Selector))
@@ -320,6 +342,28 @@ func (c *Controller) enqueueSelected(svc *corev1.Service) {
 	}
 	for _, p := range pods {
 		c.queue.Add(keyOf(p))
+	}
+}
+
+// enqueueSlicePods queues the Pods an EndpointSlice references now or
+// referenced before the change. Pods of other nodes are not in the lister.
+func (c *Controller) enqueueSlicePods(oldObj, obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	for _, o := range []any{oldObj, obj} {
+		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+			c.enqueueNamed(s.Namespace, contract.SlicePods(s))
+		}
+	}
+}
+
+// enqueueNamed queues the local Pods of ns among names.
+func (c *Controller) enqueueNamed(ns string, names []string) {
+	for _, name := range names {
+		if p, err := c.podLister.Pods(ns).Get(name); err == nil {
+			c.queue.Add(keyOf(p))
+		}
 	}
 }
 
@@ -365,6 +409,22 @@ func (c *Controller) servicesInNamespace(ns string) []*corev1.Service {
 	out := make([]*corev1.Service, 0, len(objs))
 	for _, o := range objs {
 		if s, ok := o.(*corev1.Service); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// slicesInNamespace returns the cached hand-written EndpointSlices of a
+// namespace.
+func (c *Controller) slicesInNamespace(ns string) []*discoveryv1.EndpointSlice {
+	objs, err := c.epsIndexer.ByIndex(cache.NamespaceIndex, ns)
+	if err != nil {
+		return nil
+	}
+	out := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	for _, o := range objs {
+		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
 			out = append(out, s)
 		}
 	}

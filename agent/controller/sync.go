@@ -48,7 +48,7 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 		}
 		c.mu.Unlock()
 		slices.Sort(families)
-		targets, skips = Targets(pod, c.servicesInNamespace(ns), families)
+		targets, skips = Targets(pod, c.servicesInNamespace(ns), c.slicesInNamespace(ns), families)
 	}
 	for _, s := range skips {
 		c.recorder.Eventf(s.Service, corev1.EventTypeWarning, "NodePortLocalSkipped", "Port %s/%d not mapped: %s", s.Port.Protocol, s.Port.Port, s.Reason)

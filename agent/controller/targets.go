@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/nodeportlocal/npl/contract"
 )
@@ -30,10 +31,11 @@ type Skip struct {
 }
 
 // ServiceCounts reports whether a Service opts its Pods in: the annotation is
-// exactly "true", the type is ClusterIP or LoadBalancer (an empty type is
-// ClusterIP), and the selector is not empty.
+// exactly "true" and the type is ClusterIP or LoadBalancer (an empty type is
+// ClusterIP). Which Pods it chooses is contract.Chooses: its selector, or,
+// without one, its EndpointSlices' targetRefs.
 func ServiceCounts(svc *corev1.Service) bool {
-	if !contract.ServiceEnabled(svc.Annotations) || len(svc.Spec.Selector) == 0 {
+	if !contract.ServiceEnabled(svc.Annotations) {
 		return false
 	}
 	switch svc.Spec.Type {
@@ -43,10 +45,11 @@ func ServiceCounts(svc *corev1.Service) bool {
 	return false
 }
 
-// Selects reports whether svc counts and selects pod (same namespace, the
-// whole selector matches the Pod's labels).
-func Selects(svc *corev1.Service, pod *corev1.Pod) bool {
-	return ServiceCounts(svc) && contract.Selects(svc, pod)
+// Selects reports whether svc counts and chooses pod (contract.Chooses: its
+// selector, or for a Service without one, a targetRef of its EndpointSlices,
+// which eps holds).
+func Selects(svc *corev1.Service, pod *corev1.Pod, eps []*discoveryv1.EndpointSlice) bool {
+	return ServiceCounts(svc) && contract.Chooses(svc, pod, eps)
 }
 
 // PodIPs returns the Pod's IPs by family. A Pod without an IP has none.
@@ -81,12 +84,13 @@ func PodMappable(pod *corev1.Pod) bool {
 }
 
 // Targets computes the ports to publish for pod from the Services that
-// select it, for the families both the Pod and the node have and the Service
+// choose it (eps are the hand-written EndpointSlices of pod's namespace,
+// which choose Pods for Services without a selector), for the families both the Pod and the node have and the Service
 // asks for (spec.ipFamilies, as Antrea does: an IPv6-only Service publishes
 // no IPv4 node port; a Service without ipFamilies asks for every family).
 // It is a pure function of its inputs; Skips name the Service ports it
 // cannot map.
-func Targets(pod *corev1.Pod, services []*corev1.Service, nodeFamilies []contract.Family) ([]Target, []Skip) {
+func Targets(pod *corev1.Pod, services []*corev1.Service, eps []*discoveryv1.EndpointSlice, nodeFamilies []contract.Family) ([]Target, []Skip) {
 	if !PodMappable(pod) {
 		return nil, nil
 	}
@@ -101,7 +105,7 @@ func Targets(pod *corev1.Pod, services []*corev1.Service, nodeFamilies []contrac
 	var out []Target
 	var skips []Skip
 	for _, svc := range services {
-		if !Selects(svc, pod) {
+		if !Selects(svc, pod, eps) {
 			continue
 		}
 		for _, sp := range svc.Spec.Ports {

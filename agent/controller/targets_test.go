@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -43,6 +44,19 @@ func pod(mutate ...func(*corev1.Pod)) *corev1.Pod {
 
 var v4 = []contract.Family{"IPv4"}
 
+// handSlice is a hand-written EndpointSlice of Service svc naming Pods.
+func handSlice(svc string, pods ...string) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: svc + "-1", Namespace: "default",
+		Labels: map[string]string{discoveryv1.LabelServiceName: svc}}}
+	for _, p := range pods {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{"198.19.0.5"},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: p}})
+	}
+	return s
+}
+
+func noSelector(s *corev1.Service) { s.Spec.Selector = nil }
+
 func tcp(port int32) Target { return Target{PodPort: port, Protocol: "tcp", Family: "IPv4"} }
 func udp(port int32) Target { return Target{PodPort: port, Protocol: "udp", Family: "IPv4"} }
 
@@ -52,6 +66,7 @@ func TestTargets(t *testing.T) {
 		name      string
 		pod       *corev1.Pod
 		services  []*corev1.Service
+		slices    []*discoveryv1.EndpointSlice
 		families  []contract.Family
 		want      []Target
 		wantSkips int
@@ -62,6 +77,15 @@ func TestTargets(t *testing.T) {
 		{name: "NodePort type does not count", pod: pod(), services: []*corev1.Service{svc("a", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeNodePort })}, families: v4},
 		{name: "LoadBalancer type counts", pod: pod(), services: []*corev1.Service{svc("a", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeLoadBalancer })}, families: v4, want: []Target{tcp(8080)}},
 		{name: "empty selector does not count", pod: pod(), services: []*corev1.Service{svc("a", func(s *corev1.Service) { s.Spec.Selector = nil })}, families: v4},
+		{name: "no selector: a targetRef of its EndpointSlice chooses the Pod", pod: pod(), families: v4, want: []Target{tcp(8080)},
+			services: []*corev1.Service{svc("a", noSelector)}, slices: []*discoveryv1.EndpointSlice{handSlice("a", "other", "web-1")}},
+		{name: "no selector: a slice of another Service chooses nothing", pod: pod(), families: v4,
+			services: []*corev1.Service{svc("a", noSelector)}, slices: []*discoveryv1.EndpointSlice{handSlice("b", "web-1")}},
+		{name: "no selector: a slice naming other Pods", pod: pod(), families: v4,
+			services: []*corev1.Service{svc("a", noSelector)}, slices: []*discoveryv1.EndpointSlice{handSlice("a", "web-2")}},
+		{name: "a selector ignores slices", pod: pod(), families: v4,
+			services: []*corev1.Service{svc("a", func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "db"} })},
+			slices:   []*discoveryv1.EndpointSlice{handSlice("a", "web-1")}},
 		{name: "selector must fully match", pod: pod(), services: []*corev1.Service{svc("a", func(s *corev1.Service) { s.Spec.Selector["tier"] = "back" })}, families: v4},
 		{name: "other namespace", pod: pod(), services: []*corev1.Service{svc("a", func(s *corev1.Service) { s.Namespace = "other" })}, families: v4},
 		{name: "two services one pod", pod: pod(), families: v4, services: []*corev1.Service{
@@ -131,7 +155,7 @@ func TestTargets(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, skips := Targets(tc.pod, tc.services, tc.families)
+			got, skips := Targets(tc.pod, tc.services, tc.slices, tc.families)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("Targets (-want +got):\n%s", diff)
 			}

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/nodeportlocal/npl/contract"
 )
@@ -64,6 +65,26 @@ func TrimService(obj any) (any, error) {
 	out.Spec.Selector = svc.Spec.Selector
 	out.Spec.Ports = svc.Spec.Ports
 	out.Spec.IPFamilies = svc.Spec.IPFamilies
+	return out, nil
+}
+
+// TrimEndpointSlice keeps what chooses Pods: the Service label and the
+// endpoints' targetRefs.
+func TrimEndpointSlice(obj any) (any, error) {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return obj, nil
+	}
+	out := &discoveryv1.EndpointSlice{}
+	out.Name, out.Namespace, out.UID, out.ResourceVersion = s.Name, s.Namespace, s.UID, s.ResourceVersion
+	if v, ok := s.Labels[discoveryv1.LabelServiceName]; ok {
+		out.Labels = map[string]string{discoveryv1.LabelServiceName: v}
+	}
+	for _, e := range s.Endpoints {
+		if e.TargetRef != nil {
+			out.Endpoints = append(out.Endpoints, discoveryv1.Endpoint{TargetRef: e.TargetRef})
+		}
+	}
 	return out, nil
 }
 

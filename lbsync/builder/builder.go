@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
@@ -45,6 +46,11 @@ type Input struct {
 	// Pods are candidate Pods, typically those of the Service's namespace;
 	// Build checks namespace and selector itself.
 	Pods []*corev1.Pod
+	// EndpointSlices are the Service's EndpointSlices written by hand (or
+	// by any controller but the EndpointSlice controller): for a Service
+	// without a selector, their targetRefs choose its Pods
+	// (contract.Chooses). Slices of other Services are ignored.
+	EndpointSlices []*discoveryv1.EndpointSlice
 	// Nodes are used in ServiceTypeNodePort mode only.
 	Nodes []*corev1.Node
 }
@@ -208,12 +214,12 @@ type backends struct {
 
 func newBackends(in Input, mode string, family contract.Family, r *Report) *backends {
 	b := &backends{svc: in.Service, family: family, r: r}
-	if len(in.Service.Spec.Selector) == 0 && mode != ServiceTypeNodePort {
-		r.Warnings = append(r.Warnings, "the Service has no selector: no Pods are selected")
+	if len(in.Service.Spec.Selector) == 0 && mode != ServiceTypeNodePort && !namesPods(in.Service, in.EndpointSlices) {
+		r.Warnings = append(r.Warnings, "the Service has no selector and no EndpointSlice of it names a Pod: no Pods are selected")
 		return b
 	}
 	for _, pod := range in.Pods {
-		if !contract.Selects(in.Service, pod) || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		if !contract.Chooses(in.Service, pod, in.EndpointSlices) || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		terminating := pod.DeletionTimestamp != nil
@@ -243,6 +249,16 @@ func newBackends(in Input, mode string, family contract.Family, r *Report) *back
 		b.nodes = b.usableNodes(in.Nodes)
 	}
 	return b
+}
+
+// namesPods reports whether one of the Service's slices names a Pod.
+func namesPods(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) bool {
+	for _, s := range eps {
+		if s != nil && s.Namespace == svc.Namespace && contract.SliceService(s) == svc.Name && len(contract.SlicePods(s)) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // podEntries returns the Pod's node-port mappings of the wanted family. A Pod

@@ -6,6 +6,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
@@ -17,6 +18,7 @@ type buildCase struct {
 	family        string
 	svc           *corev1.Service
 	pods          []*corev1.Pod
+	slices        []*discoveryv1.EndpointSlice
 	nodes         []*corev1.Node
 	wantListeners []providers.Listener
 	wantReport    Report
@@ -27,12 +29,13 @@ func runBuildCases(t *testing.T, tests []buildCase) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			lb, report := Build(Input{
-				ClusterName: testCluster,
-				ServiceType: tt.mode,
-				Family:      tt.family,
-				Service:     tt.svc,
-				Pods:        tt.pods,
-				Nodes:       tt.nodes,
+				ClusterName:    testCluster,
+				ServiceType:    tt.mode,
+				Family:         tt.family,
+				Service:        tt.svc,
+				Pods:           tt.pods,
+				EndpointSlices: tt.slices,
+				Nodes:          tt.nodes,
 			})
 			if lb == nil {
 				t.Fatalf("Build returned no model; report %+v", report)
@@ -284,7 +287,23 @@ func TestBuild_nodePortLocal(t *testing.T) {
 			svc:           svcWith(service(tcp8080), func(s *corev1.Service) { s.Spec.Selector = nil }),
 			pods:          []*corev1.Pod{pod("a", npl(entry(8080, "198.18.0.11", 61000, "tcp")))},
 			wantListeners: []providers.Listener{listener(providers.TCP, 80)},
-			wantReport:    Report{Warnings: []string{"the Service has no selector: no Pods are selected"}},
+			wantReport:    Report{Warnings: []string{"the Service has no selector and no EndpointSlice of it names a Pod: no Pods are selected"}},
+		},
+		{
+			name: "no selector: the targetRefs of the Service's EndpointSlices choose its Pods",
+			svc:  svcWith(service(tcp8080), func(s *corev1.Service) { s.Spec.Selector = nil }),
+			pods: []*corev1.Pod{
+				pod("named", labels(nil), npl(entry(8080, "198.18.0.11", 61000, "tcp"))),
+				pod("named-not-ready", notReady, npl(entry(8080, "198.18.0.11", 61001, "tcp"))),
+				pod("unnamed", npl(entry(8080, "198.18.0.11", 61002, "tcp"))),
+				pod("other-service", npl(entry(8080, "198.18.0.11", 61003, "tcp"))),
+			},
+			slices: []*discoveryv1.EndpointSlice{
+				handSlice("web", "named", "named-not-ready"),
+				handSlice("api", "other-service"),
+			},
+			wantListeners: []providers.Listener{listener(providers.TCP, 80, up("198.18.0.11", 61000))},
+			wantReport:    Report{ReadyBackends: 1},
 		},
 		{
 			name: "duplicate entries give one member; enabled wins over draining",

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -176,3 +177,15 @@ func listener(proto providers.Protocol, p int32, members ...providers.Member) pr
 func up(ip string, p int32) providers.Member { return providers.Member{IP: ip, Port: p, Enabled: true} }
 
 func drain(ip string, p int32) providers.Member { return providers.Member{IP: ip, Port: p} }
+
+// handSlice is a hand-written EndpointSlice of Service svc of shop whose
+// endpoints name pods by targetRef.
+func handSlice(svc string, pods ...string) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: svc + "-manual",
+		Labels: map[string]string{discoveryv1.LabelServiceName: svc}}}
+	for _, p := range pods {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{"198.19.1.10"},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: testNS, Name: p}})
+	}
+	return s
+}

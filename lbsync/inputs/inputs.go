@@ -1,5 +1,6 @@
 // Package inputs gathers what a load balancer build reads: for a Service,
-// its candidate Pods and the Nodes; for Ingresses, their
+// its candidate Pods (through its selector or, without one, its
+// hand-written EndpointSlices) and the Nodes; for Ingresses, their
 // backend Services, those Services' Pods and the TLS Secrets they name. The
 // controller reads them from its informer caches and nplctl from one List of
 // each kind, through the same Store, so that `nplctl pools` expects exactly
@@ -11,6 +12,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +33,12 @@ const (
 	// BackendIndex indexes Ingresses by the "namespace/name" of each
 	// backend Service.
 	BackendIndex = "backendService"
+	// SliceServiceIndex indexes EndpointSlices by the "namespace/name" of
+	// their Service.
+	SliceServiceIndex = "sliceService"
+	// SlicePodIndex indexes EndpointSlices by the "namespace/name" of each
+	// Pod their endpoints reference.
+	SlicePodIndex = "slicePod"
 )
 
 // Settings say how members are built.
@@ -50,6 +58,9 @@ type Store struct {
 	Nodes          cache.Indexer
 	Ingresses      cache.Indexer
 	IngressClasses cache.Indexer
+	// EndpointSlices holds the slices listed with contract.HandWrittenSlices,
+	// which choose the Pods of Services without a selector.
+	EndpointSlices cache.Indexer
 }
 
 // ServiceIndexers and the others are the indexes each kind needs; the
@@ -61,6 +72,33 @@ func PodIndexers() cache.Indexers { return cache.Indexers{LabelIndex: podLabelTe
 
 // IngressIndexers index Ingresses by backend Service.
 func IngressIndexers() cache.Indexers { return cache.Indexers{BackendIndex: ingressBackendKeys} }
+
+// EndpointSliceIndexers index EndpointSlices by Service and by the Pods
+// they reference.
+func EndpointSliceIndexers() cache.Indexers {
+	return cache.Indexers{SliceServiceIndex: sliceServiceKey, SlicePodIndex: slicePodKeys}
+}
+
+func sliceServiceKey(obj any) ([]string, error) {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok || contract.SliceService(s) == "" {
+		return nil, nil
+	}
+	return []string{s.Namespace + "/" + contract.SliceService(s)}, nil
+}
+
+func slicePodKeys(obj any) ([]string, error) {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return nil, nil
+	}
+	names := contract.SlicePods(s)
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		out = append(out, s.Namespace+"/"+n)
+	}
+	return out, nil
+}
 
 // term is an index value: one label key=value in a namespace.
 func term(namespace, key, value string) string { return namespace + "/" + key + "=" + value }
@@ -102,10 +140,14 @@ func ingressBackendKeys(obj any) ([]string, error) {
 }
 
 // PodsFor returns the candidate Pods of a Service through the label index:
-// the Pods carrying one of its selector terms that it selects.
+// the Pods carrying one of its selector terms that it selects; for a Service
+// without a selector, the Pods its EndpointSlices reference.
 func (s Store) PodsFor(svc *corev1.Service) []*corev1.Pod {
-	if len(svc.Spec.Selector) == 0 || s.Pods == nil {
+	if s.Pods == nil {
 		return nil
+	}
+	if len(svc.Spec.Selector) == 0 {
+		return s.slicePods(svc)
 	}
 	var best []any
 	first := true
@@ -127,10 +169,60 @@ func (s Store) PodsFor(svc *corev1.Service) []*corev1.Pod {
 	return out
 }
 
-// ServicesSelecting returns the Services whose selector matches the Pod.
+// slicePods returns the Pods a selectorless Service's EndpointSlices choose.
+func (s Store) slicePods(svc *corev1.Service) []*corev1.Pod {
+	slices := s.SlicesOf(svc)
+	var out []*corev1.Pod
+	seen := map[string]bool{}
+	for _, sl := range slices {
+		for _, name := range contract.SlicePods(sl) {
+			key := svc.Namespace + "/" + name
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			obj, ok, err := s.Pods.GetByKey(key)
+			if err != nil || !ok {
+				continue
+			}
+			if p, ok := obj.(*corev1.Pod); ok && contract.Chooses(svc, p, slices) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// SlicesOf returns the Service's EndpointSlices of the Store, which
+// choose its Pods when it has no selector.
+func (s Store) SlicesOf(svc *corev1.Service) []*discoveryv1.EndpointSlice {
+	if s.EndpointSlices == nil {
+		return nil
+	}
+	objs, err := s.EndpointSlices.ByIndex(SliceServiceIndex, svc.Namespace+"/"+svc.Name)
+	if err != nil {
+		return nil
+	}
+	return typed[*discoveryv1.EndpointSlice](objs)
+}
+
+// ServicesSelecting returns the Services that choose the Pod: those whose
+// selector matches it, and those without a selector whose EndpointSlices
+// reference it.
 func (s Store) ServicesSelecting(pod *corev1.Pod) []*corev1.Service {
 	seen := map[string]bool{}
 	var out []*corev1.Service
+	if s.EndpointSlices != nil {
+		objs, _ := s.EndpointSlices.ByIndex(SlicePodIndex, pod.Namespace+"/"+pod.Name)
+		for _, sl := range typed[*discoveryv1.EndpointSlice](objs) {
+			svc := s.Service(sl.Namespace, contract.SliceService(sl))
+			if svc == nil || seen[svc.Namespace+"/"+svc.Name] || !contract.Chooses(svc, pod, s.SlicesOf(svc)) {
+				continue
+			}
+			seen[svc.Namespace+"/"+svc.Name] = true
+			out = append(out, svc)
+		}
+	}
 	for k, v := range pod.Labels {
 		objs, err := s.Services.ByIndex(SelectorIndex, term(pod.Namespace, k, v))
 		if err != nil {
@@ -220,7 +312,7 @@ func (s Store) nodes(set Settings) []*corev1.Node {
 func (s Store) ServiceInput(set Settings, svc *corev1.Service) builder.Input {
 	return builder.Input{
 		ClusterName: set.ClusterName, ServiceType: set.ServiceType, Family: set.Family,
-		Service: svc, Pods: s.PodsFor(svc), Nodes: s.nodes(set),
+		Service: svc, Pods: s.PodsFor(svc), EndpointSlices: s.SlicesOf(svc), Nodes: s.nodes(set),
 	}
 }
 
@@ -306,6 +398,14 @@ func FromAPI(ctx context.Context, client kubernetes.Interface, namespace string,
 		return s, fmt.Errorf("list pods: %w", err)
 	}
 	if err := fill(s.Pods, pods.Items); err != nil {
+		return s, err
+	}
+	s.EndpointSlices = cache.NewIndexer(cache.MetaNamespaceKeyFunc, EndpointSliceIndexers())
+	slices, err := client.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{LabelSelector: contract.HandWrittenSlices})
+	if err != nil {
+		return s, fmt.Errorf("list endpointslices: %w", err)
+	}
+	if err := fill(s.EndpointSlices, slices.Items); err != nil {
 		return s, err
 	}
 	if set.ServiceType == builder.ServiceTypeNodePort {

@@ -75,6 +75,9 @@ func TestCluster(t *testing.T) {
 	t.Run("a hostNetwork Pod gets the node IP and no namespace", func(t *testing.T) {
 		testHostNetwork(ctx, t, c)
 	})
+	t.Run("a Pod of the echo-basic image runs the conformance backend with its env and secret volume, until deleted", func(t *testing.T) {
+		testEchoBasic(ctx, t, c)
+	})
 	t.Run("InstallGatewayAPI serves the pinned standard-channel CRDs, twice in a row", func(t *testing.T) {
 		testInstallGatewayAPI(ctx, t, c)
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -151,6 +152,10 @@ func (k *kubelet) processNext(ctx context.Context) bool {
 	defer k.queue.Done(key)
 	recheck, err := k.sync(ctx, key)
 	if err != nil {
+		if errors.Is(err, ErrNoEchoBasic) {
+			// Not transient: say it where a test's log shows it.
+			klog.FromContext(ctx).Error(err, "Cannot run the pod", "pod", key)
+		}
 		if ctx.Err() == nil {
 			klog.FromContext(ctx).V(2).Info("Pod sync failed, will retry", "pod", key, "err", err)
 			k.queue.AddRateLimited(key)
@@ -290,7 +295,8 @@ func (k *kubelet) run(ctx context.Context, pod *corev1.Pod) (*podRuntime, error)
 }
 
 // startSandbox gives rt a new namespace, address (two in a dual-stack
-// cluster) and servers.
+// cluster) and servers: the built-in ones for declared ports, and a process
+// for each container of EchoBasicImage.
 func (k *kubelet) startSandbox(ctx context.Context, pod *corev1.Pod, rt *podRuntime) error {
 	ip, err := k.node.ips.allocate()
 	if err != nil {
@@ -338,6 +344,16 @@ func (k *kubelet) startSandbox(ctx context.Context, pod *corev1.Pod, rt *podRunt
 	if err != nil {
 		return fail(err)
 	}
+	procs, err := startPodProcesses(ctx, k.c.client, k.c.opts.BinDir, k.c.cp.logDir, pod, sandbox{
+		netns: netns, dir: filepath.Join(k.c.dir, "pods", netns), podIP: ip, hostIP: k.node.IP,
+	})
+	if err != nil {
+		for _, c := range closers {
+			_ = c.Close()
+		}
+		return fail(err)
+	}
+	closers = append(closers, procs...)
 	k.mu.Lock() // PodNetns reads these
 	rt.netns, rt.ip, rt.ipv6, rt.closers = netns, ip, ipv6, closers
 	k.mu.Unlock()

@@ -67,6 +67,17 @@ type Options struct {
 	Name string
 }
 
+// ClusterOptions place a bed on the bridge npl-br0 of the running local
+// cluster (198.18.0.1): the edge at 198.18.0.200, the client at
+// 198.18.0.201, npl-edge from binDir.
+func ClusterOptions(binDir, name string) Options {
+	return Options{
+		Bridge: "npl-br0", BridgeIP: netip.MustParseAddr("198.18.0.1"),
+		EdgeIP: netip.MustParseAddr("198.18.0.200"), ClientIP: netip.MustParseAddr("198.18.0.201"),
+		BinDir: binDir, Name: name,
+	}
+}
+
 // Bed is a running edge and client namespace.
 type Bed struct {
 	Options
@@ -351,6 +362,15 @@ func (b *Bed) ProviderSection(edges ...string) []byte {
 	return s
 }
 
+// LBSyncConfig is the part of an npl-lbsync configuration that serves
+// the bed's edge: the VIP range as vipPool and the haproxy provider.
+func (b *Bed) LBSyncConfig() string {
+	var section map[string]any
+	_ = json.Unmarshal(b.ProviderSection(), &section) // our own JSON
+	provider, _ := json.Marshal(map[string]any{"name": "haproxy", "haproxy": section})
+	return fmt.Sprintf("vipPool: [%q]\nprovider: %s\n", VIPRange, provider)
+}
+
 // OpenProvider opens the haproxy provider of cluster through the registry,
 // as npl-lbsync does, with the bed's VIP range as vipPool.
 func (b *Bed) OpenProvider(ctx context.Context, cluster string, section []byte) (providers.Provider, error) {
@@ -408,18 +428,24 @@ func (b *Bed) ClientDo(fn func() error) error {
 	return doInNetns(filepath.Join("/run/netns", b.ClientNetns), fn)
 }
 
+// ClientDial opens a connection from the client namespace, as a client
+// outside the cluster would, within timeout.
+func (b *Bed) ClientDial(ctx context.Context, network, addr string, timeout time.Duration) (net.Conn, error) {
+	var conn net.Conn
+	err := b.ClientDo(func() error {
+		var err error
+		d := net.Dialer{Timeout: timeout}
+		conn, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return conn, err
+}
+
 // ClientHTTP is an HTTP client whose connections start in the client
 // namespace, one connection per request (so that each request is balanced).
 func (b *Bed) ClientHTTP(timeout time.Duration) *http.Client {
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var conn net.Conn
-		err := b.ClientDo(func() error {
-			var err error
-			d := net.Dialer{Timeout: timeout}
-			conn, err = d.DialContext(ctx, network, addr)
-			return err
-		})
-		return conn, err
+		return b.ClientDial(ctx, network, addr, timeout)
 	}
 	return &http.Client{Timeout: timeout, Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}}
 }

@@ -2,7 +2,6 @@ package edge
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -41,11 +40,7 @@ func clusterBed(t testing.TB) (*cluster.Cluster, *Bed) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Start(context.Background(), t.TempDir(), Options{
-		Bridge: "npl-br0", BridgeIP: netip.MustParseAddr("198.18.0.1"),
-		EdgeIP: netip.MustParseAddr("198.18.0.200"), ClientIP: netip.MustParseAddr("198.18.0.201"),
-		BinDir: bin, Name: "e2e",
-	})
+	b, err := Start(context.Background(), t.TempDir(), ClusterOptions(bin, "e2e"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,13 +78,8 @@ var extraConfig string
 // leader election when leaderElect is set.
 func startLBSyncReplica(t testing.TB, c *cluster.Cluster, b *Bed, name, replica string, leaderElect bool) *stack.LBSync {
 	t.Helper()
-	var section map[string]any
-	if err := json.Unmarshal(b.ProviderSection(), &section); err != nil {
-		t.Fatal(err)
-	}
-	sec, _ := json.Marshal(map[string]any{"name": "haproxy", "haproxy": section})
-	cfg := fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/%s\nresyncPeriod: 1m\ndrainSeconds: 5\nvipPool: [%q]\nprovider: %s\n",
-		name, name, VIPRange, sec) + extraConfig
+	cfg := fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/%s\nresyncPeriod: 1m\ndrainSeconds: 5\n", name, name) +
+		b.LBSyncConfig() + extraConfig
 	l, err := stack.StartLBSync(context.Background(), c, stack.LBSyncOptions{Name: replica, Config: cfg, LeaderElect: leaderElect})
 	if err != nil {
 		t.Fatal(err)

@@ -2,8 +2,10 @@
 # Builds the binaries of the local test cluster into BIN_DIR from the Go
 # modules pinned in test/tools/go.mod: the control plane (etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler), the real-node components (kubelet,
-# kube-proxy) and the CNI plugins bridge, host-local, loopback and portmap
-# (into BIN_DIR/cni). Idempotent: a binary that already reports the pinned
+# kube-proxy), the CNI plugins bridge, host-local, loopback and portmap
+# (into BIN_DIR/cni) and echo-basic, the backend of the Gateway API
+# conformance suite, at the version the repository's go.mod pins (the stand-in
+# kubelet runs it for Pods of its image). Idempotent: a binary that already reports the pinned
 # version is not rebuilt. With the argument "kubectl" it builds kubectl (for
 # `make demo-shell`) instead.
 set -euo pipefail
@@ -65,4 +67,15 @@ if [ ${#cni_todo[@]} -gt 0 ]; then
   mkdir -p "$bin/cni"
   go build -trimpath -ldflags "-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$cni_version" \
     -o "$bin/cni/" "${cni_todo[@]}"
+fi
+
+# echo-basic comes from the conformance module the main module pins, so the
+# backends answer exactly as the suite that test/conformance runs expects.
+conformance=sigs.k8s.io/gateway-api/conformance
+conf_version=$(cd "$here/../.." && go list -m -f '{{.Version}}' "$conformance")
+if [ -x "$bin/echo-basic" ] && go version -m "$bin/echo-basic" 2>/dev/null | grep -Eq "^[[:space:]]+mod[[:space:]]+$conformance[[:space:]]+$conf_version[[:space:]]"; then
+  echo "tools: echo-basic $conf_version is up to date"
+else
+  echo "tools: building echo-basic $conf_version"
+  (cd "$here/../.." && go build -trimpath -ldflags "-s -w" -o "$bin/echo-basic" "$conformance/echo-basic")
 fi
