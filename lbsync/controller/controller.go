@@ -18,12 +18,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
+	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -191,11 +193,23 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	utilruntime.Must(svcInformer.Informer().AddIndexers(inputs.ServiceIndexers()))
 	utilruntime.Must(podInformer.Informer().AddIndexers(inputs.PodIndexers()))
 	c.svcLister = svcInformer.Lister()
+	// Only the slices the EndpointSlice controller does not write: they
+	// choose the Pods of Services without a selector.
+	sliceInformer := factory.InformerFor(&discoveryv1.EndpointSlice{}, func(cl kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return discoveryinformers.NewFilteredEndpointSliceInformer(cl, metav1.NamespaceAll, resync, inputs.EndpointSliceIndexers(),
+			func(o *metav1.ListOptions) { o.LabelSelector = contract.HandWrittenSlices })
+	})
 	c.store = inputs.Store{
 		Services: svcInformer.Informer().GetIndexer(), Pods: podInformer.Informer().GetIndexer(),
 		Nodes:     nodeInformer.Informer().GetIndexer(),
 		Ingresses: ingInformer.Informer().GetIndexer(), IngressClasses: classInformer.Informer().GetIndexer(),
+		EndpointSlices: sliceInformer.GetIndexer(),
 	}
+	_, _ = sliceInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.enqueueSliceService(nil, obj) },
+		UpdateFunc: func(old, obj any) { c.enqueueSliceService(old, obj) },
+		DeleteFunc: func(obj any) { c.enqueueSliceService(nil, obj) },
+	})
 
 	_, _ = svcInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueueService(obj, 0) },
@@ -213,7 +227,7 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		DeleteFunc: func(any) { c.nodesChanged() },
 	})
 	c.synced = []cache.InformerSynced{svcInformer.Informer().HasSynced, podInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced,
-		ingInformer.Informer().HasSynced, classInformer.Informer().HasSynced}
+		ingInformer.Informer().HasSynced, classInformer.Informer().HasSynced, sliceInformer.HasSynced}
 	metrics.setQueueDepth(func() float64 { return float64(c.queue.Len()) })
 	return c
 }
@@ -363,6 +377,24 @@ func (c *Controller) enqueueService(obj any, delay time.Duration) {
 		c.queue.AddAfter(serviceKey(s.Namespace, s.Name), delay)
 		c.enqueueIngressesOf(keyOf(s), delay)
 		c.enqueueGatewaysOf(keyOf(s), delay)
+	}
+}
+
+// enqueueSliceService queues the Service of an EndpointSlice, before and
+// after the change, as a change of the Service itself: for a Service
+// without a selector the slice chooses its Pods.
+func (c *Controller) enqueueSliceService(oldObj, obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	for _, o := range []any{oldObj, obj} {
+		s, ok := o.(*discoveryv1.EndpointSlice)
+		if !ok || contract.SliceService(s) == "" {
+			continue
+		}
+		if svc := c.store.Service(s.Namespace, contract.SliceService(s)); svc != nil {
+			c.enqueueService(svc, 0)
+		}
 	}
 }
 

@@ -533,6 +533,7 @@ func (c *Controller) gatewayInput(ctx context.Context, gw *gatewayv1.Gateway) (g
 			if svc := c.store.Service(ref.Namespace, ref.Name); svc != nil {
 				in.Services = append(in.Services, svc)
 				in.Pods = append(in.Pods, c.store.PodsFor(svc)...)
+				in.EndpointSlices = append(in.EndpointSlices, c.store.SlicesOf(svc)...)
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -43,7 +44,10 @@ type Input struct {
 	Services []*corev1.Service
 	Pods     []*corev1.Pod
 	Nodes    []*corev1.Node
-	Secrets  []*corev1.Secret
+	// EndpointSlices are the hand-written slices of the backend Services:
+	// they choose the Pods of a Service without a selector.
+	EndpointSlices []*discoveryv1.EndpointSlice
+	Secrets        []*corev1.Secret
 }
 
 // Result is what Build returns: the model, and the statuses it decides.
@@ -1083,7 +1087,7 @@ func (b *build) members(rt *gatewayv1.HTTPRoute, be backend) []providers.Member 
 	}
 	members, rep := builder.Members(builder.Input{
 		ClusterName: b.in.ClusterName, ServiceType: b.in.ServiceType, Family: b.in.Family, Service: be.svc,
-		Pods: b.in.Pods, Nodes: b.in.Nodes,
+		Pods: b.in.Pods, Nodes: b.in.Nodes, EndpointSlices: b.in.EndpointSlices,
 	}, be.port)
 	for _, e := range rep.Errors {
 		b.r.Errors = append(b.r.Errors, "backend Service "+svcID+": "+e)
