@@ -600,12 +600,12 @@ func sortedJoin(parts ...[]string) []string {
 
 var (
 	agentGrants = sortedJoin(
-		expand([]string{"/pods", "/services", "/nodes"}, "get", "list", "watch"),
+		expand([]string{"/pods", "/services", "/nodes", "discovery.k8s.io/endpointslices"}, "get", "list", "watch"),
 		expand([]string{"/pods/status"}, "patch"),
 		expand([]string{"/events", "events.k8s.io/events"}, "create", "patch"),
 	)
 	lbsyncGrants = sortedJoin(
-		expand([]string{"/services", "/pods", "/nodes",
+		expand([]string{"/services", "/pods", "/nodes", "discovery.k8s.io/endpointslices",
 			"networking.k8s.io/ingresses", "networking.k8s.io/ingressclasses"}, "get", "list", "watch"),
 		expand([]string{"/services", "/services/status"}, "patch", "update"),
 		expand([]string{"/pods/status", "networking.k8s.io/ingresses", "networking.k8s.io/ingresses/status"}, "patch"),
