@@ -740,6 +740,14 @@ func (e *Edge) syncServers(ctx context.Context, px haproxy.Proxies) (int, error)
 		e.runtimeCommands.Add(1)
 		return nil
 	}
+	runChain := func(cmds []string, ok ...string) error {
+		if err := haproxy.RunChain(ctx, admin, cmds, ok...); err != nil {
+			return err
+		}
+		ops += len(cmds)
+		e.runtimeCommands.Add(int64(len(cmds)))
+		return nil
+	}
 	var errs []error
 	for _, p := range px.Backends {
 		have := current[p.Name]
@@ -751,14 +759,14 @@ func (e *Edge) syncServers(ctx context.Context, px haproxy.Proxies) (int, error)
 			s, ok := have[name]
 			switch {
 			case !ok:
-				err := run("add server "+srv+" "+haproxy.Address(m.IP, m.Port)+" "+e.cfg.Checks.Options()+weightOption(m), "New server registered")
-				if err == nil {
-					err = run("enable health " + srv)
+				// One round trip to the worker: a new member takes traffic
+				// as soon as it can, and every round trip waits for both
+				// processes to be scheduled on a busy host.
+				cmds := []string{"add server " + srv + " " + haproxy.Address(m.IP, m.Port) + " " + e.cfg.Checks.Options() + weightOption(m), "enable health " + srv}
+				if m.Enabled {
+					cmds = append(cmds, "enable server "+srv)
 				}
-				if err == nil && m.Enabled {
-					err = run("enable server " + srv)
-				}
-				if err != nil {
+				if err := runChain(cmds, "New server registered"); err != nil {
 					errs = append(errs, fmt.Errorf("load balancer %s: add member %s: %w", p.LoadBalancer, srv, err))
 				}
 			case m.Enabled && !s.Enabled():

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -265,4 +266,24 @@ func Run(ctx context.Context, adminSocket, command string, okAnswers ...string) 
 		}
 	}
 	return &RuntimeError{Command: command, Answer: answer}
+}
+
+// RunChain sends commands that change the worker in one round trip
+// (separated by ";", which HAProxy runs in order, each whatever the
+// previous one answered) and checks the answers: every line must be one of
+// the known successes, as the commands that succeed answer nothing or one
+// line. The commands must not hold a ";" themselves.
+func RunChain(ctx context.Context, adminSocket string, commands []string, okAnswers ...string) error {
+	command := strings.Join(commands, "; ")
+	out, err := Command(ctx, adminSocket, command)
+	if err != nil {
+		return err
+	}
+	for line := range strings.Lines(out) {
+		line = strings.TrimSpace(line)
+		if line != "" && !slices.ContainsFunc(okAnswers, func(ok string) bool { return strings.Contains(line, ok) }) {
+			return &RuntimeError{Command: command, Answer: strings.TrimSpace(out)}
+		}
+	}
+	return nil
 }

@@ -50,8 +50,11 @@ type Settings struct {
 	ResyncPeriod time.Duration
 	// Workers is the number of Services synced in parallel (default 4).
 	Workers int
-	// CoalesceWindow delays a Service's sync after a Pod event so that a
-	// burst of Pod changes gives one provider call (default 20 ms).
+	// CoalesceWindow groups a burst of Pod events into few provider calls
+	// (default 20 ms): the first Pod event of a Service queues it at once,
+	// so that an isolated change is applied without delay; the events
+	// within the window after it wait until the window ends, so a burst
+	// gives at most two syncs (and those during a sync, one more).
 	CoalesceWindow time.Duration
 	// MaxBackoff caps the retry delay of a failed sync (default 30 s).
 	MaxBackoff time.Duration
@@ -102,6 +105,8 @@ type Controller struct {
 	// registered records, per gated Pod, which Services have it applied
 	// on the load balancer (readiness.go).
 	registered map[string]map[string]bool
+	// podEventAt is when a Pod event last opened a key's coalescing window.
+	podEventAt map[queueKey]time.Time
 
 	cachesSynced atomic.Bool
 	firstSync    atomic.Bool
@@ -143,6 +148,7 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		noBackends: map[queueKey]bool{},
 		drains:     map[queueKey]drainTracker{},
 		registered: map[string]map[string]bool{},
+		podEventAt: map[queueKey]time.Time{},
 	}
 
 	svcInformer := factory.Core().V1().Services()
@@ -357,10 +363,26 @@ func (c *Controller) enqueuePodServices(oldObj, obj any) {
 			keys[serviceKey(s.Namespace, s.Name)] = true
 		}
 	}
+	now := time.Now()
 	for k := range keys {
-		c.queue.AddAfter(k, c.settings.CoalesceWindow)
-		c.enqueueIngressesOf(k.namespace+"/"+k.name, c.settings.CoalesceWindow)
+		delay := c.coalesceDelay(k, now)
+		c.queue.AddAfter(k, delay)
+		c.enqueueIngressesOf(k.namespace+"/"+k.name, delay)
 	}
+}
+
+// coalesceDelay is how long a Pod event at now waits before it queues key:
+// nothing when no Pod event opened a window for key within
+// CoalesceWindow (this one opens it), else until that window ends.
+func (c *Controller) coalesceDelay(key queueKey, now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	opened, ok := c.podEventAt[key]
+	if ok && now.Sub(opened) < c.settings.CoalesceWindow && !now.Before(opened) {
+		return c.settings.CoalesceWindow - now.Sub(opened)
+	}
+	c.podEventAt[key] = now
+	return 0
 }
 
 func (c *Controller) nodesChanged() {
@@ -428,6 +450,7 @@ func (c *Controller) forget(key queueKey) {
 	delete(c.rejected, key)
 	delete(c.noBackends, key)
 	delete(c.drains, key)
+	delete(c.podEventAt, key)
 	c.mu.Unlock()
 }
 

@@ -35,7 +35,7 @@ func TestInventory_chooseVIP(t *testing.T) {
 		{name: "requested beats current", lb: "x", requested: "203.0.113.9", current: "198.18.100.5", want: "203.0.113.9"},
 		{name: "a requested address may be shared", virtuals: map[string]string{"v": "198.18.100.1"}, lb: "x", requested: "198.18.100.1", want: "198.18.100.1"},
 		{name: "next range when one is full", virtuals: map[string]string{"v": "198.18.100.1", "w": "198.18.100.2"}, lb: "x", ranges: r("198.18.100.0/30", "198.19.0.0/24"), want: "198.19.0.1"},
-		{name: "IPv6", lb: "x", ranges: r("2001:db8::/126"), want: "2001:db8::"},
+		{name: "IPv6 skips the subnet-router anycast address", lb: "x", ranges: r("2001:db8::/126"), want: "2001:db8::1"},
 		{name: "full", virtuals: map[string]string{"v": "198.18.100.1", "w": "198.18.100.2"}, lb: "x", ranges: r("198.18.100.0/30"), wantErr: true},
 		{name: "no ranges", lb: "x", wantErr: true},
 	}

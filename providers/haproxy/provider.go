@@ -34,15 +34,20 @@ type provider struct {
 	client *http.Client
 
 	// mu guards reserved: the VIP chosen for a load balancer that no edge
-	// serves yet, so that concurrent Ensures never choose the same one.
+	// serves yet, so that concurrent Ensures never choose the same one;
+	// and applied: the VIP each load balancer was last applied with on
+	// every edge, so that the next Ensure of it (a member change) states
+	// that VIP at once, one call per edge, instead of reading the edges
+	// first. A failed call forgets it: the next Ensure reads the edges.
 	mu       sync.Mutex
 	reserved map[string]netip.Addr
+	applied  map[string]netip.Addr
 }
 
 var _ providers.Provider = (*provider)(nil)
 
 func newProvider(cfg *Config, client *http.Client) *provider {
-	return &provider{cfg: cfg, client: client, reserved: map[string]netip.Addr{}}
+	return &provider{cfg: cfg, client: client, reserved: map[string]netip.Addr{}, applied: map[string]netip.Addr{}}
 }
 
 // EdgeError is the failure of one edge; the message names it.
@@ -55,7 +60,8 @@ func (e *EdgeError) Error() string { return "edge " + e.Edge + ": " + e.Err.Erro
 func (e *EdgeError) Unwrap() error { return e.Err }
 
 // Ensure states lb to every edge. The VIP is lb.RequestedVIP, else the one
-// an edge already serves it on, else the first free address of vipPool.
+// an edge already serves it on (remembered after a successful Ensure), else
+// the first free address of vipPool.
 func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
 	vip, err := p.vipFor(ctx, lb)
 	if err != nil {
@@ -78,12 +84,17 @@ func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (prov
 	err = p.eachEdge(func(i int, edge string) error {
 		return p.call(ctx, edge, http.MethodPut, api.LoadBalancerPath(p.cfg.common.ClusterName, lb.Name), data, &results[i])
 	})
+	p.mu.Lock()
+	if err != nil {
+		delete(p.applied, lb.Name)
+	} else {
+		delete(p.reserved, lb.Name)
+		p.applied[lb.Name] = vip
+	}
+	p.mu.Unlock()
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
 	}
-	p.mu.Lock()
-	delete(p.reserved, lb.Name)
-	p.mu.Unlock()
 	status := providers.Status{VIPs: []string{vip.String()}}
 	if u := results[0].Unsupported; len(u) > 0 {
 		status.Warnings = append(status.Warnings, fmt.Sprintf("HAProxy does not serve UDP: listener(s) %s not served", strings.Join(u, ", ")))
@@ -102,6 +113,9 @@ func (p *provider) Delete(ctx context.Context, name string, _ providers.Kind) er
 	if !providers.OwnedBy(p.cfg.common.ClusterName, name) {
 		return fmt.Errorf("delete %s: not owned by cluster %s", name, p.cfg.common.ClusterName)
 	}
+	p.mu.Lock()
+	delete(p.applied, name)
+	p.mu.Unlock()
 	err := p.eachEdge(func(_ int, edge string) error {
 		var res api.DeleteResult
 		return p.call(ctx, edge, http.MethodDelete, api.LoadBalancerPath(p.cfg.common.ClusterName, name), nil, &res)
@@ -142,10 +156,18 @@ func (p *provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
 	return out, nil
 }
 
-// vipFor chooses the VIP of lb.
+// vipFor chooses the VIP of lb: the requested one, else the one it was
+// last applied with by this provider, else the one an edge serves it on,
+// else a free one.
 func (p *provider) vipFor(ctx context.Context, lb *providers.LoadBalancer) (netip.Addr, error) {
 	if lb.RequestedVIP != "" {
 		return netip.ParseAddr(lb.RequestedVIP)
+	}
+	p.mu.Lock()
+	vip, ok := p.applied[lb.Name]
+	p.mu.Unlock()
+	if ok {
+		return vip, nil
 	}
 	// The VIP it already has, from the edges that serve it: one small
 	// read per edge, rather than the whole list. An edge that does not

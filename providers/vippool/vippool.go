@@ -20,8 +20,8 @@ var ErrExhausted = errors.New("no free VIP left in the VIP pool")
 
 // First returns the first usable address of ranges, in the order given and
 // then by address, that inUse does not report. The network and broadcast
-// addresses of IPv4 ranges of /30 and wider are never usable: a real
-// network cannot serve on them.
+// addresses of IPv4 ranges of /30 and wider, and the first address of IPv6
+// ranges of /126 and wider, are never usable (see Reserved).
 func First(ranges []netip.Prefix, inUse func(netip.Addr) bool) (netip.Addr, error) {
 	if len(ranges) == 0 {
 		return netip.Addr{}, ErrEmpty
@@ -37,13 +37,19 @@ func First(ranges []netip.Prefix, inUse func(netip.Addr) bool) (netip.Addr, erro
 	return netip.Addr{}, fmt.Errorf("%w %v", ErrExhausted, ranges)
 }
 
-// Reserved reports whether a is the network or broadcast address of the
-// IPv4 range r, which a VIP must not take. /31 and /32 ranges, and IPv6
-// ranges, have no such addresses.
+// Reserved reports whether a is an address of range r that a VIP must not
+// take: the network or broadcast address of an IPv4 range, or the
+// Subnet-Router anycast address (the first, RFC 4291 2.6.1) of an IPv6
+// range, which every router of the subnet answers. IPv4 /31 and /32 ranges
+// (RFC 3021) and IPv6 /127 and /128 ranges (RFC 6164) have no such
+// addresses.
 func Reserved(r netip.Prefix, a netip.Addr) bool {
-	if !a.Is4() || r.Bits() > 30 {
-		return false
-	}
 	r = r.Masked()
-	return a == r.Addr() || !r.Contains(a.Next())
+	switch {
+	case a.Is4() && r.Bits() <= 30:
+		return a == r.Addr() || !r.Contains(a.Next())
+	case a.Is6() && r.Bits() <= 126:
+		return a == r.Addr()
+	}
+	return false
 }

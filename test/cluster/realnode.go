@@ -150,6 +150,7 @@ func (c *Cluster) startRealNodes(ctx context.Context) error {
 	}
 	c.releaseRealNodes = release
 	removeStaleCgroups(c.log)
+	hostPathsBefore()
 	for _, n := range c.nodes {
 		rn := &realNode{n: n, c: c, dir: filepath.Join(c.dir, "nodes", n.Name), cgroupRoot: "/npl-" + c.runID + "-" + n.Name}
 		c.realNodes = append(c.realNodes, rn)
@@ -270,8 +271,7 @@ func (rn *realNode) start(ctx context.Context, sandboxImage string) error {
 		fmt.Sprintf("%s --config=%s --kubeconfig=%s --root-dir=%s --hostname-override=%s --node-ip=%s >>%s 2>&1 &",
 			filepath.Join(bin, "kubelet"), rn.path("kubelet.yaml"), rn.path("kubelet.kubeconfig"), rn.path("kubelet"),
 			rn.n.Name, rn.n.IP, filepath.Join(logDir, rn.n.Name+"-kubelet.log")),
-		fmt.Sprintf("%s --config=%s >>%s 2>&1 &",
-			filepath.Join(bin, "kube-proxy"), rn.path("kube-proxy.yaml"), filepath.Join(logDir, rn.n.Name+"-kube-proxy.log")),
+		rn.kubeProxyCommand() + " &",
 		"wait",
 	}, "\n")
 	// nsenter joins the node's network namespace and execs unshare, which
@@ -285,6 +285,9 @@ func (rn *realNode) start(ctx context.Context, sandboxImage string) error {
 		return err
 	}
 	rn.proc = p
+	startedRealNodes.Lock()
+	startedRealNodes.rns = append(startedRealNodes.rns, rn)
+	startedRealNodes.Unlock()
 	if realNodeStarted != nil {
 		realNodeStarted(rn)
 	}
@@ -301,6 +304,13 @@ func (rn *realNode) start(ctx context.Context, sandboxImage string) error {
 		}
 		return rn.ctr(ctx, "version")
 	})
+}
+
+// kubeProxyCommand is the shell command that runs the node's kube-proxy,
+// logging to its file.
+func (rn *realNode) kubeProxyCommand() string {
+	return fmt.Sprintf("%s --config=%s >>%s 2>&1", filepath.Join(rn.c.opts.BinDir, "kube-proxy"), rn.path("kube-proxy.yaml"),
+		filepath.Join(rn.c.cp.logDir, rn.n.Name+"-kube-proxy.log"))
 }
 
 // childOf returns a child process of pid.

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,48 +19,24 @@ import (
 	"github.com/nodeportlocal/npl/test/images"
 )
 
-// hostPathsRealNodesWriteByDefault are where containerd, the kubelet and the
-// CNI plugins write when nobody tells them otherwise: a real node must leave
-// them as they were.
-var hostPathsRealNodesWriteByDefault = []string{
-	"/run/containerd", "/var/run/netns", "/var/lib/containerd", "/var/lib/kubelet", "/var/lib/cni",
-	"/var/log/pods", "/var/log/containers", "/etc/cni/net.d", "/opt/cni/bin",
-}
-
-// leftovers lists what of the real nodes rns is on this machine: their
-// processes, cgroups, files, and the default paths above.
+// leftovers lists what of the real nodes rns is on this machine
+// (realNode.leftBehind), and which of the paths real nodes write by default
+// exist.
 func leftovers(t *testing.T, rns []*realNode) []string {
 	t.Helper()
-	var out []string
 	hs, err := cgroupHierarchies()
 	if err != nil {
 		t.Fatal(err)
 	}
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
 	for _, rn := range rns {
-		for _, pid := range rn.processes() {
-			out = append(out, fmt.Sprintf("process %d of %s", pid, rn.n.Name))
-		}
-		for _, h := range hs {
-			if _, err := os.Stat(filepath.Join(h, rn.cgroupRoot)); err == nil {
-				out = append(out, filepath.Join(h, rn.cgroupRoot))
-			}
-		}
-		entries, _ := os.ReadDir("/proc")
-		for _, e := range entries {
-			cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-			if err == nil && strings.Contains(string(cmdline), rn.dir) {
-				out = append(out, "process "+e.Name()+": "+strings.ReplaceAll(string(cmdline), "\x00", " "))
-			}
-		}
-		if _, err := os.Stat(rn.dir); err == nil {
-			out = append(out, rn.dir)
-		}
+		out = append(out, rn.leftBehind(hs, string(mountinfo))...)
 	}
-	for _, p := range hostPathsRealNodesWriteByDefault {
-		if _, err := os.Lstat(p); err == nil {
-			out = append(out, p)
-		}
-	}
+	out = append(out, existingPaths(hostPathsRealNodesWriteByDefault)...)
 	slices.Sort(out)
 	return out
 }
@@ -134,10 +109,18 @@ func TestRealNodes_closeLeavesNoProcessCgroupOrFileBehind(t *testing.T) {
 		}
 	}
 
+	// What a package's TestMain asserts after its tests sees the running
+	// node, and nothing once it closed.
+	if err := RealNodesLeftNothing(); err == nil || !strings.Contains(err.Error(), rn.cgroupRoot) {
+		t.Errorf("RealNodesLeftNothing with the node running: %v; want its processes and cgroups named", err)
+	}
 	dir := c.dir
 	closed = true
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if err := RealNodesLeftNothing(); err != nil {
+		t.Errorf("RealNodesLeftNothing after Close: %v", err)
 	}
 	if left := rn.processes(); len(left) > 0 {
 		t.Errorf("processes %v of the node still run", left)

@@ -551,7 +551,9 @@ func StartStream(ctx context.Context, c *http.Client, url string, workers int, m
 				if err != nil {
 					s.Failed++
 					if len(s.Errors) < 10 {
-						s.Errors = append(s.Errors, err.Error())
+						// Timed as klog times its lines, to read beside the
+						// edge's and npl-lbsync's logs.
+						s.Errors = append(s.Errors, time.Now().UTC().Format("15:04:05.000000")+" "+err.Error())
 					}
 				} else {
 					s.OK++

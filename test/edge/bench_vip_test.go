@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/edge/haproxy"
@@ -30,33 +32,72 @@ func percentile(ds []time.Duration, p int) float64 {
 }
 
 // readyWatch records when each Pod of a namespace is first seen Ready
-// through a watch.
+// through a watch, and when first seen with its NodePortLocal annotation.
+// A watch the API server ends is opened again from the last version seen.
 type readyWatch struct {
-	mu      sync.Mutex
-	readyAt map[string]time.Time
-	stop    func()
+	mu          sync.Mutex
+	readyAt     map[string]time.Time
+	annotatedAt map[string]time.Time
+	cancel      context.CancelFunc
+	done        chan struct{}
 }
 
-func watchReady(w watch.Interface) *readyWatch {
-	rw := &readyWatch{readyAt: map[string]time.Time{}, stop: w.Stop}
+func watchReady(ctx context.Context, client kubernetes.Interface, ns, selector string) (*readyWatch, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	rw := &readyWatch{readyAt: map[string]time.Time{}, annotatedAt: map[string]time.Time{}, cancel: cancel, done: make(chan struct{})}
+	open := func(rv string) (watch.Interface, error) {
+		return client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv})
+	}
+	w, err := open("")
+	if err != nil {
+		cancel()
+		return nil, err
+	}
 	go func() {
-		for ev := range w.ResultChan() {
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || p.DeletionTimestamp != nil {
-				continue
-			}
-			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-					rw.mu.Lock()
-					if _, seen := rw.readyAt[p.Name]; !seen {
-						rw.readyAt[p.Name] = time.Now()
-					}
-					rw.mu.Unlock()
+		defer close(rw.done)
+		rv := ""
+		for {
+			for ev := range w.ResultChan() {
+				p, ok := ev.Object.(*corev1.Pod)
+				if !ok {
+					// An error event (the version is too old): start over.
+					rv = ""
+					continue
 				}
+				rv = p.ResourceVersion
+				if p.DeletionTimestamp != nil {
+					continue
+				}
+				now := time.Now()
+				rw.mu.Lock()
+				if _, seen := rw.annotatedAt[p.Name]; !seen && p.Annotations[contract.PodKey] != "" {
+					rw.annotatedAt[p.Name] = now
+				}
+				for _, c := range p.Status.Conditions {
+					if _, seen := rw.readyAt[p.Name]; !seen && c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+						rw.readyAt[p.Name] = now
+					}
+				}
+				rw.mu.Unlock()
+			}
+			for {
+				if ctx.Err() != nil {
+					return
+				}
+				if w, err = open(rv); err == nil {
+					break
+				}
+				rv = ""
+				time.Sleep(100 * time.Millisecond)
 			}
 		}
 	}()
-	return rw
+	return rw, nil
+}
+
+func (rw *readyWatch) stop() {
+	rw.cancel()
+	<-rw.done
 }
 
 // firstAnswers sends requests to url from the client namespace, workers at
@@ -147,28 +188,62 @@ func (fa *firstAnswers) Stop() {
 	fa.wg.Wait()
 }
 
+// podTimeline is one Pod's way to its first request, from Ready.
+type podTimeline struct {
+	pod                         string
+	annotated, added, up, first time.Duration
+}
+
+func (t podTimeline) String() string {
+	return fmt.Sprintf("%s: annotated %v, server added %v, up %v, first request %v after Ready", t.pod,
+		t.annotated.Round(time.Millisecond), t.added.Round(time.Millisecond), t.up.Round(time.Millisecond), t.first.Round(time.Millisecond))
+}
+
 // BenchmarkEdge_podReadyToVIP measures, end to end (npl-agent on 3 nodes,
 // npl-lbsync with the haproxy provider, npl-edge and HAProxy), the time from
 // a Pod seen Ready (through a watch) until the first request to the VIP,
 // from a stream from the client namespace, lands on it: per iteration a
 // Deployment scales from 1 to 101 Pods in steps of 10, then back to 1. It
 // reports p50 and p99 over the 100 Pods of every iteration, the stream's
-// rate (a new Pod among n members waits about n/rate for its first
-// request) and its failed requests; member-p50/p99 are the times from Ready
-// until HAProxy has the Pod's server up (its runtime state polled every
-// 10 ms), the control path without the stream's sampling, and added-p50/p99
-// until the server exists (before its first health check passes).
-func BenchmarkEdge_podReadyToVIP(b *testing.B) {
+// rate and its failed requests, and where the time goes, each from Ready:
+// annotated-p50/p99 until the Pod carries npl-agent's annotation (its node
+// port programmed; the stand-in kubelet makes a Pod Ready as it gets its
+// IP, so npl-agent's whole path comes after Ready here), added-p50/p99
+// until HAProxy has the Pod's server (its runtime state polled every
+// 10 ms), member-p50/p99 until that server is up. lbsync-p50/p99 are the
+// times from when the member may be added (the later of Ready and the
+// annotation) until the server exists, npl-lbsync's and the edge's share
+// (not with the gate); sampling-p50/p99 from the server up until the
+// stream's first request lands on it (HAProxy's round robin gives a new
+// server its first request at the end of the current round: among n
+// members it waits up to n/rate). The five slowest Pods' timelines are
+// logged. On a busy machine the watch that times Ready and the annotation
+// may see them late, which shortens what is timed from them.
+func BenchmarkEdge_podReadyToVIP(b *testing.B) { podReadyToVIP(b, "bench-ready", false) }
+
+// BenchmarkEdge_podReadyToVIPWithGate is BenchmarkEdge_podReadyToVIP with
+// the npl.io/lb-registered readiness gate on the Pods: npl-lbsync adds a
+// Pod's member once its containers are ready, and the Pod turns Ready only
+// once the edge has applied it, so Ready means "served by the VIP" and the
+// time to the first request is the stream's sampling (a first request
+// before Ready counts as 0).
+func BenchmarkEdge_podReadyToVIPWithGate(b *testing.B) { podReadyToVIP(b, "bench-gate", true) }
+
+func podReadyToVIP(b *testing.B, lbsync string, gate bool) {
 	const pods, step = 100, 10
 	c, bed := clusterBed(b)
-	startLBSync(b, c, bed, "bench-ready")
+	startLBSync(b, c, bed, lbsync)
 	client := c.Client()
 	ctx := context.Background()
 	ns := c.TestNamespace(b)
-	if _, err := client.AppsV1().Deployments(ns).Create(ctx, webDeployment(ns, "web", 1), metav1.CreateOptions{}); err != nil {
+	d := webDeployment(ns, "web", 1)
+	if gate {
+		d.Spec.Template.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: contract.RegisteredReadinessGate}}
+	}
+	if _, err := client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, "web", "bench-ready"), metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, "web", lbsync), metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	var vip string
@@ -182,15 +257,15 @@ func BenchmarkEdge_podReadyToVIP(b *testing.B) {
 	})
 	url := URL(vip, 80)
 	scaleAndConverge(b, client, bed, ns, "web", url, 1)
-	w, err := client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	rw, err := watchReady(ctx, client, ns, "app=web")
 	if err != nil {
 		b.Fatal(err)
 	}
-	rw := watchReady(w)
 	defer rw.stop()
 
-	var lat, member, present []time.Duration
-	pool := providers.PoolName(providers.LoadBalancerName("bench-ready", ns, "web"), providers.TCP, 80)
+	var lat, member, present, annotated, applied, sampled []time.Duration
+	var timelines []podTimeline
+	pool := providers.PoolName(providers.LoadBalancerName(lbsync, ns, "web"), providers.TCP, 80)
 	var requests, failed int
 	var streamTime time.Duration
 	b.ResetTimer()
@@ -236,17 +311,28 @@ func BenchmarkEdge_podReadyToVIP(b *testing.B) {
 				continue
 			}
 			ready := rw.readyAt[p.Name]
-			lat = append(lat, max(fa.first[p.Name].Sub(ready), 0))
+			if ready.IsZero() || rw.annotatedAt[p.Name].IsZero() {
+				b.Fatalf("pod %s answered, but the watch never saw it Ready and annotated", p.Name)
+			}
 			es, err := contract.Parse(p.Annotations[contract.PodKey])
 			if err != nil || len(es) != 1 {
 				b.Fatalf("pod %s: annotation %q", p.Name, p.Annotations[contract.PodKey])
 			}
-			up := su.first[haproxy.ServerName(providers.Member{IP: es[0].NodeIP, Port: int32(es[0].NodePort)})]
-			if up.IsZero() {
+			server := haproxy.ServerName(providers.Member{IP: es[0].NodeIP, Port: int32(es[0].NodePort)})
+			if su.first[server].IsZero() {
 				b.Fatalf("pod %s answered but its server was never seen up", p.Name)
 			}
-			member = append(member, max(up.Sub(ready), 0))
-			present = append(present, max(su.present[haproxy.ServerName(providers.Member{IP: es[0].NodeIP, Port: int32(es[0].NodePort)})].Sub(ready), 0))
+			// The timeline keeps what came before Ready (negative); the
+			// metrics count it as 0.
+			t := podTimeline{pod: p.Name, annotated: rw.annotatedAt[p.Name].Sub(ready),
+				added: su.present[server].Sub(ready), up: su.first[server].Sub(ready), first: fa.first[p.Name].Sub(ready)}
+			timelines = append(timelines, t)
+			lat, member, present = append(lat, max(t.first, 0)), append(member, max(t.up, 0)), append(present, max(t.added, 0))
+			annotated = append(annotated, t.annotated)
+			// npl-lbsync may add the member once the Pod is annotated and
+			// Ready.
+			applied = append(applied, t.added-max(t.annotated, 0))
+			sampled = append(sampled, t.first-t.up)
 		}
 		rw.mu.Unlock()
 		b.StopTimer()
@@ -257,6 +343,24 @@ func BenchmarkEdge_podReadyToVIP(b *testing.B) {
 	slices.Sort(lat)
 	slices.Sort(member)
 	slices.Sort(present)
+	slices.Sort(annotated)
+	slices.Sort(applied)
+	slices.Sort(sampled)
+	// The slowest Pods' timelines say where the tail's time goes.
+	slices.SortFunc(timelines, func(a, b podTimeline) int { return cmp.Compare(b.first, a.first) })
+	for _, t := range timelines[:min(5, len(timelines))] {
+		b.Logf("slow: %s", t)
+	}
+	b.ReportMetric(percentile(annotated, 50), "annotated-p50-ms")
+	b.ReportMetric(percentile(annotated, 99), "annotated-p99-ms")
+	if !gate {
+		// With the gate the member is added before Ready, once the
+		// containers are ready, which the watch does not time.
+		b.ReportMetric(percentile(applied, 50), "lbsync-p50-ms")
+		b.ReportMetric(percentile(applied, 99), "lbsync-p99-ms")
+	}
+	b.ReportMetric(percentile(sampled, 50), "sampling-p50-ms")
+	b.ReportMetric(percentile(sampled, 99), "sampling-p99-ms")
 	b.ReportMetric(percentile(present, 50), "added-p50-ms")
 	b.ReportMetric(percentile(present, 99), "added-p99-ms")
 	b.ReportMetric(percentile(member, 50), "member-p50-ms")

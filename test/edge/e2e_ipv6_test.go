@@ -111,8 +111,8 @@ func TestEndToEnd_ipv6VIP(t *testing.T) {
 		vip, err = netip.ParseAddr(s.Status.LoadBalancer.Ingress[0].IP)
 		return err == nil, err
 	})
-	if !VIPRange6.Contains(vip) {
-		t.Fatalf("VIP %s is not from %s", vip, VIPRange6)
+	if !VIPRange6.Contains(vip) || vip == VIPRange6.Masked().Addr() {
+		t.Fatalf("VIP %s is not a usable address of %s (its first, the subnet-router anycast address, is not)", vip, VIPRange6)
 	}
 	// The members HAProxy serves are the Pods' IPv6 mappings.
 	p, err := b.OpenProviderPool(ctx, "v6", []netip.Prefix{VIPRange6}, b.ProviderSection())

@@ -182,3 +182,61 @@ func podRound(b *testing.B, ctx context.Context, client kubernetes.Interface, ns
 	}
 	return out
 }
+
+// BenchmarkRealNodes_agentDaemonSetRollout measures, on three real nodes
+// with the chart installed and a 3-replica workload mapped, a rolling
+// update of the agent DaemonSet: from `helm upgrade` to a new image tag
+// (the same image, tagged anew in every node's containerd) until the agent
+// runs the new tag, Ready, on every node (the chart's maxUnavailable 1: one
+// node after another).
+func BenchmarkRealNodes_agentDaemonSetRollout(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Options{Nodes: 3, RealNodes: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close() })
+	tag := imageTag(b, c)
+	vals := map[string]any{
+		"clusterName": "bench", "vipPool": []any{vipRange}, "provider": map[string]any{"name": "mock"},
+		"lbsync": map[string]any{"replicas": 1, "image": map[string]any{"tag": tag}},
+		"agent":  map[string]any{"image": map[string]any{"tag": tag}},
+	}
+	helmInstall(b, ctx, c, vals)
+	client := c.Client()
+	waitAgentsRolledOut(b, ctx, client, 3, images.Ref(images.Agent, tag))
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: workloadNS}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := client.AppsV1().Deployments(workloadNS).Create(ctx, workloadDeployment(workloadNS, "web", tag), metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := client.CoreV1().Services(workloadNS).Create(ctx, loadBalancerService(workloadNS, "web"), metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	eventually(b, ctx, "web's 3 Pods ready and annotated", func(ctx context.Context) error {
+		members, _, err := (&story{client: client}).appPods(ctx, "web")
+		if err == nil && len(members) != 3 {
+			err = fmt.Errorf("%d mapped", len(members))
+		}
+		return err
+	})
+	var total time.Duration
+	round := 0
+	for b.Loop() {
+		round++
+		b.StopTimer()
+		next := fmt.Sprintf("%s-rollout-%d", tag, round)
+		if err := c.TagImage(ctx, images.Ref(images.Agent, tag), images.Ref(images.Agent, next)); err != nil {
+			b.Fatal(err)
+		}
+		vals["agent"] = map[string]any{"image": map[string]any{"tag": next}}
+		b.StartTimer()
+		began := time.Now()
+		helmUpgrade(b, ctx, c, vals)
+		waitAgentsRolledOut(b, ctx, client, 3, images.Ref(images.Agent, next))
+		total += time.Since(began)
+	}
+	b.ReportMetric(total.Seconds()/float64(round), "s-rollout/op")
+}

@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeportlocal/npl/contract"
@@ -40,38 +41,86 @@ const (
 	lbsyncMetricsPort = 9103
 )
 
-// TestHelmInstall_onRealNodes_feedsTheMockLoadBalancerAndEveryMemberReachesItsPod is
-// the user's first hour: `helm install` of the chart with the mock provider
-// on three real nodes (kubelet, containerd, kube-proxy, CNI bridge), then a
-// 3-replica Deployment behind a LoadBalancer Service. The agent DaemonSet
-// becomes Ready on every node, npl-lbsync becomes Ready, every Pod is
-// annotated with a node port of its node, the load balancer gets exactly
-// those members and a VIP, the agent's and npl-lbsync's own tokens (read
-// from their Pods) hold only the chart's grants, and a request from outside
-// the nodes to each member reaches the container of that member's Pod.
+// TestRealNodes_theChartFromHelmInstallToHelmUninstall is the chart's life
+// as users live it, on three real nodes (kubelet, containerd, kube-proxy, CNI
+// bridge) sharing one cluster per kube-proxy mode: the first hour (`helm
+// install` with the mock provider, a 3-replica Deployment behind a
+// LoadBalancer Service), then day two (the agent's rolling update to a new
+// image tag, kube-proxy restarted, `helm upgrade` to another port range, the
+// NodePort contrast, a node drained and deleted) and `helm uninstall`. A
+// step that fails leaves the later ones to run on what is left, except the
+// install, without which nothing follows.
 //
 // It runs once with kube-proxy in iptables mode and once in nftables mode:
 // the agent picks the matching datapath (--datapath auto) in each.
-func TestHelmInstall_onRealNodes_feedsTheMockLoadBalancerAndEveryMemberReachesItsPod(t *testing.T) {
+func TestRealNodes_theChartFromHelmInstallToHelmUninstall(t *testing.T) {
 	for _, mode := range []string{"iptables", "nftables"} {
-		t.Run("kube-proxy "+mode, func(t *testing.T) { helmInstallFeedsTheLoadBalancer(t, mode) })
+		t.Run("kube-proxy "+mode, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+			defer cancel()
+			s := &story{mode: mode, c: startRealCluster(t, ctx, cluster.Options{Nodes: 3, KubeProxyMode: mode}), off: map[string]bool{}}
+			s.client = s.c.Client()
+			if !s.step(t, ctx, "helm install feeds the mock load balancer and every member reaches its Pod", s.helmInstallFeedsTheLoadBalancer) {
+				return
+			}
+			s.step(t, ctx, "an agent rolling update to a new image tag changes no port and fails no request", s.agentRollingUpdate)
+			s.step(t, ctx, "kube-proxy restarted keeps npl's rules, and npl's repair leaves kube-proxy's alone", s.kubeProxyRestart)
+			s.step(t, ctx, "helm upgrade to another port range moves the mappings outside it, the pools follow, the members that stay never fail", s.portRangeUpgrade)
+			s.step(t, ctx, "a NodePort opens on every node, an npl node port only on its Pod's node", s.nodePortContrast)
+			s.step(t, ctx, "a drained and deleted node's members leave the pools, the others stay", s.drainAndDeleteANode)
+			s.step(t, ctx, "helm uninstall leaves no rule, mark or load balancer, and the workload still serves", s.helmUninstall)
+		})
 	}
 }
 
-func helmInstallFeedsTheLoadBalancer(t *testing.T, proxyMode string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	c := startRealCluster(t, ctx, cluster.Options{Nodes: 3, KubeProxyMode: proxyMode})
-	client := c.Client()
+// story is one cluster and the chart's release on it, which the steps of
+// TestRealNodes_theChartFromHelmInstallToHelmUninstall share.
+type story struct {
+	mode string // kube-proxy's
+	// ctx is the current step's.
+	ctx    context.Context
+	c      *cluster.Cluster
+	client kubernetes.Interface
+	tag    string         // of the images the nodes imported
+	vals   map[string]any // the release's values
+	// lbsyncIP and lbsyncPod are the Pod IP and name of npl-lbsync's ready
+	// replica, where the mock provider's state is served.
+	lbsyncIP, lbsyncPod string
+	// off holds the nodes switched off.
+	off map[string]bool
+}
 
-	tag := imageTag(t, c)
-	helmInstall(t, ctx, c, map[string]any{
+// stepTimeout bounds one step of the story.
+const stepTimeout = 3 * time.Minute
+
+// step runs one step of the story as a subtest, with s.ctx ending after
+// stepTimeout, so that a step that hangs leaves the next ones their time.
+func (s *story) step(t *testing.T, ctx context.Context, name string, fn func(*testing.T)) bool {
+	return t.Run(name, func(t *testing.T) {
+		var cancel context.CancelFunc
+		s.ctx, cancel = context.WithTimeout(ctx, stepTimeout)
+		defer cancel()
+		fn(t)
+	})
+}
+
+// workloadNS is the namespace of the user's workload, web.
+const workloadNS = "shop"
+
+func (s *story) helmInstallFeedsTheLoadBalancer(t *testing.T) {
+	ctx, c, client := s.ctx, s.c, s.client
+	s.tag = imageTag(t, c)
+	tag := s.tag
+	s.vals = map[string]any{
 		"clusterName": "real-nodes",
 		"vipPool":     []any{vipRange},
 		"lbsync":      map[string]any{"replicas": 1, "image": map[string]any{"tag": tag}},
-		"agent":       map[string]any{"image": map[string]any{"tag": tag}},
-		"provider":    map[string]any{"name": "mock"},
-	})
+		// A short drift check, so that a repair shows within seconds.
+		"agent":    map[string]any{"image": map[string]any{"tag": tag}, "datapathCheckInterval": datapathCheckInterval.String()},
+		"provider": map[string]any{"name": "mock"},
+	}
+	helmInstall(t, ctx, c, s.vals)
+	proxyMode := s.mode
 
 	eventually(t, ctx, "the agent DaemonSet Ready on every node", func(ctx context.Context) error {
 		dss, err := client.AppsV1().DaemonSets(releaseNamespace).List(ctx, metav1.ListOptions{})
@@ -126,7 +175,6 @@ func helmInstallFeedsTheLoadBalancer(t *testing.T, proxyMode string) {
 		}
 	}
 
-	lbsyncPod, lbsyncPodName := "", ""
 	eventually(t, ctx, "npl-lbsync Ready", func(ctx context.Context) error {
 		deps, err := client.AppsV1().Deployments(releaseNamespace).List(ctx, metav1.ListOptions{})
 		if err != nil || len(deps.Items) != 1 {
@@ -142,7 +190,7 @@ func helmInstallFeedsTheLoadBalancer(t *testing.T, proxyMode string) {
 		}
 		for _, p := range pods.Items {
 			if podReady(&p) {
-				lbsyncPod, lbsyncPodName = p.Status.PodIP, p.Name
+				s.lbsyncIP, s.lbsyncPod = p.Status.PodIP, p.Name
 				return nil
 			}
 		}
@@ -150,23 +198,14 @@ func helmInstallFeedsTheLoadBalancer(t *testing.T, proxyMode string) {
 	})
 
 	// The user's workload.
-	ns := "shop"
+	ns := workloadNS
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.AppsV1().Deployments(ns).Create(ctx, webDeployment(ns, tag), metav1.CreateOptions{}); err != nil {
+	if _, err := client.AppsV1().Deployments(ns).Create(ctx, workloadDeployment(ns, "web", tag), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
-		Spec: corev1.ServiceSpec{
-			Type:              corev1.ServiceTypeLoadBalancer,
-			LoadBalancerClass: ptr.To("npl.io/lb"),
-			Selector:          map[string]string{"app": "web"},
-			Ports:             []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP}},
-		},
-	}
-	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Services(ns).Create(ctx, loadBalancerService(ns, "web"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -209,7 +248,7 @@ func helmInstallFeedsTheLoadBalancer(t *testing.T, proxyMode string) {
 	// The load balancer has exactly those members and a VIP, in the Service
 	// status too.
 	eventually(t, ctx, "the load balancer's members are the Pods' node ports", func(ctx context.Context) error {
-		st, err := mockState(ctx, lbsyncPod)
+		st, err := mockState(ctx, s.lbsyncIP)
 		if err != nil {
 			return err
 		}
@@ -244,7 +283,7 @@ func helmInstallFeedsTheLoadBalancer(t *testing.T, proxyMode string) {
 	})
 
 	// Least privilege in operation, with the Pods' own tokens.
-	checkLeastPrivilege(t, ctx, c, agentPod, lbsyncPodName, ns, webPod)
+	checkLeastPrivilege(t, ctx, c, agentPod, s.lbsyncPod, ns, webPod)
 
 	// From outside the nodes (the test's namespace, across the bridge), each
 	// member answers with the name of its own Pod.
@@ -263,14 +302,29 @@ func helmInstallFeedsTheLoadBalancer(t *testing.T, proxyMode string) {
 	}
 }
 
-// webDeployment is 3 replicas of the workload image answering on port 8080.
-func webDeployment(ns, tag string) *appsv1.Deployment {
-	labels := map[string]string{"app": "web"}
+// loadBalancerService is a LoadBalancer Service of npl's class in front of
+// app's Pods.
+func loadBalancerService(ns, app string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns},
+		Spec: corev1.ServiceSpec{
+			Type:              corev1.ServiceTypeLoadBalancer,
+			LoadBalancerClass: ptr.To("npl.io/lb"),
+			Selector:          map[string]string{"app": app},
+			Ports:             []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+}
+
+// workloadDeployment is app, 3 replicas of the workload image answering on
+// port 8080.
+func workloadDeployment(ns, app, tag string) *appsv1.Deployment {
+	labels := map[string]string{"app": app}
 	fieldEnv := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 	}
 	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](3),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/nodeportlocal/npl/test/chart/render"
@@ -37,6 +38,31 @@ func startRealCluster(t *testing.T, ctx context.Context, opts cluster.Options) *
 // npl-system --create-namespace` would, with vals.
 func helmInstall(t testing.TB, ctx context.Context, c *cluster.Cluster, vals map[string]any) {
 	t.Helper()
+	install := action.NewInstall(helmConfig(t, c))
+	install.ReleaseName, install.Namespace, install.CreateNamespace = releaseName, releaseNamespace, true
+	install.Timeout = 2 * time.Minute
+	rel, err := install.RunWithContext(ctx, loadChart(t), vals)
+	if err != nil {
+		t.Fatalf("helm install: %v", err)
+	}
+	t.Logf("helm install: release %s revision %d %s", rel.Name, rel.Version, rel.Info.Status)
+}
+
+// helmConfig is Helm's action configuration for the release's namespace.
+func helmConfig(t testing.TB, c *cluster.Cluster) *action.Configuration {
+	t.Helper()
+	kubeconfig, ns := c.Kubeconfig(), releaseNamespace
+	getter := &genericclioptions.ConfigFlags{KubeConfig: &kubeconfig, Namespace: &ns}
+	cfg := new(action.Configuration)
+	if err := cfg.Init(getter, ns, "secret", t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// loadChart loads charts/npl.
+func loadChart(t testing.TB) *chart.Chart {
+	t.Helper()
 	root, err := cluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -45,20 +71,33 @@ func helmInstall(t testing.TB, ctx context.Context, c *cluster.Cluster, vals map
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig, ns := c.Kubeconfig(), releaseNamespace
-	getter := &genericclioptions.ConfigFlags{KubeConfig: &kubeconfig, Namespace: &ns}
-	cfg := new(action.Configuration)
-	if err := cfg.Init(getter, ns, "secret", t.Logf); err != nil {
-		t.Fatal(err)
-	}
-	install := action.NewInstall(cfg)
-	install.ReleaseName, install.Namespace, install.CreateNamespace = releaseName, ns, true
-	install.Timeout = 2 * time.Minute
-	rel, err := install.RunWithContext(ctx, ch, vals)
+	return ch
+}
+
+// helmUpgrade upgrades the release to vals as `helm upgrade npl charts/npl
+// -n npl-system` with those values would (without --wait).
+func helmUpgrade(t testing.TB, ctx context.Context, c *cluster.Cluster, vals map[string]any) {
+	t.Helper()
+	upgrade := action.NewUpgrade(helmConfig(t, c))
+	upgrade.Namespace, upgrade.Timeout = releaseNamespace, 2*time.Minute
+	rel, err := upgrade.RunWithContext(ctx, releaseName, loadChart(t), vals)
 	if err != nil {
-		t.Fatalf("helm install: %v", err)
+		t.Fatalf("helm upgrade: %v", err)
 	}
-	t.Logf("helm install: release %s revision %d %s", rel.Name, rel.Version, rel.Info.Status)
+	t.Logf("helm upgrade: release %s revision %d %s", rel.Name, rel.Version, rel.Info.Status)
+}
+
+// helmUninstall uninstalls the release as `helm uninstall npl -n
+// npl-system` would: Helm runs the pre-delete hooks and waits for their Jobs.
+func helmUninstall(t testing.TB, c *cluster.Cluster) {
+	t.Helper()
+	uninstall := action.NewUninstall(helmConfig(t, c))
+	uninstall.Timeout = 4 * time.Minute
+	resp, err := uninstall.Run(releaseName)
+	if err != nil {
+		t.Fatalf("helm uninstall: %v", err)
+	}
+	t.Logf("helm uninstall: release %s %s", resp.Release.Name, resp.Release.Info.Status)
 }
 
 // eventually polls check until it passes, failing the test with the last

@@ -1,0 +1,78 @@
+package haproxy
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startHAProxy runs a real HAProxy with one empty backend, b1, that listens
+// on nothing but its admin socket, and returns the socket's path. It is
+// killed (by its PID) when the test ends.
+func startHAProxy(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		t.Fatal("haproxy not found: run make deps (apt-get install haproxy)")
+	}
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "admin.sock")
+	cfg := filepath.Join(dir, "haproxy.cfg")
+	text := "global\n    stats socket " + sock + " mode 600 level admin\n" +
+		"defaults\n    mode tcp\n    timeout connect 1s\n    timeout client 5s\n    timeout server 5s\n" +
+		"backend b1\n    balance roundrobin\n"
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-db", "-f", cfg)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := Command(context.Background(), sock, "show info"); err == nil {
+			return sock
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("HAProxy's admin socket did not answer within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestRunChain_addsAnEnabledServerInOneRoundTrip(t *testing.T) {
+	sock := startHAProxy(t)
+	ctx := context.Background()
+	add := []string{"add server b1/127.0.0.1_9 127.0.0.1:9 " + DefaultChecks.Options(), "enable health b1/127.0.0.1_9", "enable server b1/127.0.0.1_9"}
+	if err := RunChain(ctx, sock, add, "New server registered"); err != nil {
+		t.Fatalf("RunChain(add, enable health, enable server) = %v", err)
+	}
+	states, err := ShowServersState(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(states) != 1 || states[0].Name != "127.0.0.1_9" || !states[0].Enabled() {
+		t.Fatalf("servers after the chain: %+v, want 127.0.0.1_9 enabled", states)
+	}
+
+	// A command of the chain that fails fails the chain, with HAProxy's
+	// answer.
+	err = RunChain(ctx, sock, add, "New server registered")
+	var re *RuntimeError
+	if !errors.As(err, &re) || !strings.Contains(re.Answer, "Already exists") {
+		t.Fatalf("RunChain(add an existing server) = %v, want a RuntimeError with HAProxy's answer", err)
+	}
+	err = RunChain(ctx, sock, []string{"enable health b1/127.0.0.1_9", "enable server b1/nosuch"})
+	if !errors.As(err, &re) || !strings.Contains(re.Answer, "No such server") {
+		t.Fatalf("RunChain(enable a missing server) = %v, want a RuntimeError with HAProxy's answer", err)
+	}
+}
