@@ -282,6 +282,7 @@ func TestProvider_gatewayL7DataPlane(t *testing.T) {
 	for range 500 {
 		counts[send(t, c, "GET", url(80, "/w"), "shop.example", nil).backend]++
 	}
+	t.Logf("weights 70/30: %v of 500 requests", counts)
 	if counts["w-0"] < 300 || counts["w-0"] > 400 || counts["w-0"]+counts["w-1"] != 500 {
 		t.Errorf("weights 70/30: %v of 500, want w-0 at 350±50 and nothing else", counts)
 	}
