@@ -12,8 +12,8 @@ import (
 	"fmt"
 	"math/big"
 	"os"
-	"strings"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
