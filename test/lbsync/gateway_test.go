@@ -11,7 +11,9 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,10 +27,37 @@ import (
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbsync/controller"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/stack"
 )
+
+// TestLBSync_gatewayAPIWithoutCRDs: gatewayAPI enabled on a cluster without
+// the Gateway API CRDs: npl-lbsync says so in one log line, becomes ready
+// and serves LoadBalancer Services as usual. It is the package's first test
+// in source order, so it runs on the shared cluster before
+// TestLBSync_gatewayAPI installs the CRDs (a process holds one cluster).
+func TestLBSync_gatewayAPIWithoutCRDs(t *testing.T) {
+	e := setup(t)
+	if served, _, err := controller.GatewayAPIServed(e.client.Discovery()); err != nil || served {
+		t.Fatalf("the Gateway API CRDs are already served (err %v): this test must run before TestLBSync_gatewayAPI installs them", err)
+	}
+	name := clusterName + "-nocrd"
+	l := e.startSyncer(t, "npl-lbsync-nocrd", name, e.config(name, "NodePortLocal", "npl.io/nocrd", "198.18.111.0/28")+"gatewayAPI:\n  enabled: true\n", false)
+	log, err := os.ReadFile(l.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const line = "gatewayAPI.enabled is set but the Gateway API CRDs are not installed"
+	if n := strings.Count(string(log), line); n != 1 {
+		t.Errorf("the log says %d times %q, want once:\n%s", n, line, l.Tail(20))
+	}
+	ns := e.namespace(t)
+	e.pod(t, ns, "a", e.nodeName(0), list(entry(8080, e.nodeIP(0), 61000, "tcp")))
+	e.createService(t, lbService(ns, "web", ptr("npl.io/nocrd")))
+	waitPools(t, l, ns, "web", map[string][]providers.Member{l.poolName(ns, "web", providers.TCP, 80): {member(e.nodeIP(0), 61000, true)}})
+}
 
 // TestLBSync_gatewayAPI: an npl-lbsync with gatewayAPI enabled, as the
 // chart's ServiceAccount with the chart's gatewayAPI grants, serves a
