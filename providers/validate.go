@@ -272,6 +272,11 @@ func normalizePorts(ports []int32, check func(int32) error) ([]int32, error) {
 // Redirect status codes a Redirect may have.
 var redirectCodes = []int32{301, 302, 303, 307, 308}
 
+// ValidRedirectStatus reports whether a Redirect may answer with code: the
+// rule Normalize applies, for builders that check one route at a time so
+// that an invalid route does not refuse its neighbours.
+func ValidRedirectStatus(code int32) bool { return slices.Contains(redirectCodes, code) }
+
 // Path modifier types.
 const (
 	// ReplaceFullPath replaces the whole path of the request.
@@ -353,7 +358,7 @@ func (r *Rule) normalize(ports map[int32]Protocol, hasPool func(string) bool) er
 	if d := r.Redirect; d != nil {
 		d := *d
 		switch {
-		case !slices.Contains(redirectCodes, d.StatusCode):
+		case !ValidRedirectStatus(d.StatusCode):
 			return fmt.Errorf("redirect status %d is not 301, 302, 303, 307 or 308", d.StatusCode)
 		case d.Scheme != "" && d.Scheme != "http" && d.Scheme != "https":
 			return fmt.Errorf("redirect scheme %q is not http or https", d.Scheme)

@@ -813,8 +813,8 @@ func ruleFilters(rule *gatewayv1.HTTPRouteRule) (filters, error) {
 	if f.redirect != nil && f.rewrite != nil {
 		return f, fmt.Errorf("RequestRedirect and URLRewrite cannot be used together")
 	}
-	if f.redirect != nil && f.redirect.StatusCode != 301 && f.redirect.StatusCode != 302 {
-		return f, fmt.Errorf("redirect status code %d is not supported: only 301 and 302", f.redirect.StatusCode)
+	if f.redirect != nil && !providers.ValidRedirectStatus(f.redirect.StatusCode) {
+		return f, fmt.Errorf("redirect status code %d is not supported", f.redirect.StatusCode)
 	}
 	return f, nil
 }
