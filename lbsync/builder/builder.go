@@ -71,6 +71,23 @@ type Report struct {
 	ReadyBackends int
 }
 
+// AddBackend adds the report of the members of a backend Service (an
+// Ingress's or an HTTPRoute's) to r: its errors and warnings prefixed with
+// the Service, its skips once each.
+func (r *Report) AddBackend(svcID string, backend Report) {
+	for _, e := range backend.Errors {
+		r.Errors = append(r.Errors, "backend Service "+svcID+": "+e)
+	}
+	for _, w := range backend.Warnings {
+		r.Warnings = append(r.Warnings, "backend Service "+svcID+": "+w)
+	}
+	for _, sk := range backend.Skipped {
+		if !slices.Contains(r.Skipped, sk) {
+			r.Skipped = append(r.Skipped, sk)
+		}
+	}
+}
+
 // SkipKind says what a Skip is about.
 type SkipKind string
 

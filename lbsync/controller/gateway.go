@@ -538,9 +538,9 @@ func (c *Controller) gatewayInput(ctx context.Context, gw *gatewayv1.Gateway) (g
 		}
 	}
 	if c.settings.ServiceType == builder.ServiceTypeNodePort {
-		in.Nodes = typed[*corev1.Node](c.store.Nodes.List())
+		in.Nodes = inputs.Typed[*corev1.Node](c.store.Nodes.List())
 	}
-	in.Namespaces = typed[*corev1.Namespace](c.gw.namespace.List())
+	in.Namespaces = inputs.Typed[*corev1.Namespace](c.gw.namespace.List())
 	in.ReferenceGrants, _ = c.gw.grants.List(labels.Everything())
 	get := inputs.APISecrets(c.client)
 	for _, l := range gw.Spec.Listeners {
@@ -590,14 +590,4 @@ func (c *Controller) claimedGatewayNames() map[string]bool {
 		}
 	}
 	return names
-}
-
-func typed[T any](objs []any) []T {
-	out := make([]T, 0, len(objs))
-	for _, o := range objs {
-		if t, ok := o.(T); ok {
-			out = append(out, t)
-		}
-	}
-	return out
 }

@@ -1089,17 +1089,7 @@ func (b *build) members(rt *gatewayv1.HTTPRoute, be backend) []providers.Member 
 		ClusterName: b.in.ClusterName, ServiceType: b.in.ServiceType, Family: b.in.Family, Service: be.svc,
 		Pods: b.in.Pods, Nodes: b.in.Nodes, EndpointSlices: b.in.EndpointSlices,
 	}, be.port)
-	for _, e := range rep.Errors {
-		b.r.Errors = append(b.r.Errors, "backend Service "+svcID+": "+e)
-	}
-	for _, w := range rep.Warnings {
-		b.r.Warnings = append(b.r.Warnings, "backend Service "+svcID+": "+w)
-	}
-	for _, s := range rep.Skipped {
-		if !slices.Contains(b.r.Skipped, s) {
-			b.r.Skipped = append(b.r.Skipped, s)
-		}
-	}
+	b.r.AddBackend(svcID, rep)
 	return members
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/nodeportlocal/npl/contract"
@@ -47,6 +48,9 @@ type Input struct {
 	Pods     []*corev1.Pod
 	Nodes    []*corev1.Node
 	Secrets  []*corev1.Secret
+	// EndpointSlices are the hand-written slices of the backend Services:
+	// they choose the Pods of a Service without a selector.
+	EndpointSlices []*discoveryv1.EndpointSlice
 }
 
 // LoadBalancerName returns the name of the load balancer that serves ing:
@@ -353,19 +357,9 @@ func (b *build) members(ing *networkingv1.Ingress, ref backendRef) []providers.M
 	}
 	members, rep := builder.Members(builder.Input{
 		ClusterName: b.in.ClusterName, ServiceType: b.in.ServiceType, Family: b.in.Family, Service: svc,
-		Pods: b.in.Pods, Nodes: b.in.Nodes,
+		Pods: b.in.Pods, Nodes: b.in.Nodes, EndpointSlices: b.in.EndpointSlices,
 	}, *sp)
-	for _, e := range rep.Errors {
-		b.r.Errors = append(b.r.Errors, "backend Service "+svcID+": "+e)
-	}
-	for _, w := range rep.Warnings {
-		b.r.Warnings = append(b.r.Warnings, "backend Service "+svcID+": "+w)
-	}
-	for _, s := range rep.Skipped {
-		if !slices.Contains(b.r.Skipped, s) {
-			b.r.Skipped = append(b.r.Skipped, s)
-		}
-	}
+	b.r.AddBackend(svcID, rep)
 	if members == nil {
 		return none
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/nodeportlocal/npl/contract"
@@ -100,6 +101,22 @@ func TestBuild_routesHostsAndPathsToOnePoolPerServicePort(t *testing.T) {
 					{Host: "*.example.com", Path: "/static", PathType: providers.PathPrefix, Pool: shop},
 				}),
 			wantReport: builder.Report{ReadyBackends: 3},
+		},
+		{
+			name: "a backend Service without a selector has the Pods its hand-written EndpointSlice names",
+			in: Input{
+				Ingresses: ingresses(ingress("web", rule("", prefix("/", backend("ext", 80))))),
+				Services:  []*corev1.Service{service("ext", func(s *corev1.Service) { s.Spec.Selector = nil })},
+				Pods: []*corev1.Pod{
+					pod("other", "ext-1", "198.18.0.11", 61000),
+					pod("other", "not-named", "198.18.0.12", 61001),
+				},
+				EndpointSlices: []*discoveryv1.EndpointSlice{handSlice("ext", "ext-1")},
+			},
+			want: l7("web",
+				[]providers.Pool{pool(poolOf(lbName("web"), "ext", 80), up("198.18.0.11", 61000))},
+				[]providers.Rule{{Path: "/", PathType: providers.PathPrefix, Pool: poolOf(lbName("web"), "ext", 80)}}),
+			wantReport: builder.Report{ReadyBackends: 1},
 		},
 		{
 			name: "a rule without a host serves every host; an empty prefix path is /; hosts are lower-cased",

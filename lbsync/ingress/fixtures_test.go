@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -242,3 +243,15 @@ var (
 	httpListener  = providers.Listener{Port: 80, Protocol: providers.HTTP}
 	httpsListener = providers.Listener{Port: 443, Protocol: providers.HTTPS}
 )
+
+// handSlice is a hand-written EndpointSlice of Service svc of shop whose
+// endpoints name pods by targetRef.
+func handSlice(svc string, pods ...string) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: svc + "-manual",
+		Labels: map[string]string{discoveryv1.LabelServiceName: svc}}}
+	for _, p := range pods {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{"198.19.1.10"},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: testNS, Name: p}})
+	}
+	return s
+}

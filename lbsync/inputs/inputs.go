@@ -203,7 +203,7 @@ func (s Store) SlicesOf(svc *corev1.Service) []*discoveryv1.EndpointSlice {
 	if err != nil {
 		return nil
 	}
-	return typed[*discoveryv1.EndpointSlice](objs)
+	return Typed[*discoveryv1.EndpointSlice](objs)
 }
 
 // ServicesSelecting returns the Services that choose the Pod: those whose
@@ -214,7 +214,7 @@ func (s Store) ServicesSelecting(pod *corev1.Pod) []*corev1.Service {
 	var out []*corev1.Service
 	if s.EndpointSlices != nil {
 		objs, _ := s.EndpointSlices.ByIndex(SlicePodIndex, pod.Namespace+"/"+pod.Name)
-		for _, sl := range typed[*discoveryv1.EndpointSlice](objs) {
+		for _, sl := range Typed[*discoveryv1.EndpointSlice](objs) {
 			svc := s.Service(sl.Namespace, contract.SliceService(sl))
 			if svc == nil || seen[svc.Namespace+"/"+svc.Name] || !contract.Chooses(svc, pod, s.SlicesOf(svc)) {
 				continue
@@ -274,7 +274,7 @@ func (s Store) Classes() []*networkingv1.IngressClass {
 	if s.IngressClasses == nil {
 		return nil
 	}
-	return typed[*networkingv1.IngressClass](s.IngressClasses.List())
+	return Typed[*networkingv1.IngressClass](s.IngressClasses.List())
 }
 
 // AllIngresses returns every Ingress of the Store.
@@ -282,15 +282,17 @@ func (s Store) AllIngresses() []*networkingv1.Ingress {
 	if s.Ingresses == nil {
 		return nil
 	}
-	return typed[*networkingv1.Ingress](s.Ingresses.List())
+	return Typed[*networkingv1.Ingress](s.Ingresses.List())
 }
 
 // AllServices returns every Service of the Store.
 func (s Store) AllServices() []*corev1.Service {
-	return typed[*corev1.Service](s.Services.List())
+	return Typed[*corev1.Service](s.Services.List())
 }
 
-func typed[T any](objs []any) []T {
+// Typed returns the objects of type T among objs (an informer's List), in
+// their order.
+func Typed[T any](objs []any) []T {
 	out := make([]T, 0, len(objs))
 	for _, o := range objs {
 		if t, ok := o.(T); ok {
@@ -305,7 +307,7 @@ func (s Store) nodes(set Settings) []*corev1.Node {
 	if set.ServiceType != builder.ServiceTypeNodePort || s.Nodes == nil {
 		return nil
 	}
-	return typed[*corev1.Node](s.Nodes.List())
+	return Typed[*corev1.Node](s.Nodes.List())
 }
 
 // ServiceInput is the builder's input for a LoadBalancer Service.
@@ -356,6 +358,7 @@ func (s Store) IngressInput(ctx context.Context, set Settings, ings []*networkin
 			}
 			in.Services = append(in.Services, svc)
 			in.Pods = append(in.Pods, s.PodsFor(svc)...)
+			in.EndpointSlices = append(in.EndpointSlices, s.SlicesOf(svc)...)
 		}
 		for _, t := range ing.Spec.TLS {
 			if t.SecretName == "" || secrets == nil {
