@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -488,9 +490,18 @@ func (c *Controller) writeGatewayStatus(ctx context.Context, gw *gatewayv1.Gatew
 // holds an entry of ours for it, the parent statuses of results (none
 // when the Gateway is gone or not ours). A conflict fails the sync, which
 // is retried.
+// routeStatusWriters is how many route status writes of one Gateway run at
+// once.
+const routeStatusWriters = 8
+
 func (c *Controller) writeRouteStatuses(ctx context.Context, key queueKey, results []gateway.RouteResult) error {
 	objs, _ := c.gw.routeIdx.ByIndex(routeParentIndex, key.namespace+"/"+key.name)
 	now := metav1.Now()
+	// A Gateway's first sync writes the status of every route: a few
+	// writes at a time rather than one after another, so that many routes
+	// do not hold back the apply (the client's rate limit still applies).
+	var g errgroup.Group
+	g.SetLimit(routeStatusWriters)
 	for _, o := range objs {
 		rt, ok := o.(*gatewayv1.HTTPRoute)
 		if !ok {
@@ -506,11 +517,14 @@ func (c *Controller) writeRouteStatuses(ctx context.Context, key queueKey, resul
 		}
 		upd := rt.DeepCopy()
 		upd.Status.Parents = parents
-		if _, err := c.gw.client.GatewayV1().HTTPRoutes(rt.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("update httproute %s/%s status: %w", rt.Namespace, rt.Name, err)
-		}
+		g.Go(func() error {
+			if _, err := c.gw.client.GatewayV1().HTTPRoutes(upd.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("update httproute %s/%s status: %w", upd.Namespace, upd.Name, err)
+			}
+			return nil
+		})
 	}
-	return nil
+	return g.Wait()
 }
 
 // gatewayInput gathers what Build reads for gw from the caches, and its
