@@ -58,13 +58,16 @@ func Chooses(svc *corev1.Service, pod *corev1.Pod, slices []*discoveryv1.Endpoin
 }
 
 func refersTo(ref *corev1.ObjectReference, pod *corev1.Pod) bool {
-	if ref == nil || ref.Kind != "Pod" || ref.Name != pod.Name {
-		return false
+	return podName(ref, pod.Namespace) == pod.Name && (ref.UID == "" || ref.UID == pod.UID)
+}
+
+// podName is the name of the Pod ref references in namespace ns (a ref
+// without a namespace is in ns), "" when it references no Pod there.
+func podName(ref *corev1.ObjectReference, ns string) string {
+	if ref == nil || ref.Kind != "Pod" || (ref.Namespace != "" && ref.Namespace != ns) {
+		return ""
 	}
-	if ref.Namespace != "" && ref.Namespace != pod.Namespace {
-		return false
-	}
-	return ref.UID == "" || ref.UID == pod.UID
+	return ref.Name
 }
 
 // SliceService is the name of the Service an EndpointSlice belongs to (its
@@ -85,11 +88,9 @@ func SlicePods(s *discoveryv1.EndpointSlice) []string {
 	}
 	var out []string
 	for _, e := range s.Endpoints {
-		ref := e.TargetRef
-		if ref == nil || ref.Kind != "Pod" || ref.Name == "" || (ref.Namespace != "" && ref.Namespace != s.Namespace) {
-			continue
+		if name := podName(e.TargetRef, s.Namespace); name != "" {
+			out = append(out, name)
 		}
-		out = append(out, ref.Name)
 	}
 	slices.Sort(out)
 	return slices.Compact(out)

@@ -207,14 +207,16 @@ func (c *Controller) gatewayUpdated(oldObj, obj any) {
 	c.enqueueGateway(obj)
 }
 
-func (c *Controller) enqueueAllGateways() {
+// enqueueAllGateways queues every Gateway and returns how many.
+func (c *Controller) enqueueAllGateways() int {
 	if c.gw == nil {
-		return
+		return 0
 	}
 	gws, _ := c.gw.gateways.List(labels.Everything())
 	for _, gw := range gws {
 		c.queue.Add(gatewayKey(gw.Namespace, gw.Name))
 	}
+	return len(gws)
 }
 
 // routeChanged queues the Gateways a route names or named, and the
@@ -269,15 +271,11 @@ func (c *Controller) queueAllGateways() int {
 	if c.gw == nil {
 		return 0
 	}
-	classes, _ := c.gw.classes.List(labels.Everything())
+	classes := c.gatewayClasses()
 	for _, gc := range classes {
 		c.queue.Add(gatewayClassKey(gc.Name))
 	}
-	gws, _ := c.gw.gateways.List(labels.Everything())
-	for _, gw := range gws {
-		c.queue.Add(gatewayKey(gw.Namespace, gw.Name))
-	}
-	return len(classes) + len(gws)
+	return len(classes) + c.enqueueAllGateways()
 }
 
 func (c *Controller) gatewayClasses() []*gatewayv1.GatewayClass {

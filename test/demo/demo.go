@@ -344,6 +344,20 @@ func (r *run) pods(ctx context.Context, app string) ([]corev1.Pod, error) {
 
 // members returns the nodeIP:nodePort entries of the ready Pods of an app
 // for one protocol, with the Pod behind each.
+// pingUDP sends one UDP echo straight to each member and records and
+// prints the answer beside the Pod that owns the member.
+func (r *run) pingUDP(members []providers.Member, owner map[string]string) {
+	for _, m := range members {
+		target := fmt.Sprintf("%s:%d", m.IP, m.Port)
+		reply, err := stack.UDPEcho(target, "ping")
+		if err != nil {
+			reply = "error: " + err.Error()
+		}
+		r.res.UDPAnswers[target], r.res.UDPExpected[target] = reply, owner[target]
+		r.printf("  udp %-24s -> %q (want %s)\n", target, reply, owner[target])
+	}
+}
+
 func (r *run) members(ctx context.Context, app string, proto contract.Protocol) ([]providers.Member, map[string]string, error) {
 	pods, err := r.pods(ctx, app)
 	if err != nil {
@@ -504,15 +518,7 @@ func (r *run) showTraffic(ctx context.Context) error {
 		return err
 	}
 	r.printf("dns over UDP\n")
-	for _, m := range udp {
-		target := fmt.Sprintf("%s:%d", m.IP, m.Port)
-		reply, err := stack.UDPEcho(target, "ping")
-		if err != nil {
-			reply = "error: " + err.Error()
-		}
-		r.res.UDPAnswers[target], r.res.UDPExpected[target] = reply, uowner[target]
-		r.printf("  udp %-24s -> %q (want %s)\n", target, reply, uowner[target])
-	}
+	r.pingUDP(udp, uowner)
 	for t, want := range r.res.Expected {
 		if r.res.Answers[t] != want {
 			return fmt.Errorf("member %s answered %q, want %q", t, r.res.Answers[t], want)
@@ -589,15 +595,7 @@ func (r *run) showVIPTraffic(ctx context.Context) error {
 	r.res.NotServed = notServed
 	r.printf("dns: HAProxy serves no UDP; the Service's Event says so:\n  %s\n", notServed)
 	r.printf("dns over UDP, straight to the members\n")
-	for _, m := range udp {
-		target := fmt.Sprintf("%s:%d", m.IP, m.Port)
-		reply, err := stack.UDPEcho(target, "ping")
-		if err != nil {
-			reply = "error: " + err.Error()
-		}
-		r.res.UDPAnswers[target], r.res.UDPExpected[target] = reply, uowner[target]
-		r.printf("  udp %-24s -> %q (want %s)\n", target, reply, uowner[target])
-	}
+	r.pingUDP(udp, uowner)
 	return nil
 }
 
