@@ -31,7 +31,18 @@ const (
 	// HTTPS is an HTTP listener of an L7 load balancer that terminates TLS
 	// with the certificates of its HTTPRoutes.
 	HTTPS Protocol = "HTTPS"
+	// TLS is a listener of a Gateway's load balancer that routes TLS
+	// connections by their SNI server name (Gateway API TLSRoute) to the
+	// pools its Listener.SNI routes name. It passes TLS through to the
+	// pool, or terminates it with the certificates of HTTPRoutes.TLS
+	// whose Ports hold its port when Listener.Terminate is set.
+	TLS Protocol = "TLS"
 )
+
+// AppProtocolH2C is Pool.AppProtocol of a pool whose members speak HTTP/2
+// without TLS (prior knowledge): gRPC backends, and Service ports whose
+// appProtocol is kubernetes.io/h2c.
+const AppProtocolH2C = "h2c"
 
 // Kind says at which layer a load balancer works.
 type Kind string
@@ -78,23 +89,44 @@ type LoadBalancer struct {
 // IsL7 reports whether lb routes HTTP requests.
 func (lb *LoadBalancer) IsL7() bool { return lb != nil && lb.Kind == L7 }
 
-// Listener is one frontend port and the pool it forwards to. The listeners
-// of an L7 load balancer have no pool (the zero Pool).
+// Listener is one frontend port and the pool it forwards to. The HTTP,
+// HTTPS and TLS listeners of an L7 load balancer have no pool (the zero
+// Pool). A Gateway's load balancer (LoadBalancer.Gateway set) may also have
+// TCP and UDP listeners, each with its own Pool as an L4 load balancer's
+// listeners have (Gateway API TCPRoute and UDPRoute; member weights apply).
 type Listener struct {
 	Port     int32    `json:"port"`
 	Protocol Protocol `json:"protocol"`
 	Pool     Pool     `json:"pool,omitzero"`
+	// SNI are the routes of a TLS listener, sorted as SortSNI does; a
+	// connection takes the first whose Host matches its server name.
+	SNI []SNIRoute `json:"sni,omitempty"`
+	// Terminate makes a TLS listener terminate TLS with the certificates
+	// of its port and forward the plain TCP stream; otherwise it passes
+	// TLS through.
+	Terminate bool `json:"terminate,omitempty"`
+}
+
+// SNIRoute sends the TLS connections for a server name to a pool.
+type SNIRoute struct {
+	// Host is a host name or a wildcard such as *.example.com (one or more
+	// labels, as Gateway API's hostnames), or empty for every name.
+	Host string `json:"host,omitempty"`
+	// Pool names one of the load balancer's Pools.
+	Pool string `json:"pool"`
 }
 
 // HTTPRoutes is the L7 part of a load balancer: which pool serves a request,
-// and the certificates of its HTTPS listener.
+// and the certificates of its HTTPS listeners (and of its terminating TLS
+// listeners).
 type HTTPRoutes struct {
 	// Rules are sorted by SortRules, so that a load balancer that takes the
 	// first matching rule gives each request the rule Kubernetes would.
 	Rules []Rule `json:"rules"`
 	// DefaultPool serves the requests no rule matches; empty when none.
 	DefaultPool string `json:"defaultPool,omitempty"`
-	// TLS are the certificates of the HTTPS listener, sorted by Secret.
+	// TLS are the certificates of the HTTPS and terminating TLS listeners,
+	// sorted by Secret.
 	TLS []TLSCert `json:"tls,omitempty"`
 }
 
@@ -252,6 +284,10 @@ func (c TLSCert) WithoutKeys() TLSCert {
 type Pool struct {
 	// Name is the pool name, from PoolName.
 	Name string `json:"name"`
+	// AppProtocol is the protocol an L7 load balancer speaks to the
+	// members: empty for HTTP/1.1 (upgraded to WebSocket when the client
+	// asks), AppProtocolH2C for HTTP/2 without TLS.
+	AppProtocol string `json:"appProtocol,omitempty"`
 	// Members are sorted by IP then port (SortMembers).
 	Members []Member `json:"members"`
 }

@@ -16,7 +16,9 @@ var ErrUnsupported = errors.New("not supported by this provider")
 // rules (other than Order, which only ranks them), rule and certificate
 // ports other than every listener, member weights, and the wildcard hosts
 // of a Gateway's load balancer (one or more labels, where an Ingress's
-// stand for one). A provider that
+// stand for one), listeners other than HTTP and HTTPS beside HTTP routes
+// (a Gateway's TCP, UDP and TLS listeners), and a pool's AppProtocol. A
+// provider that
 // serves Ingress models only refuses the others with it rather than serve
 // a model partly.
 func IngressSubset(lb *LoadBalancer) error {
@@ -29,7 +31,17 @@ func IngressSubset(lb *LoadBalancer) error {
 	}
 	slices.Sort(all)
 	slices.Sort(https)
+	if lb.IsL7() {
+		for _, l := range lb.Listeners {
+			if l.Protocol != HTTP && l.Protocol != HTTPS {
+				return fmt.Errorf("listener %s/%d: a %s listener beside HTTP routes is %w", l.Protocol, l.Port, l.Protocol, ErrUnsupported)
+			}
+		}
+	}
 	for _, p := range lb.Pools {
+		if p.AppProtocol != "" {
+			return fmt.Errorf("pool %s: appProtocol %s is %w", p.Name, p.AppProtocol, ErrUnsupported)
+		}
 		for _, m := range p.Members {
 			if m.Weight != 0 {
 				return fmt.Errorf("pool %s: member %s:%d: weight %d: member weights are %w", p.Name, m.IP, m.Port, m.Weight, ErrUnsupported)
