@@ -3,7 +3,10 @@
 // runtime, for tests and the demo. Each node is a network namespace, and an
 // in-process stand-in for the kubelet runs each Pod scheduled to it as a
 // network namespace with small built-in servers (HTTP answering with the Pod
-// name, UDP echo) and writes Pod status as a kubelet would.
+// name, UDP echo) and writes Pod status as a kubelet would. Containers of the
+// Gateway API conformance suite's images run as the suite needs them:
+// echo-basic (HTTP, TCP, UDP and gRPC echo) as a process in the Pod's
+// namespace, CoreDNS as a small DNS server of ours (dnsserver.go).
 //
 // Everything happens inside a private network and mount namespace that
 // RunMain (tests) or Reexec (commands) enters first; the host's own network

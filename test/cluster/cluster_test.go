@@ -78,6 +78,9 @@ func TestCluster(t *testing.T) {
 	t.Run("a Pod of the echo-basic image runs the conformance backend with its env and secret volume, until deleted", func(t *testing.T) {
 		testEchoBasic(ctx, t, c)
 	})
+	t.Run("Pods of the suite's TCP, UDP and gRPC echo modes and of the CoreDNS image serve as the suite talks to them", func(t *testing.T) {
+		testSuiteBackendModes(ctx, t, c)
+	})
 	t.Run("InstallGatewayAPI serves the pinned standard-channel CRDs, twice in a row", func(t *testing.T) {
 		testInstallGatewayAPI(ctx, t, c)
 	})

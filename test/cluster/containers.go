@@ -29,6 +29,12 @@ import (
 // conformance module go.mod pins) inside the Pod's network namespace.
 const EchoBasicImage = "registry.k8s.io/gateway-api/echo-basic"
 
+// CoreDNSImage is the image (any tag) of the DNS backend of the suite's
+// UDPRoute tests. The kubelet stand-in serves a container of it with a DNS
+// server of its own (dnsserver.go) on port 53, UDP and TCP, in the Pod's
+// network namespace; the Corefile it is given is not read.
+const CoreDNSImage = "registry.k8s.io/coredns/coredns"
+
 // echoBasicBinary is the file name of echo-basic in BinDir.
 const echoBasicBinary = "echo-basic"
 
@@ -52,6 +58,13 @@ func CheckEchoBasic(binDir string) error {
 // runsAsProcess reports whether the kubelet stand-in runs c as a process
 // rather than with its built-in servers.
 func runsAsProcess(c corev1.Container) bool { return imageName(c.Image) == EchoBasicImage }
+
+// servesItsOwnPorts reports whether c's ports are served by what the
+// kubelet stand-in runs for its image (echo-basic, or the DNS server of
+// CoreDNSImage) rather than by the built-in servers of declared ports.
+func servesItsOwnPorts(c corev1.Container) bool {
+	return runsAsProcess(c) || imageName(c.Image) == CoreDNSImage
+}
 
 // imageName is an image reference without its tag or digest.
 func imageName(image string) string {
@@ -126,24 +139,31 @@ func startPodProcesses(ctx context.Context, client kubernetes.Interface, binDir,
 			return fail(fmt.Errorf("container %s: %w", c.Name, err))
 		}
 		closers = append(closers, p)
-		if err := p.waitListening(ctx, netip.AddrPortFrom(sb.podIP, listenPort(env))); err != nil {
+		network, port := readyProbe(env)
+		if err := p.waitListening(ctx, network, netip.AddrPortFrom(sb.podIP, port)); err != nil {
 			return fail(fmt.Errorf("container %s: %w", c.Name, err))
 		}
 	}
 	return closers, nil
 }
 
-// listenPort is the port echo-basic listens on first in the mode env
-// selects (HTTP, gRPC or TCP echo): HTTP_PORT or TCP_PORT, else 3000.
-func listenPort(env []corev1.EnvVar) uint16 {
-	name := "HTTP_PORT"
-	if lookupEnv(env, "TCP_ECHO_SERVER") != "" {
+// readyProbe is where echo-basic listens first in the mode its env selects,
+// as echo-basic reads it (GRPC_ECHO_SERVER before TCP_ECHO_SERVER before
+// UDP_ECHO_SERVER): gRPC on HTTP_PORT (3000), the TCP echo on TCP_PORT
+// (3000), the UDP echo on UDP_PORT (8080), else HTTP on HTTP_PORT (3000).
+func readyProbe(env []corev1.EnvVar) (network string, port uint16) {
+	network, name, port := "tcp", "HTTP_PORT", uint16(3000)
+	switch {
+	case lookupEnv(env, "GRPC_ECHO_SERVER") != "":
+	case lookupEnv(env, "TCP_ECHO_SERVER") != "":
 		name = "TCP_PORT"
+	case lookupEnv(env, "UDP_ECHO_SERVER") != "":
+		network, name, port = "udp", "UDP_PORT", 8080
 	}
 	if p, err := strconv.ParseUint(lookupEnv(env, name), 10, 16); err == nil && p > 0 {
-		return uint16(p)
+		port = uint16(p)
 	}
-	return 3000
+	return network, port
 }
 
 func lookupEnv(env []corev1.EnvVar, name string) string {
@@ -190,26 +210,45 @@ func startPodProcess(bin, netns string, env []corev1.EnvVar, logPath string) (*p
 	return p, nil
 }
 
-// waitListening waits until addr accepts connections, failing early when the
-// process exits.
-func (p *podProcess) waitListening(ctx context.Context, addr netip.AddrPort) error {
+// waitListening waits until addr accepts connections (network tcp) or
+// answers a datagram (udp), failing early when the process exits.
+func (p *podProcess) waitListening(ctx context.Context, network string, addr netip.AddrPort) error {
 	ctx, cancel := context.WithTimeout(ctx, processReadyTimeout)
 	defer cancel()
-	var d net.Dialer
 	for {
-		conn, err := d.DialContext(ctx, "tcp", addr.String())
-		if err == nil {
-			conn.Close()
+		if probeOnce(ctx, network, addr) == nil {
 			return nil
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("%s exited before it listened on %s: %v (see %s)", filepath.Base(p.cmd.Args[len(p.cmd.Args)-1]), addr, p.err, p.log.Name())
+			return fmt.Errorf("%s exited before it listened on %s %s: %v (see %s)", filepath.Base(p.cmd.Args[len(p.cmd.Args)-1]), network, addr, p.err, p.log.Name())
 		case <-ctx.Done():
-			return fmt.Errorf("nothing listens on %s after %s (see %s)", addr, processReadyTimeout, p.log.Name())
+			return fmt.Errorf("nothing listens on %s %s after %s (see %s)", network, addr, processReadyTimeout, p.log.Name())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// probeOnce connects to addr (tcp), or sends it a datagram and reads an
+// answer within 200ms (udp).
+func probeOnce(ctx context.Context, network string, addr netip.AddrPort) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, network, addr.String())
+	if err != nil || network != "udp" {
+		if conn != nil {
+			conn.Close()
+		}
+		return err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(200 * time.Millisecond)); err != nil {
+		return err
+	}
+	if _, err := conn.Write([]byte("npl-ready")); err != nil {
+		return err
+	}
+	_, err = conn.Read(make([]byte, 2048))
+	return err
 }
 
 // Close kills the process and waits for it.

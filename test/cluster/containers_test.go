@@ -2,12 +2,15 @@ package cluster
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -77,18 +80,70 @@ func TestCheckEchoBasic_missingBinarySaysMakeTools(t *testing.T) {
 	}
 }
 
-func TestListenPort_followsTheMode(t *testing.T) {
+func TestReadyProbe_followsTheModeAsEchoBasicReadsIt(t *testing.T) {
+	env := func(kv ...string) []corev1.EnvVar {
+		var out []corev1.EnvVar
+		for i := 0; i < len(kv); i += 2 {
+			out = append(out, corev1.EnvVar{Name: kv[i], Value: kv[i+1]})
+		}
+		return out
+	}
 	for _, tc := range []struct {
-		env  []corev1.EnvVar
-		want uint16
+		env     []corev1.EnvVar
+		network string
+		port    uint16
 	}{
-		{nil, 3000},
-		{[]corev1.EnvVar{{Name: "HTTP_PORT", Value: "8080"}}, 8080},
-		{[]corev1.EnvVar{{Name: "TCP_ECHO_SERVER", Value: "1"}}, 3000},
-		{[]corev1.EnvVar{{Name: "TCP_ECHO_SERVER", Value: "1"}, {Name: "TCP_PORT", Value: "9000"}, {Name: "HTTP_PORT", Value: "1"}}, 9000},
+		{nil, "tcp", 3000},
+		{env("HTTP_PORT", "8080"), "tcp", 8080},
+		{env("TCP_ECHO_SERVER", "1"), "tcp", 3000},
+		{env("TCP_ECHO_SERVER", "1", "TCP_PORT", "9000", "HTTP_PORT", "1"), "tcp", 9000},
+		{env("GRPC_ECHO_SERVER", "1", "TCP_ECHO_SERVER", "1", "TCP_PORT", "9000"), "tcp", 3000},
+		{env("GRPC_ECHO_SERVER", "1", "HTTP_PORT", "9001"), "tcp", 9001},
+		{env("UDP_ECHO_SERVER", "1"), "udp", 8080},
+		{env("UDP_ECHO_SERVER", "1", "UDP_PORT", "5353", "HTTP_PORT", "1"), "udp", 5353},
+		{env("UDP_ECHO_SERVER", "1", "TCP_ECHO_SERVER", "1"), "tcp", 3000},
 	} {
-		if got := listenPort(tc.env); got != tc.want {
-			t.Errorf("listenPort(%v) = %d, want %d", tc.env, got, tc.want)
+		if network, port := readyProbe(tc.env); network != tc.network || port != tc.port {
+			t.Errorf("readyProbe(%v) = %s %d, want %s %d", tc.env, network, port, tc.network, tc.port)
+		}
+	}
+}
+
+func TestAnswerWhoAmI_answersAQueriesWithTheAsker(t *testing.T) {
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(answerWhoAmI)}
+	go func() { _ = srv.ActivateAndServe() }()
+	t.Cleanup(func() { pc.Close() })
+	for _, tc := range []struct {
+		qtype uint16
+		want  string
+	}{
+		{dns.TypeA, "127.0.0.1"},
+		{dns.TypeAAAA, ""}, // an IPv4 asker: no AAAA answer
+		{dns.TypeTXT, ""},
+	} {
+		q := new(dns.Msg)
+		q.SetQuestion("foo.bar.com.", tc.qtype)
+		r, err := dns.Exchange(q, pc.LocalAddr().String())
+		if err != nil {
+			t.Fatalf("query %s: %v", dns.TypeToString[tc.qtype], err)
+		}
+		if r.Rcode != dns.RcodeSuccess || !r.Authoritative || r.Id != q.Id {
+			t.Errorf("query %s: rcode %s, authoritative %t, id %d (want NOERROR, true, %d)", dns.TypeToString[tc.qtype], dns.RcodeToString[r.Rcode], r.Authoritative, r.Id, q.Id)
+		}
+		got := ""
+		if len(r.Answer) == 1 {
+			if a, ok := r.Answer[0].(*dns.A); ok && a.Hdr.Name == "foo.bar.com." {
+				got = a.A.String()
+			}
+		} else if len(r.Answer) > 1 {
+			got = fmt.Sprint(r.Answer)
+		}
+		if got != tc.want {
+			t.Errorf("query %s: answer %q, want %q", dns.TypeToString[tc.qtype], got, tc.want)
 		}
 	}
 }

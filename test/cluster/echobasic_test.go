@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -22,8 +23,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	grpcecho "sigs.k8s.io/gateway-api/conformance/echo-basic/grpcechoserver"
 
 	"github.com/nodeportlocal/npl/test/cluster"
 )
@@ -193,4 +199,123 @@ func selfSigned(t *testing.T, host string) (certPEM, keyPEM []byte) {
 		t.Fatal(err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
+}
+
+// testSuiteBackendModes runs Pods as the suite's TCPRoute, UDPRoute and
+// GRPCRoute manifests write them (echo-basic with TCP_ECHO_SERVER,
+// UDP_ECHO_SERVER or GRPC_ECHO_SERVER, and the CoreDNS image) and talks to
+// each as the suite does. Ready means serving: no retries.
+func testSuiteBackendModes(ctx context.Context, t *testing.T, c *cluster.Cluster) {
+	binDir, err := cluster.DefaultBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.CheckEchoBasic(binDir); err != nil {
+		t.Fatal(err)
+	}
+	ns := newNamespace(ctx, t, c, "modes")
+	podEnv := func(mode string) []corev1.EnvVar {
+		return []corev1.EnvVar{
+			{Name: mode, Value: "1"},
+			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		}
+	}
+	pods := []*corev1.Pod{
+		{ObjectMeta: metav1.ObjectMeta{Name: "tcp-echo", Namespace: ns}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "echo", Image: cluster.EchoBasicImage + ":v1.5.1", Env: podEnv("TCP_ECHO_SERVER")}}}},
+		// The declared UDP port is echo-basic's, not a built-in echo's.
+		{ObjectMeta: metav1.ObjectMeta{Name: "udp-echo", Namespace: ns}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "echo", Image: cluster.EchoBasicImage + ":v1.6.0-dev.2", Env: podEnv("UDP_ECHO_SERVER"),
+			Ports: []corev1.ContainerPort{{ContainerPort: 8080, Protocol: corev1.ProtocolUDP}}}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "grpc-echo", Namespace: ns}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "echo", Image: cluster.EchoBasicImage + ":v1.5.1", Env: podEnv("GRPC_ECHO_SERVER")}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "coredns", Namespace: ns}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "coredns", Image: cluster.CoreDNSImage + ":v1.12.2", Args: []string{"-conf", "/root/Corefile"}}}}},
+	}
+	ips := map[string]netip.Addr{}
+	for _, p := range pods {
+		createPod(ctx, t, c, p)
+	}
+	for _, p := range pods {
+		ips[p.Name] = netip.MustParseAddr(waitPod(ctx, t, c, ns, p.Name, "Ready", isReady).Status.PodIP)
+	}
+
+	t.Run("TCP echo answers TEST with its Pod", func(t *testing.T) {
+		conn, err := net.DialTimeout("tcp", netip.AddrPortFrom(ips["tcp-echo"], 3000).String(), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		r := bufio.NewReader(conn)
+		if welcome, err := r.ReadString('\n'); err != nil || !strings.Contains(welcome, "TCP Server") {
+			t.Fatalf("welcome %q, %v", welcome, err)
+		}
+		if _, err := conn.Write([]byte("TEST\n")); err != nil {
+			t.Fatal(err)
+		}
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got echoReply
+		if err := json.Unmarshal([]byte(line), &got); err != nil || got.Pod != "tcp-echo" {
+			t.Errorf("TEST answer %q (%v), want pod tcp-echo", line, err)
+		}
+	})
+	t.Run("UDP echo answers a datagram with its Pod", func(t *testing.T) {
+		conn, err := net.Dial("udp", netip.AddrPortFrom(ips["udp-echo"], 8080).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := conn.Write([]byte("hello")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 2048)
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Request string `json:"request"`
+			Pod     string `json:"pod"`
+		}
+		if err := json.Unmarshal(buf[:n], &got); err != nil || got.Pod != "udp-echo" || got.Request != "hello" {
+			t.Errorf("answer %q (%v), want pod udp-echo and request hello", buf[:n], err)
+		}
+	})
+	t.Run("gRPC echo answers Echo with its Pod", func(t *testing.T) {
+		cc, err := grpc.NewClient(netip.AddrPortFrom(ips["grpc-echo"], 3000).String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		resp, err := grpcecho.NewGrpcEchoClient(cc).Echo(rctx, &grpcecho.EchoRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pod := resp.GetAssertions().GetContext().GetPod(); pod != "grpc-echo" {
+			t.Errorf("Echo answered from pod %q, want grpc-echo", pod)
+		}
+	})
+	t.Run("the CoreDNS image answers an A query over UDP and TCP", func(t *testing.T) {
+		for _, network := range []string{"udp", "tcp"} {
+			q := new(dns.Msg)
+			q.SetQuestion("foo.bar.com.", dns.TypeA)
+			r, _, err := (&dns.Client{Net: network, Timeout: 5 * time.Second}).Exchange(q, netip.AddrPortFrom(ips["coredns"], 53).String())
+			if err != nil {
+				t.Fatalf("%s: %v", network, err)
+			}
+			if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+				t.Fatalf("%s: answer %v", network, r)
+			}
+			if a, ok := r.Answer[0].(*dns.A); !ok || a.A.IsUnspecified() {
+				t.Errorf("%s: answer %v, want an A record", network, r.Answer[0])
+			}
+		}
+	})
 }

@@ -295,8 +295,9 @@ func (k *kubelet) run(ctx context.Context, pod *corev1.Pod) (*podRuntime, error)
 }
 
 // startSandbox gives rt a new namespace, address (two in a dual-stack
-// cluster) and servers: the built-in ones for declared ports, and a process
-// for each container of EchoBasicImage.
+// cluster) and servers: the built-in ones for declared ports, a DNS server
+// for a container of CoreDNSImage, and a process for each container of
+// EchoBasicImage.
 func (k *kubelet) startSandbox(ctx context.Context, pod *corev1.Pod, rt *podRuntime) error {
 	ip, err := k.node.ips.allocate()
 	if err != nil {
@@ -344,6 +345,14 @@ func (k *kubelet) startSandbox(ctx context.Context, pod *corev1.Pod, rt *podRunt
 	if err != nil {
 		return fail(err)
 	}
+	dnsClosers, err := startPodDNS(netnsPath(netns), pod, ipv6.IsValid())
+	if err != nil {
+		for _, c := range closers {
+			_ = c.Close()
+		}
+		return fail(err)
+	}
+	closers = append(closers, dnsClosers...)
 	procs, err := startPodProcesses(ctx, k.c.client, k.c.opts.BinDir, k.c.cp.logDir, pod, sandbox{
 		netns: netns, dir: filepath.Join(k.c.dir, "pods", netns), podIP: ip, hostIP: k.node.IP,
 	})

@@ -28,11 +28,12 @@ type podPort struct {
 // declaredPorts returns the TCP and UDP ports of the containers and of the
 // sidecar init containers (restartPolicy Always, which keep running), without
 // duplicates, sorted. Ordinary init containers have exited by then, and
-// containers run as processes (runsAsProcess) serve their ports themselves.
+// containers run as processes (runsAsProcess) or of CoreDNSImage are served
+// by what runs for their image.
 func declaredPorts(pod *corev1.Pod) []podPort {
 	seen := map[podPort]bool{}
 	add := func(c corev1.Container) {
-		if runsAsProcess(c) {
+		if servesItsOwnPorts(c) {
 			return
 		}
 		for _, p := range c.Ports {
