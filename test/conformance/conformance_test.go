@@ -45,10 +45,13 @@ import (
 
 func TestMain(m *testing.M) { cluster.RunMain(m) }
 
-// reportPath, when set, is `make conformance`: the whole GATEWAY-HTTP
-// profile (the extended features the GatewayClass claims), nothing
-// skipped, the official report written there.
-var reportPath = flag.String("npl.report", "", "run the whole GATEWAY-HTTP profile and write the official conformance report to this file")
+// reportPath, when set, is `make conformance`: every profile of Profiles
+// whole (the extended features the GatewayClass claims), nothing skipped,
+// the official report written there.
+var reportPath = flag.String("npl.report", "", "run every profile (GATEWAY-HTTP, -TCP, -UDP, -TLS, -GRPC) whole and write the official conformance report to this file")
+
+// profilesFlag, when set, narrows the run to some profiles, for debugging.
+var profilesFlag = flag.String("npl.profiles", "", "run only these profiles (comma-separated, e.g. GATEWAY-TCP,GATEWAY-UDP) instead of TestedProfiles (or Profiles with -npl.report)")
 
 const (
 	// GatewayClassName is the GatewayClass the suite's Gateways use.
@@ -57,12 +60,13 @@ const (
 	controllerName = "npl.io/gateway-controller"
 	// lbsyncCluster is npl-lbsync's clusterName: it prefixes the LB objects.
 	lbsyncCluster = "conformance"
-	profile       = suite.GatewayHTTPConformanceProfileName
 )
 
 // TestGatewayAPIConformance runs the suite. In `make test` it runs the core
-// GATEWAY-HTTP tests, skips KnownFailures, and requires the report to show
-// every other core test passed and exactly KnownFailures skipped.
+// tests of TestedProfiles, skips KnownFailures, and requires the report to
+// show, for each of these profiles, every other core test passed and
+// exactly its KnownFailures skipped. In `make conformance` it runs every
+// profile of Profiles whole and writes the official report.
 func TestGatewayAPIConformance(t *testing.T) {
 	began := time.Now()
 	binDir, err := cluster.DefaultBinDir()
@@ -151,34 +155,48 @@ func TestGatewayAPIConformance(t *testing.T) {
 	}
 	opts := options(t, c, kube, bed, out)
 	suiteStart := time.Now()
-	t.Run(string(profile), func(t *testing.T) { gwconformance.RunConformanceWithOptions(t, opts) })
+	t.Run(profilesName(opts.ConformanceProfiles), func(t *testing.T) { gwconformance.RunConformanceWithOptions(t, opts) })
 	t.Logf("the suite ran in %v (all in all %v)", time.Since(suiteStart).Round(time.Second), time.Since(began).Round(time.Second))
 
 	report, err := readReport(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	core, err := coreStatus(report)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if *reportPath != "" {
-		checkFullRun(t, core)
-		return
+		checkFullRun(t, report, opts.ConformanceProfiles)
+	} else {
+		checkCoreRun(t, report, opts.ConformanceProfiles)
 	}
-	if len(core.FailedTests) > 0 || core.Failed > 0 {
-		t.Errorf("core tests failed: %v (a regression, or a test to add to KnownFailures with its reason)", core.FailedTests)
-	}
-	if diff := cmp.Diff(sorted(knownFailureNames()), sorted(core.SkippedTests)); diff != "" {
-		t.Errorf("core tests skipped (-KnownFailures +report):\n%s", diff)
-	}
-	if core.Passed == 0 {
-		t.Errorf("no core test passed: %+v", core.Statistics)
-	}
-	if err := annotateReport(out); err != nil {
+	if err := annotateReport(out, report); err != nil {
 		t.Error(err)
 	}
-	t.Logf("core: %d passed, %d skipped (KnownFailures), %d failed", core.Passed, core.Skipped, core.Failed)
+}
+
+// checkCoreRun checks the report of a `make test` run: for each profile
+// run (TestedProfiles), no core test failed, some passed, and exactly the
+// profile's KnownFailures were skipped.
+func checkCoreRun(t *testing.T, report *confv1.ConformanceReport, profiles []suite.ConformanceProfileName) {
+	t.Helper()
+	for _, p := range profiles {
+		core, err := coreStatus(report, p)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if len(core.FailedTests) > 0 || core.Failed > 0 {
+			t.Errorf("%s: core tests failed: %v (a regression, or a test to add to KnownFailures with its reason)", p, core.FailedTests)
+		}
+		if diff := cmp.Diff(knownFailuresOf(p), sorted(core.SkippedTests)); diff != "" {
+			t.Errorf("%s: core tests skipped (-KnownFailures +report):\n%s", p, diff)
+		}
+		if core.Passed == 0 {
+			t.Errorf("%s: no core test passed: %+v", p, core.Statistics)
+		}
+		if ext := extendedStatus(report, p); ext.Failed > 0 {
+			t.Errorf("%s: extended tests of coreSwitches failed: %v", p, ext.FailedTests)
+		}
+		t.Logf("%s core: %d passed, %d skipped (KnownFailures), %d failed", p, core.Passed, core.Skipped, core.Failed)
+	}
 }
 
 // options are the suite's options: the core features only in `make test`,
@@ -193,8 +211,7 @@ func options(t *testing.T, c *cluster.Cluster, kube client.Client, bed *edge.Bed
 			CleanupTestResources: true,
 			Mode:                 flags.DefaultMode,
 			TimeoutConfig:        config.DefaultTimeoutConfig(),
-			ConformanceProfiles:  []suite.ConformanceProfileName{profile},
-			SupportedFeatures:    coreFeatures(),
+			ConformanceProfiles:  TestedProfiles,
 			SkipTests:            knownFailureNames(),
 			ReportOutputPath:     report,
 			Implementation: confv1.Implementation{
@@ -212,8 +229,20 @@ func options(t *testing.T, c *cluster.Cluster, kube client.Client, bed *edge.Bed
 		ManifestFS:    []fs.FS{&gwconformance.Manifests},
 	}
 	if *reportPath != "" {
+		opts.ConformanceProfiles = Profiles
 		opts.SkipTests = nil
 		opts.SupportedFeatures = claimedFeatures(t, kube)
+	}
+	if *profilesFlag != "" {
+		opts.ConformanceProfiles = suite.ParseConformanceProfilesSlice(*profilesFlag)
+		for _, p := range opts.ConformanceProfiles {
+			if !slices.Contains(Profiles, p) {
+				t.Fatalf("-npl.profiles: %s is none of %v", p, Profiles)
+			}
+		}
+	}
+	if *reportPath == "" {
+		opts.SupportedFeatures = testFeatures(coreFeatures(opts.ConformanceProfiles...), claimedFeatures(t, kube))
 	}
 	// Explicit suite flags (-run-test, -debug, ...) override, for debugging.
 	flags.ApplyAll(&opts.ConfigurableOptions)
@@ -273,20 +302,102 @@ func metaConditionTrue(conds []metav1.Condition, t string) bool {
 	return false
 }
 
-// coreFeatures are the core features of the GATEWAY-HTTP profile.
-func coreFeatures() []features.FeatureName {
-	return sorted(suite.GatewayHTTPConformanceProfile.CoreFeatures.UnsortedList())
+// profileOf is the suite's definition of a profile of Profiles.
+func profileOf(name suite.ConformanceProfileName) suite.ConformanceProfile {
+	for _, p := range []suite.ConformanceProfile{
+		suite.GatewayHTTPConformanceProfile, suite.GatewayTCPConformanceProfile, suite.GatewayUDPConformanceProfile,
+		suite.GatewayTLSConformanceProfile, suite.GatewayGRPCConformanceProfile,
+	} {
+		if p.Name == name {
+			return p
+		}
+	}
+	panic(fmt.Sprintf("no conformance profile %s", name))
 }
 
-// claimedFeatures are the core features and those the GatewayClass
-// announces in status.supportedFeatures.
+// coreFeatures are the core features of the profiles, together.
+func coreFeatures(profiles ...suite.ConformanceProfileName) []features.FeatureName {
+	var out []features.FeatureName
+	for _, p := range profiles {
+		for _, f := range profileOf(p).CoreFeatures.UnsortedList() {
+			if !slices.Contains(out, f) {
+				out = append(out, f)
+			}
+		}
+	}
+	return sorted(out)
+}
+
+// coreTestOf reports whether the suite counts the test named name as a
+// core test of profile p: every feature it needs is a core feature of p.
+func coreTestOf(p suite.ConformanceProfileName, name string) bool {
+	i := slices.IndexFunc(tests.ConformanceTests, func(ct suite.ConformanceTest) bool { return ct.ShortName == name })
+	if i < 0 {
+		return false
+	}
+	core := profileOf(p).CoreFeatures
+	for _, f := range tests.ConformanceTests[i].Features {
+		if !core.Has(f) {
+			return false
+		}
+	}
+	return true
+}
+
+// knownFailuresOf are the names of KnownFailures that are core tests of p,
+// sorted: what a `make test` report lists as p's skipped core tests.
+func knownFailuresOf(p suite.ConformanceProfileName) []string {
+	out := []string{}
+	for _, name := range knownFailureNames() {
+		if coreTestOf(p, name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// profilesName names a run of the profiles: GATEWAY-HTTP,GATEWAY-TCP,...
+func profilesName(profiles []suite.ConformanceProfileName) string {
+	names := make([]string, len(profiles))
+	for i, p := range profiles {
+		names[i] = string(p)
+	}
+	return strings.Join(names, ",")
+}
+
+// coreSwitches are the features the GatewayClass may announce that change
+// what core tests expect: TLSRouteListenerTerminateNotSupported wants a
+// terminating TLS listener refused unless TLSRouteModeTerminate is
+// supported, TLSRouteListenerMixedTerminationNotSupported likewise with
+// TLSRouteModeMixed.
+var coreSwitches = []features.FeatureName{features.SupportTLSRouteModeTerminate, features.SupportTLSRouteModeMixed}
+
+// testFeatures are the features of a `make test` run: the core ones, and
+// of coreSwitches those the GatewayClass claims (which also runs the few
+// extended tests that need no more than these), when a core feature of
+// the run needs them (TLSRoute).
+func testFeatures(core, claimed []features.FeatureName) []features.FeatureName {
+	out := slices.Clone(core)
+	if !slices.Contains(core, features.SupportTLSRoute) {
+		return sorted(out)
+	}
+	for _, f := range coreSwitches {
+		if slices.Contains(claimed, f) && !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return sorted(out)
+}
+
+// claimedFeatures are the core features of Profiles and those the
+// GatewayClass announces in status.supportedFeatures.
 func claimedFeatures(t *testing.T, kube client.Client) []features.FeatureName {
 	t.Helper()
 	var gc gatewayv1.GatewayClass
 	if err := kube.Get(context.Background(), client.ObjectKey{Name: gatewayClassName}, &gc); err != nil {
 		t.Fatal(err)
 	}
-	out := coreFeatures()
+	out := coreFeatures(Profiles...)
 	for _, f := range gc.Status.SupportedFeatures {
 		if name := features.FeatureName(f.Name); !slices.Contains(out, name) {
 			out = append(out, name)
@@ -316,47 +427,75 @@ func readReport(path string) (*confv1.ConformanceReport, error) {
 	return &r, nil
 }
 
-// coreStatus is the core result of the GATEWAY-HTTP profile.
-func coreStatus(r *confv1.ConformanceReport) (confv1.Status, error) {
-	for _, p := range r.ProfileReports {
-		if p.Name == string(profile) {
-			return p.Core, nil
+// coreStatus is the core result of profile p.
+func coreStatus(r *confv1.ConformanceReport, p suite.ConformanceProfileName) (confv1.Status, error) {
+	for _, pr := range r.ProfileReports {
+		if pr.Name == string(p) {
+			return pr.Core, nil
 		}
 	}
-	return confv1.Status{}, fmt.Errorf("the report has no %s profile", profile)
+	return confv1.Status{}, fmt.Errorf("the report has no %s profile: none of its tests ran", p)
 }
 
-// checkFullRun compares a `make conformance` run with KnownFailures: a
-// core failure not listed is an error; a listed test that passed may leave
-// the list.
-func checkFullRun(t *testing.T, core confv1.Status) {
-	t.Helper()
-	for _, name := range core.FailedTests {
-		if _, ok := KnownFailures[name]; !ok {
-			t.Errorf("core test %s failed and is not in KnownFailures", name)
+// extendedStatus is the extended result of profile p, zero when none ran.
+func extendedStatus(r *confv1.ConformanceReport, p suite.ConformanceProfileName) confv1.Status {
+	for _, pr := range r.ProfileReports {
+		if pr.Name == string(p) && pr.Extended != nil {
+			return pr.Extended.Status
 		}
 	}
+	return confv1.Status{}
+}
+
+// checkFullRun compares a `make conformance` run with KnownFailures, profile
+// by profile: a core failure not listed is an error; a listed test that
+// passed may leave the list.
+func checkFullRun(t *testing.T, report *confv1.ConformanceReport, profiles []suite.ConformanceProfileName) {
+	t.Helper()
+	failed := map[string]bool{}
+	for _, p := range profiles {
+		core, err := coreStatus(report, p)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		for _, name := range core.FailedTests {
+			failed[name] = true
+			if _, ok := KnownFailures[name]; !ok {
+				t.Errorf("%s: core test %s failed and is not in KnownFailures", p, name)
+			}
+		}
+		t.Logf("%s core: %d passed, %d failed: %v", p, core.Passed, core.Failed, core.FailedTests)
+	}
 	for _, name := range knownFailureNames() {
-		if !slices.Contains(core.FailedTests, name) && !slices.Contains(core.SkippedTests, name) {
+		if !failed[name] && slices.ContainsFunc(profiles, func(p suite.ConformanceProfileName) bool { return coreTestOf(p, name) }) {
 			t.Logf("core test %s passed: remove it from KnownFailures", name)
 		}
 	}
-	t.Logf("core: %d passed, %d failed: %v", core.Passed, core.Failed, core.FailedTests)
 }
 
-// annotateReport writes the reason of each skipped test above the report,
-// as YAML comments, so that the report says why it is partial.
-func annotateReport(path string) error {
-	names := knownFailureNames()
+// annotateReport writes, above the report as YAML comments, the reason of
+// each core test it lists as skipped or failed that KnownFailures names,
+// so that the report says why it is partial.
+func annotateReport(path string, report *confv1.ConformanceReport) error {
+	var names []string
+	for _, pr := range report.ProfileReports {
+		for _, n := range slices.Concat(pr.Core.SkippedTests, pr.Core.FailedTests) {
+			if _, ok := KnownFailures[n]; ok && !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
 	if len(names) == 0 {
 		return nil
 	}
+	slices.Sort(names)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	var head bytes.Buffer
-	head.WriteString("# Core tests skipped, and why (test/conformance KnownFailures):\n")
+	head.WriteString("# Core tests skipped (make test) or failed (make conformance), and why (test/conformance KnownFailures):\n")
 	for _, n := range names {
 		fmt.Fprintf(&head, "#   %s: %s\n", n, strings.ReplaceAll(KnownFailures[n], "\n", " "))
 	}
@@ -371,38 +510,66 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// TestKnownFailures_areCoreTestsOfTheProfileWithAReason keeps the list
+// TestKnownFailures_areCoreTestsOfAProfileWithAReason keeps the list
 // honest without a cluster: every entry names a test of the suite that the
-// core profile runs, and says why it fails.
-func TestKnownFailures_areCoreTestsOfTheProfileWithAReason(t *testing.T) {
-	core := coreFeatures()
+// core of a profile of Profiles runs, and says why it fails; the tested
+// profiles are profiles of Profiles.
+func TestKnownFailures_areCoreTestsOfAProfileWithAReason(t *testing.T) {
 	for _, name := range knownFailureNames() {
 		if strings.TrimSpace(KnownFailures[name]) == "" {
 			t.Errorf("KnownFailures[%s] has no reason", name)
 		}
-		i := slices.IndexFunc(tests.ConformanceTests, func(ct suite.ConformanceTest) bool { return ct.ShortName == name })
-		if i < 0 {
+		if !slices.ContainsFunc(tests.ConformanceTests, func(ct suite.ConformanceTest) bool { return ct.ShortName == name }) {
 			t.Errorf("KnownFailures names %s, which is no test of the suite", name)
 			continue
 		}
-		for _, f := range tests.ConformanceTests[i].Features {
-			if !slices.Contains(core, f) {
-				t.Errorf("KnownFailures names %s, which needs %s, not a core feature of %s", name, f, profile)
-			}
+		if !slices.ContainsFunc(Profiles, func(p suite.ConformanceProfileName) bool { return coreTestOf(p, name) }) {
+			t.Errorf("KnownFailures names %s, which is a core test of none of %v", name, Profiles)
+		}
+	}
+	for _, p := range TestedProfiles {
+		if !slices.Contains(Profiles, p) {
+			t.Errorf("TestedProfiles has %s, which is not in Profiles", p)
+		}
+	}
+}
+
+// TestCoreTestOf_followsTheSuitesProfiles: a test counts as a core test of
+// a profile when all its features are core features of it, as the suite's
+// report counts it.
+func TestCoreTestOf_followsTheSuitesProfiles(t *testing.T) {
+	for _, tc := range []struct {
+		p    suite.ConformanceProfileName
+		test string
+		want bool
+	}{
+		{suite.GatewayHTTPConformanceProfileName, "HTTPRouteSimpleSameNamespace", true},
+		{suite.GatewayTCPConformanceProfileName, "HTTPRouteSimpleSameNamespace", false},
+		{suite.GatewayTCPConformanceProfileName, "GatewayInvalidRouteKind", true}, // Gateway only: every profile
+		{suite.GatewayGRPCConformanceProfileName, "GatewayInvalidRouteKind", true},
+		{suite.GatewayUDPConformanceProfileName, "UDPRoute", true},
+		{suite.GatewayTLSConformanceProfileName, "UDPRoute", false},
+		{suite.GatewayHTTPConformanceProfileName, "HTTPRouteQueryParamMatching", false}, // extended
+		{suite.GatewayHTTPConformanceProfileName, "NoSuchTest", false},
+	} {
+		if got := coreTestOf(tc.p, tc.test); got != tc.want {
+			t.Errorf("coreTestOf(%s, %s) = %t, want %t", tc.p, tc.test, got, tc.want)
 		}
 	}
 }
 
 // TestAnnotateReport_writesEachReasonAboveTheReport: the reasons of the
-// skipped tests go above the official report as comments, which leave it
-// the same report.
+// skipped and failed tests KnownFailures names go above the official report
+// as comments, which leave it the same report.
 func TestAnnotateReport_writesEachReasonAboveTheReport(t *testing.T) {
 	saved := KnownFailures
 	t.Cleanup(func() { KnownFailures = saved })
-	KnownFailures = map[string]string{"HTTPRouteWeight": "why\nnot"}
+	KnownFailures = map[string]string{"HTTPRouteWeight": "why\nnot", "UDPRoute": "because", "TLSRouteSimpleSameNamespace": "not run"}
 	path := filepath.Join(t.TempDir(), "report.yaml")
-	report := confv1.ConformanceReport{ProfileReports: []confv1.ProfileReport{{Name: string(profile),
-		Core: confv1.Status{SkippedTests: []string{"HTTPRouteWeight"}}}}}
+	report := confv1.ConformanceReport{ProfileReports: []confv1.ProfileReport{
+		{Name: string(suite.GatewayHTTPConformanceProfileName), Core: confv1.Status{SkippedTests: []string{"HTTPRouteWeight"}}},
+		{Name: string(suite.GatewayUDPConformanceProfileName), Core: confv1.Status{FailedTests: []string{"UDPRoute", "UDPRouteWeightedRouting"}}},
+	}}
 	b, err := yaml.Marshal(report)
 	if err != nil {
 		t.Fatal(err)
@@ -410,15 +577,17 @@ func TestAnnotateReport_writesEachReasonAboveTheReport(t *testing.T) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := annotateReport(path); err != nil {
+	if err := annotateReport(path, &report); err != nil {
 		t.Fatal(err)
 	}
 	got, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(string(got), "# Core tests skipped, and why (test/conformance KnownFailures):\n#   HTTPRouteWeight: why not\n") {
-		t.Errorf("report starts with %q", strings.SplitN(string(got), "apiVersion", 2)[0])
+	head, _, _ := strings.Cut(string(got), "\n"+string(b[:1]))
+	if want := "# Core tests skipped (make test) or failed (make conformance), and why (test/conformance KnownFailures):\n" +
+		"#   HTTPRouteWeight: why not\n#   UDPRoute: because"; head != want {
+		t.Errorf("report starts with\n%s\nwant\n%s", head, want)
 	}
 	back, err := readReport(path)
 	if err != nil {
@@ -426,5 +595,24 @@ func TestAnnotateReport_writesEachReasonAboveTheReport(t *testing.T) {
 	}
 	if diff := cmp.Diff(&report, back); diff != "" {
 		t.Errorf("the annotated report reads back different (-want +got):\n%s", diff)
+	}
+}
+
+// TestTestFeatures_addsClaimedCoreSwitchesOnlyWithTLSRoute: a `make test`
+// run supports the core features, and TLSRouteModeTerminate or
+// TLSRouteModeMixed only when the GatewayClass claims it and TLSRoute is
+// run; no other claimed feature.
+func TestTestFeatures_addsClaimedCoreSwitchesOnlyWithTLSRoute(t *testing.T) {
+	claimed := []features.FeatureName{features.SupportHTTPRouteQueryParamMatching, features.SupportTLSRouteModeTerminate}
+	tls := coreFeatures(suite.GatewayTLSConformanceProfileName)
+	if diff := cmp.Diff(sorted(append(slices.Clone(tls), features.SupportTLSRouteModeTerminate)), testFeatures(tls, claimed)); diff != "" {
+		t.Errorf("TLS core (-want +got):\n%s", diff)
+	}
+	http := coreFeatures(suite.GatewayHTTPConformanceProfileName)
+	if diff := cmp.Diff(http, testFeatures(http, claimed)); diff != "" {
+		t.Errorf("HTTP core (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(tls, testFeatures(tls, nil)); diff != "" {
+		t.Errorf("TLS core, nothing claimed (-want +got):\n%s", diff)
 	}
 }
