@@ -101,7 +101,7 @@ type sandbox struct {
 // startPodProcesses starts, inside the sandbox's network namespace, the
 // containers that run as processes (runsAsProcess), with their environment
 // resolved as a kubelet would and their volumes written under sb.dir, and
-// returns once each listens on its port. Closing the returned closers kills
+// returns once each listens on its ports (readyProbes). Closing the returned closers kills
 // them and removes sb.dir. Their output goes to logDir.
 func startPodProcesses(ctx context.Context, client kubernetes.Interface, binDir, logDir string, pod *corev1.Pod, sb sandbox) ([]io.Closer, error) {
 	var containers []corev1.Container
@@ -139,31 +139,60 @@ func startPodProcesses(ctx context.Context, client kubernetes.Interface, binDir,
 			return fail(fmt.Errorf("container %s: %w", c.Name, err))
 		}
 		closers = append(closers, p)
-		network, port := readyProbe(env)
-		if err := p.waitListening(ctx, network, netip.AddrPortFrom(sb.podIP, port)); err != nil {
-			return fail(fmt.Errorf("container %s: %w", c.Name, err))
+		for _, pr := range readyProbes(env) {
+			if err := p.waitListening(ctx, pr.network, netip.AddrPortFrom(sb.podIP, pr.port)); err != nil {
+				return fail(fmt.Errorf("container %s: %w", c.Name, err))
+			}
 		}
 	}
 	return closers, nil
 }
 
-// readyProbe is where echo-basic listens first in the mode its env selects,
-// as echo-basic reads it (GRPC_ECHO_SERVER before TCP_ECHO_SERVER before
-// UDP_ECHO_SERVER): gRPC on HTTP_PORT (3000), the TCP echo on TCP_PORT
-// (3000), the UDP echo on UDP_PORT (8080), else HTTP on HTTP_PORT (3000).
-func readyProbe(env []corev1.EnvVar) (network string, port uint16) {
-	network, name, port := "tcp", "HTTP_PORT", uint16(3000)
+// probe is an address echo-basic listens on: a TCP port that accepts
+// connections, or a UDP port that answers a datagram.
+type probe struct {
+	network string
+	port    uint16
+}
+
+// readyProbes are the ports echo-basic listens on in the mode its env
+// selects, as echo-basic reads it (GRPC_ECHO_SERVER before TCP_ECHO_SERVER
+// before UDP_ECHO_SERVER): gRPC on HTTP_PORT (3000) and, with a
+// certificate (TLS_SERVER_CERT, TLS_SERVER_PRIV_KEY), HTTPS_PORT (8443);
+// the TCP echo on TCP_PORT (3000) and, with a certificate, TLS_PORT
+// (8443); the UDP echo on UDP_PORT (8080); else HTTP on HTTP_PORT (3000),
+// h2c on H2C_PORT (3001) and, with a certificate (TLS_SERVER_CERT,
+// TLS_SERVER_PRIVKEY), HTTPS on HTTPS_PORT (8443).
+func readyProbes(env []corev1.EnvVar) []probe {
+	port := func(name string, def uint16) uint16 {
+		if p, err := strconv.ParseUint(lookupEnv(env, name), 10, 16); err == nil && p > 0 {
+			return uint16(p)
+		}
+		return def
+	}
+	tcp := func(name string, def uint16) probe { return probe{"tcp", port(name, def)} }
+	withCert := func(key string) bool { return lookupEnv(env, "TLS_SERVER_CERT") != "" && lookupEnv(env, key) != "" }
+	var out []probe
 	switch {
 	case lookupEnv(env, "GRPC_ECHO_SERVER") != "":
+		out = append(out, tcp("HTTP_PORT", 3000))
+		if withCert("TLS_SERVER_PRIV_KEY") {
+			out = append(out, tcp("HTTPS_PORT", 8443))
+		}
 	case lookupEnv(env, "TCP_ECHO_SERVER") != "":
-		name = "TCP_PORT"
+		out = append(out, tcp("TCP_PORT", 3000))
+		if withCert("TLS_SERVER_PRIV_KEY") {
+			out = append(out, tcp("TLS_PORT", 8443))
+		}
 	case lookupEnv(env, "UDP_ECHO_SERVER") != "":
-		network, name, port = "udp", "UDP_PORT", 8080
+		out = append(out, probe{"udp", port("UDP_PORT", 8080)})
+	default:
+		out = append(out, tcp("HTTP_PORT", 3000), tcp("H2C_PORT", 3001))
+		if withCert("TLS_SERVER_PRIVKEY") {
+			out = append(out, tcp("HTTPS_PORT", 8443))
+		}
 	}
-	if p, err := strconv.ParseUint(lookupEnv(env, name), 10, 16); err == nil && p > 0 {
-		port = uint16(p)
-	}
-	return network, port
+	return out
 }
 
 func lookupEnv(env []corev1.EnvVar, name string) string {

@@ -80,7 +80,7 @@ func TestCheckEchoBasic_missingBinarySaysMakeTools(t *testing.T) {
 	}
 }
 
-func TestReadyProbe_followsTheModeAsEchoBasicReadsIt(t *testing.T) {
+func TestReadyProbes_followTheModeAsEchoBasicReadsIt(t *testing.T) {
 	env := func(kv ...string) []corev1.EnvVar {
 		var out []corev1.EnvVar
 		for i := 0; i < len(kv); i += 2 {
@@ -88,23 +88,26 @@ func TestReadyProbe_followsTheModeAsEchoBasicReadsIt(t *testing.T) {
 		}
 		return out
 	}
+	tcp := func(port uint16) probe { return probe{"tcp", port} }
 	for _, tc := range []struct {
-		env     []corev1.EnvVar
-		network string
-		port    uint16
+		env  []corev1.EnvVar
+		want []probe
 	}{
-		{nil, "tcp", 3000},
-		{env("HTTP_PORT", "8080"), "tcp", 8080},
-		{env("TCP_ECHO_SERVER", "1"), "tcp", 3000},
-		{env("TCP_ECHO_SERVER", "1", "TCP_PORT", "9000", "HTTP_PORT", "1"), "tcp", 9000},
-		{env("GRPC_ECHO_SERVER", "1", "TCP_ECHO_SERVER", "1", "TCP_PORT", "9000"), "tcp", 3000},
-		{env("GRPC_ECHO_SERVER", "1", "HTTP_PORT", "9001"), "tcp", 9001},
-		{env("UDP_ECHO_SERVER", "1"), "udp", 8080},
-		{env("UDP_ECHO_SERVER", "1", "UDP_PORT", "5353", "HTTP_PORT", "1"), "udp", 5353},
-		{env("UDP_ECHO_SERVER", "1", "TCP_ECHO_SERVER", "1"), "tcp", 3000},
+		{nil, []probe{tcp(3000), tcp(3001)}},
+		{env("HTTP_PORT", "8080", "H2C_PORT", "8081"), []probe{tcp(8080), tcp(8081)}},
+		{env("TLS_SERVER_CERT", "c", "TLS_SERVER_PRIVKEY", "k"), []probe{tcp(3000), tcp(3001), tcp(8443)}},
+		{env("TLS_SERVER_CERT", "c", "TLS_SERVER_PRIV_KEY", "k"), []probe{tcp(3000), tcp(3001)}}, // HTTP reads PRIVKEY
+		{env("TCP_ECHO_SERVER", "1"), []probe{tcp(3000)}},
+		{env("TCP_ECHO_SERVER", "1", "TCP_PORT", "9000", "HTTP_PORT", "1"), []probe{tcp(9000)}},
+		{env("TCP_ECHO_SERVER", "1", "TLS_SERVER_CERT", "c", "TLS_SERVER_PRIV_KEY", "k", "TLS_PORT", "9443"), []probe{tcp(3000), tcp(9443)}},
+		{env("GRPC_ECHO_SERVER", "1", "TCP_ECHO_SERVER", "1", "TCP_PORT", "9000"), []probe{tcp(3000)}},
+		{env("GRPC_ECHO_SERVER", "1", "HTTP_PORT", "9001", "TLS_SERVER_CERT", "c", "TLS_SERVER_PRIV_KEY", "k"), []probe{tcp(9001), tcp(8443)}},
+		{env("UDP_ECHO_SERVER", "1"), []probe{{"udp", 8080}}},
+		{env("UDP_ECHO_SERVER", "1", "UDP_PORT", "5353", "HTTP_PORT", "1"), []probe{{"udp", 5353}}},
+		{env("UDP_ECHO_SERVER", "1", "TCP_ECHO_SERVER", "1"), []probe{tcp(3000)}},
 	} {
-		if network, port := readyProbe(tc.env); network != tc.network || port != tc.port {
-			t.Errorf("readyProbe(%v) = %s %d, want %s %d", tc.env, network, port, tc.network, tc.port)
+		if diff := cmp.Diff(tc.want, readyProbes(tc.env), cmp.AllowUnexported(probe{})); diff != "" {
+			t.Errorf("readyProbes(%v) (-want +got):\n%s", tc.env, diff)
 		}
 	}
 }

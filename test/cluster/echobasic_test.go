@@ -214,6 +214,15 @@ func testSuiteBackendModes(ctx context.Context, t *testing.T, c *cluster.Cluster
 		t.Fatal(err)
 	}
 	ns := newNamespace(ctx, t, c, "modes")
+	// The TCP echo's TLS port, as tlsroute-simple-same-namespace reaches it.
+	certPEM, keyPEM := selfSigned(t, "abc.example.com")
+	if _, err := c.Client().CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "tls"},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	podEnv := func(mode string) []corev1.EnvVar {
 		return []corev1.EnvVar{
 			{Name: mode, Value: "1"},
@@ -221,8 +230,19 @@ func testSuiteBackendModes(ctx context.Context, t *testing.T, c *cluster.Cluster
 		}
 	}
 	pods := []*corev1.Pod{
-		{ObjectMeta: metav1.ObjectMeta{Name: "tcp-echo", Namespace: ns}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name: "echo", Image: cluster.EchoBasicImage + ":v1.5.1", Env: podEnv("TCP_ECHO_SERVER")}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "tcp-echo", Namespace: ns}, Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name: "echo", Image: cluster.EchoBasicImage + ":v1.5.1",
+				Env: append(podEnv("TCP_ECHO_SERVER"),
+					corev1.EnvVar{Name: "TLS_SERVER_CERT", Value: "/etc/secret-volume/crt"},
+					corev1.EnvVar{Name: "TLS_SERVER_PRIV_KEY", Value: "/etc/secret-volume/key"}),
+				VolumeMounts: []corev1.VolumeMount{{Name: "secret-volume", MountPath: "/etc/secret-volume"}},
+			}},
+			Volumes: []corev1.Volume{{Name: "secret-volume", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+				SecretName: "tls",
+				Items:      []corev1.KeyToPath{{Key: "tls.crt", Path: "crt"}, {Key: "tls.key", Path: "key"}},
+			}}}},
+		}},
 		// The declared UDP port is echo-basic's, not a built-in echo's.
 		{ObjectMeta: metav1.ObjectMeta{Name: "udp-echo", Namespace: ns}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
 			Name: "echo", Image: cluster.EchoBasicImage + ":v1.6.0-dev.2", Env: podEnv("UDP_ECHO_SERVER"),
@@ -240,27 +260,47 @@ func testSuiteBackendModes(ctx context.Context, t *testing.T, c *cluster.Cluster
 		ips[p.Name] = netip.MustParseAddr(waitPod(ctx, t, c, ns, p.Name, "Ready", isReady).Status.PodIP)
 	}
 
-	t.Run("TCP echo answers TEST with its Pod", func(t *testing.T) {
-		conn, err := net.DialTimeout("tcp", netip.AddrPortFrom(ips["tcp-echo"], 3000).String(), 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-		r := bufio.NewReader(conn)
-		if welcome, err := r.ReadString('\n'); err != nil || !strings.Contains(welcome, "TCP Server") {
-			t.Fatalf("welcome %q, %v", welcome, err)
-		}
-		if _, err := conn.Write([]byte("TEST\n")); err != nil {
-			t.Fatal(err)
-		}
-		line, err := r.ReadString('\n')
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got echoReply
-		if err := json.Unmarshal([]byte(line), &got); err != nil || got.Pod != "tcp-echo" {
-			t.Errorf("TEST answer %q (%v), want pod tcp-echo", line, err)
+	t.Run("TCP echo answers TEST with its Pod, in clear on 3000 and over TLS on 8443", func(t *testing.T) {
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(certPEM)
+		for _, tc := range []struct {
+			port   uint16
+			tlsCfg *tls.Config
+		}{
+			{3000, nil},
+			{8443, &tls.Config{RootCAs: roots, ServerName: "abc.example.com", MinVersion: tls.VersionTLS12}},
+		} {
+			addr := netip.AddrPortFrom(ips["tcp-echo"], tc.port).String()
+			var conn net.Conn
+			var err error
+			if tc.tlsCfg == nil {
+				conn, err = net.DialTimeout("tcp", addr, 5*time.Second)
+			} else {
+				conn, err = tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, tc.tlsCfg)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+			r := bufio.NewReader(conn)
+			if welcome, err := r.ReadString('\n'); err != nil || !strings.Contains(welcome, "TCP Server") {
+				t.Fatalf("port %d: welcome %q, %v", tc.port, welcome, err)
+			}
+			if _, err := conn.Write([]byte("TEST\n")); err != nil {
+				t.Fatal(err)
+			}
+			line, err := r.ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got struct {
+				Pod   string `json:"pod"`
+				IsTLS bool   `json:"isTLS"`
+			}
+			if err := json.Unmarshal([]byte(line), &got); err != nil || got.Pod != "tcp-echo" || got.IsTLS != (tc.tlsCfg != nil) {
+				t.Errorf("port %d: TEST answer %q (%v), want pod tcp-echo, isTLS %t", tc.port, line, err, tc.tlsCfg != nil)
+			}
 		}
 	})
 	t.Run("UDP echo answers a datagram with its Pod", func(t *testing.T) {
