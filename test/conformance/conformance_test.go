@@ -50,6 +50,10 @@ func TestMain(m *testing.M) { cluster.RunMain(m) }
 // the official report written there.
 var reportPath = flag.String("npl.report", "", "run every profile (GATEWAY-HTTP, -TCP, -UDP, -TLS, -GRPC) whole and write the official conformance report to this file")
 
+// logsFlag, when set, keeps the logs of the cluster's components, of
+// npl-lbsync and of the suite's backends in that directory.
+var logsFlag = flag.String("npl.logs", "", "keep the logs of the control plane, npl-agent, npl-lbsync and the Pods' processes in this directory")
+
 // profilesFlag, when set, narrows the run to some profiles, for debugging.
 var profilesFlag = flag.String("npl.profiles", "", "run only these profiles (comma-separated, e.g. GATEWAY-TCP,GATEWAY-UDP) instead of TestedProfiles (or Profiles with -npl.report)")
 
@@ -83,7 +87,7 @@ func TestGatewayAPIConformance(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	c, err := cluster.Start(ctx, cluster.Options{Nodes: 2})
+	c, err := cluster.Start(ctx, cluster.Options{Nodes: 2, LogDir: *logsFlag})
 	if err != nil {
 		t.Fatal(err)
 	}
