@@ -196,9 +196,6 @@ func checkCoreRun(t *testing.T, report *confv1.ConformanceReport, profiles []sui
 		if core.Passed == 0 {
 			t.Errorf("%s: no core test passed: %+v", p, core.Statistics)
 		}
-		if ext := extendedStatus(report, p); ext.Failed > 0 {
-			t.Errorf("%s: extended tests of coreSwitches failed: %v", p, ext.FailedTests)
-		}
 		t.Logf("%s core: %d passed, %d skipped (KnownFailures), %d failed", p, core.Passed, core.Skipped, core.Failed)
 	}
 }
@@ -247,6 +244,7 @@ func options(t *testing.T, c *cluster.Cluster, kube client.Client, bed *edge.Bed
 	}
 	if *reportPath == "" {
 		opts.SupportedFeatures = testFeatures(coreFeatures(opts.ConformanceProfiles...), claimedFeatures(t, kube))
+		opts.SkipTests = append(opts.SkipTests, extendedTests(opts.SupportedFeatures, opts.ConformanceProfiles)...)
 	}
 	// Explicit suite flags (-run-test, -debug, ...) override, for debugging.
 	flags.ApplyAll(&opts.ConfigurableOptions)
@@ -377,9 +375,9 @@ func profilesName(profiles []suite.ConformanceProfileName) string {
 var coreSwitches = []features.FeatureName{features.SupportTLSRouteModeTerminate, features.SupportTLSRouteModeMixed}
 
 // testFeatures are the features of a `make test` run: the core ones, and
-// of coreSwitches those the GatewayClass claims (which also runs the few
-// extended tests that need no more than these), when a core feature of
-// the run needs them (TLSRoute).
+// of coreSwitches those the GatewayClass claims, when a core feature of the
+// run needs them (TLSRoute). The extended tests they would run are skipped
+// (extendedTests).
 func testFeatures(core, claimed []features.FeatureName) []features.FeatureName {
 	out := slices.Clone(core)
 	if !slices.Contains(core, features.SupportTLSRoute) {
@@ -388,6 +386,20 @@ func testFeatures(core, claimed []features.FeatureName) []features.FeatureName {
 	for _, f := range coreSwitches {
 		if slices.Contains(claimed, f) && !slices.Contains(out, f) {
 			out = append(out, f)
+		}
+	}
+	return sorted(out)
+}
+
+// extendedTests are the tests that the features supported run and that are
+// core tests of none of the profiles: the extended tests a `make test` run
+// skips, sorted.
+func extendedTests(supported []features.FeatureName, profiles []suite.ConformanceProfileName) []string {
+	var out []string
+	for _, ct := range tests.ConformanceTests {
+		runs := !slices.ContainsFunc(ct.Features, func(f features.FeatureName) bool { return !slices.Contains(supported, f) })
+		if runs && !slices.ContainsFunc(profiles, func(p suite.ConformanceProfileName) bool { return coreTestOf(p, ct.ShortName) }) {
+			out = append(out, ct.ShortName)
 		}
 	}
 	return sorted(out)
@@ -439,16 +451,6 @@ func coreStatus(r *confv1.ConformanceReport, p suite.ConformanceProfileName) (co
 		}
 	}
 	return confv1.Status{}, fmt.Errorf("the report has no %s profile: none of its tests ran", p)
-}
-
-// extendedStatus is the extended result of profile p, zero when none ran.
-func extendedStatus(r *confv1.ConformanceReport, p suite.ConformanceProfileName) confv1.Status {
-	for _, pr := range r.ProfileReports {
-		if pr.Name == string(p) && pr.Extended != nil {
-			return pr.Extended.Status
-		}
-	}
-	return confv1.Status{}
 }
 
 // checkFullRun compares a `make conformance` run with KnownFailures, profile
@@ -618,5 +620,26 @@ func TestTestFeatures_addsClaimedCoreSwitchesOnlyWithTLSRoute(t *testing.T) {
 	}
 	if diff := cmp.Diff(tls, testFeatures(tls, nil)); diff != "" {
 		t.Errorf("TLS core, nothing claimed (-want +got):\n%s", diff)
+	}
+}
+
+// TestExtendedTests_areWhatTheFeaturesRunBeyondTheCore: with the TLS core
+// and TLSRouteModeTerminate supported, the terminating TLSRoute tests run
+// and are extended; no core test of the profile is among them.
+func TestExtendedTests_areWhatTheFeaturesRunBeyondTheCore(t *testing.T) {
+	tls := []suite.ConformanceProfileName{suite.GatewayTLSConformanceProfileName}
+	got := extendedTests(append(coreFeatures(tls...), features.SupportTLSRouteModeTerminate), tls)
+	for _, name := range []string{"TLSRouteTerminateSimpleSameNamespace", "TLSRouteListenerMixedTerminationNotSupported"} {
+		if !slices.Contains(got, name) {
+			t.Errorf("extendedTests = %v, want %s among them", got, name)
+		}
+	}
+	for _, name := range got {
+		if coreTestOf(suite.GatewayTLSConformanceProfileName, name) {
+			t.Errorf("extendedTests has %s, a core test of GATEWAY-TLS", name)
+		}
+	}
+	if got := extendedTests(coreFeatures(tls...), tls); len(got) != 0 {
+		t.Errorf("extendedTests of the core alone = %v, want none", got)
 	}
 }
