@@ -36,7 +36,10 @@ var TestedProfiles = slices.Clone(Profiles)
 // them as skipped, with the reason above it) and requires every other core
 // test of TestedProfiles to pass; `make conformance` requires every core
 // test that fails to be listed. A test that passes again must leave the
-// list. This is the only such list.
+// list. This is the only such list. It is empty: every core test of the
+// five profiles passes with the Gateway controller (lbsync/gateway: HTTP,
+// gRPC, TCP, UDP and TLS routes), HAProxy on the edge (HTTP, h2c, TCP, TLS
+// passthrough and terminate) and npl-edge's nftables table (UDP).
 var KnownFailures = map[string]string{}
 
 // knownFailureNames returns the names of KnownFailures, sorted.
