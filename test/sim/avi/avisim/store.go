@@ -373,6 +373,9 @@ func (s *store) commit(e *entry) {
 // prepare resolves references, fills defaults and checks obj as the
 // controller would before storing it. old is the stored version on update.
 func (s *store) prepare(tenant, typ, uuid string, obj, old object) *apiError {
+	if err := checkSchema(typ, obj); err != nil {
+		return err
+	}
 	if err := s.resolveRefs(tenant, obj); err != nil {
 		return err
 	}
@@ -393,6 +396,8 @@ func (s *store) prepare(tenant, typ, uuid string, obj, old object) *apiError {
 		return validateL4PolicySet(obj)
 	case "httppolicyset":
 		return validateHTTPPolicySet(obj)
+	case "poolgroup":
+		return validatePoolGroup(obj)
 	case "sslkeyandcertificate":
 		return prepareCertificate(obj, old)
 	case "vsvip":
