@@ -25,6 +25,11 @@ import (
 //     headers (exact), and act: header modifiers (hdr_action), rewrites
 //     (rewrite_url_action), redirects (redirect_action) and fixed answers
 //     (switching_action HTTP_SWITCHING_SELECT_LOCAL);
+//   - its TCP and UDP listeners are an L4 virtual service <lb>-L4 on the
+//     same VsVip, with an L4PolicySet whose rule per listener selects the
+//     pool group of the listener's pool (weights as above); a Gateway
+//     without HTTP and HTTPS listeners has no HTTP policy set nor HTTP
+//     virtual service;
 //   - every object carries the gateway marker.
 //
 // What Avi cannot express exactly is refused by gatewaySubset.
@@ -84,9 +89,8 @@ func supported(lb *providers.LoadBalancer) error {
 }
 
 // gatewaySubset refuses, naming the rule and field, what of a Gateway's
-// load balancer Avi cannot express exactly: listeners other than HTTP and
-// HTTPS (TCP, UDP and TLS would need L4 and SNI virtual services), h2c
-// pools, certificates for some HTTPS listeners only (a virtual service
+// load balancer Avi cannot express exactly: TLS listeners (they would need
+// SNI child virtual services), h2c pools, certificates for some HTTPS listeners only (a virtual service
 // serves its certificates on every SSL port), RegularExpression paths and
 // header matches (they need StringGroups), query matches (Avi's only query
 // test is "contains"), methods Avi does not know, response header
@@ -99,7 +103,7 @@ func gatewaySubset(lb *providers.LoadBalancer) error {
 	var https []int32
 	for _, l := range lb.Listeners {
 		switch l.Protocol {
-		case providers.HTTP:
+		case providers.HTTP, providers.TCP, providers.UDP:
 		case providers.HTTPS:
 			https = append(https, l.Port)
 		default:
@@ -107,7 +111,13 @@ func gatewaySubset(lb *providers.LoadBalancer) error {
 		}
 	}
 	slices.Sort(https)
-	for _, p := range lb.Pools {
+	pools := slices.Clone(lb.Pools)
+	for _, l := range lb.Listeners {
+		if l.Protocol == providers.TCP || l.Protocol == providers.UDP {
+			pools = append(pools, l.Pool)
+		}
+	}
+	for _, p := range pools {
 		if p.AppProtocol != "" {
 			return fmt.Errorf("pool %s: appProtocol %s is %w", p.Name, p.AppProtocol, providers.ErrUnsupported)
 		}
@@ -230,39 +240,105 @@ func gcd(a, b int32) int32 {
 // pool's pool group.
 func (p *Provider) planGatewayPools(l *l7Layout, lb *providers.LoadBalancer, mk markers) (map[string]string, error) {
 	groups := map[string]string{}
-	seen := map[string]bool{}
 	for _, pl := range lb.Pools {
-		subs, err := splitPool(pl)
+		name, err := p.planPoolGroup(l, pl, mk, monitorTCP)
 		if err != nil {
 			return nil, err
 		}
-		pmk := mk
-		pmk.Name = pl.Name
-		group := poolGroupSpec{Name: providers.Shorten(pl.Name, maxNameLength), Cloud: p.cfg.Cloud, Markers: pmk,
-			Members: []pgMember{}}
-		if seen["g"+group.Name] {
-			return nil, fmt.Errorf("pools %s: two shorten to one name", pl.Name)
-		}
-		seen["g"+group.Name] = true
-		for _, sp := range subs {
-			if seen[sp.name] {
-				return nil, fmt.Errorf("pools %s: two shorten to one name %s", pl.Name, sp.name)
-			}
-			seen[sp.name] = true
-			smk := pmk
-			if sp.weight != 1 {
-				smk.Weight = strconv.Itoa(int(sp.weight))
-			}
-			l.pools = append(l.pools, poolSpec{Name: sp.name, Cloud: p.cfg.Cloud, Monitors: []string{monitorTCP},
-				Members: sp.members, Graceful: gracefulDisableTimeout, Markers: smk})
-			group.Members = append(group.Members, pgMember{Pool: sp.name, Ratio: sp.ratio})
-		}
-		groups[pl.Name] = group.Name
-		l.groups = append(l.groups, group)
+		groups[pl.Name] = name
 	}
+	return groups, nil
+}
+
+// planPoolGroup adds the pool group of the model pool pl and its pools of
+// one weight each to l, keeping l's pools and groups sorted by name, and
+// returns the pool group's Avi name.
+func (p *Provider) planPoolGroup(l *l7Layout, pl providers.Pool, mk markers, monitor string) (string, error) {
+	subs, err := splitPool(pl)
+	if err != nil {
+		return "", err
+	}
+	pmk := mk
+	pmk.Name = pl.Name
+	group := poolGroupSpec{Name: providers.Shorten(pl.Name, maxNameLength), Cloud: p.cfg.Cloud, Markers: pmk,
+		Members: []pgMember{}}
+	if slices.ContainsFunc(l.groups, func(g poolGroupSpec) bool { return g.Name == group.Name }) {
+		return "", fmt.Errorf("pools %s: two shorten to one name", pl.Name)
+	}
+	for _, sp := range subs {
+		if slices.ContainsFunc(l.pools, func(ps poolSpec) bool { return ps.Name == sp.name }) {
+			return "", fmt.Errorf("pools %s: two shorten to one name %s", pl.Name, sp.name)
+		}
+		smk := pmk
+		if sp.weight != 1 {
+			smk.Weight = strconv.Itoa(int(sp.weight))
+		}
+		l.pools = append(l.pools, poolSpec{Name: sp.name, Cloud: p.cfg.Cloud, Monitors: []string{monitor},
+			Members: sp.members, Graceful: gracefulDisableTimeout, Markers: smk})
+		group.Members = append(group.Members, pgMember{Pool: sp.name, Ratio: sp.ratio})
+	}
+	l.groups = append(l.groups, group)
 	slices.SortFunc(l.pools, func(a, b poolSpec) int { return cmp.Compare(a.Name, b.Name) })
 	slices.SortFunc(l.groups, func(a, b poolGroupSpec) int { return cmp.Compare(a.Name, b.Name) })
-	return groups, nil
+	return group.Name, nil
+}
+
+// l4Suffix names the L4 virtual service and policy set of a Gateway's TCP
+// and UDP listeners: <lb>-L4. Upper case, so no Service's load balancer has
+// this name.
+const l4Suffix = "-L4"
+
+// gatewayL4 is the L4 virtual service of a Gateway's TCP and UDP listeners,
+// beside the HTTP one on the same VsVip.
+type gatewayL4 struct {
+	name   string
+	policy policySpec
+	vs     vsSpec
+}
+
+// planGatewayL4 lays out the TCP and UDP listeners of a Gateway's load
+// balancer, if any, as an L4 virtual service on the load balancer's VsVip:
+// each listener's pool a pool group (weights as for HTTP rules), an
+// L4PolicySet rule per listener that selects it.
+func (p *Provider) planGatewayL4(l *l7Layout, lb *providers.LoadBalancer, mk markers) error {
+	var ls []providers.Listener
+	for _, ln := range lb.Listeners {
+		if ln.Protocol == providers.TCP || ln.Protocol == providers.UDP {
+			ls = append(ls, ln)
+		}
+	}
+	if len(ls) == 0 {
+		return nil
+	}
+	name := providers.Shorten(lb.Name+l4Suffix, maxNameLength)
+	g := &gatewayL4{name: name, policy: policySpec{Name: name, Markers: mk}, vs: vsSpec{
+		Name: name, Cloud: p.cfg.Cloud, ServiceEngineGroup: p.cfg.ServiceEngineGroup, VsVip: l.name, PolicySet: name,
+		ApplicationProfile: applicationProfile, NetworkProfile: profileTCPProxy, Markers: mk,
+	}}
+	allUDP := !slices.ContainsFunc(ls, func(ln providers.Listener) bool { return ln.Protocol != providers.UDP })
+	if allUDP {
+		g.vs.NetworkProfile = profileUDPFastPath
+	}
+	for _, ln := range ls {
+		monitor := monitorTCP
+		if ln.Protocol == providers.UDP {
+			monitor = monitorUDP
+		}
+		group, err := p.planPoolGroup(l, ln.Pool, mk, monitor)
+		if err != nil {
+			return err
+		}
+		g.policy.Rules = append(g.policy.Rules, ruleSpec{Port: ln.Port, Protocol: ln.Protocol, PoolGroup: group})
+		svc := serviceSpec{Port: ln.Port}
+		if ln.Protocol == providers.UDP && !allUDP {
+			svc.NetworkProfile = profileUDPFastPath
+		}
+		g.vs.Services = append(g.vs.Services, svc)
+	}
+	sortRules(g.policy.Rules)
+	sortServices(g.vs.Services)
+	l.l4 = g
+	return nil
 }
 
 // gatewayRules lays out the request rules of one model rule (index i) of
@@ -381,8 +457,8 @@ func (p *Provider) poolGroupModel(s poolGroupSpec, poolURLs map[string]*string) 
 }
 
 // gatewayPools are the model pools of a Gateway's load balancer: one per
-// pool group, with the members of the pools it selects, each with the
-// weight its pool is marked with.
+// pool group, in the order of groups, with the members of the pools it
+// selects, each with the weight its pool is marked with.
 func gatewayPools(groups []*models.PoolGroup, pools []*models.Pool) []providers.Pool {
 	byName := map[string]*models.Pool{}
 	for _, o := range pools {
@@ -408,7 +484,6 @@ func gatewayPools(groups []*models.PoolGroup, pools []*models.Pool) []providers.
 		pl.Members = providers.SortMembers(pl.Members)
 		out = append(out, pl)
 	}
-	providers.SortPools(out)
 	return out
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/vmware/alb-sdk/go/models"
 
 	"github.com/nodeportlocal/npl/providers"
@@ -337,16 +338,139 @@ func TestProvider_gatewayRefusesWhatAviCannotExpress(t *testing.T) {
 	}
 }
 
-// TCP, UDP and TLS listeners of a Gateway are refused before anything is
-// written (providers.Normalize may or may not accept them yet).
-func TestSupported_refusesAGatewaysTCPUDPAndTLSListeners(t *testing.T) {
-	for _, proto := range []providers.Protocol{providers.TCP, providers.UDP, providers.TLS} {
-		lb := gatewayLB(t, tlsCert(t, "gw-tls", "shop.example.com"))
-		lb.Listeners = append(lb.Listeners, providers.Listener{Port: 5432, Protocol: proto})
-		err := supported(lb)
-		if want := fmt.Sprintf("listener %s/5432: a %s listener of a Gateway is", proto, proto); !errors.Is(err, providers.ErrUnsupported) ||
-			!strings.Contains(err.Error(), want) {
-			t.Errorf("%s: supported = %v, want ErrUnsupported naming %q", proto, err, want)
+// TLS listeners of a Gateway are refused before anything is written
+// (providers.Normalize may or may not accept them yet).
+func TestSupported_refusesAGatewaysTLSListeners(t *testing.T) {
+	lb := gatewayLB(t, tlsCert(t, "gw-tls", "shop.example.com"))
+	lb.Listeners = append(lb.Listeners, providers.Listener{Port: 5432, Protocol: providers.TLS})
+	err := supported(lb)
+	if want := "listener TLS/5432: a TLS listener of a Gateway is"; !errors.Is(err, providers.ErrUnsupported) ||
+		!strings.Contains(err.Error(), want) {
+		t.Errorf("supported = %v, want ErrUnsupported naming %q", err, want)
+	}
+}
+
+// withL4 adds to a Gateway's load balancer a TCP listener (weights 3 and 1)
+// and a UDP one, as the controller builds them for TCPRoutes and
+// UDPRoutes. The provider is called without providers.Validated, whose
+// Normalize may not accept them yet.
+func withL4(lb *providers.LoadBalancer) *providers.LoadBalancer {
+	lb.Listeners = append(lb.Listeners,
+		providers.Listener{Port: 5432, Protocol: providers.TCP, Pool: providers.Pool{Name: providers.PoolName(lb.Name, providers.TCP, 5432),
+			Members: []providers.Member{{IP: "198.18.0.11", Port: 61010, Enabled: true, Weight: 3}, {IP: "198.18.0.12", Port: 61011, Enabled: true}}}},
+		providers.Listener{Port: 53, Protocol: providers.UDP, Pool: providers.Pool{Name: providers.PoolName(lb.Name, providers.UDP, 53),
+			Members: []providers.Member{member("198.18.0.13", 61012)}}})
+	providers.SortListeners(lb.Listeners)
+	return lb
+}
+
+func TestProvider_gatewayTCPAndUDPListenersAreAnL4VirtualServiceOnTheVsVip(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	ctx := context.Background()
+	cert := tlsCert(t, "gw-tls", "shop.example.com")
+	lb := withL4(gatewayLB(t, cert))
+	if _, err := f.p.Ensure(ctx, lb); err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	w := f.writes()
+	if got := w[len(w)-4:]; !slices.Equal(got, []string{"POST httppolicyset", "POST virtualservice", "POST l4policyset", "POST virtualservice"}) {
+		t.Errorf("writes end with %v", got)
+	}
+	vss := map[string]*models.VirtualService{}
+	for _, vs := range objects[models.VirtualService](f, "virtualservice") {
+		vss[deref(vs.Name)] = vs
+	}
+	l7, l4 := vss[lb.Name], vss[lb.Name+"-L4"]
+	if l7 == nil || l4 == nil || len(vss) != 2 {
+		t.Fatalf("virtual services %v", f.names("virtualservice"))
+	}
+	if deref(l4.VsvipRef) != deref(l7.VsvipRef) {
+		t.Errorf("the L4 virtual service's VsVip %s, the HTTP one's %s: want one VsVip", deref(l4.VsvipRef), deref(l7.VsvipRef))
+	}
+	var services []string
+	for _, svc := range l4.Services {
+		services = append(services, fmt.Sprintf("%d %s", *svc.Port, refName(svc.OverrideNetworkProfileRef)))
+	}
+	if want := []string{"53 System-UDP-Fast-Path", "5432 "}; !slices.Equal(services, want) ||
+		refName(l4.ApplicationProfileRef) != "System-L4-Application" {
+		t.Errorf("L4 services %v (profile %s), want %v", services, refName(l4.ApplicationProfileRef), want)
+	}
+	tcpPool := providers.PoolName(lb.Name, providers.TCP, 5432)
+	if got, want := poolGroupRatios(f, tcpPool), []string{tcpPool + "-w3:3", tcpPool + ":1"}; !slices.Equal(got, want) {
+		t.Errorf("pool group %s: %v, want %v", tcpPool, got, want)
+	}
+	for _, ps := range objects[models.L4PolicySet](f, "l4policyset") {
+		for _, r := range ps.L4ConnectionPolicy.Rules {
+			if a := r.Action.SelectPool; deref(a.ActionType) != "L4_RULE_ACTION_SELECT_POOLGROUP" || a.PoolRef != nil {
+				t.Errorf("L4 rule %s: %s", deref(r.Name), deref(a.ActionType))
+			}
 		}
 	}
+	if diff := cmp.Diff([]providers.LoadBalancer{listedL7(lb, "198.18.200.1")}, f.list()); diff != "" {
+		t.Errorf("List (-want +got):\n%s", diff)
+	}
+
+	// Again: no write. Without the TCP and UDP listeners: their objects go.
+	f.sim.ResetCounters()
+	if _, err := f.p.Ensure(ctx, withL4(gatewayLB(t, cert))); err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Errorf("writes %v, want none", w)
+	}
+	plain := gatewayLB(t, cert)
+	if _, err := f.p.Ensure(ctx, plain); err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	want := []string{"DELETE virtualservice", "DELETE l4policyset", "DELETE poolgroup", "DELETE poolgroup", "DELETE pool", "DELETE pool", "DELETE pool"}
+	if diff := cmp.Diff(want, f.writes()); diff != "" {
+		t.Errorf("writes (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]providers.LoadBalancer{listedL7(plain, "198.18.200.1")}, f.list()); diff != "" {
+		t.Errorf("List (-want +got):\n%s", diff)
+	}
+}
+
+func TestProvider_gatewayWithTCPListenersOnly(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	ctx := context.Background()
+	name := providers.GatewayLoadBalancerName(cluster, "ns", "tcp")
+	lb := withL4(&providers.LoadBalancer{Name: name, Kind: providers.L7, Gateway: "ns/tcp",
+		HTTP: &providers.HTTPRoutes{Rules: []providers.Rule{}}})
+	if _, err := f.p.Ensure(ctx, lb); err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	if got := f.names("virtualservice"); !slices.Equal(got, []string{name + "-L4"}) {
+		t.Errorf("virtual services %v, want the L4 one only", got)
+	}
+	if got := f.names("httppolicyset"); len(got) != 0 {
+		t.Errorf("HTTP policy sets %v, want none", got)
+	}
+	if diff := cmp.Diff([]providers.LoadBalancer{listedL7(lb, "198.18.200.1")}, f.list(), cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("List (-want +got):\n%s", diff)
+	}
+	if err := f.p.Delete(ctx, name, providers.L7); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	for _, typ := range []string{"virtualservice", "vsvip", "pool", "poolgroup", "l4policyset"} {
+		if n := f.names(typ); len(n) != 0 {
+			t.Errorf("%s left: %v", typ, n)
+		}
+	}
+}
+
+// poolGroupRatios returns "<pool>:<ratio>" for the members of the pool
+// group name.
+func poolGroupRatios(f *fixture, name string) []string {
+	var out []string
+	for _, g := range objects[models.PoolGroup](f, "poolgroup") {
+		if deref(g.Name) != name {
+			continue
+		}
+		for _, m := range g.Members {
+			out = append(out, fmt.Sprintf("%s:%d", refName(m.PoolRef), *m.Ratio))
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -108,6 +108,12 @@ type l7Layout struct {
 	// groups are the pool groups of a Gateway's load balancer, sorted by
 	// name.
 	groups []poolGroupSpec
+	// noHTTP is set for a Gateway's load balancer without HTTP and HTTPS
+	// listeners: it has no HTTP policy set nor HTTP virtual service.
+	noHTTP bool
+	// l4 is the L4 virtual service of a Gateway's TCP and UDP listeners;
+	// nil when it has none.
+	l4 *gatewayL4
 	// tls holds the certificate and key of each certificate, by Avi name.
 	tls map[string]providers.TLSCert
 }
@@ -156,6 +162,9 @@ func (p *Provider) planL7(lb *providers.LoadBalancer) (*l7Layout, error) {
 	if lb.Gateway != "" {
 		var err error
 		if aviGroup, err = p.planGatewayPools(l, lb, mk); err != nil {
+			return nil, err
+		}
+		if err := p.planGatewayL4(l, lb, mk); err != nil {
 			return nil, err
 		}
 	}
@@ -229,8 +238,11 @@ func (p *Provider) planL7(lb *providers.LoadBalancer) (*l7Layout, error) {
 		}
 	}
 	for _, ln := range lb.Listeners {
-		l.vs.Services = append(l.vs.Services, serviceSpec{Port: ln.Port, SSL: ln.Protocol == providers.HTTPS})
+		if ln.Protocol == providers.HTTP || ln.Protocol == providers.HTTPS {
+			l.vs.Services = append(l.vs.Services, serviceSpec{Port: ln.Port, SSL: ln.Protocol == providers.HTTPS})
+		}
 	}
+	l.noHTTP = lb.Gateway != "" && len(l.vs.Services) == 0
 	sortServices(l.vs.Services)
 	return l, nil
 }
@@ -526,6 +538,10 @@ type l7Current struct {
 	// balancer, read only when wanted (wantGroups not nil).
 	groups      map[string]*models.PoolGroup
 	staleGroups []*models.PoolGroup
+	// l4vs and l4policy are the L4 virtual service and policy set of a
+	// Gateway's TCP and UDP listeners, read with the pool groups.
+	l4vs     *models.VirtualService
+	l4policy *models.L4PolicySet
 }
 
 // readL7 fetches the objects of the L7 load balancer lbName (Avi name
@@ -564,6 +580,13 @@ func (p *Provider) readL7(s *aviSession, lbName, aviName string, wantPools, want
 		if cur.groups, cur.staleGroups, err = readParts(s, poolGroupKind, lbName, byLB, wantGroups,
 			func(o *models.PoolGroup) (string, markers) { return deref(o.Name), markersOf(o.Markers) }); err != nil {
 			return nil, err
+		}
+		l4Name := providers.Shorten(lbName+l4Suffix, maxNameLength)
+		if cur.l4vs, err = getByName[models.VirtualService](s, vsKind.typ, l4Name, ours); err != nil {
+			return nil, fmt.Errorf("read virtualservice %s: %w", l4Name, err)
+		}
+		if cur.l4policy, err = getByName[models.L4PolicySet](s, policyKind.typ, l4Name, ours); err != nil {
+			return nil, fmt.Errorf("read l4policyset %s: %w", l4Name, err)
 		}
 	}
 	return cur, nil
@@ -663,31 +686,37 @@ func (p *Provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (pr
 		}
 		certURLs = append(certURLs, cert.URL)
 	}
-	policySum := checksum(want.policy)
-	policy, err := apply(s, p, log, httpPolicyKind, want.name, cur.policy,
-		func(*models.HTTPPolicySet) *models.HTTPPolicySet {
-			return p.httpPolicyModel(want.policy, poolURLs, groupURLs)
-		},
-		func(o *models.HTTPPolicySet) bool {
-			return deref(o.CloudConfigCksum) == policySum && checksum(httpPolicySpecOf(o)) == policySum
-		})
-	if err != nil {
-		return providers.Status{}, err
+	if !want.noHTTP {
+		if err := p.applyHTTP(s, log, want, cur, vsRefs{vsvip: vsvip.URL, certificates: certURLs}, poolURLs, groupURLs); err != nil {
+			return providers.Status{}, err
+		}
 	}
-	refs := vsRefs{vsvip: vsvip.URL, httpPolicy: policy.URL, certificates: certURLs}
-	if want.vs.DefaultPool != "" {
-		refs.defaultPool = poolURLs[want.vs.DefaultPool]
+	if want.l4 != nil {
+		if err := p.applyGatewayL4(s, log, want.l4, cur, vsvip.URL, groupURLs); err != nil {
+			return providers.Status{}, err
+		}
 	}
-	if want.vs.DefaultPoolGroup != "" {
-		refs.defaultPoolGroup = groupURLs[want.vs.DefaultPoolGroup]
+	// Virtual services and policy sets no longer wanted: the HTTP ones of a
+	// Gateway left with TCP and UDP listeners only, the L4 ones of a Gateway
+	// without them.
+	var gone []victim
+	if want.noHTTP && cur.vs != nil {
+		gone = append(gone, victim{vsKind.typ, want.name, deref(cur.vs.UUID)})
 	}
-	vsSum := checksum(want.vs)
-	if _, err := apply(s, p, log, vsKind, want.name, cur.vs,
-		func(*models.VirtualService) *models.VirtualService { return p.vsModel(want.vs, refs) },
-		func(o *models.VirtualService) bool {
-			return deref(o.CloudConfigCksum) == vsSum && checksum(vsSpecOf(o)) == vsSum
-		}); err != nil {
-		return providers.Status{}, err
+	if want.l4 == nil && cur.l4vs != nil {
+		gone = append(gone, victim{vsKind.typ, deref(cur.l4vs.Name), deref(cur.l4vs.UUID)})
+	}
+	if want.noHTTP && cur.policy != nil {
+		gone = append(gone, victim{httpPolicyKind.typ, want.name, deref(cur.policy.UUID)})
+	}
+	if want.l4 == nil && cur.l4policy != nil {
+		gone = append(gone, victim{policyKind.typ, deref(cur.l4policy.Name), deref(cur.l4policy.UUID)})
+	}
+	for _, v := range gone {
+		if err := remove(s, v.typ, v.uuid); err != nil {
+			return providers.Status{}, fmt.Errorf("delete %s %s: %w", v.typ, v.name, err)
+		}
+		log.V(2).Info("Deleted Avi object", "type", v.typ, "name", v.name)
 	}
 	for _, o := range cur.staleCerts {
 		if err := remove(s, certKind.typ, deref(o.UUID)); err != nil {
@@ -707,9 +736,62 @@ func (p *Provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (pr
 	return providers.Status{VIPs: vipsOf(vsvip)}, nil
 }
 
+// applyHTTP makes the HTTP policy set and the HTTP virtual service of an L7
+// load balancer match want; refs holds the VsVip and certificates.
+func (p *Provider) applyHTTP(s *aviSession, log klog.Logger, want *l7Layout, cur *l7Current, refs vsRefs,
+	poolURLs, groupURLs map[string]*string) error {
+	policySum := checksum(want.policy)
+	policy, err := apply(s, p, log, httpPolicyKind, want.name, cur.policy,
+		func(*models.HTTPPolicySet) *models.HTTPPolicySet {
+			return p.httpPolicyModel(want.policy, poolURLs, groupURLs)
+		},
+		func(o *models.HTTPPolicySet) bool {
+			return deref(o.CloudConfigCksum) == policySum && checksum(httpPolicySpecOf(o)) == policySum
+		})
+	if err != nil {
+		return err
+	}
+	refs.httpPolicy = policy.URL
+	if want.vs.DefaultPool != "" {
+		refs.defaultPool = poolURLs[want.vs.DefaultPool]
+	}
+	if want.vs.DefaultPoolGroup != "" {
+		refs.defaultPoolGroup = groupURLs[want.vs.DefaultPoolGroup]
+	}
+	vsSum := checksum(want.vs)
+	_, err = apply(s, p, log, vsKind, want.name, cur.vs,
+		func(*models.VirtualService) *models.VirtualService { return p.vsModel(want.vs, refs) },
+		func(o *models.VirtualService) bool {
+			return deref(o.CloudConfigCksum) == vsSum && checksum(vsSpecOf(o)) == vsSum
+		})
+	return err
+}
+
+// applyGatewayL4 makes the L4 policy set and virtual service of a Gateway's
+// TCP and UDP listeners match want, on the load balancer's VsVip.
+func (p *Provider) applyGatewayL4(s *aviSession, log klog.Logger, want *gatewayL4, cur *l7Current, vsvip *string,
+	groupURLs map[string]*string) error {
+	policySum := checksum(want.policy)
+	policy, err := apply(s, p, log, policyKind, want.name, cur.l4policy,
+		func(*models.L4PolicySet) *models.L4PolicySet { return p.policyModel(want.policy, nil, groupURLs) },
+		func(o *models.L4PolicySet) bool { return checksum(policySpecOf(o)) == policySum })
+	if err != nil {
+		return err
+	}
+	vsSum := checksum(want.vs)
+	_, err = apply(s, p, log, vsKind, want.name, cur.l4vs,
+		func(*models.VirtualService) *models.VirtualService {
+			return p.vsModel(want.vs, vsRefs{vsvip: vsvip, l4Policy: policy.URL})
+		},
+		func(o *models.VirtualService) bool {
+			return deref(o.CloudConfigCksum) == vsSum && checksum(vsSpecOf(o)) == vsSum
+		})
+	return err
+}
+
 // l7Victims lists, in delete order, the objects of the L7 load balancer
-// lbName: virtual service, HTTP policy set, certificates, pool groups (of
-// a Gateway's), pools, VsVip.
+// lbName: virtual services (a Gateway's L4 one too), policy sets,
+// certificates, pool groups (of a Gateway's), pools, VsVip.
 func (p *Provider) l7Victims(s *aviSession, lbName string) ([]victim, error) {
 	aviName := providers.Shorten(lbName, maxNameLength)
 	// Pool groups are read whatever the owner: names do not tell a
@@ -722,8 +804,14 @@ func (p *Provider) l7Victims(s *aviSession, lbName string) ([]victim, error) {
 	if cur.vs != nil {
 		out = append(out, victim{vsKind.typ, aviName, deref(cur.vs.UUID)})
 	}
+	if cur.l4vs != nil {
+		out = append(out, victim{vsKind.typ, deref(cur.l4vs.Name), deref(cur.l4vs.UUID)})
+	}
 	if cur.policy != nil {
 		out = append(out, victim{httpPolicyKind.typ, aviName, deref(cur.policy.UUID)})
+	}
+	if cur.l4policy != nil {
+		out = append(out, victim{policyKind.typ, deref(cur.l4policy.Name), deref(cur.l4policy.UUID)})
 	}
 	for _, o := range cur.staleCerts {
 		out = append(out, victim{certKind.typ, deref(o.Name), deref(o.UUID)})
@@ -748,13 +836,18 @@ type l7Parts struct {
 	pools  []*models.Pool
 	certs  []*models.SSLKeyAndCertificate
 	groups []*models.PoolGroup
+	// l4vs and l4policy are a Gateway's L4 virtual service and policy set.
+	l4vs     *models.VirtualService
+	l4policy *models.L4PolicySet
 }
 
 // groupL7 assembles L7 load balancers from the objects marked with one, and
-// returns the objects left for the L4 grouping.
-func (p *Provider) groupL7(vss []*models.VirtualService, policies []*models.HTTPPolicySet, pools []*models.Pool,
-	groups []*models.PoolGroup, certs []*models.SSLKeyAndCertificate, vsvips []*models.VsVip) (
-	out []providers.LoadBalancer, restVSs []*models.VirtualService, restPools []*models.Pool, restVsVips []*models.VsVip) {
+// returns the objects left for the L4 grouping. A virtual service or L4
+// policy set named <lb>-L4 is the L4 part of a Gateway's load balancer.
+func (p *Provider) groupL7(vss []*models.VirtualService, policies []*models.HTTPPolicySet, l4Policies []*models.L4PolicySet,
+	pools []*models.Pool, groups []*models.PoolGroup, certs []*models.SSLKeyAndCertificate, vsvips []*models.VsVip) (
+	out []providers.LoadBalancer, restVSs []*models.VirtualService, restL4Policies []*models.L4PolicySet,
+	restPools []*models.Pool, restVsVips []*models.VsVip) {
 	byLB := map[string]*l7Parts{}
 	get := func(name string) *l7Parts {
 		if byLB[name] == nil {
@@ -762,11 +855,24 @@ func (p *Provider) groupL7(vss []*models.VirtualService, policies []*models.HTTP
 		}
 		return byLB[name]
 	}
+	isL4 := func(lb string, name *string) bool {
+		return deref(name) == providers.Shorten(lb+l4Suffix, maxNameLength)
+	}
 	for _, o := range vss {
-		if lb := markersOf(o.Markers).LB; lb != "" {
-			get(lb).vs = o
-		} else {
+		switch lb := markersOf(o.Markers).LB; {
+		case lb == "":
 			restVSs = append(restVSs, o)
+		case isL4(lb, o.Name):
+			get(lb).l4vs = o
+		default:
+			get(lb).vs = o
+		}
+	}
+	for _, o := range l4Policies {
+		if lb := markersOf(o.Markers).LB; lb != "" && isL4(lb, o.Name) {
+			get(lb).l4policy = o
+		} else {
+			restL4Policies = append(restL4Policies, o)
 		}
 	}
 	for _, o := range policies {
@@ -804,7 +910,7 @@ func (p *Provider) groupL7(vss []*models.VirtualService, policies []*models.HTTP
 	for name, pt := range byLB {
 		out = append(out, l7Model(name, pt))
 	}
-	return out, restVSs, restPools, restVsVips
+	return out, restVSs, restL4Policies, restPools, restVsVips
 }
 
 // l7Model is the load balancer that the objects pt hold.
@@ -828,7 +934,28 @@ func l7Model(name string, pt *l7Parts) providers.LoadBalancer {
 		lb.Gateway = cmp.Or(lb.Gateway, mk.Gateway)
 	}
 	if len(pt.groups) > 0 {
-		lb.Pools = append(lb.Pools, gatewayPools(pt.groups, pt.pools)...)
+		// The pool groups the L4 rules select are listener pools.
+		byGroup := map[string]providers.Pool{}
+		for i, pl := range gatewayPools(pt.groups, pt.pools) {
+			byGroup[deref(pt.groups[i].Name)] = pl
+		}
+		listenerPools := map[string]bool{}
+		if pt.l4policy != nil {
+			lb.Gateway = cmp.Or(lb.Gateway, markersOf(pt.l4policy.Markers).Gateway)
+			for _, r := range rulesOf(pt.l4policy) {
+				pl, ok := byGroup[r.PoolGroup]
+				if !ok {
+					pl = providers.Pool{Name: r.PoolGroup, Members: []providers.Member{}}
+				}
+				listenerPools[r.PoolGroup] = true
+				lb.Listeners = append(lb.Listeners, providers.Listener{Port: r.Port, Protocol: r.Protocol, Pool: pl})
+			}
+		}
+		for _, g := range pt.groups {
+			if !listenerPools[deref(g.Name)] {
+				lb.Pools = append(lb.Pools, byGroup[deref(g.Name)])
+			}
+		}
 	}
 	providers.SortPools(lb.Pools)
 	poolName := func(avi string) string { return cmp.Or(modelPool[avi], avi) }
@@ -848,11 +975,14 @@ func l7Model(name string, pt *l7Parts) providers.LoadBalancer {
 			}
 			lb.Listeners = append(lb.Listeners, providers.Listener{Port: *svc.Port, Protocol: proto})
 		}
-		providers.SortListeners(lb.Listeners)
 		slices.Sort(https)
 		if d := cmp.Or(refName(pt.vs.PoolRef), refName(pt.vs.PoolGroupRef)); d != "" {
 			lb.HTTP.DefaultPool = poolName(d)
 		}
+	}
+	providers.SortListeners(lb.Listeners)
+	if pt.l4vs != nil {
+		lb.Gateway = cmp.Or(lb.Gateway, markersOf(pt.l4vs.Markers).Gateway)
 	}
 	if pt.policy != nil {
 		lb.HTTP.Rules = rulesFromPolicy(httpRulesOf(pt.policy), poolName)

@@ -94,6 +94,9 @@ type ruleSpec struct {
 	Port     int32              `json:"port"`
 	Protocol providers.Protocol `json:"protocol"`
 	Pool     string             `json:"pool"`
+	// PoolGroup is the pool group of a Gateway's TCP or UDP listener,
+	// omitted (so L4 checksums stay as they were) when empty.
+	PoolGroup string `json:"poolGroup,omitempty"`
 }
 
 type policySpec struct {
@@ -334,6 +337,7 @@ func rulesOf(o *models.L4PolicySet) []ruleSpec {
 		}
 		if r.Action != nil && r.Action.SelectPool != nil {
 			rs.Pool = refName(r.Action.SelectPool.PoolRef)
+			rs.PoolGroup = refName(r.Action.SelectPool.PoolGroupRef)
 		}
 		rules = append(rules, rs)
 	}
@@ -496,7 +500,7 @@ func (p *Provider) vsvipModel(s vsvipSpec, current *models.VsVip) *models.VsVip 
 	}
 }
 
-func (p *Provider) policyModel(s policySpec, poolURLs map[string]*string) *models.L4PolicySet {
+func (p *Provider) policyModel(s policySpec, poolURLs, groupURLs map[string]*string) *models.L4PolicySet {
 	o := &models.L4PolicySet{
 		Name:               ptr(s.Name),
 		CreatedBy:          ptr(p.owner),
@@ -517,6 +521,12 @@ func (p *Provider) policyModel(s policySpec, poolURLs map[string]*string) *model
 				PoolRef:    objectRef(poolURLs[r.Pool]),
 			}},
 		})
+		if r.PoolGroup != "" {
+			o.L4ConnectionPolicy.Rules[i].Action.SelectPool = &models.L4RuleActionSelectPool{
+				ActionType:   ptr("L4_RULE_ACTION_SELECT_POOLGROUP"),
+				PoolGroupRef: objectRef(groupURLs[r.PoolGroup]),
+			}
+		}
 	}
 	return o
 }

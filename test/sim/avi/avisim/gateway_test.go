@@ -110,3 +110,46 @@ func TestServer_httpPolicySetGatewayParts(t *testing.T) {
 		}
 	}
 }
+
+// A Gateway's TCP and UDP listeners are an L4 virtual service on the VsVip
+// of its HTTP one: two virtual services share a VsVip on different ports
+// only, and an L4 rule selects a pool or a pool group it names.
+func TestServer_l4BesideL7OnOneVsVip(t *testing.T) {
+	srv := startServer(t, Options{})
+	c := loggedIn(t, srv)
+	c.mustCreate("vsvip", map[string]any{"name": "vip", "vip": []any{map[string]any{"auto_allocate_ip": true}}})
+	c.mustCreate("pool", map[string]any{"name": "p"})
+	c.mustCreate("poolgroup", map[string]any{"name": "pg", "members": []any{map[string]any{"pool_ref": "/api/pool?name=p"}}})
+	vs := func(name string, ports ...int) map[string]any {
+		var services []any
+		for _, p := range ports {
+			services = append(services, map[string]any{"port": p})
+		}
+		return map[string]any{"name": name, "vsvip_ref": "/api/vsvip?name=vip", "services": services}
+	}
+	c.mustCreate("virtualservice", vs("http", 80, 443))
+	c.mustCreate("virtualservice", vs("l4", 5432, 53))
+	if status, out := c.do("POST", "/api/virtualservice", vs("clash", 8080, 443)); status != http.StatusBadRequest ||
+		!strings.Contains(str(out["error"]), "Port 443 is already used by VirtualService http") {
+		t.Errorf("a port twice on one VsVip: %d %v", status, out)
+	}
+	rule := func(sel map[string]any) map[string]any {
+		return map[string]any{"name": "ps", "l4_connection_policy": map[string]any{"rules": []any{map[string]any{
+			"index": 1, "action": map[string]any{"select_pool": sel}}}}}
+	}
+	ps := c.mustCreate("l4policyset", rule(map[string]any{"action_type": "L4_RULE_ACTION_SELECT_POOLGROUP", "pool_group_ref": "/api/poolgroup?name=pg"}))
+	c.do("DELETE", "/api/l4policyset/"+ps["uuid"].(string), nil)
+	for _, tt := range []struct {
+		name string
+		sel  map[string]any
+		want string
+	}{
+		{"a pool group action without its group", map[string]any{"action_type": "L4_RULE_ACTION_SELECT_POOLGROUP"}, "needs a pool_group_ref"},
+		{"no action type", map[string]any{"pool_ref": "/api/pool?name=p"}, "action_type"},
+	} {
+		status, out := c.do("POST", "/api/l4policyset", rule(tt.sel))
+		if status != http.StatusBadRequest || !strings.Contains(str(out["error"]), tt.want) {
+			t.Errorf("%s: %d %v, want 400 containing %q", tt.name, status, out, tt.want)
+		}
+	}
+}

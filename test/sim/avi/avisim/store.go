@@ -391,7 +391,10 @@ func (s *store) prepare(tenant, typ, uuid string, obj, old object) *apiError {
 		if err := validateVirtualService(obj); err != nil {
 			return err
 		}
-		return s.validateVirtualServiceL7(tenant, obj)
+		if err := s.validateVirtualServiceL7(tenant, obj); err != nil {
+			return err
+		}
+		return s.sharedVsVipPorts(uuid, obj)
 	case "l4policyset":
 		return validateL4PolicySet(obj)
 	case "httppolicyset":
@@ -656,4 +659,32 @@ func cleanPath(p string) string {
 		b.WriteString(seg)
 	}
 	return b.String()
+}
+
+// sharedVsVipPorts refuses a virtual service that serves a port another
+// virtual service on the same VsVip serves, as the controller does.
+func (s *store) sharedVsVipPorts(uuid string, obj object) *apiError {
+	ports := func(o object) map[int64]bool {
+		out := map[int64]bool{}
+		services, _ := o["services"].([]any)
+		for _, raw := range services {
+			svc, _ := raw.(map[string]any)
+			if n, ok := toInt(svc["port"]); ok {
+				out[n] = true
+			}
+		}
+		return out
+	}
+	mine := ports(obj)
+	for _, e := range s.byUUID {
+		if e.typ != "virtualservice" || e.uuid() == uuid || str(e.obj["vsvip_ref"]) != str(obj["vsvip_ref"]) {
+			continue
+		}
+		for p := range ports(e.obj) {
+			if mine[p] {
+				return errorf(http.StatusBadRequest, "Port %d is already used by VirtualService %s on the same VsVip", p, e.name())
+			}
+		}
+	}
+	return nil
 }
