@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/vmware/alb-sdk/go/models"
 
 	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/test/sim/avi/avisim"
 )
 
 // gatewayLB is the load balancer of Gateway ns/gw (HTTP 80, HTTPS 443):
@@ -473,4 +475,51 @@ func poolGroupRatios(f *fixture, name string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// An error stops the apply before anything is deleted: the pool group and
+// pools of a removed route stay until the policy set that used them is
+// written, and every member stays.
+func TestProvider_gatewayErrorDeletesNothing(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	cert := tlsCert(t, "gw-tls", "shop.example.com")
+	f.ensure(gatewayLB(t, cert))
+	before := f.list()
+	pools, groups := f.names("pool"), f.names("poolgroup")
+
+	lb := gatewayLB(t, cert)
+	web := lb.Pools[1].Name
+	lb.HTTP.Rules = slices.DeleteFunc(lb.HTTP.Rules, func(r providers.Rule) bool { return r.Pool == web })
+	lb.Pools = lb.Pools[:1]
+	lb.Pools[0].Members[0].Enabled = false
+	f.sim.AddFault(avisim.Fault{Method: "PUT", Path: "/api/httppolicyset/*", Status: http.StatusInternalServerError, Count: 1})
+	f.sim.ResetCounters()
+	if _, err := f.v.Ensure(context.Background(), lb); err == nil {
+		t.Fatal("Ensure succeeded through a failed write")
+	}
+	for _, w := range f.writes() {
+		if strings.HasPrefix(w, "DELETE") {
+			t.Errorf("%s after an error", w)
+		}
+	}
+	if got := f.names("pool"); !slices.Equal(got, pools) {
+		t.Errorf("pools %v, were %v", got, pools)
+	}
+	if got := f.names("poolgroup"); !slices.Equal(got, groups) {
+		t.Errorf("pool groups %v, were %v", got, groups)
+	}
+	after := f.list()
+	if len(after) != 1 || len(after[0].Pools) != len(before[0].Pools) {
+		t.Errorf("List after the error: %v", after)
+	}
+
+	// The next apply converges.
+	f.ensure(lb)
+	want, err := providers.Normalize(lb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]providers.LoadBalancer{listedL7(want, "198.18.200.1")}, f.list()); diff != "" {
+		t.Errorf("List (-want +got):\n%s", diff)
+	}
 }
