@@ -153,3 +153,20 @@ func TestServer_l4BesideL7OnOneVsVip(t *testing.T) {
 		}
 	}
 }
+
+// One port number may serve TCP on one virtual service and UDP on another
+// of the same VsVip.
+func TestServer_sharedVsVipPortsAreTCPOrUDP(t *testing.T) {
+	srv := startServer(t, Options{})
+	c := loggedIn(t, srv)
+	c.mustCreate("vsvip", map[string]any{"name": "vip", "vip": []any{map[string]any{"auto_allocate_ip": true}}})
+	c.mustCreate("virtualservice", map[string]any{"name": "tcp", "vsvip_ref": "/api/vsvip?name=vip",
+		"services": []any{map[string]any{"port": 53}}})
+	c.mustCreate("virtualservice", map[string]any{"name": "udp", "vsvip_ref": "/api/vsvip?name=vip",
+		"network_profile_ref": "/api/networkprofile?name=System-UDP-Fast-Path", "services": []any{map[string]any{"port": 53}}})
+	status, out := c.do("POST", "/api/virtualservice", map[string]any{"name": "udp2", "vsvip_ref": "/api/vsvip?name=vip",
+		"services": []any{map[string]any{"port": 53, "override_network_profile_ref": "/api/networkprofile?name=System-UDP-Fast-Path"}}})
+	if status != http.StatusBadRequest || !strings.Contains(str(out["error"]), "Port 53 is already used by VirtualService udp") {
+		t.Errorf("UDP port 53 twice: %d %v", status, out)
+	}
+}

@@ -662,15 +662,33 @@ func cleanPath(p string) string {
 }
 
 // sharedVsVipPorts refuses a virtual service that serves a port another
-// virtual service on the same VsVip serves, as the controller does.
+// virtual service on the same VsVip serves over the same transport (TCP or
+// UDP, from the service's or the virtual service's network profile), as
+// the controller does.
 func (s *store) sharedVsVipPorts(uuid string, obj object) *apiError {
-	ports := func(o object) map[int64]bool {
-		out := map[int64]bool{}
+	type port struct {
+		n   int64
+		udp bool
+	}
+	isUDP := func(ref string) bool {
+		e := s.byRef(ref)
+		if e == nil {
+			return false
+		}
+		profile, _ := e.obj["profile"].(map[string]any)
+		return strings.HasPrefix(str(profile["type"]), "PROTOCOL_TYPE_UDP")
+	}
+	ports := func(o object) map[port]bool {
+		out := map[port]bool{}
 		services, _ := o["services"].([]any)
 		for _, raw := range services {
 			svc, _ := raw.(map[string]any)
+			ref := str(svc["override_network_profile_ref"])
+			if ref == "" {
+				ref = str(o["network_profile_ref"])
+			}
 			if n, ok := toInt(svc["port"]); ok {
-				out[n] = true
+				out[port{n, isUDP(ref)}] = true
 			}
 		}
 		return out
@@ -682,7 +700,7 @@ func (s *store) sharedVsVipPorts(uuid string, obj object) *apiError {
 		}
 		for p := range ports(e.obj) {
 			if mine[p] {
-				return errorf(http.StatusBadRequest, "Port %d is already used by VirtualService %s on the same VsVip", p, e.name())
+				return errorf(http.StatusBadRequest, "Port %d is already used by VirtualService %s on the same VsVip", p.n, e.name())
 			}
 		}
 	}
