@@ -100,6 +100,9 @@ func supported(lb *providers.LoadBalancer) error {
 // and 501, redirects whose scheme is kept on rules without ports, and
 // weights whose pool group would need a ratio above 1000.
 func gatewaySubset(lb *providers.LoadBalancer) error {
+	if lb.HTTP == nil {
+		return fmt.Errorf("a Gateway's load balancer without HTTP routes: %w", providers.ErrUnsupported)
+	}
 	var https []int32
 	for _, l := range lb.Listeners {
 		switch l.Protocol {

@@ -300,6 +300,7 @@ func httpRulesOf(o *models.HTTPPolicySet) []httpRuleSpec {
 		var foreign []string
 		if r.Enable != nil && !*r.Enable {
 			rs.Name += " (disabled)"
+			foreign = append(foreign, "disabled")
 		}
 		if m := r.Match; m != nil {
 			readMatch(&rs, m, &foreign)
