@@ -523,3 +523,38 @@ func TestProvider_gatewayErrorDeletesNothing(t *testing.T) {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 }
+
+// A request rule changed by hand (a query test added, a rule disabled) is
+// left out of List and rewritten by the next Ensure.
+func TestProvider_gatewayRepairsRulesChangedByHand(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	lb := gatewayLB(t, tlsCert(t, "gw-tls", "shop.example.com"))
+	f.ensure(lb)
+	ps := objects[models.HTTPPolicySet](f, "httppolicyset")[0]
+	ps.HTTPRequestPolicy.Rules[0].Match.Query = &models.QueryMatch{MatchCriteria: ptr("QUERY_MATCH_CONTAINS"), MatchStr: []string{"a=b"}}
+	ps.HTTPRequestPolicy.Rules[5].Enable = ptr(false)
+	ctx := context.Background()
+	s, err := f.p.acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unbind := s.auth.bind(ctx)
+	_, err = update(s, httpPolicyKind.typ, deref(ps.UUID), ps)
+	unbind()
+	f.p.release(s)
+	if err != nil {
+		t.Fatalf("change the policy set by hand: %v", err)
+	}
+	listed := f.list()
+	if n, want := len(listed[0].HTTP.Rules), len(lb.HTTP.Rules)-2; n != want {
+		t.Errorf("List shows %d rules, want %d (the changed ones left out)", n, want)
+	}
+	f.sim.ResetCounters()
+	f.ensure(lb)
+	if diff := cmp.Diff([]string{"PUT httppolicyset"}, f.writes()); diff != "" {
+		t.Errorf("writes (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]providers.LoadBalancer{listedL7(lb, "198.18.200.1")}, f.list()); diff != "" {
+		t.Errorf("List (-want +got):\n%s", diff)
+	}
+}
