@@ -30,6 +30,8 @@ import (
 //     pool group of the listener's pool (weights as above); a Gateway
 //     without HTTP and HTTPS listeners has no HTTP policy set nor HTTP
 //     virtual service;
+//   - a last request rule answers 404 to what no rule matches (when the
+//     model has no default pool);
 //   - every object carries the gateway marker.
 //
 // What Avi cannot express exactly is refused by gatewaySubset.
@@ -285,6 +287,12 @@ func (p *Provider) planPoolGroup(l *l7Layout, pl providers.Pool, mk markers, mon
 	slices.SortFunc(l.groups, func(a, b poolGroupSpec) int { return cmp.Compare(a.Name, b.Name) })
 	return group.Name, nil
 }
+
+// noMatchRule is the last request rule of a Gateway's load balancer
+// without a default pool: it answers 404 to every request no rule before
+// it matched, as Gateway API requires (a virtual service without a pool
+// would not).
+var noMatchRule = httpRuleSpec{Name: "no-match-404", Path: "/", Prefix: true, Local: localCodes[404]}
 
 // l4Suffix names the L4 virtual service and policy set of a Gateway's TCP
 // and UDP listeners: <lb>-L4. Upper case, so no Service's load balancer has

@@ -116,6 +116,8 @@ func TestProvider_gatewayLaysOutPoolGroupsAndRules(t *testing.T) {
 		"rule-3.0 path=EQUALS[/gone] ports=[80] local=HTTP_LOCAL_RESPONSE_STATUS_CODE_404",
 		"rule-4.0/o1 path=EQUALS[/rewrite] ports=[443] rewrite=backend.internal x group=" + web,
 		"rule-4.1/o1 path=BEGINS_WITH[/rewrite/] ports=[443] rewrite=backend.internal x group=" + web,
+		// What no rule matches is answered 404, as Gateway API wants.
+		"no-match-404 path=BEGINS_WITH[/] local=HTTP_LOCAL_RESPONSE_STATUS_CODE_404",
 	}
 	// The names of the redirect rules carry their port and "/d".
 	for i, r := range rules {

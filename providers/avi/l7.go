@@ -225,6 +225,9 @@ func (p *Provider) planL7(lb *providers.LoadBalancer) (*l7Layout, error) {
 			})
 		}
 	}
+	if lb.Gateway != "" && lb.HTTP.DefaultPool == "" {
+		l.policy.Rules = append(l.policy.Rules, noMatchRule)
+	}
 
 	l.vs = vsSpec{
 		Name: name, Cloud: p.cfg.Cloud, ServiceEngineGroup: p.cfg.ServiceEngineGroup,
@@ -1016,6 +1019,9 @@ func rulesFromPolicy(specs []httpRuleSpec, poolName func(string) string) []provi
 	var order []string
 	groups := map[string]*group{}
 	for _, r := range specs {
+		if r.Name == noMatchRule.Name {
+			continue // the answer to what no rule matches, not a model rule
+		}
 		f := parseRuleName(r.Name)
 		g := groups[f.group]
 		if g == nil {

@@ -168,6 +168,7 @@ func TestLBSync_gatewayOnAvi(t *testing.T) {
 		`"redirect_action":{"keep_query":true,"port":443,"protocol":"HTTPS","status_code":"HTTP_REDIRECT_STATUS_CODE_301"}`,
 		`"rewrite_url_action":{"host_hdr":{"tokens":[{"str_value":"backend.internal","type":"URI_TOKEN_TYPE_STRING"}]`,
 		`"action":"HTTP_SWITCHING_SELECT_POOLGROUP"`,
+		`"name":"no-match-404","switching_action":{"action":"HTTP_SWITCHING_SELECT_LOCAL","status_code":"HTTP_LOCAL_RESPONSE_STATUS_CODE_404"}`,
 	} {
 		if !strings.Contains(rules, want) {
 			t.Errorf("the request rules lack %s:\n%s", want, rules)
