@@ -420,12 +420,17 @@ func (st *store) checkAction(r ref, rule string, a obj) (response, bool) {
 			return bad("httpHeader remove takes no value")
 		}
 	case a["httpUri"] == true:
-		part, n := one("path", "queryString", "value")
-		if a["replace"] != true || n != 1 || !atRequest {
-			return bad("httpUri needs replace and one of path, queryString, value, at request")
+		parts := 0
+		for _, k := range []string{"path", "queryString", "value"} {
+			if a[k] != nil {
+				if v, isString := a[k].(string); !isString || v == "" {
+					return bad("httpUri replace %s needs a string", k)
+				}
+				parts++
+			}
 		}
-		if v, isString := a[part].(string); !isString || v == "" {
-			return bad("httpUri replace %s needs a string", part)
+		if a["replace"] != true || parts != 1 || !atRequest {
+			return bad("httpUri needs replace and one of path, queryString, value, at request")
 		}
 	case a["httpHost"] == true:
 		if a["replace"] != true || str(a, "value") == "" || !atRequest {
