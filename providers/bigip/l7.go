@@ -15,7 +15,10 @@ import (
 
 // An L7 load balancer is, on BIG-IP: one pool per model pool (as L4 pools);
 // an LTM policy named like the load balancer whose first-match rules test
-// the HTTP host and URI path and forward to a pool; per TLS Secret a
+// the HTTP host and URI path and forward to a pool (a Gateway's: one policy
+// per HTTP(S) listener, named like its virtual, with the rules of its port,
+// and TCP and UDP listeners as virtuals with their own pools, see
+// docs/bigip.md); per TLS Secret a
 // certificate and a key (sys/file ssl-cert and ssl-key, uploaded, named
 // after their content so that a new certificate never meets the old key)
 // and a client-ssl profile using them; and one virtual server per listener

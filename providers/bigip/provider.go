@@ -4,10 +4,11 @@
 // (drained members are user-disabled) and a virtual server on the load
 // balancer's VIP. Every object carries an ownership tag in its description,
 // so the provider changes and deletes only its cluster's objects. An L7 load
-// balancer (an Ingress) is pools, an LTM policy whose rules match host and
-// path and forward to them, client-ssl profiles with their certificates and
-// keys, and one virtual server per listener with the http profile (see
-// l7.go).
+// balancer (an Ingress's or a Gateway's) is pools, LTM policies whose rules
+// match requests and forward them to pools, client-ssl profiles with their
+// certificates and keys, and one virtual server per listener with the http
+// profile (see l7.go and docs/bigip.md); what its objects cannot express
+// exactly is refused (served.go).
 package bigip
 
 import (
