@@ -283,6 +283,9 @@ func TestProvider_gatewayRefusesWhatLTMPoliciesCannotExpress(t *testing.T) {
 			lb.HTTP.Rules[0].Rewrite.Path = &providers.PathModifier{Type: providers.ReplacePrefixMatch, Value: "/new"}
 		},
 		"appProtocol h2c": func(lb *providers.LoadBalancer) { lb.Pools[1].AppProtocol = providers.AppProtocolH2C },
+		"requestHeaders X-Add: a value that starts with tcl:": func(lb *providers.LoadBalancer) {
+			lb.HTTP.Rules[0].RequestHeaders.Add[0].Value = "TCL:[exec id]"
+		},
 	} {
 		e := newEnv(t, envOptions{})
 		lb := gatewayLB(t)

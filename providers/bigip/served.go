@@ -3,6 +3,7 @@ package bigip
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/nodeportlocal/npl/providers"
 )
@@ -61,6 +62,21 @@ func unservedField(r providers.Rule) string {
 		return "redirect path " + r.Redirect.Path.Type
 	case r.Rewrite != nil && r.Rewrite.Path != nil && r.Rewrite.Path.Type != providers.ReplaceFullPath:
 		return "rewrite path " + r.Rewrite.Path.Type
+	}
+	for _, f := range []struct {
+		what   string
+		filter *providers.HeaderFilter
+	}{{"requestHeaders", r.RequestHeaders}, {"responseHeaders", r.ResponseHeaders}} {
+		if f.filter == nil {
+			continue
+		}
+		for _, h := range slices.Concat(f.filter.Set, f.filter.Add) {
+			// BIG-IP evaluates an action value that starts with tcl: as
+			// Tcl: a header value must never run as code on it.
+			if strings.HasPrefix(strings.ToLower(h.Value), "tcl:") {
+				return fmt.Sprintf("%s %s: a value that starts with tcl: (BIG-IP would run it as Tcl)", f.what, h.Name)
+			}
+		}
 	}
 	return ""
 }
