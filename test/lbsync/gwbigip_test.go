@@ -53,7 +53,7 @@ func TestLBSync_gatewayOnBIGIP(t *testing.T) {
 		}
 	}
 	name := clusterName + "-gwbig"
-	cfg := configWith(name, "NodePortLocal", "npl.io/gwbig", "198.18.112.0/28", fmt.Sprintf(`provider:
+	cfg := configWith(name, "NodePortLocal", "npl.io/gwbig", "198.18.113.0/28", fmt.Sprintf(`provider:
   name: bigip
   bigip:
     url: %s
