@@ -3,6 +3,7 @@ package bigip
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -309,5 +310,47 @@ func TestProvider_gatewayRefusesWhatLTMPoliciesCannotExpress(t *testing.T) {
 	}
 	if e.sim.Writes() != 0 {
 		t.Errorf("TLS listener: writes %v", writesOnly(e.sim.Calls()))
+	}
+}
+
+func TestProvider_gatewayErrorsDeleteNothing(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	lb := gatewayLB(t)
+	e.ensure(t, lb)
+	before := e.sim.Dump()
+	// Listener 8080 goes (its virtual and policy would be deleted) and its
+	// redirect moves to port 80 (the policy of 80 changes): the policy
+	// write fails, so nothing is deleted. A failed publish leaves the
+	// draft it wrote, which the next Ensure reuses.
+	published := func() bigipsim.State {
+		st := e.sim.Dump()
+		st.Policies = slices.DeleteFunc(st.Policies, func(p bigipsim.Policy) bool { return p.Status == "draft" })
+		return st
+	}
+	next := lb.Clone()
+	next.Listeners = []providers.Listener{{Port: 80, Protocol: providers.HTTP}, {Port: 443, Protocol: providers.HTTPS}}
+	next.HTTP.Rules[1].Ports = []int32{80}
+	for _, fault := range []bigipsim.Fault{
+		{Method: "PATCH", Path: "ltm/policy/", Status: 500, Message: "policy store busy"},
+		{Method: "POST", Path: "ltm/policy", Status: 500, Message: "policy store busy"},
+	} {
+		id, err := e.sim.InjectFault(fault)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.prov.Ensure(context.Background(), next); err == nil || !strings.Contains(err.Error(), "policy store busy") {
+			t.Errorf("%s %s failing: Ensure = %v, want the error", fault.Method, fault.Path, err)
+		}
+		e.sim.RemoveFault(id)
+		if diff := cmp.Diff(before, published()); diff != "" {
+			t.Errorf("%s %s failing: the configuration changed (-before +after):\n%s", fault.Method, fault.Path, diff)
+		}
+	}
+	e.ensure(t, next)
+	if diff := cmp.Diff([]providers.LoadBalancer{listedGateway(t, next, "198.18.100.1")}, e.list(t)); diff != "" {
+		t.Errorf("List after the faults went (-want +got):\n%s", diff)
+	}
+	if st := e.sim.Dump(); len(st.Policies) != 2 || len(st.Virtuals) != 2 {
+		t.Errorf("policies %+v and virtuals %+v, want those of 80 and 443 only, no draft", st.Policies, st.Virtuals)
 	}
 }
