@@ -354,3 +354,37 @@ func TestProvider_gatewayErrorsDeleteNothing(t *testing.T) {
 		t.Errorf("policies %+v and virtuals %+v, want those of 80 and 443 only, no draft", st.Policies, st.Virtuals)
 	}
 }
+
+func TestProvider_gatewayListenerChangesProtocolOnItsPort(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	lb := gatewayLB(t)
+	e.ensure(t, lb)
+	// Listener 8080 becomes HTTPS: the HTTP virtual on that port goes
+	// before the HTTPS one is made (BIG-IP holds one per address, port and
+	// IP protocol), and its policy with it.
+	next := lb.Clone()
+	next.Listeners[1].Protocol = providers.HTTPS
+	next.HTTP.TLS[0].Ports = []int32{443, 8080}
+	e.ensure(t, next)
+	p := "/" + testPartition + "/"
+	st := e.sim.Dump()
+	var virtuals, policies []string
+	for _, v := range st.Virtuals {
+		virtuals = append(virtuals, v.FullPath)
+	}
+	for _, pol := range st.Policies {
+		policies = append(policies, pol.FullPath)
+	}
+	want := []string{p + lb.Name + "-HTTP-80", p + lb.Name + "-HTTPS-443", p + lb.Name + "-HTTPS-8080"}
+	if !cmp.Equal(virtuals, want) || !cmp.Equal(policies, want) {
+		t.Errorf("virtuals %v, policies %v, want %v", virtuals, policies, want)
+	}
+	if diff := cmp.Diff([]providers.LoadBalancer{listedGateway(t, next, "198.18.100.1")}, e.list(t)); diff != "" {
+		t.Errorf("List (-want +got):\n%s", diff)
+	}
+	e.sim.ResetCounters()
+	e.ensure(t, next.Clone())
+	if w := e.sim.Writes(); w != 0 {
+		t.Errorf("Ensure of an unchanged model wrote %v", writesOnly(e.sim.Calls()))
+	}
+}

@@ -224,7 +224,7 @@ func (p *provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (pr
 		}
 		oldFiles = append(oldFiles, old...)
 	}
-	policyNames := map[string]bool{}
+	policyNames, gone := map[string]bool{}, map[string]bool{}
 	for _, pol := range plan.policies {
 		policyNames[pol.name] = true
 		if err := p.ensurePolicy(ctx, tag, pol.name, pol.rules); err != nil {
@@ -245,12 +245,24 @@ func (p *provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (pr
 			want.Profiles = p.l7Profiles(v.protocol == providers.HTTPS, v.profiles)
 			want.Policies = []profileRef{{Name: v.policy, Partition: p.cfg.Partition}}
 		}
+		if virtuals[v.name] == nil {
+			// A listener whose protocol changed on its port: BIG-IP holds
+			// one virtual per address, port and IP protocol, so the old
+			// one goes first.
+			if err := p.deleteSamePort(ctx, lb.Name, virtuals, nameSet(virtualNames), gone, v.port, want.IPProtocol); err != nil {
+				return providers.Status{}, p.fail(lb.Name, err)
+			}
+		}
 		if err := p.ensureVirtual(ctx, tag.LB, v.name, vip, want, virtuals[v.name]); err != nil {
 			return providers.Status{}, p.fail(lb.Name, err)
 		}
 	}
 
-	if err := deleteUnwanted(ctx, p, &virtualKind, sortedKeys(virtuals), nameSet(virtualNames), lb.Name); err != nil {
+	keep := nameSet(virtualNames)
+	for name := range gone {
+		keep[name] = true // deleted already
+	}
+	if err := deleteUnwanted(ctx, p, &virtualKind, sortedKeys(virtuals), keep, lb.Name); err != nil {
 		return providers.Status{}, p.fail(lb.Name, err)
 	}
 	// The policies and client-ssl profiles the virtuals used.
@@ -284,6 +296,25 @@ func (p *provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (pr
 		return providers.Status{}, p.fail(lb.Name, err)
 	}
 	return providers.Status{VIPs: []string{vip.String()}}, nil
+}
+
+// deleteSamePort deletes the virtuals of load balancer lb that wanted does
+// not hold and that listen on port with ipProtocol, and adds them to gone.
+// The policies and profiles they used are deleted with the others'.
+func (p *provider) deleteSamePort(ctx context.Context, lb string, virtuals map[string]*virtualState, wanted, gone map[string]bool,
+	port int32, ipProtocol string) error {
+	for _, name := range sortedKeys(virtuals) {
+		cur := virtuals[name]
+		_, at, err := parseEndpoint(cur.Destination)
+		if wanted[name] || gone[name] || err != nil || at != port || cur.IPProtocol != ipProtocol {
+			continue
+		}
+		if err := deleteObject(ctx, p, &virtualKind, name, lb); err != nil {
+			return err
+		}
+		gone[name] = true
+	}
+	return nil
 }
 
 // l7Profiles are the profiles of an L7 virtual: tcp and http, and on HTTPS
