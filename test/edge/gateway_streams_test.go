@@ -163,8 +163,9 @@ func TestProvider_gatewayStreamsDataPlane(t *testing.T) {
 		HTTP: &providers.HTTPRoutes{
 			Rules: []providers.Rule{
 				{Path: "/", PathType: providers.PathPrefix, Pool: pa, Ports: http2},
-				// GRPCRoute's service match.
-				{Path: "/grpc.health.v1.Health", PathType: providers.PathPrefix, Pool: pGRPC, Ports: http2},
+				// GRPCRoute's service match on a hostname: HTTP/2's
+				// :authority is the host rules test.
+				{Host: "grpc.example", Path: "/grpc.health.v1.Health", PathType: providers.PathPrefix, Pool: pGRPC, Ports: http2},
 				{Path: "/h2c", PathType: providers.PathExact, Pool: pH2C, Ports: http2},
 			},
 			TLS: []providers.TLSCert{
@@ -236,9 +237,10 @@ func TestProvider_gatewayStreamsDataPlane(t *testing.T) {
 		creds credentials.TransportCredentials
 	}{
 		{80, insecure.NewCredentials()},
-		{443, credentials.NewTLS(&tls.Config{ServerName: "web.example", InsecureSkipVerify: true, MinVersion: tls.VersionTLS12})}, //nolint:gosec // a self-signed test certificate.
+		{443, credentials.NewTLS(&tls.Config{ServerName: "grpc.example", InsecureSkipVerify: true, MinVersion: tls.VersionTLS12})}, //nolint:gosec // a self-signed test certificate.
 	} {
-		conn, err := grpc.NewClient("passthrough:///"+addr(tc.port), grpc.WithContextDialer(dial), grpc.WithTransportCredentials(tc.creds))
+		conn, err := grpc.NewClient("passthrough:///"+addr(tc.port), grpc.WithContextDialer(dial), grpc.WithTransportCredentials(tc.creds),
+			grpc.WithAuthority("grpc.example"))
 		if err != nil {
 			t.Fatal(err)
 		}
