@@ -102,6 +102,22 @@ func TestNormalize_gatewayStreamListeners(t *testing.T) {
 	}
 }
 
+func TestNormalize_terminatingTLSWithoutHTTPS(t *testing.T) {
+	// A Gateway with a terminating TLS listener only: its certificate
+	// serves no HTTPS listener, and needs none.
+	lb := gatewayStreams()
+	lb.Listeners = []Listener{{Port: 9443, Protocol: TLS, Terminate: true, SNI: []SNIRoute{{Host: "t.example.com", Pool: "p"}}}}
+	lb.HTTP = &HTTPRoutes{TLS: []TLSCert{lb.HTTP.TLS[1]}}
+	lb.HTTP.TLS[0].Ports = []int32{9443}
+	if _, err := Normalize(lb); err != nil {
+		t.Fatalf("Normalize: %v", err)
+	}
+	lb.Listeners[0].Terminate = false
+	if _, err := Normalize(lb); err == nil || !strings.Contains(err.Error(), "port 9443 is not an HTTPS listener nor a terminating TLS listener") {
+		t.Errorf("Normalize(a certificate for a passthrough listener) = %v", err)
+	}
+}
+
 func TestNormalize_rejectsInvalidGatewayStreams(t *testing.T) {
 	tests := []struct {
 		name string
