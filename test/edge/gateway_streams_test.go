@@ -97,6 +97,24 @@ func startGRPCBackend(t *testing.T, name string) providers.Member {
 	return serveOn(t, listenBridge(t), srv.Serve, srv.Stop)
 }
 
+// startBannerBackend starts a TCP server that speaks first: it writes
+// "hello <name>" to each connection and closes it.
+func startBannerBackend(t *testing.T, name string) providers.Member {
+	t.Helper()
+	ln := listenBridge(t)
+	serve := func(ln net.Listener) error {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return err
+			}
+			_, _ = io.WriteString(c, "hello "+name+"\n")
+			_ = c.Close()
+		}
+	}
+	return serveOn(t, ln, serve, func() { _ = ln.Close() })
+}
+
 // tcpGet sends an HTTP/1.0 request over a connection from the client
 // namespace to addr (through TLS with server name sni when sni is set)
 // and returns the backend that answered and the DNS name of the
@@ -138,7 +156,7 @@ func TestProvider_gatewayStreamsDataPlane(t *testing.T) {
 	p := openProvider(t, b, b.ProviderSection())
 	ctx := context.Background()
 	name := testCluster + "--gw-ns-streams-GW"
-	pa, pOne, pTwo, pGRPC, pH2C := name+"-a", name+"-one", name+"-two", name+"-grpc", name+"-h2c"
+	pa, pOne, pTwo, pGRPC, pH2C, pBanner := name+"-a", name+"-one", name+"-two", name+"-grpc", name+"-h2c", name+"-banner"
 	tcpPool := providers.PoolName(name, providers.TCP, 9000)
 	weighted := startBackends(t, bs, "w", 2)
 	weighted[0].Weight, weighted[1].Weight = 70, 30
@@ -151,10 +169,12 @@ func TestProvider_gatewayStreamsDataPlane(t *testing.T) {
 			{Port: 443, Protocol: providers.HTTPS},
 			{Port: 9000, Protocol: providers.TCP, Pool: providers.Pool{Name: tcpPool, Members: weighted}},
 			{Port: 8883, Protocol: providers.TLS, SNI: []providers.SNIRoute{{Host: "one.example", Pool: pOne}, {Host: "*.two.example", Pool: pTwo}}},
-			{Port: 9443, Protocol: providers.TLS, Terminate: true, SNI: []providers.SNIRoute{{Host: "t.example", Pool: pa}}},
+			{Port: 9443, Protocol: providers.TLS, Terminate: true, SNI: []providers.SNIRoute{{Host: "t.example", Pool: pa},
+				{Host: "banner.example", Pool: pBanner}}},
 		},
 		Pools: []providers.Pool{
 			{Name: pa, Members: startBackends(t, bs, "a", 1)},
+			{Name: pBanner, Members: []providers.Member{startBannerBackend(t, "banner")}},
 			{Name: pOne, Members: []providers.Member{startTLSBackend(t, "one", "one.example")}},
 			{Name: pTwo, Members: []providers.Member{startTLSBackend(t, "two", "two.example")}},
 			{Name: pGRPC, AppProtocol: providers.AppProtocolH2C, Members: []providers.Member{startGRPCBackend(t, "g-0")}},
@@ -222,6 +242,18 @@ func TestProvider_gatewayStreamsDataPlane(t *testing.T) {
 	// TLS terminated with the port's certificate; the pool gets plain TCP.
 	if backend, cert, err := tcpGet(ctx, b, addr(9443), "t.example"); err != nil || backend != "a-0" || cert != "t.example" {
 		t.Errorf("TLS :9443 SNI t.example: backend %q certificate %q (%v), want a-0 behind the certificate of t.example", backend, cert, err)
+	}
+	// A member that speaks first is heard before the client says anything.
+	if conn, err := b.ClientDial(ctx, "tcp", addr(9443), 3*time.Second); err != nil {
+		t.Errorf("TLS :9443: %v", err)
+	} else {
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		tc := tls.Client(conn, &tls.Config{ServerName: "banner.example", InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) //nolint:gosec // a self-signed test certificate.
+		line, err := bufio.NewReader(tc).ReadString('\n')
+		_ = tc.Close()
+		if err != nil || line != "hello banner\n" {
+			t.Errorf("TLS :9443 SNI banner.example: read %q (%v), want the member's banner", line, err)
+		}
 	}
 	if backend, _, err := tcpGet(ctx, b, addr(9443), "u.example"); err == nil {
 		t.Errorf("TLS :9443 SNI u.example: answered by %q, want the connection closed (no route)", backend)
