@@ -1,9 +1,9 @@
 // Package haproxy is the HAProxy provider: it states each load balancer to
 // every configured npl-edge (the command beside HAProxy on an edge host)
 // over mutual TLS, and counts a change applied only when every edge has
-// it. HAProxy serves TCP listeners and, for L7 load balancers (Ingress),
-// HTTP and HTTPS listeners (TLS terminated with the Ingress's Secrets) with
-// host and path rules; UDP listeners (HAProxy 2.6 has no UDP load
+// it. HAProxy serves TCP listeners and, for L7 load balancers (Ingress,
+// Gateway), HTTP and HTTPS listeners with their rules (HTTP/2 and h2c pools
+// included) and a Gateway's TCP and TLS listeners; UDP listeners (HAProxy 2.6 has no UDP load
 // balancing) are reported as warnings while the others are served. VIPs
 // come from vipPool, as the edges do not allocate them.
 package haproxy
