@@ -137,6 +137,7 @@ func TestNormalize_rejectsInvalidGatewayStreams(t *testing.T) {
 		{"an HTTPS listener that terminates", func(lb *LoadBalancer) { lb.Listeners[1].Terminate = true }, "only a TLS listener"},
 		{"a TLS listener with a pool", func(lb *LoadBalancer) { lb.Listeners[4].Pool.Name = "p" }, "TLS/8883: no pool of its own"},
 		{"an SNI bad host", func(lb *LoadBalancer) { lb.Listeners[4].SNI[0].Host = "a.*.com" }, `SNI host "a.*.com" is not a host name`},
+		{"an SNI host with a newline", func(lb *LoadBalancer) { lb.Listeners[4].SNI[0].Host = "a\nb" }, "is not a host name"},
 		{"an SNI host twice", func(lb *LoadBalancer) { lb.Listeners[4].SNI[0].Host = "*.example.com" }, `SNI host "*.example.com" given twice`},
 		{"an SNI route without pool", func(lb *LoadBalancer) { lb.Listeners[4].SNI[0].Pool = "" }, "has no pool"},
 		{"an SNI route to an unknown pool", func(lb *LoadBalancer) { lb.Listeners[4].SNI[0].Pool = "tcp-9000" }, "pool tcp-9000 is not one of the pools"},
