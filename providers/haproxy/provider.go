@@ -87,6 +87,12 @@ func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (prov
 	p.mu.Lock()
 	if err != nil {
 		delete(p.applied, lb.Name)
+		var he *httpError
+		if errors.As(err, &he) && he.status == http.StatusConflict {
+			// An edge serves the chosen VIP and a port of it for
+			// another load balancer: the next Ensure chooses again.
+			delete(p.reserved, lb.Name)
+		}
 	} else {
 		delete(p.reserved, lb.Name)
 		p.applied[lb.Name] = vip
@@ -215,9 +221,13 @@ func (p *provider) vipFor(ctx context.Context, lb *providers.LoadBalancer) (neti
 	if a, ok := p.reserved[lb.Name]; ok {
 		return a, nil
 	}
-	for name, a := range p.reserved {
-		if name != lb.Name {
-			inUse[a] = true
+	// The VIPs chosen or applied since the list was read are in use too:
+	// another Ensure may have reserved one and applied it meanwhile.
+	for _, held := range []map[string]netip.Addr{p.reserved, p.applied} {
+		for name, a := range held {
+			if name != lb.Name {
+				inUse[a] = true
+			}
 		}
 	}
 	a, err := vippool.First(p.cfg.common.VIPPool, func(a netip.Addr) bool { return inUse[a] })
