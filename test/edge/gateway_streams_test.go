@@ -348,6 +348,23 @@ func TestProvider_gatewayStreamsDataPlane(t *testing.T) {
 	if diff := cmp.Diff(rn.Listeners, got.Listeners); diff != "" {
 		t.Errorf("listeners after the weight change (-applied +listed):\n%s", diff)
 	}
+
+	// A restarted edge serves it all again from its saved state, the
+	// terminating listener's key read back from its file.
+	b.StopEdge()
+	if err := b.StartEdge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(got, listOne(t, p, name)); diff != "" {
+		t.Errorf("List after the edge restarted (-before +after):\n%s", diff)
+	}
+	if backend, cert, err := tcpGet(ctx, b, addr(9443), "t.example"); err != nil || backend != "a-0" || cert != "t.example" {
+		t.Errorf("TLS :9443 after the edge restarted: backend %q certificate %q (%v)", backend, cert, err)
+	}
+	if backend, cert, err := tcpGet(ctx, b, addr(8883), "one.example"); err != nil || backend != "one" || cert != "one.example" {
+		t.Errorf("TLS :8883 after the edge restarted: backend %q certificate %q (%v)", backend, cert, err)
+	}
+
 	if err := p.Delete(ctx, name, providers.L7); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
