@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -124,6 +125,21 @@ func New() (*Table, error) {
 		return nil, fmt.Errorf("nftables for UDP listeners (apt-get install nftables; needs nf_tables, nat and numgen): %w", err)
 	}
 	return &Table{nft: nft, read: listTable, flush: flushConntrack, VerifyEvery: 10 * time.Second}, nil
+}
+
+// Forwarding returns an error unless the host forwards IPv4 packets
+// (net.ipv4.ip_forward), without which the DNAT'd datagrams go nowhere.
+// IPv6 VIPs need net.ipv6.conf.all.forwarding too; that is checked by
+// whoever serves one.
+func Forwarding() error {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+	if err != nil {
+		return fmt.Errorf("read net.ipv4.ip_forward: %w", err)
+	}
+	if strings.TrimSpace(string(b)) != "1" {
+		return errors.New("net.ipv4.ip_forward is 0: the edge does not forward the datagrams it sends to members (sysctl -w net.ipv4.ip_forward=1)")
+	}
+	return nil
 }
 
 // NewWith returns a table driven by nft (a knftables.Fake in tests), read
