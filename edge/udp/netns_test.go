@@ -27,11 +27,15 @@ func TestMain(m *testing.M) {
 // 198.18.210.0/24, a client namespace and member namespaces on it, and the
 // VIPs of 198.18.200.0/24 local on the edge, as test/edge's bed has them.
 type bed struct {
-	client  string
-	members map[string]netip.AddrPort // name -> address of its UDP echo
+	client   string
+	members  map[string]netip.AddrPort // name -> IPv4 address of its UDP echo
+	members6 map[string]netip.AddrPort // name -> IPv6 address of its UDP echo
 }
 
-var vip = netip.MustParseAddr("198.18.200.1")
+var (
+	vip  = netip.MustParseAddr("198.18.200.1")
+	vip6 = netip.MustParseAddr("fd00:198:200::1")
+)
 
 // beds numbers the beds, so that the links of one are never those of the
 // previous, whose namespaces may linger a moment.
@@ -53,15 +57,18 @@ func run(t *testing.T, ns string, name string, args ...string) {
 
 func newBed(t *testing.T, members ...string) *bed {
 	netnstest.Require(t, "programs nftables and sends UDP through it")
-	b := &bed{members: map[string]netip.AddrPort{}}
+	b := &bed{members: map[string]netip.AddrPort{}, members6: map[string]netip.AddrPort{}}
 	beds++
 	run(t, "", "ip", "link", "add", "br0", "type", "bridge")
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", "br0").Run() })
 	run(t, "", "ip", "addr", "add", "198.18.210.1/24", "dev", "br0")
+	run(t, "", "ip", "addr", "add", "fd00:198:210::1/64", "dev", "br0", "nodad")
 	run(t, "", "ip", "link", "set", "br0", "up")
 	run(t, "", "ip", "route", "add", "local", "198.18.200.0/24", "dev", "lo")
 	t.Cleanup(func() { _ = exec.Command("ip", "route", "del", "local", "198.18.200.0/24", "dev", "lo").Run() })
-	run(t, "", "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	run(t, "", "ip", "-6", "route", "add", "local", "fd00:198:200::/120", "dev", "lo")
+	t.Cleanup(func() { _ = exec.Command("ip", "-6", "route", "del", "local", "fd00:198:200::/120", "dev", "lo").Run() })
+	run(t, "", "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
 	attach := func(i int, name string) string {
 		ns := netnstest.NewNetNS(t)
 		peer := fmt.Sprintf("v%d-%d", beds, i)
@@ -69,16 +76,18 @@ func newBed(t *testing.T, members ...string) *bed {
 		run(t, "", "ip", "link", "set", peer, "master", "br0", "up")
 		addr := fmt.Sprintf("198.18.210.%d", 10+i)
 		run(t, ns, "ip", "addr", "add", addr+"/24", "dev", "eth0")
+		run(t, ns, "ip", "addr", "add", fmt.Sprintf("fd00:198:210::%d/64", 10+i), "dev", "eth0", "nodad")
 		run(t, ns, "ip", "link", "set", "eth0", "up")
 		run(t, ns, "ip", "link", "set", "lo", "up")
 		run(t, ns, "ip", "route", "add", "default", "via", "198.18.210.1")
+		run(t, ns, "ip", "-6", "route", "add", "default", "via", "fd00:198:210::1")
 		return ns
 	}
 	b.client = attach(0, "client")
 	for i, name := range members {
 		ns := attach(i+1, name)
 		var pc net.PacketConn
-		if err := netns.Do(ns, func() (err error) { pc, err = net.ListenPacket("udp4", ":5353"); return err }); err != nil {
+		if err := netns.Do(ns, func() (err error) { pc, err = net.ListenPacket("udp", ":5353"); return err }); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = pc.Close() })
@@ -93,6 +102,7 @@ func newBed(t *testing.T, members ...string) *bed {
 			}
 		}()
 		b.members[name] = netip.MustParseAddrPort(fmt.Sprintf("198.18.210.%d:5353", 11+i))
+		b.members6[name] = netip.MustParseAddrPort(fmt.Sprintf("[fd00:198:210::%d]:5353", 11+i))
 	}
 	return b
 }
@@ -102,9 +112,14 @@ type flow struct{ c *net.UDPConn }
 
 func (b *bed) dial(t *testing.T, port int) *flow {
 	t.Helper()
+	return b.dialVIP(t, vip, port)
+}
+
+func (b *bed) dialVIP(t *testing.T, vip netip.Addr, port int) *flow {
+	t.Helper()
 	var c *net.UDPConn
 	err := netns.Do(b.client, func() (err error) {
-		c, err = net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(vip, uint16(port))))
+		c, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(vip, uint16(port))))
 		return err
 	})
 	if err != nil {
@@ -282,5 +297,58 @@ func TestTable_twoListenersAndAWholeRewrite(t *testing.T) {
 	}
 	if name, err := b.dial(t, 54).ask(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("port 54 with its one member draining: answer %q, %v; want the port refused", name, err)
+	}
+}
+
+func TestTable_ipv6Listener(t *testing.T) {
+	b := newBed(t, "a", "b")
+	ctx := context.Background()
+	tab := newTable(t)
+	member6 := func(name string, enabled bool) providers.Member {
+		a := b.members6[name]
+		return providers.Member{IP: a.Addr().String(), Port: int32(a.Port()), Enabled: enabled}
+	}
+	l := udp.Listener{VIP: vip6, Port: 53, Members: []providers.Member{member6("a", true), member6("b", true)}}
+	if _, err := tab.Sync(ctx, []udp.Listener{l}); err != nil {
+		t.Fatal(err)
+	}
+	// Neighbour discovery on the new links: the first flows may take a moment.
+	var last error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		if _, last = b.dialVIP(t, vip6, 53).ask(); last == nil {
+			break
+		}
+	}
+	if last != nil {
+		out, _ := exec.Command("sh", "-c", "nft list table inet npl-edge; conntrack -L -f ipv6; ip -6 neigh").CombinedOutput()
+		t.Fatalf("no IPv6 flow answered in 10s: %v\n%s", last, out)
+	}
+	counts := map[string]int{}
+	for range 60 {
+		name, err := b.dialVIP(t, vip6, 53).ask()
+		if err != nil {
+			t.Fatalf("a new flow to [%s]:53: %v", vip6, err)
+		}
+		counts[name]++
+	}
+	t.Logf("60 IPv6 flows at equal weights: %v", counts)
+	if counts["a"] == 0 || counts["b"] == 0 {
+		t.Fatalf("flows per member %v; want both", counts)
+	}
+	l.Members[1].Enabled = false
+	if _, err := tab.Sync(ctx, []udp.Listener{l}); err != nil {
+		t.Fatal(err)
+	}
+	for range 30 {
+		if name, err := b.dialVIP(t, vip6, 53).ask(); err != nil || name != "a" {
+			t.Fatalf("a new IPv6 flow while b drains: answer from %q, %v; want a", name, err)
+		}
+	}
+	served, err := tab.Served(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := served[udp.Key{VIP: vip6, Port: 53}]; fmt.Sprint(got) != fmt.Sprint(l.Members) {
+		t.Fatalf("Served: %v, want %v", got, l.Members)
 	}
 }
