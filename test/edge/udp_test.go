@@ -2,15 +2,11 @@ package edge
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"os/exec"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -40,58 +36,6 @@ func startUDPEcho(t *testing.T, ip netip.Addr, name string) providers.Member {
 	}()
 	return providers.Member{IP: ip.String(), Port: int32(pc.LocalAddr().(*net.UDPAddr).Port), Enabled: true}
 }
-
-// UDPFlow is one UDP flow from the client namespace to a VIP: a socket of
-// its own, so its own source port.
-type UDPFlow struct{ conn net.Conn }
-
-// nextSourcePort gives each flow of the package its own source port, below
-// the ephemeral range: a flow from a port an earlier flow used would be
-// that flow again while conntrack remembers it (30 s to 2 min), member and
-// all.
-var nextSourcePort atomic.Int32
-
-// DialUDP opens a new flow from the client namespace to addr, from a source
-// port no flow of the package used before.
-func (b *Bed) DialUDP(ctx context.Context, addr string) (*UDPFlow, error) {
-	nextSourcePort.CompareAndSwap(0, 12000)
-	port := nextSourcePort.Add(1)
-	if port >= 32768 {
-		return nil, errors.New("out of source ports below the ephemeral range")
-	}
-	var conn net.Conn
-	err := b.ClientDo(func() (err error) {
-		d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.UDPAddr{Port: int(port)}}
-		conn, err = d.DialContext(ctx, "udp", addr)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &UDPFlow{conn}, nil
-}
-
-// Ask sends a datagram and returns who answered: the part of the answer
-// before ": " (a stand-in Pod's or startUDPEcho's name).
-func (f *UDPFlow) Ask(payload string) (string, error) {
-	_ = f.conn.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := f.conn.Write([]byte(payload)); err != nil {
-		return "", err
-	}
-	buf := make([]byte, 2048)
-	n, err := f.conn.Read(buf)
-	if err != nil {
-		return "", err
-	}
-	name, _, ok := strings.Cut(string(buf[:n]), ": ")
-	if !ok {
-		return "", fmt.Errorf("answer %q is not from an echo", buf[:n])
-	}
-	return name, nil
-}
-
-// Close ends the flow's socket.
-func (f *UDPFlow) Close() { _ = f.conn.Close() }
 
 // askNew sends one datagram on a new flow and returns who answered.
 func askNew(ctx context.Context, b *Bed, addr string) (string, error) {
