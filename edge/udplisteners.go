@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
 	"github.com/nodeportlocal/npl/edge/udp"
@@ -139,4 +140,19 @@ func (e *Edge) listUDP(ctx context.Context, cluster string, lbs map[string]*prov
 		}
 	}
 	return nil
+}
+
+// registerUDP registers the metrics of the UDP listeners' table, when the
+// edge serves UDP.
+func (e *Edge) registerUDP(reg prometheus.Registerer) {
+	t := e.cfg.UDP
+	if t == nil {
+		return
+	}
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "npl_edge_udp_table_writes_total",
+			Help: "nftables transactions that changed the UDP listeners' table."}, func() float64 { return float64(t.Writes()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "npl_edge_udp_listeners",
+			Help: "UDP listeners the nftables table serves, as last written."}, func() float64 { return float64(t.Listeners()) }),
+	)
 }

@@ -37,6 +37,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -109,6 +110,8 @@ type Table struct {
 	// VerifyEvery is how often Sync reads the table back to find and
 	// repair changes made by others; zero reads it at every Sync.
 	VerifyEvery time.Duration
+
+	writes atomic.Int64
 
 	mu sync.Mutex
 	// written is what the table holds after the last successful write;
@@ -214,6 +217,7 @@ func (t *Table) Sync(ctx context.Context, listeners []Listener) (bool, error) {
 			return false, nil
 		}
 		if err := t.nft.Run(ctx, tx); err == nil {
+			t.writes.Add(1)
 			t.written = want
 			t.flushRemoved(ctx, prev, want)
 			return true, nil
@@ -227,6 +231,7 @@ func (t *Table) Sync(ctx context.Context, listeners []Listener) (bool, error) {
 		t.written = nil
 		return false, fmt.Errorf("write nftables table inet %s: %w", TableName, err)
 	}
+	t.writes.Add(1)
 	t.written, t.verified = want, time.Now()
 	if prev != nil {
 		t.flushRemoved(ctx, prev, want)
@@ -247,6 +252,16 @@ func (t *Table) flushRemoved(ctx context.Context, prev, want map[Key]content) {
 			}
 		}
 	}
+}
+
+// Writes returns how many transactions changed the table.
+func (t *Table) Writes() int64 { return t.writes.Load() }
+
+// Listeners returns how many listeners the table holds as last written.
+func (t *Table) Listeners() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.written)
 }
 
 // Served returns the members the table serves on each listener, read back
