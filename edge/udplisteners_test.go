@@ -101,7 +101,7 @@ func TestListUDP_aGatewaysUDPListenerAsTheTableServesIt(t *testing.T) {
 	name := providers.GatewayLoadBalancerName("c1", "ns", "gw")
 	pool := providers.PoolName(name, providers.UDP, 5353)
 	gw := &providers.LoadBalancer{Name: name, Gateway: "ns/gw", Kind: providers.L7, VIPs: []string{"198.18.200.1"},
-		HTTP: &providers.HTTPRoutes{Rules: []providers.Rule{}},
+		HTTP:      &providers.HTTPRoutes{Rules: []providers.Rule{}},
 		Listeners: []providers.Listener{{Port: 5353, Protocol: providers.UDP, Pool: providers.Pool{Name: pool}}}}
 	other := udpLB("c1--ns-dns", "198.18.200.2", nil, 53) // not in the table: left out
 	e := &Edge{cfg: Config{UDP: table}, desired: map[lbKey]*providers.LoadBalancer{{"c1", name}: gw, {"c1", other.Name}: other}}
