@@ -196,6 +196,9 @@ func (t *Table) Sync(ctx context.Context, listeners []Listener) (bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	log := klog.FromContext(ctx)
+	// last is what was written last, whose removed members lose their
+	// flows even when the table is written whole.
+	last := t.written
 	if t.written != nil && time.Since(t.verified) >= t.VerifyEvery {
 		st, err := t.state(ctx)
 		switch {
@@ -233,8 +236,8 @@ func (t *Table) Sync(ctx context.Context, listeners []Listener) (bool, error) {
 	}
 	t.writes.Add(1)
 	t.written, t.verified = want, time.Now()
-	if prev != nil {
-		t.flushRemoved(ctx, prev, want)
+	if last != nil {
+		t.flushRemoved(ctx, last, want)
 	}
 	return true, nil
 }
