@@ -7,7 +7,8 @@
 // changed listeners are rendered into a whole configuration, checked with
 // "haproxy -c", written, and applied by a hitless reload of the master.
 // The desired state is kept in a file, so a restarted edge or HAProxy
-// serves it again at once.
+// serves it again at once. UDP listeners, which HAProxy cannot serve, go to
+// the nftables table of package udp (Config.UDP).
 package edge
 
 import (
@@ -33,6 +34,7 @@ import (
 
 	"github.com/nodeportlocal/npl/edge/api"
 	"github.com/nodeportlocal/npl/edge/haproxy"
+	"github.com/nodeportlocal/npl/edge/udp"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -48,6 +50,9 @@ type Config struct {
 	// ResyncPeriod is how often the runtime state is compared with the
 	// desired one and repaired.
 	ResyncPeriod time.Duration
+	// UDP serves the UDP listeners with nftables (package udp); nil leaves
+	// them unserved, reported as unsupported.
+	UDP *udp.Table
 }
 
 // Edge makes HAProxy serve the desired load balancers.
@@ -131,6 +136,7 @@ func (e *Edge) stateFile() string   { return filepath.Join(e.cfg.Dir, "desired.j
 func (e *Edge) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx)
 	defer e.proc.Stop(10 * time.Second)
+	e.startUDP(ctx)
 	backoff := 200 * time.Millisecond
 	for {
 		if err := e.start(ctx); err != nil {
@@ -213,8 +219,11 @@ func (e *Edge) Put(ctx context.Context, cluster string, lb *providers.LoadBalanc
 	if err != nil {
 		return res, err
 	}
+	if err := checkUDP(n); err != nil {
+		return res, err
+	}
 	for _, l := range n.Listeners {
-		if !served(l.Protocol) {
+		if !e.serves(l.Protocol) {
 			res.Unsupported = append(res.Unsupported, fmt.Sprintf("%s/%d", l.Protocol, l.Port))
 		}
 	}
@@ -383,6 +392,9 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 			lb.Pools = append(lb.Pools, pool(b.Name, b.AppProtocol))
 		}
 	}
+	if err := e.listUDP(ctx, cluster, lbs); err != nil {
+		return nil, err
+	}
 	out := make([]providers.LoadBalancer, 0, len(lbs))
 	for _, lb := range lbs {
 		providers.SortListeners(lb.Listeners)
@@ -406,6 +418,7 @@ func (e *Edge) Status(ctx context.Context) api.Status {
 		Starts:          e.starts.Load(),
 		Writes:          e.writes.Load(),
 		RuntimeCommands: e.runtimeCommands.Load(),
+		UDP:             e.udpMode(),
 	}
 	if s.MasterPID != 0 {
 		if procs, err := haproxy.ShowProc(ctx, e.proc.MasterSocket); err == nil {
@@ -437,8 +450,8 @@ func checkRequest(cluster string, lb *providers.LoadBalancer) (*providers.LoadBa
 	return n, nil
 }
 
-// checkConflicts refuses a TCP listener that another load balancer (of any
-// cluster) serves on the same VIP and port.
+// checkConflicts refuses a listener that another load balancer (of any
+// cluster) serves on the same VIP and port (TCP and UDP apart).
 func (e *Edge) checkConflicts(cluster string, lb *providers.LoadBalancer) error {
 	for k, other := range e.desired {
 		if k == (lbKey{cluster, lb.Name}) || other.VIPs[0] != lb.VIPs[0] {
@@ -446,7 +459,7 @@ func (e *Edge) checkConflicts(cluster string, lb *providers.LoadBalancer) error 
 		}
 		for _, l := range lb.Listeners {
 			for _, o := range other.Listeners {
-				if served(l.Protocol) && served(o.Protocol) && l.Port == o.Port {
+				if e.conflicting(l.Protocol, o.Protocol) && l.Port == o.Port {
 					return fmt.Errorf("%w: load balancer %s: %s:%d is already served by load balancer %s of cluster %s",
 						ErrConflict, lb.Name, lb.VIPs[0], l.Port, other.Name, k.cluster)
 				}
@@ -587,8 +600,10 @@ func (e *Edge) render() haproxy.Rendered {
 
 // converge makes HAProxy serve the desired state: a reload when the frame
 // changed, runtime commands for the members, and the configuration file
-// rewritten so that the next start has them. Called with e.mu held.
+// rewritten so that the next start has them; then the UDP listeners.
+// Called with e.mu held.
 func (e *Edge) converge(ctx context.Context) (changed, reloaded bool, err error) {
+	defer e.convergeUDP(ctx, &changed, &err)
 	if err := e.writeCerts(); err != nil {
 		return false, false, err
 	}

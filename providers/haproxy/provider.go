@@ -3,9 +3,11 @@
 // over mutual TLS, and counts a change applied only when every edge has
 // it. HAProxy serves TCP listeners and, for L7 load balancers (Ingress,
 // Gateway), HTTP and HTTPS listeners with their rules (HTTP/2 and h2c pools
-// included) and a Gateway's TCP and TLS listeners; UDP listeners (HAProxy 2.6 has no UDP load
-// balancing) are reported as warnings while the others are served. VIPs
-// come from vipPool, as the edges do not allocate them.
+// included) and a Gateway's TCP and TLS listeners; UDP listeners (HAProxy
+// 2.6 has no UDP load balancing) are served by npl-edge's nftables table,
+// and reported as warnings only by an edge that cannot serve them
+// (npl-edge --udp=off, or no nftables there) while the others are served.
+// VIPs come from vipPool, as the edges do not allocate them.
 package haproxy
 
 import (
@@ -103,7 +105,7 @@ func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (prov
 	}
 	status := providers.Status{VIPs: []string{vip.String()}}
 	if u := results[0].Unsupported; len(u) > 0 {
-		status.Warnings = append(status.Warnings, fmt.Sprintf("HAProxy does not serve UDP: listener(s) %s not served", strings.Join(u, ", ")))
+		status.Warnings = append(status.Warnings, fmt.Sprintf("the edge does not serve UDP (npl-edge --udp is off, or nftables does not work there): listener(s) %s not served", strings.Join(u, ", ")))
 	}
 	changed := slices.ContainsFunc(results, func(r api.EnsureResult) bool { return r.Changed })
 	if changed {
