@@ -235,3 +235,49 @@ func TestProvider_udpTableRepairedAndKeptAcrossRestarts(t *testing.T) {
 		t.Fatalf("listed after the restart (-want +got):\n%s", diff)
 	}
 }
+
+// TestProvider_gatewayUDPListener: a Gateway's load balancer with an HTTP
+// listener (HAProxy) and a UDP listener (UDPRoute, nftables) on one VIP:
+// both served, and List gives both back with the UDP pool's weights.
+func TestProvider_gatewayUDPListener(t *testing.T) {
+	b, bs := newBed(t)
+	p := openProvider(t, b, b.ProviderSection())
+	ctx := context.Background()
+	name := providers.GatewayLoadBalancerName(testCluster, "ns", "gw")
+	web := startBackends(t, bs, "web", 1)
+	a, c := startUDPEcho(t, bridgeIP, "a"), startUDPEcho(t, bridgeIP, "b")
+	c.Weight = 3
+	pool := providers.PoolName(name, providers.UDP, 5353)
+	lb := &providers.LoadBalancer{Name: name, Gateway: "ns/gw", Kind: providers.L7,
+		Listeners: []providers.Listener{{Port: 80, Protocol: providers.HTTP},
+			{Port: 5353, Protocol: providers.UDP, Pool: providers.Pool{Name: pool, Members: providers.SortMembers([]providers.Member{a, c})}}},
+		Pools: []providers.Pool{{Name: name + "-web", Members: web}},
+		HTTP:  &providers.HTTPRoutes{Rules: []providers.Rule{}, DefaultPool: name + "-web"}}
+	st, err := p.Ensure(ctx, lb)
+	if err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	if len(st.Warnings) != 0 {
+		t.Fatalf("warnings %q; want none", st.Warnings)
+	}
+	waitAnswers(t, b, URL(st.VIPs[0], 80), []string{"web-0"})
+	counts := map[string]int{}
+	for range 80 {
+		name, err := askNew(ctx, b, net.JoinHostPort(st.VIPs[0], "5353"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[name]++
+	}
+	t.Logf("80 UDP flows to the Gateway's UDP listener at weights 1/3: %v", counts)
+	if counts["a"] == 0 || counts["b"] <= counts["a"] {
+		t.Fatalf("flows per member %v; want both, b about three times a", counts)
+	}
+	got := listOne(t, p, name)
+	if diff := cmp.Diff(lb.Listeners, got.Listeners); diff != "" {
+		t.Fatalf("listed listeners (-want +got):\n%s", diff)
+	}
+	if got.Kind != providers.L7 || got.Gateway != "ns/gw" {
+		t.Fatalf("listed %s kind %q gateway %q; want L7 of ns/gw", got.Name, got.Kind, got.Gateway)
+	}
+}
