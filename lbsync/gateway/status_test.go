@@ -12,7 +12,7 @@ import (
 
 func TestGatewayStatus(t *testing.T) {
 	tcp := httpL("tcp", 9000, "")
-	tcp.Protocol = gatewayv1.TCPProtocolType
+	tcp.Protocol = "example.com/sctp"
 	gw := gateway(httpL("http", 80, ""), tcp)
 	res := Build(Input{ClusterName: testCluster, Gateway: gw})
 	tests := []struct {
