@@ -405,8 +405,8 @@ func mixedTermination(ls []*listener, gen int64) {
 	for _, l := range ls {
 		if l.ok() && l.spec.Protocol == gatewayv1.TLSProtocolType && len(modes[l.spec.Port]) > 1 {
 			l.accepted = metav1.Condition{Type: string(gatewayv1.ListenerConditionAccepted), Status: metav1.ConditionFalse,
-				Reason:  string(gatewayv1.ListenerReasonProtocolConflict),
-				Message: fmt.Sprintf("TLS listeners on port %d both terminate TLS and pass it through: one port does one or the other", l.spec.Port),
+				Reason:             string(gatewayv1.ListenerReasonProtocolConflict),
+				Message:            fmt.Sprintf("TLS listeners on port %d both terminate TLS and pass it through: one port does one or the other", l.spec.Port),
 				ObservedGeneration: gen}
 		}
 	}

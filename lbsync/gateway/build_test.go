@@ -122,12 +122,12 @@ func TestListenerStatus(t *testing.T) {
 		{"unsupported protocol", tcp, nil, map[string]string{"Accepted": "UnsupportedProtocol"}, false, 0},
 		{"invalid route kinds", kinds, nil, map[string]string{"Accepted": "Accepted", "ResolvedRefs": "InvalidRouteKinds"}, false, 0},
 		{"some invalid route kinds", mixed, nil, map[string]string{"ResolvedRefs": "InvalidRouteKinds"}, true, 1},
-		{"https", httpsL("l", 443, "", secretRef("", "tls")), nil, map[string]string{"ResolvedRefs": "ResolvedRefs"}, true,2},
-		{"missing secret", httpsL("l", 443, "", secretRef("", "nope")), nil, map[string]string{"Accepted": "Accepted", "ResolvedRefs": "InvalidCertificateRef"}, false,2},
-		{"malformed secret", httpsL("l", 443, "", secretRef("", "bad")), nil, map[string]string{"ResolvedRefs": "InvalidCertificateRef"}, false,2},
-		{"not a secret", httpsL("l", 443, "", badGroup), nil, map[string]string{"ResolvedRefs": "InvalidCertificateRef"}, false,2},
-		{"other namespace without grant", httpsL("l", 443, "", secretRef("certs", "other")), nil, map[string]string{"ResolvedRefs": "RefNotPermitted"}, false,2},
-		{"other namespace with grant", httpsL("l", 443, "", secretRef("certs", "other")), []*gatewayv1.ReferenceGrant{grant}, map[string]string{"ResolvedRefs": "ResolvedRefs"}, true,2},
+		{"https", httpsL("l", 443, "", secretRef("", "tls")), nil, map[string]string{"ResolvedRefs": "ResolvedRefs"}, true, 2},
+		{"missing secret", httpsL("l", 443, "", secretRef("", "nope")), nil, map[string]string{"Accepted": "Accepted", "ResolvedRefs": "InvalidCertificateRef"}, false, 2},
+		{"malformed secret", httpsL("l", 443, "", secretRef("", "bad")), nil, map[string]string{"ResolvedRefs": "InvalidCertificateRef"}, false, 2},
+		{"not a secret", httpsL("l", 443, "", badGroup), nil, map[string]string{"ResolvedRefs": "InvalidCertificateRef"}, false, 2},
+		{"other namespace without grant", httpsL("l", 443, "", secretRef("certs", "other")), nil, map[string]string{"ResolvedRefs": "RefNotPermitted"}, false, 2},
+		{"other namespace with grant", httpsL("l", 443, "", secretRef("certs", "other")), []*gatewayv1.ReferenceGrant{grant}, map[string]string{"ResolvedRefs": "ResolvedRefs"}, true, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
