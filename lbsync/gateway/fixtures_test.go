@@ -204,7 +204,7 @@ func tlsL(name string, port int32, host string, mode gatewayv1.TLSModeType, secr
 
 func ref(name string, port int32, weight int32) gatewayv1.BackendRef {
 	return gatewayv1.BackendRef{
-		BackendObjectReference: gatewayv1.BackendObjectReference{Name: gatewayv1.ObjectName(name), Port: ptr(gatewayv1.PortNumber(port))},
+		BackendObjectReference: gatewayv1.BackendObjectReference{Name: gatewayv1.ObjectName(name), Port: ptr(port)},
 		Weight:                 ptr(weight),
 	}
 }
