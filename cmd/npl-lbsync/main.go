@@ -257,11 +257,20 @@ func enableGatewayAPI(ctx context.Context, restCfg *rest.Config, client kubernet
 			"missing", missing)
 		return nil
 	}
+	kinds, missingKinds, err := controller.GatewayRouteKindsServed(client.Discovery())
+	if err != nil {
+		return err
+	}
+	for _, k := range missingKinds {
+		klog.FromContext(ctx).Info("The CRD of a Gateway API route kind is not installed: its routes are not served until it is and npl-lbsync restarts",
+			"kind", k)
+	}
 	gc, err := gatewayclient.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("gateway API client: %w", err)
 	}
-	ctrl.EnableGatewayAPI(gc)
-	klog.FromContext(ctx).Info("Serving Gateway API Gateways", "controllerName", gateway.ControllerName)
+	ctrl.EnableGatewayAPI(gc, kinds...)
+	klog.FromContext(ctx).Info("Serving Gateway API Gateways", "controllerName", gateway.ControllerName,
+		"routeKinds", append([]string{gateway.KindHTTPRoute}, kinds...))
 	return nil
 }

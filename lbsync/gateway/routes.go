@@ -30,6 +30,7 @@ type routeView struct {
 	hostnames []gatewayv1.Hostname
 	// backendRefs are the backendRefs of each rule.
 	backendRefs [][]gatewayv1.BackendRef
+	status      *gatewayv1.RouteStatus
 	// Exactly one of these is set, for the kind.
 	http *gatewayv1.HTTPRoute
 	grpc *gatewayv1.GRPCRoute
@@ -74,7 +75,7 @@ func routeOf(obj any) *routeView {
 		if o == nil {
 			return nil
 		}
-		r := &routeView{kind: KindHTTPRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, hostnames: o.Spec.Hostnames, http: o}
+		r := &routeView{kind: KindHTTPRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, hostnames: o.Spec.Hostnames, http: o, status: &o.Status.RouteStatus}
 		for _, rule := range o.Spec.Rules {
 			refs := make([]gatewayv1.BackendRef, 0, len(rule.BackendRefs))
 			for _, br := range rule.BackendRefs {
@@ -87,7 +88,7 @@ func routeOf(obj any) *routeView {
 		if o == nil {
 			return nil
 		}
-		r := &routeView{kind: KindGRPCRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, hostnames: o.Spec.Hostnames, grpc: o}
+		r := &routeView{kind: KindGRPCRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, hostnames: o.Spec.Hostnames, grpc: o, status: &o.Status.RouteStatus}
 		for _, rule := range o.Spec.Rules {
 			refs := make([]gatewayv1.BackendRef, 0, len(rule.BackendRefs))
 			for _, br := range rule.BackendRefs {
@@ -100,7 +101,7 @@ func routeOf(obj any) *routeView {
 		if o == nil {
 			return nil
 		}
-		r := &routeView{kind: KindTCPRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, tcp: o}
+		r := &routeView{kind: KindTCPRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, tcp: o, status: &o.Status.RouteStatus}
 		for _, rule := range o.Spec.Rules {
 			r.backendRefs = append(r.backendRefs, rule.BackendRefs)
 		}
@@ -109,7 +110,7 @@ func routeOf(obj any) *routeView {
 		if o == nil {
 			return nil
 		}
-		r := &routeView{kind: KindUDPRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, udp: o}
+		r := &routeView{kind: KindUDPRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, udp: o, status: &o.Status.RouteStatus}
 		for _, rule := range o.Spec.Rules {
 			r.backendRefs = append(r.backendRefs, rule.BackendRefs)
 		}
@@ -118,7 +119,7 @@ func routeOf(obj any) *routeView {
 		if o == nil {
 			return nil
 		}
-		r := &routeView{kind: KindTLSRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, hostnames: o.Spec.Hostnames, tls: o}
+		r := &routeView{kind: KindTLSRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, hostnames: o.Spec.Hostnames, tls: o, status: &o.Status.RouteStatus}
 		for _, rule := range o.Spec.Rules {
 			r.backendRefs = append(r.backendRefs, rule.BackendRefs)
 		}
@@ -134,6 +135,39 @@ func RouteKind(obj any) string {
 		return r.kind
 	}
 	return ""
+}
+
+// StatusParents returns the status.parents of a route object npl-lbsync
+// reads, nil for anything else.
+func StatusParents(obj any) []gatewayv1.RouteParentStatus {
+	if r := routeOf(obj); r != nil {
+		return r.status.Parents
+	}
+	return nil
+}
+
+// WithStatusParents returns a copy of a route object with its
+// status.parents set to parents; nil for anything else.
+func WithStatusParents(obj any, parents []gatewayv1.RouteParentStatus) any {
+	var out any
+	switch o := obj.(type) {
+	case *gatewayv1.HTTPRoute:
+		out = o.DeepCopy()
+	case *gatewayv1.GRPCRoute:
+		out = o.DeepCopy()
+	case *gatewayv1.TCPRoute:
+		out = o.DeepCopy()
+	case *gatewayv1.UDPRoute:
+		out = o.DeepCopy()
+	case *gatewayv1.TLSRoute:
+		out = o.DeepCopy()
+	}
+	r := routeOf(out)
+	if r == nil {
+		return nil
+	}
+	r.status.Parents = parents
+	return out
 }
 
 // compareRoutes orders routes by kind, namespace and name.
