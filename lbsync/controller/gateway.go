@@ -81,7 +81,9 @@ type gatewayState struct {
 	// routeKinds are the route kinds served, HTTPRoute first.
 	routeKinds []routeKind
 	grants     gatewaylisters.ReferenceGrantLister
-	namespace  cache.Indexer
+	// cancel stops the informers of a state ServeGatewayAPI started.
+	cancel    context.CancelFunc
+	namespace cache.Indexer
 }
 
 // EnableGatewayAPI makes the controller serve the Gateways of npl's
@@ -89,6 +91,54 @@ type gatewayState struct {
 // routeKinds (of GatewayRouteKindsServed); call it before Start, once the
 // Gateway API CRDs are known to be served (GatewayAPIServed).
 func (c *Controller) EnableGatewayAPI(client gatewayclient.Interface, routeKinds ...string) {
+	g, synced := c.newGatewayState(client, routeKinds)
+	c.synced = append(c.synced, synced...)
+	c.gwp.Store(g)
+}
+
+// ServeGatewayAPI makes a started controller serve the Gateway API with
+// the route kinds given, HTTPRoute always: when the CRDs appear after the
+// start (WatchGatewayCRDs). It starts new informers, waits for their
+// caches, then replaces the Gateway API part, if any, stops its informers
+// and queues every GatewayClass and Gateway.
+func (c *Controller) ServeGatewayAPI(ctx context.Context, client gatewayclient.Interface, routeKinds ...string) error {
+	g, synced := c.newGatewayState(client, routeKinds)
+	gctx, cancel := context.WithCancel(ctx)
+	g.cancel = cancel
+	c.factory.Start(ctx.Done()) // the Namespace informer, new unless the Gateway API was served before
+	g.factory.Start(gctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		cancel()
+		return fmt.Errorf("wait for the Gateway API informer caches: %w", ctx.Err())
+	}
+	if old := c.gwp.Swap(g); old != nil && old.cancel != nil {
+		old.cancel()
+	}
+	c.queueAllGateways()
+	return nil
+}
+
+// GatewayRouteKinds returns the route kinds served, HTTPRoute first; none
+// when the Gateway API is not served.
+func (c *Controller) GatewayRouteKinds() []string {
+	g := c.gwState()
+	if g == nil {
+		return nil
+	}
+	out := make([]string, 0, len(g.routeKinds))
+	for _, rk := range g.routeKinds {
+		out = append(out, rk.kind)
+	}
+	return out
+}
+
+// gwState returns the Gateway API part, nil when it is not served.
+func (c *Controller) gwState() *gatewayState { return c.gwp.Load() }
+
+// newGatewayState makes the informers of the Gateway API and the route
+// kinds given (HTTPRoute always), with their handlers, and returns them
+// with what tells that their caches are synced.
+func (c *Controller) newGatewayState(client gatewayclient.Interface, routeKinds []string) (*gatewayState, []cache.InformerSynced) {
 	factory := gatewayinformers.NewSharedInformerFactoryWithOptions(client, 0, gatewayinformers.WithTransform(trimGatewayObject))
 	v1 := factory.Gateway().V1()
 	g := &gatewayState{client: client, factory: factory}
@@ -102,7 +152,6 @@ func (c *Controller) EnableGatewayAPI(client gatewayclient.Interface, routeKinds
 	}
 	g.classes, g.gateways, g.grants = classInf.Lister(), gwInf.Lister(), grantInf.Lister()
 	g.namespace = nsInf.Informer().GetIndexer()
-	c.gw = g
 
 	_, _ = classInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.gatewayClassChanged,
@@ -114,29 +163,32 @@ func (c *Controller) EnableGatewayAPI(client gatewayclient.Interface, routeKinds
 		UpdateFunc: c.gatewayUpdated,
 		DeleteFunc: c.enqueueGateway,
 	})
+	synced := []cache.InformerSynced{classInf.Informer().HasSynced, gwInf.Informer().HasSynced,
+		grantInf.Informer().HasSynced, nsInf.Informer().HasSynced}
 	for _, rk := range g.routeKinds {
 		_, _ = rk.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { c.routeChanged(nil, obj) },
 			UpdateFunc: c.routeChanged,
 			DeleteFunc: func(obj any) { c.routeChanged(obj, nil) },
 		})
-		c.synced = append(c.synced, rk.informer.HasSynced)
+		synced = append(synced, rk.informer.HasSynced)
 	}
 	all := func(any) { c.enqueueAllGateways() }
 	_, _ = grantInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: all, UpdateFunc: func(_, obj any) { all(obj) }, DeleteFunc: all,
 	})
-	_, _ = nsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(old, obj any) {
-			o, ok1 := old.(*corev1.Namespace)
-			n, ok2 := obj.(*corev1.Namespace)
-			if ok1 && ok2 && !labels.Equals(o.Labels, n.Labels) {
-				c.enqueueAllGateways()
-			}
-		},
+	c.nsHandler.Do(func() {
+		_, _ = nsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			UpdateFunc: func(old, obj any) {
+				o, ok1 := old.(*corev1.Namespace)
+				n, ok2 := obj.(*corev1.Namespace)
+				if ok1 && ok2 && !labels.Equals(o.Labels, n.Labels) {
+					c.enqueueAllGateways()
+				}
+			},
+		})
 	})
-	c.synced = append(c.synced, classInf.Informer().HasSynced, gwInf.Informer().HasSynced,
-		grantInf.Informer().HasSynced, nsInf.Informer().HasSynced)
+	return g, synced
 }
 
 // trimGatewayObject drops the managed fields of Gateway API objects.
@@ -214,10 +266,10 @@ func (c *Controller) gatewayUpdated(oldObj, obj any) {
 
 // enqueueAllGateways queues every Gateway and returns how many.
 func (c *Controller) enqueueAllGateways() int {
-	if c.gw == nil {
+	if c.gwState() == nil {
 		return 0
 	}
-	gws, _ := c.gw.gateways.List(labels.Everything())
+	gws, _ := c.gwState().gateways.List(labels.Everything())
 	for _, gw := range gws {
 		c.queue.Add(gatewayKey(gw.Namespace, gw.Name))
 	}
@@ -264,10 +316,10 @@ func (c *Controller) routeChanged(oldObj, obj any) {
 
 // enqueueGatewaysOf queues the Gateways of the routes that name a Service.
 func (c *Controller) enqueueGatewaysOf(svcKey string, delay time.Duration) {
-	if c.gw == nil {
+	if c.gwState() == nil {
 		return
 	}
-	for _, o := range c.gw.routesByIndex(routeBackendIndex, svcKey) {
+	for _, o := range c.gwState().routesByIndex(routeBackendIndex, svcKey) {
 		ks, _ := routeParents(o)
 		for _, k := range ks {
 			ns, name, _ := cache.SplitMetaNamespaceKey(k)
@@ -278,7 +330,7 @@ func (c *Controller) enqueueGatewaysOf(svcKey string, delay time.Duration) {
 
 // queueAllGateways queues every GatewayClass and Gateway.
 func (c *Controller) queueAllGateways() int {
-	if c.gw == nil {
+	if c.gwState() == nil {
 		return 0
 	}
 	classes := c.gatewayClasses()
@@ -289,21 +341,21 @@ func (c *Controller) queueAllGateways() int {
 }
 
 func (c *Controller) gatewayClasses() []*gatewayv1.GatewayClass {
-	classes, _ := c.gw.classes.List(labels.Everything())
+	classes, _ := c.gwState().classes.List(labels.Everything())
 	return classes
 }
 
 // referencedByNPLRoute reports whether a route (of any kind served) that
 // names a Gateway of an npl GatewayClass sends requests to the Service.
 func (c *Controller) referencedByNPLRoute(svc *corev1.Service) bool {
-	if c.gw == nil {
+	if c.gwState() == nil {
 		return false
 	}
 	classes := c.gatewayClasses()
-	for _, o := range c.gw.routesByIndex(routeBackendIndex, keyOf(svc)) {
+	for _, o := range c.gwState().routesByIndex(routeBackendIndex, keyOf(svc)) {
 		for _, k := range gateway.Gateways(o) {
 			ns, name, _ := cache.SplitMetaNamespaceKey(k)
-			if gw, err := c.gw.gateways.Gateways(ns).Get(name); err == nil && gateway.Ours(gw, classes) {
+			if gw, err := c.gwState().gateways.Gateways(ns).Get(name); err == nil && gateway.Ours(gw, classes) {
 				return true
 			}
 		}
@@ -313,7 +365,10 @@ func (c *Controller) referencedByNPLRoute(svc *corev1.Service) bool {
 
 // syncGatewayClass writes the status of one of npl's GatewayClasses.
 func (c *Controller) syncGatewayClass(ctx context.Context, key queueKey) error {
-	gc, err := c.gw.classes.Get(key.name)
+	if c.gwState() == nil {
+		return nil // ServeGatewayAPI's informers sync; it queues every class once they have
+	}
+	gc, err := c.gwState().classes.Get(key.name)
 	if err != nil || !gateway.ClassOurs(gc) {
 		return nil
 	}
@@ -326,7 +381,7 @@ func (c *Controller) syncGatewayClass(ctx context.Context, key queueKey) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.gw.client.GatewayV1().GatewayClasses().Patch(ctx, gc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	_, err = c.gwState().client.GatewayV1().GatewayClasses().Patch(ctx, gc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
 		return fmt.Errorf("patch gatewayclass %s status: %w", gc.Name, err)
 	}
@@ -356,8 +411,11 @@ func statusPatch(st any, nullable ...string) ([]byte, error) {
 // routes, and writes the statuses of the Gateway and of the routes'
 // parentRefs to it.
 func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
+	if c.gwState() == nil {
+		return nil // ServeGatewayAPI's informers sync; it queues every Gateway once they have
+	}
 	name := providers.GatewayLoadBalancerName(c.settings.ClusterName, key.namespace, key.name)
-	gw, err := c.gw.gateways.Gateways(key.namespace).Get(key.name)
+	gw, err := c.gwState().gateways.Gateways(key.namespace).Get(key.name)
 	if err != nil || !gateway.Ours(gw, c.gatewayClasses()) || gw.DeletionTimestamp != nil {
 		// Gone, or not ours (any more): no load balancer, and no status of
 		// ours on its routes.
@@ -482,7 +540,7 @@ func (c *Controller) writeGatewayStatus(ctx context.Context, gw *gatewayv1.Gatew
 	if err != nil {
 		return err
 	}
-	_, err = c.gw.client.GatewayV1().Gateways(gw.Namespace).Patch(ctx, gw.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	_, err = c.gwState().client.GatewayV1().Gateways(gw.Namespace).Patch(ctx, gw.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
 		return fmt.Errorf("patch gateway %s/%s status: %w", gw.Namespace, gw.Name, err)
 	}
@@ -498,7 +556,7 @@ func (c *Controller) writeGatewayStatus(ctx context.Context, gw *gatewayv1.Gatew
 const routeStatusWriters = 8
 
 func (c *Controller) writeRouteStatuses(ctx context.Context, key queueKey, results []gateway.RouteResult) error {
-	objs := c.gw.routesByIndex(routeParentIndex, key.namespace+"/"+key.name)
+	objs := c.gwState().routesByIndex(routeParentIndex, key.namespace+"/"+key.name)
 	now := metav1.Now()
 	// A Gateway's first sync writes the status of every route: a few
 	// writes at a time rather than one after another, so that many routes
@@ -507,7 +565,7 @@ func (c *Controller) writeRouteStatuses(ctx context.Context, key queueKey, resul
 	g.SetLimit(routeStatusWriters)
 	for _, o := range objs {
 		rt, ok := o.(metav1.Object)
-		rk := c.gw.routeKindOf(o)
+		rk := c.gwState().routeKindOf(o)
 		if !ok || rk == nil {
 			continue
 		}
@@ -538,7 +596,7 @@ func (c *Controller) writeRouteStatuses(ctx context.Context, key queueKey, resul
 func (c *Controller) gatewayInput(ctx context.Context, gw *gatewayv1.Gateway) (gateway.Input, error) {
 	in := gateway.Input{ClusterName: c.settings.ClusterName, ServiceType: c.settings.ServiceType, Family: c.settings.Family, Gateway: gw}
 	seen := map[string]bool{}
-	for _, o := range c.gw.routesByIndex(routeParentIndex, gw.Namespace+"/"+gw.Name) {
+	for _, o := range c.gwState().routesByIndex(routeParentIndex, gw.Namespace+"/"+gw.Name) {
 		addRoute(&in, o)
 		for _, ref := range gateway.Backends(o) {
 			if seen[ref.String()] {
@@ -555,8 +613,8 @@ func (c *Controller) gatewayInput(ctx context.Context, gw *gatewayv1.Gateway) (g
 	if c.settings.ServiceType == builder.ServiceTypeNodePort {
 		in.Nodes = inputs.Typed[*corev1.Node](c.store.Nodes.List())
 	}
-	in.Namespaces = inputs.Typed[*corev1.Namespace](c.gw.namespace.List())
-	in.ReferenceGrants, _ = c.gw.grants.List(labels.Everything())
+	in.Namespaces = inputs.Typed[*corev1.Namespace](c.gwState().namespace.List())
+	in.ReferenceGrants, _ = c.gwState().grants.List(labels.Everything())
 	get := inputs.APISecrets(c.client)
 	for _, l := range gw.Spec.Listeners {
 		if l.TLS == nil {
@@ -594,11 +652,11 @@ func (c *Controller) gatewayInput(ctx context.Context, gw *gatewayv1.Gateway) (g
 // Gateways we serve.
 func (c *Controller) claimedGatewayNames() map[string]bool {
 	names := map[string]bool{}
-	if c.gw == nil {
+	if c.gwState() == nil {
 		return names
 	}
 	classes := c.gatewayClasses()
-	gws, _ := c.gw.gateways.List(labels.Everything())
+	gws, _ := c.gwState().gateways.List(labels.Everything())
 	for _, gw := range gws {
 		if gateway.Ours(gw, classes) && gw.DeletionTimestamp == nil {
 			names[providers.GatewayLoadBalancerName(c.settings.ClusterName, gw.Namespace, gw.Name)] = true

@@ -83,8 +83,7 @@ func TestLBSync_gatewayRouteKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := func(svc string, port int32) gatewayv1.BackendRef {
-		p := gatewayv1.PortNumber(port)
-		return gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{Name: gatewayv1.ObjectName(svc), Port: &p}}
+		return gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{Name: gatewayv1.ObjectName(svc), Port: &port}}
 	}
 	parents := func(section string) gatewayv1.CommonRouteSpec {
 		s := gatewayv1.SectionName(section)
