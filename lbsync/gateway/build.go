@@ -408,6 +408,8 @@ func mixedTermination(ls []*listener, gen int64) {
 				Reason:             string(gatewayv1.ListenerReasonProtocolConflict),
 				Message:            fmt.Sprintf("TLS listeners on port %d both terminate TLS and pass it through: one port does one or the other", l.spec.Port),
 				ObservedGeneration: gen}
+			// A listener that is not accepted takes no route kind.
+			l.kinds = []gatewayv1.RouteGroupKind{}
 		}
 	}
 }

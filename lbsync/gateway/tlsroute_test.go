@@ -85,7 +85,7 @@ func TestTLSListenerStatus(t *testing.T) {
 			map[string]map[string]string{"t": {"Accepted": "Accepted", "ResolvedRefs": "InvalidCertificateRef"}}, 1},
 		{"mixed termination", []gatewayv1.Listener{tlsL("t", 8443, "t.example.com", gatewayv1.TLSModeTerminate, secretRef("", "tls")),
 			tlsL("p", 8443, "p.example.com", gatewayv1.TLSModePassthrough)},
-			map[string]map[string]string{"t": {"Accepted": "ProtocolConflict"}, "p": {"Accepted": "ProtocolConflict"}}, 1},
+			map[string]map[string]string{"t": {"Accepted": "ProtocolConflict"}, "p": {"Accepted": "ProtocolConflict"}}, 0},
 		{"TCPRoute only", []gatewayv1.Listener{onlyTCP}, map[string]map[string]string{"kinds": {"ResolvedRefs": "InvalidRouteKinds"}}, 0},
 		{"TLSRoute and TCPRoute", []gatewayv1.Listener{someTCP}, map[string]map[string]string{"kinds": {"ResolvedRefs": "InvalidRouteKinds"}}, 1},
 		{"HTTPS and TLS on one port", []gatewayv1.Listener{httpsL("s", 443, "", secretRef("", "tls")), tlsL("p", 443, "p.example.com", gatewayv1.TLSModePassthrough)},
