@@ -1130,7 +1130,9 @@ func (b *build) modelListener(l *listener) providers.Listener {
 		}
 		return providers.Listener{Port: port, Protocol: proto, Pool: pool}
 	case gatewayv1.TLSProtocolType:
-		return providers.Listener{Port: port, Protocol: providers.TLS, SNI: sortSNI(b.sni[port]), Terminate: l.terminate}
+		sni := b.sni[port]
+		providers.SortSNI(sni)
+		return providers.Listener{Port: port, Protocol: providers.TLS, SNI: sni, Terminate: l.terminate}
 	}
 	return providers.Listener{Port: port, Protocol: providers.HTTP}
 }

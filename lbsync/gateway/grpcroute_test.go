@@ -83,6 +83,9 @@ func TestGRPCRoutes(t *testing.T) {
 		cmpopts.SortSlices(func(a, b providers.Rule) bool { return a.Path < b.Path })); diff != "" {
 		t.Errorf("rules (-want +got):\n%s", diff)
 	}
+	if _, err := providers.Normalize(res.LB); err != nil {
+		t.Errorf("the model does not pass Normalize: %v", err)
+	}
 	if c := parentCond(t, res, KindGRPCRoute, "g", "ResolvedRefs"); c.Reason != "BackendNotFound" {
 		t.Errorf("ResolvedRefs %s, want BackendNotFound", c.Reason)
 	}

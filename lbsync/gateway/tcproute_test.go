@@ -38,6 +38,9 @@ func TestTCPRoutes(t *testing.T) {
 	if diff := cmp.Diff(want, res.LB.Listeners, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("listeners (-want +got):\n%s", diff)
 	}
+	if _, err := providers.Normalize(res.LB); err != nil {
+		t.Errorf("the model does not pass Normalize: %v", err)
+	}
 	if len(res.LB.Pools) != 0 || len(res.LB.HTTP.Rules) != 0 {
 		t.Errorf("shared pools %v, rules %v: want none", res.LB.Pools, res.LB.HTTP.Rules)
 	}
@@ -145,6 +148,9 @@ func TestUDPRoute(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, res.LB.Listeners, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("listeners (-want +got):\n%s", diff)
+	}
+	if _, err := providers.Normalize(res.LB); err != nil {
+		t.Errorf("the model does not pass Normalize: %v", err)
 	}
 	for _, l := range res.Listeners {
 		if c := cond(l.Status.Conditions, "Conflicted"); c.Status != metav1.ConditionFalse {

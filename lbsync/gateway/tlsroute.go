@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"cmp"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -32,23 +30,4 @@ func (b *build) addTLSRoute(at *attachment) {
 			b.sni[port] = append(b.sni[port], providers.SNIRoute{Host: h, Pool: name})
 		}
 	}
-}
-
-// sortSNI orders the SNI routes so that the first whose host matches a
-// server name is the most specific: names, then wildcards by length
-// (longest first), then "" (every name); ties by host.
-func sortSNI(routes []providers.SNIRoute) []providers.SNIRoute {
-	rank := func(h string) int {
-		switch {
-		case h == "":
-			return 2
-		case strings.HasPrefix(h, "*."):
-			return 1
-		}
-		return 0
-	}
-	slices.SortFunc(routes, func(a, b providers.SNIRoute) int {
-		return cmp.Or(cmp.Compare(rank(a.Host), rank(b.Host)), cmp.Compare(len(b.Host), len(a.Host)), cmp.Compare(a.Host, b.Host))
-	})
-	return routes
 }

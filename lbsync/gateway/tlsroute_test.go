@@ -52,6 +52,9 @@ func TestTLSRoutes(t *testing.T) {
 	if diff := cmp.Diff(want, res.LB, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("model (-want +got):\n%s", diff)
 	}
+	if _, err := providers.Normalize(res.LB); err != nil {
+		t.Errorf("the model does not pass Normalize: %v", err)
+	}
 	for _, l := range res.Listeners {
 		want := []gatewayv1.RouteGroupKind{{Group: ptr(gatewayv1.Group(Group)), Kind: KindTLSRoute}}
 		if diff := cmp.Diff(want, l.Status.SupportedKinds); diff != "" || !l.Served {
@@ -165,13 +168,5 @@ func TestTLSRouteStatus(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestSortSNI(t *testing.T) {
-	got := sortSNI([]providers.SNIRoute{{Host: ""}, {Host: "*.example.com"}, {Host: "b.example.com"}, {Host: "*.a.example.com"}, {Host: "a.example.com"}})
-	want := []providers.SNIRoute{{Host: "a.example.com"}, {Host: "b.example.com"}, {Host: "*.a.example.com"}, {Host: "*.example.com"}, {Host: ""}}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("order (-want +got):\n%s", diff)
 	}
 }
