@@ -2,8 +2,10 @@
 // and statuses. It decides which GatewayClasses and Gateways npl-lbsync
 // serves (ClassOurs, Ours), which Services a route sends requests to
 // (Backends, for the NodePortLocal opt-in) and builds, per Gateway, the
-// load balancer of its listeners and of the HTTPRoutes attached to them
-// together with every status the Gateway API asks for: the Gateway's and
+// load balancer of its listeners and of the routes attached to them
+// (HTTPRoute, GRPCRoute, TCPRoute, UDPRoute, TLSRoute; routes.go holds
+// what the kinds share, one file each what they do not) together with
+// every status the Gateway API asks for: the Gateway's and
 // its listeners' conditions, and each route's parent status (Build,
 // GatewayStatus, RouteParents). Pool members come from the L4 builder, so
 // they are exactly what a LoadBalancer Service would get. It is pure:
