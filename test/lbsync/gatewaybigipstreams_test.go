@@ -21,14 +21,13 @@ import (
 	"github.com/nodeportlocal/npl/test/stack"
 )
 
-// TestLBSync_gatewayOnBIGIP: a Gateway whose HTTPRoute has weighted
-// backends, a header match, header filters and a redirect, on the BIG-IP
-// provider through go-bigip and the simulator: the Gateway is Programmed,
-// the listener's LTM policy holds the rules, the pool weighs its members
-// by ratio; a restarted npl-lbsync writes nothing; a 301 redirect, which
-// an LTM policy cannot answer, makes the Gateway not Programmed and
-// changes nothing; the Gateway deleted, its objects go. (File name sorts
-// after gateway_test.go: the CRDs must not be there before
+// TestLBSync_gatewayStreamsOnBIGIP: a Gateway's TCP and UDP listeners on
+// the BIG-IP provider through go-bigip and the simulator: a TCPRoute with
+// backends weighted 3:1 gives a tcp virtual server whose pool weighs its
+// members by ratio (256/85, ratio-member), the UDP listener a udp virtual
+// server; the Gateway is Programmed; a sync of nothing new writes nothing;
+// the Gateway deleted, its objects go. (File name sorts after
+// gateway_test.go: the CRDs must not be there before
 // TestLBSync_gatewayAPIWithoutCRDs.)
 func TestLBSync_gatewayStreamsOnBIGIP(t *testing.T) {
 	e := setup(t)
