@@ -137,7 +137,7 @@ func gatewaySubset(lb *providers.LoadBalancer) error {
 	}
 	for _, r := range lb.HTTP.Rules {
 		if field := unsupportedField(r); field != "" {
-			return fmt.Errorf("rule %s%s (%s): %s is %w", r.Host, r.Path, r.PathType, field, providers.ErrUnsupported)
+			return providers.UnsupportedRule(r, field)
 		}
 	}
 	return nil

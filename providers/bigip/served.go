@@ -38,7 +38,7 @@ func served(lb *providers.LoadBalancer) error {
 	}
 	for _, r := range lb.HTTP.Rules {
 		if field := unservedField(r); field != "" {
-			return fmt.Errorf("rule %s%s (%s): %s is %w", r.Host, r.Path, r.PathType, field, providers.ErrUnsupported)
+			return providers.UnsupportedRule(r, field)
 		}
 	}
 	return nil
