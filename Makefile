@@ -36,6 +36,10 @@ tools: ## Build etcd, the control plane, kubelet, kube-proxy, the CNI plugins (b
 images: build ## Build the images (agent, lbsync, nplctl, pause, test workload) into ./bin/images for real nodes (cached).
 	$(GO) run ./test/images/cmd/npl-images --repo . --bin $(BIN) --out $(BIN)/images --tag $(IMAGE_TAG)
 
+.PHONY: chart
+chart: ## Package the Helm chart with the Gateway API CRDs it installs when gatewayAPI.installCRDs is true into ./bin/chart.
+	$(GO) run ./hack/chartpkg -chart charts/npl -out $(BIN)/chart
+
 .PHONY: kubectl
 kubectl: ## Build kubectl into ./bin (for make demo-shell).
 	BIN_DIR=$(BIN) test/tools/build.sh kubectl

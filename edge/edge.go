@@ -7,7 +7,8 @@
 // changed listeners are rendered into a whole configuration, checked with
 // "haproxy -c", written, and applied by a hitless reload of the master.
 // The desired state is kept in a file, so a restarted edge or HAProxy
-// serves it again at once.
+// serves it again at once. UDP listeners, which HAProxy cannot serve, go to
+// the nftables table of package udp (Config.UDP).
 package edge
 
 import (
@@ -33,6 +34,7 @@ import (
 
 	"github.com/nodeportlocal/npl/edge/api"
 	"github.com/nodeportlocal/npl/edge/haproxy"
+	"github.com/nodeportlocal/npl/edge/udp"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -48,6 +50,9 @@ type Config struct {
 	// ResyncPeriod is how often the runtime state is compared with the
 	// desired one and repaired.
 	ResyncPeriod time.Duration
+	// UDP serves the UDP listeners with nftables (package udp); nil leaves
+	// them unserved, reported as unsupported.
+	UDP *udp.Table
 }
 
 // Edge makes HAProxy serve the desired load balancers.
@@ -131,6 +136,7 @@ func (e *Edge) stateFile() string   { return filepath.Join(e.cfg.Dir, "desired.j
 func (e *Edge) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx)
 	defer e.proc.Stop(10 * time.Second)
+	e.startUDP(ctx)
 	backoff := 200 * time.Millisecond
 	for {
 		if err := e.start(ctx); err != nil {
@@ -213,8 +219,11 @@ func (e *Edge) Put(ctx context.Context, cluster string, lb *providers.LoadBalanc
 	if err != nil {
 		return res, err
 	}
+	if err := checkUDP(n); err != nil {
+		return res, err
+	}
 	for _, l := range n.Listeners {
-		if !served(l.Protocol) {
+		if !e.serves(l.Protocol) {
 			res.Unsupported = append(res.Unsupported, fmt.Sprintf("%s/%d", l.Protocol, l.Port))
 		}
 	}
@@ -313,12 +322,12 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 		servers[s.Backend] = append(servers[s.Backend], providers.Member{IP: s.IP.String(), Port: s.Port, Enabled: s.Enabled(),
 			Weight: modelWeight(s.Weight)})
 	}
-	pool := func(name string) providers.Pool {
+	pool := func(name, appProtocol string) providers.Pool {
 		members := providers.SortMembers(servers[name])
 		if members == nil {
 			members = []providers.Member{}
 		}
-		return providers.Pool{Name: name, Members: members}
+		return providers.Pool{Name: name, AppProtocol: appProtocol, Members: members}
 	}
 	lbs := map[string]*providers.LoadBalancer{}
 	seenRules := map[string]map[string]bool{} // load balancer -> rule MatchKeys
@@ -334,24 +343,34 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 		if vip := f.VIP.String(); !slices.Contains(lb.VIPs, vip) {
 			lb.VIPs = append(lb.VIPs, vip)
 		}
-		if !f.HTTP {
-			lb.Listeners = append(lb.Listeners, providers.Listener{Port: f.Port, Protocol: providers.TCP, Pool: pool(f.DefaultBackend)})
+		if !f.HTTP && f.Listener == "" {
+			lb.Listeners = append(lb.Listeners, providers.Listener{Port: f.Port, Protocol: providers.TCP, Pool: pool(f.DefaultBackend, "")})
 			continue
 		}
-		// Each HTTP listener has the rules and certificates of its port:
-		// the load balancer's are their union.
+		// Each listener has the rules and certificates of its port: the
+		// load balancer's are their union.
 		lb.Kind = providers.L7
 		if lb.HTTP == nil {
-			lb.HTTP = &providers.HTTPRoutes{Rules: []providers.Rule{}, DefaultPool: f.DefaultBackend}
+			lb.HTTP = &providers.HTTPRoutes{Rules: []providers.Rule{}}
 		}
+		for _, c := range f.Certificates {
+			if !slices.ContainsFunc(lb.HTTP.TLS, func(o providers.TLSCert) bool { return o.Secret == c.Cert.Secret }) {
+				lb.HTTP.TLS = append(lb.HTTP.TLS, c.Cert)
+			}
+		}
+		switch f.Listener {
+		case providers.TCP:
+			lb.Listeners = append(lb.Listeners, providers.Listener{Port: f.Port, Protocol: providers.TCP, Pool: pool(f.DefaultBackend, "")})
+			continue
+		case providers.TLS:
+			lb.Listeners = append(lb.Listeners, providers.Listener{Port: f.Port, Protocol: providers.TLS, SNI: f.SNI,
+				Terminate: len(f.Certificates) > 0})
+			continue
+		}
+		lb.HTTP.DefaultPool = f.DefaultBackend
 		protocol := providers.HTTP
 		if len(f.Certificates) > 0 {
 			protocol = providers.HTTPS
-			for _, c := range f.Certificates {
-				if !slices.ContainsFunc(lb.HTTP.TLS, func(o providers.TLSCert) bool { return o.Secret == c.Cert.Secret }) {
-					lb.HTTP.TLS = append(lb.HTTP.TLS, c.Cert)
-				}
-			}
 		}
 		lb.Listeners = append(lb.Listeners, providers.Listener{Port: f.Port, Protocol: protocol})
 		seen := seenRules[lb.Name]
@@ -370,8 +389,11 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 	}
 	for _, b := range px.Backends {
 		if lb := lbs[b.LoadBalancer]; b.Cluster == cluster && b.HTTP && lb != nil && lb.IsL7() {
-			lb.Pools = append(lb.Pools, pool(b.Name))
+			lb.Pools = append(lb.Pools, pool(b.Name, b.AppProtocol))
 		}
+	}
+	if err := e.listUDP(ctx, cluster, lbs); err != nil {
+		return nil, err
 	}
 	out := make([]providers.LoadBalancer, 0, len(lbs))
 	for _, lb := range lbs {
@@ -396,6 +418,7 @@ func (e *Edge) Status(ctx context.Context) api.Status {
 		Starts:          e.starts.Load(),
 		Writes:          e.writes.Load(),
 		RuntimeCommands: e.runtimeCommands.Load(),
+		UDP:             e.udpMode(),
 	}
 	if s.MasterPID != 0 {
 		if procs, err := haproxy.ShowProc(ctx, e.proc.MasterSocket); err == nil {
@@ -427,8 +450,8 @@ func checkRequest(cluster string, lb *providers.LoadBalancer) (*providers.LoadBa
 	return n, nil
 }
 
-// checkConflicts refuses a TCP listener that another load balancer (of any
-// cluster) serves on the same VIP and port.
+// checkConflicts refuses a listener that another load balancer (of any
+// cluster) serves on the same VIP and port (TCP and UDP apart).
 func (e *Edge) checkConflicts(cluster string, lb *providers.LoadBalancer) error {
 	for k, other := range e.desired {
 		if k == (lbKey{cluster, lb.Name}) || other.VIPs[0] != lb.VIPs[0] {
@@ -436,7 +459,7 @@ func (e *Edge) checkConflicts(cluster string, lb *providers.LoadBalancer) error 
 		}
 		for _, l := range lb.Listeners {
 			for _, o := range other.Listeners {
-				if served(l.Protocol) && served(o.Protocol) && l.Port == o.Port {
+				if e.conflicting(l.Protocol, o.Protocol) && l.Port == o.Port {
 					return fmt.Errorf("%w: load balancer %s: %s:%d is already served by load balancer %s of cluster %s",
 						ErrConflict, lb.Name, lb.VIPs[0], l.Port, other.Name, k.cluster)
 				}
@@ -447,44 +470,20 @@ func (e *Edge) checkConflicts(cluster string, lb *providers.LoadBalancer) error 
 }
 
 // served reports whether HAProxy serves listeners of protocol p here: TCP,
-// HTTP and HTTPS; UDP it cannot.
+// HTTP, HTTPS and TLS; UDP it cannot.
 func served(p providers.Protocol) bool {
-	return p == providers.TCP || p == providers.HTTP || p == providers.HTTPS
+	return p == providers.TCP || p == providers.HTTP || p == providers.HTTPS || p == providers.TLS
 }
 
 // proxies are the HAProxy frontends and backends of the desired state: per
-// L4 listener a TCP frontend and its pool's backend; per L7 load balancer an
-// HTTP frontend per HTTP listener, with the rules, and a backend per pool.
+// L4 listener a TCP frontend and its pool's backend; per L7 load balancer
+// those of l7Proxies.
 func (e *Edge) proxies() haproxy.Proxies {
 	var out haproxy.Proxies
 	for k, lb := range e.desired {
 		vip := netip.MustParseAddr(lb.VIPs[0])
 		if lb.IsL7() {
-			for _, l := range lb.Listeners {
-				if !served(l.Protocol) {
-					continue
-				}
-				f := haproxy.Frontend{Name: providers.ListenerName(lb.Name, l.Protocol, l.Port),
-					Cluster: k.cluster, LoadBalancer: lb.Name, Service: lb.Service, Ingress: lb.Ingress, Gateway: lb.Gateway, HTTP: true,
-					VIP: vip, Port: l.Port, DefaultBackend: lb.HTTP.DefaultPool}
-				for _, r := range lb.HTTP.Rules {
-					if onPort(r.Ports, l.Port) {
-						f.Rules = append(f.Rules, r)
-					}
-				}
-				if l.Protocol == providers.HTTPS {
-					for _, c := range lb.HTTP.TLS {
-						if onPort(c.Ports, l.Port) {
-							f.Certificates = append(f.Certificates, haproxy.CertFile{Path: e.certPath(c.Fingerprint), Cert: c.WithoutKeys()})
-						}
-					}
-				}
-				out.Frontends = append(out.Frontends, f)
-			}
-			for _, p := range lb.Pools {
-				out.Backends = append(out.Backends, haproxy.Backend{Name: p.Name, Cluster: k.cluster, LoadBalancer: lb.Name,
-					HTTP: true, Members: p.Members})
-			}
+			l7Proxies(&out, k.cluster, lb, vip, e.certPath)
 			continue
 		}
 		for _, l := range lb.Listeners {
@@ -500,6 +499,67 @@ func (e *Edge) proxies() haproxy.Proxies {
 	slices.SortFunc(out.Frontends, func(a, b haproxy.Frontend) int { return cmp.Compare(a.Name, b.Name) })
 	slices.SortFunc(out.Backends, func(a, b haproxy.Backend) int { return cmp.Compare(a.Name, b.Name) })
 	return out
+}
+
+// l7Proxies adds to out the proxies of L7 load balancer lb of cluster
+// on vip: an HTTP-mode frontend per HTTP and HTTPS listener, with its
+// rules and certificates, and an HTTP-mode backend per pool; a TCP-mode
+// frontend and backend per TCP listener (a Gateway's, as an L4
+// listener); a TCP-mode frontend per TLS listener, with its SNI routes,
+// and a TCP-mode copy of each pool they name. certPath names a
+// certificate's file.
+func l7Proxies(out *haproxy.Proxies, cluster string, lb *providers.LoadBalancer, vip netip.Addr, certPath func(string) string) {
+	front := func(l providers.Listener) haproxy.Frontend {
+		return haproxy.Frontend{Name: providers.ListenerName(lb.Name, l.Protocol, l.Port),
+			Cluster: cluster, LoadBalancer: lb.Name, Service: lb.Service, Ingress: lb.Ingress, Gateway: lb.Gateway,
+			VIP: vip, Port: l.Port}
+	}
+	certs := func(f *haproxy.Frontend) {
+		for _, c := range lb.HTTP.TLS {
+			if onPort(c.Ports, f.Port) {
+				f.Certificates = append(f.Certificates, haproxy.CertFile{Path: certPath(c.Fingerprint), Cert: c.WithoutKeys()})
+			}
+		}
+	}
+	tlsPools := map[string]bool{}
+	for _, l := range lb.Listeners {
+		f := front(l)
+		switch l.Protocol {
+		case providers.HTTP, providers.HTTPS:
+			f.HTTP, f.DefaultBackend = true, lb.HTTP.DefaultPool
+			for _, r := range lb.HTTP.Rules {
+				if onPort(r.Ports, l.Port) {
+					f.Rules = append(f.Rules, r)
+				}
+			}
+			if l.Protocol == providers.HTTPS {
+				certs(&f)
+			}
+		case providers.TCP:
+			f.Listener, f.DefaultBackend = providers.TCP, l.Pool.Name
+			out.Backends = append(out.Backends, haproxy.Backend{Name: l.Pool.Name, Cluster: cluster, LoadBalancer: lb.Name,
+				Members: l.Pool.Members})
+		case providers.TLS:
+			f.Listener, f.SNI = providers.TLS, l.SNI
+			if l.Terminate {
+				certs(&f)
+			}
+			for _, r := range l.SNI {
+				tlsPools[r.Pool] = true
+			}
+		default:
+			continue // not served here (UDP)
+		}
+		out.Frontends = append(out.Frontends, f)
+	}
+	for _, p := range lb.Pools {
+		out.Backends = append(out.Backends, haproxy.Backend{Name: p.Name, Cluster: cluster, LoadBalancer: lb.Name,
+			HTTP: true, Members: p.Members, AppProtocol: p.AppProtocol})
+		if tlsPools[p.Name] {
+			out.Backends = append(out.Backends, haproxy.Backend{Name: haproxy.TLSBackendName(p.Name), Cluster: cluster,
+				LoadBalancer: lb.Name, Members: p.Members, Pool: p.Name})
+		}
+	}
 }
 
 // modelWeight is the model's weight of a server of HAProxy weight w: 1,
@@ -540,8 +600,10 @@ func (e *Edge) render() haproxy.Rendered {
 
 // converge makes HAProxy serve the desired state: a reload when the frame
 // changed, runtime commands for the members, and the configuration file
-// rewritten so that the next start has them. Called with e.mu held.
+// rewritten so that the next start has them; then the UDP listeners.
+// Called with e.mu held.
 func (e *Edge) converge(ctx context.Context) (changed, reloaded bool, err error) {
+	defer e.convergeUDP(ctx, &changed, &err)
 	if err := e.writeCerts(); err != nil {
 		return false, false, err
 	}
@@ -762,7 +824,7 @@ func (e *Edge) syncServers(ctx context.Context, px haproxy.Proxies) (int, error)
 				// One round trip to the worker: a new member takes traffic
 				// as soon as it can, and every round trip waits for both
 				// processes to be scheduled on a busy host.
-				cmds := []string{"add server " + srv + " " + haproxy.Address(m.IP, m.Port) + " " + e.cfg.Checks.Options() + weightOption(m), "enable health " + srv}
+				cmds := []string{"add server " + srv + " " + haproxy.Address(m.IP, m.Port) + " " + p.ServerOptions(e.cfg.Checks) + weightOption(m), "enable health " + srv}
 				if m.Enabled {
 					cmds = append(cmds, "enable server "+srv)
 				}

@@ -22,4 +22,5 @@ func (e *Edge) Register(reg prometheus.Registerer) {
 			}),
 		e.applyDuration,
 	)
+	e.registerUDP(reg)
 }

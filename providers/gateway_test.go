@@ -2,9 +2,11 @@ package providers
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -37,6 +39,149 @@ func gatewayL7() *LoadBalancer {
 		Rule{Path: "/", PathType: PathPrefix, Pool: "p", Headers: []ValueMatch{}, Query: []ValueMatch{}, Order: 1},
 	)
 	return lb
+}
+
+// gatewayStreams is a valid Gateway model with every kind of listener: TCP
+// and UDP with pools of their own (weighted), TLS passthrough and
+// terminating with SNI routes, and an h2c pool.
+func gatewayStreams() *LoadBalancer {
+	lb := gatewayL7()
+	lb.Pools[1].AppProtocol = AppProtocolH2C
+	lb.Pools = append(lb.Pools, Pool{Name: "tls-a", Members: []Member{{IP: "198.18.0.13", Port: 61002, Enabled: true}}})
+	lb.Listeners = append(lb.Listeners,
+		Listener{Port: 9000, Protocol: TCP, Pool: Pool{Name: "tcp-9000", Members: []Member{
+			{IP: "198.18.0.12", Port: 61003, Enabled: true, Weight: 30}, {IP: "198.18.0.11", Port: 61003, Enabled: true, Weight: 70}}}},
+		Listener{Port: 9000, Protocol: UDP, Pool: Pool{Name: "udp-9000"}},
+		Listener{Port: 8883, Protocol: TLS, SNI: []SNIRoute{
+			{Pool: "p"}, {Host: "*.example.com", Pool: "q"}, {Host: "a.example.com", Pool: "tls-a"}, {Host: "*.a.example.com", Pool: "p"}}},
+		Listener{Port: 9443, Protocol: TLS, Terminate: true, SNI: []SNIRoute{{Host: "t.example.com", Pool: "tls-a"}}},
+	)
+	lb.HTTP.TLS[1].Ports = append(lb.HTTP.TLS[1].Ports, 9443)
+	return lb
+}
+
+func TestNormalize_gatewayStreamListeners(t *testing.T) {
+	in := gatewayStreams()
+	before := in.Clone()
+	got, err := Normalize(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, in); diff != "" {
+		t.Errorf("Normalize modified its argument (-before +after):\n%s", diff)
+	}
+	var protos []string
+	for _, l := range got.Listeners {
+		protos = append(protos, fmt.Sprintf("%s/%d", l.Protocol, l.Port))
+	}
+	if diff := cmp.Diff([]string{"HTTP/80", "HTTPS/443", "HTTPS/8443", "TCP/9000", "TLS/8883", "TLS/9443", "UDP/9000"}, protos); diff != "" {
+		t.Errorf("listeners (-want +got):\n%s", diff)
+	}
+	tcp := got.Listeners[3].Pool
+	if tcp.Members[0].IP != "198.18.0.11" || tcp.Members[0].Weight != 70 || got.Listeners[6].Pool.Members == nil {
+		t.Errorf("TCP pool %+v, UDP pool %+v: want sorted members with weights, never nil", tcp, got.Listeners[6].Pool)
+	}
+	want := []SNIRoute{{Host: "a.example.com", Pool: "tls-a"}, {Host: "*.a.example.com", Pool: "p"}, {Host: "*.example.com", Pool: "q"}, {Pool: "p"}}
+	if diff := cmp.Diff(want, got.Listeners[4].SNI); diff != "" {
+		t.Errorf("SNI routes (-want +got):\n%s", diff)
+	}
+	again, err := Normalize(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(got, again); diff != "" {
+		t.Errorf("Normalize is not idempotent (-once +twice):\n%s", diff)
+	}
+	if err := IngressSubset(got); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("IngressSubset = %v, want ErrUnsupported", err)
+	}
+	h2c := validL7()
+	h2c.Pools[0].AppProtocol = AppProtocolH2C
+	if err := IngressSubset(h2c); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("IngressSubset(h2c pool) = %v, want ErrUnsupported", err)
+	}
+}
+
+func TestNormalize_terminatingTLSWithoutHTTPS(t *testing.T) {
+	// A Gateway with a terminating TLS listener only: its certificate
+	// serves no HTTPS listener, and needs none.
+	lb := gatewayStreams()
+	lb.Listeners = []Listener{{Port: 9443, Protocol: TLS, Terminate: true, SNI: []SNIRoute{{Host: "t.example.com", Pool: "p"}}}}
+	lb.HTTP = &HTTPRoutes{TLS: []TLSCert{lb.HTTP.TLS[1]}}
+	lb.HTTP.TLS[0].Ports = []int32{9443}
+	if _, err := Normalize(lb); err != nil {
+		t.Fatalf("Normalize: %v", err)
+	}
+	lb.Listeners[0].Terminate = false
+	if _, err := Normalize(lb); err == nil || !strings.Contains(err.Error(), "port 9443 is not an HTTPS listener nor a terminating TLS listener") {
+		t.Errorf("Normalize(a certificate for a passthrough listener) = %v", err)
+	}
+}
+
+func TestNormalize_rejectsInvalidGatewayStreams(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*LoadBalancer)
+		want string
+	}{
+		{"a TCP listener in an Ingress's", func(lb *LoadBalancer) { lb.Gateway = "" }, "TLS, TCP and UDP only in a Gateway's"},
+		{"an SCTP listener", func(lb *LoadBalancer) { lb.Listeners[3].Protocol = "SCTP" }, `protocol "SCTP" is not HTTP, HTTPS, TLS, TCP or UDP`},
+		{"a TCP port of an HTTP listener", func(lb *LoadBalancer) { lb.Listeners[3].Port = 80 }, "TCP/80: given twice"},
+		{"a TLS port of an HTTPS listener", func(lb *LoadBalancer) { lb.Listeners[4].Port = 443 }, "given twice"},
+		{"a TCP pool without a name", func(lb *LoadBalancer) { lb.Listeners[3].Pool.Name = "" }, "TCP/9000: pool has no name"},
+		{"a TCP pool of two listeners", func(lb *LoadBalancer) { lb.Listeners[6].Pool.Name = "tcp-9000" }, "used by another listener"},
+		{"a TCP pool that is a shared pool", func(lb *LoadBalancer) { lb.Listeners[3].Pool.Name = "p" }, "pool p is also a shared pool"},
+		{"a TCP pool with an appProtocol", func(lb *LoadBalancer) { lb.Listeners[3].Pool.AppProtocol = AppProtocolH2C }, "has no appProtocol"},
+		{"a TCP member weight 257", func(lb *LoadBalancer) { lb.Listeners[3].Pool.Members[0].Weight = 257 }, "weight 257 out of 0-256"},
+		{"a TCP listener with SNI", func(lb *LoadBalancer) { lb.Listeners[3].SNI = []SNIRoute{{Pool: "p"}} }, "only a TLS listener has SNI routes"},
+		{"an HTTPS listener that terminates", func(lb *LoadBalancer) { lb.Listeners[1].Terminate = true }, "only a TLS listener"},
+		{"a TLS listener with a pool", func(lb *LoadBalancer) { lb.Listeners[4].Pool.Name = "p" }, "TLS/8883: no pool of its own"},
+		{"an SNI bad host", func(lb *LoadBalancer) { lb.Listeners[4].SNI[0].Host = "a.*.com" }, `SNI host "a.*.com" is not a host name`},
+		{"an SNI host with a newline", func(lb *LoadBalancer) { lb.Listeners[4].SNI[0].Host = "a\nb" }, "is not a host name"},
+		{"an SNI host twice", func(lb *LoadBalancer) { lb.Listeners[4].SNI[0].Host = "*.example.com" }, `SNI host "*.example.com" given twice`},
+		{"an SNI route without pool", func(lb *LoadBalancer) { lb.Listeners[4].SNI[0].Pool = "" }, "has no pool"},
+		{"an SNI route to an unknown pool", func(lb *LoadBalancer) { lb.Listeners[4].SNI[0].Pool = "tcp-9000" }, "pool tcp-9000 is not one of the pools"},
+		{"a terminating TLS listener without certificate", func(lb *LoadBalancer) { lb.HTTP.TLS[1].Ports = []int32{443, 8443} }, "listener TLS/9443: no TLS certificate serves it"},
+		{"a certificate for a passthrough listener", func(lb *LoadBalancer) { lb.HTTP.TLS[1].Ports = append(lb.HTTP.TLS[1].Ports, 8883) }, "port 8883 is not an HTTPS listener nor a terminating TLS listener"},
+		{"a rule on a TLS port", func(lb *LoadBalancer) { lb.HTTP.Rules[0].Ports = []int32{8883} }, "port 8883 is not an HTTP or HTTPS listener"},
+		{"a rule on a TCP port", func(lb *LoadBalancer) { lb.HTTP.Rules[0].Ports = []int32{9000} }, "port 9000 is not an HTTP or HTTPS listener"},
+		{"an unknown appProtocol", func(lb *LoadBalancer) { lb.Pools[0].AppProtocol = "h2" }, `pool p: appProtocol "h2" is not empty or h2c`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lb := gatewayStreams()
+			SortListeners(lb.Listeners)
+			tt.mod(lb)
+			got, err := Normalize(lb)
+			var invalid *InvalidModelError
+			if got != nil || !errors.As(err, &invalid) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Normalize = %v, want an *InvalidModelError containing %q", err, tt.want)
+			}
+		})
+	}
+	l4 := validL4()
+	l4.Listeners[0].Terminate = true
+	if _, err := Normalize(l4); err == nil || !strings.Contains(err.Error(), "only a TLS listener") {
+		t.Errorf("Normalize(L4 that terminates) = %v", err)
+	}
+	l4 = validL4()
+	l4.Listeners[0].Pool.AppProtocol = AppProtocolH2C
+	if _, err := Normalize(l4); err == nil || !strings.Contains(err.Error(), "an L4 pool has no appProtocol") {
+		t.Errorf("Normalize(L4 h2c pool) = %v", err)
+	}
+}
+
+func TestSortSNI(t *testing.T) {
+	routes := []SNIRoute{{Pool: "all"}, {Host: "*.b.example", Pool: "w1"}, {Host: "a.example", Pool: "e1"},
+		{Host: "*.a.b.example", Pool: "w2"}, {Host: "bb.example", Pool: "e2"}}
+	SortSNI(routes)
+	var got []string
+	for _, r := range routes {
+		got = append(got, r.Pool)
+	}
+	if diff := cmp.Diff([]string{"e2", "e1", "w2", "w1", "all"}, got); diff != "" {
+		t.Errorf("order (-want +got):\n%s", diff)
+	}
 }
 
 func TestNormalize_gatewayFieldsInCanonicalForm(t *testing.T) {
@@ -170,10 +315,10 @@ func FuzzNormalize(f *testing.F) {
 }
 
 // TestFuzzNormalize_seedsAreCurrent checks that the seed corpus holds the
-// models of validL4, validL7 and gatewayL7, so that the fuzzer starts from
+// models of validL4, validL7, gatewayL7 and gatewayStreams, so that the fuzzer starts from
 // every field.
 func TestFuzzNormalize_seedsAreCurrent(t *testing.T) {
-	for name, model := range map[string]func() *LoadBalancer{"l4": validL4, "ingress-l7": validL7, "gateway-l7": gatewayL7} {
+	for name, model := range map[string]func() *LoadBalancer{"l4": validL4, "ingress-l7": validL7, "gateway-l7": gatewayL7, "gateway-streams": gatewayStreams} {
 		b, err := json.Marshal(model())
 		if err != nil {
 			t.Fatal(err)

@@ -537,7 +537,9 @@ func CertFingerprint(certPEM []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// validHost accepts an empty host, a host name, or a wildcard *.name.
+// validHost accepts an empty host, a host name, or a wildcard *.name: no
+// blank, control character, "/", ":" or other "*", so that no host can
+// end a line or a word of a load balancer's configuration.
 func validHost(h string) bool {
 	if strings.HasPrefix(h, "*") {
 		h = strings.TrimPrefix(h, "*.")
@@ -545,7 +547,7 @@ func validHost(h string) bool {
 			return false
 		}
 	}
-	return !strings.ContainsAny(h, " /:*")
+	return !strings.ContainsFunc(h, func(c rune) bool { return c <= ' ' || c == 0x7f || strings.ContainsRune("/:*", c) })
 }
 
 // SortListeners sorts listeners by protocol then port.

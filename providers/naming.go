@@ -98,5 +98,23 @@ func GatewayLoadBalancerName(clusterName, namespace, gateway string) string {
 // Gateway's load balancer: <lbName>-<namespace>-<route>-R<rule index>. The
 // backendRefs of the rule share it, weighted.
 func GatewayPoolName(lbName, namespace, route string, rule int) string {
-	return fmt.Sprintf("%s-%s-%s-R%d", lbName, namespace, route, rule)
+	return GatewayRoutePoolName(lbName, "HTTPRoute", namespace, route, rule)
+}
+
+// gatewayRouteMarks are the upper-case letters that tell apart the pools
+// of the route kinds whose pools a Gateway's load balancer shares: no
+// Kubernetes name holds one, so two routes of different kinds and the same
+// name never share a pool.
+var gatewayRouteMarks = map[string]string{"HTTPRoute": "R", "GRPCRoute": "G", "TLSRoute": "T"}
+
+// GatewayRoutePoolName is the name of the pool of one rule of a route of
+// kind (HTTPRoute, GRPCRoute, TLSRoute) on a Gateway's load balancer:
+// <lbName>-<namespace>-<route>-<mark><rule index>, the mark R, G or T. The
+// TCP and UDP listeners of a Gateway have a pool of their own, PoolName.
+func GatewayRoutePoolName(lbName, kind, namespace, route string, rule int) string {
+	mark, ok := gatewayRouteMarks[kind]
+	if !ok {
+		mark = "X" + kind
+	}
+	return fmt.Sprintf("%s-%s-%s-%s%d", lbName, namespace, route, mark, rule)
 }

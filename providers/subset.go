@@ -11,6 +11,13 @@ import (
 // a provider cannot express (yet).
 var ErrUnsupported = errors.New("not supported by this provider")
 
+// UnsupportedRule is the error of a provider that cannot express field of
+// rule r: it names the rule by host, path and path type, and wraps
+// ErrUnsupported.
+func UnsupportedRule(r Rule, field string) error {
+	return fmt.Errorf("rule %s%s (%s): %s is %w", r.Host, r.Path, r.PathType, field, ErrUnsupported)
+}
+
 // IngressSubset returns an ErrUnsupported error naming the first field of
 // lb, and its rule, beyond what Ingress models use: the Gateway fields of
 // rules (other than Order, which only ranks them), rule and certificate
@@ -84,7 +91,7 @@ func IngressSubset(lb *LoadBalancer) error {
 		default:
 			continue
 		}
-		return fmt.Errorf("rule %s%s (%s): %s is %w", r.Host, r.Path, r.PathType, field, ErrUnsupported)
+		return UnsupportedRule(r, field)
 	}
 	return nil
 }

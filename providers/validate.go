@@ -51,6 +51,14 @@ var ErrNoListeners = errors.New("no listeners: nothing to serve")
 //     listener served by a certificate, certificates only with HTTPS
 //     listeners, with their PEM data and its fingerprint, their Ports
 //     HTTPS listener ports; a default pool that names an existing pool;
+//     pools' AppProtocol empty or AppProtocolH2C;
+//   - a Gateway's L7 (Gateway set) may also have TCP and UDP listeners,
+//     each with a pool of its own name (not a shared pool's) checked as
+//     an L4 listener's, and TLS listeners without pools whose SNI routes
+//     have valid hosts, each once, and name existing pools; a terminating
+//     TLS listener is served by a certificate as an HTTPS listener is. A
+//     port is one listener's among HTTP, HTTPS, TLS and TCP, and one UDP
+//     listener's; only TLS listeners have SNI routes or Terminate;
 //   - L7 rules: hosts and paths as Rule documents (a RegularExpression path
 //     compiles); exactly one of Pool (an existing pool), Redirect and
 //     FixedStatus (200-599); Rewrite and RequestHeaders only with a Pool;
@@ -67,7 +75,7 @@ var ErrNoListeners = errors.New("no listeners: nothing to serve")
 // The canonical form: Kind empty for L4, IP addresses in their shortest
 // form (IPv4-mapped IPv6 as IPv4), listeners, pools, members, rules and
 // certificates sorted (SortListeners, SortPools, SortMembers, SortRules,
-// TLS by Secret, hosts by name), duplicate members merged, and a named
+// SortSNI, TLS by Secret, hosts by name), duplicate members merged, and a named
 // pool's members never nil; member weight 1 as 0 (the same); in rules and
 // certificates, ports sorted, header and query matches and filter headers
 // sorted by name, and empty lists and filters nil. Equal normalized rules
@@ -126,6 +134,10 @@ func (lb *LoadBalancer) normalizeL4() error {
 			return fmt.Errorf("listener %s/%d: pool has no name", l.Protocol, l.Port)
 		case pools[l.Pool.Name]:
 			return fmt.Errorf("listener %s/%d: pool %s is used by another listener", l.Protocol, l.Port, l.Pool.Name)
+		case len(l.SNI) > 0 || l.Terminate:
+			return fmt.Errorf("listener %s/%d: only a TLS listener has SNI routes or terminates", l.Protocol, l.Port)
+		case l.Pool.AppProtocol != "":
+			return fmt.Errorf("listener %s/%d: pool %s: an L4 pool has no appProtocol", l.Protocol, l.Port, l.Pool.Name)
 		}
 		pools[l.Pool.Name] = true
 		members, err := normalizeMembers(l.Pool)
@@ -142,20 +154,51 @@ func (lb *LoadBalancer) normalizeL7() error {
 		return errors.New("L7 load balancer without HTTP routes")
 	}
 	SortListeners(lb.Listeners)
+	// ports are the HTTP, HTTPS and TLS listeners (rules and certificates
+	// name them); TCP listeners share their port space, UDP has its own.
 	ports := map[int32]Protocol{}
-	for i, l := range lb.Listeners {
+	used := map[Protocol]map[int32]bool{TCP: {}, UDP: {}}
+	for i := range lb.Listeners {
+		l := &lb.Listeners[i]
+		transport := TCP
 		switch {
-		case l.Protocol != HTTP && l.Protocol != HTTPS:
-			return fmt.Errorf("listener %s/%d: an L7 listener is HTTP or HTTPS", l.Protocol, l.Port)
+		case l.Protocol != HTTP && l.Protocol != HTTPS && l.Protocol != TLS && l.Protocol != TCP && l.Protocol != UDP:
+			return fmt.Errorf("listener %s/%d: protocol %q is not HTTP, HTTPS, TLS, TCP or UDP", l.Protocol, l.Port, l.Protocol)
+		case l.Protocol != HTTP && l.Protocol != HTTPS && lb.Gateway == "":
+			return fmt.Errorf("listener %s/%d: an L7 listener is HTTP or HTTPS (TLS, TCP and UDP only in a Gateway's)", l.Protocol, l.Port)
 		case !validPort(l.Port):
 			return fmt.Errorf("listener %s/%d: port out of 1-65535", l.Protocol, l.Port)
-		case l.Pool.Name != "" || len(l.Pool.Members) > 0:
-			return fmt.Errorf("listener %s/%d: an L7 listener has no pool of its own", l.Protocol, l.Port)
-		case ports[l.Port] != "":
+		}
+		if l.Protocol == UDP {
+			transport = UDP
+		}
+		if used[transport][l.Port] {
 			return fmt.Errorf("listener %s/%d: given twice", l.Protocol, l.Port)
 		}
-		lb.Listeners[i].Pool = Pool{}
-		ports[l.Port] = l.Protocol
+		used[transport][l.Port] = true
+		if l.Protocol != TLS && (len(l.SNI) > 0 || l.Terminate) {
+			return fmt.Errorf("listener %s/%d: only a TLS listener has SNI routes or terminates", l.Protocol, l.Port)
+		}
+		switch l.Protocol {
+		case TCP, UDP:
+			if l.Pool.Name == "" {
+				return fmt.Errorf("listener %s/%d: pool has no name", l.Protocol, l.Port)
+			}
+			if l.Pool.AppProtocol != "" {
+				return fmt.Errorf("listener %s/%d: pool %s: a %s listener's pool has no appProtocol", l.Protocol, l.Port, l.Pool.Name, l.Protocol)
+			}
+			members, err := normalizeMembers(l.Pool)
+			if err != nil {
+				return err
+			}
+			l.Pool.Members = members
+		default:
+			if l.Pool.Name != "" || len(l.Pool.Members) > 0 {
+				return fmt.Errorf("listener %s/%d: no pool of its own: its routes pick the pools", l.Protocol, l.Port)
+			}
+			l.Pool = Pool{}
+			ports[l.Port] = l.Protocol
+		}
 	}
 	if err := lb.normalizeTLS(ports); err != nil {
 		return err
@@ -168,6 +211,8 @@ func (lb *LoadBalancer) normalizeL7() error {
 			return errors.New("a pool has no name")
 		case i > 0 && lb.Pools[i-1].Name == p.Name:
 			return fmt.Errorf("pool %s: given twice", p.Name)
+		case p.AppProtocol != "" && p.AppProtocol != AppProtocolH2C:
+			return fmt.Errorf("pool %s: appProtocol %q is not empty or %s", p.Name, p.AppProtocol, AppProtocolH2C)
 		}
 		members, err := normalizeMembers(*p)
 		if err != nil {
@@ -178,6 +223,9 @@ func (lb *LoadBalancer) normalizeL7() error {
 	hasPool := func(name string) bool {
 		_, found := slices.BinarySearchFunc(lb.Pools, name, func(p Pool, n string) int { return cmp.Compare(p.Name, n) })
 		return found
+	}
+	if err := lb.normalizeListenerRoutes(hasPool); err != nil {
+		return err
 	}
 	if d := lb.HTTP.DefaultPool; d != "" && !hasPool(d) {
 		return fmt.Errorf("default pool %s is not one of the pools", d)
@@ -199,10 +247,67 @@ func (lb *LoadBalancer) normalizeL7() error {
 	return nil
 }
 
-// normalizeTLS checks the certificates of an L7 load balancer whose
-// listeners are ports (port -> protocol): each HTTPS listener has at least
-// one, and each serves HTTPS listeners only.
+// normalizeListenerRoutes checks what the TCP, UDP and TLS listeners of a
+// Gateway's load balancer forward to: a TCP or UDP listener's pool has a
+// name no other listener's nor a shared pool has; a TLS listener's SNI
+// routes have valid hosts, each once, and name shared pools (hasPool). The
+// routes end sorted by SortSNI, nil for none.
+func (lb *LoadBalancer) normalizeListenerRoutes(hasPool func(string) bool) error {
+	pools := map[string]bool{}
+	for i := range lb.Listeners {
+		l := &lb.Listeners[i]
+		switch l.Protocol {
+		case TCP, UDP:
+			switch {
+			case pools[l.Pool.Name]:
+				return fmt.Errorf("listener %s/%d: pool %s is used by another listener", l.Protocol, l.Port, l.Pool.Name)
+			case hasPool(l.Pool.Name):
+				return fmt.Errorf("listener %s/%d: pool %s is also a shared pool", l.Protocol, l.Port, l.Pool.Name)
+			}
+			pools[l.Pool.Name] = true
+		case TLS:
+			l.SNI = canonicalSlice(slices.Clone(l.SNI))
+			SortSNI(l.SNI)
+			for j, r := range l.SNI {
+				switch {
+				case !validHost(r.Host):
+					return fmt.Errorf("listener TLS/%d: SNI host %q is not a host name or a *. wildcard", l.Port, r.Host)
+				case j > 0 && l.SNI[j-1].Host == r.Host:
+					return fmt.Errorf("listener TLS/%d: SNI host %q given twice", l.Port, r.Host)
+				case r.Pool == "":
+					return fmt.Errorf("listener TLS/%d: SNI host %q has no pool", l.Port, r.Host)
+				case !hasPool(r.Pool):
+					return fmt.Errorf("listener TLS/%d: SNI host %q: pool %s is not one of the pools", l.Port, r.Host, r.Pool)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// SortSNI sorts SNI routes by precedence, most specific first: exact host
+// names, then wildcards, then the route for every name (empty host); the
+// longer host before the shorter within each, then by name. A load
+// balancer that takes the first route whose host matches then gives each
+// connection the most specific route, as Gateway API prescribes.
+func SortSNI(routes []SNIRoute) {
+	slices.SortFunc(routes, func(a, b SNIRoute) int {
+		return cmp.Or(cmp.Compare(hostClass(a.Host), hostClass(b.Host)), cmp.Compare(len(b.Host), len(a.Host)),
+			cmp.Compare(a.Host, b.Host), cmp.Compare(a.Pool, b.Pool))
+	})
+}
+
+// normalizeTLS checks the certificates of an L7 load balancer whose HTTP,
+// HTTPS and TLS listeners are ports (port -> protocol): each HTTPS listener
+// and each terminating TLS listener has at least one, and each serves such
+// listeners only. A certificate without Ports serves them all.
 func (lb *LoadBalancer) normalizeTLS(ports map[int32]Protocol) error {
+	terminates := map[int32]bool{}
+	for _, l := range lb.Listeners {
+		if l.Protocol == HTTPS || l.Protocol == TLS && l.Terminate {
+			terminates[l.Port] = true
+		}
+	}
 	slices.SortFunc(lb.HTTP.TLS, func(a, b TLSCert) int { return cmp.Compare(a.Secret, b.Secret) })
 	served := map[int32]bool{}
 	for i, c := range lb.HTTP.TLS {
@@ -222,16 +327,16 @@ func (lb *LoadBalancer) normalizeTLS(ports map[int32]Protocol) error {
 		slices.Sort(c.Hosts)
 		var err error
 		if c.Ports, err = normalizePorts(c.Ports, func(p int32) error {
-			if ports[p] != HTTPS {
-				return fmt.Errorf("port %d is not an HTTPS listener", p)
+			if !terminates[p] {
+				return fmt.Errorf("port %d is not an HTTPS listener nor a terminating TLS listener", p)
 			}
 			return nil
 		}); err != nil {
 			return fmt.Errorf("TLS Secret %s: %w", c.Secret, err)
 		}
 		lb.HTTP.TLS[i] = c
-		for p, proto := range ports {
-			if proto == HTTPS && (len(c.Ports) == 0 || slices.Contains(c.Ports, p)) {
+		for p := range terminates {
+			if len(c.Ports) == 0 || slices.Contains(c.Ports, p) {
 				served[p] = true
 			}
 		}
@@ -239,12 +344,12 @@ func (lb *LoadBalancer) normalizeTLS(ports map[int32]Protocol) error {
 	if len(lb.HTTP.TLS) == 0 && slices.Contains(slices.Collect(maps.Values(ports)), HTTPS) {
 		return errors.New("an HTTPS listener without TLS certificates")
 	}
-	if len(lb.HTTP.TLS) > 0 && !slices.Contains(slices.Collect(maps.Values(ports)), HTTPS) {
-		return errors.New("TLS certificates without an HTTPS listener")
+	if len(lb.HTTP.TLS) > 0 && len(terminates) == 0 {
+		return errors.New("TLS certificates without an HTTPS listener or a terminating TLS listener")
 	}
 	for _, l := range lb.Listeners {
-		if l.Protocol == HTTPS && !served[l.Port] {
-			return fmt.Errorf("listener HTTPS/%d: no TLS certificate serves it", l.Port)
+		if terminates[l.Port] && (l.Protocol == HTTPS || l.Protocol == TLS) && !served[l.Port] {
+			return fmt.Errorf("listener %s/%d: no TLS certificate serves it", l.Protocol, l.Port)
 		}
 	}
 	return nil
@@ -333,8 +438,8 @@ func (r *Rule) normalize(ports map[int32]Protocol, hasPool func(string) bool) er
 	}
 	var err error
 	if r.Ports, err = normalizePorts(r.Ports, func(p int32) error {
-		if ports[p] == "" {
-			return fmt.Errorf("port %d is not a listener", p)
+		if ports[p] != HTTP && ports[p] != HTTPS {
+			return fmt.Errorf("port %d is not an HTTP or HTTPS listener", p)
 		}
 		return nil
 	}); err != nil {
@@ -580,6 +685,7 @@ func (lb *LoadBalancer) Clone() *LoadBalancer {
 	out.Listeners = slices.Clone(lb.Listeners)
 	for i := range out.Listeners {
 		out.Listeners[i].Pool.Members = slices.Clone(out.Listeners[i].Pool.Members)
+		out.Listeners[i].SNI = slices.Clone(out.Listeners[i].SNI)
 	}
 	out.Pools = slices.Clone(lb.Pools)
 	for i := range out.Pools {

@@ -75,6 +75,8 @@ func TestNormalize_rejectsInvalidModels(t *testing.T) {
 		{"L7 an unknown path type", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].PathType = "Regex" }, "is not Exact, Prefix or RegularExpression"},
 		{"L7 a prefix with a trailing slash", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Path = "/a/" }, "no trailing /"},
 		{"L7 a bad host", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Host = "a.*.com" }, "not a host name"},
+		{"L7 a host with a newline", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Host = "a\nfrontend" }, "not a host name"},
+		{"L7 a host with a NUL", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Host = "*.b\x00" }, "not a host name"},
 		{"L7 a rule twice", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules = append(lb.HTTP.Rules, lb.HTTP.Rules[0]) }, "another rule matches the same requests"},
 		{"L7 a rule twice but its pool", validL7, func(lb *LoadBalancer) {
 			lb.Pools = append(lb.Pools, Pool{Name: "q"})
@@ -95,7 +97,7 @@ func TestNormalize_rejectsInvalidModels(t *testing.T) {
 			r := &lb.HTTP.Rules[0]
 			r.Pool, r.Redirect, r.RequestHeaders = "", &Redirect{StatusCode: 301}, &HeaderFilter{Remove: []string{"x"}}
 		}, "needs a pool"},
-		{"L7 a rule port that is no listener", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Ports = []int32{8080} }, "port 8080 is not a listener"},
+		{"L7 a rule port that is no listener", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Ports = []int32{8080} }, "port 8080 is not an HTTP or HTTPS listener"},
 		{"L7 a rule port twice", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Ports = []int32{80, 443, 80} }, "port 80 given twice"},
 		{"L7 a certificate port that is not HTTPS", validL7, func(lb *LoadBalancer) { lb.HTTP.TLS[0].Ports = []int32{80} }, "TLS Secret shop/cert: port 80 is not an HTTPS listener"},
 		{"L7 an HTTPS port without certificate", validL7, func(lb *LoadBalancer) {

@@ -1,12 +1,14 @@
 // Command npl-edge runs beside HAProxy on an edge host: it starts HAProxy
-// in master-worker mode, owns its configuration and sockets, and serves the
-// mutual-TLS API through which npl-lbsync's haproxy provider sets the load
-// balancers HAProxy serves.
+// in master-worker mode, owns its configuration and sockets, serves UDP
+// listeners with an nftables table of its own, and serves the mutual-TLS
+// API through which npl-lbsync's haproxy provider sets the load balancers
+// the edge serves.
 package main
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os/signal"
 	"syscall"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/nodeportlocal/npl/edge"
 	"github.com/nodeportlocal/npl/edge/haproxy"
+	"github.com/nodeportlocal/npl/edge/udp"
 	"github.com/nodeportlocal/npl/internal/cli"
 	"github.com/nodeportlocal/npl/internal/serve"
 )
@@ -39,6 +42,7 @@ type options struct {
 	checkRise    int
 	resync       time.Duration
 	metricsAddr  string
+	udp          string
 }
 
 func newCommand() *cobra.Command {
@@ -50,7 +54,9 @@ func newCommand() *cobra.Command {
 admin socket and its master CLI, and serves an HTTPS API with mutual TLS through
 which npl-lbsync's haproxy provider states the load balancers to serve. Member
 changes go through HAProxy's runtime API without a reload; new or changed
-listeners are checked with haproxy -c and applied by a hitless reload.`,
+listeners are checked with haproxy -c and applied by a hitless reload. UDP
+listeners, which HAProxy cannot serve, are served by the nftables table
+inet npl-edge (DNAT to the members by weight, --udp).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), o) },
 	})
@@ -66,6 +72,7 @@ listeners are checked with haproxy -c and applied by a hitless reload.`,
 	f.IntVar(&o.checkRise, "check-rise", haproxy.DefaultChecks.Rise, "passed checks that mark a member up")
 	f.DurationVar(&o.resync, "resync-period", 10*time.Second, "how often HAProxy's runtime state is compared with the desired one and repaired")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":9105", "address of the Prometheus metrics and /healthz listener (0 disables it)")
+	f.StringVar(&o.udp, "udp", "auto", "how to serve UDP listeners: nftables (the table inet npl-edge; needs nft and net.ipv4.ip_forward=1), off (reported as not served; the table is removed), or auto (nftables when it works here)")
 	return cmd
 }
 
@@ -80,11 +87,16 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return cli.Usagef("%v", err)
 	}
+	udpTable, err := udpTable(ctx, o.udp, o.resync)
+	if err != nil {
+		return cli.Usagef("%v", err)
+	}
 	e, err := edge.New(edge.Config{
 		HAProxyBin:   o.haproxyBin,
 		Dir:          o.dir,
 		Checks:       haproxy.Checks{Inter: o.checkInter, Fall: o.checkFall, Rise: o.checkRise},
 		ResyncPeriod: o.resync,
+		UDP:          udpTable,
 	})
 	if err != nil {
 		return cli.Usagef("%v", err)
@@ -103,11 +115,45 @@ func run(ctx context.Context, o *options) error {
 	if err := serve.Listen(ctx, "metrics", o.metricsAddr, mux); err != nil {
 		return cli.Usagef("%v", err)
 	}
-	klog.FromContext(ctx).Info("Starting npl-edge", "listen", ln.Addr().String(), "stateDir", o.dir)
+	klog.FromContext(ctx).Info("Starting npl-edge", "listen", ln.Addr().String(), "stateDir", o.dir, "udp", e.Status(ctx).UDP)
 	runDone := make(chan error, 1)
 	go func() { runDone <- e.Run(ctx) }()
 	serveErr := e.Serve(ctx, ln, tlsConfig)
 	stop()
 	runErr := <-runDone
 	return errors.Join(serveErr, runErr)
+}
+
+// udpTable returns the table that serves UDP listeners, or nil when they
+// are not served (mode off, or auto where nftables cannot work: said in
+// the log).
+func udpTable(ctx context.Context, mode string, resync time.Duration) (*udp.Table, error) {
+	log := klog.FromContext(ctx)
+	switch mode {
+	case "off":
+		// A table an earlier run left would serve listeners nobody
+		// updates: remove it.
+		if t, err := udp.New(); err == nil {
+			if err := t.Delete(ctx); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	case "nftables", "auto":
+	default:
+		return nil, fmt.Errorf("--udp must be nftables, off or auto, not %q", mode)
+	}
+	t, err := udp.New()
+	if err == nil {
+		err = udp.Forwarding()
+	}
+	if err != nil {
+		if mode == "auto" {
+			log.Info("UDP listeners are not served (--udp=auto)", "reason", err.Error())
+			return nil, nil
+		}
+		return nil, fmt.Errorf("--udp=nftables: %w", err)
+	}
+	t.VerifyEvery = resync
+	return t, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -152,8 +153,9 @@ func run(ctx context.Context, o *options) error {
 		IngressSharedVIP: cfg.IngressSharedVIP(),
 		GatewayFeatures:  gateway.FeaturesFor(cfg.ProviderName()),
 	}, client, provider, metrics)
+	watchCRDs := false
 	if cfg.GatewayAPIEnabled() {
-		if err := enableGatewayAPI(ctx, restCfg, client, ctrl); err != nil {
+		if watchCRDs, err = enableGatewayAPI(ctx, restCfg, client, ctrl); err != nil {
 			return err
 		}
 	}
@@ -188,6 +190,11 @@ func run(ctx context.Context, o *options) error {
 	logger.Info("Starting npl-lbsync", "cluster", cfg.ClusterName(), "provider", cfg.ProviderName(), "serviceType", cfg.ServiceType())
 	if err := ctrl.Start(ctx); err != nil {
 		return err
+	}
+	if watchCRDs {
+		if err := watchGatewayCRDs(ctx, restCfg, client, ctrl); err != nil {
+			return err
+		}
 	}
 	if o.webhookAddr != "" {
 		if err := serveWebhook(ctx, o, client, ctrl, cfg); err != nil {
@@ -246,22 +253,47 @@ func run(ctx context.Context, o *options) error {
 
 // enableGatewayAPI makes ctrl serve Gateways when the API server serves the
 // Gateway API resources; without their CRDs it says so once and the rest
-// runs as usual.
-func enableGatewayAPI(ctx context.Context, restCfg *rest.Config, client kubernetes.Interface, ctrl *controller.Controller) error {
+// runs as usual. It reports whether some CRDs are missing: then
+// watchGatewayCRDs serves them when they are installed.
+func enableGatewayAPI(ctx context.Context, restCfg *rest.Config, client kubernetes.Interface, ctrl *controller.Controller) (bool, error) {
 	served, missing, err := controller.GatewayAPIServed(client.Discovery())
 	if err != nil {
-		return err
+		return false, err
 	}
 	if !served {
-		klog.FromContext(ctx).Info("gatewayAPI.enabled is set but the Gateway API CRDs are not installed: Gateways are not served until they are and npl-lbsync restarts",
+		klog.FromContext(ctx).Info("gatewayAPI.enabled is set but the Gateway API CRDs are not installed: Gateways are not served until they are",
 			"missing", missing)
-		return nil
+		return true, nil
 	}
+	kinds, missingKinds, err := controller.GatewayRouteKindsServed(client.Discovery())
+	if err != nil {
+		return false, err
+	}
+	for _, k := range missingKinds {
+		klog.FromContext(ctx).Info("The CRD of a Gateway API route kind is not installed: its routes are not served until it is",
+			"kind", k)
+	}
+	gc, err := gatewayclient.NewForConfig(restCfg)
+	if err != nil {
+		return false, fmt.Errorf("gateway API client: %w", err)
+	}
+	ctrl.EnableGatewayAPI(gc, kinds...)
+	klog.FromContext(ctx).Info("Serving Gateway API Gateways", "controllerName", gateway.ControllerName,
+		"routeKinds", append([]string{gateway.KindHTTPRoute}, kinds...))
+	return len(missingKinds) > 0, nil
+}
+
+// watchGatewayCRDs serves the Gateway API CRDs installed after the start
+// (controller.WatchGatewayCRDs), in the background.
+func watchGatewayCRDs(ctx context.Context, restCfg *rest.Config, client kubernetes.Interface, ctrl *controller.Controller) error {
 	gc, err := gatewayclient.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("gateway API client: %w", err)
 	}
-	ctrl.EnableGatewayAPI(gc)
-	klog.FromContext(ctx).Info("Serving Gateway API Gateways", "controllerName", gateway.ControllerName)
+	meta, err := metadata.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("metadata client: %w", err)
+	}
+	go ctrl.WatchGatewayCRDs(ctx, meta, client.Discovery(), gc)
 	return nil
 }

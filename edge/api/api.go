@@ -56,8 +56,9 @@ type EnsureResult struct {
 	// Reloaded is true when the change needed a reload of HAProxy (new or
 	// changed listeners); member changes never do.
 	Reloaded bool `json:"reloaded"`
-	// Unsupported lists the listeners HAProxy cannot serve, as
-	// "UDP/53"; the others are served.
+	// Unsupported lists the listeners the edge cannot serve, as
+	// "UDP/53" when it serves no UDP (Status.UDP "off"); the others are
+	// served.
 	Unsupported []string `json:"unsupported,omitempty"`
 }
 
@@ -85,6 +86,9 @@ type Status struct {
 	// RuntimeCommands the runtime API commands that changed a server.
 	Writes          int64 `json:"writes"`
 	RuntimeCommands int64 `json:"runtimeCommands"`
+	// UDP says how the edge serves UDP listeners: "nftables" (its table
+	// inet npl-edge) or "off" (they are reported as unsupported).
+	UDP string `json:"udp"`
 }
 
 // Error is the body of an error answer.

@@ -48,7 +48,10 @@ type Globals struct {
 
 // Frontend is one listener: VIP:Port, in TCP mode for an L4 load
 // balancer (DefaultBackend is its pool), in HTTP mode for an L7 one (Rules
-// pick the backend, DefaultBackend serves the rest).
+// pick the backend, DefaultBackend serves the rest). A Gateway's load
+// balancer also has TCP-mode frontends: a TCP listener (Listener TCP,
+// DefaultBackend its pool) and a TLS listener (Listener TLS, SNI picks the
+// backend; it terminates TLS when it has Certificates).
 type Frontend struct {
 	// Name is the listener's name: the pool name of an L4 listener,
 	// providers.ListenerName of an L7 one.
@@ -67,9 +70,17 @@ type Frontend struct {
 	// Rules are the L7 rules in the order HAProxy tries them.
 	Rules          []providers.Rule
 	DefaultBackend string
-	// Certificates, when any, terminate TLS on the listener (HTTPS): the
-	// first is the default, the others are picked by SNI.
+	// Certificates, when any, terminate TLS on the listener (HTTPS, or
+	// a terminating TLS listener): the first is the default, the others
+	// are picked by SNI.
 	Certificates []CertFile
+	// Listener is the protocol of a TCP-mode listener of an L7 load
+	// balancer (providers.TCP or providers.TLS); empty for the others.
+	Listener providers.Protocol
+	// SNI are the routes of a TLS listener, in the order HAProxy tries
+	// them (providers.SortSNI). Each names its backend, the TCP-mode
+	// copy of its pool (TLSBackendName).
+	SNI []providers.SNIRoute
 }
 
 // CertFile is a certificate and key HAProxy loads from Path (the chain then
@@ -88,6 +99,29 @@ type Backend struct {
 	LoadBalancer string
 	HTTP         bool
 	Members      []providers.Member
+	// AppProtocol is the pool's providers.Pool.AppProtocol: with
+	// providers.AppProtocolH2C its servers speak HTTP/2 (proto h2).
+	AppProtocol string
+	// Pool is, for the TCP-mode copy of an L7 load balancer's pool that
+	// its TLS listeners forward to, the pool's name; empty otherwise.
+	Pool string
+}
+
+// TLSBackendName is the name of the TCP-mode copy of the pool named pool,
+// the backend of the TLS listeners' routes: HAProxy cannot send a TCP
+// stream to the HTTP-mode backend its HTTP rules use. The ":" is in no
+// Kubernetes name, so no pool has this name.
+func TLSBackendName(pool string) string { return pool + ":tls" }
+
+// ServerOptions are the keywords of a member's server in backend b, the
+// same in the configuration and in a runtime "add server": the health
+// check, and HTTP/2 for an h2c pool.
+func (b Backend) ServerOptions(c Checks) string {
+	s := c.Options()
+	if b.AppProtocol == providers.AppProtocolH2C {
+		s += " proto h2"
+	}
+	return s
 }
 
 // Proxies are the frontends and backends of a configuration.
@@ -168,6 +202,9 @@ func Render(g Globals, p Proxies) Rendered {
 		if f.Gateway != "" {
 			desc += " gateway=" + f.Gateway
 		}
+		if f.Listener != "" {
+			desc += " listener=" + string(f.Listener)
+		}
 		emit(obj, "frontend "+f.Name, false)
 		emit(obj, desc, false)
 		if f.HTTP {
@@ -182,10 +219,18 @@ func Render(g Globals, p Proxies) Rendered {
 				bind += " crt " + quote(c.Path)
 				emit(obj, "    "+tlsComment+jsonLine(c.Cert), false)
 			}
+			if f.HTTP {
+				// HTTP/2 for the clients that offer it (gRPC among
+				// them); clear-text frontends detect its preface.
+				bind += " alpn h2,http/1.1"
+			}
 		}
 		emit(obj, bind, false)
 		if f.HTTP {
 			renderRules(f, func(s string) { emit(obj, s, false) })
+		}
+		if f.Listener == providers.TLS {
+			renderSNI(f, func(s string) { emit(obj, s, false) })
 		}
 		if f.DefaultBackend != "" {
 			emit(obj, "    default_backend "+f.DefaultBackend, false)
@@ -194,13 +239,20 @@ func Render(g Globals, p Proxies) Rendered {
 	for _, b := range backs {
 		obj := fmt.Sprintf("load balancer %s (proxy %s)", b.LoadBalancer, b.Name)
 		emit(obj, "backend "+b.Name, false)
-		emit(obj, fmt.Sprintf("    description npl cluster=%s lb=%s", b.Cluster, b.LoadBalancer), false)
+		desc := fmt.Sprintf("    description npl cluster=%s lb=%s", b.Cluster, b.LoadBalancer)
+		if b.AppProtocol != "" {
+			desc += " app=" + b.AppProtocol
+		}
+		if b.Pool != "" {
+			desc += " pool=" + b.Pool
+		}
+		emit(obj, desc, false)
 		if b.HTTP {
 			emit(obj, "    mode http", false)
 		}
 		emit(obj, "    balance roundrobin", false)
 		for _, m := range b.Members {
-			s := fmt.Sprintf("    server %s %s %s", ServerName(m), Address(m.IP, m.Port), g.Checks.Options())
+			s := fmt.Sprintf("    server %s %s %s", ServerName(m), Address(m.IP, m.Port), b.ServerOptions(g.Checks))
 			if m.Weight != 0 {
 				s += " weight " + strconv.Itoa(int(m.Weight))
 			}
@@ -248,6 +300,7 @@ func Parse(text []byte) (Proxies, error) {
 			case fields[0] == "description" && len(fields) > 1 && fields[1] == "npl":
 				kv := keyValues(fields[2:])
 				f.Cluster, f.LoadBalancer, f.Service, f.Ingress, f.Gateway = kv["cluster"], kv["lb"], kv["service"], kv["ingress"], kv["gateway"]
+				f.Listener = providers.Protocol(kv["listener"])
 			case fields[0] == "mode" && len(fields) > 1:
 				f.HTTP = fields[1] == "http"
 			case fields[0] == "bind" && len(fields) > 1:
@@ -278,6 +331,12 @@ func Parse(text []byte) (Proxies, error) {
 					return Proxies{}, fmt.Errorf("line %d: frontend %s: rule: %w", n, name, err)
 				}
 				f.Rules = append(f.Rules, r)
+			case strings.HasPrefix(line, sniComment):
+				var r providers.SNIRoute
+				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, sniComment)), &r); err != nil {
+					return Proxies{}, fmt.Errorf("line %d: frontend %s: SNI route: %w", n, name, err)
+				}
+				f.SNI = append(f.SNI, r)
 			}
 			continue
 		}
@@ -285,7 +344,7 @@ func Parse(text []byte) (Proxies, error) {
 			switch {
 			case fields[0] == "description" && len(fields) > 1 && fields[1] == "npl":
 				kv := keyValues(fields[2:])
-				b.Cluster, b.LoadBalancer = kv["cluster"], kv["lb"]
+				b.Cluster, b.LoadBalancer, b.AppProtocol, b.Pool = kv["cluster"], kv["lb"], kv["app"], kv["pool"]
 			case fields[0] == "mode" && len(fields) > 1:
 				b.HTTP = fields[1] == "http"
 			case fields[0] == "server" && len(fields) > 2:

@@ -44,6 +44,14 @@ func sampleProxies() Proxies {
 					{Path: "/run/tls/a b.pem", Cert: providers.TLSCert{Secret: "ns/a", Hosts: []string{"a.example"}, Fingerprint: "aa", Ports: []int32{8443}}},
 					{Path: "/run/tls/b.pem", Cert: providers.TLSCert{Secret: "ns/b", Fingerprint: "bb"}},
 				}},
+			{Name: "c1--ns-gw-TCP-9000", Cluster: "c1", LoadBalancer: "c1--ns-gw", Gateway: "ns/gw", Listener: providers.TCP,
+				VIP: netip.MustParseAddr("198.18.200.3"), Port: 9000, DefaultBackend: "c1--ns-gw-TCP-9000"},
+			{Name: "c1--ns-gw-TLS-8883", Cluster: "c1", LoadBalancer: "c1--ns-gw", Gateway: "ns/gw", Listener: providers.TLS,
+				VIP: netip.MustParseAddr("198.18.200.3"), Port: 8883, SNI: []providers.SNIRoute{
+					{Host: "a.example", Pool: "c1--ns-gw-a"}, {Host: "*.it's.example", Pool: "c1--ns-gw-a"}, {Pool: "c1--ns-gw-a"}}},
+			{Name: "c1--ns-gw-TLS-9443", Cluster: "c1", LoadBalancer: "c1--ns-gw", Gateway: "ns/gw", Listener: providers.TLS,
+				VIP: netip.MustParseAddr("198.18.200.3"), Port: 9443, SNI: []providers.SNIRoute{{Host: "t.example", Pool: "c1--ns-gw-a"}},
+				Certificates: []CertFile{{Path: "/run/tls/b.pem", Cert: providers.TLSCert{Secret: "ns/b", Fingerprint: "bb", Ports: []int32{9443}}}}},
 		},
 		Backends: []Backend{
 			{Name: "c1--ns-web-TCP-80", Cluster: "c1", LoadBalancer: "c1--ns-web", Members: []providers.Member{
@@ -62,6 +70,13 @@ func sampleProxies() Proxies {
 				{IP: "198.18.0.11", Port: 61005, Enabled: true, Weight: 70},
 				{IP: "198.18.0.12", Port: 61005, Enabled: true},
 			}},
+			{Name: "c1--ns-gw-a:tls", Cluster: "c1", LoadBalancer: "c1--ns-gw", Pool: "c1--ns-gw-a", Members: []providers.Member{
+				{IP: "198.18.0.11", Port: 61005, Enabled: true, Weight: 70},
+			}},
+			{Name: "c1--ns-gw-grpc", Cluster: "c1", LoadBalancer: "c1--ns-gw", HTTP: true, AppProtocol: providers.AppProtocolH2C,
+				Members: []providers.Member{{IP: "198.18.0.11", Port: 61006, Enabled: true}}},
+			{Name: "c1--ns-gw-TCP-9000", Cluster: "c1", LoadBalancer: "c1--ns-gw", Members: []providers.Member{
+				{IP: "198.18.0.11", Port: 61007, Enabled: true, Weight: 3}}},
 		},
 	}
 }
@@ -163,6 +178,20 @@ func TestRender_rulesAsHAProxyConditions(t *testing.T) {
 		"    http-after-response set-header 'X-Resp' 'r' if npl_sel0\n",
 		"    use_backend c1--ns-gw-a if npl_sel0\n",
 		"    server 198.18.0.11_61005 198.18.0.11:61005 check inter 2000ms fall 2 rise 1 weight 70\n",
+		// HTTPS offers HTTP/2; an h2c pool speaks it to its members.
+		"    bind 198.18.200.3:8443 ssl crt '/run/tls/a b.pem' crt '/run/tls/b.pem' alpn h2,http/1.1\n",
+		"    server 198.18.0.11_61006 198.18.0.11:61006 check inter 2000ms fall 2 rise 1 proto h2\n",
+		// A Gateway's TCP listener; TLS listeners route by SNI.
+		"    description npl cluster=c1 lb=c1--ns-gw service= gateway=ns/gw listener=TCP\n",
+		"    default_backend c1--ns-gw-TCP-9000\n",
+		"    tcp-request inspect-delay 5s\n",
+		"    tcp-request content accept if { req.ssl_hello_type 1 }\n",
+		"    acl npl_s0 'req.ssl_sni,lower' -m str -- 'a.example'\n",
+		"    use_backend c1--ns-gw-a:tls if npl_s0\n",
+		"    acl npl_s1 'req.ssl_sni,lower' -m reg -- '^.+\\.it'\\''s\\.example$'\n",
+		"    use_backend c1--ns-gw-a:tls\n",
+		"    bind 198.18.200.3:9443 ssl crt '/run/tls/b.pem'\n",
+		"    acl npl_s0 'ssl_fc_sni,lower' -m str -- 't.example'\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the configuration lacks %q:\n%s", want, text)

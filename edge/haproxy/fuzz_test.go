@@ -3,6 +3,8 @@ package haproxy
 import (
 	"encoding/json"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -38,7 +40,9 @@ func FuzzRenderParse(f *testing.F) {
 		}
 		in := Proxies{Frontends: []Frontend{{Name: "c1--x-HTTP-80", Cluster: "c1", LoadBalancer: "c1--x", HTTP: true,
 			VIP: netip.MustParseAddr("198.18.200.1"), Port: 80, Rules: n.HTTP.Rules}}}
-		got, err := Parse(Render(Globals{AdminSocket: "/run/a.sock", Checks: DefaultChecks}, in).Text)
+		text := Render(Globals{AdminSocket: "/run/a.sock", Checks: DefaultChecks}, in).Text
+		checkLines(t, text)
+		got, err := Parse(text)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,4 +53,65 @@ func FuzzRenderParse(f *testing.F) {
 			t.Fatalf("rules read back (-rendered +parsed):\n%s", diff)
 		}
 	})
+}
+
+// FuzzRenderParseSNI feeds arbitrary SNI routes (JSON) to a TLS listener:
+// every set providers.Normalize accepts renders into a configuration that
+// Parse reads back as the same routes, one frontend, whatever the hosts
+// hold. Seeds: the routes of sampleProxies' TLS listener.
+func FuzzRenderParseSNI(f *testing.F) {
+	for _, fr := range sampleProxies().Frontends {
+		if len(fr.SNI) > 0 {
+			b, err := json.Marshal(fr.SNI)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(b, false)
+			f.Add(b, true)
+		}
+	}
+	f.Add([]byte(`[{"host":"a\nfrontend","pool":"c1--ns-gw-a"},{"host":"*.b\u0000","pool":"c1--ns-gw-b"}]`), false)
+	f.Fuzz(func(t *testing.T, data []byte, terminate bool) {
+		var routes []providers.SNIRoute
+		if json.Unmarshal(data, &routes) != nil {
+			return
+		}
+		lb := &providers.LoadBalancer{Name: "c1--x", Kind: providers.L7, Gateway: "ns/gw", Listeners: []providers.Listener{
+			{Port: 8883, Protocol: providers.TLS, SNI: routes}},
+			Pools: []providers.Pool{{Name: "c1--ns-gw-a"}, {Name: "c1--ns-gw-b"}},
+			HTTP:  &providers.HTTPRoutes{}}
+		n, err := providers.Normalize(lb)
+		if err != nil || len(n.Listeners[0].SNI) == 0 {
+			return
+		}
+		fr := Frontend{Name: "c1--x-TLS-8883", Cluster: "c1", LoadBalancer: "c1--x", Gateway: "ns/gw", Listener: providers.TLS,
+			VIP: netip.MustParseAddr("198.18.200.1"), Port: 8883, SNI: n.Listeners[0].SNI}
+		if terminate {
+			fr.Certificates = []CertFile{{Path: "/run/tls/a.pem", Cert: providers.TLSCert{Secret: "ns/a", Fingerprint: "aa"}}}
+		}
+		text := Render(Globals{AdminSocket: "/run/a.sock", Checks: DefaultChecks}, Proxies{Frontends: []Frontend{fr}}).Text
+		got, err := Parse(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Frontends) != 1 {
+			t.Fatalf("Parse found %d frontends:\n%s", len(got.Frontends), text)
+		}
+		if diff := cmp.Diff(n.Listeners[0].SNI, got.Frontends[0].SNI); diff != "" {
+			t.Fatalf("routes read back (-rendered +parsed):\n%s", diff)
+		}
+		checkLines(t, text)
+	})
+}
+
+// checkLines fails t when the configuration text has a line the renderer
+// did not start: a value that ended a line.
+func checkLines(t *testing.T, text []byte) {
+	t.Helper()
+	for _, line := range strings.Split(strings.TrimSuffix(string(text), "\n"), "\n") {
+		if line != "" && line[0] != ' ' && line[0] != '#' && !slices.Contains([]string{"global", "defaults"}, line) &&
+			!strings.HasPrefix(line, "frontend ") && !strings.HasPrefix(line, "backend ") {
+			t.Fatalf("a stray line %q:\n%s", line, text)
+		}
+	}
 }

@@ -30,6 +30,7 @@ const requestHost = "req.hdr(host),regsub(:[0-9]+$,)"
 const (
 	ruleComment = "# npl rule "
 	tlsComment  = "# npl tls "
+	sniComment  = "# npl sni "
 )
 
 // quote writes s as one word of HAProxy's configuration: single-quoted
@@ -251,4 +252,39 @@ func defaultPort(scheme string) int32 {
 		return 443
 	}
 	return 80
+}
+
+// sniInspectDelay bounds how long a passthrough TLS listener waits for the
+// ClientHello that names the server.
+const sniInspectDelay = "5s"
+
+// renderSNI writes the routes of a TLS listener f with emit: a passthrough
+// listener reads the server name from the ClientHello it waits for
+// (req.ssl_sni), a terminating one from the handshake it made
+// (ssl_fc_sni). The routes are tried in order; the route for every name
+// (empty host) is the default backend. A connection no route takes has no
+// backend: HAProxy closes it.
+func renderSNI(f Frontend, emit func(string)) {
+	fetch := "ssl_fc_sni,lower"
+	if len(f.Certificates) == 0 {
+		fetch = "req.ssl_sni,lower"
+		emit("    tcp-request inspect-delay " + sniInspectDelay)
+		emit("    tcp-request content accept if { req.ssl_hello_type 1 }")
+	}
+	for i, r := range f.SNI {
+		emit("    " + sniComment + jsonLine(r))
+		backend := TLSBackendName(r.Pool)
+		id := "npl_s" + strconv.Itoa(i)
+		switch {
+		case r.Host == "":
+			emit("    use_backend " + backend)
+			continue
+		case strings.HasPrefix(r.Host, "*."):
+			// One or more labels, as Gateway API's wildcard hostnames.
+			emit("    acl " + id + " " + quote(fetch) + " -m reg -- " + quote("^.+"+regexp.QuoteMeta(strings.ToLower(r.Host[1:]))+"$"))
+		default:
+			emit("    acl " + id + " " + quote(fetch) + " -m str -- " + quote(strings.ToLower(r.Host)))
+		}
+		emit("    use_backend " + backend + " if " + id)
+	}
 }

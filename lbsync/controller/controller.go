@@ -92,8 +92,12 @@ type Controller struct {
 
 	queue workqueue.TypedRateLimitingInterface[queueKey]
 
-	// gw is the Gateway API part; nil unless EnableGatewayAPI was called.
-	gw *gatewayState
+	// gwp holds the Gateway API part (gwState); nil until EnableGatewayAPI
+	// or ServeGatewayAPI. ServeGatewayAPI replaces it whole when CRDs
+	// appear after the start.
+	gwp atomic.Pointer[gatewayState]
+	// nsHandler registers the Namespace handler of the Gateway API once.
+	nsHandler sync.Once
 
 	// sharedMu serialises the syncs of the shared Ingress load balancer,
 	// which any Ingress's key may trigger.
@@ -236,8 +240,8 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 // this, so that a new leader starts with warm caches.
 func (c *Controller) Start(ctx context.Context) error {
 	c.factory.Start(ctx.Done())
-	if c.gw != nil {
-		c.gw.factory.Start(ctx.Done())
+	if g := c.gwState(); g != nil {
+		g.factory.Start(ctx.Done())
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("wait for informer caches: %w", ctx.Err())

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -16,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -32,12 +32,12 @@ import (
 	"github.com/nodeportlocal/npl/providers"
 )
 
-// The indexes of the HTTPRoute informer.
+// The indexes of the route informers.
 const (
-	// routeParentIndex indexes HTTPRoutes by the "namespace/name" of each
+	// routeParentIndex indexes routes by the "namespace/name" of each
 	// Gateway their parentRefs name.
 	routeParentIndex = "parentGateway"
-	// routeBackendIndex indexes HTTPRoutes by the "namespace/name" of each
+	// routeBackendIndex indexes routes by the "namespace/name" of each
 	// Service their backendRefs name.
 	routeBackendIndex = "backendService"
 )
@@ -47,7 +47,8 @@ const (
 const missingSecretRetry = 10 * time.Second
 
 // gatewayResources are the resources of gateway.networking.k8s.io/v1 that
-// npl-lbsync reads.
+// npl-lbsync needs; it reads those of optionalRouteResources too when
+// they are served.
 var gatewayResources = []string{"gatewayclasses", "gateways", "httproutes", "referencegrants"}
 
 // GatewayAPIServed reports whether the API server serves the Gateway API
@@ -73,30 +74,84 @@ func GatewayAPIServed(d discovery.DiscoveryInterface) (bool, []string, error) {
 // gatewayState is the Gateway API part of the controller, set by
 // EnableGatewayAPI.
 type gatewayState struct {
-	client    gatewayclient.Interface
-	factory   gatewayinformers.SharedInformerFactory
-	classes   gatewaylisters.GatewayClassLister
-	gateways  gatewaylisters.GatewayLister
-	routes    gatewaylisters.HTTPRouteLister
-	routeIdx  cache.Indexer
-	grants    gatewaylisters.ReferenceGrantLister
+	client   gatewayclient.Interface
+	factory  gatewayinformers.SharedInformerFactory
+	classes  gatewaylisters.GatewayClassLister
+	gateways gatewaylisters.GatewayLister
+	// routeKinds are the route kinds served, HTTPRoute first.
+	routeKinds []routeKind
+	grants     gatewaylisters.ReferenceGrantLister
+	// cancel stops the informers of a state ServeGatewayAPI started.
+	cancel    context.CancelFunc
 	namespace cache.Indexer
 }
 
 // EnableGatewayAPI makes the controller serve the Gateways of npl's
-// GatewayClasses with client; call it before Start, once the Gateway API
-// CRDs are known to be served (GatewayAPIServed).
-func (c *Controller) EnableGatewayAPI(client gatewayclient.Interface) {
+// GatewayClasses with client, with their HTTPRoutes and the routes of
+// routeKinds (of GatewayRouteKindsServed); call it before Start, once the
+// Gateway API CRDs are known to be served (GatewayAPIServed).
+func (c *Controller) EnableGatewayAPI(client gatewayclient.Interface, routeKinds ...string) {
+	g, synced := c.newGatewayState(client, routeKinds)
+	c.synced = append(c.synced, synced...)
+	c.gwp.Store(g)
+}
+
+// ServeGatewayAPI makes a started controller serve the Gateway API with
+// the route kinds given, HTTPRoute always: when the CRDs appear after the
+// start (WatchGatewayCRDs). It starts new informers, waits for their
+// caches, then replaces the Gateway API part, if any, stops its informers
+// and queues every GatewayClass and Gateway.
+func (c *Controller) ServeGatewayAPI(ctx context.Context, client gatewayclient.Interface, routeKinds ...string) error {
+	g, synced := c.newGatewayState(client, routeKinds)
+	gctx, cancel := context.WithCancel(ctx)
+	g.cancel = cancel
+	c.factory.Start(ctx.Done()) // the Namespace informer, new unless the Gateway API was served before
+	g.factory.Start(gctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		cancel()
+		return fmt.Errorf("wait for the Gateway API informer caches: %w", ctx.Err())
+	}
+	if old := c.gwp.Swap(g); old != nil && old.cancel != nil {
+		old.cancel()
+	}
+	c.queueAllGateways()
+	return nil
+}
+
+// GatewayRouteKinds returns the route kinds served, HTTPRoute first; none
+// when the Gateway API is not served.
+func (c *Controller) GatewayRouteKinds() []string {
+	g := c.gwState()
+	if g == nil {
+		return nil
+	}
+	out := make([]string, 0, len(g.routeKinds))
+	for _, rk := range g.routeKinds {
+		out = append(out, rk.kind)
+	}
+	return out
+}
+
+// gwState returns the Gateway API part, nil when it is not served.
+func (c *Controller) gwState() *gatewayState { return c.gwp.Load() }
+
+// newGatewayState makes the informers of the Gateway API and the route
+// kinds given (HTTPRoute always), with their handlers, and returns them
+// with what tells that their caches are synced.
+func (c *Controller) newGatewayState(client gatewayclient.Interface, routeKinds []string) (*gatewayState, []cache.InformerSynced) {
 	factory := gatewayinformers.NewSharedInformerFactoryWithOptions(client, 0, gatewayinformers.WithTransform(trimGatewayObject))
 	v1 := factory.Gateway().V1()
 	g := &gatewayState{client: client, factory: factory}
-	classInf, gwInf, routeInf, grantInf := v1.GatewayClasses(), v1.Gateways(), v1.HTTPRoutes(), v1.ReferenceGrants()
+	classInf, gwInf, grantInf := v1.GatewayClasses(), v1.Gateways(), v1.ReferenceGrants()
 	nsInf := c.factory.Core().V1().Namespaces()
-	utilruntime.Must(routeInf.Informer().AddIndexers(cache.Indexers{routeParentIndex: routeParents, routeBackendIndex: routeBackends}))
-	g.classes, g.gateways, g.routes, g.grants = classInf.Lister(), gwInf.Lister(), routeInf.Lister(), grantInf.Lister()
-	g.routeIdx = routeInf.Informer().GetIndexer()
+	for _, kind := range append([]string{gateway.KindHTTPRoute}, routeKinds...) {
+		if kind == gateway.KindHTTPRoute && len(g.routeKinds) > 0 {
+			continue
+		}
+		g.routeKinds = append(g.routeKinds, newRouteKind(kind, factory, client))
+	}
+	g.classes, g.gateways, g.grants = classInf.Lister(), gwInf.Lister(), grantInf.Lister()
 	g.namespace = nsInf.Informer().GetIndexer()
-	c.gw = g
 
 	_, _ = classInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.gatewayClassChanged,
@@ -108,26 +163,32 @@ func (c *Controller) EnableGatewayAPI(client gatewayclient.Interface) {
 		UpdateFunc: c.gatewayUpdated,
 		DeleteFunc: c.enqueueGateway,
 	})
-	_, _ = routeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.routeChanged(nil, obj) },
-		UpdateFunc: c.routeChanged,
-		DeleteFunc: func(obj any) { c.routeChanged(obj, nil) },
-	})
+	synced := []cache.InformerSynced{classInf.Informer().HasSynced, gwInf.Informer().HasSynced,
+		grantInf.Informer().HasSynced, nsInf.Informer().HasSynced}
+	for _, rk := range g.routeKinds {
+		_, _ = rk.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.routeChanged(nil, obj) },
+			UpdateFunc: c.routeChanged,
+			DeleteFunc: func(obj any) { c.routeChanged(obj, nil) },
+		})
+		synced = append(synced, rk.informer.HasSynced)
+	}
 	all := func(any) { c.enqueueAllGateways() }
 	_, _ = grantInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: all, UpdateFunc: func(_, obj any) { all(obj) }, DeleteFunc: all,
 	})
-	_, _ = nsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(old, obj any) {
-			o, ok1 := old.(*corev1.Namespace)
-			n, ok2 := obj.(*corev1.Namespace)
-			if ok1 && ok2 && !labels.Equals(o.Labels, n.Labels) {
-				c.enqueueAllGateways()
-			}
-		},
+	c.nsHandler.Do(func() {
+		_, _ = nsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			UpdateFunc: func(old, obj any) {
+				o, ok1 := old.(*corev1.Namespace)
+				n, ok2 := obj.(*corev1.Namespace)
+				if ok1 && ok2 && !labels.Equals(o.Labels, n.Labels) {
+					c.enqueueAllGateways()
+				}
+			},
+		})
 	})
-	c.synced = append(c.synced, classInf.Informer().HasSynced, gwInf.Informer().HasSynced, routeInf.Informer().HasSynced,
-		grantInf.Informer().HasSynced, nsInf.Informer().HasSynced)
+	return g, synced
 }
 
 // trimGatewayObject drops the managed fields of Gateway API objects.
@@ -139,18 +200,18 @@ func trimGatewayObject(obj any) (any, error) {
 }
 
 func routeParents(obj any) ([]string, error) {
-	rt, ok := obj.(*gatewayv1.HTTPRoute)
-	if !ok || rt == nil {
+	rt, ok := obj.(metav1.Object)
+	if !ok || gateway.RouteKind(obj) == "" {
 		return nil, nil
 	}
-	keys := gateway.Gateways(rt)
+	keys := gateway.Gateways(obj)
 	// A Gateway whose entry the route's status still holds must hear of
 	// the route, to remove it.
-	for _, p := range rt.Status.Parents {
+	for _, p := range gateway.StatusParents(obj) {
 		if p.ControllerName != gateway.ControllerName {
 			continue
 		}
-		ns := rt.Namespace
+		ns := rt.GetNamespace()
 		if p.ParentRef.Namespace != nil {
 			ns = string(*p.ParentRef.Namespace)
 		}
@@ -162,12 +223,8 @@ func routeParents(obj any) ([]string, error) {
 }
 
 func routeBackends(obj any) ([]string, error) {
-	rt, ok := obj.(*gatewayv1.HTTPRoute)
-	if !ok || rt == nil {
-		return nil, nil
-	}
 	var out []string
-	for _, b := range gateway.Backends(rt) {
+	for _, b := range gateway.Backends(obj) {
 		out = append(out, b.String())
 	}
 	return out, nil
@@ -209,10 +266,10 @@ func (c *Controller) gatewayUpdated(oldObj, obj any) {
 
 // enqueueAllGateways queues every Gateway and returns how many.
 func (c *Controller) enqueueAllGateways() int {
-	if c.gw == nil {
+	if c.gwState() == nil {
 		return 0
 	}
-	gws, _ := c.gw.gateways.List(labels.Everything())
+	gws, _ := c.gwState().gateways.List(labels.Everything())
 	for _, gw := range gws {
 		c.queue.Add(gatewayKey(gw.Namespace, gw.Name))
 	}
@@ -225,13 +282,19 @@ func (c *Controller) routeChanged(oldObj, obj any) {
 	if d, ok := oldObj.(cache.DeletedFinalStateUnknown); ok {
 		oldObj = d.Obj
 	}
-	old, _ := oldObj.(*gatewayv1.HTTPRoute)
-	cur, _ := obj.(*gatewayv1.HTTPRoute)
-	if old != nil && cur != nil && old.Generation == cur.Generation && apiequality.Semantic.DeepEqual(old.Labels, cur.Labels) {
+	if gateway.RouteKind(oldObj) == "" {
+		oldObj = nil
+	}
+	if gateway.RouteKind(obj) == "" {
+		obj = nil
+	}
+	old, _ := oldObj.(metav1.Object)
+	cur, _ := obj.(metav1.Object)
+	if old != nil && cur != nil && old.GetGeneration() == cur.GetGeneration() && apiequality.Semantic.DeepEqual(old.GetLabels(), cur.GetLabels()) {
 		return // a status write: nothing to build
 	}
 	keys := map[string]bool{}
-	for _, rt := range []*gatewayv1.HTTPRoute{old, cur} {
+	for _, rt := range []any{oldObj, obj} {
 		ks, _ := routeParents(rt)
 		for _, k := range ks {
 			keys[k] = true
@@ -242,8 +305,8 @@ func (c *Controller) routeChanged(oldObj, obj any) {
 		c.queue.Add(gatewayKey(ns, name))
 	}
 	if old != nil {
-		now := gateway.Backends(cur)
-		for _, b := range gateway.Backends(old) {
+		now := gateway.Backends(obj)
+		for _, b := range gateway.Backends(oldObj) {
 			if !slices.Contains(now, b) {
 				c.queue.Add(serviceKey(b.Namespace, b.Name))
 			}
@@ -253,11 +316,10 @@ func (c *Controller) routeChanged(oldObj, obj any) {
 
 // enqueueGatewaysOf queues the Gateways of the routes that name a Service.
 func (c *Controller) enqueueGatewaysOf(svcKey string, delay time.Duration) {
-	if c.gw == nil {
+	if c.gwState() == nil {
 		return
 	}
-	objs, _ := c.gw.routeIdx.ByIndex(routeBackendIndex, svcKey)
-	for _, o := range objs {
+	for _, o := range c.gwState().routesByIndex(routeBackendIndex, svcKey) {
 		ks, _ := routeParents(o)
 		for _, k := range ks {
 			ns, name, _ := cache.SplitMetaNamespaceKey(k)
@@ -268,7 +330,7 @@ func (c *Controller) enqueueGatewaysOf(svcKey string, delay time.Duration) {
 
 // queueAllGateways queues every GatewayClass and Gateway.
 func (c *Controller) queueAllGateways() int {
-	if c.gw == nil {
+	if c.gwState() == nil {
 		return 0
 	}
 	classes := c.gatewayClasses()
@@ -279,26 +341,21 @@ func (c *Controller) queueAllGateways() int {
 }
 
 func (c *Controller) gatewayClasses() []*gatewayv1.GatewayClass {
-	classes, _ := c.gw.classes.List(labels.Everything())
+	classes, _ := c.gwState().classes.List(labels.Everything())
 	return classes
 }
 
-// referencedByNPLRoute reports whether an HTTPRoute attached to a Gateway
-// of an npl GatewayClass sends requests to the Service.
+// referencedByNPLRoute reports whether a route (of any kind served) that
+// names a Gateway of an npl GatewayClass sends requests to the Service.
 func (c *Controller) referencedByNPLRoute(svc *corev1.Service) bool {
-	if c.gw == nil {
+	if c.gwState() == nil {
 		return false
 	}
 	classes := c.gatewayClasses()
-	objs, _ := c.gw.routeIdx.ByIndex(routeBackendIndex, keyOf(svc))
-	for _, o := range objs {
-		rt, ok := o.(*gatewayv1.HTTPRoute)
-		if !ok {
-			continue
-		}
-		for _, k := range gateway.Gateways(rt) {
+	for _, o := range c.gwState().routesByIndex(routeBackendIndex, keyOf(svc)) {
+		for _, k := range gateway.Gateways(o) {
 			ns, name, _ := cache.SplitMetaNamespaceKey(k)
-			if gw, err := c.gw.gateways.Gateways(ns).Get(name); err == nil && gateway.Ours(gw, classes) {
+			if gw, err := c.gwState().gateways.Gateways(ns).Get(name); err == nil && gateway.Ours(gw, classes) {
 				return true
 			}
 		}
@@ -308,7 +365,10 @@ func (c *Controller) referencedByNPLRoute(svc *corev1.Service) bool {
 
 // syncGatewayClass writes the status of one of npl's GatewayClasses.
 func (c *Controller) syncGatewayClass(ctx context.Context, key queueKey) error {
-	gc, err := c.gw.classes.Get(key.name)
+	if c.gwState() == nil {
+		return nil // ServeGatewayAPI's informers sync; it queues every class once they have
+	}
+	gc, err := c.gwState().classes.Get(key.name)
 	if err != nil || !gateway.ClassOurs(gc) {
 		return nil
 	}
@@ -321,7 +381,7 @@ func (c *Controller) syncGatewayClass(ctx context.Context, key queueKey) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.gw.client.GatewayV1().GatewayClasses().Patch(ctx, gc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	_, err = c.gwState().client.GatewayV1().GatewayClasses().Patch(ctx, gc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
 		return fmt.Errorf("patch gatewayclass %s status: %w", gc.Name, err)
 	}
@@ -351,8 +411,11 @@ func statusPatch(st any, nullable ...string) ([]byte, error) {
 // routes, and writes the statuses of the Gateway and of the routes'
 // parentRefs to it.
 func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
+	if c.gwState() == nil {
+		return nil // ServeGatewayAPI's informers sync; it queues every Gateway once they have
+	}
 	name := providers.GatewayLoadBalancerName(c.settings.ClusterName, key.namespace, key.name)
-	gw, err := c.gw.gateways.Gateways(key.namespace).Get(key.name)
+	gw, err := c.gwState().gateways.Gateways(key.namespace).Get(key.name)
 	if err != nil || !gateway.Ours(gw, c.gatewayClasses()) || gw.DeletionTimestamp != nil {
 		// Gone, or not ours (any more): no load balancer, and no status of
 		// ours on its routes.
@@ -477,7 +540,7 @@ func (c *Controller) writeGatewayStatus(ctx context.Context, gw *gatewayv1.Gatew
 	if err != nil {
 		return err
 	}
-	_, err = c.gw.client.GatewayV1().Gateways(gw.Namespace).Patch(ctx, gw.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	_, err = c.gwState().client.GatewayV1().Gateways(gw.Namespace).Patch(ctx, gw.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
 		return fmt.Errorf("patch gateway %s/%s status: %w", gw.Namespace, gw.Name, err)
 	}
@@ -493,7 +556,7 @@ func (c *Controller) writeGatewayStatus(ctx context.Context, gw *gatewayv1.Gatew
 const routeStatusWriters = 8
 
 func (c *Controller) writeRouteStatuses(ctx context.Context, key queueKey, results []gateway.RouteResult) error {
-	objs, _ := c.gw.routeIdx.ByIndex(routeParentIndex, key.namespace+"/"+key.name)
+	objs := c.gwState().routesByIndex(routeParentIndex, key.namespace+"/"+key.name)
 	now := metav1.Now()
 	// A Gateway's first sync writes the status of every route: a few
 	// writes at a time rather than one after another, so that many routes
@@ -501,23 +564,26 @@ func (c *Controller) writeRouteStatuses(ctx context.Context, key queueKey, resul
 	var g errgroup.Group
 	g.SetLimit(routeStatusWriters)
 	for _, o := range objs {
-		rt, ok := o.(*gatewayv1.HTTPRoute)
-		if !ok {
+		rt, ok := o.(metav1.Object)
+		rk := c.gwState().routeKindOf(o)
+		if !ok || rk == nil {
 			continue
 		}
 		var desired []gatewayv1.RouteParentStatus
-		if i := slices.IndexFunc(results, func(r gateway.RouteResult) bool { return r.Namespace == rt.Namespace && r.Name == rt.Name }); i >= 0 {
+		if i := slices.IndexFunc(results, func(r gateway.RouteResult) bool {
+			return r.Kind == rk.kind && r.Namespace == rt.GetNamespace() && r.Name == rt.GetName()
+		}); i >= 0 {
 			desired = results[i].Parents
 		}
-		parents := gateway.RouteParents(rt.Status.Parents, key.namespace, key.name, rt.Namespace, desired, now)
-		if apiequality.Semantic.DeepEqual(rt.Status.Parents, parents) || (len(parents) == 0 && len(rt.Status.Parents) == 0) {
+		have := gateway.StatusParents(o)
+		parents := gateway.RouteParents(have, key.namespace, key.name, rt.GetNamespace(), desired, now)
+		if apiequality.Semantic.DeepEqual(have, parents) || (len(parents) == 0 && len(have) == 0) {
 			continue
 		}
-		upd := rt.DeepCopy()
-		upd.Status.Parents = parents
+		upd := gateway.WithStatusParents(o, parents)
 		g.Go(func() error {
-			if _, err := c.gw.client.GatewayV1().HTTPRoutes(upd.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{}); err != nil {
-				return fmt.Errorf("update httproute %s/%s status: %w", upd.Namespace, upd.Name, err)
+			if err := rk.updateStatus(ctx, upd); err != nil {
+				return fmt.Errorf("update %s %s/%s status: %w", strings.ToLower(rk.kind), rt.GetNamespace(), rt.GetName(), err)
 			}
 			return nil
 		})
@@ -529,15 +595,10 @@ func (c *Controller) writeRouteStatuses(ctx context.Context, key queueKey, resul
 // certificate Secrets from the API.
 func (c *Controller) gatewayInput(ctx context.Context, gw *gatewayv1.Gateway) (gateway.Input, error) {
 	in := gateway.Input{ClusterName: c.settings.ClusterName, ServiceType: c.settings.ServiceType, Family: c.settings.Family, Gateway: gw}
-	objs, _ := c.gw.routeIdx.ByIndex(routeParentIndex, gw.Namespace+"/"+gw.Name)
 	seen := map[string]bool{}
-	for _, o := range objs {
-		rt, ok := o.(*gatewayv1.HTTPRoute)
-		if !ok {
-			continue
-		}
-		in.Routes = append(in.Routes, rt)
-		for _, ref := range gateway.Backends(rt) {
+	for _, o := range c.gwState().routesByIndex(routeParentIndex, gw.Namespace+"/"+gw.Name) {
+		addRoute(&in, o)
+		for _, ref := range gateway.Backends(o) {
 			if seen[ref.String()] {
 				continue
 			}
@@ -552,8 +613,8 @@ func (c *Controller) gatewayInput(ctx context.Context, gw *gatewayv1.Gateway) (g
 	if c.settings.ServiceType == builder.ServiceTypeNodePort {
 		in.Nodes = inputs.Typed[*corev1.Node](c.store.Nodes.List())
 	}
-	in.Namespaces = inputs.Typed[*corev1.Namespace](c.gw.namespace.List())
-	in.ReferenceGrants, _ = c.gw.grants.List(labels.Everything())
+	in.Namespaces = inputs.Typed[*corev1.Namespace](c.gwState().namespace.List())
+	in.ReferenceGrants, _ = c.gwState().grants.List(labels.Everything())
 	get := inputs.APISecrets(c.client)
 	for _, l := range gw.Spec.Listeners {
 		if l.TLS == nil {
@@ -591,11 +652,11 @@ func (c *Controller) gatewayInput(ctx context.Context, gw *gatewayv1.Gateway) (g
 // Gateways we serve.
 func (c *Controller) claimedGatewayNames() map[string]bool {
 	names := map[string]bool{}
-	if c.gw == nil {
+	if c.gwState() == nil {
 		return names
 	}
 	classes := c.gatewayClasses()
-	gws, _ := c.gw.gateways.List(labels.Everything())
+	gws, _ := c.gwState().gateways.List(labels.Everything())
 	for _, gw := range gws {
 		if gateway.Ours(gw, classes) && gw.DeletionTimestamp == nil {
 			names[providers.GatewayLoadBalancerName(c.settings.ClusterName, gw.Namespace, gw.Name)] = true

@@ -75,3 +75,33 @@ func TestStatusPatch(t *testing.T) {
 		t.Errorf("patch %s: addresses not null", patch)
 	}
 }
+
+// The route kinds beyond HTTPRoute are served when their CRDs are.
+func TestGatewayRouteKindsServed(t *testing.T) {
+	l := &metav1.APIResourceList{GroupVersion: gatewayv1.GroupVersion.String()}
+	for _, n := range []string{"gatewayclasses", "gateways", "httproutes", "referencegrants", "tcproutes", "tlsroutes"} {
+		l.APIResources = append(l.APIResources, metav1.APIResource{Name: n})
+	}
+	d := &fakediscovery.FakeDiscovery{Fake: &k8stesting.Fake{Resources: []*metav1.APIResourceList{l}}}
+	served, missing, err := GatewayRouteKindsServed(d)
+	if err != nil || !slices.Equal(served, []string{"TCPRoute", "TLSRoute"}) || !slices.Equal(missing, []string{"GRPCRoute", "UDPRoute"}) {
+		t.Errorf("served %v missing %v err %v", served, missing, err)
+	}
+}
+
+// The indexes hold the routes of every kind.
+func TestRouteIndexesOfOtherKinds(t *testing.T) {
+	rt := &gatewayv1.TCPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "r"}}
+	rt.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "a"}}
+	rt.Spec.Rules = []gatewayv1.TCPRouteRule{{BackendRefs: []gatewayv1.BackendRef{{BackendObjectReference: gatewayv1.BackendObjectReference{Name: "db"}}}}}
+	rt.Status.Parents = []gatewayv1.RouteParentStatus{{ParentRef: gatewayv1.ParentReference{Name: "old"}, ControllerName: gateway.ControllerName}}
+	if got, _ := routeParents(rt); !slices.Equal(got, []string{"shop/a", "shop/old"}) {
+		t.Errorf("parents %v", got)
+	}
+	if got, _ := routeBackends(rt); !slices.Equal(got, []string{"shop/db"}) {
+		t.Errorf("backends %v", got)
+	}
+	if got, _ := routeParents(&gatewayv1.Gateway{}); got != nil {
+		t.Errorf("a Gateway: %v", got)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -30,9 +29,14 @@ type Input struct {
 	Family      string
 	// Gateway is the Gateway to build; its class is npl's.
 	Gateway *gatewayv1.Gateway
-	// Routes are candidate HTTPRoutes: Build keeps those with a parentRef
-	// that names the Gateway.
-	Routes []*gatewayv1.HTTPRoute
+	// Routes are candidate HTTPRoutes, and GRPCRoutes, TCPRoutes,
+	// UDPRoutes and TLSRoutes those of the other kinds: Build keeps those
+	// with a parentRef that names the Gateway.
+	Routes     []*gatewayv1.HTTPRoute
+	GRPCRoutes []*gatewayv1.GRPCRoute
+	TCPRoutes  []*gatewayv1.TCPRoute
+	UDPRoutes  []*gatewayv1.UDPRoute
+	TLSRoutes  []*gatewayv1.TLSRoute
 	// Namespaces are read for listeners that allow routes by namespace
 	// selector.
 	Namespaces []*corev1.Namespace
@@ -63,7 +67,7 @@ type Result struct {
 	// Programmed condition, which GatewayStatus adds.
 	Listeners []ListenerResult
 	// Routes are the parent statuses of the routes that name the Gateway,
-	// one per such parentRef, routes sorted by namespace and name.
+	// one per such parentRef, routes sorted by kind, namespace and name.
 	Routes []RouteResult
 	// Backends are the Services the attached routes send requests to
 	// (allowed references only), sorted.
@@ -84,6 +88,8 @@ type ListenerResult struct {
 
 // RouteResult is the status of one route for the Gateway built.
 type RouteResult struct {
+	// Kind is the route's kind: KindHTTPRoute, KindGRPCRoute, ...
+	Kind      string
 	Namespace string
 	Name      string
 	// Parents are the statuses of the route's parentRefs that name the
@@ -109,8 +115,23 @@ type listener struct {
 	conflict metav1.Condition
 	kinds    []gatewayv1.RouteGroupKind
 	certs    []providers.TLSCert
-	// routes are the routes attached, by namespace/name.
+	// terminate is set on a TLS listener that terminates TLS.
+	terminate bool
+	// routes are the routes attached, by route.id.
 	routes map[string]bool
+	// pool is the pool of a served TCP or UDP listener: that of its
+	// oldest attached route.
+	pool *providers.Pool
+}
+
+// needsCerts reports whether the listener terminates TLS.
+func (l *listener) needsCerts() bool {
+	return l.spec.Protocol == gatewayv1.HTTPSProtocolType || (l.spec.Protocol == gatewayv1.TLSProtocolType && l.terminate)
+}
+
+// serves reports whether the listener takes routes of kind.
+func (l *listener) serves(kind string) bool {
+	return slices.ContainsFunc(l.kinds, func(k gatewayv1.RouteGroupKind) bool { return string(k.Kind) == kind })
 }
 
 // ok reports whether the listener is accepted (routes may attach).
@@ -119,7 +140,7 @@ func (l *listener) ok() bool { return l.accepted.Status == metav1.ConditionTrue 
 // served reports whether the listener's port is programmed.
 func (l *listener) served() bool {
 	return l.ok() && l.conflict.Status != metav1.ConditionTrue && len(l.kinds) > 0 &&
-		(l.spec.Protocol != gatewayv1.HTTPSProtocolType || (len(l.certs) > 0 && l.resolved.Reason != string(gatewayv1.ListenerReasonInvalidCertificateRef) &&
+		(!l.needsCerts() || (len(l.certs) > 0 && l.resolved.Reason != string(gatewayv1.ListenerReasonInvalidCertificateRef) &&
 			l.resolved.Reason != string(gatewayv1.ListenerReasonRefNotPermitted)))
 }
 
@@ -138,6 +159,9 @@ type build struct {
 	// origins are the (route, rule index) of each rule of the model, in
 	// the order of lb.HTTP.Rules until finish.
 	origins []ruleOrigin
+	// sni are the SNI routes of the TLS listeners, per port, oldest route
+	// first.
+	sni map[int32][]providers.SNIRoute
 }
 
 // Build returns the load balancer of in.Gateway and the statuses of the
@@ -152,7 +176,11 @@ type build struct {
 //   - one pool per route rule whose members are those of its backendRefs,
 //     weighted by their share; a rule whose backendRefs are all invalid
 //     answers 500 (FixedStatus);
-//   - the certificates of the HTTPS listeners, with their Ports.
+//   - the certificates of the HTTPS listeners, with their Ports;
+//   - GRPCRoutes as HTTP rules to h2c pools (grpcroute.go), TCPRoutes and
+//     UDPRoutes as TCP and UDP listeners with the pool of their oldest
+//     route (tcproute.go, udproute.go), TLSRoutes as the SNI routes of TLS
+//     listeners (tlsroute.go).
 func Build(in Input) Result {
 	var res Result
 	gw := in.Gateway
@@ -164,7 +192,8 @@ func Build(in Input) Result {
 		res.Report.Errors = append(res.Report.Errors, err.Error())
 		return res
 	}
-	b := &build{in: in, gw: gw, r: &res.Report, pools: map[string]*providers.Pool{}, backends: map[ServiceRef]bool{}}
+	b := &build{in: in, gw: gw, r: &res.Report, pools: map[string]*providers.Pool{}, backends: map[ServiceRef]bool{},
+		sni: map[int32][]providers.SNIRoute{}}
 	b.index()
 	b.lbName = providers.GatewayLoadBalancerName(in.ClusterName, gw.Namespace, gw.Name)
 	lb := &providers.LoadBalancer{
@@ -177,9 +206,17 @@ func Build(in Input) Result {
 	res.Accepted = b.acceptedCondition(listeners, addrErr)
 
 	res.MissingSecrets = b.missingSecrets
-	routes := b.routes(listeners, &res)
-	for _, rt := range routes {
-		b.addRules(rt, lb)
+	for _, at := range b.routes(listeners, &res) {
+		switch at.route.kind {
+		case KindHTTPRoute:
+			b.addRules(at, lb)
+		case KindGRPCRoute:
+			b.addGRPCRules(at, lb)
+		case KindTCPRoute, KindUDPRoute:
+			b.addStreamRoute(at)
+		case KindTLSRoute:
+			b.addTLSRoute(at)
+		}
 	}
 
 	for _, l := range listeners {
@@ -315,10 +352,13 @@ func (b *build) listeners() []*listener {
 		l.resolved = b.cond(string(gatewayv1.ListenerConditionResolvedRefs), true, string(gatewayv1.ListenerReasonResolvedRefs), "References resolved", gen)
 		l.conflict = b.cond(string(gatewayv1.ListenerConditionConflicted), false, string(gatewayv1.ListenerReasonNoConflicts), "No conflicts", gen)
 		switch spec.Protocol {
-		case gatewayv1.HTTPProtocolType, gatewayv1.HTTPSProtocolType:
+		case gatewayv1.HTTPProtocolType, gatewayv1.HTTPSProtocolType, gatewayv1.TCPProtocolType, gatewayv1.UDPProtocolType:
+		case gatewayv1.TLSProtocolType:
+			// The API requires tls.mode on a TLS listener.
+			l.terminate = spec.TLS == nil || spec.TLS.Mode == nil || *spec.TLS.Mode == gatewayv1.TLSModeTerminate
 		default:
 			l.accepted = b.cond(string(gatewayv1.ListenerConditionAccepted), false, string(gatewayv1.ListenerReasonUnsupportedProtocol),
-				fmt.Sprintf("protocol %s is not supported: only HTTP and HTTPS", spec.Protocol), gen)
+				fmt.Sprintf("protocol %s is not supported: only HTTP, HTTPS, TLS, TCP and UDP", spec.Protocol), gen)
 			out = append(out, l)
 			continue
 		}
@@ -329,22 +369,60 @@ func (b *build) listeners() []*listener {
 			continue
 		}
 		b.routeKinds(l)
-		if spec.Protocol == gatewayv1.HTTPSProtocolType {
+		if l.needsCerts() {
 			b.listenerCerts(l)
 		}
 		out = append(out, l)
 	}
+	mixedTermination(out, gen)
 	conflicts(out, gen)
 	return out
 }
 
-// routeKinds sets the listener's supported kinds: HTTPRoute, unless
-// allowedRoutes.kinds names others only.
+// listenerKinds are the route kinds a listener of each protocol takes.
+var listenerKinds = map[gatewayv1.ProtocolType][]string{
+	gatewayv1.HTTPProtocolType:  {KindHTTPRoute, KindGRPCRoute},
+	gatewayv1.HTTPSProtocolType: {KindHTTPRoute, KindGRPCRoute},
+	gatewayv1.TCPProtocolType:   {KindTCPRoute},
+	gatewayv1.UDPProtocolType:   {KindUDPRoute},
+	gatewayv1.TLSProtocolType:   {KindTLSRoute},
+}
+
+// mixedTermination refuses the TLS listeners of a port when some
+// terminate TLS and others pass it through: one port does one or the
+// other (npl-lbsync does not claim TLSRouteModeMixed).
+func mixedTermination(ls []*listener, gen int64) {
+	modes := map[gatewayv1.PortNumber]map[bool]bool{}
+	for _, l := range ls {
+		if l.ok() && l.spec.Protocol == gatewayv1.TLSProtocolType {
+			if modes[l.spec.Port] == nil {
+				modes[l.spec.Port] = map[bool]bool{}
+			}
+			modes[l.spec.Port][l.terminate] = true
+		}
+	}
+	for _, l := range ls {
+		if l.ok() && l.spec.Protocol == gatewayv1.TLSProtocolType && len(modes[l.spec.Port]) > 1 {
+			l.accepted = metav1.Condition{Type: string(gatewayv1.ListenerConditionAccepted), Status: metav1.ConditionFalse,
+				Reason:             string(gatewayv1.ListenerReasonProtocolConflict),
+				Message:            fmt.Sprintf("TLS listeners on port %d both terminate TLS and pass it through: one port does one or the other", l.spec.Port),
+				ObservedGeneration: gen}
+			// A listener that is not accepted takes no route kind.
+			l.kinds = []gatewayv1.RouteGroupKind{}
+		}
+	}
+}
+
+// routeKinds sets the listener's supported kinds: those of its protocol
+// (listenerKinds), of them only those allowedRoutes.kinds names if it
+// names any.
 func (b *build) routeKinds(l *listener) {
 	group := gatewayv1.Group(Group)
-	httpRoute := gatewayv1.RouteGroupKind{Group: &group, Kind: KindHTTPRoute}
+	supported := listenerKinds[l.spec.Protocol]
 	if l.spec.AllowedRoutes == nil || len(l.spec.AllowedRoutes.Kinds) == 0 {
-		l.kinds = []gatewayv1.RouteGroupKind{httpRoute}
+		for _, k := range supported {
+			l.kinds = append(l.kinds, gatewayv1.RouteGroupKind{Group: &group, Kind: gatewayv1.Kind(k)})
+		}
 		return
 	}
 	var invalid []string
@@ -353,9 +431,9 @@ func (b *build) routeKinds(l *listener) {
 		if k.Group != nil {
 			g = string(*k.Group)
 		}
-		if g == Group && k.Kind == KindHTTPRoute {
-			if len(l.kinds) == 0 {
-				l.kinds = append(l.kinds, httpRoute)
+		if g == Group && slices.Contains(supported, string(k.Kind)) {
+			if !l.serves(string(k.Kind)) {
+				l.kinds = append(l.kinds, gatewayv1.RouteGroupKind{Group: &group, Kind: k.Kind})
 			}
 			continue
 		}
@@ -363,7 +441,8 @@ func (b *build) routeKinds(l *listener) {
 	}
 	if len(invalid) > 0 {
 		l.resolved = b.cond(string(gatewayv1.ListenerConditionResolvedRefs), false, string(gatewayv1.ListenerReasonInvalidRouteKinds),
-			fmt.Sprintf("route kinds %s are not supported: only HTTPRoute", strings.Join(invalid, ", ")), b.gw.Generation)
+			fmt.Sprintf("route kinds %s are not supported on a %s listener: only %s", strings.Join(invalid, ", "), l.spec.Protocol,
+				strings.Join(supported, ", ")), b.gw.Generation)
 	}
 }
 
@@ -377,7 +456,7 @@ func (b *build) listenerCerts(l *listener) {
 		b.errorf("gateway %s/%s: listener %s: %s", b.gw.Namespace, b.gw.Name, l.spec.Name, msg)
 	}
 	if l.spec.TLS == nil || len(l.spec.TLS.CertificateRefs) == 0 {
-		fail(gatewayv1.ListenerReasonInvalidCertificateRef, "an HTTPS listener needs a certificateRef")
+		fail(gatewayv1.ListenerReasonInvalidCertificateRef, fmt.Sprintf("a %s listener that terminates TLS needs a certificateRef", l.spec.Protocol))
 		return
 	}
 	for _, ref := range l.spec.TLS.CertificateRefs {
@@ -421,20 +500,29 @@ func (b *build) listenerCerts(l *listener) {
 	}
 }
 
+// portKey is a port of the load balancer: UDP ports are apart from the
+// TCP ports of every other protocol.
+type portKey struct {
+	port gatewayv1.PortNumber
+	udp  bool
+}
+
 // conflicts marks listeners that share a port with another protocol, or a
 // port, protocol and hostname.
 func conflicts(ls []*listener, gen int64) {
-	byPort := map[gatewayv1.PortNumber][]*listener{}
+	byPort := map[portKey][]*listener{}
 	for _, l := range ls {
 		if l.ok() {
-			byPort[l.spec.Port] = append(byPort[l.spec.Port], l)
+			k := portKey{l.spec.Port, l.spec.Protocol == gatewayv1.UDPProtocolType}
+			byPort[k] = append(byPort[k], l)
 		}
 	}
 	set := func(l *listener, reason gatewayv1.ListenerConditionReason, msg string) {
 		l.conflict = metav1.Condition{Type: string(gatewayv1.ListenerConditionConflicted), Status: metav1.ConditionTrue,
 			Reason: string(reason), Message: msg, ObservedGeneration: gen}
 	}
-	for port, group := range byPort {
+	for k, group := range byPort {
+		port := k.port
 		protos := map[gatewayv1.ProtocolType]bool{}
 		for _, l := range group {
 			protos[l.spec.Protocol] = true
@@ -476,16 +564,16 @@ func (b *build) granted(fromGroup, fromKind, fromNS, toGroup, toKind, toNS, toNa
 	return false
 }
 
-// NamesGateway reports whether a route's parentRef names the Gateway
-// namespace/name.
-func NamesGateway(route *gatewayv1.HTTPRoute, ref gatewayv1.ParentReference, namespace, name string) bool {
+// NamesGateway reports whether a parentRef of a route in routeNamespace
+// names the Gateway namespace/name.
+func NamesGateway(routeNamespace string, ref gatewayv1.ParentReference, namespace, name string) bool {
 	if ref.Group != nil && string(*ref.Group) != Group {
 		return false
 	}
 	if ref.Kind != nil && string(*ref.Kind) != KindGateway {
 		return false
 	}
-	ns := route.Namespace
+	ns := routeNamespace
 	if ref.Namespace != nil {
 		ns = string(*ref.Namespace)
 	}
@@ -494,33 +582,65 @@ func NamesGateway(route *gatewayv1.HTTPRoute, ref gatewayv1.ParentReference, nam
 
 // attachment is where a route is served: per listener port, its hosts.
 type attachment struct {
-	route *gatewayv1.HTTPRoute
+	route *routeView
 	// hosts are the effective hosts per listener port ("" for any).
 	hosts map[int32][]string
+	// on are the served listeners the route attaches to, with their
+	// effective hosts, in spec order.
+	on []listenerHosts
 	// accepted is false when the route itself cannot be served.
 	accepted metav1.Condition
 	resolved metav1.Condition
 }
 
+// listenerHosts is a listener a route attaches to and the route's hosts
+// on it.
+type listenerHosts struct {
+	l     *listener
+	hosts []string
+}
+
+// candidates returns the routes of every kind that name the Gateway,
+// sorted by kind, namespace and name.
+func (b *build) candidates() []*routeView {
+	var out []*routeView
+	add := func(obj any) {
+		r := routeOf(obj)
+		if r != nil && slices.ContainsFunc(r.parents, func(p gatewayv1.ParentReference) bool {
+			return NamesGateway(r.meta.Namespace, p, b.gw.Namespace, b.gw.Name)
+		}) {
+			out = append(out, r)
+		}
+	}
+	for _, r := range b.in.Routes {
+		add(r)
+	}
+	for _, r := range b.in.GRPCRoutes {
+		add(r)
+	}
+	for _, r := range b.in.TCPRoutes {
+		add(r)
+	}
+	for _, r := range b.in.UDPRoutes {
+		add(r)
+	}
+	for _, r := range b.in.TLSRoutes {
+		add(r)
+	}
+	slices.SortFunc(out, compareRoutes)
+	return out
+}
+
 // routes decides the parent status of every route that names the Gateway
 // and returns where the accepted ones attach, oldest first.
 func (b *build) routes(ls []*listener, res *Result) []*attachment {
-	routes := slices.Clone(b.in.Routes)
-	routes = slices.DeleteFunc(routes, func(r *gatewayv1.HTTPRoute) bool {
-		return r == nil || !slices.ContainsFunc(r.Spec.ParentRefs, func(p gatewayv1.ParentReference) bool {
-			return NamesGateway(r, p, b.gw.Namespace, b.gw.Name)
-		})
-	})
-	slices.SortFunc(routes, func(a, b *gatewayv1.HTTPRoute) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-	})
 	var out []*attachment
-	for _, rt := range routes {
+	for _, rt := range b.candidates() {
 		at := &attachment{route: rt, hosts: map[int32][]string{}}
 		at.accepted, at.resolved = b.checkRoute(rt)
-		rr := RouteResult{Namespace: rt.Namespace, Name: rt.Name}
-		for _, ref := range rt.Spec.ParentRefs {
-			if !NamesGateway(rt, ref, b.gw.Namespace, b.gw.Name) {
+		rr := RouteResult{Kind: rt.kind, Namespace: rt.meta.Namespace, Name: rt.meta.Name}
+		for _, ref := range rt.parents {
+			if !NamesGateway(rt.meta.Namespace, ref, b.gw.Namespace, b.gw.Name) {
 				continue
 			}
 			accepted := b.attach(rt, ref, ls, at)
@@ -537,7 +657,7 @@ func (b *build) routes(ls []*listener, res *Result) []*attachment {
 		}
 	}
 	slices.SortStableFunc(out, func(x, y *attachment) int {
-		return x.route.CreationTimestamp.Compare(y.route.CreationTimestamp.Time)
+		return x.route.meta.CreationTimestamp.Compare(y.route.meta.CreationTimestamp.Time)
 	})
 	return out
 }
@@ -558,8 +678,8 @@ func parentRefWithDefaults(ref gatewayv1.ParentReference) gatewayv1.ParentRefere
 // attach attaches a route through one parentRef to the listeners it
 // selects, records the hosts, and returns the parentRef's Accepted
 // condition.
-func (b *build) attach(rt *gatewayv1.HTTPRoute, ref gatewayv1.ParentReference, ls []*listener, at *attachment) metav1.Condition {
-	gen := rt.Generation
+func (b *build) attach(rt *routeView, ref gatewayv1.ParentReference, ls []*listener, at *attachment) metav1.Condition {
+	gen := rt.meta.Generation
 	typ := string(gatewayv1.RouteConditionAccepted)
 	var candidates []*listener
 	for _, l := range ls {
@@ -576,7 +696,7 @@ func (b *build) attach(rt *gatewayv1.HTTPRoute, ref gatewayv1.ParentReference, l
 	}
 	var allowed []*listener
 	for _, l := range candidates {
-		if l.ok() && len(l.kinds) > 0 && b.namespaceAllowed(l, rt.Namespace) {
+		if l.ok() && l.serves(rt.kind) && b.namespaceAllowed(l, rt.meta.Namespace) {
 			allowed = append(allowed, l)
 		}
 	}
@@ -585,18 +705,26 @@ func (b *build) attach(rt *gatewayv1.HTTPRoute, ref gatewayv1.ParentReference, l
 	}
 	attached := false
 	for _, l := range allowed {
-		hosts := intersect(l.hostname, rt.Spec.Hostnames)
+		hosts := []string{""}
+		if rt.hasHostnames() {
+			hosts = intersect(l.hostname, rt.hostnames)
+		}
 		if len(hosts) == 0 {
 			continue
 		}
 		attached = true
-		l.routes[rt.Namespace+"/"+rt.Name] = true
+		l.routes[rt.id()] = true
 		if l.served() {
 			port := l.spec.Port
+			on := listenerHosts{l: l}
 			for _, h := range hosts {
 				if !capturedElsewhere(l, h, ls) {
 					at.hosts[port] = append(at.hosts[port], h)
+					on.hosts = append(on.hosts, h)
 				}
+			}
+			if !slices.ContainsFunc(at.on, func(o listenerHosts) bool { return o.l == l }) {
+				at.on = append(at.on, on)
 			}
 		}
 	}
@@ -662,72 +790,44 @@ func intersect(listener string, hostnames []gatewayv1.Hostname) []string {
 }
 
 // checkRoute returns the route's own Accepted condition (True unless it
-// uses what npl-lbsync cannot serve) and its ResolvedRefs condition.
-func (b *build) checkRoute(rt *gatewayv1.HTTPRoute) (accepted, resolved metav1.Condition) {
-	gen := rt.Generation
+// uses what npl-lbsync cannot serve: checkRule of its kind) and its
+// ResolvedRefs condition.
+func (b *build) checkRoute(rt *routeView) (accepted, resolved metav1.Condition) {
+	gen := rt.meta.Generation
 	accepted = b.cond(string(gatewayv1.RouteConditionAccepted), true, string(gatewayv1.RouteReasonAccepted), "Accepted", gen)
 	resolved = b.cond(string(gatewayv1.RouteConditionResolvedRefs), true, string(gatewayv1.RouteReasonResolvedRefs), "References resolved", gen)
-	for i := range rt.Spec.Rules {
-		rule := &rt.Spec.Rules[i]
-		if _, err := ruleFilters(rule); err != nil {
-			reason := gatewayv1.RouteReasonUnsupportedValue
-			if strings.Contains(err.Error(), "together") {
-				reason = gatewayv1.RouteReasonIncompatibleFilters
-			}
+	for i, refs := range rt.backendRefs {
+		if reason, err := b.checkRule(rt, i); err != nil {
 			accepted = b.cond(string(gatewayv1.RouteConditionAccepted), false, string(reason), fmt.Sprintf("rule %d: %v", i, err), gen)
-			b.errorf("httproute %s/%s: rule %d: %v", rt.Namespace, rt.Name, i, err)
+			b.errorf("%s: rule %d: %v", rt, i, err)
 			return accepted, resolved
 		}
-		if rule.Timeouts != nil || rule.Retry != nil || rule.SessionPersistence != nil {
-			b.warnf("httproute %s/%s: rule %d: timeouts, retry and sessionPersistence are not supported: ignored", rt.Namespace, rt.Name, i)
-		}
-		if err := checkRegexes(rule); err != nil {
-			accepted = b.cond(string(gatewayv1.RouteConditionAccepted), false, string(gatewayv1.RouteReasonUnsupportedValue), fmt.Sprintf("rule %d: %v", i, err), gen)
-			b.errorf("httproute %s/%s: rule %d: %v", rt.Namespace, rt.Name, i, err)
-			return accepted, resolved
-		}
-		for _, br := range rule.BackendRefs {
-			if _, reason, msg := b.backendRef(rt, br.BackendRef); reason != "" && resolved.Status == metav1.ConditionTrue {
+		for _, br := range refs {
+			if _, reason, msg := b.backendRef(rt, br); reason != "" && resolved.Status == metav1.ConditionTrue {
 				resolved = b.cond(string(gatewayv1.RouteConditionResolvedRefs), false, string(reason), msg, gen)
 			}
 		}
 	}
 	if resolved.Status != metav1.ConditionTrue {
-		b.errorf("httproute %s/%s: %s", rt.Namespace, rt.Name, resolved.Message)
+		b.errorf("%s: %s", rt, resolved.Message)
 	}
 	return accepted, resolved
 }
 
-// checkRegexes checks the regular expressions of a rule's matches: the
-// data planes take Go's (RE2) syntax.
-func checkRegexes(rule *gatewayv1.HTTPRouteRule) error {
-	for _, m := range rule.Matches {
-		if m.Path != nil && m.Path.Type != nil && *m.Path.Type == gatewayv1.PathMatchRegularExpression && m.Path.Value != nil {
-			if _, err := regexp.Compile(*m.Path.Value); err != nil {
-				return fmt.Errorf("path regular expression %q: %w", *m.Path.Value, err)
-			}
-		}
-		for _, h := range m.Headers {
-			if h.Type != nil && *h.Type == gatewayv1.HeaderMatchRegularExpression {
-				if _, err := regexp.Compile(h.Value); err != nil {
-					return fmt.Errorf("header %s regular expression %q: %w", h.Name, h.Value, err)
-				}
-			}
-		}
-		for _, q := range m.QueryParams {
-			if q.Type != nil && *q.Type == gatewayv1.QueryParamMatchRegularExpression {
-				if _, err := regexp.Compile(q.Value); err != nil {
-					return fmt.Errorf("query parameter %s regular expression %q: %w", q.Name, q.Value, err)
-				}
-			}
-		}
+// checkRule says why rule i of a route cannot be served, by its kind.
+func (b *build) checkRule(rt *routeView, i int) (gatewayv1.RouteConditionReason, error) {
+	switch rt.kind {
+	case KindHTTPRoute:
+		return b.checkHTTPRule(rt, i)
+	case KindGRPCRoute:
+		return checkGRPCRule(&rt.grpc.Spec.Rules[i])
 	}
-	return nil
+	return "", nil
 }
 
 // backendRef resolves one backendRef to its Service port, or says why it
 // is invalid.
-func (b *build) backendRef(rt *gatewayv1.HTTPRoute, ref gatewayv1.BackendRef) (backend, gatewayv1.RouteConditionReason, string) {
+func (b *build) backendRef(rt *routeView, ref gatewayv1.BackendRef) (backend, gatewayv1.RouteConditionReason, string) {
 	group, kind := "", KindService
 	if ref.Group != nil {
 		group = string(*ref.Group)
@@ -735,7 +835,7 @@ func (b *build) backendRef(rt *gatewayv1.HTTPRoute, ref gatewayv1.BackendRef) (b
 	if ref.Kind != nil {
 		kind = string(*ref.Kind)
 	}
-	ns := rt.Namespace
+	ns := rt.meta.Namespace
 	if ref.Namespace != nil {
 		ns = string(*ref.Namespace)
 	}
@@ -743,7 +843,7 @@ func (b *build) backendRef(rt *gatewayv1.HTTPRoute, ref gatewayv1.BackendRef) (b
 	if (group != "" && group != "core") || kind != KindService {
 		return backend{}, gatewayv1.RouteReasonInvalidKind, fmt.Sprintf("backendRef %s: kind %s/%s is not a Service", id, group, kind)
 	}
-	if ns != rt.Namespace && !b.granted(Group, KindHTTPRoute, rt.Namespace, "", KindService, ns, string(ref.Name)) {
+	if ns != rt.meta.Namespace && !b.granted(Group, rt.kind, rt.meta.Namespace, "", KindService, ns, string(ref.Name)) {
 		return backend{}, gatewayv1.RouteReasonRefNotPermitted, fmt.Sprintf("backendRef %s: no ReferenceGrant allows it", id)
 	}
 	svc := b.services[id]
@@ -770,178 +870,16 @@ type backend struct {
 	weight int32
 }
 
-// filters are the model's filters of one rule.
-type filters struct {
-	request, response *providers.HeaderFilter
-	redirect          *providers.Redirect
-	rewrite           *providers.Rewrite
-}
-
-// ruleFilters turns the filters of a rule (and of its single backendRef)
-// into the model's, or says which npl-lbsync cannot serve.
-func ruleFilters(rule *gatewayv1.HTTPRouteRule) (filters, error) {
-	var f filters
-	all := slices.Clone(rule.Filters)
-	for _, br := range rule.BackendRefs {
-		if len(br.Filters) == 0 {
-			continue
-		}
-		if len(rule.BackendRefs) > 1 {
-			return f, fmt.Errorf("filters of one backendRef among several are not supported")
-		}
-		all = append(all, br.Filters...)
-	}
-	seen := map[gatewayv1.HTTPRouteFilterType]bool{}
-	for _, flt := range all {
-		if seen[flt.Type] {
-			return f, fmt.Errorf("filter %s given twice", flt.Type)
-		}
-		seen[flt.Type] = true
-		switch flt.Type {
-		case gatewayv1.HTTPRouteFilterRequestHeaderModifier:
-			f.request = headerFilter(flt.RequestHeaderModifier)
-		case gatewayv1.HTTPRouteFilterResponseHeaderModifier:
-			f.response = headerFilter(flt.ResponseHeaderModifier)
-		case gatewayv1.HTTPRouteFilterRequestRedirect:
-			f.redirect = redirect(flt.RequestRedirect)
-		case gatewayv1.HTTPRouteFilterURLRewrite:
-			f.rewrite = rewrite(flt.URLRewrite)
-		default:
-			return f, fmt.Errorf("filter %s is not supported", flt.Type)
-		}
-	}
-	if f.redirect != nil && f.rewrite != nil {
-		return f, fmt.Errorf("RequestRedirect and URLRewrite cannot be used together")
-	}
-	if f.redirect != nil && !providers.ValidRedirectStatus(f.redirect.StatusCode) {
-		return f, fmt.Errorf("redirect status code %d is not supported", f.redirect.StatusCode)
-	}
-	return f, nil
-}
-
-func headerFilter(h *gatewayv1.HTTPHeaderFilter) *providers.HeaderFilter {
-	if h == nil {
-		return nil
-	}
-	out := &providers.HeaderFilter{Remove: slices.Clone(h.Remove)}
-	for _, s := range h.Set {
-		out.Set = append(out.Set, providers.Header{Name: string(s.Name), Value: s.Value})
-	}
-	for _, a := range h.Add {
-		out.Add = append(out.Add, providers.Header{Name: string(a.Name), Value: a.Value})
-	}
-	return out
-}
-
-func pathModifier(p *gatewayv1.HTTPPathModifier) *providers.PathModifier {
-	if p == nil {
-		return nil
-	}
-	switch p.Type {
-	case gatewayv1.FullPathHTTPPathModifier:
-		if p.ReplaceFullPath != nil {
-			return &providers.PathModifier{Type: string(p.Type), Value: *p.ReplaceFullPath}
-		}
-	case gatewayv1.PrefixMatchHTTPPathModifier:
-		if p.ReplacePrefixMatch != nil {
-			return &providers.PathModifier{Type: string(p.Type), Value: *p.ReplacePrefixMatch}
-		}
-	}
-	return nil
-}
-
-func redirect(r *gatewayv1.HTTPRequestRedirectFilter) *providers.Redirect {
-	if r == nil {
-		return nil
-	}
-	out := &providers.Redirect{StatusCode: 302, Path: pathModifier(r.Path)}
-	if r.StatusCode != nil {
-		out.StatusCode = int32(*r.StatusCode)
-	}
-	if r.Scheme != nil {
-		out.Scheme = *r.Scheme
-	}
-	if r.Hostname != nil {
-		out.Hostname = string(*r.Hostname)
-	}
-	switch {
-	case r.Port != nil:
-		out.Port = *r.Port
-	case out.Scheme == "https":
-		out.Port = 443
-	case out.Scheme == "http":
-		out.Port = 80
-	}
-	return out
-}
-
-func rewrite(r *gatewayv1.HTTPURLRewriteFilter) *providers.Rewrite {
-	if r == nil {
-		return nil
-	}
-	out := &providers.Rewrite{Path: pathModifier(r.Path)}
-	if r.Hostname != nil {
-		out.Hostname = string(*r.Hostname)
-	}
-	return out
-}
-
-// addRules adds the rules and pools of one attached route.
-func (b *build) addRules(at *attachment, lb *providers.LoadBalancer) {
-	rt := at.route
-	for i := range rt.Spec.Rules {
-		rule := &rt.Spec.Rules[i]
-		f, _ := ruleFilters(rule) // checked by checkRoute
-		base := providers.Rule{RequestHeaders: f.request, ResponseHeaders: f.response, Redirect: f.redirect, Rewrite: f.rewrite}
-		if f.redirect == nil {
-			base.Pool = b.rulePool(rt, i, rule)
-		}
-		if base.Pool == "" {
-			// A rule that answers by itself sends nothing on: what
-			// changes the request has no use.
-			base.RequestHeaders, base.Rewrite = nil, nil
-			if f.redirect == nil {
-				base.FixedStatus = 500
-			}
-		}
-		matches := rule.Matches
-		if len(matches) == 0 {
-			matches = []gatewayv1.HTTPRouteMatch{{}}
-		}
-		for _, m := range matches {
-			r := base
-			r.Path, r.PathType = matchPath(m.Path)
-			if m.Method != nil {
-				r.Method = string(*m.Method)
-			}
-			// Gateway API: of matches of the same name, the first counts.
-			for _, h := range m.Headers {
-				if !slices.ContainsFunc(r.Headers, func(v providers.ValueMatch) bool { return strings.EqualFold(v.Name, string(h.Name)) }) {
-					r.Headers = append(r.Headers, providers.ValueMatch{Name: string(h.Name), Value: h.Value,
-						Regex: h.Type != nil && *h.Type == gatewayv1.HeaderMatchRegularExpression})
-				}
-			}
-			for _, q := range m.QueryParams {
-				if !slices.ContainsFunc(r.Query, func(v providers.ValueMatch) bool { return v.Name == string(q.Name) }) {
-					r.Query = append(r.Query, providers.ValueMatch{Name: string(q.Name), Value: q.Value,
-						Regex: q.Type != nil && *q.Type == gatewayv1.QueryParamMatchRegularExpression})
-				}
-			}
-			b.addRule(lb, r, at.hosts, rt, i)
-		}
-	}
-}
-
 // ruleOrigin orders the rules: the position of the route (oldest first)
 // and the rule index, which Build turns into Rule.Order.
 type ruleOrigin struct {
-	route *gatewayv1.HTTPRoute
+	route *routeView
 	index int
 }
 
 // addRule adds r for each of its hosts and ports, merging the ports of
 // rules that are otherwise the same.
-func (b *build) addRule(lb *providers.LoadBalancer, r providers.Rule, hosts map[int32][]string, rt *gatewayv1.HTTPRoute, index int) {
+func (b *build) addRule(lb *providers.LoadBalancer, r providers.Rule, hosts map[int32][]string, rt *routeView, index int) {
 	byHost := map[string][]int32{}
 	for port, hs := range hosts {
 		for _, h := range hs {
@@ -959,38 +897,41 @@ func (b *build) addRule(lb *providers.LoadBalancer, r providers.Rule, hosts map[
 	}
 }
 
-// matchPath returns the model path of a path match: Prefix paths lose a
-// trailing "/" (Gateway API ignores it), the default is the prefix "/".
-func matchPath(m *gatewayv1.HTTPPathMatch) (string, providers.PathType) {
-	typ, value := gatewayv1.PathMatchPathPrefix, "/"
-	if m != nil {
-		if m.Type != nil {
-			typ = *m.Type
-		}
-		if m.Value != nil {
-			value = *m.Value
-		}
+// rulePool builds the pool of one HTTPRoute or GRPCRoute rule from its
+// valid backendRefs and returns its name; "" when none can serve (the rule
+// answers 500).
+func (b *build) rulePool(rt *routeView, index int) string {
+	name := providers.GatewayRoutePoolName(b.lbName, rt.kind, rt.meta.Namespace, rt.meta.Name, index)
+	p := b.backendPool(rt, index, name, corev1.ProtocolTCP)
+	if !p.hasBackends {
+		return ""
 	}
-	switch typ {
-	case gatewayv1.PathMatchExact:
-		return value, providers.PathExact
-	case gatewayv1.PathMatchRegularExpression:
-		return value, providers.PathRegex
+	if _, ok := b.pools[name]; !ok {
+		b.pools[name] = &p.Pool
 	}
-	if t := strings.TrimRight(value, "/"); t != "" {
-		value = t
-	} else {
-		value = "/"
-	}
-	return value, providers.PathPrefix
+	return name
 }
 
-// rulePool builds the pool of one route rule from its valid backendRefs
-// and returns its name; "" when none can serve (the rule answers 500).
-func (b *build) rulePool(rt *gatewayv1.HTTPRoute, index int, rule *gatewayv1.HTTPRouteRule) string {
+// backendPool is the pool of the valid backendRefs of a route rule.
+type backendPool struct {
+	providers.Pool
+	// hasBackends is false when no backendRef is valid with a weight
+	// above zero.
+	hasBackends bool
+}
+
+// backendPool builds the pool of rule index of a route from its valid
+// backendRefs, whose Service ports must be of protocol proto; every
+// Service validly named is a backend (opted in). The pool is h2c for a
+// GRPCRoute, and for an HTTPRoute whose backends all have appProtocol
+// kubernetes.io/h2c.
+func (b *build) backendPool(rt *routeView, index int, name string, proto corev1.Protocol) *backendPool {
+	if index >= len(rt.backendRefs) {
+		return &backendPool{Pool: providers.Pool{Name: name, Members: []providers.Member{}}}
+	}
 	var valid []backend
-	for _, br := range rule.BackendRefs {
-		be, reason, _ := b.backendRef(rt, br.BackendRef)
+	for _, br := range rt.backendRefs[index] {
+		be, reason, _ := b.backendRef(rt, br)
 		if reason != "" {
 			continue
 		}
@@ -999,20 +940,28 @@ func (b *build) rulePool(rt *gatewayv1.HTTPRoute, index int, rule *gatewayv1.HTT
 			valid = append(valid, be)
 		}
 	}
+	out := &backendPool{Pool: providers.Pool{Name: name, Members: []providers.Member{}}, hasBackends: len(valid) > 0}
 	if len(valid) == 0 {
-		return ""
-	}
-	name := providers.GatewayPoolName(b.lbName, rt.Namespace, rt.Name, index)
-	if _, ok := b.pools[name]; ok {
-		return name
+		return out
 	}
 	groups := make([][]providers.Member, len(valid))
+	h2c := true
 	for i, be := range valid {
-		groups[i] = b.members(rt, be)
+		groups[i] = b.members(rt, be, proto)
+		h2c = h2c && be.port.AppProtocol != nil && *be.port.AppProtocol == appProtocolH2C
 	}
-	b.pools[name] = &providers.Pool{Name: name, Members: weighted(valid, groups)}
-	return name
+	if rt.kind == KindGRPCRoute || (rt.kind == KindHTTPRoute && h2c) {
+		out.AppProtocol = providers.AppProtocolH2C
+	}
+	out.Members = weighted(valid, groups)
+	if out.Members == nil {
+		out.Members = []providers.Member{}
+	}
+	return out
 }
+
+// appProtocolH2C is the Service port appProtocol of HTTP/2 without TLS.
+const appProtocolH2C = "kubernetes.io/h2c"
 
 // weighted joins the members of several backends so that each backend
 // gets its weight's share of requests: a member's weight is its backend's
@@ -1071,18 +1020,18 @@ func gcd(a, b int32) int32 {
 
 // members builds the members of one backend Service port, as the L4
 // builder does, or reports why it has none.
-func (b *build) members(rt *gatewayv1.HTTPRoute, be backend) []providers.Member {
+func (b *build) members(rt *routeView, be backend, proto corev1.Protocol) []providers.Member {
 	svcID := be.svc.Namespace + "/" + be.svc.Name
 	switch {
 	case be.svc.Spec.Type == corev1.ServiceTypeExternalName:
-		b.errorf("httproute %s/%s: backend Service %s is of type ExternalName, which has no Pods: no members", rt.Namespace, rt.Name, svcID)
+		b.errorf("%s: backend Service %s is of type ExternalName, which has no Pods: no members", rt, svcID)
 		return nil
-	case be.port.Protocol != "" && be.port.Protocol != corev1.ProtocolTCP:
-		b.errorf("httproute %s/%s: backend Service %s port %d is %s, not TCP: no members", rt.Namespace, rt.Name, svcID, be.port.Port, be.port.Protocol)
+	case cmp.Or(be.port.Protocol, corev1.ProtocolTCP) != proto:
+		b.errorf("%s: backend Service %s port %d is %s, not %s: no members", rt, svcID, be.port.Port, cmp.Or(be.port.Protocol, corev1.ProtocolTCP), proto)
 		return nil
 	case be.svc.Spec.Type == corev1.ServiceTypeNodePort && cmp.Or(b.in.ServiceType, builder.ServiceTypeNodePortLocal) == builder.ServiceTypeNodePortLocal:
-		b.warnf("httproute %s/%s: backend Service %s is of type NodePort: NodePortLocal does not map its Pods, no members; make it a ClusterIP Service",
-			rt.Namespace, rt.Name, svcID)
+		b.warnf("%s: backend Service %s is of type NodePort: NodePortLocal does not map its Pods, no members; make it a ClusterIP Service",
+			rt, svcID)
 		return nil
 	}
 	members, rep := builder.Members(builder.Input{
@@ -1096,20 +1045,17 @@ func (b *build) members(rt *gatewayv1.HTTPRoute, be backend) []providers.Member 
 // finish sets the listeners, certificates, pools, rule order and ports of
 // the model.
 func (b *build) finish(lb *providers.LoadBalancer, ls []*listener) {
-	served := map[int32]providers.Protocol{}
+	served := map[portKey]bool{}
 	certs := map[string]*providers.TLSCert{}
 	for _, l := range ls {
 		if !l.served() {
 			continue
 		}
 		port := l.spec.Port
-		proto := providers.HTTP
-		if l.spec.Protocol == gatewayv1.HTTPSProtocolType {
-			proto = providers.HTTPS
-		}
-		if _, ok := served[port]; !ok {
-			served[port] = proto
-			lb.Listeners = append(lb.Listeners, providers.Listener{Port: port, Protocol: proto})
+		key := portKey{port, l.spec.Protocol == gatewayv1.UDPProtocolType}
+		if !served[key] {
+			served[key] = true
+			lb.Listeners = append(lb.Listeners, b.modelListener(l))
 		}
 		for _, c := range l.certs {
 			if have := certs[c.Secret]; have != nil {
@@ -1158,14 +1104,45 @@ func (b *build) finish(lb *providers.LoadBalancer, ls []*listener) {
 	lb.HTTP.Rules = rules
 	for _, p := range b.pools {
 		lb.Pools = append(lb.Pools, *p)
-		for _, m := range p.Members {
-			if m.Enabled {
-				b.r.ReadyBackends++
-			}
-		}
+		b.countReady(*p)
+	}
+	for _, l := range lb.Listeners {
+		b.countReady(l.Pool)
 	}
 	providers.SortPools(lb.Pools)
 	providers.SortRules(lb.HTTP.Rules)
+}
+
+// modelListener is the model's listener of a served listener (the first
+// of its port): HTTP and HTTPS without pool, TCP and UDP with the pool of
+// their oldest route (none attached: a pool without members), TLS with
+// the SNI routes of its port.
+func (b *build) modelListener(l *listener) providers.Listener {
+	port := l.spec.Port
+	switch l.spec.Protocol {
+	case gatewayv1.HTTPSProtocolType:
+		return providers.Listener{Port: port, Protocol: providers.HTTPS}
+	case gatewayv1.TCPProtocolType, gatewayv1.UDPProtocolType:
+		proto := providers.Protocol(l.spec.Protocol)
+		pool := providers.Pool{Name: providers.PoolName(b.lbName, proto, port), Members: []providers.Member{}}
+		if l.pool != nil {
+			pool = *l.pool
+		}
+		return providers.Listener{Port: port, Protocol: proto, Pool: pool}
+	case gatewayv1.TLSProtocolType:
+		sni := b.sni[port]
+		providers.SortSNI(sni)
+		return providers.Listener{Port: port, Protocol: providers.TLS, SNI: sni, Terminate: l.terminate}
+	}
+	return providers.Listener{Port: port, Protocol: providers.HTTP}
+}
+
+func (b *build) countReady(p providers.Pool) {
+	for _, m := range p.Members {
+		if m.Enabled {
+			b.r.ReadyBackends++
+		}
+	}
 }
 
 // covers reports whether a listener hostname pattern takes every request

@@ -103,7 +103,7 @@ func TestListenerStatus(t *testing.T) {
 		From: []gatewayv1.ReferenceGrantFrom{{Group: Group, Kind: KindGateway, Namespace: infraNS}},
 		To:   []gatewayv1.ReferenceGrantTo{{Group: "", Kind: KindSecret}}}}
 	tcp := httpL("tcp", 9000, "")
-	tcp.Protocol = gatewayv1.TCPProtocolType
+	tcp.Protocol = "example.com/sctp"
 	kinds := httpL("kinds", 81, "")
 	kinds.AllowedRoutes.Kinds = []gatewayv1.RouteGroupKind{{Kind: "TCPRoute"}}
 	mixed := httpL("mixed", 82, "")
@@ -118,16 +118,16 @@ func TestListenerStatus(t *testing.T) {
 		served   bool
 		kindsLen int
 	}{
-		{"http", httpL("l", 80, ""), nil, map[string]string{"Accepted": "Accepted", "ResolvedRefs": "ResolvedRefs", "Conflicted": "NoConflicts"}, true, 1},
+		{"http", httpL("l", 80, ""), nil, map[string]string{"Accepted": "Accepted", "ResolvedRefs": "ResolvedRefs", "Conflicted": "NoConflicts"}, true, 2},
 		{"unsupported protocol", tcp, nil, map[string]string{"Accepted": "UnsupportedProtocol"}, false, 0},
 		{"invalid route kinds", kinds, nil, map[string]string{"Accepted": "Accepted", "ResolvedRefs": "InvalidRouteKinds"}, false, 0},
 		{"some invalid route kinds", mixed, nil, map[string]string{"ResolvedRefs": "InvalidRouteKinds"}, true, 1},
-		{"https", httpsL("l", 443, "", secretRef("", "tls")), nil, map[string]string{"ResolvedRefs": "ResolvedRefs"}, true, 1},
-		{"missing secret", httpsL("l", 443, "", secretRef("", "nope")), nil, map[string]string{"Accepted": "Accepted", "ResolvedRefs": "InvalidCertificateRef"}, false, 1},
-		{"malformed secret", httpsL("l", 443, "", secretRef("", "bad")), nil, map[string]string{"ResolvedRefs": "InvalidCertificateRef"}, false, 1},
-		{"not a secret", httpsL("l", 443, "", badGroup), nil, map[string]string{"ResolvedRefs": "InvalidCertificateRef"}, false, 1},
-		{"other namespace without grant", httpsL("l", 443, "", secretRef("certs", "other")), nil, map[string]string{"ResolvedRefs": "RefNotPermitted"}, false, 1},
-		{"other namespace with grant", httpsL("l", 443, "", secretRef("certs", "other")), []*gatewayv1.ReferenceGrant{grant}, map[string]string{"ResolvedRefs": "ResolvedRefs"}, true, 1},
+		{"https", httpsL("l", 443, "", secretRef("", "tls")), nil, map[string]string{"ResolvedRefs": "ResolvedRefs"}, true, 2},
+		{"missing secret", httpsL("l", 443, "", secretRef("", "nope")), nil, map[string]string{"Accepted": "Accepted", "ResolvedRefs": "InvalidCertificateRef"}, false, 2},
+		{"malformed secret", httpsL("l", 443, "", secretRef("", "bad")), nil, map[string]string{"ResolvedRefs": "InvalidCertificateRef"}, false, 2},
+		{"not a secret", httpsL("l", 443, "", badGroup), nil, map[string]string{"ResolvedRefs": "InvalidCertificateRef"}, false, 2},
+		{"other namespace without grant", httpsL("l", 443, "", secretRef("certs", "other")), nil, map[string]string{"ResolvedRefs": "RefNotPermitted"}, false, 2},
+		{"other namespace with grant", httpsL("l", 443, "", secretRef("certs", "other")), []*gatewayv1.ReferenceGrant{grant}, map[string]string{"ResolvedRefs": "ResolvedRefs"}, true, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -156,7 +156,7 @@ func TestListenerStatus(t *testing.T) {
 
 func TestGatewayAccepted(t *testing.T) {
 	tcp := httpL("tcp", 9000, "")
-	tcp.Protocol = gatewayv1.TCPProtocolType
+	tcp.Protocol = "example.com/sctp"
 	tests := []struct {
 		name   string
 		gw     *gatewayv1.Gateway

@@ -2,8 +2,10 @@
 // and statuses. It decides which GatewayClasses and Gateways npl-lbsync
 // serves (ClassOurs, Ours), which Services a route sends requests to
 // (Backends, for the NodePortLocal opt-in) and builds, per Gateway, the
-// load balancer of its listeners and of the HTTPRoutes attached to them
-// together with every status the Gateway API asks for: the Gateway's and
+// load balancer of its listeners and of the routes attached to them
+// (HTTPRoute, GRPCRoute, TCPRoute, UDPRoute, TLSRoute; routes.go holds
+// what the kinds share, one file each what they do not) together with
+// every status the Gateway API asks for: the Gateway's and
 // its listeners' conditions, and each route's parent status (Build,
 // GatewayStatus, RouteParents). Pool members come from the L4 builder, so
 // they are exactly what a LoadBalancer Service would get. It is pure:
@@ -59,17 +61,47 @@ var ExtendedFeatures = []gatewayv1.FeatureName{
 	"HTTPRouteSchemeRedirect",
 }
 
+// RouteFeatures are the features of the GATEWAY-TCP, GATEWAY-UDP,
+// GATEWAY-TLS and GATEWAY-GRPC profiles (their core, and the extended ones
+// npl-lbsync builds) and HTTPRoute's h2c backends, which a provider that
+// serves the whole Gateway model (haproxy, mock) supports; sorted.
+var RouteFeatures = []gatewayv1.FeatureName{
+	"GRPCRoute",
+	"GRPCRouteNamedRouteRule",
+	"HTTPRouteBackendProtocolH2C",
+	"TCPRoute",
+	"TLSRoute",
+	"TLSRouteModeTerminate",
+	"UDPRoute",
+}
+
+// providerFeatures are the features beyond CoreFeatures each provider
+// serves, as its own Gateway layout does (docs/avi.md, docs/bigip.md).
+var providerFeatures = map[string][]gatewayv1.FeatureName{
+	"haproxy": slices.Concat(ExtendedFeatures, RouteFeatures),
+	"mock":    slices.Concat(ExtendedFeatures, RouteFeatures),
+	// Avi: no 500 answers, query or regular expression matches, response
+	// header changes, ReplacePrefixMatch, 303/308 redirects, TLS listeners
+	// or h2c pools.
+	"avi": {"GatewayAddressEmpty", "GatewayHTTPListenerIsolation", "GatewayPort8080", "HTTPRoute307RedirectStatusCode",
+		"HTTPRouteHostRewrite", "HTTPRouteMethodMatching", "HTTPRouteNamedRouteRule", "HTTPRouteParentRefPort",
+		"HTTPRoutePortRedirect", "HTTPRouteSchemeRedirect", "TCPRoute", "UDPRoute"},
+	// BIG-IP: redirects with status 302 only and without path modifier
+	// (the scheme and port redirect tests use 301), no 404 for what no
+	// rule matches (method, query and listener isolation tests expect
+	// it), no regular expressions, fixed answers, ReplacePrefixMatch, TLS
+	// listeners or h2c pools.
+	"bigip": {"GatewayAddressEmpty", "GatewayPort8080", "HTTPRouteHostRewrite", "HTTPRouteNamedRouteRule",
+		"HTTPRouteParentRefPort", "HTTPRouteResponseHeaderModification", "TCPRoute", "UDPRoute"},
+}
+
 // FeaturesFor returns the features npl-lbsync announces in its
 // GatewayClasses' status.supportedFeatures with a provider, sorted: the
-// extended ones only with a provider that serves the whole L7 model.
+// core ones, and those the provider serves (providerFeatures).
 func FeaturesFor(provider string) []gatewayv1.FeatureName {
-	out := slices.Clone(CoreFeatures)
-	switch provider {
-	case "haproxy", "mock":
-		out = append(out, ExtendedFeatures...)
-	}
+	out := slices.Concat(CoreFeatures, providerFeatures[provider])
 	slices.Sort(out)
-	return out
+	return slices.Compact(out)
 }
 
 // ClassOurs reports whether npl-lbsync serves the Gateways of class c.

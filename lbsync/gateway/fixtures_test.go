@@ -186,3 +186,105 @@ func cond(cs []metav1.Condition, typ string) metav1.Condition {
 	}
 	return metav1.Condition{}
 }
+
+// Listeners and routes of the other kinds.
+
+func streamL(name string, proto gatewayv1.ProtocolType, port int32) gatewayv1.Listener {
+	l := httpL(name, port, "")
+	l.Protocol = proto
+	return l
+}
+
+func tlsL(name string, port int32, host string, mode gatewayv1.TLSModeType, secrets ...gatewayv1.SecretObjectReference) gatewayv1.Listener {
+	l := httpL(name, port, host)
+	l.Protocol = gatewayv1.TLSProtocolType
+	l.TLS = &gatewayv1.ListenerTLSConfig{Mode: ptr(mode), CertificateRefs: secrets}
+	return l
+}
+
+func ref(name string, port int32, weight int32) gatewayv1.BackendRef {
+	return gatewayv1.BackendRef{
+		BackendObjectReference: gatewayv1.BackendObjectReference{Name: gatewayv1.ObjectName(name), Port: ptr(port)},
+		Weight:                 ptr(weight),
+	}
+}
+
+func toGateway(section string) []gatewayv1.ParentReference {
+	p := gatewayv1.ParentReference{Name: "gw", Namespace: ptr(gatewayv1.Namespace(infraNS))}
+	if section != "" {
+		p.SectionName = ptr(gatewayv1.SectionName(section))
+	}
+	return []gatewayv1.ParentReference{p}
+}
+
+func routeMeta(name string, created int64) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: appNS, Name: name, Generation: 2, CreationTimestamp: metav1.Unix(created, 0)}
+}
+
+func tcpRoute(name string, created int64, section string, refs ...gatewayv1.BackendRef) *gatewayv1.TCPRoute {
+	return &gatewayv1.TCPRoute{ObjectMeta: routeMeta(name, created), Spec: gatewayv1.TCPRouteSpec{
+		CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: toGateway(section)},
+		Rules:           []gatewayv1.TCPRouteRule{{BackendRefs: refs}}}}
+}
+
+func udpRoute(name string, created int64, section string, refs ...gatewayv1.BackendRef) *gatewayv1.UDPRoute {
+	return &gatewayv1.UDPRoute{ObjectMeta: routeMeta(name, created), Spec: gatewayv1.UDPRouteSpec{
+		CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: toGateway(section)},
+		Rules:           []gatewayv1.UDPRouteRule{{BackendRefs: refs}}}}
+}
+
+func tlsRoute(name string, created int64, section string, hosts []string, refs ...gatewayv1.BackendRef) *gatewayv1.TLSRoute {
+	r := &gatewayv1.TLSRoute{ObjectMeta: routeMeta(name, created), Spec: gatewayv1.TLSRouteSpec{
+		CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: toGateway(section)},
+		Rules:           []gatewayv1.TLSRouteRule{{BackendRefs: refs}}}}
+	for _, h := range hosts {
+		r.Spec.Hostnames = append(r.Spec.Hostnames, gatewayv1.Hostname(h))
+	}
+	return r
+}
+
+// udpService is service with a UDP port 53 -> container port dns 5353
+// next to its TCP port 80.
+func udpService(ns, name string) *corev1.Service {
+	s := service(ns, name)
+	s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP,
+		TargetPort: intstr.FromString("dns")})
+	return s
+}
+
+// udpPod is pod with a UDP container port dns 5353 that npl-agent mapped
+// to nodePort+1 (protocol udp in the annotation).
+func udpPod(ns, app, name, nodeIP string, nodePort int) *corev1.Pod {
+	p := pod(ns, app, name, nodeIP, nodePort)
+	p.Annotations[contract.PodKey] = fmt.Sprintf(
+		`[{"podPort":8080,"nodeIP":%q,"nodePort":%d,"protocol":"tcp","ipFamily":"IPv4"},{"podPort":5353,"nodeIP":%q,"nodePort":%d,"protocol":"udp","ipFamily":"IPv4"}]`,
+		nodeIP, nodePort, nodeIP, nodePort+1)
+	p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{Name: "dns", ContainerPort: 5353, Protocol: corev1.ProtocolUDP})
+	return p
+}
+
+// parentCond is the condition typ of the route's only parent status.
+func parentCond(t *testing.T, res Result, kind, name, typ string) metav1.Condition {
+	t.Helper()
+	for _, r := range res.Routes {
+		if r.Kind == kind && r.Name == name {
+			if len(r.Parents) != 1 {
+				t.Fatalf("%s %s: %d parents", kind, name, len(r.Parents))
+			}
+			return cond(r.Parents[0].Conditions, typ)
+		}
+	}
+	t.Fatalf("%s %s: no status", kind, name)
+	return metav1.Condition{}
+}
+
+func listenerResult(t *testing.T, res Result, name string) ListenerResult {
+	t.Helper()
+	for _, l := range res.Listeners {
+		if string(l.Status.Name) == name {
+			return l
+		}
+	}
+	t.Fatalf("no listener %s", name)
+	return ListenerResult{}
+}

@@ -123,20 +123,21 @@ func ptrEq[T comparable](a, b *T) bool {
 	return *a == *b
 }
 
-// Backends returns the Services a route names in its backendRefs (of kind
-// Service), without duplicates, sorted; whether the reference is allowed is
-// Build's to decide.
-func Backends(rt *gatewayv1.HTTPRoute) []ServiceRef {
+// Backends returns the Services a route (of any kind npl-lbsync reads)
+// names in its backendRefs (of kind Service), without duplicates, sorted;
+// whether the reference is allowed is Build's to decide.
+func Backends(obj any) []ServiceRef {
+	rt := routeOf(obj)
 	if rt == nil {
 		return nil
 	}
 	seen := map[ServiceRef]bool{}
-	for _, rule := range rt.Spec.Rules {
-		for _, br := range rule.BackendRefs {
+	for _, refs := range rt.backendRefs {
+		for _, br := range refs {
 			if (br.Group != nil && *br.Group != "" && *br.Group != "core") || (br.Kind != nil && *br.Kind != KindService) {
 				continue
 			}
-			ns := rt.Namespace
+			ns := rt.meta.Namespace
 			if br.Namespace != nil {
 				ns = string(*br.Namespace)
 			}
@@ -152,17 +153,18 @@ func Backends(rt *gatewayv1.HTTPRoute) []ServiceRef {
 }
 
 // Gateways returns the Gateways ("namespace/name") a route's parentRefs
-// name, without duplicates.
-func Gateways(rt *gatewayv1.HTTPRoute) []string {
+// name (a route of any kind npl-lbsync reads), without duplicates.
+func Gateways(obj any) []string {
+	rt := routeOf(obj)
 	if rt == nil {
 		return nil
 	}
 	var out []string
-	for _, ref := range rt.Spec.ParentRefs {
+	for _, ref := range rt.parents {
 		if (ref.Group != nil && string(*ref.Group) != Group) || (ref.Kind != nil && string(*ref.Kind) != KindGateway) {
 			continue
 		}
-		ns := rt.Namespace
+		ns := rt.meta.Namespace
 		if ref.Namespace != nil {
 			ns = string(*ref.Namespace)
 		}

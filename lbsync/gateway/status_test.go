@@ -12,7 +12,7 @@ import (
 
 func TestGatewayStatus(t *testing.T) {
 	tcp := httpL("tcp", 9000, "")
-	tcp.Protocol = gatewayv1.TCPProtocolType
+	tcp.Protocol = "example.com/sctp"
 	gw := gateway(httpL("http", 80, ""), tcp)
 	res := Build(Input{ClusterName: testCluster, Gateway: gw})
 	tests := []struct {
@@ -87,12 +87,19 @@ func TestClassStatus(t *testing.T) {
 	if a := cond(st.Conditions, "Accepted"); a.Status != metav1.ConditionTrue || a.ObservedGeneration != 4 {
 		t.Errorf("Accepted %+v", a)
 	}
-	if len(st.SupportedFeatures) != len(CoreFeatures)+len(ExtendedFeatures) || st.SupportedFeatures[0].Name != "Gateway" ||
+	if len(st.SupportedFeatures) != len(CoreFeatures)+len(ExtendedFeatures)+len(RouteFeatures) || st.SupportedFeatures[0].Name != "GRPCRoute" ||
 		!slices.IsSortedFunc(st.SupportedFeatures, func(a, b gatewayv1.SupportedFeature) int { return strings.Compare(string(a.Name), string(b.Name)) }) {
 		t.Errorf("features %+v", st.SupportedFeatures)
 	}
-	if got := FeaturesFor("avi"); !slices.Equal(got, CoreFeatures) {
-		t.Errorf("avi features %v, want the core ones", got)
+	for _, p := range []string{"avi", "bigip"} {
+		got := FeaturesFor(p)
+		if !slices.Contains(got, "TCPRoute") || slices.Contains(got, "TLSRoute") || slices.Contains(got, "GRPCRoute") ||
+			slices.Contains(got, "HTTPRoutePathRewrite") || !slices.IsSorted(got) {
+			t.Errorf("%s features %v", p, got)
+		}
+	}
+	if got := FeaturesFor("other"); !slices.Equal(got, CoreFeatures) {
+		t.Errorf("features of a provider without a Gateway layout %v, want the core ones", got)
 	}
 	if !ClassOurs(c) || ClassOurs(&gatewayv1.GatewayClass{Spec: gatewayv1.GatewayClassSpec{ControllerName: "x/y"}}) {
 		t.Error("ClassOurs")

@@ -127,3 +127,87 @@ func BenchmarkEnsure1000(b *testing.B) {
 		b.ReportMetric(float64(calls(f.sim))/float64(b.N), "requests/op")
 	})
 }
+
+// benchGateway is a Gateway's load balancer with n HTTPRoute rules on an
+// HTTP listener, each a Prefix path with a header match and a request
+// header modifier to a pool of two backends weighted 3:1. The first pool's
+// second member has its port moved by shift.
+func benchGateway(b *testing.B, n int, shift int32) *providers.LoadBalancer {
+	name := providers.GatewayLoadBalancerName(cluster, "ns", "bench")
+	lb := &providers.LoadBalancer{Name: name, Kind: providers.L7, Gateway: "ns/bench",
+		Listeners: []providers.Listener{{Port: 80, Protocol: providers.HTTP}}, HTTP: &providers.HTTPRoutes{}}
+	for i := range n {
+		pool := providers.GatewayPoolName(name, "ns", fmt.Sprintf("r%03d", i), 0)
+		port, other := int32(61000+i), int32(61000+i)
+		if i == 0 {
+			other += shift
+		}
+		lb.Pools = append(lb.Pools, providers.Pool{Name: pool, Members: []providers.Member{
+			{IP: "198.18.0.11", Port: port, Enabled: true, Weight: 3}, {IP: "198.18.0.12", Port: other, Enabled: true}}})
+		lb.HTTP.Rules = append(lb.HTTP.Rules, providers.Rule{Path: fmt.Sprintf("/r%03d", i), PathType: providers.PathPrefix,
+			Pool: pool, Ports: []int32{80}, Headers: []providers.ValueMatch{{Name: "x-env", Value: "bench"}},
+			RequestHeaders: &providers.HeaderFilter{Set: []providers.Header{{Name: "x-route", Value: fmt.Sprint(i)}}}})
+	}
+	out, err := providers.Normalize(lb)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
+// BenchmarkGatewayEnsure200 measures a Gateway of 200 weighted, filtered
+// rules through the alb-sdk against the simulator: created from nothing,
+// Ensured unchanged, and one member of one backend changed (one pool
+// written).
+func BenchmarkGatewayEnsure200(b *testing.B) {
+	const n = 200
+	ctx := context.Background()
+	lb := benchGateway(b, n, 0)
+	b.Run("cold", func(b *testing.B) {
+		var writes, requests int
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			f := benchFixture(b)
+			b.StartTimer()
+			if _, err := f.v.Ensure(ctx, lb); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			writes += f.sim.Writes()
+			requests += calls(f.sim)
+			f.p.Close()
+			f.sim.Close()
+			b.StartTimer()
+		}
+		b.ReportMetric(float64(writes)/float64(b.N), "writes/op")
+		b.ReportMetric(float64(requests)/float64(b.N), "requests/op")
+	})
+
+	f := benchFixture(b)
+	if _, err := f.v.Ensure(ctx, lb); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("unchanged", func(b *testing.B) {
+		f.sim.ResetCounters()
+		for i := 0; i < b.N; i++ {
+			if _, err := f.v.Ensure(ctx, lb); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(f.sim.Writes())/float64(b.N), "writes/op")
+		b.ReportMetric(float64(calls(f.sim))/float64(b.N), "requests/op")
+	})
+	// Every Ensure flips the first pool's member, across runs too.
+	variants, next := []*providers.LoadBalancer{lb, benchGateway(b, n, 1000)}, 0
+	b.Run("member-change", func(b *testing.B) {
+		f.sim.ResetCounters()
+		for i := 0; i < b.N; i++ {
+			next++
+			if _, err := f.v.Ensure(ctx, variants[next%2]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(f.sim.Writes())/float64(b.N), "writes/op")
+		b.ReportMetric(float64(calls(f.sim))/float64(b.N), "requests/op")
+	})
+}

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/vmware/alb-sdk/go/models"
@@ -41,13 +40,55 @@ type certSpec struct {
 }
 
 // httpRuleSpec is one request rule: a host (empty: any; *.x: a suffix), a
-// path test, and the pool it switches to.
+// path test, and the pool it switches to. The fields after Pool are a
+// Gateway's (gateway.go), omitted when empty so that the checksums of
+// Ingress rules stay as they were.
 type httpRuleSpec struct {
 	Name   string `json:"name"`
 	Host   string `json:"host,omitempty"`
 	Path   string `json:"path"`
 	Prefix bool   `json:"prefix,omitempty"`
 	Pool   string `json:"pool"`
+	// PoolGroup is the pool group the rule switches to.
+	PoolGroup string `json:"poolGroup,omitempty"`
+	// Ports are the listener ports matched (vs_port IS_IN).
+	Ports []int32 `json:"ports,omitempty"`
+	// Method is the method matched, as Avi spells it (HTTP_METHOD_GET).
+	Method string `json:"method,omitempty"`
+	// Headers must all be present with exactly these values.
+	Headers    []providers.ValueMatch `json:"headers,omitempty"`
+	HdrActions []hdrActionSpec        `json:"hdrActions,omitempty"`
+	Rewrite    *rewriteSpec           `json:"rewrite,omitempty"`
+	Redirect   *redirectSpec          `json:"redirect,omitempty"`
+	// Local is the status code of a local response.
+	Local string `json:"local,omitempty"`
+	// Foreign describes what the controller holds that the provider never
+	// makes, so that such a rule reads as different and is rewritten.
+	Foreign string `json:"foreign,omitempty"`
+}
+
+// hdrActionSpec replaces, adds or removes a request header.
+type hdrActionSpec struct {
+	Action string `json:"action"`
+	Name   string `json:"name"`
+	Value  string `json:"value,omitempty"`
+}
+
+// rewriteSpec sets the host header and the path (without its leading /)
+// of the request sent to the pool; empty keeps them.
+type rewriteSpec struct {
+	Host string `json:"host,omitempty"`
+	Path string `json:"path,omitempty"`
+}
+
+// redirectSpec is a redirect: protocol and port always, host and path
+// (without its leading /) when they change, and the status code.
+type redirectSpec struct {
+	Protocol string `json:"protocol"`
+	Host     string `json:"host,omitempty"`
+	Port     int32  `json:"port"`
+	Path     string `json:"path,omitempty"`
+	Status   string `json:"status"`
 }
 
 type httpPolicySpec struct {
@@ -64,6 +105,15 @@ type l7Layout struct {
 	certs  []certSpec // sorted by name
 	policy httpPolicySpec
 	vs     vsSpec
+	// groups are the pool groups of a Gateway's load balancer, sorted by
+	// name.
+	groups []poolGroupSpec
+	// noHTTP is set for a Gateway's load balancer without HTTP and HTTPS
+	// listeners: it has no HTTP policy set nor HTTP virtual service.
+	noHTTP bool
+	// l4 is the L4 virtual service of a Gateway's TCP and UDP listeners;
+	// nil when it has none.
+	l4 *gatewayL4
 	// tls holds the certificate and key of each certificate, by Avi name.
 	tls map[string]providers.TLSCert
 }
@@ -72,6 +122,14 @@ func (l *l7Layout) poolNames() map[string]bool {
 	out := make(map[string]bool, len(l.pools))
 	for _, p := range l.pools {
 		out[p.Name] = true
+	}
+	return out
+}
+
+func (l *l7Layout) groupNames() map[string]bool {
+	out := make(map[string]bool, len(l.groups))
+	for _, g := range l.groups {
+		out[g.Name] = true
 	}
 	return out
 }
@@ -91,7 +149,7 @@ func (p *Provider) planL7(lb *providers.LoadBalancer) (*l7Layout, error) {
 		return nil, fmt.Errorf("name %q does not start with the cluster name %q and --", lb.Name, p.cfg.ClusterName)
 	}
 	name := providers.Shorten(lb.Name, maxNameLength)
-	mk := markers{Cluster: p.cfg.ClusterName, Ingress: lb.Ingress, LB: lb.Name}
+	mk := markers{Cluster: p.cfg.ClusterName, Ingress: lb.Ingress, LB: lb.Name, Gateway: lb.Gateway}
 	l := &l7Layout{name: name, tls: map[string]providers.TLSCert{}}
 
 	l.vsvip = vsvipSpec{Name: name, Cloud: p.cfg.Cloud, Network: p.cfg.VIPNetwork, Markers: mk}
@@ -100,7 +158,21 @@ func (p *Provider) planL7(lb *providers.LoadBalancer) (*l7Layout, error) {
 	}
 
 	aviPool := map[string]string{} // model name -> Avi name
-	for _, pl := range lb.Pools {
+	var aviGroup map[string]string // model name -> Avi pool group name (a Gateway's)
+	if lb.Gateway != "" {
+		var err error
+		if aviGroup, err = p.planGatewayPools(l, lb, mk); err != nil {
+			return nil, err
+		}
+		if err := p.planGatewayL4(l, lb, mk); err != nil {
+			return nil, err
+		}
+	}
+	ingressPools := lb.Pools
+	if lb.Gateway != "" {
+		ingressPools = nil // laid out as pool groups above
+	}
+	for _, pl := range ingressPools {
 		poolName := providers.Shorten(pl.Name, maxNameLength)
 		if slices.ContainsFunc(l.pools, func(ps poolSpec) bool { return ps.Name == poolName }) {
 			return nil, fmt.Errorf("pools %s: two shorten to one name", pl.Name)
@@ -138,18 +210,29 @@ func (p *Provider) planL7(lb *providers.LoadBalancer) (*l7Layout, error) {
 	slices.SortFunc(l.certs, func(a, b certSpec) int { return cmp.Compare(a.Name, b.Name) })
 
 	l.policy = httpPolicySpec{Name: name, Rules: []httpRuleSpec{}, Markers: mk}
+	listeners := map[int32]providers.Protocol{}
+	for _, ln := range lb.Listeners {
+		listeners[ln.Port] = ln.Protocol
+	}
 	for i, r := range lb.HTTP.Rules { // sorted by providers.Normalize
+		if lb.Gateway != "" {
+			l.policy.Rules = append(l.policy.Rules, gatewayRules(i, r, listeners, aviGroup)...)
+			continue
+		}
 		for j, m := range r.PathMatches() {
 			l.policy.Rules = append(l.policy.Rules, httpRuleSpec{
 				Name: fmt.Sprintf("rule-%d.%d", i, j), Host: r.Host, Path: m.Path, Prefix: m.Prefix, Pool: aviPool[r.Pool],
 			})
 		}
 	}
+	if lb.Gateway != "" && lb.HTTP.DefaultPool == "" {
+		l.policy.Rules = append(l.policy.Rules, noMatchRule)
+	}
 
 	l.vs = vsSpec{
 		Name: name, Cloud: p.cfg.Cloud, ServiceEngineGroup: p.cfg.ServiceEngineGroup,
 		VsVip: name, HTTPPolicySet: name, ApplicationProfile: applicationProfileHTTP, NetworkProfile: profileTCPProxy,
-		DefaultPool: aviPool[lb.HTTP.DefaultPool], Markers: mk,
+		DefaultPool: aviPool[lb.HTTP.DefaultPool], DefaultPoolGroup: aviGroup[lb.HTTP.DefaultPool], Markers: mk,
 	}
 	if len(l.certs) > 0 {
 		l.vs.ApplicationProfile, l.vs.SSLProfile = applicationProfileHTTPS, sslProfile
@@ -158,8 +241,11 @@ func (p *Provider) planL7(lb *providers.LoadBalancer) (*l7Layout, error) {
 		}
 	}
 	for _, ln := range lb.Listeners {
-		l.vs.Services = append(l.vs.Services, serviceSpec{Port: ln.Port, SSL: ln.Protocol == providers.HTTPS})
+		if ln.Protocol == providers.HTTP || ln.Protocol == providers.HTTPS {
+			l.vs.Services = append(l.vs.Services, serviceSpec{Port: ln.Port, SSL: ln.Protocol == providers.HTTPS})
+		}
 	}
+	l.noHTTP = lb.Gateway != "" && len(l.vs.Services) == 0
 	sortServices(l.vs.Services)
 	return l, nil
 }
@@ -200,8 +286,8 @@ func certSpecOf(o *models.SSLKeyAndCertificate) certSpec {
 }
 
 // httpRulesOf reads the request rules of a policy set in index order. A
-// match the provider does not make reads as a rule no model gives, so that
-// it is rewritten.
+// match or action the provider does not make reads as a rule no model
+// gives (Foreign), so that it is rewritten.
 func httpRulesOf(o *models.HTTPPolicySet) []httpRuleSpec {
 	if o.HTTPRequestPolicy == nil {
 		return []httpRuleSpec{}
@@ -214,35 +300,130 @@ func httpRulesOf(o *models.HTTPPolicySet) []httpRuleSpec {
 	out := make([]httpRuleSpec, 0, len(rules))
 	for _, r := range rules {
 		rs := httpRuleSpec{Name: deref(r.Name)}
+		var foreign []string
 		if r.Enable != nil && !*r.Enable {
 			rs.Name += " (disabled)"
+			foreign = append(foreign, "disabled")
 		}
 		if m := r.Match; m != nil {
-			if h := m.HostHdr; h != nil {
-				switch v := h.Value; {
-				case deref(h.MatchCriteria) == "HDR_EQUALS" && len(v) == 1:
-					rs.Host = v[0]
-				case deref(h.MatchCriteria) == "HDR_ENDS_WITH" && len(v) == 1 && strings.HasPrefix(v[0], "."):
-					rs.Host = "*" + v[0]
-				default:
-					rs.Host = fmt.Sprintf("%s %v", deref(h.MatchCriteria), v)
+			readMatch(&rs, m, &foreign)
+		}
+		if sw := r.SwitchingAction; sw != nil {
+			switch deref(sw.Action) {
+			case "HTTP_SWITCHING_SELECT_POOL":
+				rs.Pool = refName(sw.PoolRef)
+			case "HTTP_SWITCHING_SELECT_POOLGROUP":
+				rs.PoolGroup = refName(sw.PoolGroupRef)
+			case "HTTP_SWITCHING_SELECT_LOCAL":
+				rs.Local = deref(sw.StatusCode)
+				if sw.File != nil {
+					foreign = append(foreign, "file")
 				}
-			}
-			if pm := m.Path; pm != nil {
-				switch c := deref(pm.MatchCriteria); {
-				case len(pm.MatchStr) != 1 || len(pm.StringGroupRefs) > 0 || (c != "EQUALS" && c != "BEGINS_WITH"):
-					rs.Path = fmt.Sprintf("%s %v", c, pm.MatchStr)
-				default:
-					rs.Path, rs.Prefix = pm.MatchStr[0], c == "BEGINS_WITH"
-				}
+			default:
+				foreign = append(foreign, "switching "+deref(sw.Action))
 			}
 		}
-		if sw := r.SwitchingAction; sw != nil && deref(sw.Action) == "HTTP_SWITCHING_SELECT_POOL" {
-			rs.Pool = refName(sw.PoolRef)
+		for _, a := range r.HdrAction {
+			if a == nil || a.Hdr == nil || a.Cookie != nil || (a.Hdr.Value != nil && a.Hdr.Value.Var != nil) {
+				foreign = append(foreign, "hdr_action")
+				continue
+			}
+			ha := hdrActionSpec{Action: deref(a.Action), Name: deref(a.Hdr.Name)}
+			if a.Hdr.Value != nil {
+				ha.Value = deref(a.Hdr.Value.Val)
+			}
+			rs.HdrActions = append(rs.HdrActions, ha)
 		}
+		if w := r.RewriteURLAction; w != nil {
+			rs.Rewrite = &rewriteSpec{Host: constantParam(w.HostHdr, &foreign), Path: constantParam(w.Path, &foreign)}
+			if w.Query == nil || w.Query.KeepQuery == nil || !*w.Query.KeepQuery || w.Query.AddString != nil {
+				foreign = append(foreign, "rewrite query")
+			}
+		}
+		if d := r.RedirectAction; d != nil {
+			rs.Redirect = &redirectSpec{Protocol: deref(d.Protocol), Host: constantParam(d.Host, &foreign),
+				Path: constantParam(d.Path, &foreign), Status: deref(d.StatusCode)}
+			if d.Port != nil {
+				rs.Redirect.Port = *d.Port
+			}
+			if d.KeepQuery == nil || !*d.KeepQuery {
+				foreign = append(foreign, "redirect drops the query")
+			}
+		}
+		rs.Foreign = strings.Join(foreign, ", ")
 		out = append(out, rs)
 	}
 	return out
+}
+
+// readMatch reads the host, path, port, method and header tests of a rule.
+func readMatch(rs *httpRuleSpec, m *models.MatchTarget, foreign *[]string) {
+	if h := m.HostHdr; h != nil {
+		switch v := h.Value; {
+		case deref(h.MatchCriteria) == "HDR_EQUALS" && len(v) == 1:
+			rs.Host = v[0]
+		case deref(h.MatchCriteria) == "HDR_ENDS_WITH" && len(v) == 1 && strings.HasPrefix(v[0], "."):
+			rs.Host = "*" + v[0]
+		default:
+			rs.Host = fmt.Sprintf("%s %v", deref(h.MatchCriteria), v)
+		}
+	}
+	if pm := m.Path; pm != nil {
+		switch c := deref(pm.MatchCriteria); {
+		case len(pm.MatchStr) != 1 || len(pm.StringGroupRefs) > 0 || (c != "EQUALS" && c != "BEGINS_WITH"):
+			rs.Path = fmt.Sprintf("%s %v", c, pm.MatchStr)
+		default:
+			rs.Path, rs.Prefix = pm.MatchStr[0], c == "BEGINS_WITH"
+		}
+	}
+	if vp := m.VsPort; vp != nil {
+		if deref(vp.MatchCriteria) != "IS_IN" {
+			*foreign = append(*foreign, "vs_port "+deref(vp.MatchCriteria))
+		}
+		for _, p := range vp.Ports {
+			rs.Ports = append(rs.Ports, int32(p))
+		}
+	}
+	if mm := m.Method; mm != nil {
+		if deref(mm.MatchCriteria) != "IS_IN" || len(mm.Methods) != 1 {
+			*foreign = append(*foreign, fmt.Sprintf("method %s %v", deref(mm.MatchCriteria), mm.Methods))
+		} else {
+			rs.Method = mm.Methods[0]
+		}
+	}
+	for _, h := range m.Hdrs {
+		if h == nil || deref(h.MatchCriteria) != "HDR_EQUALS" || deref(h.MatchCase) != "SENSITIVE" || len(h.Value) != 1 {
+			*foreign = append(*foreign, "a header test")
+			continue
+		}
+		rs.Headers = append(rs.Headers, providers.ValueMatch{Name: deref(h.Hdr), Value: h.Value[0]})
+	}
+	if m.Query != nil || m.Cookie != nil || m.ClientIP != nil || m.Protocol != nil || m.Version != nil || m.IPReputationType != nil {
+		*foreign = append(*foreign, "a test of query, cookie, client, protocol or version")
+	}
+}
+
+// constantParam reads a URI parameter made of one constant string; any
+// other reads as foreign.
+func constantParam(p *models.URIParam, foreign *[]string) string {
+	if p == nil {
+		return ""
+	}
+	if deref(p.Type) != "URI_PARAM_TYPE_TOKENIZED" || len(p.Tokens) != 1 || p.Tokens[0] == nil ||
+		deref(p.Tokens[0].Type) != "URI_TOKEN_TYPE_STRING" {
+		*foreign = append(*foreign, "a URI parameter")
+		return ""
+	}
+	return deref(p.Tokens[0].StrValue)
+}
+
+// uriConstant is a URI parameter of one constant string, nil for "".
+func uriConstant(v string) *models.URIParam {
+	if v == "" {
+		return nil
+	}
+	return &models.URIParam{Type: ptr("URI_PARAM_TYPE_TOKENIZED"),
+		Tokens: []*models.URIParamToken{{Type: ptr("URI_TOKEN_TYPE_STRING"), StrValue: ptr(v)}}}
 }
 
 func httpPolicySpecOf(o *models.HTTPPolicySet) httpPolicySpec {
@@ -269,7 +450,7 @@ func (p *Provider) certModel(s certSpec, c providers.TLSCert) *models.SSLKeyAndC
 	}
 }
 
-func (p *Provider) httpPolicyModel(s httpPolicySpec, poolURLs map[string]*string) *models.HTTPPolicySet {
+func (p *Provider) httpPolicyModel(s httpPolicySpec, poolURLs, groupURLs map[string]*string) *models.HTTPPolicySet {
 	o := &models.HTTPPolicySet{
 		Name:              ptr(s.Name),
 		CreatedBy:         ptr(p.owner),
@@ -278,32 +459,72 @@ func (p *Provider) httpPolicyModel(s httpPolicySpec, poolURLs map[string]*string
 		HTTPRequestPolicy: &models.HTTPRequestPolicy{},
 	}
 	for i, r := range s.Rules {
-		match := &models.MatchTarget{Path: &models.PathMatch{
-			MatchCriteria: ptr("EQUALS"), MatchCase: ptr("SENSITIVE"), MatchStr: []string{r.Path},
-		}}
-		if r.Prefix {
-			match.Path.MatchCriteria = ptr("BEGINS_WITH")
-		}
-		switch {
-		case strings.HasPrefix(r.Host, "*."):
-			match.HostHdr = &models.HostHdrMatch{MatchCriteria: ptr("HDR_ENDS_WITH"), MatchCase: ptr("INSENSITIVE"),
-				Value: []string{r.Host[1:]}}
-		case r.Host != "":
-			match.HostHdr = &models.HostHdrMatch{MatchCriteria: ptr("HDR_EQUALS"), MatchCase: ptr("INSENSITIVE"),
-				Value: []string{r.Host}}
-		}
-		o.HTTPRequestPolicy.Rules = append(o.HTTPRequestPolicy.Rules, &models.HTTPRequestRule{
-			Name:   ptr(r.Name),
-			Index:  ptr(int32(i + 1)),
-			Enable: ptr(true),
-			Match:  match,
-			SwitchingAction: &models.HttpswitchingAction{
-				Action:  ptr("HTTP_SWITCHING_SELECT_POOL"),
-				PoolRef: objectRef(poolURLs[r.Pool]),
-			},
-		})
+		o.HTTPRequestPolicy.Rules = append(o.HTTPRequestPolicy.Rules, requestRule(i, r, poolURLs, groupURLs))
 	}
 	return o
+}
+
+// requestRule is the request rule of index i+1 that r describes.
+func requestRule(i int, r httpRuleSpec, poolURLs, groupURLs map[string]*string) *models.HTTPRequestRule {
+	match := &models.MatchTarget{Path: &models.PathMatch{
+		MatchCriteria: ptr("EQUALS"), MatchCase: ptr("SENSITIVE"), MatchStr: []string{r.Path},
+	}}
+	if r.Prefix {
+		match.Path.MatchCriteria = ptr("BEGINS_WITH")
+	}
+	switch {
+	case strings.HasPrefix(r.Host, "*."):
+		match.HostHdr = &models.HostHdrMatch{MatchCriteria: ptr("HDR_ENDS_WITH"), MatchCase: ptr("INSENSITIVE"),
+			Value: []string{r.Host[1:]}}
+	case r.Host != "":
+		match.HostHdr = &models.HostHdrMatch{MatchCriteria: ptr("HDR_EQUALS"), MatchCase: ptr("INSENSITIVE"),
+			Value: []string{r.Host}}
+	}
+	if len(r.Ports) > 0 {
+		match.VsPort = &models.PortMatch{MatchCriteria: ptr("IS_IN")}
+		for _, p := range r.Ports {
+			match.VsPort.Ports = append(match.VsPort.Ports, int64(p))
+		}
+	}
+	if r.Method != "" {
+		match.Method = &models.MethodMatch{MatchCriteria: ptr("IS_IN"), Methods: []string{r.Method}}
+	}
+	for _, h := range r.Headers {
+		match.Hdrs = append(match.Hdrs, &models.HdrMatch{Hdr: ptr(h.Name), MatchCriteria: ptr("HDR_EQUALS"),
+			MatchCase: ptr("SENSITIVE"), Value: []string{h.Value}})
+	}
+	out := &models.HTTPRequestRule{
+		Name:   ptr(r.Name),
+		Index:  ptr(int32(i + 1)),
+		Enable: ptr(true),
+		Match:  match,
+	}
+	switch {
+	case r.PoolGroup != "":
+		out.SwitchingAction = &models.HttpswitchingAction{
+			Action: ptr("HTTP_SWITCHING_SELECT_POOLGROUP"), PoolGroupRef: objectRef(groupURLs[r.PoolGroup])}
+	case r.Local != "":
+		out.SwitchingAction = &models.HttpswitchingAction{Action: ptr("HTTP_SWITCHING_SELECT_LOCAL"), StatusCode: ptr(r.Local)}
+	case r.Redirect != nil:
+		d := r.Redirect
+		out.RedirectAction = &models.HTTPRedirectAction{Protocol: ptr(d.Protocol), Port: ptr(d.Port),
+			Host: uriConstant(d.Host), Path: uriConstant(d.Path), StatusCode: ptr(d.Status), KeepQuery: ptr(true)}
+	default:
+		out.SwitchingAction = &models.HttpswitchingAction{
+			Action: ptr("HTTP_SWITCHING_SELECT_POOL"), PoolRef: objectRef(poolURLs[r.Pool])}
+	}
+	for _, a := range r.HdrActions {
+		ha := &models.HTTPHdrAction{Action: ptr(a.Action), Hdr: &models.HTTPHdrData{Name: ptr(a.Name)}}
+		if a.Action != hdrRemove {
+			ha.Hdr.Value = &models.HTTPHdrValue{Val: ptr(a.Value)}
+		}
+		out.HdrAction = append(out.HdrAction, ha)
+	}
+	if w := r.Rewrite; w != nil {
+		out.RewriteURLAction = &models.HTTPRewriteURLAction{HostHdr: uriConstant(w.Host), Path: uriConstant(w.Path),
+			Query: &models.URIParamQuery{KeepQuery: ptr(true)}}
+	}
+	return out
 }
 
 // l7Current is what the controller holds for one L7 load balancer.
@@ -317,13 +538,23 @@ type l7Current struct {
 	stalePools []*models.Pool
 	certs      map[string]*models.SSLKeyAndCertificate
 	staleCerts []*models.SSLKeyAndCertificate
+	// groups and staleGroups are the pool groups of a Gateway's load
+	// balancer, read only when wanted (wantGroups not nil).
+	groups      map[string]*models.PoolGroup
+	staleGroups []*models.PoolGroup
+	// l4vs and l4policy are the L4 virtual service and policy set of a
+	// Gateway's TCP and UDP listeners, read with the pool groups.
+	l4vs     *models.VirtualService
+	l4policy *models.L4PolicySet
 }
 
 // readL7 fetches the objects of the L7 load balancer lbName (Avi name
-// aviName) in five reads, more when shortened names are wanted.
-func (p *Provider) readL7(s *aviSession, lbName, aviName string, wantPools, wantCerts map[string]bool) (*l7Current, error) {
+// aviName) in five reads, six with pool groups (wantGroups not nil), more
+// when shortened names are wanted.
+func (p *Provider) readL7(s *aviSession, lbName, aviName string, wantPools, wantCerts, wantGroups map[string]bool) (*l7Current, error) {
 	ours := url.Values{"created_by": {p.owner}}
-	cur := &l7Current{pools: map[string]*models.Pool{}, certs: map[string]*models.SSLKeyAndCertificate{}}
+	cur := &l7Current{pools: map[string]*models.Pool{}, certs: map[string]*models.SSLKeyAndCertificate{},
+		groups: map[string]*models.PoolGroup{}}
 	var err error
 	if cur.vs, err = getByName[models.VirtualService](s, vsKind.typ, aviName, ours); err != nil {
 		return nil, fmt.Errorf("read virtualservice %s: %w", aviName, err)
@@ -348,6 +579,19 @@ func (p *Provider) readL7(s *aviSession, lbName, aviName string, wantPools, want
 	if cur.certs, cur.staleCerts, err = readParts(s, certKind, lbName, byLB, wantCerts,
 		func(o *models.SSLKeyAndCertificate) (string, markers) { return deref(o.Name), markersOf(o.Markers) }); err != nil {
 		return nil, err
+	}
+	if wantGroups != nil {
+		if cur.groups, cur.staleGroups, err = readParts(s, poolGroupKind, lbName, byLB, wantGroups,
+			func(o *models.PoolGroup) (string, markers) { return deref(o.Name), markersOf(o.Markers) }); err != nil {
+			return nil, err
+		}
+		l4Name := providers.Shorten(lbName+l4Suffix, maxNameLength)
+		if cur.l4vs, err = getByName[models.VirtualService](s, vsKind.typ, l4Name, ours); err != nil {
+			return nil, fmt.Errorf("read virtualservice %s: %w", l4Name, err)
+		}
+		if cur.l4policy, err = getByName[models.L4PolicySet](s, policyKind.typ, l4Name, ours); err != nil {
+			return nil, fmt.Errorf("read l4policyset %s: %w", l4Name, err)
+		}
 	}
 	return cur, nil
 }
@@ -404,7 +648,11 @@ func (p *Provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (pr
 	defer s.auth.bind(ctx)()
 	log := klog.FromContext(ctx).WithValues("loadBalancer", lb.Name)
 
-	cur, err := p.readL7(s, lb.Name, want.name, want.poolNames(), want.certNames())
+	var wantGroups map[string]bool
+	if lb.Gateway != "" {
+		wantGroups = want.groupNames()
+	}
+	cur, err := p.readL7(s, lb.Name, want.name, want.poolNames(), want.certNames(), wantGroups)
 	if err != nil {
 		return providers.Status{}, err
 	}
@@ -415,6 +663,19 @@ func (p *Provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (pr
 	poolURLs, err := p.applyPools(s, log, want.pools, cur.pools)
 	if err != nil {
 		return providers.Status{}, err
+	}
+	groupURLs := make(map[string]*string, len(want.groups))
+	for _, spec := range want.groups {
+		sum := checksum(spec)
+		group, err := apply(s, p, log, poolGroupKind, spec.Name, cur.groups[spec.Name],
+			func(*models.PoolGroup) *models.PoolGroup { return p.poolGroupModel(spec, poolURLs) },
+			func(o *models.PoolGroup) bool {
+				return deref(o.CloudConfigCksum) == sum && checksum(poolGroupSpecOf(o)) == sum
+			})
+		if err != nil {
+			return providers.Status{}, err
+		}
+		groupURLs[spec.Name] = group.URL
 	}
 	var certURLs []*string
 	for _, spec := range want.certs {
@@ -429,26 +690,37 @@ func (p *Provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (pr
 		}
 		certURLs = append(certURLs, cert.URL)
 	}
-	policySum := checksum(want.policy)
-	policy, err := apply(s, p, log, httpPolicyKind, want.name, cur.policy,
-		func(*models.HTTPPolicySet) *models.HTTPPolicySet { return p.httpPolicyModel(want.policy, poolURLs) },
-		func(o *models.HTTPPolicySet) bool {
-			return deref(o.CloudConfigCksum) == policySum && checksum(httpPolicySpecOf(o)) == policySum
-		})
-	if err != nil {
-		return providers.Status{}, err
+	if !want.noHTTP {
+		if err := p.applyHTTP(s, log, want, cur, vsRefs{vsvip: vsvip.URL, certificates: certURLs}, poolURLs, groupURLs); err != nil {
+			return providers.Status{}, err
+		}
 	}
-	refs := vsRefs{vsvip: vsvip.URL, httpPolicy: policy.URL, certificates: certURLs}
-	if want.vs.DefaultPool != "" {
-		refs.defaultPool = poolURLs[want.vs.DefaultPool]
+	if want.l4 != nil {
+		if err := p.applyGatewayL4(s, log, want.l4, cur, vsvip.URL, groupURLs); err != nil {
+			return providers.Status{}, err
+		}
 	}
-	vsSum := checksum(want.vs)
-	if _, err := apply(s, p, log, vsKind, want.name, cur.vs,
-		func(*models.VirtualService) *models.VirtualService { return p.vsModel(want.vs, refs) },
-		func(o *models.VirtualService) bool {
-			return deref(o.CloudConfigCksum) == vsSum && checksum(vsSpecOf(o)) == vsSum
-		}); err != nil {
-		return providers.Status{}, err
+	// Virtual services and policy sets no longer wanted: the HTTP ones of a
+	// Gateway left with TCP and UDP listeners only, the L4 ones of a Gateway
+	// without them.
+	var gone []victim
+	if want.noHTTP && cur.vs != nil {
+		gone = append(gone, victim{vsKind.typ, want.name, deref(cur.vs.UUID)})
+	}
+	if want.l4 == nil && cur.l4vs != nil {
+		gone = append(gone, victim{vsKind.typ, deref(cur.l4vs.Name), deref(cur.l4vs.UUID)})
+	}
+	if want.noHTTP && cur.policy != nil {
+		gone = append(gone, victim{httpPolicyKind.typ, want.name, deref(cur.policy.UUID)})
+	}
+	if want.l4 == nil && cur.l4policy != nil {
+		gone = append(gone, victim{policyKind.typ, deref(cur.l4policy.Name), deref(cur.l4policy.UUID)})
+	}
+	for _, v := range gone {
+		if err := remove(s, v.typ, v.uuid); err != nil {
+			return providers.Status{}, fmt.Errorf("delete %s %s: %w", v.typ, v.name, err)
+		}
+		log.V(2).Info("Deleted Avi object", "type", v.typ, "name", v.name)
 	}
 	for _, o := range cur.staleCerts {
 		if err := remove(s, certKind.typ, deref(o.UUID)); err != nil {
@@ -456,17 +728,79 @@ func (p *Provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (pr
 		}
 		log.V(2).Info("Deleted Avi object", "type", certKind.typ, "name", deref(o.Name))
 	}
+	for _, o := range cur.staleGroups {
+		if err := remove(s, poolGroupKind.typ, deref(o.UUID)); err != nil {
+			return providers.Status{}, fmt.Errorf("delete poolgroup %s: %w", deref(o.Name), err)
+		}
+		log.V(2).Info("Deleted Avi object", "type", poolGroupKind.typ, "name", deref(o.Name))
+	}
 	if err := removePools(s, log, cur.stalePools); err != nil {
 		return providers.Status{}, err
 	}
 	return providers.Status{VIPs: vipsOf(vsvip)}, nil
 }
 
+// applyHTTP makes the HTTP policy set and the HTTP virtual service of an L7
+// load balancer match want; refs holds the VsVip and certificates.
+func (p *Provider) applyHTTP(s *aviSession, log klog.Logger, want *l7Layout, cur *l7Current, refs vsRefs,
+	poolURLs, groupURLs map[string]*string) error {
+	policySum := checksum(want.policy)
+	policy, err := apply(s, p, log, httpPolicyKind, want.name, cur.policy,
+		func(*models.HTTPPolicySet) *models.HTTPPolicySet {
+			return p.httpPolicyModel(want.policy, poolURLs, groupURLs)
+		},
+		func(o *models.HTTPPolicySet) bool {
+			return deref(o.CloudConfigCksum) == policySum && checksum(httpPolicySpecOf(o)) == policySum
+		})
+	if err != nil {
+		return err
+	}
+	refs.httpPolicy = policy.URL
+	if want.vs.DefaultPool != "" {
+		refs.defaultPool = poolURLs[want.vs.DefaultPool]
+	}
+	if want.vs.DefaultPoolGroup != "" {
+		refs.defaultPoolGroup = groupURLs[want.vs.DefaultPoolGroup]
+	}
+	vsSum := checksum(want.vs)
+	_, err = apply(s, p, log, vsKind, want.name, cur.vs,
+		func(*models.VirtualService) *models.VirtualService { return p.vsModel(want.vs, refs) },
+		func(o *models.VirtualService) bool {
+			return deref(o.CloudConfigCksum) == vsSum && checksum(vsSpecOf(o)) == vsSum
+		})
+	return err
+}
+
+// applyGatewayL4 makes the L4 policy set and virtual service of a Gateway's
+// TCP and UDP listeners match want, on the load balancer's VsVip.
+func (p *Provider) applyGatewayL4(s *aviSession, log klog.Logger, want *gatewayL4, cur *l7Current, vsvip *string,
+	groupURLs map[string]*string) error {
+	policySum := checksum(want.policy)
+	policy, err := apply(s, p, log, policyKind, want.name, cur.l4policy,
+		func(*models.L4PolicySet) *models.L4PolicySet { return p.policyModel(want.policy, nil, groupURLs) },
+		func(o *models.L4PolicySet) bool { return checksum(policySpecOf(o)) == policySum })
+	if err != nil {
+		return err
+	}
+	vsSum := checksum(want.vs)
+	_, err = apply(s, p, log, vsKind, want.name, cur.l4vs,
+		func(*models.VirtualService) *models.VirtualService {
+			return p.vsModel(want.vs, vsRefs{vsvip: vsvip, l4Policy: policy.URL})
+		},
+		func(o *models.VirtualService) bool {
+			return deref(o.CloudConfigCksum) == vsSum && checksum(vsSpecOf(o)) == vsSum
+		})
+	return err
+}
+
 // l7Victims lists, in delete order, the objects of the L7 load balancer
-// lbName: virtual service, HTTP policy set, certificates, pools, VsVip.
+// lbName: virtual services (a Gateway's L4 one too), policy sets,
+// certificates, pool groups (of a Gateway's), pools, VsVip.
 func (p *Provider) l7Victims(s *aviSession, lbName string) ([]victim, error) {
 	aviName := providers.Shorten(lbName, maxNameLength)
-	cur, err := p.readL7(s, lbName, aviName, nil, nil)
+	// Pool groups are read whatever the owner: names do not tell a
+	// Gateway's load balancer from an Ingress's.
+	cur, err := p.readL7(s, lbName, aviName, nil, nil, map[string]bool{})
 	if err != nil {
 		return nil, err
 	}
@@ -474,11 +808,20 @@ func (p *Provider) l7Victims(s *aviSession, lbName string) ([]victim, error) {
 	if cur.vs != nil {
 		out = append(out, victim{vsKind.typ, aviName, deref(cur.vs.UUID)})
 	}
+	if cur.l4vs != nil {
+		out = append(out, victim{vsKind.typ, deref(cur.l4vs.Name), deref(cur.l4vs.UUID)})
+	}
 	if cur.policy != nil {
 		out = append(out, victim{httpPolicyKind.typ, aviName, deref(cur.policy.UUID)})
 	}
+	if cur.l4policy != nil {
+		out = append(out, victim{policyKind.typ, deref(cur.l4policy.Name), deref(cur.l4policy.UUID)})
+	}
 	for _, o := range cur.staleCerts {
 		out = append(out, victim{certKind.typ, deref(o.Name), deref(o.UUID)})
+	}
+	for _, o := range cur.staleGroups {
+		out = append(out, victim{poolGroupKind.typ, deref(o.Name), deref(o.UUID)})
 	}
 	for _, o := range cur.stalePools {
 		out = append(out, victim{poolKind.typ, deref(o.Name), deref(o.UUID)})
@@ -496,13 +839,19 @@ type l7Parts struct {
 	vsvip  *models.VsVip
 	pools  []*models.Pool
 	certs  []*models.SSLKeyAndCertificate
+	groups []*models.PoolGroup
+	// l4vs and l4policy are a Gateway's L4 virtual service and policy set.
+	l4vs     *models.VirtualService
+	l4policy *models.L4PolicySet
 }
 
 // groupL7 assembles L7 load balancers from the objects marked with one, and
-// returns the objects left for the L4 grouping.
-func (p *Provider) groupL7(vss []*models.VirtualService, policies []*models.HTTPPolicySet, pools []*models.Pool,
-	certs []*models.SSLKeyAndCertificate, vsvips []*models.VsVip) (
-	out []providers.LoadBalancer, restVSs []*models.VirtualService, restPools []*models.Pool, restVsVips []*models.VsVip) {
+// returns the objects left for the L4 grouping. A virtual service or L4
+// policy set named <lb>-L4 is the L4 part of a Gateway's load balancer.
+func (p *Provider) groupL7(vss []*models.VirtualService, policies []*models.HTTPPolicySet, l4Policies []*models.L4PolicySet,
+	pools []*models.Pool, groups []*models.PoolGroup, certs []*models.SSLKeyAndCertificate, vsvips []*models.VsVip) (
+	out []providers.LoadBalancer, restVSs []*models.VirtualService, restL4Policies []*models.L4PolicySet,
+	restPools []*models.Pool, restVsVips []*models.VsVip) {
 	byLB := map[string]*l7Parts{}
 	get := func(name string) *l7Parts {
 		if byLB[name] == nil {
@@ -510,11 +859,24 @@ func (p *Provider) groupL7(vss []*models.VirtualService, policies []*models.HTTP
 		}
 		return byLB[name]
 	}
+	isL4 := func(lb string, name *string) bool {
+		return deref(name) == providers.Shorten(lb+l4Suffix, maxNameLength)
+	}
 	for _, o := range vss {
-		if lb := markersOf(o.Markers).LB; lb != "" {
-			get(lb).vs = o
-		} else {
+		switch lb := markersOf(o.Markers).LB; {
+		case lb == "":
 			restVSs = append(restVSs, o)
+		case isL4(lb, o.Name):
+			get(lb).l4vs = o
+		default:
+			get(lb).vs = o
+		}
+	}
+	for _, o := range l4Policies {
+		if lb := markersOf(o.Markers).LB; lb != "" && isL4(lb, o.Name) {
+			get(lb).l4policy = o
+		} else {
+			restL4Policies = append(restL4Policies, o)
 		}
 	}
 	for _, o := range policies {
@@ -534,6 +896,11 @@ func (p *Provider) groupL7(vss []*models.VirtualService, policies []*models.HTTP
 			get(lb).certs = append(get(lb).certs, o)
 		}
 	}
+	for _, o := range groups {
+		if lb := markersOf(o.Markers).LB; lb != "" {
+			get(lb).groups = append(get(lb).groups, o)
+		}
+	}
 	for _, o := range vsvips {
 		mk := markersOf(o.Markers)
 		switch {
@@ -547,25 +914,60 @@ func (p *Provider) groupL7(vss []*models.VirtualService, policies []*models.HTTP
 	for name, pt := range byLB {
 		out = append(out, l7Model(name, pt))
 	}
-	return out, restVSs, restPools, restVsVips
+	return out, restVSs, restL4Policies, restPools, restVsVips
 }
 
 // l7Model is the load balancer that the objects pt hold.
 func l7Model(name string, pt *l7Parts) providers.LoadBalancer {
 	lb := providers.LoadBalancer{Name: name, Kind: providers.L7, Listeners: []providers.Listener{},
 		VIPs: vipsOf(pt.vsvip), HTTP: &providers.HTTPRoutes{Rules: []providers.Rule{}}}
-	modelPool := map[string]string{} // Avi name -> model name
+	modelPool := map[string]string{} // Avi name of a pool or pool group -> model name
 	for _, o := range pt.pools {
 		mk := markersOf(o.Markers)
 		n := cmp.Or(mk.Name, deref(o.Name))
 		modelPool[deref(o.Name)] = n
-		lb.Pools = append(lb.Pools, providers.Pool{Name: n, Members: membersOf(o)})
 		lb.Ingress = cmp.Or(lb.Ingress, mk.Ingress)
+		lb.Gateway = cmp.Or(lb.Gateway, mk.Gateway)
+		if mk.Gateway == "" {
+			lb.Pools = append(lb.Pools, providers.Pool{Name: n, Members: membersOf(o)})
+		}
+	}
+	for _, o := range pt.groups {
+		mk := markersOf(o.Markers)
+		modelPool[deref(o.Name)] = cmp.Or(mk.Name, deref(o.Name))
+		lb.Gateway = cmp.Or(lb.Gateway, mk.Gateway)
+	}
+	if len(pt.groups) > 0 {
+		// The pool groups the L4 rules select are listener pools.
+		byGroup := map[string]providers.Pool{}
+		for i, pl := range gatewayPools(pt.groups, pt.pools) {
+			byGroup[deref(pt.groups[i].Name)] = pl
+		}
+		listenerPools := map[string]bool{}
+		if pt.l4policy != nil {
+			lb.Gateway = cmp.Or(lb.Gateway, markersOf(pt.l4policy.Markers).Gateway)
+			for _, r := range rulesOf(pt.l4policy) {
+				pl, ok := byGroup[r.PoolGroup]
+				if !ok {
+					pl = providers.Pool{Name: r.PoolGroup, Members: []providers.Member{}}
+				}
+				listenerPools[r.PoolGroup] = true
+				lb.Listeners = append(lb.Listeners, providers.Listener{Port: r.Port, Protocol: r.Protocol, Pool: pl})
+			}
+		}
+		for _, g := range pt.groups {
+			if !listenerPools[deref(g.Name)] {
+				lb.Pools = append(lb.Pools, byGroup[deref(g.Name)])
+			}
+		}
 	}
 	providers.SortPools(lb.Pools)
 	poolName := func(avi string) string { return cmp.Or(modelPool[avi], avi) }
+	var https []int32
 	if pt.vs != nil {
-		lb.Ingress = cmp.Or(markersOf(pt.vs.Markers).Ingress, lb.Ingress)
+		mk := markersOf(pt.vs.Markers)
+		lb.Ingress = cmp.Or(mk.Ingress, lb.Ingress)
+		lb.Gateway = cmp.Or(mk.Gateway, lb.Gateway)
 		for _, svc := range pt.vs.Services {
 			if svc == nil || svc.Port == nil {
 				continue
@@ -573,56 +975,81 @@ func l7Model(name string, pt *l7Parts) providers.LoadBalancer {
 			proto := providers.HTTP
 			if svc.EnableSsl != nil && *svc.EnableSsl {
 				proto = providers.HTTPS
+				https = append(https, *svc.Port)
 			}
 			lb.Listeners = append(lb.Listeners, providers.Listener{Port: *svc.Port, Protocol: proto})
 		}
-		providers.SortListeners(lb.Listeners)
-		if d := refName(pt.vs.PoolRef); d != "" {
+		slices.Sort(https)
+		if d := cmp.Or(refName(pt.vs.PoolRef), refName(pt.vs.PoolGroupRef)); d != "" {
 			lb.HTTP.DefaultPool = poolName(d)
 		}
+	}
+	providers.SortListeners(lb.Listeners)
+	if pt.l4vs != nil {
+		lb.Gateway = cmp.Or(lb.Gateway, markersOf(pt.l4vs.Markers).Gateway)
 	}
 	if pt.policy != nil {
 		lb.HTTP.Rules = rulesFromPolicy(httpRulesOf(pt.policy), poolName)
 	}
 	for _, o := range pt.certs {
 		s := certSpecOf(o)
-		lb.HTTP.TLS = append(lb.HTTP.TLS, providers.TLSCert{Secret: s.Markers.Secret, Hosts: s.Markers.Hosts,
-			Fingerprint: s.Fingerprint})
+		c := providers.TLSCert{Secret: s.Markers.Secret, Hosts: s.Markers.Hosts, Fingerprint: s.Fingerprint}
+		if lb.Gateway != "" {
+			// A virtual service serves its certificates on every SSL port.
+			c.Ports = slices.Clone(https)
+		}
+		lb.HTTP.TLS = append(lb.HTTP.TLS, c)
 	}
 	slices.SortFunc(lb.HTTP.TLS, func(a, b providers.TLSCert) int { return cmp.Compare(a.Secret, b.Secret) })
 	return lb
 }
 
 // rulesFromPolicy turns request rules back into model rules: the rules
-// rule-<i>.<j> of one i are the path tests of one model rule.
+// rule-<i>.<j>[/...] of one i are the path tests (and, for a redirect that
+// keeps the scheme, the listener ports) of one model rule.
 func rulesFromPolicy(specs []httpRuleSpec, poolName func(string) string) []providers.Rule {
 	type group struct {
-		host, pool string
-		matches    []providers.PathMatch
+		first   httpRuleSpec
+		flags   ruleFlags
+		indexes []string
+		matches []providers.PathMatch
+		ports   []int32
+		bad     bool
 	}
 	var order []string
 	groups := map[string]*group{}
 	for _, r := range specs {
-		key, _, _ := strings.Cut(strings.TrimPrefix(r.Name, "rule-"), ".")
-		if _, err := strconv.Atoi(key); err != nil {
-			key = r.Name
+		if r.Name == noMatchRule.Name {
+			continue // the answer to what no rule matches, not a model rule
 		}
-		g := groups[key]
+		f := parseRuleName(r.Name)
+		g := groups[f.group]
 		if g == nil {
-			g = &group{host: r.Host, pool: r.Pool}
-			groups[key] = g
-			order = append(order, key)
+			g = &group{first: r, flags: f}
+			groups[f.group] = g
+			order = append(order, f.group)
 		}
-		g.matches = append(g.matches, providers.PathMatch{Path: r.Path, Prefix: r.Prefix})
+		g.bad = g.bad || r.Foreign != ""
+		g.ports = append(g.ports, r.Ports...)
+		if !slices.Contains(g.indexes, f.index) {
+			g.indexes = append(g.indexes, f.index)
+			g.matches = append(g.matches, providers.PathMatch{Path: r.Path, Prefix: r.Prefix})
+		}
 	}
 	rules := []providers.Rule{}
 	for _, key := range order {
 		g := groups[key]
 		path, typ, ok := providers.PathOf(g.matches)
-		if !ok {
+		if !ok || g.bad {
 			continue // not a rule the provider makes; Ensure rewrites it
 		}
-		rules = append(rules, providers.Rule{Host: g.host, Path: path, PathType: typ, Pool: poolName(g.pool)})
+		slices.Sort(g.ports)
+		r := providers.Rule{Host: g.first.Host, Path: path, PathType: typ, Ports: slices.Compact(g.ports)}
+		if pool := cmp.Or(g.first.Pool, g.first.PoolGroup); pool != "" {
+			r.Pool = poolName(pool)
+		}
+		gatewayRule(&r, g.first, g.flags)
+		rules = append(rules, r)
 	}
 	providers.SortRules(rules)
 	return rules

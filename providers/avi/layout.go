@@ -50,8 +50,15 @@ const (
 	markerSecret = "secret"
 	markerHosts  = "hosts"
 	// markerModelName holds an L7 pool's model name when its Avi name had
-	// to be shortened.
+	// to be shortened, and on every pool and pool group of a Gateway's load
+	// balancer the model pool it stands for.
 	markerModelName = "modelname"
+	// markerGateway names the Gateway ("namespace/name") of a Gateway's
+	// load balancer, on each of its objects.
+	markerGateway = "gateway"
+	// markerWeight is the weight of every member of a pool of a Gateway's
+	// load balancer, whose pool group gives it its share of requests.
+	markerWeight = "weight"
 )
 
 // markers is what an object's markers say about its owner. The fields L4
@@ -64,6 +71,8 @@ type markers struct {
 	Secret  string   `json:"secret,omitempty"`
 	Hosts   []string `json:"hosts,omitempty"`
 	Name    string   `json:"name,omitempty"`
+	Gateway string   `json:"gateway,omitempty"`
+	Weight  string   `json:"weight,omitempty"`
 }
 
 // The specs below are the part of each object the provider decides. A spec
@@ -85,6 +94,9 @@ type ruleSpec struct {
 	Port     int32              `json:"port"`
 	Protocol providers.Protocol `json:"protocol"`
 	Pool     string             `json:"pool"`
+	// PoolGroup is the pool group of a Gateway's TCP or UDP listener,
+	// omitted (so L4 checksums stay as they were) when empty.
+	PoolGroup string `json:"poolGroup,omitempty"`
 }
 
 type policySpec struct {
@@ -112,10 +124,11 @@ type vsSpec struct {
 	Services           []serviceSpec `json:"services"`
 	Markers            markers       `json:"markers"`
 	// The L7 fields, omitted (so L4 checksums stay as they were) when empty.
-	HTTPPolicySet string   `json:"httpPolicySet,omitempty"`
-	DefaultPool   string   `json:"defaultPool,omitempty"`
-	Certificates  []string `json:"certificates,omitempty"`
-	SSLProfile    string   `json:"sslProfile,omitempty"`
+	HTTPPolicySet    string   `json:"httpPolicySet,omitempty"`
+	DefaultPool      string   `json:"defaultPool,omitempty"`
+	DefaultPoolGroup string   `json:"defaultPoolGroup,omitempty"`
+	Certificates     []string `json:"certificates,omitempty"`
+	SSLProfile       string   `json:"sslProfile,omitempty"`
 }
 
 type vsvipSpec struct {
@@ -264,6 +277,10 @@ func markersOf(labels []*models.RoleFilterMatchLabel) markers {
 			m.Hosts = slices.Clone(l.Values)
 		case markerModelName:
 			m.Name = l.Values[0]
+		case markerGateway:
+			m.Gateway = l.Values[0]
+		case markerWeight:
+			m.Weight = l.Values[0]
 		}
 	}
 	return m
@@ -320,6 +337,7 @@ func rulesOf(o *models.L4PolicySet) []ruleSpec {
 		}
 		if r.Action != nil && r.Action.SelectPool != nil {
 			rs.Pool = refName(r.Action.SelectPool.PoolRef)
+			rs.PoolGroup = refName(r.Action.SelectPool.PoolGroupRef)
 		}
 		rules = append(rules, rs)
 	}
@@ -344,6 +362,7 @@ func vsSpecOf(o *models.VirtualService) vsSpec {
 		s.HTTPPolicySet = refName(o.HTTPPolicies[0].HTTPPolicySetRef)
 	}
 	s.DefaultPool = refName(o.PoolRef)
+	s.DefaultPoolGroup = refName(o.PoolGroupRef)
 	s.SSLProfile = refName(o.SslProfileRef)
 	for _, ref := range o.SslKeyAndCertificateRefs {
 		s.Certificates = append(s.Certificates, refName(&ref))
@@ -416,7 +435,7 @@ func markerLabels(m markers) []*models.RoleFilterMatchLabel {
 	out := []*models.RoleFilterMatchLabel{{Key: ptr(markerCluster), Values: []string{m.Cluster}}}
 	for _, kv := range []struct{ key, value string }{
 		{markerService, m.Service}, {markerIngress, m.Ingress}, {markerLB, m.LB}, {markerSecret, m.Secret},
-		{markerModelName, m.Name},
+		{markerModelName, m.Name}, {markerGateway, m.Gateway}, {markerWeight, m.Weight},
 	} {
 		if kv.value != "" {
 			out = append(out, &models.RoleFilterMatchLabel{Key: ptr(kv.key), Values: []string{kv.value}})
@@ -481,7 +500,7 @@ func (p *Provider) vsvipModel(s vsvipSpec, current *models.VsVip) *models.VsVip 
 	}
 }
 
-func (p *Provider) policyModel(s policySpec, poolURLs map[string]*string) *models.L4PolicySet {
+func (p *Provider) policyModel(s policySpec, poolURLs, groupURLs map[string]*string) *models.L4PolicySet {
 	o := &models.L4PolicySet{
 		Name:               ptr(s.Name),
 		CreatedBy:          ptr(p.owner),
@@ -502,6 +521,12 @@ func (p *Provider) policyModel(s policySpec, poolURLs map[string]*string) *model
 				PoolRef:    objectRef(poolURLs[r.Pool]),
 			}},
 		})
+		if r.PoolGroup != "" {
+			o.L4ConnectionPolicy.Rules[i].Action.SelectPool = &models.L4RuleActionSelectPool{
+				ActionType:   ptr("L4_RULE_ACTION_SELECT_POOLGROUP"),
+				PoolGroupRef: objectRef(groupURLs[r.PoolGroup]),
+			}
+		}
 	}
 	return o
 }
@@ -509,8 +534,8 @@ func (p *Provider) policyModel(s policySpec, poolURLs map[string]*string) *model
 // vsRefs are the URLs of the objects a virtual service refers to, as the
 // controller gave them; nil where the virtual service has none.
 type vsRefs struct {
-	vsvip, l4Policy, httpPolicy, defaultPool *string
-	certificates                             []*string
+	vsvip, l4Policy, httpPolicy, defaultPool, defaultPoolGroup *string
+	certificates                                               []*string
 }
 
 // httpPolicyIndex is where the virtual service's one HTTP policy set sits.
@@ -536,6 +561,9 @@ func (p *Provider) vsModel(s vsSpec, refs vsRefs) *models.VirtualService {
 	}
 	if refs.defaultPool != nil {
 		o.PoolRef = objectRef(refs.defaultPool)
+	}
+	if refs.defaultPoolGroup != nil {
+		o.PoolGroupRef = objectRef(refs.defaultPoolGroup)
 	}
 	for _, c := range refs.certificates {
 		o.SslKeyAndCertificateRefs = append(o.SslKeyAndCertificateRefs, *objectRef(c))

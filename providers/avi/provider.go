@@ -332,7 +332,7 @@ func (p *Provider) read(s *aviSession, name string, wanted map[string]bool) (*cu
 // pool. An error leaves everything else as it was; calling again converges.
 func (p *Provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
 	// Nothing is written of a model it cannot express whole.
-	if err := providers.IngressSubset(lb); err != nil {
+	if err := supported(lb); err != nil {
 		return providers.Status{}, fmt.Errorf("ensure %s: Avi: %w", lb.Name, err)
 	}
 	if lb.IsL7() {
@@ -366,7 +366,7 @@ func (p *Provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (prov
 
 	policySum := checksum(want.policy)
 	policy, err := apply(s, p, log, policyKind, want.name, cur.policy,
-		func(*models.L4PolicySet) *models.L4PolicySet { return p.policyModel(want.policy, poolURLs) },
+		func(*models.L4PolicySet) *models.L4PolicySet { return p.policyModel(want.policy, poolURLs, nil) },
 		func(o *models.L4PolicySet) bool { return checksum(policySpecOf(o)) == policySum })
 	if err != nil {
 		return providers.Status{}, err
@@ -529,7 +529,11 @@ func (p *Provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
 	if err != nil {
 		return nil, err
 	}
-	l7, vss, pools, vsvips := p.groupL7(vss, httpPolicies, pools, certs, vsvips)
+	groups, err := list[models.PoolGroup](s, poolGroupKind.typ, ours)
+	if err != nil {
+		return nil, err
+	}
+	l7, vss, policies, pools, vsvips := p.groupL7(vss, httpPolicies, policies, pools, groups, certs, vsvips)
 	out := append(p.group(vss, policies, pools, vsvips), l7...)
 	slices.SortFunc(out, func(a, b providers.LoadBalancer) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil

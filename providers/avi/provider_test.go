@@ -32,6 +32,7 @@ type fixture struct {
 	// v is p as the registry opens it: behind providers.Validated.
 	v            providers.Provider
 	passwordFile string
+	cfg          *Config
 }
 
 type fixtureOptions struct {
@@ -76,7 +77,8 @@ func newFixture(t testing.TB, o fixtureOptions) *fixture {
 	}
 	t.Cleanup(func() { p.Close() })
 	sim.ResetCounters()
-	return &fixture{t: t, sim: sim, p: p, v: providers.Validated(p), passwordFile: section["passwordFile"].(string)}
+	return &fixture{t: t, sim: sim, p: p, v: providers.Validated(p), passwordFile: section["passwordFile"].(string),
+		cfg: cfg.(*Config)}
 }
 
 func (f *fixture) ensure(lb *providers.LoadBalancer) providers.Status {

@@ -15,7 +15,10 @@ import (
 
 // An L7 load balancer is, on BIG-IP: one pool per model pool (as L4 pools);
 // an LTM policy named like the load balancer whose first-match rules test
-// the HTTP host and URI path and forward to a pool; per TLS Secret a
+// the HTTP host and URI path and forward to a pool (a Gateway's: one policy
+// per HTTP(S) listener, named like its virtual, with the rules of its port,
+// and TCP and UDP listeners as virtuals with their own pools, see
+// docs/bigip.md); per TLS Secret a
 // certificate and a key (sys/file ssl-cert and ssl-key, uploaded, named
 // after their content so that a new certificate never meets the old key)
 // and a client-ssl profile using them; and one virtual server per listener
@@ -27,19 +30,29 @@ import (
 // ssl.go hold each kind of object, object.go the sequences they share.
 
 type l7Plan struct {
-	pools    []listenerPlan // the name, monitor and members of each pool
-	virtuals []l7VirtualPlan
-	policy   []policyRule
-	certs    []certPlan
-	// defaultPool is the full path of the default pool, or "".
-	defaultPool string
-	requested   netip.Addr
+	pools     []listenerPlan // the name, monitor and members of each pool
+	virtuals  []l7VirtualPlan
+	policies  []policyPlan
+	certs     []certPlan
+	requested netip.Addr
 }
 
 type l7VirtualPlan struct {
+	name     string
+	port     int32
+	protocol providers.Protocol
+	// policy is the LTM policy of an HTTP or HTTPS virtual.
+	policy string
+	// pool is the full path of the virtual's pool: the inline pool of a
+	// TCP or UDP listener, the default pool of an HTTP or HTTPS one, or "".
+	pool string
+	// profiles are the client-ssl profiles of an HTTPS virtual.
+	profiles []string
+}
+
+type policyPlan struct {
 	name  string
-	port  int32
-	https bool
+	rules []ruleBody
 }
 
 type certPlan struct {
@@ -53,8 +66,11 @@ type certPlan struct {
 }
 
 // planL7 turns an L7 load balancer, a model that passed
-// providers.Normalize, into BIG-IP objects; it checks what only BIG-IP
-// requires (names).
+// providers.Normalize and served, into BIG-IP objects; it checks what only
+// BIG-IP requires (names). An Ingress's load balancer has one policy that
+// every virtual uses; a Gateway's has one per HTTP and HTTPS listener, with
+// the rules that serve its port, and may have TCP and UDP listeners, each a
+// virtual with its own pool.
 func (p *provider) planL7(lb *providers.LoadBalancer) (*l7Plan, error) {
 	if !providers.OwnedBy(p.cfg.common.ClusterName, lb.Name) {
 		return nil, fmt.Errorf("name does not start with the cluster name %s and --", p.cfg.common.ClusterName)
@@ -81,52 +97,89 @@ func (p *provider) planL7(lb *providers.LoadBalancer) (*l7Plan, error) {
 		names[name] = what
 		return nil
 	}
+	addPool := func(pl providers.Pool, monitor string) error {
+		members, err := p.memberBodies(pl.Name, pl.Members)
+		if err != nil {
+			return err
+		}
+		plan.pools = append(plan.pools, listenerPlan{name: pl.Name, monitor: monitor, lbMode: lbModeOf(pl.Members), members: members})
+		return nil
+	}
 	for _, pl := range lb.Pools {
 		if err := claim(pl.Name, "pool "+pl.Name); err != nil {
 			return nil, err
 		}
-		members, err := p.memberBodies(pl.Name, pl.Members)
-		if err != nil {
+		if err := addPool(pl, "/Common/tcp"); err != nil {
 			return nil, err
 		}
-		plan.pools = append(plan.pools, listenerPlan{name: pl.Name, monitor: "/Common/tcp", members: members})
 	}
-	for _, l := range lb.Listeners {
-		name := providers.ListenerName(lb.Name, l.Protocol, l.Port)
-		if err := claim(name, fmt.Sprintf("listener %s/%d", l.Protocol, l.Port)); err != nil {
-			return nil, err
-		}
-		plan.virtuals = append(plan.virtuals, l7VirtualPlan{name: name, port: l.Port, https: l.Protocol == providers.HTTPS})
-	}
+	defaultPool := ""
 	if lb.HTTP.DefaultPool != "" {
-		plan.defaultPool = fullPath(p.cfg.Partition, lb.HTTP.DefaultPool)
+		defaultPool = fullPath(p.cfg.Partition, lb.HTTP.DefaultPool)
 	}
 	rules := slices.Clone(lb.HTTP.Rules)
 	providers.SortRules(rules)
-	for i, r := range rules {
-		for j, m := range r.PathMatches() {
-			plan.policy = append(plan.policy, policyRule{Name: fmt.Sprintf("rule-%d.%d", i, j), Host: r.Host,
-				Path: m.Path, Prefix: m.Prefix, Pool: fullPath(p.cfg.Partition, r.Pool)})
-		}
+	if lb.Gateway == "" {
+		plan.policies = append(plan.policies, policyPlan{name: lb.Name, rules: policyRules(rules, listenerRef{}, p.cfg.Partition)})
 	}
-	for i, c := range lb.HTTP.TLS {
+	for _, l := range lb.Listeners {
+		what := fmt.Sprintf("listener %s/%d", l.Protocol, l.Port)
+		v := l7VirtualPlan{name: providers.ListenerName(lb.Name, l.Protocol, l.Port), port: l.Port, protocol: l.Protocol}
+		if err := claim(v.name, what); err != nil {
+			return nil, err
+		}
+		switch l.Protocol {
+		case providers.TCP, providers.UDP:
+			if l.Pool.Name != v.name {
+				if err := claim(l.Pool.Name, what+" pool"); err != nil {
+					return nil, err
+				}
+			}
+			_, monitor, _ := protocolParts(l.Protocol)
+			if err := addPool(l.Pool, monitor); err != nil {
+				return nil, err
+			}
+			v.pool = fullPath(p.cfg.Partition, l.Pool.Name)
+		default:
+			v.pool = defaultPool
+			v.policy = lb.Name
+			if lb.Gateway != "" {
+				v.policy = v.name
+				plan.policies = append(plan.policies, policyPlan{name: v.name,
+					rules: policyRules(rules, listenerRef{protocol: l.Protocol, port: l.Port}, p.cfg.Partition)})
+			}
+		}
+		plan.virtuals = append(plan.virtuals, v)
+	}
+	for _, c := range lb.HTTP.TLS {
 		profile := providers.CertificateName(lb.Name, c.Secret)
 		if err := claim(profile, "TLS Secret "+c.Secret); err != nil {
 			return nil, err
 		}
-		cp := certPlan{profile: profile, file: profile + "-" + c.Fingerprint[:fingerprintInName], cert: c, sniDefault: i == 0}
+		for i, v := range plan.virtuals {
+			if v.protocol == providers.HTTPS && (len(c.Ports) == 0 || slices.Contains(c.Ports, v.port)) {
+				plan.virtuals[i].profiles = append(plan.virtuals[i].profiles, profile)
+			}
+		}
+	}
+	err := sniDefaults(lb, func(c providers.TLSCert, sniDefault bool) {
+		profile := providers.CertificateName(lb.Name, c.Secret)
+		cp := certPlan{profile: profile, file: profile + "-" + c.Fingerprint[:fingerprintInName], cert: c, sniDefault: sniDefault}
 		if len(lb.HTTP.TLS) > 1 && len(c.Hosts) > 0 {
 			// With several certificates, SNI picks by server name (BIG-IP
 			// also matches the certificate's names).
 			cp.serverName = c.Hosts[0]
 		}
 		plan.certs = append(plan.certs, cp)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return plan, nil
 }
 
 func (p *provider) l7Tag(lb *providers.LoadBalancer) ownerTag {
-	return ownerTag{Owner: ownerName, Cluster: p.cfg.common.ClusterName, LB: lb.Name, L7: true, Ingress: lb.Ingress}
+	return ownerTag{Owner: ownerName, Cluster: p.cfg.common.ClusterName, LB: lb.Name, L7: true, Ingress: lb.Ingress, Gateway: lb.Gateway}
 }
 
 // ensureL7 makes the objects of an L7 load balancer match it, writing only
@@ -140,7 +193,10 @@ func (p *provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (pr
 	}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("lb", lb.Name))
 	tag := p.l7Tag(lb)
-	var virtualNames, poolNames []string
+	var virtualNames, poolNames, profiles []string
+	for _, c := range plan.certs {
+		profiles = append(profiles, c.profile)
+	}
 	for _, v := range plan.virtuals {
 		virtualNames = append(virtualNames, v.name)
 	}
@@ -168,35 +224,64 @@ func (p *provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (pr
 		}
 		oldFiles = append(oldFiles, old...)
 	}
-	if err := p.ensurePolicy(ctx, tag, plan.policy); err != nil {
-		return providers.Status{}, p.fail(lb.Name, err)
-	}
-	profiles := make([]string, 0, len(plan.certs))
-	for _, c := range plan.certs {
-		profiles = append(profiles, c.profile)
+	policyNames, gone := map[string]bool{}, map[string]bool{}
+	for _, pol := range plan.policies {
+		policyNames[pol.name] = true
+		if err := p.ensurePolicy(ctx, tag, pol.name, pol.rules); err != nil {
+			return providers.Status{}, p.fail(lb.Name, err)
+		}
 	}
 	for _, v := range plan.virtuals {
 		want := virtualBody{
 			Description: tag.String(), Destination: fullPath(p.cfg.Partition, memberName(vip, v.port)), IPProtocol: "tcp",
-			Pool: plan.defaultPool, SourceAddressTranslation: addressTranslation{Type: automap},
-			Profiles: p.l7Profiles(v.https, profiles),
-			Policies: []profileRef{{Name: tag.LB, Partition: p.cfg.Partition}},
+			Pool: v.pool, SourceAddressTranslation: addressTranslation{Type: automap},
+		}
+		switch v.protocol {
+		case providers.TCP, providers.UDP:
+			ipProtocol, _, profile := protocolParts(v.protocol)
+			want.IPProtocol = ipProtocol
+			want.Profiles = []profileRef{{Name: profile, Partition: commonPartitionName, Context: "all"}}
+		default:
+			want.Profiles = p.l7Profiles(v.protocol == providers.HTTPS, v.profiles)
+			want.Policies = []profileRef{{Name: v.policy, Partition: p.cfg.Partition}}
+		}
+		if virtuals[v.name] == nil {
+			// A listener whose protocol changed on its port: BIG-IP holds
+			// one virtual per address, port and IP protocol, so the old
+			// one goes first.
+			if err := p.deleteSamePort(ctx, lb.Name, virtuals, nameSet(virtualNames), gone, v.port, want.IPProtocol); err != nil {
+				return providers.Status{}, p.fail(lb.Name, err)
+			}
 		}
 		if err := p.ensureVirtual(ctx, tag.LB, v.name, vip, want, virtuals[v.name]); err != nil {
 			return providers.Status{}, p.fail(lb.Name, err)
 		}
 	}
 
-	if err := deleteUnwanted(ctx, p, &virtualKind, sortedKeys(virtuals), nameSet(virtualNames), lb.Name); err != nil {
+	keep := nameSet(virtualNames)
+	for name := range gone {
+		keep[name] = true // deleted already
+	}
+	if err := deleteUnwanted(ctx, p, &virtualKind, sortedKeys(virtuals), keep, lb.Name); err != nil {
 		return providers.Status{}, p.fail(lb.Name, err)
 	}
-	// The client-ssl profiles the virtuals used.
-	used := map[string]bool{}
+	// The policies and client-ssl profiles the virtuals used.
+	used, usedPolicies := map[string]bool{}, false
 	for _, v := range virtuals {
 		for _, pr := range v.ProfilesReference.Items {
 			if pr.Partition == p.cfg.Partition {
 				used[pr.Name] = true
 			}
+		}
+		for _, pr := range v.PoliciesReference.Items {
+			if pr.Partition == p.cfg.Partition && !policyNames[pr.Name] {
+				usedPolicies = true
+			}
+		}
+	}
+	if usedPolicies {
+		if err := p.deletePolicies(ctx, lb.Name, policyNames); err != nil {
+			return providers.Status{}, p.fail(lb.Name, err)
 		}
 	}
 	if err := deleteUnwanted(ctx, p, &clientSSLKind, sortedKeys(used), nameSet(profiles), lb.Name); err != nil {
@@ -211,6 +296,25 @@ func (p *provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (pr
 		return providers.Status{}, p.fail(lb.Name, err)
 	}
 	return providers.Status{VIPs: []string{vip.String()}}, nil
+}
+
+// deleteSamePort deletes the virtuals of load balancer lb that wanted does
+// not hold and that listen on port with ipProtocol, and adds them to gone.
+// The policies and profiles they used are deleted with the others'.
+func (p *provider) deleteSamePort(ctx context.Context, lb string, virtuals map[string]*virtualState, wanted, gone map[string]bool,
+	port int32, ipProtocol string) error {
+	for _, name := range sortedKeys(virtuals) {
+		cur := virtuals[name]
+		_, at, err := parseEndpoint(cur.Destination)
+		if wanted[name] || gone[name] || err != nil || at != port || cur.IPProtocol != ipProtocol {
+			continue
+		}
+		if err := deleteObject(ctx, p, &virtualKind, name, lb); err != nil {
+			return err
+		}
+		gone[name] = true
+	}
+	return nil
 }
 
 // l7Profiles are the profiles of an L7 virtual: tcp and http, and on HTTPS
@@ -241,14 +345,18 @@ func (p *provider) listL7(ctx context.Context, byLB map[string]*providers.LoadBa
 	if err != nil {
 		return err
 	}
+	rulesOf := map[string][][]ruleBody{} // load balancer -> the rules of each policy
 	for i := range policies {
 		pol := &policies[i]
 		tag, owned := parseOwner(pol.Description, cluster)
 		if !owned || pol.Status == "draft" || strings.Contains(pol.FullPath, "/Drafts/") {
 			continue
 		}
-		lb := get(tag)
-		lb.HTTP.Rules = modelRules(rulesOf(pol), p.cfg.Partition)
+		get(tag)
+		rulesOf[tag.LB] = append(rulesOf[tag.LB], bodiesOf(pol))
+	}
+	for name, rules := range rulesOf {
+		byLB[name].HTTP.Rules = modelRules(rules, p.cfg.Partition)
 	}
 	for _, pr := range profiles {
 		tag, owned := parseOwner(pr.Description, cluster)
@@ -256,10 +364,15 @@ func (p *provider) listL7(ctx context.Context, byLB map[string]*providers.LoadBa
 			continue
 		}
 		lb := get(tag)
-		lb.HTTP.TLS = append(lb.HTTP.TLS, providers.TLSCert{Secret: tag.TLS.Secret, Hosts: tag.TLS.Hosts, Fingerprint: tag.TLS.Fingerprint})
+		lb.HTTP.TLS = append(lb.HTTP.TLS, providers.TLSCert{Secret: tag.TLS.Secret, Hosts: tag.TLS.Hosts, Fingerprint: tag.TLS.Fingerprint,
+			Ports: tag.TLS.Ports})
 	}
 	for _, lb := range byLB {
 		if lb.HTTP != nil {
+			// The pools of TCP and UDP listeners are theirs, not shared.
+			lb.Pools = slices.DeleteFunc(lb.Pools, func(pl providers.Pool) bool {
+				return slices.ContainsFunc(lb.Listeners, func(l providers.Listener) bool { return l.Pool.Name == pl.Name })
+			})
 			slices.SortFunc(lb.HTTP.TLS, func(a, b providers.TLSCert) int { return cmp.Compare(a.Secret, b.Secret) })
 			providers.SortPools(lb.Pools)
 		}
@@ -274,6 +387,7 @@ func markL7(lb *providers.LoadBalancer, tag ownerTag) {
 	}
 	lb.Kind = providers.L7
 	lb.Ingress = cmp.Or(lb.Ingress, tag.Ingress)
+	lb.Gateway = cmp.Or(lb.Gateway, tag.Gateway)
 	if lb.HTTP == nil {
 		lb.HTTP = &providers.HTTPRoutes{Rules: []providers.Rule{}}
 	}

@@ -279,20 +279,17 @@ func TestProvider_deleteIsToldTheKindNotGuessedFromTheName(t *testing.T) {
 	}
 }
 
-func TestProvider_l7RefusesGatewayFieldsItCannotExpress(t *testing.T) {
+func TestProvider_l7RefusesOnAnIngressWhatAnIngressDoesNotHave(t *testing.T) {
 	for field, change := range map[string]func(*providers.LoadBalancer){
 		"headers": func(lb *providers.LoadBalancer) {
 			lb.HTTP.Rules[2].Headers = []providers.ValueMatch{{Name: "x", Value: "y"}}
 		},
 		"redirect": func(lb *providers.LoadBalancer) {
 			r := &lb.HTTP.Rules[0]
-			r.Pool, r.Redirect = "", &providers.Redirect{StatusCode: 301}
+			r.Pool, r.Redirect = "", &providers.Redirect{StatusCode: 302}
 		},
 		"member weights":     func(lb *providers.LoadBalancer) { lb.Pools[0].Members[0].Weight = 3 },
 		"pathType RegularEx": func(lb *providers.LoadBalancer) { lb.HTTP.Rules[2].PathType = providers.PathRegex },
-		"wildcard host": func(lb *providers.LoadBalancer) {
-			lb.Ingress, lb.Gateway, lb.HTTP.Rules[2].Host = "", "shop/gw", "*.example.com"
-		},
 	} {
 		e := newEnv(t, envOptions{})
 		lb := ingressLB()

@@ -5,34 +5,28 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/nodeportlocal/npl/providers"
 )
 
-// The LTM policy of an L7 load balancer: named like it, first-match rules
-// that test the HTTP host and URI path and forward to a pool. Policies are
-// changed as BIG-IP 12.1 and later require: a draft, then publish.
-
-// policyRule is one rule of the LTM policy as the provider makes it and
-// reads it back: a host test (empty: any; *.x: ends with .x), a path test,
-// and the pool it forwards to.
-type policyRule struct {
-	Name   string
-	Host   string
-	Path   string
-	Prefix bool
-	Pool   string // full path
-}
+// The LTM policies of an L7 load balancer: one named like it for an
+// Ingress's, one per HTTP(S) listener named like its virtual for a
+// Gateway's (rules.go makes their rules). Policies are changed as BIG-IP
+// 12.1 and later require: a draft, then publish.
 
 type conditionState struct {
-	Name            string   `json:"name"`
-	HTTPHost        bool     `json:"httpHost,omitempty"`
-	HTTPURI         bool     `json:"httpUri,omitempty"`
-	Host            bool     `json:"host,omitempty"`
-	Path            bool     `json:"path,omitempty"`
+	Name           string `json:"name"`
+	HTTPHost       bool   `json:"httpHost,omitempty"`
+	HTTPURI        bool   `json:"httpUri,omitempty"`
+	HTTPMethod     bool   `json:"httpMethod,omitempty"`
+	HTTPHeader     bool   `json:"httpHeader,omitempty"`
+	Host           bool   `json:"host,omitempty"`
+	Path           bool   `json:"path,omitempty"`
+	QueryParameter bool   `json:"queryParameter,omitempty"`
+	// TmName names the header or the query parameter tested.
+	TmName          string   `json:"tmName,omitempty"`
 	Equals          bool     `json:"equals,omitempty"`
 	StartsWith      bool     `json:"startsWith,omitempty"`
 	EndsWith        bool     `json:"endsWith,omitempty"`
@@ -43,16 +37,33 @@ type conditionState struct {
 }
 
 type actionState struct {
-	Name    string `json:"name"`
-	Forward bool   `json:"forward,omitempty"`
-	Select  bool   `json:"select,omitempty"`
-	Request bool   `json:"request,omitempty"`
-	Pool    string `json:"pool,omitempty"`
+	Name      string `json:"name"`
+	Forward   bool   `json:"forward,omitempty"`
+	Select    bool   `json:"select,omitempty"`
+	Pool      string `json:"pool,omitempty"`
+	HTTPReply bool   `json:"httpReply,omitempty"`
+	Redirect  bool   `json:"redirect,omitempty"`
+	Location  string `json:"location,omitempty"`
+	// HTTPHeader changes the header TmName: Replace or Insert Value, or
+	// Remove it.
+	HTTPHeader bool    `json:"httpHeader,omitempty"`
+	HTTPURI    bool    `json:"httpUri,omitempty"`
+	HTTPHost   bool    `json:"httpHost,omitempty"`
+	Replace    bool    `json:"replace,omitempty"`
+	Insert     bool    `json:"insert,omitempty"`
+	Remove     bool    `json:"remove,omitempty"`
+	TmName     string  `json:"tmName,omitempty"`
+	Value      *string `json:"value,omitempty"`
+	// Path is the new path of an httpUri replace.
+	Path     string `json:"path,omitempty"`
+	Request  bool   `json:"request,omitempty"`
+	Response bool   `json:"response,omitempty"`
 }
 
 type ruleState struct {
 	Name                string                       `json:"name"`
 	Ordinal             int                          `json:"ordinal"`
+	Description         string                       `json:"description"`
 	ConditionsReference collectionOf[conditionState] `json:"conditionsReference"`
 	ActionsReference    collectionOf[actionState]    `json:"actionsReference"`
 }
@@ -66,11 +77,16 @@ type policyState struct {
 	RulesReference collectionOf[ruleState] `json:"rulesReference"`
 }
 
+// ruleBody is a policy rule as the provider writes it and reads it back
+// (ruleState.body).
 type ruleBody struct {
-	Name       string           `json:"name"`
-	Ordinal    int              `json:"ordinal"`
-	Conditions []conditionState `json:"conditions"`
-	Actions    []actionState    `json:"actions"`
+	Name    string `json:"name"`
+	Ordinal int    `json:"ordinal"`
+	// Description holds what of the model rule the conditions and actions
+	// do not tell (ruleNote); empty for the rules of an Ingress.
+	Description string           `json:"description,omitempty"`
+	Conditions  []conditionState `json:"conditions"`
+	Actions     []actionState    `json:"actions"`
 }
 
 // policyBody is the policy as the provider makes it: with a name when it
@@ -131,72 +147,45 @@ func (p *provider) publish(ctx context.Context, name string) error {
 	return nil
 }
 
-func ruleBodies(rules []policyRule) []ruleBody {
-	out := make([]ruleBody, 0, len(rules))
-	for i, r := range rules {
-		b := ruleBody{Name: r.Name, Ordinal: i}
-		switch {
-		case strings.HasPrefix(r.Host, "*."):
-			b.Conditions = append(b.Conditions, conditionState{Name: "0", HTTPHost: true, Host: true, EndsWith: true,
-				CaseInsensitive: true, Request: true, Values: []string{r.Host[1:]}})
-		case r.Host != "":
-			b.Conditions = append(b.Conditions, conditionState{Name: "0", HTTPHost: true, Host: true, Equals: true,
-				CaseInsensitive: true, Request: true, Values: []string{r.Host}})
+// body reads a rule back as the provider writes it: its conditions and
+// actions in name order.
+func (r ruleState) body() ruleBody {
+	b := ruleBody{Name: r.Name, Ordinal: r.Ordinal, Description: r.Description,
+		Conditions: slices.Clone(r.ConditionsReference.Items), Actions: slices.Clone(r.ActionsReference.Items)}
+	slices.SortStableFunc(b.Conditions, func(x, y conditionState) int { return compareNames(x.Name, y.Name) })
+	slices.SortStableFunc(b.Actions, func(x, y actionState) int { return compareNames(x.Name, y.Name) })
+	for i := range b.Conditions {
+		if b.Conditions[i].Values == nil {
+			b.Conditions[i].Values = []string{}
 		}
-		uri := conditionState{Name: strconv.Itoa(len(b.Conditions)), HTTPURI: true, Path: true, Request: true, Values: []string{r.Path}}
-		if r.Prefix {
-			uri.StartsWith = true
-		} else {
-			uri.Equals = true
-		}
-		b.Conditions = append(b.Conditions, uri)
-		b.Actions = []actionState{{Name: "0", Forward: true, Select: true, Request: true, Pool: r.Pool}}
-		out = append(out, b)
 	}
-	return out
+	return b
 }
 
-// rulesOf reads a policy's rules back in ordinal order. A rule the provider
-// does not make reads as one no plan has, so that it is rewritten.
-func rulesOf(st *policyState) []policyRule {
+// compareNames orders the names "0", "1", ... numerically.
+func compareNames(a, b string) int {
+	x, errX := strconv.Atoi(a)
+	y, errY := strconv.Atoi(b)
+	if errX != nil || errY != nil {
+		return cmp.Compare(a, b)
+	}
+	return cmp.Compare(x, y)
+}
+
+// bodiesOf reads a policy's rules back in ordinal order.
+func bodiesOf(st *policyState) []ruleBody {
 	rules := slices.Clone(st.RulesReference.Items)
 	slices.SortStableFunc(rules, func(a, b ruleState) int { return cmp.Compare(a.Ordinal, b.Ordinal) })
-	out := make([]policyRule, 0, len(rules))
+	out := make([]ruleBody, 0, len(rules))
 	for _, r := range rules {
-		pr := policyRule{Name: r.Name}
-		conds := r.ConditionsReference.Items
-		if len(conds) == 2 {
-			h := conds[0]
-			switch {
-			case !h.HTTPHost || !h.Host || h.Not || len(h.Values) != 1:
-				pr.Host = "?"
-			case h.Equals && !h.EndsWith:
-				pr.Host = h.Values[0]
-			case h.EndsWith && !h.Equals && strings.HasPrefix(h.Values[0], "."):
-				pr.Host = "*" + h.Values[0]
-			default:
-				pr.Host = "?"
-			}
-			conds = conds[1:]
-		}
-		if len(conds) == 1 && conds[0].HTTPURI && conds[0].Path && !conds[0].Not && len(conds[0].Values) == 1 &&
-			conds[0].Equals != conds[0].StartsWith {
-			pr.Path, pr.Prefix = conds[0].Values[0], conds[0].StartsWith
-		} else {
-			pr.Path = "?"
-		}
-		if a := r.ActionsReference.Items; len(a) == 1 && a[0].Forward {
-			pr.Pool = a[0].Pool
-		}
-		out = append(out, pr)
+		out = append(out, r.body())
 	}
 	return out
 }
 
-// ensurePolicy makes the published policy of load balancer tag.LB hold
-// rules.
-func (p *provider) ensurePolicy(ctx context.Context, tag ownerTag, rules []policyRule) error {
-	name := tag.LB
+// ensurePolicy makes the published policy name of load balancer tag.LB
+// hold rules.
+func (p *provider) ensurePolicy(ctx context.Context, tag ownerTag, name string, rules []ruleBody) error {
 	desc := tag.String()
 	cur, err := readObject(ctx, p, &policyKind, name)
 	if err != nil {
@@ -205,7 +194,7 @@ func (p *provider) ensurePolicy(ctx context.Context, tag ownerTag, rules []polic
 	return ensureObject(ctx, p, &policyKind, desired[policyState, policyBody]{
 		name: name, lb: tag.LB,
 		body: policyBody{Name: name, Partition: p.cfg.Partition, SubPath: "Drafts", Description: desc, Strategy: policyStrategy,
-			Requires: []string{"http"}, Controls: []string{"forwarding"}, Rules: ruleBodies(rules)},
+			Requires: []string{"http"}, Controls: []string{"forwarding"}, Rules: rules},
 		// What differs, for the decision and the log: the draft is written
 		// whole.
 		diff: func(cur *policyState) map[string]any {
@@ -222,60 +211,38 @@ func (p *provider) ensurePolicy(ctx context.Context, tag ownerTag, rules []polic
 			if !slices.Contains(cur.Controls, "forwarding") {
 				fields["controls"] = []string{"forwarding"}
 			}
-			if !slices.Equal(rulesOf(cur), rules) {
+			if !reflect.DeepEqual(bodiesOf(cur), rules) {
 				fields["rules"] = len(rules)
 			}
 			return fields
 		},
-		logValues: []any{"rules", len(rules)},
+		logValues: []any{"policy", name, "rules", len(rules)},
 	}, cur)
 }
 
-// deletePolicy deletes the policy of load balancer lb and a draft of it,
-// those that exist and are the load balancer's.
-func (p *provider) deletePolicy(ctx context.Context, lb string) error {
+// deletePolicies deletes the policies of load balancer lb that keep
+// does not hold (nil: all of them), published and drafts: the published
+// ones first, as a virtual may not use a draft.
+func (p *provider) deletePolicies(ctx context.Context, lb string, keep map[string]bool) error {
 	policies, err := listObjects(ctx, p, &policyKind, false)
 	if err != nil {
 		return err
 	}
-	var names []string
-	// The published policy goes first: a virtual may not use a draft.
-	for _, name := range []string{lb, draftName(lb)} {
-		fp := fullPath(p.cfg.Partition, strings.ReplaceAll(name, "~", "/"))
-		i := slices.IndexFunc(policies, func(st policyState) bool { return st.FullPath == fp })
-		if i >= 0 && p.owns(policies[i].Description, lb) {
-			names = append(names, name)
+	var published, drafts []string
+	for _, st := range policies {
+		if !p.owns(st.Description, lb) {
+			continue
+		}
+		rest := strings.TrimPrefix(st.FullPath, "/"+p.cfg.Partition+"/")
+		name, isDraft := strings.CutPrefix(rest, "Drafts/")
+		switch {
+		case isDraft:
+			drafts = append(drafts, draftName(name))
+		case !keep[name]:
+			published = append(published, name)
 		}
 	}
-	return deleteUnwanted(ctx, p, &policyKind, names, nil, lb)
-}
-
-// modelRules turns policy rules back into model rules: the rules
-// rule-<i>.<j> of one i are the path tests of one model rule.
-func modelRules(rules []policyRule, partition string) []providers.Rule {
-	type group struct {
-		host, pool string
-		matches    []providers.PathMatch
-	}
-	var order []string
-	groups := map[string]*group{}
-	for _, r := range rules {
-		key, _, _ := strings.Cut(strings.TrimPrefix(r.Name, "rule-"), ".")
-		g := groups[key]
-		if g == nil {
-			g = &group{host: r.Host, pool: strings.TrimPrefix(r.Pool, "/"+partition+"/")}
-			groups[key] = g
-			order = append(order, key)
-		}
-		g.matches = append(g.matches, providers.PathMatch{Path: r.Path, Prefix: r.Prefix})
-	}
-	out := []providers.Rule{}
-	for _, key := range order {
-		g := groups[key]
-		if path, typ, ok := providers.PathOf(g.matches); ok {
-			out = append(out, providers.Rule{Host: g.host, Path: path, PathType: typ, Pool: g.pool})
-		}
-	}
-	providers.SortRules(out)
-	return out
+	slices.Sort(published)
+	slices.Sort(drafts)
+	return deleteUnwanted(ctx, p, &policyKind, append(published, drafts...), nil, lb)
 }

@@ -1,6 +1,7 @@
 package bigip
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"strings"
@@ -25,7 +26,8 @@ func (p *provider) ensurePool(ctx context.Context, tag ownerTag, l listenerPlan,
 	record := func() { p.inv.setPool(l.name, tag.LB) }
 	return ensureObject(ctx, p, &poolKind, desired[poolState, poolCreate]{
 		name: l.name, lb: tag.LB,
-		body: poolCreate{Name: l.name, Partition: p.cfg.Partition, Description: desc, Monitor: l.monitor, Members: l.members},
+		body: poolCreate{Name: l.name, Partition: p.cfg.Partition, Description: desc, Monitor: l.monitor,
+			LoadBalancingMode: l.lbMode, Members: l.members},
 		diff: func(cur *poolState) map[string]any {
 			fields := map[string]any{}
 			if strings.TrimSpace(cur.Monitor) != l.monitor {
@@ -33,6 +35,9 @@ func (p *provider) ensurePool(ctx context.Context, tag ownerTag, l listenerPlan,
 			}
 			if cur.Description != desc {
 				fields["description"] = desc
+			}
+			if cmp.Or(cur.LoadBalancingMode, roundRobin) != l.lbMode {
+				fields["loadBalancingMode"] = l.lbMode
 			}
 			if !sameMembers(cur.MembersReference.Items, l.members) {
 				fields["members"] = l.members
@@ -44,18 +49,23 @@ func (p *provider) ensurePool(ctx context.Context, tag ownerTag, l listenerPlan,
 	}, cur)
 }
 
-// sameMembers compares members as sets of (partition, name, enabled).
+// sameMembers compares members as sets of (partition, name, enabled,
+// ratio).
 func sameMembers(have []memberState, want []memberBody) bool {
 	if len(have) != len(want) {
 		return false
 	}
-	enabled := make(map[string]bool, len(want))
+	type state struct {
+		enabled bool
+		ratio   int32
+	}
+	wanted := make(map[string]state, len(want))
 	for _, m := range want {
-		enabled[m.Partition+"/"+m.Name] = m.Session == sessionEnabled
+		wanted[m.Partition+"/"+m.Name] = state{m.Session == sessionEnabled, m.Ratio}
 	}
 	for _, m := range have {
-		e, found := enabled[m.Partition+"/"+m.Name]
-		if !found || e != (m.Session != sessionDisabled) {
+		w, found := wanted[m.Partition+"/"+m.Name]
+		if !found || w.enabled != (m.Session != sessionDisabled) || w.ratio != max(m.Ratio, 1) {
 			return false
 		}
 	}
@@ -70,7 +80,11 @@ func listMembers(items []memberState) []providers.Member {
 		if err != nil {
 			continue
 		}
-		members = append(members, providers.Member{IP: ip.String(), Port: port, Enabled: m.Session != sessionDisabled})
+		var weight int32
+		if m.Ratio > 1 {
+			weight = m.Ratio
+		}
+		members = append(members, providers.Member{IP: ip.String(), Port: port, Enabled: m.Session != sessionDisabled, Weight: weight})
 	}
 	return providers.SortMembers(members)
 }

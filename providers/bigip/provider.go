@@ -4,10 +4,11 @@
 // (drained members are user-disabled) and a virtual server on the load
 // balancer's VIP. Every object carries an ownership tag in its description,
 // so the provider changes and deletes only its cluster's objects. An L7 load
-// balancer (an Ingress) is pools, an LTM policy whose rules match host and
-// path and forward to them, client-ssl profiles with their certificates and
-// keys, and one virtual server per listener with the http profile (see
-// l7.go).
+// balancer (an Ingress's or a Gateway's) is pools, LTM policies whose rules
+// match requests and forward them to pools, client-ssl profiles with their
+// certificates and keys, and one virtual server per listener with the http
+// profile (see l7.go and docs/bigip.md); what its objects cannot express
+// exactly is refused (served.go).
 package bigip
 
 import (
@@ -50,6 +51,7 @@ type listenerPlan struct {
 	ipProtocol string
 	monitor    string
 	profile    string
+	lbMode     string // loadBalancingMode: ratioMember when a member has a weight
 	members    []memberBody
 }
 
@@ -77,7 +79,7 @@ func (p *provider) plan(lb *providers.LoadBalancer) ([]listenerPlan, netip.Addr,
 			return nil, netip.Addr{}, err
 		}
 		plans = append(plans, listenerPlan{name: l.Pool.Name, port: l.Port, ipProtocol: ipProtocol, monitor: monitor,
-			profile: profile, members: members})
+			profile: profile, lbMode: lbModeOf(l.Pool.Members), members: members})
 	}
 	return plans, requested, nil
 }
@@ -94,9 +96,22 @@ func (p *provider) memberBodies(pool string, members []providers.Member) ([]memb
 		if !m.Enabled {
 			session = sessionDisabled
 		}
-		out = append(out, memberBody{Name: memberName(ip.Unmap(), m.Port), Partition: p.cfg.Partition, Session: session})
+		out = append(out, memberBody{Name: memberName(ip.Unmap(), m.Port), Partition: p.cfg.Partition, Session: session,
+			Ratio: max(m.Weight, 1)})
 	}
 	return out, nil
+}
+
+// lbModeOf is the load balancing mode of a pool of members: ratio-member,
+// each member's ratio its weight, when one has a weight; round-robin
+// otherwise (all ratios 1, the same).
+func lbModeOf(members []providers.Member) string {
+	for _, m := range members {
+		if m.Weight > 1 {
+			return ratioMember
+		}
+	}
+	return roundRobin
 }
 
 // Ensure makes the pools and virtual servers of lb match it, writing only
@@ -105,7 +120,7 @@ func (p *provider) memberBodies(pool string, members []providers.Member) ([]memb
 // removed listeners are deleted before their pools.
 func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
 	// Nothing is written of a model it cannot express whole.
-	if err := providers.IngressSubset(lb); err != nil {
+	if err := served(lb); err != nil {
 		return providers.Status{}, fmt.Errorf("ensure load balancer %s: BIG-IP: %w", lb.Name, err)
 	}
 	if lb.IsL7() {
@@ -248,7 +263,7 @@ func (p *provider) deleteObjectsOf(ctx context.Context, lb string, l7 bool) erro
 		return err
 	}
 	if l7 {
-		if err := p.deletePolicy(ctx, lb); err != nil {
+		if err := p.deletePolicies(ctx, lb, nil); err != nil {
 			return err
 		}
 		profiles, err := listObjects(ctx, p, &clientSSLKind, false)
@@ -320,8 +335,18 @@ func (p *provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
 		poolName := v.Pool[strings.LastIndexByte(v.Pool, '/')+1:]
 		if tag.L7 {
 			proto := providers.HTTP
-			if v.Name == providers.ListenerName(tag.LB, providers.HTTPS, port) {
-				proto = providers.HTTPS
+			for _, pr := range []providers.Protocol{providers.HTTPS, providers.TCP, providers.UDP} {
+				if v.Name == providers.ListenerName(tag.LB, pr, port) {
+					proto = pr
+				}
+			}
+			if proto == providers.TCP || proto == providers.UDP {
+				pool := providers.Pool{Name: poolName, Members: []providers.Member{}}
+				if pl := owned[v.Pool]; pl != nil {
+					pool.Members = listMembers(pl.MembersReference.Items)
+				}
+				lb.Listeners = append(lb.Listeners, providers.Listener{Port: port, Protocol: proto, Pool: pool})
+				continue
 			}
 			lb.Listeners = append(lb.Listeners, providers.Listener{Port: port, Protocol: proto})
 			if poolName != "" && poolName != "none" {

@@ -107,7 +107,7 @@ func (p *provider) ensureCert(ctx context.Context, tag ownerTag, c certPlan) ([]
 	if err := p.ensureFile(ctx, &sslKeyKind, c.file, c.cert.KeyPEM); err != nil {
 		return nil, err
 	}
-	tag.TLS = &tlsTag{Secret: c.cert.Secret, Hosts: c.cert.Hosts, Fingerprint: c.cert.Fingerprint}
+	tag.TLS = &tlsTag{Secret: c.cert.Secret, Hosts: c.cert.Hosts, Fingerprint: c.cert.Fingerprint, Ports: c.cert.Ports}
 	desc := tag.String()
 	file := fullPath(p.cfg.Partition, c.file)
 	chain := []chainLink{{Name: "default", Cert: file, Key: file}}

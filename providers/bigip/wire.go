@@ -17,20 +17,26 @@ type memberBody struct {
 	Name      string `json:"name"`
 	Partition string `json:"partition"`
 	Session   string `json:"session"`
+	// Ratio is the member's weight in a ratio-member pool, 1 by default.
+	Ratio int32 `json:"ratio"`
 }
 
 type poolCreate struct {
-	Name        string       `json:"name"`
-	Partition   string       `json:"partition"`
-	Description string       `json:"description"`
-	Monitor     string       `json:"monitor"`
-	Members     []memberBody `json:"members"`
+	Name        string `json:"name"`
+	Partition   string `json:"partition"`
+	Description string `json:"description"`
+	Monitor     string `json:"monitor"`
+	// LoadBalancingMode is ratio-member for a pool with weights, else
+	// round-robin.
+	LoadBalancingMode string       `json:"loadBalancingMode"`
+	Members           []memberBody `json:"members"`
 }
 
 type poolState struct {
 	objectHeader
-	Monitor          string                    `json:"monitor"`
-	MembersReference collectionOf[memberState] `json:"membersReference"`
+	Monitor           string                    `json:"monitor"`
+	LoadBalancingMode string                    `json:"loadBalancingMode"`
+	MembersReference  collectionOf[memberState] `json:"membersReference"`
 }
 
 type memberState struct {
@@ -38,6 +44,7 @@ type memberState struct {
 	Partition string `json:"partition"`
 	Address   string `json:"address"`
 	Session   string `json:"session"`
+	Ratio     int32  `json:"ratio"`
 }
 
 type profileRef struct {
@@ -72,6 +79,9 @@ const (
 	sessionEnabled  = "user-enabled"
 	sessionDisabled = "user-disabled"
 	automap         = "automap"
+	// The load balancing modes of pools without and with member weights.
+	roundRobin  = "round-robin"
+	ratioMember = "ratio-member"
 )
 
 // ownerTag is the JSON the provider writes in each object's description: it
@@ -85,6 +95,7 @@ type ownerTag struct {
 	// The fields of L7 objects, omitted from L4 ones.
 	L7      bool    `json:"l7,omitempty"`
 	Ingress string  `json:"ingress,omitempty"`
+	Gateway string  `json:"gateway,omitempty"`
 	TLS     *tlsTag `json:"tls,omitempty"`
 }
 
@@ -94,6 +105,7 @@ type tlsTag struct {
 	Secret      string   `json:"secret"`
 	Hosts       []string `json:"hosts,omitempty"`
 	Fingerprint string   `json:"fingerprint"`
+	Ports       []int32  `json:"ports,omitempty"`
 }
 
 func (t ownerTag) String() string {

@@ -1,11 +1,13 @@
 // Package haproxy is the HAProxy provider: it states each load balancer to
 // every configured npl-edge (the command beside HAProxy on an edge host)
 // over mutual TLS, and counts a change applied only when every edge has
-// it. HAProxy serves TCP listeners and, for L7 load balancers (Ingress),
-// HTTP and HTTPS listeners (TLS terminated with the Ingress's Secrets) with
-// host and path rules; UDP listeners (HAProxy 2.6 has no UDP load
-// balancing) are reported as warnings while the others are served. VIPs
-// come from vipPool, as the edges do not allocate them.
+// it. HAProxy serves TCP listeners and, for L7 load balancers (Ingress,
+// Gateway), HTTP and HTTPS listeners with their rules (HTTP/2 and h2c pools
+// included) and a Gateway's TCP and TLS listeners; UDP listeners (HAProxy
+// 2.6 has no UDP load balancing) are served by npl-edge's nftables table,
+// and reported as warnings only by an edge that cannot serve them
+// (npl-edge --udp=off, or no nftables there) while the others are served.
+// VIPs come from vipPool, as the edges do not allocate them.
 package haproxy
 
 import (
@@ -87,6 +89,12 @@ func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (prov
 	p.mu.Lock()
 	if err != nil {
 		delete(p.applied, lb.Name)
+		var he *httpError
+		if errors.As(err, &he) && he.status == http.StatusConflict {
+			// An edge serves the chosen VIP and a port of it for
+			// another load balancer: the next Ensure chooses again.
+			delete(p.reserved, lb.Name)
+		}
 	} else {
 		delete(p.reserved, lb.Name)
 		p.applied[lb.Name] = vip
@@ -97,7 +105,7 @@ func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (prov
 	}
 	status := providers.Status{VIPs: []string{vip.String()}}
 	if u := results[0].Unsupported; len(u) > 0 {
-		status.Warnings = append(status.Warnings, fmt.Sprintf("HAProxy does not serve UDP: listener(s) %s not served", strings.Join(u, ", ")))
+		status.Warnings = append(status.Warnings, fmt.Sprintf("the edge does not serve UDP (npl-edge --udp is off, or nftables does not work there): listener(s) %s not served", strings.Join(u, ", ")))
 	}
 	changed := slices.ContainsFunc(results, func(r api.EnsureResult) bool { return r.Changed })
 	if changed {
@@ -215,9 +223,13 @@ func (p *provider) vipFor(ctx context.Context, lb *providers.LoadBalancer) (neti
 	if a, ok := p.reserved[lb.Name]; ok {
 		return a, nil
 	}
-	for name, a := range p.reserved {
-		if name != lb.Name {
-			inUse[a] = true
+	// The VIPs chosen or applied since the list was read are in use too:
+	// another Ensure may have reserved one and applied it meanwhile.
+	for _, held := range []map[string]netip.Addr{p.reserved, p.applied} {
+		for name, a := range held {
+			if name != lb.Name {
+				inUse[a] = true
+			}
 		}
 	}
 	a, err := vippool.First(p.cfg.common.VIPPool, func(a netip.Addr) bool { return inUse[a] })

@@ -135,3 +135,116 @@ func TestEnsure_memberChangeIsOneCallPerEdge(t *testing.T) {
 		t.Errorf("calls of an Ensure after Delete = %q, want the edges read first", got)
 	}
 }
+
+// raceEdge is an edge whose answers the test orders: the list of a second
+// load balancer's Ensure is read before the first one's PUT lands, and
+// answered only after the first Ensure returned.
+type raceEdge struct {
+	mu       sync.Mutex
+	served   map[string]providers.LoadBalancer
+	putting  chan struct{} // closed when the first PUT arrives
+	listed   chan struct{} // closed when the list is read
+	released chan struct{} // closed by the test: answer the list
+}
+
+func (f *raceEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
+	answer := func(status int, v any) {
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	switch {
+	case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/loadbalancers"):
+		f.mu.Lock()
+		var l api.List
+		for _, lb := range f.served {
+			l.LoadBalancers = append(l.LoadBalancers, lb)
+		}
+		f.mu.Unlock()
+		select {
+		case <-f.putting: // the second Ensure: hold its answer
+			close(f.listed)
+			<-f.released
+		default:
+		}
+		answer(http.StatusOK, l)
+	case r.Method == http.MethodGet:
+		answer(http.StatusNotFound, api.Error{Error: "not served"})
+	case r.Method == http.MethodPut:
+		var req api.LoadBalancerRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			answer(http.StatusBadRequest, api.Error{Error: err.Error()})
+			return
+		}
+		if name == "c1--ns-a" {
+			close(f.putting)
+			<-f.listed
+		}
+		f.mu.Lock()
+		for other, lb := range f.served {
+			if other != name && lb.VIPs[0] == req.VIPs[0] {
+				f.mu.Unlock()
+				answer(http.StatusConflict, api.Error{Error: "VIP already served"})
+				return
+			}
+		}
+		f.served[name] = req.LoadBalancer
+		f.mu.Unlock()
+		answer(http.StatusOK, api.EnsureResult{Changed: true})
+	}
+}
+
+// TestEnsure_concurrentNewLoadBalancersGetDistinctVIPs: B reads the edges
+// before A's PUT lands, and chooses after A's Ensure succeeded (its VIP no
+// longer reserved but applied): B must not take A's VIP.
+func TestEnsure_concurrentNewLoadBalancersGetDistinctVIPs(t *testing.T) {
+	edge := &raceEdge{served: map[string]providers.LoadBalancer{}, putting: make(chan struct{}), listed: make(chan struct{}),
+		released: make(chan struct{})}
+	srv := httptest.NewTLSServer(edge)
+	defer srv.Close()
+	p := newProvider(&Config{Edges: []string{srv.URL},
+		common: providers.Common{ClusterName: "c1", VIPPool: []netip.Prefix{netip.MustParsePrefix("198.18.200.0/24")}}}, srv.Client())
+	ctx := context.Background()
+	lb := func(name string) *providers.LoadBalancer {
+		return &providers.LoadBalancer{Name: name, Service: "ns/x", Listeners: []providers.Listener{{Port: 443, Protocol: providers.TCP,
+			Pool: providers.Pool{Name: providers.PoolName(name, providers.TCP, 443)}}}}
+	}
+	type result struct {
+		st  providers.Status
+		err error
+	}
+	a, b := make(chan result, 1), make(chan result, 1)
+	go func() { st, err := p.Ensure(ctx, lb("c1--ns-a")); a <- result{st, err} }()
+	<-edge.putting
+	go func() { st, err := p.Ensure(ctx, lb("c1--ns-b")); b <- result{st, err} }()
+	ra := <-a
+	close(edge.released)
+	rb := <-b
+	if ra.err != nil || rb.err != nil {
+		t.Fatalf("Ensure a = %v, b = %v", ra.err, rb.err)
+	}
+	if ra.st.VIPs[0] == rb.st.VIPs[0] {
+		t.Errorf("both load balancers got VIP %s", ra.st.VIPs[0])
+	}
+}
+
+// TestEnsure_conflictDropsTheReservedVIP: a VIP an edge refuses (409) is
+// not kept for the next Ensure, which reads the edges and chooses again.
+func TestEnsure_conflictDropsTheReservedVIP(t *testing.T) {
+	edge := &fakeEdge{served: map[string]providers.LoadBalancer{}, conflict: true}
+	srv := httptest.NewTLSServer(edge)
+	defer srv.Close()
+	p := newProvider(&Config{Edges: []string{srv.URL},
+		common: providers.Common{ClusterName: "c1", VIPPool: []netip.Prefix{netip.MustParsePrefix("198.18.200.0/24")}}}, srv.Client())
+	lb := &providers.LoadBalancer{Name: "c1--ns-web", Service: "ns/web", Listeners: []providers.Listener{{Port: 80, Protocol: providers.TCP,
+		Pool: providers.Pool{Name: providers.PoolName("c1--ns-web", providers.TCP, 80)}}}}
+	if _, err := p.Ensure(context.Background(), lb); err == nil {
+		t.Fatal("Ensure with a conflicting edge succeeded")
+	}
+	p.mu.Lock()
+	_, reserved := p.reserved[lb.Name]
+	p.mu.Unlock()
+	if reserved {
+		t.Error("the VIP the edge refused is still reserved")
+	}
+}

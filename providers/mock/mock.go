@@ -4,9 +4,10 @@
 // model differs from what it holds, counts every call, can persist its state
 // to a file so that it survives a restart of npl-lbsync as a real load
 // balancer would, and can be told to fail or slow down, from Go or over HTTP.
-// It keeps L7 load balancers (pools, host and path rules, default pool) as it
-// keeps L4 ones; of their certificates it keeps what a real load balancer
-// reports, the Secret, hosts and fingerprint, never the PEM data.
+// It keeps L7 load balancers (pools, host and path rules, default pool; a
+// Gateway's TCP, UDP and TLS listeners with their SNI routes, h2c pools)
+// as it keeps L4 ones; of their certificates it keeps what a real load
+// balancer reports, the Secret, hosts and fingerprint, never the PEM data.
 package mock
 
 import (
@@ -462,14 +463,15 @@ func sameModel(a, b *providers.LoadBalancer) bool {
 	return a.Name == b.Name && a.Service == b.Service && a.RequestedVIP == b.RequestedVIP &&
 		a.Kind == b.Kind && a.Ingress == b.Ingress && a.Gateway == b.Gateway &&
 		slices.EqualFunc(a.Listeners, b.Listeners, func(x, y providers.Listener) bool {
-			return x.Port == y.Port && x.Protocol == y.Protocol && samePool(x.Pool, y.Pool)
+			return x.Port == y.Port && x.Protocol == y.Protocol && samePool(x.Pool, y.Pool) &&
+				slices.Equal(x.SNI, y.SNI) && x.Terminate == y.Terminate
 		}) &&
 		slices.EqualFunc(a.Pools, b.Pools, samePool) &&
 		sameRoutes(a.HTTP, b.HTTP)
 }
 
 func samePool(x, y providers.Pool) bool {
-	return x.Name == y.Name && slices.Equal(x.Members, y.Members)
+	return x.Name == y.Name && x.AppProtocol == y.AppProtocol && slices.Equal(x.Members, y.Members)
 }
 
 // sameRoutes compares routes; certificates compare by fingerprint, as both

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -82,8 +83,12 @@ type Result struct {
 	// were answered by a Pod on another node than the member's, and
 	// NodePortFailed failed.
 	NodePortRequests, NodePortSecondHops, NodePortFailed int
-	// NotServed is the dns Service's Warning Event about its UDP port.
-	NotServed string
+	// The UDP flows to dns's VIP (provider haproxy only: the edge's
+	// nftables table). UDPVIPAnswers counts the answers of each Pod;
+	// UDPVIPWrong those where the Pod that answered is not the one behind
+	// the member the edge chose, UDPVIPFailed the flows without answer.
+	UDPVIPAnswers             map[string]int
+	UDPVIPWrong, UDPVIPFailed int
 }
 
 // VIPRequests and NodePortVIPRequests are how many requests the demo sends
@@ -92,6 +97,10 @@ type Result struct {
 const (
 	VIPRequests         = 8
 	NodePortVIPRequests = 12
+	// UDPVIPRequests is how many UDP flows the demo sends to dns's VIP:
+	// each of its 2 Pods gets one unless the random choice misses it 16
+	// times in a row (1 in 32768).
+	UDPVIPRequests = 16
 )
 
 // nodePortVIP is the address of the NodePort contrast's load balancer: in
@@ -133,6 +142,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	r := &run{opts: opts, out: opts.Out, cluster: "demo", res: &Result{
 		Answers: map[string]string{}, Expected: map[string]string{}, UDPAnswers: map[string]string{}, UDPExpected: map[string]string{},
 		NodePortOpen: map[string]bool{}, NPLOpen: map[string]bool{}, Backends: map[string]int{}, VIPAnswers: map[string]int{},
+		UDPVIPAnswers: map[string]int{},
 	}}
 	defer r.cleanup()
 	if err := r.steps(ctx); err != nil {
@@ -576,26 +586,73 @@ func (r *run) showVIPTraffic(ctx context.Context) error {
 	if r.res.VIPWrong+r.res.VIPFailed > 0 {
 		return fmt.Errorf("web's VIP: %d requests failed, %d reached another Pod than the member's", r.res.VIPFailed, r.res.VIPWrong)
 	}
+	if err := r.showUDPVIPTraffic(ctx); err != nil {
+		return err
+	}
 	udp, uowner, err := r.members(ctx, "dns", contract.ProtocolUDP)
 	if err != nil {
 		return err
 	}
-	var notServed string
-	if err := waitUntil(ctx, 15*time.Second, func() (bool, error) {
-		evs, err := r.client.CoreV1().Events(Namespace).List(ctx, metav1.ListOptions{
-			FieldSelector: "involvedObject.kind=Service,involvedObject.name=dns,reason=NotServed"})
-		if err != nil || len(evs.Items) == 0 {
-			return false, err
-		}
-		notServed = evs.Items[0].Type + " " + evs.Items[0].Reason + ": " + evs.Items[0].Message
-		return true, nil
-	}); err != nil {
-		return fmt.Errorf("the dns Service has no NotServed Event for its UDP port: %w", err)
-	}
-	r.res.NotServed = notServed
-	r.printf("dns: HAProxy serves no UDP; the Service's Event says so:\n  %s\n", notServed)
 	r.printf("dns over UDP, straight to the members\n")
 	r.pingUDP(udp, uowner)
+	return nil
+}
+
+// showUDPVIPTraffic sends UDP flows to dns's VIP from the client namespace,
+// each from its own source port, and names for each the member the edge's
+// nftables table chose (from the edge's conntrack entry of the flow) and
+// the Pod that answered: the member's Pod, one hop.
+func (r *run) showUDPVIPTraffic(ctx context.Context) error {
+	udp, owner, err := r.members(ctx, "dns", contract.ProtocolUDP)
+	if err != nil {
+		return err
+	}
+	lb := providers.LoadBalancerName(r.cluster, Namespace, "dns")
+	var vips []string
+	if err := waitUntil(ctx, 15*time.Second, func() (bool, error) {
+		pools, v, _, err := r.backend.Pools(lb)
+		if err != nil || len(v) != 1 {
+			return false, err
+		}
+		vips = v
+		return len(pools[providers.PoolName(lb, providers.UDP, 53)]) == len(udp), nil
+	}); err != nil {
+		return fmt.Errorf("dns's UDP pool on the edge with its %d members: %w", len(udp), err)
+	}
+	addr := net.JoinHostPort(vips[0], "53")
+	r.printf("dns over UDP through its VIP (HAProxy has no UDP: npl-edge's nftables table DNATs each new flow to a member)\n")
+	for range UDPVIPRequests {
+		f, err := r.bed.DialUDP(ctx, addr)
+		if err != nil {
+			return err
+		}
+		name, err := f.Ask("ping")
+		member := ""
+		if err == nil {
+			member, err = r.bed.Edges[0].UDPMemberOf(ctx, f)
+		}
+		f.Close()
+		if err != nil {
+			r.res.UDPVIPFailed++
+			r.printf("  udp %s -> FAILED: %v\n", addr, err)
+			continue
+		}
+		verdict := "one hop, the chosen member's Pod"
+		if owner[member] != name {
+			r.res.UDPVIPWrong++
+			verdict = "WRONG Pod, the member is " + owner[member] + "'s"
+		}
+		r.res.UDPVIPAnswers[name]++
+		r.printf("  udp %s -> member %-18s -> %-22s %s\n", addr, member, name, verdict)
+	}
+	for _, pod := range owner {
+		if r.res.UDPVIPAnswers[pod] == 0 {
+			return fmt.Errorf("no UDP flow to dns's VIP reached Pod %s", pod)
+		}
+	}
+	if r.res.UDPVIPWrong+r.res.UDPVIPFailed > 0 {
+		return fmt.Errorf("dns's VIP: %d UDP flows failed, %d reached another Pod than the member's", r.res.UDPVIPFailed, r.res.UDPVIPWrong)
+	}
 	return nil
 }
 

@@ -108,8 +108,16 @@ func TestDemo_haproxy(t *testing.T) {
 	if got := strings.Count(out.String(), "SECOND HOP"); got != res.NodePortSecondHops {
 		t.Errorf("the output shows %d second hops, the result %d", got, res.NodePortSecondHops)
 	}
-	if !strings.Contains(res.NotServed, "Warning") || !strings.Contains(res.NotServed, "53") || !strings.Contains(res.NotServed, "UDP") {
-		t.Errorf("dns's NotServed Event %q does not name port 53/UDP", res.NotServed)
+	udpTotal := 0
+	for _, n := range res.UDPVIPAnswers {
+		udpTotal += n
+	}
+	if udpTotal != UDPVIPRequests || len(res.UDPVIPAnswers) != 2 || res.UDPVIPWrong != 0 || res.UDPVIPFailed != 0 {
+		t.Errorf("dns's VIP over UDP: answers %v (want %d over 2 Pods), %d to another Pod than the member's, %d failed (want 0)",
+			res.UDPVIPAnswers, UDPVIPRequests, res.UDPVIPWrong, res.UDPVIPFailed)
+	}
+	if got := strings.Count(out.String(), "one hop, the chosen member's Pod"); got != UDPVIPRequests {
+		t.Errorf("the output shows %d one-hop UDP flows to dns's VIP, want %d", got, UDPVIPRequests)
 	}
 	if len(res.UDPExpected) != 2 {
 		t.Errorf("dns has %d UDP members, want 2", len(res.UDPExpected))

@@ -63,6 +63,9 @@ type Options struct {
 	SecondEdgeIP netip.Addr
 	// BinDir holds npl-edge.
 	BinDir string
+	// UDP is npl-edge's --udp ("" leaves its default, auto: nftables, as
+	// the edge namespaces forward).
+	UDP string
 	// Name distinguishes the namespaces and links of beds of one process.
 	Name string
 }
@@ -204,6 +207,11 @@ func (b *Bed) addEdge(ctx context.Context, name, peer string, ip, ip6 netip.Addr
 	if err := ipBatch(ctx, name, lines...); err != nil {
 		return nil, err
 	}
+	// The edge forwards what its nftables table sends to UDP members
+	// (this namespace only).
+	if err := run(ctx, "ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"); err != nil {
+		return nil, err
+	}
 	if ip6.IsValid() {
 		// A local route lets IPv4 sockets bind any address of the range;
 		// IPv6 sockets need non-local binds allowed (this namespace only).
@@ -267,11 +275,15 @@ func (b *EdgeHost) StartEdge(ctx context.Context) error {
 		return err
 	}
 	certs := b.b.Certs
-	cmd := exec.Command("ip", "netns", "exec", b.Netns, bin,
+	args := []string{"netns", "exec", b.Netns, bin,
 		"--listen", net.JoinHostPort(b.IP.String(), "8443"),
 		"--tls-cert-file", certs.ServerCert, "--tls-key-file", certs.ServerKey, "--client-ca-file", certs.CA,
 		"--state-dir", filepath.Join(b.Dir, "edge-state"),
-		"--check-interval", "300ms", "--check-fall", "1", "--check-rise", "1", "--resync-period", "1s", "-v", "2")
+		"--check-interval", "300ms", "--check-fall", "1", "--check-rise", "1", "--resync-period", "1s", "-v", "2"}
+	if b.b.UDP != "" {
+		args = append(args, "--udp", b.b.UDP)
+	}
+	cmd := exec.Command("ip", args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -71,13 +71,13 @@ func nplctl(t *testing.T, args ...string) (string, int) {
 }
 
 // TestEndToEnd_statusOfTheHAProxyProvider: `nplctl pools --config` shows
-// HAProxy's actual members in sync with the expected ones; a Service with a
-// UDP port gets the Warning Event NotServed and a condition naming it while
-// its TCP port is served; an edge whose API does not answer for a while
+// HAProxy's actual members in sync with the expected ones; on an edge that
+// serves no UDP (--udp=off), a Service with a UDP port gets the Warning
+// Event NotServed and a condition naming it while its TCP port is served; an edge whose API does not answer for a while
 // makes the Service SyncFailed with the edge's address, removes no member
 // (requests keep landing on the Pods), and the change converges after.
 func TestEndToEnd_statusOfTheHAProxyProvider(t *testing.T) {
-	c, b := clusterBed(t)
+	c, b := clusterBedUDP(t, "off")
 	l := startLBSync(t, c, b, "e2e-haproxy-status")
 	client := c.Client()
 	ctx := context.Background()
@@ -123,7 +123,8 @@ func TestEndToEnd_statusOfTheHAProxyProvider(t *testing.T) {
 		return true, nil
 	})
 
-	// A UDP port: served nowhere, said so; the TCP port still served.
+	// A UDP port, on an edge that serves no UDP: said so; the TCP port
+	// still served.
 	s, err := client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

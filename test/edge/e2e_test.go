@@ -26,6 +26,13 @@ import (
 // npl-edge running.
 func clusterBed(t testing.TB) (*cluster.Cluster, *Bed) {
 	t.Helper()
+	return clusterBedUDP(t, "")
+}
+
+// clusterBedUDP is clusterBed with npl-edge's --udp set to udp ("" for its
+// default).
+func clusterBedUDP(t testing.TB, udp string) (*cluster.Cluster, *Bed) {
+	t.Helper()
 	c := cluster.Shared(t, cluster.Options{Nodes: 3, KubeProxy: true})
 	if agents == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -40,7 +47,9 @@ func clusterBed(t testing.TB) (*cluster.Cluster, *Bed) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Start(context.Background(), t.TempDir(), ClusterOptions(bin, "e2e"))
+	o := ClusterOptions(bin, "e2e")
+	o.UDP = udp
+	b, err := Start(context.Background(), t.TempDir(), o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,13 @@ func newBed(t *testing.T) (*Bed, *Backends) {
 // newBedWith is newBed with a second edge address for AddEdge.
 func newBedWith(t *testing.T, secondEdge netip.Addr) (*Bed, *Backends) {
 	t.Helper()
+	return newBedOptions(t, Options{SecondEdgeIP: secondEdge})
+}
+
+// newBedOptions is newBed with the second edge address and npl-edge's
+// --udp of o.
+func newBedOptions(t *testing.T, o Options) (*Bed, *Backends) {
+	t.Helper()
 	bin, err := cluster.DefaultBinDir()
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +64,7 @@ func newBedWith(t *testing.T, secondEdge netip.Addr) (*Bed, *Backends) {
 	ctx := context.Background()
 	b, err := Start(ctx, t.TempDir(), Options{
 		BridgeIP: bridgeIP, EdgeIP: netip.MustParseAddr("198.18.2.2"), ClientIP: netip.MustParseAddr("198.18.2.3"),
-		SecondEdgeIP: secondEdge, BinDir: bin, Name: "t",
+		SecondEdgeIP: o.SecondEdgeIP, BinDir: bin, Name: "t", UDP: o.UDP,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -403,28 +410,6 @@ func TestProvider_unreachableEdgeFailsAndDeletesNothing(t *testing.T) {
 		t.Fatalf("after the failure (-before +after):\n%s", diff)
 	}
 	waitAnswers(t, b, url, []string{"web-0", "web-1"})
-}
-
-func TestProvider_udpListenersAreWarnedAboutAndTCPServed(t *testing.T) {
-	b, bs := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
-	ctx := context.Background()
-	lb := model("dns", 80, startBackends(t, bs, "dns", 1))
-	lb.Listeners = append(lb.Listeners, providers.Listener{Port: 53, Protocol: providers.UDP,
-		Pool: providers.Pool{Name: providers.PoolName(lb.Name, providers.UDP, 53), Members: []providers.Member{{IP: bridgeIP.String(), Port: 5353, Enabled: true}}}})
-	st, err := p.Ensure(ctx, lb)
-	if err != nil {
-		t.Fatalf("Ensure: %v", err)
-	}
-	if len(st.Warnings) != 1 || !strings.Contains(st.Warnings[0], "UDP/53") {
-		t.Fatalf("warnings %q; want one naming UDP/53", st.Warnings)
-	}
-	t.Logf("warning: %s", st.Warnings[0])
-	waitAnswers(t, b, URL(st.VIPs[0], 80), []string{"dns-0"})
-	got := listOne(t, p, lb.Name)
-	if len(got.Listeners) != 1 || got.Listeners[0].Protocol != providers.TCP {
-		t.Fatalf("listed listeners %+v; want the TCP one only", got.Listeners)
-	}
 }
 
 func TestEdge_killedHAProxyIsRestoredWithItsState(t *testing.T) {

@@ -35,13 +35,18 @@ import (
 
 // TestLBSync_gatewayAPIWithoutCRDs: gatewayAPI enabled on a cluster without
 // the Gateway API CRDs: npl-lbsync says so in one log line, becomes ready
-// and serves LoadBalancer Services as usual. It is the package's first test
-// in source order, so it runs on the shared cluster before
-// TestLBSync_gatewayAPI installs the CRDs (a process holds one cluster).
+// and serves LoadBalancer Services as usual; once the CRDs are installed it
+// serves Gateways without a restart. It is the package's first test in
+// source order, so it runs on the shared cluster before the other Gateway
+// tests install the CRDs (a process holds one cluster).
 func TestLBSync_gatewayAPIWithoutCRDs(t *testing.T) {
 	e := setup(t)
 	if served, _, err := controller.GatewayAPIServed(e.client.Discovery()); err != nil || served {
 		t.Fatalf("the Gateway API CRDs are already served (err %v): this test must run before TestLBSync_gatewayAPI installs them", err)
+	}
+	ctx := ctxFor(t, 4*time.Minute)
+	if err := stack.GrantChartValues(ctx, e.c, map[string]any{"gatewayAPI.enabled": true}); err != nil {
+		t.Fatal(err)
 	}
 	name := clusterName + "-nocrd"
 	l := e.startSyncer(t, "npl-lbsync-nocrd", name, e.config(name, "NodePortLocal", "npl.io/nocrd", "198.18.111.0/28")+"gatewayAPI:\n  enabled: true\n", false)
@@ -57,6 +62,38 @@ func TestLBSync_gatewayAPIWithoutCRDs(t *testing.T) {
 	e.pod(t, ns, "a", e.nodeName(0), list(entry(8080, e.nodeIP(0), 61000, "tcp")))
 	e.createService(t, lbService(ns, "web", ptr("npl.io/nocrd")))
 	waitPools(t, l, ns, "web", map[string][]providers.Member{l.poolName(ns, "web", providers.TCP, 80): {member(e.nodeIP(0), 61000, true)}})
+
+	// The CRDs installed: the same npl-lbsync, not restarted, serves a
+	// Gateway.
+	if err := e.c.InstallGatewayAPI(ctx); err != nil {
+		t.Fatalf("install the Gateway API CRDs: %v", err)
+	}
+	gc, err := gatewayclient.NewForConfig(e.c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw1 := gc.GatewayV1()
+	className := "npl-late-" + ns
+	if _, err := gw1.GatewayClasses().Create(ctx, &gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: className},
+		Spec: gatewayv1.GatewayClassSpec{ControllerName: gateway.ControllerName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw1.GatewayClasses().Delete(context.Background(), className, metav1.DeleteOptions{}) })
+	if _, err := gw1.Gateways(ns).Create(ctx, &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "late"},
+		Spec: gatewayv1.GatewaySpec{GatewayClassName: gatewayv1.ObjectName(className),
+			Listeners: []gatewayv1.Listener{{Name: "http", Port: 80, Protocol: gatewayv1.HTTPProtocolType}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the Gateway programmed after the CRDs were installed", func() (bool, error) {
+		g, err := gw1.Gateways(ns).Get(ctx, "late", metav1.GetOptions{})
+		return err == nil && hasCond(g.Status.Conditions, "Programmed", metav1.ConditionTrue, "Programmed") && len(g.Status.Addresses) == 1, err
+	})
+	if log, err = os.ReadFile(l.LogPath); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), "Gateway API CRDs installed: serving Gateways") {
+		t.Errorf("the log does not say the Gateway API is served:\n%s", l.Tail(20))
+	}
 }
 
 // TestLBSync_gatewayAPI: an npl-lbsync with gatewayAPI enabled, as the

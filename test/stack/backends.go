@@ -194,11 +194,16 @@ func (a *aviBackend) Pools(lbName string) (map[string][]providers.Member, []stri
 	return pools, vips, found, nil
 }
 
-// Identities returns the uuid of every VsVip, virtual service and pool of a
-// load balancer (named lbName or lbName-*), keyed "kind/name".
+// Objects returns the simulator's objects of kind (pool, poolgroup,
+// httppolicyset, ...) in the admin tenant, as it stores them.
+func (a *aviBackend) Objects(kind string) []map[string]any { return a.sim.Objects("admin", kind) }
+
+// Identities returns the uuid of every VsVip, virtual service, pool, pool
+// group, HTTP policy set and certificate of a load balancer (named lbName
+// or lbName-*), keyed "kind/name".
 func (a *aviBackend) Identities(lbName string) map[string]string {
 	out := map[string]string{}
-	for _, kind := range []string{"vsvip", "virtualservice", "pool"} {
+	for _, kind := range []string{"vsvip", "virtualservice", "pool", "poolgroup", "httppolicyset", "sslkeyandcertificate"} {
 		for _, o := range a.sim.Objects("admin", kind) {
 			name, _ := o["name"].(string)
 			if name == lbName || strings.HasPrefix(name, lbName+"-") {

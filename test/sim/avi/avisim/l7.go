@@ -21,6 +21,20 @@ var (
 	pathCriteria = []string{"BEGINS_WITH", "DOES_NOT_BEGIN_WITH", "CONTAINS", "DOES_NOT_CONTAIN", "ENDS_WITH",
 		"DOES_NOT_END_WITH", "EQUALS", "DOES_NOT_EQUAL", "REGEX_MATCH", "REGEX_DOES_NOT_MATCH"}
 	switchingActions = []string{"HTTP_SWITCHING_SELECT_POOL", "HTTP_SWITCHING_SELECT_POOLGROUP", "HTTP_SWITCHING_SELECT_LOCAL"}
+	localStatusCodes = []string{"HTTP_LOCAL_RESPONSE_STATUS_CODE_200", "HTTP_LOCAL_RESPONSE_STATUS_CODE_204",
+		"HTTP_LOCAL_RESPONSE_STATUS_CODE_403", "HTTP_LOCAL_RESPONSE_STATUS_CODE_404", "HTTP_LOCAL_RESPONSE_STATUS_CODE_429",
+		"HTTP_LOCAL_RESPONSE_STATUS_CODE_501"}
+	portCriteria  = []string{"IS_IN", "IS_NOT_IN"}
+	matchCases    = []string{"SENSITIVE", "INSENSITIVE"}
+	queryCriteria = []string{"QUERY_MATCH_CONTAINS"}
+	httpMethods   = []string{"HTTP_METHOD_GET", "HTTP_METHOD_HEAD", "HTTP_METHOD_PUT", "HTTP_METHOD_DELETE", "HTTP_METHOD_POST",
+		"HTTP_METHOD_OPTIONS", "HTTP_METHOD_TRACE", "HTTP_METHOD_CONNECT", "HTTP_METHOD_PATCH", "HTTP_METHOD_PROPFIND",
+		"HTTP_METHOD_PROPPATCH", "HTTP_METHOD_MKCOL", "HTTP_METHOD_COPY", "HTTP_METHOD_MOVE", "HTTP_METHOD_LOCK", "HTTP_METHOD_UNLOCK"}
+	hdrActions     = []string{"HTTP_ADD_HDR", "HTTP_REMOVE_HDR", "HTTP_REPLACE_HDR"}
+	redirectCodes  = []string{"HTTP_REDIRECT_STATUS_CODE_301", "HTTP_REDIRECT_STATUS_CODE_302", "HTTP_REDIRECT_STATUS_CODE_307"}
+	redirectProtos = []string{"HTTP", "HTTPS"}
+	uriTokenTypes  = []string{"URI_TOKEN_TYPE_HOST", "URI_TOKEN_TYPE_PATH", "URI_TOKEN_TYPE_STRING",
+		"URI_TOKEN_TYPE_STRING_GROUP", "URI_TOKEN_TYPE_REGEX"}
 )
 
 const httpProfileType = "APPLICATION_PROFILE_TYPE_HTTP"
@@ -73,6 +87,9 @@ func validateHTTPPolicySet(obj object) *apiError {
 				return errorf(http.StatusBadRequest, "rule %s: path %s needs match_str or string_group_refs", name, c)
 			}
 		}
+		if err := validateMatch(name, match); err != nil {
+			return err
+		}
 		if sw, ok := rule["switching_action"].(map[string]any); ok {
 			action := str(sw["action"])
 			switch {
@@ -82,6 +99,164 @@ func validateHTTPPolicySet(obj object) *apiError {
 				return errorf(http.StatusBadRequest, "rule %s: HTTP_SWITCHING_SELECT_POOL needs a pool_ref", name)
 			case action == "HTTP_SWITCHING_SELECT_POOLGROUP" && str(sw["pool_group_ref"]) == "":
 				return errorf(http.StatusBadRequest, "rule %s: HTTP_SWITCHING_SELECT_POOLGROUP needs a pool_group_ref", name)
+			case sw["status_code"] != nil && !slices.Contains(localStatusCodes, str(sw["status_code"])):
+				return errorf(http.StatusBadRequest, "rule %s: switching_action.status_code %v is not valid", name, sw["status_code"])
+			}
+		}
+		if err := validateActions(name, rule); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateMatch checks the port, method, header and query tests of a
+// request rule.
+func validateMatch(rule string, match map[string]any) *apiError {
+	if vp, ok := match["vs_port"].(map[string]any); ok {
+		ports, _ := vp["ports"].([]any)
+		if !slices.Contains(portCriteria, str(vp["match_criteria"])) {
+			return errorf(http.StatusBadRequest, "rule %s: vs_port.match_criteria %q is not valid", rule, str(vp["match_criteria"]))
+		}
+		if len(ports) == 0 {
+			return errorf(http.StatusBadRequest, "rule %s: vs_port needs at least one port", rule)
+		}
+		for _, p := range ports {
+			if n, ok := toInt(p); !ok || n < 1 || n > 65535 {
+				return errorf(http.StatusBadRequest, "rule %s: vs_port %v is not in 1-65535", rule, p)
+			}
+		}
+	}
+	if m, ok := match["method"].(map[string]any); ok {
+		methods, _ := m["methods"].([]any)
+		if !slices.Contains(portCriteria, str(m["match_criteria"])) {
+			return errorf(http.StatusBadRequest, "rule %s: method.match_criteria %q is not valid", rule, str(m["match_criteria"]))
+		}
+		if len(methods) == 0 {
+			return errorf(http.StatusBadRequest, "rule %s: method needs at least one method", rule)
+		}
+		for _, v := range methods {
+			if !slices.Contains(httpMethods, str(v)) {
+				return errorf(http.StatusBadRequest, "rule %s: method %v is not valid", rule, v)
+			}
+		}
+	}
+	hdrs, _ := match["hdrs"].([]any)
+	for i, raw := range hdrs {
+		h, _ := raw.(map[string]any)
+		c := str(h["match_criteria"])
+		values, _ := h["value"].([]any)
+		switch {
+		case str(h["hdr"]) == "":
+			return errorf(http.StatusBadRequest, "rule %s: hdrs[%d].hdr: This field is required.", rule, i)
+		case !slices.Contains(hostCriteria, c):
+			return errorf(http.StatusBadRequest, "rule %s: hdrs[%d].match_criteria %q is not valid", rule, i, c)
+		case len(values) == 0 && c != "HDR_EXISTS" && c != "HDR_DOES_NOT_EXIST":
+			return errorf(http.StatusBadRequest, "rule %s: hdrs[%d] %s needs a value", rule, i, c)
+		case h["match_case"] != nil && !slices.Contains(matchCases, str(h["match_case"])):
+			return errorf(http.StatusBadRequest, "rule %s: hdrs[%d].match_case %v is not valid", rule, i, h["match_case"])
+		}
+	}
+	if q, ok := match["query"].(map[string]any); ok && !slices.Contains(queryCriteria, str(q["match_criteria"])) {
+		return errorf(http.StatusBadRequest, "rule %s: query.match_criteria %q is not valid", rule, str(q["match_criteria"]))
+	}
+	return nil
+}
+
+// validateActions checks the header, rewrite and redirect actions of a
+// request rule; a redirect stacks with no other action.
+func validateActions(rule string, r map[string]any) *apiError {
+	actions, _ := r["hdr_action"].([]any)
+	for i, raw := range actions {
+		a, _ := raw.(map[string]any)
+		hdr, _ := a["hdr"].(map[string]any)
+		value, _ := hdr["value"].(map[string]any)
+		switch action := str(a["action"]); {
+		case !slices.Contains(hdrActions, action):
+			return errorf(http.StatusBadRequest, "rule %s: hdr_action[%d].action %q is not valid", rule, i, action)
+		case str(hdr["name"]) == "":
+			return errorf(http.StatusBadRequest, "rule %s: hdr_action[%d].hdr.name: This field is required.", rule, i)
+		case action != "HTTP_REMOVE_HDR" && value == nil:
+			return errorf(http.StatusBadRequest, "rule %s: hdr_action[%d] %s needs hdr.value", rule, i, action)
+		}
+	}
+	if w, ok := r["rewrite_url_action"].(map[string]any); ok {
+		for _, f := range []string{"host_hdr", "path"} {
+			if err := validateURIParam(rule, "rewrite_url_action."+f, w[f]); err != nil {
+				return err
+			}
+		}
+	}
+	d, ok := r["redirect_action"].(map[string]any)
+	if !ok {
+		return nil
+	}
+	switch {
+	case r["switching_action"] != nil || r["hdr_action"] != nil || r["rewrite_url_action"] != nil:
+		return errorf(http.StatusBadRequest, "rule %s: a redirect action cannot be combined with other actions", rule)
+	case !slices.Contains(redirectProtos, str(d["protocol"])):
+		return errorf(http.StatusBadRequest, "rule %s: redirect_action.protocol %q is not valid", rule, str(d["protocol"]))
+	case d["status_code"] != nil && !slices.Contains(redirectCodes, str(d["status_code"])):
+		return errorf(http.StatusBadRequest, "rule %s: redirect_action.status_code %v is not valid", rule, d["status_code"])
+	}
+	if p, ok := d["port"]; ok && p != nil {
+		if n, ok := toInt(p); !ok || n < 1 || n > 65535 {
+			return errorf(http.StatusBadRequest, "rule %s: redirect_action.port %v is not in 1-65535", rule, p)
+		}
+	}
+	for _, f := range []string{"host", "path"} {
+		if err := validateURIParam(rule, "redirect_action."+f, d[f]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateURIParam checks a URIParam: tokenized, with at least one token
+// of a known type, a string token with its string.
+func validateURIParam(rule, field string, v any) *apiError {
+	if v == nil {
+		return nil
+	}
+	p, _ := v.(map[string]any)
+	tokens, _ := p["tokens"].([]any)
+	if str(p["type"]) != "URI_PARAM_TYPE_TOKENIZED" {
+		return errorf(http.StatusBadRequest, "rule %s: %s.type %q is not valid", rule, field, str(p["type"]))
+	}
+	if len(tokens) == 0 {
+		return errorf(http.StatusBadRequest, "rule %s: %s needs at least one token", rule, field)
+	}
+	for i, raw := range tokens {
+		tk, _ := raw.(map[string]any)
+		typ := str(tk["type"])
+		switch {
+		case !slices.Contains(uriTokenTypes, typ):
+			return errorf(http.StatusBadRequest, "rule %s: %s.tokens[%d].type %q is not valid", rule, field, i, typ)
+		case typ == "URI_TOKEN_TYPE_STRING" && tk["str_value"] == nil:
+			return errorf(http.StatusBadRequest, "rule %s: %s.tokens[%d] needs str_value", rule, field, i)
+		}
+	}
+	return nil
+}
+
+// validatePoolGroup checks the members of a pool group: a pool each, at
+// most once, with a ratio in 0-1000.
+func validatePoolGroup(obj object) *apiError {
+	members, _ := obj["members"].([]any)
+	seen := map[string]bool{}
+	for i, raw := range members {
+		m, _ := raw.(map[string]any)
+		ref := str(m["pool_ref"])
+		switch {
+		case !strings.HasPrefix(ref, "/api/pool/"):
+			return errorf(http.StatusBadRequest, "members[%d].pool_ref: This field is required.", i)
+		case seen[ref]:
+			return errorf(http.StatusBadRequest, "members[%d]: pool %s is a member twice", i, ref)
+		}
+		seen[ref] = true
+		if r, ok := m["ratio"]; ok && r != nil {
+			if n, ok := toInt(r); !ok || n < 0 || n > 1000 {
+				return errorf(http.StatusBadRequest, "members[%d].ratio %v is not in 0-1000", i, r)
 			}
 		}
 	}

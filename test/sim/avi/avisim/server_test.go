@@ -389,7 +389,7 @@ func TestServer_refusesToDeleteReferencedObjects(t *testing.T) {
 		"name": "ps",
 		"l4_connection_policy": map[string]any{"rules": []any{map[string]any{
 			"index":  1,
-			"action": map[string]any{"select_pool": map[string]any{"pool_ref": "/api/pool?name=p"}},
+			"action": map[string]any{"select_pool": map[string]any{"action_type": "L4_RULE_ACTION_SELECT_POOL", "pool_ref": "/api/pool?name=p"}},
 		}}},
 	})
 	vsvip := c.mustCreate("vsvip", map[string]any{"name": "v", "vip": []any{map[string]any{"vip_id": "0", "auto_allocate_ip": true}}})

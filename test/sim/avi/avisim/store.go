@@ -373,6 +373,9 @@ func (s *store) commit(e *entry) {
 // prepare resolves references, fills defaults and checks obj as the
 // controller would before storing it. old is the stored version on update.
 func (s *store) prepare(tenant, typ, uuid string, obj, old object) *apiError {
+	if err := checkSchema(typ, obj); err != nil {
+		return err
+	}
 	if err := s.resolveRefs(tenant, obj); err != nil {
 		return err
 	}
@@ -388,11 +391,16 @@ func (s *store) prepare(tenant, typ, uuid string, obj, old object) *apiError {
 		if err := validateVirtualService(obj); err != nil {
 			return err
 		}
-		return s.validateVirtualServiceL7(tenant, obj)
+		if err := s.validateVirtualServiceL7(tenant, obj); err != nil {
+			return err
+		}
+		return s.sharedVsVipPorts(uuid, obj)
 	case "l4policyset":
 		return validateL4PolicySet(obj)
 	case "httppolicyset":
 		return validateHTTPPolicySet(obj)
+	case "poolgroup":
+		return validatePoolGroup(obj)
 	case "sslkeyandcertificate":
 		return prepareCertificate(obj, old)
 	case "vsvip":
@@ -651,4 +659,50 @@ func cleanPath(p string) string {
 		b.WriteString(seg)
 	}
 	return b.String()
+}
+
+// sharedVsVipPorts refuses a virtual service that serves a port another
+// virtual service on the same VsVip serves over the same transport (TCP or
+// UDP, from the service's or the virtual service's network profile), as
+// the controller does.
+func (s *store) sharedVsVipPorts(uuid string, obj object) *apiError {
+	type port struct {
+		n   int64
+		udp bool
+	}
+	isUDP := func(ref string) bool {
+		e := s.byRef(ref)
+		if e == nil {
+			return false
+		}
+		profile, _ := e.obj["profile"].(map[string]any)
+		return strings.HasPrefix(str(profile["type"]), "PROTOCOL_TYPE_UDP")
+	}
+	ports := func(o object) map[port]bool {
+		out := map[port]bool{}
+		services, _ := o["services"].([]any)
+		for _, raw := range services {
+			svc, _ := raw.(map[string]any)
+			ref := str(svc["override_network_profile_ref"])
+			if ref == "" {
+				ref = str(o["network_profile_ref"])
+			}
+			if n, ok := toInt(svc["port"]); ok {
+				out[port{n, isUDP(ref)}] = true
+			}
+		}
+		return out
+	}
+	mine := ports(obj)
+	for _, e := range s.byUUID {
+		if e.typ != "virtualservice" || e.uuid() == uuid || str(e.obj["vsvip_ref"]) != str(obj["vsvip_ref"]) {
+			continue
+		}
+		for p := range ports(e.obj) {
+			if mine[p] {
+				return errorf(http.StatusBadRequest, "Port %d is already used by VirtualService %s on the same VsVip", p.n, e.name())
+			}
+		}
+	}
+	return nil
 }

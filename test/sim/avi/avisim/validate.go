@@ -89,6 +89,17 @@ func validateL4PolicySet(obj object) *apiError {
 				return errorf(http.StatusBadRequest, "rules[%d].match.port: %v is not in 1-65535", i, p)
 			}
 		}
+		action, _ := rule["action"].(map[string]any)
+		if sel, ok := action["select_pool"].(map[string]any); ok {
+			switch typ := str(sel["action_type"]); {
+			case typ != "L4_RULE_ACTION_SELECT_POOL" && typ != "L4_RULE_ACTION_SELECT_POOLGROUP":
+				return errorf(http.StatusBadRequest, "rules[%d].action.select_pool.action_type %q is not valid", i, typ)
+			case typ == "L4_RULE_ACTION_SELECT_POOL" && str(sel["pool_ref"]) == "":
+				return errorf(http.StatusBadRequest, "rules[%d]: L4_RULE_ACTION_SELECT_POOL needs a pool_ref", i)
+			case typ == "L4_RULE_ACTION_SELECT_POOLGROUP" && str(sel["pool_group_ref"]) == "":
+				return errorf(http.StatusBadRequest, "rules[%d]: L4_RULE_ACTION_SELECT_POOLGROUP needs a pool_group_ref", i)
+			}
+		}
 		if proto, ok := match["protocol"].(map[string]any); ok {
 			switch proto["protocol"] {
 			case "PROTOCOL_TCP", "PROTOCOL_UDP", "PROTOCOL_ICMP":

@@ -326,10 +326,12 @@ type File struct {
 
 // Pool is a pool in State.
 type Pool struct {
-	FullPath    string   `json:"fullPath"`
-	Description string   `json:"description,omitempty"`
-	Monitor     string   `json:"monitor,omitempty"`
-	Members     []Member `json:"members"`
+	FullPath    string `json:"fullPath"`
+	Description string `json:"description,omitempty"`
+	Monitor     string `json:"monitor,omitempty"`
+	// LoadBalancingMode is empty for round-robin.
+	LoadBalancingMode string   `json:"loadBalancingMode,omitempty"`
+	Members           []Member `json:"members"`
 }
 
 // Member is a pool member in State.
@@ -338,6 +340,8 @@ type Member struct {
 	Address  string `json:"address"`
 	Session  string `json:"session"`
 	State    string `json:"state"`
+	// Ratio is zero for the default ratio, 1.
+	Ratio int `json:"ratio,omitempty"`
 }
 
 // Virtual is a virtual server in State.
@@ -363,19 +367,48 @@ func ruleLine(r policyRule) string {
 	var conds, acts []string
 	for _, c := range r.conditions {
 		var parts []string
-		for _, k := range []string{"not", "httpHost", "httpUri", "host", "path", "all", "queryString", "equals", "startsWith", "endsWith", "contains"} {
-			if c[k] == true {
-				parts = append(parts, k)
+		for _, k := range []string{"not", "httpHost", "httpUri", "httpMethod", "httpHeader", "host", "path", "all", "queryString",
+			"queryParameter", "equals", "startsWith", "endsWith", "contains"} {
+			if c[k] != true {
+				continue
+			}
+			parts = append(parts, k)
+			if (k == "queryParameter" || k == "httpHeader") && str(c, "tmName") != "" {
+				parts = append(parts, "name="+str(c, "tmName"))
 			}
 		}
 		conds = append(conds, fmt.Sprintf("%s %v", strings.Join(parts, " "), c["values"]))
 	}
 	for _, a := range r.actions {
+		at := ""
+		if a["response"] == true {
+			at = " at response"
+		}
 		switch {
 		case a["forward"] == true:
 			acts = append(acts, "forward "+str(a, "pool"))
 		case a["reset"] == true:
 			acts = append(acts, "reset")
+		case a["httpReply"] == true:
+			acts = append(acts, "redirect "+str(a, "location"))
+		case a["httpHeader"] == true:
+			for _, op := range []string{"replace", "insert", "remove"} {
+				if a[op] == true {
+					line := "header " + op + " " + str(a, "tmName")
+					if op != "remove" {
+						line += " " + str(a, "value")
+					}
+					acts = append(acts, line+at)
+				}
+			}
+		case a["httpUri"] == true:
+			for _, part := range []string{"path", "queryString", "value"} {
+				if v := str(a, part); v != "" {
+					acts = append(acts, "uri replace "+part+" "+v)
+				}
+			}
+		case a["httpHost"] == true:
+			acts = append(acts, "host replace "+str(a, "value"))
 		}
 	}
 	return fmt.Sprintf("%s: %s -> %s", str(r.props, "name"), strings.Join(conds, "; "), strings.Join(acts, ", "))
@@ -391,10 +424,15 @@ func (s *Server) Dump() State {
 	for _, fp := range sortedKeys(st.pools) {
 		p := st.pools[fp]
 		dp := Pool{FullPath: fp, Description: str(p.props, "description"), Monitor: str(p.props, "monitor"), Members: []Member{}}
+		if mode := str(p.props, "loadBalancingMode"); mode != "round-robin" {
+			dp.LoadBalancingMode = mode
+		}
 		for _, m := range p.members {
-			dp.Members = append(dp.Members, Member{
-				FullPath: str(m, "fullPath"), Address: str(m, "address"), Session: str(m, "session"), State: str(m, "state"),
-			})
+			dm := Member{FullPath: str(m, "fullPath"), Address: str(m, "address"), Session: str(m, "session"), State: str(m, "state")}
+			if r := intOf(m["ratio"]); r != 1 {
+				dm.Ratio = r
+			}
+			dp.Members = append(dp.Members, dm)
 		}
 		out.Pools = append(out.Pools, dp)
 	}

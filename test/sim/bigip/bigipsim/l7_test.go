@@ -171,3 +171,72 @@ func TestServer_policiesAreDraftedAndPublished(t *testing.T) {
 	}
 	mustStatus(t, call(t, s, "DELETE", "/mgmt/tm/ltm/pool/~p1~web", nil), 200)
 }
+
+func TestServer_policyConditionsActionsAndRatiosAreStrict(t *testing.T) {
+	s := start(t, Options{})
+	createPartition(t, s, "p1")
+	mustStatus(t, call(t, s, "POST", "/mgmt/tm/ltm/pool", map[string]any{"name": "web", "partition": "p1"}), 200)
+	policy := func(name string, conds, actions []any) map[string]any {
+		return map[string]any{"name": name, "partition": "p1", "subPath": "Drafts", "strategy": "first-match",
+			"requires": []string{"http"}, "controls": []string{"forwarding"},
+			"rules": []any{map[string]any{"name": "r0", "conditions": conds, "actions": actions}}}
+	}
+	path := map[string]any{"httpUri": true, "path": true, "equals": true, "values": []string{"/"}}
+	forward := map[string]any{"forward": true, "pool": "/p1/web"}
+	for _, c := range []struct {
+		conds, actions []any
+		text           string
+	}{
+		{[]any{map[string]any{"httpHeader": true, "equals": true, "values": []string{"v"}}}, []any{forward}, "needs a name (tmName)"},
+		{[]any{map[string]any{"httpMethod": true, "tmName": "x", "equals": true, "values": []string{"GET"}}}, []any{forward}, "takes no name"},
+		{[]any{map[string]any{"httpMethod": true, "path": true, "equals": true, "values": []string{"GET"}}}, []any{forward}, "takes no selector"},
+		{[]any{map[string]any{"httpUri": true, "queryParameter": true, "equals": true, "values": []string{"1"}}}, []any{forward}, "needs a name (tmName)"},
+		{[]any{path}, []any{map[string]any{"httpReply": true, "redirect": true}}, "needs redirect and a location"},
+		{[]any{path}, []any{map[string]any{"forward": true, "pool": "/p1/web", "response": true}}, "forward happens at request"},
+		{[]any{path}, []any{map[string]any{"httpHeader": true, "replace": true, "insert": true, "tmName": "x", "value": "1"}}, "one of replace, insert, remove"},
+		{[]any{path}, []any{map[string]any{"httpHeader": true, "insert": true, "tmName": "x"}}, "needs a value"},
+		{[]any{path}, []any{map[string]any{"httpHeader": true, "remove": true, "tmName": "x", "value": "1"}}, "remove takes no value"},
+		{[]any{path}, []any{map[string]any{"httpUri": true, "replace": true, "path": "/a", "value": "/b"}}, "one of path, queryString, value"},
+		{[]any{path}, []any{map[string]any{"httpHost": true, "replace": true, "value": "h", "response": true}}, "at request"},
+		{[]any{path}, []any{map[string]any{"log": true}}, "supports forward, reset"},
+	} {
+		wantMessage(t, call(t, s, "POST", "/mgmt/tm/ltm/policy", policy("bad", c.conds, c.actions)), 400, c.text)
+	}
+	good := policy("good", []any{path,
+		map[string]any{"httpMethod": true, "equals": true, "values": []string{"GET"}},
+		map[string]any{"httpHeader": true, "tmName": "X-Env", "equals": true, "values": []string{"canary"}},
+		map[string]any{"httpUri": true, "queryParameter": true, "tmName": "q", "equals": true, "values": []string{"1"}},
+	}, []any{
+		map[string]any{"httpHeader": true, "remove": true, "tmName": "X-Gone"},
+		map[string]any{"httpHost": true, "replace": true, "value": "internal"},
+		map[string]any{"httpUri": true, "replace": true, "path": "/new"},
+		forward,
+		map[string]any{"httpHeader": true, "insert": true, "tmName": "X-Out", "value": "", "response": true},
+	})
+	mustStatus(t, call(t, s, "POST", "/mgmt/tm/ltm/policy", good), 200)
+	mustStatus(t, call(t, s, "POST", "/mgmt/tm/ltm/policy", policy("redirect", []any{path},
+		[]any{map[string]any{"httpReply": true, "redirect": true, "location": "tcl:https://[HTTP::host][HTTP::uri]"}})), 200)
+	want := []Policy{
+		{FullPath: "/p1/Drafts/good", Status: "draft", Rules: []string{"r0: httpUri path equals [/]; httpMethod equals [GET]; " +
+			"httpHeader name=X-Env equals [canary]; httpUri queryParameter name=q equals [1] -> header remove X-Gone, " +
+			"host replace internal, uri replace path /new, forward /p1/web, header insert X-Out  at response"}},
+		{FullPath: "/p1/Drafts/redirect", Status: "draft", Rules: []string{"r0: httpUri path equals [/] -> redirect tcl:https://[HTTP::host][HTTP::uri]"}},
+	}
+	if diff := cmp.Diff(want, s.Dump().Policies); diff != "" {
+		t.Errorf("policies (-want +got):\n%s", diff)
+	}
+
+	// Pools: a known load balancing mode, member ratios 1-65535.
+	wantMessage(t, call(t, s, "PUT", "/mgmt/tm/ltm/pool/~p1~web", map[string]any{"loadBalancingMode": "fastest-guess"}), 400, "invalid loadBalancingMode")
+	for _, ratio := range []any{0, 65536, 1.5, "2"} {
+		wantMessage(t, call(t, s, "PUT", "/mgmt/tm/ltm/pool/~p1~web", map[string]any{"members": []any{
+			map[string]any{"name": "198.18.0.1:80", "ratio": ratio}}}), 400, "invalid ratio")
+	}
+	mustStatus(t, call(t, s, "PUT", "/mgmt/tm/ltm/pool/~p1~web", map[string]any{"loadBalancingMode": "ratio-member", "members": []any{
+		map[string]any{"name": "198.18.0.1:80", "ratio": 3}, map[string]any{"name": "198.18.0.2:80"}}}), 200)
+	pools := s.Dump().Pools
+	if len(pools) != 1 || pools[0].LoadBalancingMode != "ratio-member" || len(pools[0].Members) != 2 ||
+		pools[0].Members[0].Ratio != 3 || pools[0].Members[1].Ratio != 0 {
+		t.Errorf("pools %+v", pools)
+	}
+}

@@ -39,7 +39,9 @@ func isDraft(fullPath string) bool {
 // The operands, selectors and operators of the conditions the simulator
 // understands, and its actions.
 var (
-	conditionOperands  = map[string][]string{"httpHost": {"host", "all"}, "httpUri": {"path", "all", "queryString"}}
+	conditionOperands = map[string][]string{"httpHost": {"host", "all"}, "httpUri": {"path", "all", "queryString", "queryParameter"},
+		"httpMethod": nil, "httpHeader": nil}
+	conditionSelectors = []string{"host", "all", "path", "queryString", "queryParameter"}
 	conditionOperators = []string{"equals", "startsWith", "endsWith", "contains"}
 	policyStrategies   = []string{"first-match", "best-match", "all-match"}
 )
@@ -295,7 +297,7 @@ func (st *store) applyPolicy(p *policy, r ref, body obj) (response, bool) {
 				r.fullPath(), str(rule.props, "name")), false
 		}
 		for _, a := range rule.actions {
-			if a["forward"] == true && !slices.Contains(controls, any("forwarding")) {
+			if (a["forward"] == true || a["httpReply"] == true) && !slices.Contains(controls, any("forwarding")) {
 				return badRequest("01071734:3: Policy %s rule %s forwards but the policy does not control forwarding",
 					r.fullPath(), str(rule.props, "name")), false
 			}
@@ -305,8 +307,11 @@ func (st *store) applyPolicy(p *policy, r ref, body obj) (response, bool) {
 	return response{}, true
 }
 
-// checkCondition accepts an httpHost or httpUri test with one selector, one
-// operator and values.
+// checkCondition accepts a test of one operand (httpHost, httpUri,
+// httpMethod, httpHeader) with the selector it needs (host or all of
+// httpHost; path, all, queryString or queryParameter of httpUri; none of
+// httpMethod and httpHeader), a tmName for a header or a query parameter
+// and for nothing else, one operator and values.
 func checkCondition(r ref, rule string, c obj) (response, bool) {
 	var operand string
 	for op := range conditionOperands {
@@ -318,12 +323,13 @@ func checkCondition(r ref, rule string, c obj) (response, bool) {
 		}
 	}
 	if operand == "" {
-		return badRequest("01071734:3: Policy %s rule %s: this simulator supports httpHost and httpUri conditions", r.fullPath(), rule), false
+		return badRequest("01071734:3: Policy %s rule %s: this simulator supports httpHost, httpUri, httpMethod and httpHeader conditions", r.fullPath(), rule), false
 	}
-	selectors := 0
+	selectors, selector := 0, ""
 	for _, s := range conditionOperands[operand] {
 		if c[s] == true {
 			selectors++
+			selector = s
 		}
 	}
 	operators := 0
@@ -333,9 +339,16 @@ func checkCondition(r ref, rule string, c obj) (response, bool) {
 		}
 	}
 	values, _ := c["values"].([]any)
+	named := operand == "httpHeader" || selector == "queryParameter"
 	switch {
-	case selectors != 1:
+	case len(conditionOperands[operand]) > 0 && selectors != 1:
 		return badRequest("01071734:3: Policy %s rule %s: %s needs one of %v", r.fullPath(), rule, operand, conditionOperands[operand]), false
+	case len(conditionOperands[operand]) == 0 && slices.ContainsFunc(conditionSelectors, func(s string) bool { return c[s] == true }):
+		return badRequest("01071734:3: Policy %s rule %s: %s takes no selector", r.fullPath(), rule, operand), false
+	case named && str(c, "tmName") == "":
+		return badRequest("01071734:3: Policy %s rule %s: %s needs a name (tmName)", r.fullPath(), rule, operand), false
+	case !named && c["tmName"] != nil:
+		return badRequest("01071734:3: Policy %s rule %s: %s takes no name (tmName)", r.fullPath(), rule, operand), false
 	case operators != 1:
 		return badRequest("01071734:3: Policy %s rule %s: a condition needs one of %v", r.fullPath(), rule, conditionOperators), false
 	case len(values) == 0:
@@ -347,13 +360,41 @@ func checkCondition(r ref, rule string, c obj) (response, bool) {
 	return response{}, true
 }
 
-// checkAction accepts forwarding to an existing pool, and reset.
+// checkAction accepts forwarding to an existing pool, reset, a redirect
+// (httpReply redirect with a location), header changes (httpHeader
+// replace, insert or remove with a tmName, and a value but for remove), and
+// replacements of the URI (httpUri replace of the path, the query string
+// or the whole value) and of the host (httpHost replace value). Each
+// happens at request (the default) or at response; forwarding, redirects
+// and URI and host changes at request only.
 func (st *store) checkAction(r ref, rule string, a obj) (response, bool) {
+	if a["request"] == true && a["response"] == true {
+		return badRequest("01071734:3: Policy %s rule %s: an action happens at request or at response, not both", r.fullPath(), rule), false
+	}
+	if a["response"] != true {
+		a["request"] = true
+	}
+	atRequest := a["request"] == true
+	one := func(keys ...string) (string, int) {
+		found, n := "", 0
+		for _, k := range keys {
+			if a[k] == true {
+				found, n = k, n+1
+			}
+		}
+		return found, n
+	}
+	bad := func(format string, args ...any) (response, bool) {
+		return badRequest("01071734:3: Policy %s rule %s: "+format, append([]any{r.fullPath(), rule}, args...)...), false
+	}
 	switch {
 	case a["forward"] == true:
 		name := str(a, "pool")
 		if name == "" {
-			return badRequest("01071734:3: Policy %s rule %s: this simulator forwards to pools only", r.fullPath(), rule), false
+			return bad("this simulator forwards to pools only")
+		}
+		if !atRequest {
+			return bad("forward happens at request")
 		}
 		pr, good := st.resolveRef(name, r.partition, func(fp string) bool { return st.pools[fp] != nil })
 		if !good {
@@ -362,11 +403,41 @@ func (st *store) checkAction(r ref, rule string, a obj) (response, bool) {
 		a["pool"] = pr.fullPath()
 		a["select"] = true
 	case a["reset"] == true:
+	case a["httpReply"] == true:
+		if a["redirect"] != true || str(a, "location") == "" || !atRequest {
+			return bad("httpReply needs redirect and a location, at request")
+		}
+	case a["httpHeader"] == true:
+		op, n := one("replace", "insert", "remove")
+		switch {
+		case n != 1:
+			return bad("httpHeader needs one of replace, insert, remove")
+		case str(a, "tmName") == "":
+			return bad("httpHeader %s needs a header name (tmName)", op)
+		case op != "remove" && a["value"] == nil:
+			return bad("httpHeader %s needs a value", op)
+		case op == "remove" && a["value"] != nil:
+			return bad("httpHeader remove takes no value")
+		}
+	case a["httpUri"] == true:
+		parts := 0
+		for _, k := range []string{"path", "queryString", "value"} {
+			if a[k] != nil {
+				if v, isString := a[k].(string); !isString || v == "" {
+					return bad("httpUri replace %s needs a string", k)
+				}
+				parts++
+			}
+		}
+		if a["replace"] != true || parts != 1 || !atRequest {
+			return bad("httpUri needs replace and one of path, queryString, value, at request")
+		}
+	case a["httpHost"] == true:
+		if a["replace"] != true || str(a, "value") == "" || !atRequest {
+			return bad("httpHost needs replace and a value, at request")
+		}
 	default:
-		return badRequest("01071734:3: Policy %s rule %s: this simulator supports forward and reset actions", r.fullPath(), rule), false
-	}
-	if _, present := a["request"]; !present {
-		a["request"] = true
+		return bad("this simulator supports forward, reset, httpReply, httpHeader, httpUri and httpHost actions")
 	}
 	return response{}, true
 }

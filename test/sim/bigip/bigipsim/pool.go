@@ -216,6 +216,9 @@ func (st *store) applyPool(p *pool, r ref, body obj) (response, bool) {
 		}
 		p.members = members
 	}
+	if m, present := body["loadBalancingMode"]; present && !slices.Contains(loadBalancingModes, m) {
+		return badRequest("01070734:3: Configuration error: invalid loadBalancingMode %v", m), false
+	}
 	merge(p.props, body, "members")
 	p.props["generation"] = st.next()
 	return response{}, true
@@ -336,7 +339,22 @@ func (st *store) ensureMemberNodes(members ...obj) {
 	}
 }
 
+// loadBalancingModes are the modes BIG-IP has that a pool may name.
+var loadBalancingModes = []any{"round-robin", "ratio-member", "ratio-node", "ratio-session", "least-connections-member",
+	"least-connections-node", "ratio-least-connections-member", "ratio-least-connections-node", "observed-member",
+	"observed-node", "predictive-member", "predictive-node", "fastest-node", "fastest-app-response", "least-sessions",
+	"dynamic-ratio-member", "dynamic-ratio-node", "weighted-least-connections-member", "weighted-least-connections-node"}
+
+// maxRatio is the largest ratio of a pool member.
+const maxRatio = 65535
+
 func checkMemberState(body obj) (response, bool) {
+	if r, present := body["ratio"]; present {
+		n, isNumber := r.(float64)
+		if !isNumber || n != float64(int64(n)) || n < 1 || n > maxRatio {
+			return badRequest("01070734:3: Configuration error: invalid ratio %v: want an integer 1-%d", r, maxRatio), false
+		}
+	}
 	if s, present := body["session"]; present {
 		switch s {
 		case "user-enabled", "user-disabled", "monitor-enabled":

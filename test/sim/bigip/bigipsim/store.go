@@ -459,3 +459,15 @@ func (st *store) createTarget(req request, kind string, taken func(fullPath stri
 	}
 	return body, r, response{}, true
 }
+
+// intOf reads a number of a decoded body or of a property the simulator
+// set; 0 when it is neither.
+func intOf(v any) int {
+	switch n := v.(type) {
+	case int:
+		return n
+	case float64:
+		return int(n)
+	}
+	return 0
+}

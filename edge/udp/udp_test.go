@@ -1,0 +1,102 @@
+package udp_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/nodeportlocal/npl/edge/udp"
+	"github.com/nodeportlocal/npl/providers"
+)
+
+func fakeTable(t *testing.T) (*knftables.Fake, *udp.Table, *[]string) {
+	fake := knftables.NewFake(knftables.InetFamily, udp.TableName)
+	var flushed []string
+	tab := udp.NewWith(fake, func(context.Context) ([]byte, error) { return nil, errors.New("not read in this test") },
+		func(_ context.Context, k udp.Key, m netip.AddrPort) error {
+			flushed = append(flushed, k.String()+">"+m.String())
+			return nil
+		})
+	tab.VerifyEvery = time.Hour
+	return fake, tab, &flushed
+}
+
+func TestSync_slotsFollowWeightsAndDrainingMembersHaveNone(t *testing.T) {
+	fake, tab, flushed := fakeTable(t)
+	ctx := context.Background()
+	ls := []udp.Listener{{VIP: netip.MustParseAddr("198.18.200.1"), Port: 53, Members: []providers.Member{
+		{IP: "198.18.0.10", Port: 61001, Enabled: true, Weight: 70},
+		{IP: "198.18.0.11", Port: 61001, Enabled: true, Weight: 30},
+		{IP: "198.18.0.12", Port: 61001, Enabled: false, Weight: 50},
+	}}}
+	if _, err := tab.Sync(ctx, ls); err != nil {
+		t.Fatal(err)
+	}
+	dump := fake.Dump()
+	for _, want := range []string{
+		"add element inet npl-edge udp4 { 198.18.200.1 . 53 : goto u4-c612c801-53 }",
+		"add element inet npl-edge m-u4-c612c801-53 { 198.18.0.12 . 61001 : 50 }",
+		"add element inet npl-edge s-u4-c612c801-53 { 6 : 198.18.0.10 . 61001 }",
+		"add element inet npl-edge s-u4-c612c801-53 { 9 : 198.18.0.11 . 61001 }",
+		"dnat ip to numgen random mod 10 map @s-u4-c612c801-53",
+		"meta mark & 0x00200000 == 0x00200000 masquerade",
+	} {
+		if !strings.Contains(dump, want) {
+			t.Errorf("the table lacks %q:\n%s", want, dump)
+		}
+	}
+	if strings.Contains(dump, "s-u4-c612c801-53 { 10 :") || strings.Contains(dump, ": 198.18.0.12 . 61001 }") {
+		t.Errorf("more than 10 slots, or a slot for the draining member:\n%s", dump)
+	}
+
+	// A member removed: only its listener is written again, and its flows go.
+	ls[0].Members = ls[0].Members[:2]
+	ls = append(ls, udp.Listener{VIP: netip.MustParseAddr("fd00:198:200::1"), Port: 53, Members: []providers.Member{{IP: "fd00:198:18::10", Port: 61001, Enabled: true}}})
+	if _, err := tab.Sync(ctx, ls); err != nil {
+		t.Fatal(err)
+	}
+	dump = fake.Dump()
+	if strings.Contains(dump, "198.18.0.12") || !strings.Contains(dump, "add element inet npl-edge udp6 { fd00:198:200::1 . 53 : goto u6-fd000198020000000000000000000001-53 }") ||
+		!strings.Contains(dump, "dnat ip6 to numgen random mod 1 map @s-u6-fd000198020000000000000000000001-53") {
+		t.Errorf("after removing a member and adding an IPv6 listener:\n%s", dump)
+	}
+	if strings.Join(*flushed, ",") != "198.18.200.1:53>198.18.0.12:61001" {
+		t.Errorf("flows deleted %q; want those of the removed member only", *flushed)
+	}
+
+	// The same again writes nothing.
+	if changed, err := tab.Sync(ctx, ls); err != nil || changed {
+		t.Errorf("Sync of the same listeners: changed %v, %v", changed, err)
+	}
+
+	// Every listener removed: no chain or map of one is left, their flows go.
+	*flushed = nil
+	if _, err := tab.Sync(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if dump := fake.Dump(); strings.Contains(dump, "u4-") || strings.Contains(dump, "u6-") {
+		t.Errorf("removed listeners are left:\n%s", dump)
+	}
+	if len(*flushed) != 3 {
+		t.Errorf("flows deleted %q; want those of the 3 members", *flushed)
+	}
+}
+
+func TestValidate_refusesMixedFamiliesAndDuplicates(t *testing.T) {
+	v4 := netip.MustParseAddr("198.18.200.1")
+	for name, ls := range map[string][]udp.Listener{
+		"member of the other family": {{VIP: v4, Port: 53, Members: []providers.Member{{IP: "fd00::1", Port: 1, Enabled: true}}}},
+		"listed twice":               {{VIP: v4, Port: 53}, {VIP: v4, Port: 53}},
+		"port 0":                     {{VIP: v4, Port: 0}},
+		"member without address":     {{VIP: v4, Port: 53, Members: []providers.Member{{IP: "x", Port: 1}}}},
+	} {
+		if err := udp.Validate(ls); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -1,0 +1,94 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+
+	"github.com/nodeportlocal/npl/lbsync/gateway"
+)
+
+// crdResource is the resource of CustomResourceDefinitions.
+var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// crdSettle is how long after a change of a Gateway API CRD discovery is
+// asked again, every crdRecheck: the API server serves a new CRD a moment
+// after it is Established.
+const (
+	crdSettle  = 30 * time.Second
+	crdRecheck = 2 * time.Second
+)
+
+// WatchGatewayCRDs serves the Gateway API, or more route kinds, when their
+// CRDs are installed after the start, until ctx ends: it watches the
+// CustomResourceDefinitions of gateway.networking.k8s.io (names only) and,
+// after each change, asks discovery what is served and calls
+// ServeGatewayAPI when that is more than the controller serves.
+func (c *Controller) WatchGatewayCRDs(ctx context.Context, meta metadata.Interface, disco discovery.DiscoveryInterface, client gatewayclient.Interface) {
+	logger := klog.FromContext(ctx)
+	changed := make(chan struct{}, 1)
+	signal := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if m, ok := obj.(interface{ GetName() string }); ok && strings.HasSuffix(m.GetName(), "."+gatewayv1.GroupName) {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}
+	}
+	factory := metadatainformer.NewSharedInformerFactory(meta, 0)
+	inf := factory.ForResource(crdResource).Informer()
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: signal, UpdateFunc: func(_, obj any) { signal(obj) }, DeleteFunc: signal,
+	})
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+
+	var settle <-chan time.Time
+	tick := time.NewTicker(crdRecheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+			settle = time.After(crdSettle)
+		case <-settle:
+			settle = nil
+		case <-tick.C:
+		}
+		if settle == nil {
+			continue
+		}
+		served, _, err := GatewayAPIServed(disco)
+		if err != nil || !served {
+			continue
+		}
+		kinds, _, err := GatewayRouteKindsServed(disco)
+		if err != nil {
+			continue
+		}
+		have := c.GatewayRouteKinds()
+		if len(have) > 0 && !slices.ContainsFunc(kinds, func(k string) bool { return !slices.Contains(have, k) }) {
+			continue
+		}
+		if err := c.ServeGatewayAPI(ctx, client, kinds...); err != nil {
+			logger.Error(err, "Serve the Gateway API")
+			continue
+		}
+		logger.Info("Gateway API CRDs installed: serving Gateways", "controllerName", gateway.ControllerName,
+			"routeKinds", c.GatewayRouteKinds())
+	}
+}

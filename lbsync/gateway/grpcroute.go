@@ -1,0 +1,141 @@
+package gateway
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/nodeportlocal/npl/providers"
+)
+
+// gRPC requests are HTTP/2 POSTs to /<service>/<method>: a GRPCRoute is
+// served as HTTP rules of the listeners it attaches to, whose pools speak
+// h2c (providers.AppProtocolH2C).
+
+// checkGRPCRule says why a GRPCRoute rule cannot be served: a filter other
+// than the header modifiers, filters on one backendRef among several, or a
+// regular expression that does not compile.
+func checkGRPCRule(rule *gatewayv1.GRPCRouteRule) (gatewayv1.RouteConditionReason, error) {
+	if _, _, err := grpcFilters(rule); err != nil {
+		return gatewayv1.RouteReasonUnsupportedValue, err
+	}
+	for _, m := range rule.Matches {
+		if m.Method != nil && m.Method.Type != nil && *m.Method.Type == gatewayv1.GRPCMethodMatchRegularExpression {
+			for _, v := range []*string{m.Method.Service, m.Method.Method} {
+				if v == nil {
+					continue
+				}
+				if _, err := regexp.Compile(*v); err != nil {
+					return gatewayv1.RouteReasonUnsupportedValue, fmt.Errorf("method regular expression %q: %w", *v, err)
+				}
+			}
+		}
+		for _, h := range m.Headers {
+			if h.Type != nil && *h.Type == gatewayv1.GRPCHeaderMatchRegularExpression {
+				if _, err := regexp.Compile(h.Value); err != nil {
+					return gatewayv1.RouteReasonUnsupportedValue, fmt.Errorf("header %s regular expression %q: %w", h.Name, h.Value, err)
+				}
+			}
+		}
+	}
+	return "", nil
+}
+
+// grpcFilters returns the header filters of a GRPCRoute rule (and of its
+// single backendRef), or says which npl-lbsync cannot serve.
+func grpcFilters(rule *gatewayv1.GRPCRouteRule) (request, response *providers.HeaderFilter, err error) {
+	all := slices.Clone(rule.Filters)
+	for _, br := range rule.BackendRefs {
+		if len(br.Filters) == 0 {
+			continue
+		}
+		if len(rule.BackendRefs) > 1 {
+			return nil, nil, fmt.Errorf("filters of one backendRef among several are not supported")
+		}
+		all = append(all, br.Filters...)
+	}
+	seen := map[gatewayv1.GRPCRouteFilterType]bool{}
+	for _, f := range all {
+		if seen[f.Type] {
+			return nil, nil, fmt.Errorf("filter %s given twice", f.Type)
+		}
+		seen[f.Type] = true
+		switch f.Type {
+		case gatewayv1.GRPCRouteFilterRequestHeaderModifier:
+			request = headerFilter(f.RequestHeaderModifier)
+		case gatewayv1.GRPCRouteFilterResponseHeaderModifier:
+			response = headerFilter(f.ResponseHeaderModifier)
+		default:
+			return nil, nil, fmt.Errorf("filter %s is not supported", f.Type)
+		}
+	}
+	return request, response, nil
+}
+
+// addGRPCRules adds the rules and pools of one attached GRPCRoute: per
+// rule match and effective host, a rule on the path of its method; a rule
+// whose backendRefs are all invalid answers 500.
+func (b *build) addGRPCRules(at *attachment, lb *providers.LoadBalancer) {
+	rt := at.route
+	for i := range rt.grpc.Spec.Rules {
+		rule := &rt.grpc.Spec.Rules[i]
+		req, resp, _ := grpcFilters(rule) // checked by checkRoute
+		base := providers.Rule{RequestHeaders: req, ResponseHeaders: resp, Pool: b.rulePool(rt, i)}
+		if base.Pool == "" {
+			base.RequestHeaders, base.FixedStatus = nil, 500
+		}
+		matches := rule.Matches
+		if len(matches) == 0 {
+			matches = []gatewayv1.GRPCRouteMatch{{}}
+		}
+		for _, m := range matches {
+			r := base
+			r.Path, r.PathType = grpcPath(m.Method)
+			for _, h := range m.Headers {
+				if !slices.ContainsFunc(r.Headers, func(v providers.ValueMatch) bool { return strings.EqualFold(v.Name, string(h.Name)) }) {
+					r.Headers = append(r.Headers, providers.ValueMatch{Name: string(h.Name), Value: h.Value,
+						Regex: h.Type != nil && *h.Type == gatewayv1.GRPCHeaderMatchRegularExpression})
+				}
+			}
+			b.addRule(lb, r, at.hosts, rt, i)
+		}
+	}
+}
+
+// grpcPath is the path match of a gRPC method match: every path without
+// one; /<service>/<method> exactly; the prefix /<service> for a service
+// alone; a regular expression for a method alone (any service) and for
+// the RegularExpression type.
+func grpcPath(m *gatewayv1.GRPCMethodMatch) (string, providers.PathType) {
+	if m == nil {
+		return "/", providers.PathPrefix
+	}
+	var service, method string
+	if m.Service != nil {
+		service = *m.Service
+	}
+	if m.Method != nil {
+		method = *m.Method
+	}
+	if m.Type != nil && *m.Type == gatewayv1.GRPCMethodMatchRegularExpression {
+		if service == "" {
+			service = "[^/]+"
+		}
+		if method == "" {
+			method = "[^/]+"
+		}
+		return "/(?:" + service + ")/(?:" + method + ")", providers.PathRegex
+	}
+	switch {
+	case service != "" && method != "":
+		return "/" + service + "/" + method, providers.PathExact
+	case service != "":
+		return "/" + service, providers.PathPrefix
+	case method != "":
+		return "/[^/]+/" + regexp.QuoteMeta(method), providers.PathRegex
+	}
+	return "/", providers.PathPrefix
+}

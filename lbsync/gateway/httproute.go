@@ -1,0 +1,250 @@
+package gateway
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/nodeportlocal/npl/providers"
+)
+
+// An HTTPRoute is served as rules of the HTTP and HTTPS listeners it
+// attaches to (addRules), one pool per rule (rulePool, build.go).
+
+// checkHTTPRule checks the filters and regular expressions of an
+// HTTPRoute rule.
+func (b *build) checkHTTPRule(rt *routeView, i int) (gatewayv1.RouteConditionReason, error) {
+	rule := &rt.http.Spec.Rules[i]
+	if _, err := ruleFilters(rule); err != nil {
+		reason := gatewayv1.RouteReasonUnsupportedValue
+		if strings.Contains(err.Error(), "together") {
+			reason = gatewayv1.RouteReasonIncompatibleFilters
+		}
+		return reason, err
+	}
+	if rule.Timeouts != nil || rule.Retry != nil || rule.SessionPersistence != nil {
+		b.warnf("%s: rule %d: timeouts, retry and sessionPersistence are not supported: ignored", rt, i)
+	}
+	if err := checkRegexes(rule); err != nil {
+		return gatewayv1.RouteReasonUnsupportedValue, err
+	}
+	return "", nil
+}
+
+// checkRegexes checks the regular expressions of a rule's matches: the
+// data planes take Go's (RE2) syntax.
+func checkRegexes(rule *gatewayv1.HTTPRouteRule) error {
+	for _, m := range rule.Matches {
+		if m.Path != nil && m.Path.Type != nil && *m.Path.Type == gatewayv1.PathMatchRegularExpression && m.Path.Value != nil {
+			if _, err := regexp.Compile(*m.Path.Value); err != nil {
+				return fmt.Errorf("path regular expression %q: %w", *m.Path.Value, err)
+			}
+		}
+		for _, h := range m.Headers {
+			if h.Type != nil && *h.Type == gatewayv1.HeaderMatchRegularExpression {
+				if _, err := regexp.Compile(h.Value); err != nil {
+					return fmt.Errorf("header %s regular expression %q: %w", h.Name, h.Value, err)
+				}
+			}
+		}
+		for _, q := range m.QueryParams {
+			if q.Type != nil && *q.Type == gatewayv1.QueryParamMatchRegularExpression {
+				if _, err := regexp.Compile(q.Value); err != nil {
+					return fmt.Errorf("query parameter %s regular expression %q: %w", q.Name, q.Value, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// filters are the model's filters of one rule.
+type filters struct {
+	request, response *providers.HeaderFilter
+	redirect          *providers.Redirect
+	rewrite           *providers.Rewrite
+}
+
+// ruleFilters turns the filters of a rule (and of its single backendRef)
+// into the model's, or says which npl-lbsync cannot serve.
+func ruleFilters(rule *gatewayv1.HTTPRouteRule) (filters, error) {
+	var f filters
+	all := slices.Clone(rule.Filters)
+	for _, br := range rule.BackendRefs {
+		if len(br.Filters) == 0 {
+			continue
+		}
+		if len(rule.BackendRefs) > 1 {
+			return f, fmt.Errorf("filters of one backendRef among several are not supported")
+		}
+		all = append(all, br.Filters...)
+	}
+	seen := map[gatewayv1.HTTPRouteFilterType]bool{}
+	for _, flt := range all {
+		if seen[flt.Type] {
+			return f, fmt.Errorf("filter %s given twice", flt.Type)
+		}
+		seen[flt.Type] = true
+		switch flt.Type {
+		case gatewayv1.HTTPRouteFilterRequestHeaderModifier:
+			f.request = headerFilter(flt.RequestHeaderModifier)
+		case gatewayv1.HTTPRouteFilterResponseHeaderModifier:
+			f.response = headerFilter(flt.ResponseHeaderModifier)
+		case gatewayv1.HTTPRouteFilterRequestRedirect:
+			f.redirect = redirect(flt.RequestRedirect)
+		case gatewayv1.HTTPRouteFilterURLRewrite:
+			f.rewrite = rewrite(flt.URLRewrite)
+		default:
+			return f, fmt.Errorf("filter %s is not supported", flt.Type)
+		}
+	}
+	if f.redirect != nil && f.rewrite != nil {
+		return f, fmt.Errorf("RequestRedirect and URLRewrite cannot be used together")
+	}
+	if f.redirect != nil && !providers.ValidRedirectStatus(f.redirect.StatusCode) {
+		return f, fmt.Errorf("redirect status code %d is not supported", f.redirect.StatusCode)
+	}
+	return f, nil
+}
+
+func headerFilter(h *gatewayv1.HTTPHeaderFilter) *providers.HeaderFilter {
+	if h == nil {
+		return nil
+	}
+	out := &providers.HeaderFilter{Remove: slices.Clone(h.Remove)}
+	for _, s := range h.Set {
+		out.Set = append(out.Set, providers.Header{Name: string(s.Name), Value: s.Value})
+	}
+	for _, a := range h.Add {
+		out.Add = append(out.Add, providers.Header{Name: string(a.Name), Value: a.Value})
+	}
+	return out
+}
+
+func pathModifier(p *gatewayv1.HTTPPathModifier) *providers.PathModifier {
+	if p == nil {
+		return nil
+	}
+	switch p.Type {
+	case gatewayv1.FullPathHTTPPathModifier:
+		if p.ReplaceFullPath != nil {
+			return &providers.PathModifier{Type: string(p.Type), Value: *p.ReplaceFullPath}
+		}
+	case gatewayv1.PrefixMatchHTTPPathModifier:
+		if p.ReplacePrefixMatch != nil {
+			return &providers.PathModifier{Type: string(p.Type), Value: *p.ReplacePrefixMatch}
+		}
+	}
+	return nil
+}
+
+func redirect(r *gatewayv1.HTTPRequestRedirectFilter) *providers.Redirect {
+	if r == nil {
+		return nil
+	}
+	out := &providers.Redirect{StatusCode: 302, Path: pathModifier(r.Path)}
+	if r.StatusCode != nil {
+		out.StatusCode = int32(*r.StatusCode)
+	}
+	if r.Scheme != nil {
+		out.Scheme = *r.Scheme
+	}
+	if r.Hostname != nil {
+		out.Hostname = string(*r.Hostname)
+	}
+	switch {
+	case r.Port != nil:
+		out.Port = *r.Port
+	case out.Scheme == "https":
+		out.Port = 443
+	case out.Scheme == "http":
+		out.Port = 80
+	}
+	return out
+}
+
+func rewrite(r *gatewayv1.HTTPURLRewriteFilter) *providers.Rewrite {
+	if r == nil {
+		return nil
+	}
+	out := &providers.Rewrite{Path: pathModifier(r.Path)}
+	if r.Hostname != nil {
+		out.Hostname = string(*r.Hostname)
+	}
+	return out
+}
+
+// addRules adds the rules and pools of one attached HTTPRoute.
+func (b *build) addRules(at *attachment, lb *providers.LoadBalancer) {
+	rt := at.route
+	for i := range rt.http.Spec.Rules {
+		rule := &rt.http.Spec.Rules[i]
+		f, _ := ruleFilters(rule) // checked by checkRoute
+		base := providers.Rule{RequestHeaders: f.request, ResponseHeaders: f.response, Redirect: f.redirect, Rewrite: f.rewrite}
+		if f.redirect == nil {
+			base.Pool = b.rulePool(rt, i)
+		}
+		if base.Pool == "" {
+			// A rule that answers by itself sends nothing on: what
+			// changes the request has no use.
+			base.RequestHeaders, base.Rewrite = nil, nil
+			if f.redirect == nil {
+				base.FixedStatus = 500
+			}
+		}
+		matches := rule.Matches
+		if len(matches) == 0 {
+			matches = []gatewayv1.HTTPRouteMatch{{}}
+		}
+		for _, m := range matches {
+			r := base
+			r.Path, r.PathType = matchPath(m.Path)
+			if m.Method != nil {
+				r.Method = string(*m.Method)
+			}
+			// Gateway API: of matches of the same name, the first counts.
+			for _, h := range m.Headers {
+				if !slices.ContainsFunc(r.Headers, func(v providers.ValueMatch) bool { return strings.EqualFold(v.Name, string(h.Name)) }) {
+					r.Headers = append(r.Headers, providers.ValueMatch{Name: string(h.Name), Value: h.Value,
+						Regex: h.Type != nil && *h.Type == gatewayv1.HeaderMatchRegularExpression})
+				}
+			}
+			for _, q := range m.QueryParams {
+				if !slices.ContainsFunc(r.Query, func(v providers.ValueMatch) bool { return v.Name == string(q.Name) }) {
+					r.Query = append(r.Query, providers.ValueMatch{Name: string(q.Name), Value: q.Value,
+						Regex: q.Type != nil && *q.Type == gatewayv1.QueryParamMatchRegularExpression})
+				}
+			}
+			b.addRule(lb, r, at.hosts, rt, i)
+		}
+	}
+}
+
+// matchPath returns the model path of a path match: Prefix paths lose a
+// trailing "/" (Gateway API ignores it), the default is the prefix "/".
+func matchPath(m *gatewayv1.HTTPPathMatch) (string, providers.PathType) {
+	typ, value := gatewayv1.PathMatchPathPrefix, "/"
+	if m != nil {
+		if m.Type != nil {
+			typ = *m.Type
+		}
+		if m.Value != nil {
+			value = *m.Value
+		}
+	}
+	switch typ {
+	case gatewayv1.PathMatchExact:
+		return value, providers.PathExact
+	case gatewayv1.PathMatchRegularExpression:
+		return value, providers.PathRegex
+	}
+	if t := strings.TrimRight(value, "/"); t != "" {
+		value = t
+	} else {
+		value = "/"
+	}
+	return value, providers.PathPrefix
+}

@@ -1,0 +1,176 @@
+package gateway
+
+import (
+	"cmp"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+)
+
+// Route kinds npl-lbsync serves.
+const (
+	KindGRPCRoute = "GRPCRoute"
+	KindTCPRoute  = "TCPRoute"
+	KindUDPRoute  = "UDPRoute"
+	KindTLSRoute  = "TLSRoute"
+)
+
+// RouteKinds are the route kinds npl-lbsync serves, as their informers are
+// started.
+var RouteKinds = []string{KindHTTPRoute, KindGRPCRoute, KindTCPRoute, KindUDPRoute, KindTLSRoute}
+
+// routeView is what every route kind shares, as attachment, backend
+// resolution and the route's parent statuses read it; the kind's own
+// object holds the rest.
+type routeView struct {
+	kind      string
+	meta      *metav1.ObjectMeta
+	parents   []gatewayv1.ParentReference
+	hostnames []gatewayv1.Hostname
+	// backendRefs are the backendRefs of each rule.
+	backendRefs [][]gatewayv1.BackendRef
+	status      *gatewayv1.RouteStatus
+	// Exactly one of these is set, for the kind.
+	http *gatewayv1.HTTPRoute
+	grpc *gatewayv1.GRPCRoute
+	tcp  *gatewayv1.TCPRoute
+	udp  *gatewayv1.UDPRoute
+	tls  *gatewayv1.TLSRoute
+}
+
+// id is "Kind namespace/name": the routes of a listener are counted by it.
+func (r *routeView) id() string { return r.kind + " " + r.meta.Namespace + "/" + r.meta.Name }
+
+// String is "kind namespace/name" in lower case, as errors name a route.
+func (r *routeView) String() string {
+	return fmt.Sprintf("%s %s/%s", lowerKind(r.kind), r.meta.Namespace, r.meta.Name)
+}
+
+func lowerKind(k string) string {
+	switch k {
+	case KindHTTPRoute:
+		return "httproute"
+	case KindGRPCRoute:
+		return "grpcroute"
+	case KindTCPRoute:
+		return "tcproute"
+	case KindUDPRoute:
+		return "udproute"
+	case KindTLSRoute:
+		return "tlsroute"
+	}
+	return k
+}
+
+// hasHostnames reports whether the kind has hostnames that meet the
+// listener's (HTTP, gRPC, TLS); TCP and UDP routes have none.
+func (r *routeView) hasHostnames() bool { return r.kind != KindTCPRoute && r.kind != KindUDPRoute }
+
+// routeOf returns the route of one of the route objects npl-lbsync reads,
+// nil for anything else.
+func routeOf(obj any) *routeView {
+	switch o := obj.(type) {
+	case *gatewayv1.HTTPRoute:
+		if o == nil {
+			return nil
+		}
+		r := &routeView{kind: KindHTTPRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, hostnames: o.Spec.Hostnames, http: o, status: &o.Status.RouteStatus}
+		for _, rule := range o.Spec.Rules {
+			refs := make([]gatewayv1.BackendRef, 0, len(rule.BackendRefs))
+			for _, br := range rule.BackendRefs {
+				refs = append(refs, br.BackendRef)
+			}
+			r.backendRefs = append(r.backendRefs, refs)
+		}
+		return r
+	case *gatewayv1.GRPCRoute:
+		if o == nil {
+			return nil
+		}
+		r := &routeView{kind: KindGRPCRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, hostnames: o.Spec.Hostnames, grpc: o, status: &o.Status.RouteStatus}
+		for _, rule := range o.Spec.Rules {
+			refs := make([]gatewayv1.BackendRef, 0, len(rule.BackendRefs))
+			for _, br := range rule.BackendRefs {
+				refs = append(refs, br.BackendRef)
+			}
+			r.backendRefs = append(r.backendRefs, refs)
+		}
+		return r
+	case *gatewayv1.TCPRoute:
+		if o == nil {
+			return nil
+		}
+		r := &routeView{kind: KindTCPRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, tcp: o, status: &o.Status.RouteStatus}
+		for _, rule := range o.Spec.Rules {
+			r.backendRefs = append(r.backendRefs, rule.BackendRefs)
+		}
+		return r
+	case *gatewayv1.UDPRoute:
+		if o == nil {
+			return nil
+		}
+		r := &routeView{kind: KindUDPRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, udp: o, status: &o.Status.RouteStatus}
+		for _, rule := range o.Spec.Rules {
+			r.backendRefs = append(r.backendRefs, rule.BackendRefs)
+		}
+		return r
+	case *gatewayv1.TLSRoute:
+		if o == nil {
+			return nil
+		}
+		r := &routeView{kind: KindTLSRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, hostnames: o.Spec.Hostnames, tls: o, status: &o.Status.RouteStatus}
+		for _, rule := range o.Spec.Rules {
+			r.backendRefs = append(r.backendRefs, rule.BackendRefs)
+		}
+		return r
+	}
+	return nil
+}
+
+// RouteKind returns the kind of a route object npl-lbsync reads
+// (KindHTTPRoute, ...), "" for anything else.
+func RouteKind(obj any) string {
+	if r := routeOf(obj); r != nil {
+		return r.kind
+	}
+	return ""
+}
+
+// StatusParents returns the status.parents of a route object npl-lbsync
+// reads, nil for anything else.
+func StatusParents(obj any) []gatewayv1.RouteParentStatus {
+	if r := routeOf(obj); r != nil {
+		return r.status.Parents
+	}
+	return nil
+}
+
+// WithStatusParents returns a copy of a route object with its
+// status.parents set to parents; nil for anything else.
+func WithStatusParents(obj any, parents []gatewayv1.RouteParentStatus) any {
+	var out any
+	switch o := obj.(type) {
+	case *gatewayv1.HTTPRoute:
+		out = o.DeepCopy()
+	case *gatewayv1.GRPCRoute:
+		out = o.DeepCopy()
+	case *gatewayv1.TCPRoute:
+		out = o.DeepCopy()
+	case *gatewayv1.UDPRoute:
+		out = o.DeepCopy()
+	case *gatewayv1.TLSRoute:
+		out = o.DeepCopy()
+	}
+	r := routeOf(out)
+	if r == nil {
+		return nil
+	}
+	r.status.Parents = parents
+	return out
+}
+
+// compareRoutes orders routes by kind, namespace and name.
+func compareRoutes(a, b *routeView) int {
+	return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.meta.Namespace, b.meta.Namespace), cmp.Compare(a.meta.Name, b.meta.Name))
+}

@@ -1,0 +1,107 @@
+package mock
+
+import (
+	"context"
+	"encoding/pem"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nodeportlocal/npl/providers"
+)
+
+// gatewayStreamsModel is a Gateway's load balancer with every kind of
+// listener: HTTP, a TCP listener with weighted members, a UDP listener, a
+// passthrough TLS listener with SNI routes, a terminating one, and an h2c
+// pool.
+func gatewayStreamsModel() *providers.LoadBalancer {
+	name := providers.GatewayLoadBalancerName(cluster, "shop", "gw")
+	grpc := providers.GatewayPoolName(name, "shop", "grpc", 0)
+	tls := providers.GatewayPoolName(name, "shop", "tls", 0)
+	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("cert-t")})
+	weighted := member("198.18.0.12", 61002)
+	weighted.Weight = 70
+	return &providers.LoadBalancer{
+		Name: name, Kind: providers.L7, Gateway: "shop/gw",
+		Listeners: []providers.Listener{
+			{Port: 80, Protocol: providers.HTTP},
+			{Port: 9000, Protocol: providers.TCP, Pool: providers.Pool{Name: providers.PoolName(name, providers.TCP, 9000),
+				Members: []providers.Member{member("198.18.0.11", 61002), weighted}}},
+			{Port: 5300, Protocol: providers.UDP, Pool: providers.Pool{Name: providers.PoolName(name, providers.UDP, 5300),
+				Members: []providers.Member{member("198.18.0.11", 61003)}}},
+			{Port: 8883, Protocol: providers.TLS, SNI: []providers.SNIRoute{{Host: "*.example.com", Pool: tls}, {Host: "a.example.com", Pool: grpc}}},
+			{Port: 9443, Protocol: providers.TLS, Terminate: true, SNI: []providers.SNIRoute{{Pool: tls}}},
+		},
+		Pools: []providers.Pool{
+			{Name: grpc, AppProtocol: providers.AppProtocolH2C, Members: []providers.Member{member("198.18.0.11", 61000)}},
+			{Name: tls, Members: []providers.Member{member("198.18.0.11", 61001)}},
+		},
+		HTTP: &providers.HTTPRoutes{
+			Rules: []providers.Rule{{Path: "/pkg.Svc", PathType: providers.PathPrefix, Pool: grpc, Ports: []int32{80}}},
+			TLS: []providers.TLSCert{{Secret: "shop/t", Ports: []int32{9443}, Fingerprint: providers.CertFingerprint(cert),
+				CertPEM: cert, KeyPEM: []byte("key-t")}},
+		},
+	}
+}
+
+func TestMock_gatewayStreamsAreStoredAndListedExactly(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state.json")
+	m := newMock(t, Config{Common: common("203.0.113.0/29"), StateFile: path})
+	lb := gatewayStreamsModel()
+	vips := mustEnsure(t, m, lb)
+	got, err := m.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]providers.LoadBalancer{listed(lb, vips[0])}, got); diff != "" {
+		t.Errorf("List (-want +got):\n%s", diff)
+	}
+	// A reopened mock holds the same model: no write.
+	m2 := newMock(t, Config{Common: common("203.0.113.0/29"), StateFile: path})
+	mustEnsure(t, m2, gatewayStreamsModel())
+	if w := m2.Counters().Writes; w != 0 {
+		t.Errorf("Ensure after reopen wrote %d times, want 0", w)
+	}
+	if got, _ := m2.List(ctx); len(got) != 1 || !cmp.Equal(listed(lb, vips[0]), got[0]) {
+		t.Errorf("List after reopen: %+v", got)
+	}
+}
+
+func TestMock_gatewayStreamsWriteOnlyWhatChanged(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*providers.LoadBalancer)
+		writes int64
+	}{
+		{"nothing", func(*providers.LoadBalancer) {}, 0},
+		{"the SNI routes in another order", func(lb *providers.LoadBalancer) {
+			s := lb.Listeners[3].SNI
+			s[0], s[1] = s[1], s[0]
+		}, 0},
+		{"an SNI route's pool", func(lb *providers.LoadBalancer) { lb.Listeners[3].SNI[0].Pool = lb.Pools[0].Name }, 1},
+		{"an SNI host", func(lb *providers.LoadBalancer) { lb.Listeners[3].SNI[1].Host = "b.example.com" }, 1},
+		{"terminate", func(lb *providers.LoadBalancer) {
+			lb.Listeners[3].Terminate = true
+			lb.HTTP.TLS[0].Ports = []int32{8883, 9443}
+		}, 1},
+		{"a pool's appProtocol", func(lb *providers.LoadBalancer) { lb.Pools[0].AppProtocol = "" }, 1},
+		{"a TCP member's weight", func(lb *providers.LoadBalancer) { lb.Listeners[1].Pool.Members[1].Weight = 30 }, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newMock(t, Config{Common: common("203.0.113.0/29")})
+			mustEnsure(t, m, gatewayStreamsModel())
+			lb := gatewayStreamsModel()
+			tt.change(lb)
+			vips := mustEnsure(t, m, lb)
+			if got := m.Counters().Writes - 1; got != tt.writes {
+				t.Errorf("writes after the change: %d, want %d", got, tt.writes)
+			}
+			if got, _ := m.List(context.Background()); len(got) != 1 || !cmp.Equal(listed(lb, vips[0]), got[0]) {
+				t.Errorf("List after the change: %+v", got)
+			}
+		})
+	}
+}

@@ -1,0 +1,272 @@
+package lbsync
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+
+	"github.com/nodeportlocal/npl/lbsync/gateway"
+	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/test/stack"
+)
+
+// aviObjects is the Avi simulator backend's view of its objects.
+type aviObjects interface {
+	Objects(kind string) []map[string]any
+}
+
+// TestLBSync_gatewayOnAvi: npl-lbsync with the Avi provider (the alb-sdk
+// client against the Avi simulator) serves a Gateway whose HTTPRoute has a
+// weighted rule with a method, a header match and a request header
+// modifier, a redirect and a rewrite: the Gateway and route are Programmed
+// and Accepted, the simulator holds the pool group (ratios of the weights),
+// the request rules and the certificate. A route Avi cannot express (a
+// query match) makes the Gateway Programmed False naming it and changes
+// nothing on the controller; removed, the Gateway is Programmed again. A
+// restarted npl-lbsync writes nothing; the Gateway deleted, every object of
+// its load balancer goes.
+func TestLBSync_gatewayOnAvi(t *testing.T) {
+	e := setup(t)
+	ctx := ctxFor(t, 4*time.Minute)
+	if err := e.c.InstallGatewayAPI(ctx); err != nil {
+		t.Fatalf("install the Gateway API CRDs: %v", err)
+	}
+	if err := stack.GrantChartValues(ctx, e.c, map[string]any{"gatewayAPI.enabled": true, "gatewayAPI.readTLSSecrets": true}); err != nil {
+		t.Fatal(err)
+	}
+	const vips = "198.18.114.0/28" // its own: gwroutes' route-kinds test has .112, BIG-IP's Gateway test .113
+	backend, err := stack.StartBackend("avi", t.TempDir(), netip.MustParsePrefix(vips))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(backend.Close)
+	sim := backend.(aviObjects)
+	name := clusterName + "-gwavi"
+	cfg := configWith(name, "NodePortLocal", "npl.io/gwavi", vips, backend.ProviderConfig()) + "gatewayAPI:\n  enabled: true\n"
+	l := e.startSyncer(t, "npl-lbsync-gwavi", name, cfg, false)
+	gc, err := gatewayclient.NewForConfig(e.c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw1 := gc.GatewayV1()
+	ns := e.namespace(t)
+
+	className := "npl-avi-" + ns
+	if _, err := gw1.GatewayClasses().Create(ctx, &gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: className},
+		Spec: gatewayv1.GatewayClassSpec{ControllerName: gateway.ControllerName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw1.GatewayClasses().Delete(context.Background(), className, metav1.DeleteOptions{}) })
+	for i, app := range []string{"a", "b"} {
+		e.pod(t, ns, app+"-1", e.nodeName(i), list(entry(8080, e.nodeIP(i), 61000+i, "tcp")), func(p *corev1.Pod) {
+			p.Labels = map[string]string{"app": app}
+		})
+		e.createService(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app}, Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": app},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}},
+		}})
+	}
+	certPEM, keyPEM := selfSigned(t, "shop.example.com")
+	if _, err := e.client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tls"},
+		Type: corev1.SecretTypeTLS, Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gw1.Gateways(ns).Create(ctx, &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw"},
+		Spec: gatewayv1.GatewaySpec{GatewayClassName: gatewayv1.ObjectName(className), Listeners: []gatewayv1.Listener{
+			{Name: "http", Port: 80, Protocol: gatewayv1.HTTPProtocolType},
+			{Name: "https", Port: 443, Protocol: gatewayv1.HTTPSProtocolType,
+				TLS: &gatewayv1.ListenerTLSConfig{CertificateRefs: []gatewayv1.SecretObjectReference{{Name: "tls"}}}},
+		}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	exact, prefix := gatewayv1.PathMatchExact, gatewayv1.PathMatchPathPrefix
+	path := func(typ gatewayv1.PathMatchType, p string) *gatewayv1.HTTPPathMatch {
+		return &gatewayv1.HTTPPathMatch{Type: &typ, Value: &p}
+	}
+	ref := func(svc string, weight int32) gatewayv1.HTTPBackendRef {
+		port := gatewayv1.PortNumber(80)
+		return gatewayv1.HTTPBackendRef{BackendRef: gatewayv1.BackendRef{
+			BackendObjectReference: gatewayv1.BackendObjectReference{Name: gatewayv1.ObjectName(svc), Port: &port}, Weight: &weight}}
+	}
+	get, https, status301 := gatewayv1.HTTPMethodGet, "https", 301
+	fullPath := func(p string) *gatewayv1.HTTPPathModifier {
+		return &gatewayv1.HTTPPathModifier{Type: gatewayv1.FullPathHTTPPathModifier, ReplaceFullPath: &p}
+	}
+	backendHost := gatewayv1.PreciseHostname("backend.internal")
+	route := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "r1"}, Spec: gatewayv1.HTTPRouteSpec{
+		CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Name: "gw"}}},
+		Hostnames:       []gatewayv1.Hostname{"shop.example.com"},
+		Rules: []gatewayv1.HTTPRouteRule{
+			{Matches: []gatewayv1.HTTPRouteMatch{{Path: path(prefix, "/b"), Method: &get,
+				Headers: []gatewayv1.HTTPHeaderMatch{{Name: "x-canary", Value: "yes"}}}},
+				Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestHeaderModifier,
+					RequestHeaderModifier: &gatewayv1.HTTPHeaderFilter{Set: []gatewayv1.HTTPHeader{{Name: "x-env", Value: "avi"}}}}},
+				BackendRefs: []gatewayv1.HTTPBackendRef{ref("a", 3), ref("b", 1)}},
+			{Matches: []gatewayv1.HTTPRouteMatch{{Path: path(exact, "/old")}},
+				Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestRedirect,
+					RequestRedirect: &gatewayv1.HTTPRequestRedirectFilter{Scheme: &https, StatusCode: &status301}}}},
+			{Matches: []gatewayv1.HTTPRouteMatch{{Path: path(prefix, "/r")}},
+				Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterURLRewrite,
+					URLRewrite: &gatewayv1.HTTPURLRewriteFilter{Hostname: &backendHost, Path: fullPath("/x")}}},
+				BackendRefs: []gatewayv1.HTTPBackendRef{ref("a", 1)}},
+		},
+	}}
+	if _, err := gw1.HTTPRoutes(ns).Create(ctx, route, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	programmed := func(what string, status metav1.ConditionStatus, reason, message string) {
+		t.Helper()
+		waitFor(t, 45*time.Second, what, func() (bool, error) {
+			g, err := gw1.Gateways(ns).Get(ctx, "gw", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			i := slices.IndexFunc(g.Status.Conditions, func(c metav1.Condition) bool { return c.Type == "Programmed" })
+			if i < 0 || g.Status.Conditions[i].Status != status || g.Status.Conditions[i].Reason != reason ||
+				!strings.Contains(g.Status.Conditions[i].Message, message) {
+				return false, fmt.Errorf("status %+v", g.Status)
+			}
+			return status == metav1.ConditionFalse || len(g.Status.Addresses) == 1, nil
+		})
+	}
+	programmed("the Gateway programmed", metav1.ConditionTrue, "Programmed", "")
+	waitFor(t, 30*time.Second, "route r1 accepted", func() (bool, error) {
+		rt, err := gw1.HTTPRoutes(ns).Get(ctx, "r1", metav1.GetOptions{})
+		if err != nil || len(rt.Status.Parents) != 1 {
+			return false, err
+		}
+		c := rt.Status.Parents[0].Conditions
+		return hasCond(c, "Accepted", metav1.ConditionTrue, "Accepted") && hasCond(c, "ResolvedRefs", metav1.ConditionTrue, "ResolvedRefs"),
+			fmt.Errorf("parents %+v", rt.Status.Parents)
+	})
+
+	// What the controller holds: weights 3:1 of one Pod each are the member
+	// weights 256 and 85, the ratios of the pool group.
+	lbName := providers.GatewayLoadBalancerName(name, ns, "gw")
+	weighted := providers.GatewayPoolName(lbName, ns, "r1", 0)
+	wantGroup := []string{weighted + "-w256:256", weighted + "-w85:85", weighted + ":0"} // sorted
+	if got := poolGroupMembers(sim, weighted); !slices.Equal(got, wantGroup) {
+		t.Errorf("pool group %s: %v, want %v", weighted, got, wantGroup)
+	}
+	rules := requestRules(t, sim, lbName)
+	for _, want := range []string{
+		`"method":{"match_criteria":"IS_IN","methods":["HTTP_METHOD_GET"]}`,
+		`"hdrs":[{"hdr":"x-canary","match_case":"SENSITIVE","match_criteria":"HDR_EQUALS","value":["yes"]}]`,
+		`"hdr_action":[{"action":"HTTP_REPLACE_HDR","hdr":{"name":"x-env","value":{"val":"avi"}}}]`,
+		`"redirect_action":{"keep_query":true,"port":443,"protocol":"HTTPS","status_code":"HTTP_REDIRECT_STATUS_CODE_301"}`,
+		`"rewrite_url_action":{"host_hdr":{"tokens":[{"str_value":"backend.internal","type":"URI_TOKEN_TYPE_STRING"}]`,
+		`"action":"HTTP_SWITCHING_SELECT_POOLGROUP"`,
+		`"name":"no-match-404","switching_action":{"action":"HTTP_SWITCHING_SELECT_LOCAL","status_code":"HTTP_LOCAL_RESPONSE_STATUS_CODE_404"}`,
+	} {
+		if !strings.Contains(rules, want) {
+			t.Errorf("the request rules lack %s:\n%s", want, rules)
+		}
+	}
+	if n := len(objectsNamed(sim, "sslkeyandcertificate", lbName)); n != 1 {
+		t.Errorf("%d certificates of %s, want 1", n, lbName)
+	}
+
+	// A query match: refused whole, the controller unchanged.
+	before := snapshot(t, backend, lbName)
+	if _, err := gw1.HTTPRoutes(ns).Create(ctx, &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "q"},
+		Spec: gatewayv1.HTTPRouteSpec{CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Name: "gw"}}},
+			Rules: []gatewayv1.HTTPRouteRule{{Matches: []gatewayv1.HTTPRouteMatch{{Path: path(prefix, "/q"),
+				QueryParams: []gatewayv1.HTTPQueryParamMatch{{Name: "v", Value: "2"}}}},
+				BackendRefs: []gatewayv1.HTTPBackendRef{ref("b", 1)}}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	programmed("the Gateway not programmed", metav1.ConditionFalse, "Invalid", "query (Avi matches a query only by substring) is not supported")
+	if got := backend.Writes(); got != before.writes {
+		t.Errorf("%d writes for a model Avi cannot express, want 0", got-before.writes)
+	}
+	if err := gw1.HTTPRoutes(ns).Delete(ctx, "q", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	programmed("the Gateway programmed again", metav1.ConditionTrue, "Programmed", "")
+
+	// A restarted npl-lbsync writes nothing.
+	before = snapshot(t, backend, lbName)
+	if err := l.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	l2 := e.startSyncer(t, "npl-lbsync-gwavi-2", name, cfg, false)
+	waitFor(t, 30*time.Second, "the restarted npl-lbsync's first sync", func() (bool, error) { return l2.Ready(), nil })
+	before.unchanged(t, backend, l2, "a restart")
+
+	// The Gateway deleted: every object of its load balancer goes.
+	if err := gw1.Gateways(ns).Delete(ctx, "gw", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the Gateway's objects deleted", func() (bool, error) {
+		var left []string
+		for _, kind := range []string{"virtualservice", "httppolicyset", "poolgroup", "pool", "sslkeyandcertificate", "vsvip"} {
+			left = append(left, objectsNamed(sim, kind, lbName)...)
+		}
+		return len(left) == 0, fmt.Errorf("left: %v", left)
+	})
+}
+
+// objectsNamed returns the names of the simulator's objects of kind named
+// lbName or lbName-*.
+func objectsNamed(sim aviObjects, kind, lbName string) []string {
+	var out []string
+	for _, o := range sim.Objects(kind) {
+		if n, _ := o["name"].(string); n == lbName || strings.HasPrefix(n, lbName+"-") {
+			out = append(out, kind+"/"+n)
+		}
+	}
+	return out
+}
+
+// poolGroupMembers returns "<pool>:<ratio>" for each member of the pool
+// group name, sorted.
+func poolGroupMembers(sim aviObjects, name string) []string {
+	poolNames := map[string]string{}
+	for _, p := range sim.Objects("pool") {
+		poolNames[fmt.Sprint(p["uuid"])] = fmt.Sprint(p["name"])
+	}
+	var out []string
+	for _, g := range sim.Objects("poolgroup") {
+		if g["name"] != name {
+			continue
+		}
+		members, _ := g["members"].([]any)
+		for _, raw := range members {
+			m, _ := raw.(map[string]any)
+			ref, _, _ := strings.Cut(fmt.Sprint(m["pool_ref"]), "#")
+			out = append(out, fmt.Sprintf("%s:%v", poolNames[ref[strings.LastIndexByte(ref, '/')+1:]], m["ratio"]))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// requestRules returns the request rules of the HTTP policy set lbName as
+// JSON.
+func requestRules(t *testing.T, sim aviObjects, lbName string) string {
+	t.Helper()
+	for _, ps := range sim.Objects("httppolicyset") {
+		if ps["name"] == lbName {
+			policy, _ := ps["http_request_policy"].(map[string]any)
+			b, err := json.Marshal(policy["rules"]) // map keys sorted
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(b)
+		}
+	}
+	t.Fatalf("no HTTP policy set %s", lbName)
+	return ""
+}

@@ -1,0 +1,148 @@
+package lbsync
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+
+	"github.com/nodeportlocal/npl/lbsync/gateway"
+	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
+	"github.com/nodeportlocal/npl/test/stack"
+)
+
+// TestLBSync_gatewayStreamsOnBIGIP: a Gateway's TCP and UDP listeners on
+// the BIG-IP provider through go-bigip and the simulator: a TCPRoute with
+// backends weighted 3:1 gives a tcp virtual server whose pool weighs its
+// members by ratio (256/85, ratio-member), the UDP listener a udp virtual
+// server; the Gateway is Programmed; a sync of nothing new writes nothing;
+// the Gateway deleted, its objects go. (File name sorts after
+// gateway_test.go: the CRDs must not be there before
+// TestLBSync_gatewayAPIWithoutCRDs.)
+func TestLBSync_gatewayStreamsOnBIGIP(t *testing.T) {
+	e := setup(t)
+	ctx := ctxFor(t, 4*time.Minute)
+	if err := e.c.InstallGatewayAPI(ctx); err != nil {
+		t.Fatalf("install the Gateway API CRDs: %v", err)
+	}
+	if err := stack.GrantChartValues(ctx, e.c, map[string]any{"gatewayAPI.enabled": true, "gatewayAPI.readTLSSecrets": true}); err != nil {
+		t.Fatal(err)
+	}
+	sim := bigipsim.New(bigipsim.Options{TLS: true, Username: "npl", Password: "bigip-secret"})
+	if err := sim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sim.Close)
+	dir := t.TempDir()
+	files := map[string]string{"ca.crt": string(sim.CACertPEM()), "username": "npl\n", "password": "bigip-secret\n"}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name := clusterName + "-gwbigs"
+	cfg := configWith(name, "NodePortLocal", "npl.io/gwbigs", "198.18.114.0/28", fmt.Sprintf(`provider:
+  name: bigip
+  bigip:
+    url: %s
+    usernameFile: %s
+    passwordFile: %s
+    caFile: %s
+`, sim.URL(), filepath.Join(dir, "username"), filepath.Join(dir, "password"), filepath.Join(dir, "ca.crt"))) +
+		"gatewayAPI:\n  enabled: true\n"
+	l := e.startSyncer(t, "npl-lbsync-gwbigs", name, cfg, false)
+	gc, err := gatewayclient.NewForConfig(e.c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw1 := gc.GatewayV1()
+	ns := e.namespace(t)
+	className := "npl-bigips-" + ns
+	if _, err := gw1.GatewayClasses().Create(ctx, &gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: className},
+		Spec: gatewayv1.GatewayClassSpec{ControllerName: gateway.ControllerName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw1.GatewayClasses().Delete(context.Background(), className, metav1.DeleteOptions{}) })
+	for i, app := range []string{"a", "b"} {
+		e.pod(t, ns, app+"-1", e.nodeName(i), list(entry(8080, e.nodeIP(i), 61000+i, "tcp")), func(p *corev1.Pod) {
+			p.Labels = map[string]string{"app": app}
+		})
+		e.createService(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app}, Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": app},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}},
+		}})
+	}
+	gw := &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw"}, Spec: gatewayv1.GatewaySpec{
+		GatewayClassName: gatewayv1.ObjectName(className),
+		Listeners: []gatewayv1.Listener{
+			{Name: "tcp", Port: 5000, Protocol: gatewayv1.TCPProtocolType},
+			{Name: "udp", Port: 5300, Protocol: gatewayv1.UDPProtocolType},
+		},
+	}}
+	if _, err := gw1.Gateways(ns).Create(ctx, gw, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ref := func(svc string, weight int32) gatewayv1.BackendRef {
+		p := gatewayv1.PortNumber(80)
+		return gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{Name: gatewayv1.ObjectName(svc), Port: &p}, Weight: &weight}
+	}
+	parents := func(section string) gatewayv1.CommonRouteSpec {
+		s := gatewayv1.SectionName(section)
+		return gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Name: "gw", SectionName: &s}}}
+	}
+	if _, err := gw1.TCPRoutes(ns).Create(ctx, &gatewayv1.TCPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "t"},
+		Spec: gatewayv1.TCPRouteSpec{CommonRouteSpec: parents("tcp"), Rules: []gatewayv1.TCPRouteRule{{
+			BackendRefs: []gatewayv1.BackendRef{ref("a", 3), ref("b", 1)}}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lbName := providers.GatewayLoadBalancerName(name, ns, "gw")
+	p := "/npl-" + name + "/"
+	tcpV := p + providers.ListenerName(lbName, providers.TCP, 5000)
+	udpV := p + providers.ListenerName(lbName, providers.UDP, 5300)
+	ip0, ip1 := e.nodeIP(0), e.nodeIP(1)
+	var diff string
+	waitFor(t, 60*time.Second, "the Gateway's virtuals on the BIG-IP", func() (bool, error) {
+		st := sim.Dump()
+		diff = fmt.Sprintf("%+v %+v", st.Virtuals, st.Pools)
+		i := slices.IndexFunc(st.Virtuals, func(v bigipsim.Virtual) bool { return v.FullPath == tcpV })
+		j := slices.IndexFunc(st.Virtuals, func(v bigipsim.Virtual) bool { return v.FullPath == udpV })
+		k := slices.IndexFunc(st.Pools, func(pl bigipsim.Pool) bool { return pl.FullPath == tcpV })
+		if i < 0 || j < 0 || k < 0 || st.Virtuals[i].IPProtocol != "tcp" || st.Virtuals[j].IPProtocol != "udp" ||
+			st.Virtuals[i].Pool != tcpV || st.Virtuals[j].Pool != udpV {
+			return false, nil
+		}
+		want := []bigipsim.Member{
+			{FullPath: p + ip0 + ":61000", Address: ip0, Session: "user-enabled", State: "unchecked", Ratio: 256},
+			{FullPath: p + ip1 + ":61001", Address: ip1, Session: "user-enabled", State: "unchecked", Ratio: 85},
+		}
+		return st.Pools[k].LoadBalancingMode == "ratio-member" && slices.Equal(st.Pools[k].Members, want), nil
+	})
+	waitFor(t, 30*time.Second, "the Gateway Programmed", func() (bool, error) {
+		g, err := gw1.Gateways(ns).Get(ctx, "gw", metav1.GetOptions{})
+		return err == nil && hasCond(g.Status.Conditions, "Programmed", metav1.ConditionTrue, "Programmed"), fmt.Errorf("%+v", g.Status.Conditions)
+	})
+	e.syncedAfter(t, "services", ns, "a", l)
+	writes := sim.Writes()
+	e.syncedAfter(t, "services", ns, "b", l)
+	if w := sim.Writes(); w != writes {
+		t.Errorf("a sync of nothing new wrote %d times", w-writes)
+	}
+	if err := gw1.Gateways(ns).Delete(ctx, "gw", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the Gateway's objects deleted", func() (bool, error) {
+		st := sim.Dump()
+		return len(st.Virtuals)+len(st.Pools)+len(st.Policies) == 0, fmt.Errorf("%+v", st)
+	})
+	_ = diff
+}

@@ -1,0 +1,241 @@
+package lbsync
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+
+	"github.com/nodeportlocal/npl/lbsync/gateway"
+	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
+	"github.com/nodeportlocal/npl/test/stack"
+)
+
+// TestLBSync_gatewayOnBIGIP: a Gateway whose HTTPRoute has weighted
+// backends, a header match, header filters and a redirect, on the BIG-IP
+// provider through go-bigip and the simulator: the Gateway is Programmed,
+// the listener's LTM policy holds the rules, the pool weighs its members
+// by ratio; a restarted npl-lbsync writes nothing; a 301 redirect, which
+// an LTM policy cannot answer, makes the Gateway not Programmed and
+// changes nothing; the Gateway deleted, its objects go. (File name sorts
+// after gateway_test.go: the CRDs must not be there before
+// TestLBSync_gatewayAPIWithoutCRDs.)
+func TestLBSync_gatewayOnBIGIP(t *testing.T) {
+	e := setup(t)
+	ctx := ctxFor(t, 4*time.Minute)
+	if err := e.c.InstallGatewayAPI(ctx); err != nil {
+		t.Fatalf("install the Gateway API CRDs: %v", err)
+	}
+	if err := stack.GrantChartValues(ctx, e.c, map[string]any{"gatewayAPI.enabled": true, "gatewayAPI.readTLSSecrets": true}); err != nil {
+		t.Fatal(err)
+	}
+	sim := bigipsim.New(bigipsim.Options{TLS: true, Username: "npl", Password: "bigip-secret"})
+	if err := sim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sim.Close)
+	dir := t.TempDir()
+	files := map[string]string{"ca.crt": string(sim.CACertPEM()), "username": "npl\n", "password": "bigip-secret\n"}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name := clusterName + "-gwbig"
+	cfg := configWith(name, "NodePortLocal", "npl.io/gwbig", "198.18.113.0/28", fmt.Sprintf(`provider:
+  name: bigip
+  bigip:
+    url: %s
+    usernameFile: %s
+    passwordFile: %s
+    caFile: %s
+`, sim.URL(), filepath.Join(dir, "username"), filepath.Join(dir, "password"), filepath.Join(dir, "ca.crt"))) +
+		"gatewayAPI:\n  enabled: true\n"
+	l := e.startSyncer(t, "npl-lbsync-gwbig", name, cfg, false)
+	gc, err := gatewayclient.NewForConfig(e.c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw1 := gc.GatewayV1()
+	ns := e.namespace(t)
+	className := "npl-bigip-" + ns
+	if _, err := gw1.GatewayClasses().Create(ctx, &gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: className},
+		Spec: gatewayv1.GatewayClassSpec{ControllerName: gateway.ControllerName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw1.GatewayClasses().Delete(context.Background(), className, metav1.DeleteOptions{}) })
+	for i, app := range []string{"a", "b"} {
+		e.pod(t, ns, app+"-1", e.nodeName(i), list(entry(8080, e.nodeIP(i), 61000+i, "tcp")), func(p *corev1.Pod) {
+			p.Labels = map[string]string{"app": app}
+		})
+		e.createService(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app}, Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": app},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}},
+		}})
+	}
+	gw := &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw"}, Spec: gatewayv1.GatewaySpec{
+		GatewayClassName: gatewayv1.ObjectName(className),
+		Listeners:        []gatewayv1.Listener{{Name: "http", Port: 80, Protocol: gatewayv1.HTTPProtocolType}},
+	}}
+	if _, err := gw1.Gateways(ns).Create(ctx, gw, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ref := func(svc string, weight int32) gatewayv1.HTTPBackendRef {
+		port := gatewayv1.PortNumber(80)
+		return gatewayv1.HTTPBackendRef{BackendRef: gatewayv1.BackendRef{
+			BackendObjectReference: gatewayv1.BackendObjectReference{Name: gatewayv1.ObjectName(svc), Port: &port}, Weight: &weight}}
+	}
+	prefix, exact := gatewayv1.PathMatchPathPrefix, gatewayv1.PathMatchExact
+	shopPath, oldPath := "/shop", "/old"
+	https := "https"
+	route := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}, Spec: gatewayv1.HTTPRouteSpec{
+		CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Name: "gw"}}},
+		Hostnames:       []gatewayv1.Hostname{"shop.example.com"},
+		Rules: []gatewayv1.HTTPRouteRule{
+			{
+				Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: &prefix, Value: &shopPath},
+					Headers: []gatewayv1.HTTPHeaderMatch{{Name: "X-Env", Value: "canary"}}}},
+				Filters: []gatewayv1.HTTPRouteFilter{
+					{Type: gatewayv1.HTTPRouteFilterRequestHeaderModifier, RequestHeaderModifier: &gatewayv1.HTTPHeaderFilter{
+						Set: []gatewayv1.HTTPHeader{{Name: "X-Set", Value: "1"}}}},
+					{Type: gatewayv1.HTTPRouteFilterResponseHeaderModifier, ResponseHeaderModifier: &gatewayv1.HTTPHeaderFilter{
+						Add: []gatewayv1.HTTPHeader{{Name: "X-Out", Value: "2"}}}},
+				},
+				BackendRefs: []gatewayv1.HTTPBackendRef{ref("a", 3), ref("b", 1)},
+			},
+			{
+				Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: &exact, Value: &oldPath}}},
+				Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestRedirect,
+					RequestRedirect: &gatewayv1.HTTPRequestRedirectFilter{Scheme: &https, StatusCode: ptr(302)}}},
+			},
+		},
+	}}
+	if _, err := gw1.HTTPRoutes(ns).Create(ctx, route, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	lbName := providers.GatewayLoadBalancerName(name, ns, "gw")
+	p := "/npl-" + name + "/"
+	pool := p + providers.GatewayPoolName(lbName, ns, "web", 0)
+	policy := p + providers.ListenerName(lbName, providers.HTTP, 80)
+	wantRules := []string{
+		"rule-0.0: httpHost host equals [shop.example.com]; httpUri path equals [/old] -> redirect tcl:https://" +
+			`[getfield [HTTP::host] ":" 1][HTTP::uri]`,
+		"rule-1.0: httpHost host equals [shop.example.com]; httpUri path equals [/shop]; httpHeader name=X-Env equals [canary] -> " +
+			"header replace X-Set 1, forward " + pool + ", header insert X-Out 2 at response",
+		"rule-1.1: httpHost host equals [shop.example.com]; httpUri path startsWith [/shop/]; httpHeader name=X-Env equals [canary] -> " +
+			"header replace X-Set 1, forward " + pool + ", header insert X-Out 2 at response",
+	}
+	ip0, ip1 := e.nodeIP(0), e.nodeIP(1)
+	wantMembers := []bigipsim.Member{
+		{FullPath: p + ip0 + ":61000", Address: ip0, Session: "user-enabled", State: "unchecked", Ratio: 256},
+		{FullPath: p + ip1 + ":61001", Address: ip1, Session: "user-enabled", State: "unchecked", Ratio: 85},
+	}
+	var diff string
+	waitFor(t, 60*time.Second, "the Gateway's objects on the BIG-IP", func() (bool, error) {
+		st := sim.Dump()
+		diff = ""
+		i := slices.IndexFunc(st.Policies, func(pol bigipsim.Policy) bool { return pol.FullPath == policy })
+		if i < 0 || !slices.Equal(st.Policies[i].Rules, wantRules) {
+			diff = fmt.Sprintf("policies %+v", st.Policies)
+			return false, nil
+		}
+		j := slices.IndexFunc(st.Pools, func(pl bigipsim.Pool) bool { return pl.FullPath == pool })
+		if j < 0 || st.Pools[j].LoadBalancingMode != "ratio-member" || !slices.Equal(st.Pools[j].Members, wantMembers) {
+			diff = fmt.Sprintf("pools %+v", st.Pools)
+			return false, nil
+		}
+		return true, nil
+	})
+	if diff != "" {
+		t.Fatal(diff)
+	}
+	programmed := func(status metav1.ConditionStatus, reason string) func() (bool, error) {
+		return func() (bool, error) {
+			g, err := gw1.Gateways(ns).Get(ctx, "gw", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			return hasCond(g.Status.Conditions, "Programmed", status, reason) && len(g.Status.Addresses) == 1,
+				fmt.Errorf("status %+v", g.Status.Conditions)
+		}
+	}
+	waitFor(t, 30*time.Second, "the Gateway Programmed", programmed(metav1.ConditionTrue, "Programmed"))
+	waitFor(t, 30*time.Second, "the route accepted", func() (bool, error) {
+		rt, err := gw1.HTTPRoutes(ns).Get(ctx, "web", metav1.GetOptions{})
+		return err == nil && len(rt.Status.Parents) == 1 && hasCond(rt.Status.Parents[0].Conditions, "Accepted", metav1.ConditionTrue, "Accepted") &&
+			hasCond(rt.Status.Parents[0].Conditions, "ResolvedRefs", metav1.ConditionTrue, "ResolvedRefs"), err
+	})
+
+	// A restarted npl-lbsync writes nothing.
+	e.syncedAfter(t, "services", ns, "a", l)
+	writes := sim.Writes()
+	if err := l.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	l2 := e.startSyncer(t, "npl-lbsync-gwbig-2", name, cfg, false)
+	e.syncedAfter(t, "services", ns, "a", l2)
+	e.syncedAfter(t, "services", ns, "b", l2)
+	if w := sim.Writes(); w != writes {
+		t.Errorf("the restarted npl-lbsync wrote %d times: %v", w-writes, sim.Calls())
+	}
+
+	// A 301 redirect: refused whole, the Gateway not Programmed, nothing
+	// written; the policy keeps serving the rules it had.
+	rt, err := gw1.HTTPRoutes(ns).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.Spec.Rules[1].Filters[0].RequestRedirect.StatusCode = ptr(301)
+	if _, err := gw1.HTTPRoutes(ns).Update(ctx, rt, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the Gateway not Programmed", func() (bool, error) {
+		g, err := gw1.Gateways(ns).Get(ctx, "gw", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		i := slices.IndexFunc(g.Status.Conditions, func(c metav1.Condition) bool { return c.Type == "Programmed" })
+		return i >= 0 && g.Status.Conditions[i].Status == metav1.ConditionFalse &&
+			strings.Contains(g.Status.Conditions[i].Message, "redirect statusCode 301"), fmt.Errorf("conditions %+v", g.Status.Conditions)
+	})
+	if w := sim.Writes(); w != writes {
+		t.Errorf("a refused model wrote %d times: %v", w-writes, sim.Calls())
+	}
+
+	// The Gateway deleted: its objects go.
+	if err := gw1.Gateways(ns).Delete(ctx, "gw", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the Gateway's objects deleted", func() (bool, error) {
+		st := sim.Dump()
+		n := 0
+		for _, fp := range slices.Concat(objectPaths(st.Virtuals, func(v bigipsim.Virtual) string { return v.FullPath }),
+			objectPaths(st.Pools, func(v bigipsim.Pool) string { return v.FullPath }),
+			objectPaths(st.Policies, func(v bigipsim.Policy) string { return v.FullPath })) {
+			if strings.Contains(fp, lbName) {
+				n++
+			}
+		}
+		return n == 0, fmt.Errorf("%d objects left", n)
+	})
+}
+
+func objectPaths[T any](items []T, path func(T) string) []string {
+	out := make([]string, 0, len(items))
+	for _, it := range items {
+		out = append(out, path(it))
+	}
+	return out
+}
