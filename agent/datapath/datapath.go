@@ -14,17 +14,14 @@
 package datapath
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
-	"os/exec"
-	"strconv"
-	"strings"
 	"sync/atomic"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/internal/conntrack"
 )
 
 // Chain names in the nat table. The agent owns their whole content.
@@ -163,26 +160,9 @@ type Stats struct {
 // backends need it: conntrack keeps a UDP flow's NAT binding after its
 // mapping moved.
 func flushUDPConntrack(ctx context.Context, family contract.Family, nodePort int, execs *atomic.Int64) error {
-	conntrack, err := exec.LookPath("conntrack")
-	if err != nil {
-		return fmt.Errorf("flush UDP conntrack entries of node port %d: conntrack not found (apt-get install conntrack): %w", nodePort, err)
-	}
-	fam := "ipv4"
-	if family == contract.FamilyIPv6 {
-		fam = "ipv6"
-	}
-	args := []string{"-D", "-f", fam, "-p", "udp", "--orig-port-dst", strconv.Itoa(nodePort)}
 	execs.Add(1)
-	cmd := exec.CommandContext(ctx, conntrack, args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err = cmd.Run()
-	var exit *exec.ExitError
-	if errors.As(err, &exit) && exit.ExitCode() == 1 {
-		return nil // nothing matched
-	}
-	if err != nil {
-		return fmt.Errorf("flush UDP conntrack entries of node port %d: %w: %s", nodePort, err, strings.TrimSpace(stderr.String()))
+	if err := conntrack.DeleteUDP(ctx, conntrack.UDPFlows{IPv6: family == contract.FamilyIPv6, DstPort: nodePort}); err != nil {
+		return fmt.Errorf("flush UDP conntrack entries of node port %d: %w", nodePort, err)
 	}
 	return nil
 }

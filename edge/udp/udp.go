@@ -43,6 +43,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
 
+	"github.com/nodeportlocal/npl/internal/conntrack"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -669,26 +670,9 @@ func keyOf(s []string) (Key, error) {
 // flushConntrack deletes the conntrack entries of UDP flows from listener
 // k (original destination) to member m (reply source).
 func flushConntrack(ctx context.Context, k Key, m netip.AddrPort) error {
-	bin, err := exec.LookPath("conntrack")
-	if err != nil {
-		return fmt.Errorf("conntrack not found (apt-get install conntrack): %w", err)
-	}
-	fam := "ipv4"
-	if !k.VIP.Is4() {
-		fam = "ipv6"
-	}
-	cmd := exec.CommandContext(ctx, bin, "-D", "-f", fam, "-p", "udp",
-		"--orig-dst", k.VIP.String(), "--orig-port-dst", strconv.Itoa(int(k.Port)),
-		"--reply-src", m.Addr().String(), "--reply-port-src", strconv.Itoa(int(m.Port())))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err = cmd.Run()
-	var exit *exec.ExitError
-	if errors.As(err, &exit) && exit.ExitCode() == 1 {
-		return nil // nothing matched
-	}
-	if err != nil {
-		return fmt.Errorf("conntrack -D (listener %s, member %s): %w: %s", k, m, err, strings.TrimSpace(stderr.String()))
+	f := conntrack.UDPFlows{IPv6: !k.VIP.Is4(), Dst: k.VIP, DstPort: int(k.Port), ReplySrc: m}
+	if err := conntrack.DeleteUDP(ctx, f); err != nil {
+		return fmt.Errorf("flush the UDP flows of listener %s to member %s: %w", k, m, err)
 	}
 	return nil
 }
