@@ -27,8 +27,8 @@ import (
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/lbsync/controller"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
+	"github.com/nodeportlocal/npl/lbsync/inputs"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/stack"
 )
@@ -41,7 +41,7 @@ import (
 // tests install the CRDs (a process holds one cluster).
 func TestLBSync_gatewayAPIWithoutCRDs(t *testing.T) {
 	e := setup(t)
-	if served, _, err := controller.GatewayAPIServed(e.client.Discovery()); err != nil || served {
+	if served, _, err := inputs.GatewayAPIServed(e.client.Discovery()); err != nil || served {
 		t.Fatalf("the Gateway API CRDs are already served (err %v): this test must run before TestLBSync_gatewayAPI installs them", err)
 	}
 	ctx := ctxFor(t, 4*time.Minute)
