@@ -141,7 +141,9 @@ func TestExpected_listsGatewayPools(t *testing.T) {
 // listener, the other pools on the first HTTP listener; a member the
 // provider lacks is drift in that pool only.
 func TestPoolsOf_gatewayListeners(t *testing.T) {
-	m := func(port int32) []providers.Member { return []providers.Member{{IP: "198.18.0.11", Port: port, Enabled: true}} }
+	m := func(port int32) []providers.Member {
+		return []providers.Member{{IP: "198.18.0.11", Port: port, Enabled: true}}
+	}
 	lb := &providers.LoadBalancer{Name: "lb", Kind: providers.L7, Gateway: "infra/gw",
 		Listeners: []providers.Listener{
 			{Port: 80, Protocol: providers.HTTP},
