@@ -33,6 +33,7 @@ import (
 	"github.com/nodeportlocal/npl/lbsync/config"
 	"github.com/nodeportlocal/npl/lbsync/controller"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
+	"github.com/nodeportlocal/npl/lbsync/inputs"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -256,7 +257,7 @@ func run(ctx context.Context, o *options) error {
 // runs as usual. It reports whether some CRDs are missing: then
 // watchGatewayCRDs serves them when they are installed.
 func enableGatewayAPI(ctx context.Context, restCfg *rest.Config, client kubernetes.Interface, ctrl *controller.Controller) (bool, error) {
-	served, missing, err := controller.GatewayAPIServed(client.Discovery())
+	served, missing, err := inputs.GatewayAPIServed(client.Discovery())
 	if err != nil {
 		return false, err
 	}
@@ -265,7 +266,7 @@ func enableGatewayAPI(ctx context.Context, restCfg *rest.Config, client kubernet
 			"missing", missing)
 		return true, nil
 	}
-	kinds, missingKinds, err := controller.GatewayRouteKindsServed(client.Discovery())
+	kinds, missingKinds, err := inputs.GatewayRouteKindsServed(client.Discovery())
 	if err != nil {
 		return false, err
 	}

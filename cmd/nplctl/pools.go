@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/nodeportlocal/npl/internal/cli"
 	"github.com/nodeportlocal/npl/lbsync/config"
@@ -25,9 +26,12 @@ func newPoolsCommand(g *globals) *cobra.Command {
 		Short: "Show each load balancer pool's expected members beside the provider's",
 		Long: `pools computes, as npl-lbsync does, the members every pool should have
 (from the Pods' NodePortLocal annotations and readiness), for LoadBalancer
-Services and Ingresses alike, and lays them beside what the load balancer reports. With --config the provider is asked
-directly (same credentials handling as npl-lbsync); without it the state comes
-from each Service's npl.io/LoadBalancerSynced condition.
+Services, Ingresses and Gateway API Gateways alike, and lays them beside what
+the load balancer reports. With --config the provider is asked directly (same
+credentials handling as npl-lbsync), and Gateways are read when its
+gatewayAPI.enabled is set; without it the state comes from each Service's
+npl.io/LoadBalancerSynced condition and each Gateway's Programmed condition,
+and Gateways are read when the Gateway API CRDs are installed.
 
 States: in-sync, drift (members differ), missing (no such pool on the LB).
 --check exits 1 when any pool is not in sync and names the differing members.`,
@@ -84,18 +88,30 @@ func pools(ctx context.Context, g *globals, configPath string) (inspect.Report, 
 		settings = inspect.Settings{ClusterName: cfg.ClusterName(), ServiceType: cfg.ServiceType(), Family: cfg.IPFamily(), Claim: cfg.Claim(),
 			IngressClass: cfg.IngressClass(), IngressSharedVIP: cfg.IngressSharedVIP()}
 	}
-	client, err := newClient(g)
+	restCfg, err := cli.RESTConfig(*g.kubeconfig, "nplctl")
 	if err != nil {
-		return inspect.Report{}, err
+		return inspect.Report{}, cli.Usagef("%v", err)
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return inspect.Report{}, fmt.Errorf("kubernetes client: %w", err)
+	}
+	// Gateways are npl-lbsync's when its configuration enables the Gateway
+	// API; without one, whenever the API server serves it.
+	var gc gatewayclient.Interface
+	if cfg == nil || cfg.GatewayAPIEnabled() {
+		if gc, err = gatewayclient.NewForConfig(restCfg); err != nil {
+			return inspect.Report{}, fmt.Errorf("gateway API client: %w", err)
+		}
 	}
 	// Secrets are read as npl-lbsync reads them, so that an L7 pool's
 	// certificates match; without the right to read them, none is read.
-	expected, err := inspect.Expected(ctx, client, g.namespace, settings, inputs.APISecrets(client))
+	expected, err := inspect.Expected(ctx, client, gc, g.namespace, settings, inputs.APISecrets(client))
 	if err != nil {
 		return inspect.Report{}, err
 	}
 	if cfg == nil {
-		return inspect.FromStatus(ctx, client, expected)
+		return inspect.FromStatus(ctx, client, gc, expected)
 	}
 	provider, err := cfg.Provider().Open(ctx)
 	if err != nil {

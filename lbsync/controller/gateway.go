@@ -12,12 +12,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -46,31 +44,6 @@ const (
 // Secret is synced again.
 const missingSecretRetry = 10 * time.Second
 
-// gatewayResources are the resources of gateway.networking.k8s.io/v1 that
-// npl-lbsync needs; it reads those of optionalRouteResources too when
-// they are served.
-var gatewayResources = []string{"gatewayclasses", "gateways", "httproutes", "referencegrants"}
-
-// GatewayAPIServed reports whether the API server serves the Gateway API
-// resources npl-lbsync reads (their CRDs are installed), and which are
-// missing when not.
-func GatewayAPIServed(d discovery.DiscoveryInterface) (bool, []string, error) {
-	list, err := d.ServerResourcesForGroupVersion(gatewayv1.GroupVersion.String())
-	if apierrors.IsNotFound(err) {
-		return false, gatewayResources, nil
-	}
-	if err != nil {
-		return false, nil, fmt.Errorf("discover %s: %w", gatewayv1.GroupVersion, err)
-	}
-	var missing []string
-	for _, r := range gatewayResources {
-		if !slices.ContainsFunc(list.APIResources, func(a metav1.APIResource) bool { return a.Name == r }) {
-			missing = append(missing, r)
-		}
-	}
-	return len(missing) == 0, missing, nil
-}
-
 // gatewayState is the Gateway API part of the controller, set by
 // EnableGatewayAPI.
 type gatewayState struct {
@@ -88,8 +61,8 @@ type gatewayState struct {
 
 // EnableGatewayAPI makes the controller serve the Gateways of npl's
 // GatewayClasses with client, with their HTTPRoutes and the routes of
-// routeKinds (of GatewayRouteKindsServed); call it before Start, once the
-// Gateway API CRDs are known to be served (GatewayAPIServed).
+// routeKinds (of inputs.GatewayRouteKindsServed); call it before Start, once the
+// Gateway API CRDs are known to be served (inputs.GatewayAPIServed).
 func (c *Controller) EnableGatewayAPI(client gatewayclient.Interface, routeKinds ...string) {
 	g, synced := c.newGatewayState(client, routeKinds)
 	c.synced = append(c.synced, synced...)
@@ -591,61 +564,23 @@ func (c *Controller) writeRouteStatuses(ctx context.Context, key queueKey, resul
 	return g.Wait()
 }
 
-// gatewayInput gathers what Build reads for gw from the caches, and its
-// certificate Secrets from the API.
+// gatewayInput gathers what Build reads for gw from the caches (with
+// inputs.Store.GatewayInput), and its certificate Secrets from the API; a
+// Secret npl-lbsync may not read is told in a Warning Event.
 func (c *Controller) gatewayInput(ctx context.Context, gw *gatewayv1.Gateway) (gateway.Input, error) {
-	in := gateway.Input{ClusterName: c.settings.ClusterName, ServiceType: c.settings.ServiceType, Family: c.settings.Family, Gateway: gw}
-	seen := map[string]bool{}
-	for _, o := range c.gwState().routesByIndex(routeParentIndex, gw.Namespace+"/"+gw.Name) {
-		addRoute(&in, o)
-		for _, ref := range gateway.Backends(o) {
-			if seen[ref.String()] {
-				continue
-			}
-			seen[ref.String()] = true
-			if svc := c.store.Service(ref.Namespace, ref.Name); svc != nil {
-				in.Services = append(in.Services, svc)
-				in.Pods = append(in.Pods, c.store.PodsFor(svc)...)
-				in.EndpointSlices = append(in.EndpointSlices, c.store.SlicesOf(svc)...)
-			}
-		}
+	g := c.gwState()
+	src := inputs.GatewaySources{
+		Routes:     g.routesByIndex(routeParentIndex, gw.Namespace+"/"+gw.Name),
+		Namespaces: inputs.Typed[*corev1.Namespace](g.namespace.List()),
 	}
-	if c.settings.ServiceType == builder.ServiceTypeNodePort {
-		in.Nodes = inputs.Typed[*corev1.Node](c.store.Nodes.List())
+	src.ReferenceGrants, _ = g.grants.List(labels.Everything())
+	set := inputs.Settings{ClusterName: c.settings.ClusterName, ServiceType: c.settings.ServiceType, Family: c.settings.Family}
+	in, forbidden, err := c.store.GatewayInput(ctx, set, gw, src, inputs.APISecrets(c.client))
+	for _, secret := range forbidden {
+		c.recorder.Eventf(gw, corev1.EventTypeWarning, "TLSSecretForbidden",
+			"Cannot read TLS Secret %s: npl-lbsync may not read Secrets", secret)
 	}
-	in.Namespaces = inputs.Typed[*corev1.Namespace](c.gwState().namespace.List())
-	in.ReferenceGrants, _ = c.gwState().grants.List(labels.Everything())
-	get := inputs.APISecrets(c.client)
-	for _, l := range gw.Spec.Listeners {
-		if l.TLS == nil {
-			continue
-		}
-		for _, ref := range l.TLS.CertificateRefs {
-			if (ref.Group != nil && *ref.Group != "") || (ref.Kind != nil && *ref.Kind != gateway.KindSecret) {
-				continue
-			}
-			ns := gw.Namespace
-			if ref.Namespace != nil {
-				ns = string(*ref.Namespace)
-			}
-			if seen["secret "+ns+"/"+string(ref.Name)] {
-				continue
-			}
-			seen["secret "+ns+"/"+string(ref.Name)] = true
-			secret, err := get(ctx, ns, string(ref.Name))
-			switch {
-			case apierrors.IsNotFound(err):
-			case apierrors.IsForbidden(err):
-				c.recorder.Eventf(gw, corev1.EventTypeWarning, "TLSSecretForbidden",
-					"Cannot read TLS Secret %s/%s: npl-lbsync may not read Secrets", ns, ref.Name)
-			case err != nil:
-				return in, fmt.Errorf("get TLS secret %s/%s of gateway %s: %w", ns, ref.Name, keyOf(gw), err)
-			default:
-				in.Secrets = append(in.Secrets, secret)
-			}
-		}
-	}
-	return in, nil
+	return in, err
 }
 
 // claimedGatewayNames returns the names of the load balancers of the

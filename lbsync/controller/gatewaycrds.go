@@ -16,6 +16,7 @@ import (
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/nodeportlocal/npl/lbsync/gateway"
+	"github.com/nodeportlocal/npl/lbsync/inputs"
 )
 
 // crdResource is the resource of CustomResourceDefinitions.
@@ -72,11 +73,11 @@ func (c *Controller) WatchGatewayCRDs(ctx context.Context, meta metadata.Interfa
 		if settle == nil {
 			continue
 		}
-		served, _, err := GatewayAPIServed(disco)
+		served, _, err := inputs.GatewayAPIServed(disco)
 		if err != nil || !served {
 			continue
 		}
-		kinds, _, err := GatewayRouteKindsServed(disco)
+		kinds, _, err := inputs.GatewayRouteKindsServed(disco)
 		if err != nil {
 			continue
 		}

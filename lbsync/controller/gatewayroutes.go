@@ -2,12 +2,9 @@ package controller
 
 import (
 	"context"
-	"fmt"
-	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/cache"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
@@ -15,37 +12,6 @@ import (
 
 	"github.com/nodeportlocal/npl/lbsync/gateway"
 )
-
-// optionalRouteResources are the route resources beyond HTTPRoute, by
-// kind: npl-lbsync serves those whose CRDs are installed.
-var optionalRouteResources = map[string]string{
-	gateway.KindGRPCRoute: "grpcroutes",
-	gateway.KindTCPRoute:  "tcproutes",
-	gateway.KindUDPRoute:  "udproutes",
-	gateway.KindTLSRoute:  "tlsroutes",
-}
-
-// GatewayRouteKindsServed returns the route kinds beyond HTTPRoute whose
-// v1 resources the API server serves, and those it does not, in the order
-// of gateway.RouteKinds.
-func GatewayRouteKindsServed(d discovery.DiscoveryInterface) (served, missing []string, err error) {
-	list, err := d.ServerResourcesForGroupVersion(gatewayv1.GroupVersion.String())
-	if err != nil {
-		return nil, nil, fmt.Errorf("discover %s: %w", gatewayv1.GroupVersion, err)
-	}
-	for _, kind := range gateway.RouteKinds {
-		res, ok := optionalRouteResources[kind]
-		if !ok {
-			continue
-		}
-		if slices.ContainsFunc(list.APIResources, func(a metav1.APIResource) bool { return a.Name == res }) {
-			served = append(served, kind)
-		} else {
-			missing = append(missing, kind)
-		}
-	}
-	return served, missing, nil
-}
 
 // routeKind is the informer of one route kind and how its status is
 // written.
@@ -125,20 +91,4 @@ func (g *gatewayState) routeKindOf(obj any) *routeKind {
 		}
 	}
 	return nil
-}
-
-// addRoute puts a route object into the Input of its kind.
-func addRoute(in *gateway.Input, obj any) {
-	switch rt := obj.(type) {
-	case *gatewayv1.HTTPRoute:
-		in.Routes = append(in.Routes, rt)
-	case *gatewayv1.GRPCRoute:
-		in.GRPCRoutes = append(in.GRPCRoutes, rt)
-	case *gatewayv1.TCPRoute:
-		in.TCPRoutes = append(in.TCPRoutes, rt)
-	case *gatewayv1.UDPRoute:
-		in.UDPRoutes = append(in.UDPRoutes, rt)
-	case *gatewayv1.TLSRoute:
-		in.TLSRoutes = append(in.TLSRoutes, rt)
-	}
 }

@@ -174,3 +174,20 @@ func WithStatusParents(obj any, parents []gatewayv1.RouteParentStatus) any {
 func compareRoutes(a, b *routeView) int {
 	return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.meta.Namespace, b.meta.Namespace), cmp.Compare(a.meta.Name, b.meta.Name))
 }
+
+// AddRoute puts a route object of any kind npl-lbsync reads into the
+// field of its kind; it ignores anything else.
+func (in *Input) AddRoute(obj any) {
+	switch rt := obj.(type) {
+	case *gatewayv1.HTTPRoute:
+		in.Routes = append(in.Routes, rt)
+	case *gatewayv1.GRPCRoute:
+		in.GRPCRoutes = append(in.GRPCRoutes, rt)
+	case *gatewayv1.TCPRoute:
+		in.TCPRoutes = append(in.TCPRoutes, rt)
+	case *gatewayv1.UDPRoute:
+		in.UDPRoutes = append(in.UDPRoutes, rt)
+	case *gatewayv1.TLSRoute:
+		in.TLSRoutes = append(in.TLSRoutes, rt)
+	}
+}

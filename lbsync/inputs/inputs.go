@@ -1,7 +1,8 @@
 // Package inputs gathers what a load balancer build reads: for a Service,
 // its candidate Pods (through its selector or, without one, its
 // hand-written EndpointSlices) and the Nodes; for Ingresses, their
-// backend Services, those Services' Pods and the TLS Secrets they name. The
+// backend Services, those Services' Pods and the TLS Secrets they name; for
+// a Gateway, its routes, their backends and its certificate Secrets. The
 // controller reads them from its informer caches and nplctl from one List of
 // each kind, through the same Store, so that `nplctl pools` expects exactly
 // what npl-lbsync builds.
@@ -318,6 +319,35 @@ func (s Store) ServiceInput(set Settings, svc *corev1.Service) builder.Input {
 	}
 }
 
+// backends is what a build reads of its backend Services: each Service,
+// its candidate Pods and its hand-written EndpointSlices.
+type backends struct {
+	seen     map[string]bool
+	services []*corev1.Service
+	pods     []*corev1.Pod
+	slices   []*discoveryv1.EndpointSlice
+}
+
+// add adds the Service namespace/name of s, once; a missing Service is
+// left for the builder to report.
+func (b *backends) add(s Store, namespace, name string) {
+	key := namespace + "/" + name
+	if b.seen[key] {
+		return
+	}
+	if b.seen == nil {
+		b.seen = map[string]bool{}
+	}
+	b.seen[key] = true
+	svc := s.Service(namespace, name)
+	if svc == nil {
+		return
+	}
+	b.services = append(b.services, svc)
+	b.pods = append(b.pods, s.PodsFor(svc)...)
+	b.slices = append(b.slices, s.SlicesOf(svc)...)
+}
+
 // SecretGetter reads one Secret.
 type SecretGetter func(ctx context.Context, namespace, name string) (*corev1.Secret, error)
 
@@ -345,21 +375,14 @@ func (s Store) IngressInput(ctx context.Context, set Settings, ings []*networkin
 		ClusterName: set.ClusterName, ServiceType: set.ServiceType, Family: set.Family,
 		Ingresses: ings, SharedVIP: shared, IngressClass: set.IngressClass, Nodes: s.nodes(set),
 	}
-	seen := map[string]bool{}
+	var b backends
 	for _, ing := range ings {
 		for _, ref := range ingress.Backends(ing) {
-			if seen[ref.String()] {
-				continue
-			}
-			seen[ref.String()] = true
-			svc := s.Service(ref.Namespace, ref.Name)
-			if svc == nil {
-				continue
-			}
-			in.Services = append(in.Services, svc)
-			in.Pods = append(in.Pods, s.PodsFor(svc)...)
-			in.EndpointSlices = append(in.EndpointSlices, s.SlicesOf(svc)...)
+			b.add(s, ref.Namespace, ref.Name)
 		}
+	}
+	in.Services, in.Pods, in.EndpointSlices = b.services, b.pods, b.slices
+	for _, ing := range ings {
 		for _, t := range ing.Spec.TLS {
 			if t.SecretName == "" || secrets == nil {
 				continue

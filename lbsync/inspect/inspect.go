@@ -1,6 +1,7 @@
 // Package inspect compares the load balancer pools the cluster expects,
-// L4 and L7, gathered and built as npl-lbsync does (packages inputs,
-// builder and ingress), with the pools a provider reports. nplctl prints the result; tests assert on it.
+// L4 and L7, of Services, Ingresses and Gateways, gathered and built as
+// npl-lbsync does (packages inputs, builder, ingress and gateway), with the
+// pools a provider reports. nplctl prints the result; tests assert on it.
 package inspect
 
 import (
@@ -14,10 +15,13 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/lbsync/gateway"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
 	"github.com/nodeportlocal/npl/lbsync/inputs"
 	"github.com/nodeportlocal/npl/providers"
@@ -83,11 +87,13 @@ type Settings struct {
 	IngressSharedVIP bool
 }
 
-// Expected builds the load balancers the cluster expects for the Services
-// and Ingresses of namespace (all when empty) that are ours. It gathers the
-// inputs with package inputs, as npl-lbsync does, and builds with the same
-// builders; TLS Secrets are read with secrets (nil: none).
-func Expected(ctx context.Context, client kubernetes.Interface, namespace string, s Settings, secrets inputs.SecretGetter) ([]*providers.LoadBalancer, error) {
+// Expected builds the load balancers the cluster expects for the Services,
+// Ingresses and Gateways of namespace (all when empty) that are ours. It
+// gathers the inputs with package inputs, as npl-lbsync does, and builds
+// with the same builders; TLS Secrets are read with secrets (nil: none).
+// Gateways are read with gc when it is not nil (npl-lbsync serves the
+// Gateway API) and the API server serves the Gateway API.
+func Expected(ctx context.Context, client kubernetes.Interface, gc gatewayclient.Interface, namespace string, s Settings, secrets inputs.SecretGetter) ([]*providers.LoadBalancer, error) {
 	set := inputs.Settings{ClusterName: s.ClusterName, ServiceType: s.ServiceType, Family: s.Family, IngressClass: s.IngressClass}
 	store, err := inputs.FromAPI(ctx, client, namespace, set)
 	if err != nil {
@@ -129,14 +135,46 @@ func Expected(ctx context.Context, client kubernetes.Interface, namespace string
 			out = append(out, lb)
 		}
 	}
+	if gc == nil {
+		return out, nil
+	}
+	gws, err := expectedGateways(ctx, client, gc, namespace, store, set, secrets)
+	return append(out, gws...), err
+}
+
+// expectedGateways builds the load balancers of the Gateways of namespace
+// that npl-lbsync serves, with gateway.Build as npl-lbsync does; none when
+// the Gateway API is not served.
+func expectedGateways(ctx context.Context, client kubernetes.Interface, gc gatewayclient.Interface, namespace string,
+	store inputs.Store, set inputs.Settings, secrets inputs.SecretGetter) ([]*providers.LoadBalancer, error) {
+	objs, served, err := inputs.GatewaysFromAPI(ctx, client, gc, namespace)
+	if err != nil || !served {
+		return nil, err
+	}
+	var out []*providers.LoadBalancer
+	for _, gw := range objs.Gateways {
+		if gw.DeletionTimestamp != nil || !gateway.Ours(gw, objs.Classes) {
+			continue
+		}
+		in, _, err := store.GatewayInput(ctx, set, gw, objs.Sources(gw), secrets)
+		if err != nil {
+			return nil, err
+		}
+		if res := gateway.Build(in); res.LB != nil {
+			out = append(out, res.LB)
+		}
+	}
 	return out, nil
 }
 
 // owner names what a load balancer serves, for the report's service
 // column: "namespace/name" of its Service, "ingress namespace/name" of its
-// Ingress, or the shared Ingress load balancer.
+// Ingress, "gateway namespace/name" of its Gateway, or the shared Ingress
+// load balancer.
 func owner(lb *providers.LoadBalancer) string {
 	switch {
+	case lb.Gateway != "":
+		return "gateway " + lb.Gateway
 	case !lb.IsL7():
 		return lb.Service
 	case lb.Ingress != "":
@@ -147,7 +185,8 @@ func owner(lb *providers.LoadBalancer) string {
 }
 
 // expectedPool is one pool of a load balancer with the listener it serves
-// on: its own for L4; for L7 every pool serves on the HTTP listeners.
+// on: its own for L4 and for a Gateway's TCP and UDP listeners; for L7 the
+// TLS listener whose SNI routes name it, else the first HTTP(S) listener.
 type expectedPool struct {
 	pool     providers.Pool
 	protocol string
@@ -163,11 +202,23 @@ func poolsOf(lb *providers.LoadBalancer) []expectedPool {
 		return out
 	}
 	proto, port := string(providers.HTTP), int32(0)
-	if len(lb.Listeners) > 0 {
-		proto, port = string(lb.Listeners[0].Protocol), lb.Listeners[0].Port
+	if i := slices.IndexFunc(lb.Listeners, func(l providers.Listener) bool { return l.Pool.Name == "" }); i >= 0 {
+		proto, port = string(lb.Listeners[i].Protocol), lb.Listeners[i].Port
+	}
+	for _, l := range lb.Listeners {
+		if l.Pool.Name != "" {
+			out = append(out, expectedPool{l.Pool, string(l.Protocol), l.Port})
+		}
 	}
 	for _, p := range lb.Pools {
-		out = append(out, expectedPool{p, proto, port})
+		ep := expectedPool{p, proto, port}
+		for _, l := range lb.Listeners {
+			if slices.ContainsFunc(l.SNI, func(r providers.SNIRoute) bool { return r.Pool == p.Name }) {
+				ep.protocol, ep.port = string(l.Protocol), l.Port
+				break
+			}
+		}
+		out = append(out, ep)
 	}
 	return out
 }
@@ -214,12 +265,21 @@ func Compare(expected []*providers.LoadBalancer, actual []providers.LoadBalancer
 // FromStatus reports the expected pools with the state npl-lbsync recorded,
 // when no provider can be asked. For a Service it is its
 // npl.io/LoadBalancerSynced condition: True is in-sync, False is drift, no
-// condition is missing. An Ingress has no such condition: npl-lbsync writes
-// its VIP only after an apply, so a VIP is in-sync and none is missing.
-func FromStatus(ctx context.Context, client kubernetes.Interface, expected []*providers.LoadBalancer) (Report, error) {
+// condition is missing; for a Gateway (read with gc), its Programmed
+// condition alike, its VIPs from status.addresses. An Ingress has no such
+// condition: npl-lbsync writes its VIP only after an apply, so a VIP is
+// in-sync and none is missing.
+func FromStatus(ctx context.Context, client kubernetes.Interface, gc gatewayclient.Interface, expected []*providers.LoadBalancer) (Report, error) {
 	var r Report
 	for _, lb := range expected {
-		vips, state, reason, err := recordedState(ctx, client, lb)
+		var vips []string
+		var state, reason string
+		var err error
+		if lb.Gateway != "" && gc != nil {
+			vips, state, reason, err = gatewayState(ctx, gc, lb.Gateway)
+		} else {
+			vips, state, reason, err = recordedState(ctx, client, lb)
+		}
 		if err != nil {
 			return r, err
 		}
@@ -278,6 +338,37 @@ func recordedState(ctx context.Context, client kubernetes.Interface, lb *provide
 		}
 	}
 	return vips, state, reason, nil
+}
+
+// gatewayState is the state a Gateway's status records: its Programmed
+// condition and its addresses.
+func gatewayState(ctx context.Context, gc gatewayclient.Interface, key string) (vips []string, state, reason string, err error) {
+	ns, name, _ := cutService(key)
+	gw, err := gc.GatewayV1().Gateways(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, "", "", fmt.Errorf("get gateway %s: %w", key, err)
+	}
+	vips, state, reason = gatewayStatusState(gw.Status)
+	return vips, state, reason, nil
+}
+
+// gatewayStatusState reads a Gateway's status: Programmed True is in-sync,
+// False is drift, no condition is missing; the VIPs are status.addresses.
+func gatewayStatusState(st gatewayv1.GatewayStatus) (vips []string, state, reason string) {
+	for _, a := range st.Addresses {
+		vips = append(vips, a.Value)
+	}
+	state, reason = StateMissing, "no "+string(gatewayv1.GatewayConditionProgrammed)+" condition"
+	for _, c := range st.Conditions {
+		if c.Type != string(gatewayv1.GatewayConditionProgrammed) {
+			continue
+		}
+		state, reason = StateDrift, c.Reason+": "+c.Message
+		if c.Status == metav1.ConditionTrue {
+			state = StateInSync
+		}
+	}
+	return vips, state, reason
 }
 
 func cutService(s string) (ns, name string, ok bool) {

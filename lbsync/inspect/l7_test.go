@@ -58,7 +58,7 @@ func TestExpected_listsIngressPools(t *testing.T) {
 
 	settings := Settings{ClusterName: "c1", ServiceType: builder.ServiceTypeNodePortLocal, Family: "IPv4",
 		Claim: claim.ClaimConfig{LoadBalancerClass: class}, IngressClass: "npl"}
-	expected, err := Expected(context.Background(), client, "", settings, nil)
+	expected, err := Expected(context.Background(), client, nil, "", settings, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

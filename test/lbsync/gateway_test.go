@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math/big"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -27,8 +28,9 @@ import (
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/lbsync/controller"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
+	"github.com/nodeportlocal/npl/lbsync/inputs"
+	"github.com/nodeportlocal/npl/lbsync/inspect"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/stack"
 )
@@ -41,7 +43,7 @@ import (
 // tests install the CRDs (a process holds one cluster).
 func TestLBSync_gatewayAPIWithoutCRDs(t *testing.T) {
 	e := setup(t)
-	if served, _, err := controller.GatewayAPIServed(e.client.Discovery()); err != nil || served {
+	if served, _, err := inputs.GatewayAPIServed(e.client.Discovery()); err != nil || served {
 		t.Fatalf("the Gateway API CRDs are already served (err %v): this test must run before TestLBSync_gatewayAPI installs them", err)
 	}
 	ctx := ctxFor(t, 4*time.Minute)
@@ -283,6 +285,54 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 	}
 	if c, err := gw1.GatewayClasses().Get(ctx, foreignClass, metav1.GetOptions{}); err != nil || len(c.Status.SupportedFeatures) != 0 {
 		t.Errorf("the GatewayClass of another controller got a status: %+v (%v)", c.Status, err)
+	}
+
+	// nplctl pools shows the Gateway's pools, in sync, from the provider
+	// with the configuration and from the Gateway's status without it; not
+	// those of the other controller's Gateway. A member the provider lacks
+	// is drift, and --check says which.
+	type row struct {
+		Owner, Pool, Protocol string
+		Port                  int32
+		State                 string
+		Members               int
+	}
+	rows := func(r inspect.Report) []row {
+		var out []row
+		for _, p := range r.Pools {
+			out = append(out, row{p.Service, p.Name, p.Protocol, p.Port, p.State, len(p.Expected)})
+		}
+		return out
+	}
+	owner := "gateway " + ns + "/gw"
+	wantRows := []row{{owner, pool("r1", 0), "HTTP", 80, inspect.StateInSync, 1}, {owner, pool("r1", 1), "HTTP", 80, inspect.StateInSync, 2}}
+	report, stderr, code := nplctlPools(t, "--kubeconfig", e.c.Kubeconfig(), "--config", l.ConfigPath, "-n", ns, "--check")
+	if d := gocmp.Diff(wantRows, rows(report)); d != "" || code != 0 {
+		t.Errorf("nplctl pools --config --check: exit %d (-want +got):\n%s%s", code, d, stderr)
+	}
+	report, stderr, code = nplctlPools(t, "--kubeconfig", e.c.Kubeconfig(), "-n", ns, "--check")
+	if len(report.Pools) != 2 || code != 0 {
+		t.Errorf("nplctl pools --check from the status: exit %d, %+v\n%s", code, report.Pools, stderr)
+	}
+	for _, p := range report.Pools {
+		if p.Service != owner || p.State != inspect.StateInSync || !slices.Equal(p.VIPs, lb.VIPs) {
+			t.Errorf("pool from the Gateway's status: %+v, want %s in-sync with VIPs %v", p, owner, lb.VIPs)
+		}
+	}
+	stateFile := filepath.Join(e.stateDir, "npl-io-gw.json")
+	drifted := filepath.Join(t.TempDir(), "drifted.json")
+	dropMember(t, stateFile, drifted, pool("r1", 1))
+	driftCfg := filepath.Join(t.TempDir(), "lbsync.yaml")
+	if !strings.Contains(cfg, stateFile) {
+		t.Fatalf("the configuration does not name the state file %s:\n%s", stateFile, cfg)
+	}
+	if err := os.WriteFile(driftCfg, []byte(strings.Replace(cfg, stateFile, drifted, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	report, stderr, code = nplctlPools(t, "--kubeconfig", e.c.Kubeconfig(), "--config", driftCfg, "-n", ns, "--check")
+	wantRows[1].State = inspect.StateDrift
+	if d := gocmp.Diff(wantRows, rows(report)); d != "" || code != 1 || !strings.Contains(stderr, owner+" "+pool("r1", 1)+": drift; missing ") {
+		t.Errorf("nplctl pools --check with a member gone: exit %d, want 1 (-want +got):\n%s%s", code, d, stderr)
 	}
 
 	// r2 deleted: its rules go, r1's stay.

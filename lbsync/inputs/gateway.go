@@ -1,0 +1,247 @@
+package inputs
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+	gatewayv1client "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/typed/apis/v1"
+
+	"github.com/nodeportlocal/npl/lbsync/gateway"
+)
+
+// gatewayResources are the resources of gateway.networking.k8s.io/v1 that
+// npl-lbsync needs; it reads those of optionalRouteResources too when
+// they are served.
+var gatewayResources = []string{"gatewayclasses", "gateways", "httproutes", "referencegrants"}
+
+// optionalRouteResources are the route resources beyond HTTPRoute, by
+// kind: npl-lbsync serves those whose CRDs are installed.
+var optionalRouteResources = map[string]string{
+	gateway.KindGRPCRoute: "grpcroutes",
+	gateway.KindTCPRoute:  "tcproutes",
+	gateway.KindUDPRoute:  "udproutes",
+	gateway.KindTLSRoute:  "tlsroutes",
+}
+
+// GatewayAPIServed reports whether the API server serves the Gateway API
+// resources npl-lbsync reads (their CRDs are installed), and which are
+// missing when not.
+func GatewayAPIServed(d discovery.DiscoveryInterface) (bool, []string, error) {
+	list, err := d.ServerResourcesForGroupVersion(gatewayv1.GroupVersion.String())
+	if apierrors.IsNotFound(err) {
+		return false, gatewayResources, nil
+	}
+	if err != nil {
+		return false, nil, fmt.Errorf("discover %s: %w", gatewayv1.GroupVersion, err)
+	}
+	var missing []string
+	for _, r := range gatewayResources {
+		if !slices.ContainsFunc(list.APIResources, func(a metav1.APIResource) bool { return a.Name == r }) {
+			missing = append(missing, r)
+		}
+	}
+	return len(missing) == 0, missing, nil
+}
+
+// GatewayRouteKindsServed returns the route kinds beyond HTTPRoute whose
+// v1 resources the API server serves, and those it does not, in the order
+// of gateway.RouteKinds.
+func GatewayRouteKindsServed(d discovery.DiscoveryInterface) (served, missing []string, err error) {
+	list, err := d.ServerResourcesForGroupVersion(gatewayv1.GroupVersion.String())
+	if err != nil {
+		return nil, nil, fmt.Errorf("discover %s: %w", gatewayv1.GroupVersion, err)
+	}
+	for _, kind := range gateway.RouteKinds {
+		res, ok := optionalRouteResources[kind]
+		if !ok {
+			continue
+		}
+		if slices.ContainsFunc(list.APIResources, func(a metav1.APIResource) bool { return a.Name == res }) {
+			served = append(served, kind)
+		} else {
+			missing = append(missing, kind)
+		}
+	}
+	return served, missing, nil
+}
+
+// GatewaySources are the Gateway API objects a Gateway's build reads
+// beside the Store's: the routes (of any kind) that name the Gateway, the
+// Namespaces and the ReferenceGrants.
+type GatewaySources struct {
+	Routes          []any
+	Namespaces      []*corev1.Namespace
+	ReferenceGrants []*gatewayv1.ReferenceGrant
+}
+
+// GatewayInput is the Gateway builder's input for gw: the routes of src,
+// their backend Services with those Services' Pods, and the certificate
+// Secrets of its listeners, read with secrets (nil: none). A missing
+// backend or Secret is left for the builder to report; a Secret that may
+// not be read is left out and named ("namespace/name") in forbidden.
+func (s Store) GatewayInput(ctx context.Context, set Settings, gw *gatewayv1.Gateway, src GatewaySources, secrets SecretGetter) (in gateway.Input, forbidden []string, err error) {
+	in = gateway.Input{
+		ClusterName: set.ClusterName, ServiceType: set.ServiceType, Family: set.Family, Gateway: gw,
+		Nodes: s.nodes(set), Namespaces: src.Namespaces, ReferenceGrants: src.ReferenceGrants,
+	}
+	var b backends
+	for _, o := range src.Routes {
+		in.AddRoute(o)
+		for _, ref := range gateway.Backends(o) {
+			b.add(s, ref.Namespace, ref.Name)
+		}
+	}
+	in.Services, in.Pods, in.EndpointSlices = b.services, b.pods, b.slices
+	seen := map[string]bool{}
+	for _, l := range gw.Spec.Listeners {
+		if l.TLS == nil || secrets == nil {
+			continue
+		}
+		for _, ref := range l.TLS.CertificateRefs {
+			if (ref.Group != nil && *ref.Group != "") || (ref.Kind != nil && *ref.Kind != gateway.KindSecret) {
+				continue
+			}
+			ns := gw.Namespace
+			if ref.Namespace != nil {
+				ns = string(*ref.Namespace)
+			}
+			key := ns + "/" + string(ref.Name)
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			secret, err := secrets(ctx, ns, string(ref.Name))
+			switch {
+			case apierrors.IsNotFound(err):
+			case apierrors.IsForbidden(err):
+				forbidden = append(forbidden, key)
+			case err != nil:
+				return in, forbidden, fmt.Errorf("get TLS secret %s of gateway %s/%s: %w", key, gw.Namespace, gw.Name, err)
+			default:
+				in.Secrets = append(in.Secrets, secret)
+			}
+		}
+	}
+	return in, forbidden, nil
+}
+
+// GatewayObjects are the Gateway API objects listed once, for a command
+// that builds Gateways without informers (GatewaysFromAPI).
+type GatewayObjects struct {
+	Gateways []*gatewayv1.Gateway
+	Classes  []*gatewayv1.GatewayClass
+	// Routes are the routes of every kind the API server serves.
+	Routes          []any
+	Namespaces      []*corev1.Namespace
+	ReferenceGrants []*gatewayv1.ReferenceGrant
+}
+
+// Sources returns what gw's build reads of o: the routes whose parentRefs
+// name it, the Namespaces and the ReferenceGrants.
+func (o GatewayObjects) Sources(gw *gatewayv1.Gateway) GatewaySources {
+	src := GatewaySources{Namespaces: o.Namespaces, ReferenceGrants: o.ReferenceGrants}
+	for _, rt := range o.Routes {
+		if slices.Contains(gateway.Gateways(rt), gw.Namespace+"/"+gw.Name) {
+			src.Routes = append(src.Routes, rt)
+		}
+	}
+	return src
+}
+
+// GatewaysFromAPI lists the Gateways, routes and ReferenceGrants of
+// namespace (all when empty), the GatewayClasses and the Namespaces, once.
+// served is false, with nothing listed, when the API server does not serve
+// the Gateway API resources npl-lbsync reads; a route kind whose CRD is
+// not installed is not listed, as npl-lbsync does not read it.
+func GatewaysFromAPI(ctx context.Context, client kubernetes.Interface, gc gatewayclient.Interface, namespace string) (o GatewayObjects, served bool, err error) {
+	served, _, err = GatewayAPIServed(client.Discovery())
+	if err != nil || !served {
+		return o, false, err
+	}
+	kinds, _, err := GatewayRouteKindsServed(client.Discovery())
+	if err != nil {
+		return o, false, err
+	}
+	api := gc.GatewayV1()
+	gws, err := api.Gateways(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return o, true, fmt.Errorf("list gateways: %w", err)
+	}
+	o.Gateways = pointers(gws.Items)
+	classes, err := api.GatewayClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return o, true, fmt.Errorf("list gatewayclasses: %w", err)
+	}
+	o.Classes = pointers(classes.Items)
+	grants, err := api.ReferenceGrants(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return o, true, fmt.Errorf("list referencegrants: %w", err)
+	}
+	o.ReferenceGrants = pointers(grants.Items)
+	nss, err := client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return o, true, fmt.Errorf("list namespaces: %w", err)
+	}
+	o.Namespaces = pointers(nss.Items)
+	for _, kind := range append([]string{gateway.KindHTTPRoute}, kinds...) {
+		routes, err := listRoutes(ctx, api, kind, namespace)
+		if err != nil {
+			return o, true, fmt.Errorf("list %ss: %w", kind, err)
+		}
+		o.Routes = append(o.Routes, routes...)
+	}
+	return o, true, nil
+}
+
+// listRoutes lists the routes of one kind.
+func listRoutes(ctx context.Context, api gatewayv1client.GatewayV1Interface, kind, namespace string) ([]any, error) {
+	opts := metav1.ListOptions{}
+	switch kind {
+	case gateway.KindHTTPRoute:
+		l, err := api.HTTPRoutes(namespace).List(ctx, opts)
+		return anys(l, err, func(l *gatewayv1.HTTPRouteList) []gatewayv1.HTTPRoute { return l.Items })
+	case gateway.KindGRPCRoute:
+		l, err := api.GRPCRoutes(namespace).List(ctx, opts)
+		return anys(l, err, func(l *gatewayv1.GRPCRouteList) []gatewayv1.GRPCRoute { return l.Items })
+	case gateway.KindTCPRoute:
+		l, err := api.TCPRoutes(namespace).List(ctx, opts)
+		return anys(l, err, func(l *gatewayv1.TCPRouteList) []gatewayv1.TCPRoute { return l.Items })
+	case gateway.KindUDPRoute:
+		l, err := api.UDPRoutes(namespace).List(ctx, opts)
+		return anys(l, err, func(l *gatewayv1.UDPRouteList) []gatewayv1.UDPRoute { return l.Items })
+	case gateway.KindTLSRoute:
+		l, err := api.TLSRoutes(namespace).List(ctx, opts)
+		return anys(l, err, func(l *gatewayv1.TLSRouteList) []gatewayv1.TLSRoute { return l.Items })
+	}
+	return nil, fmt.Errorf("unknown route kind %s", kind)
+}
+
+// anys returns pointers to the items of a List's result, as any.
+func anys[L any, T any](l L, err error, items func(L) []T) ([]any, error) {
+	if err != nil {
+		return nil, err
+	}
+	its := items(l)
+	out := make([]any, 0, len(its))
+	for i := range its {
+		out = append(out, &its[i])
+	}
+	return out, nil
+}
+
+// pointers returns pointers to the items.
+func pointers[T any](items []T) []*T {
+	out := make([]*T, 0, len(items))
+	for i := range items {
+		out = append(out, &items[i])
+	}
+	return out
+}
