@@ -269,7 +269,8 @@ func (c *Controller) localPodIPs() []netip.Addr {
 
 // patchAnnotation writes the Pod annotation through the pods/status
 // subresource (so the agent needs no write access to Pods), only when its
-// content differs, and deletes it when there is nothing to publish.
+// content differs, and deletes it when there is nothing to publish. It
+// reports whether it wrote.
 func (c *Controller) patchAnnotation(ctx context.Context, pod *corev1.Pod, entries []contract.Entry) (bool, error) {
 	current, hasCurrent := pod.Annotations[contract.PodKey]
 	if hasCurrent {
