@@ -107,6 +107,10 @@ type Controller struct {
 	synced      []cache.InformerSynced
 
 	queue workqueue.TypedRateLimitingInterface[string]
+	// queuedMu guards queuedAt: when each queued Pod was first queued since
+	// a worker last took it, for the time it waited (logged with its sync).
+	queuedMu sync.Mutex
+	queuedAt map[string]time.Time
 
 	mu      sync.Mutex
 	pods    map[string]*podState
@@ -153,9 +157,10 @@ func New(cfg Config, client kubernetes.Interface, alloc Allocator, paths map[con
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "npl-agent"}),
-		pods:    map[string]*podState{},
-		nodeIPs: map[contract.Family]netip.Addr{},
-		starved: map[string]bool{},
+		pods:     map[string]*podState{},
+		nodeIPs:  map[contract.Family]netip.Addr{},
+		starved:  map[string]bool{},
+		queuedAt: map[string]time.Time{},
 	}
 
 	podInformer := podFactory.Core().V1().Pods()
@@ -231,7 +236,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("list pods: %w", err)
 	}
 	for _, p := range pods {
-		c.queue.Add(keyOf(p))
+		c.enqueue(keyOf(p))
 	}
 	var wg sync.WaitGroup
 	for range c.cfg.Workers {
@@ -275,7 +280,14 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	}
 	defer c.queue.Done(key)
 	start := time.Now()
-	err := c.syncPod(ctx, key)
+	c.queuedMu.Lock()
+	queued, ok := c.queuedAt[key]
+	delete(c.queuedAt, key)
+	c.queuedMu.Unlock()
+	if !ok {
+		queued = start // a retry: its wait is the backoff
+	}
+	err := c.syncPod(ctx, key, start.Sub(queued))
 	c.metrics.observeSync(time.Since(start), err)
 	switch {
 	case err == nil:
@@ -291,6 +303,16 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	return true
 }
 
+// enqueue queues a Pod's key and notes when, unless it is queued already.
+func (c *Controller) enqueue(key string) {
+	c.queuedMu.Lock()
+	if _, ok := c.queuedAt[key]; !ok {
+		c.queuedAt[key] = time.Now()
+	}
+	c.queuedMu.Unlock()
+	c.queue.Add(key)
+}
+
 func keyOf(obj metav1.Object) string {
 	if obj.GetNamespace() == "" {
 		return obj.GetName()
@@ -300,11 +322,11 @@ func keyOf(obj metav1.Object) string {
 
 func (c *Controller) enqueuePod(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		c.queue.Add(d.Key)
+		c.enqueue(d.Key)
 		return
 	}
 	if p, ok := obj.(*corev1.Pod); ok {
-		c.queue.Add(keyOf(p))
+		c.enqueue(keyOf(p))
 	}
 }
 
@@ -341,7 +363,7 @@ func (c *Controller) enqueueSelected(svc *corev1.Service) {
 		return
 	}
 	for _, p := range pods {
-		c.queue.Add(keyOf(p))
+		c.enqueue(keyOf(p))
 	}
 }
 
@@ -362,7 +384,7 @@ func (c *Controller) enqueueSlicePods(oldObj, obj any) {
 func (c *Controller) enqueueNamed(ns string, names []string) {
 	for _, name := range names {
 		if p, err := c.podLister.Pods(ns).Get(name); err == nil {
-			c.queue.Add(keyOf(p))
+			c.enqueue(keyOf(p))
 		}
 	}
 }
@@ -383,7 +405,7 @@ func (c *Controller) nodeChanged(obj any) {
 	if changed && ready {
 		pods, _ := c.podLister.List(labels.Everything())
 		for _, p := range pods {
-			c.queue.Add(keyOf(p))
+			c.enqueue(keyOf(p))
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,8 +26,9 @@ import (
 // allocate or release node ports, program the datapath and wait until it is
 // written, then patch the annotation when its content changed. Ports that
 // could be allocated are published even when others could not (exhaustion).
-func (c *Controller) syncPod(ctx context.Context, key string) error {
+func (c *Controller) syncPod(ctx context.Context, key string, queued time.Duration) error {
 	logger := klog.FromContext(ctx).WithValues("pod", key)
+	start := time.Now()
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return nil
@@ -55,6 +57,7 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 	}
 
 	c.mu.Lock()
+	locked := time.Now()
 	st := c.pods[key]
 	if st == nil {
 		st = &podState{}
@@ -92,7 +95,7 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 	c.mu.Unlock()
 
 	for _, k := range wake {
-		c.queue.Add(k)
+		c.enqueue(k)
 	}
 	if allocErr != nil {
 		c.metrics.AllocationFailures.Inc()
@@ -100,19 +103,30 @@ func (c *Controller) syncPod(ctx context.Context, key string) error {
 			c.recorder.Eventf(pod, corev1.EventTypeWarning, "NodePortExhausted", "No free node port in %s: %v", c.cfg.PortRange, allocErr)
 		}
 	}
+	updated := time.Now()
 	for fam, gen := range gens {
 		if err := c.paths[fam].Wait(ctx, gen); err != nil {
 			return fmt.Errorf("program datapath for pod %s: %w", key, err)
 		}
 	}
+	written := time.Now()
 	for _, f := range flush {
 		if err := c.paths[f.family].FlushUDP(ctx, f.port); err != nil {
 			logger.Error(err, "Flush UDP conntrack entries", "nodePort", f.port)
 		}
 	}
 	if pod != nil {
-		if err := c.patchAnnotation(ctx, pod, entries); err != nil {
+		patched, err := c.patchAnnotation(ctx, pod, entries)
+		if err != nil {
 			return err
+		}
+		if patched {
+			// Where a Pod's publication spent its time: queued until a
+			// worker took it, waiting for the controller's lock, the
+			// datapath write (coalesced with other Pods'), the patch.
+			done := time.Now()
+			logger.V(2).Info("Published node ports", "entries", len(entries), "queued", queued,
+				"lock", locked.Sub(start), "datapath", written.Sub(updated), "patch", done.Sub(written), "total", queued+done.Sub(start))
 		}
 	}
 	if allocErr != nil {
@@ -255,36 +269,36 @@ func (c *Controller) localPodIPs() []netip.Addr {
 
 // patchAnnotation writes the Pod annotation through the pods/status
 // subresource (so the agent needs no write access to Pods), only when its
-// content differs, and deletes it when there is nothing to publish.
-func (c *Controller) patchAnnotation(ctx context.Context, pod *corev1.Pod, entries []contract.Entry) error {
+// content differs, and deletes it when there is nothing to publish. It
+// reports whether it wrote.
+func (c *Controller) patchAnnotation(ctx context.Context, pod *corev1.Pod, entries []contract.Entry) (bool, error) {
 	current, hasCurrent := pod.Annotations[contract.PodKey]
 	if hasCurrent {
 		if parsed, err := contract.Parse(current); err == nil && len(entries) > 0 && contract.Equal(parsed, entries) {
-			return nil
+			return false, nil
 		}
 	} else if len(entries) == 0 {
-		return nil
+		return false, nil
 	}
 	var value any // nil deletes the key in a JSON merge patch
 	if len(entries) > 0 {
 		s, err := contract.Format(entries)
 		if err != nil {
-			return err
+			return false, err
 		}
 		value = s
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{contract.PodKey: value}}})
 	if err != nil {
-		return fmt.Errorf("encode annotation patch: %w", err)
+		return false, fmt.Errorf("encode annotation patch: %w", err)
 	}
 	_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("patch %s annotation of pod %s/%s: %w", contract.PodKey, pod.Namespace, pod.Name, err)
+		return false, fmt.Errorf("patch %s annotation of pod %s/%s: %w", contract.PodKey, pod.Namespace, pod.Name, err)
 	}
 	c.metrics.AnnotationPatches.Inc()
-	klog.FromContext(ctx).V(2).Info("Patched annotation", "pod", klog.KObj(pod), "entries", len(entries))
-	return nil
+	return true, nil
 }

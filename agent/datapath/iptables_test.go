@@ -402,7 +402,7 @@ func TestSyncer_repairsDriftWithoutANewUpdate(t *testing.T) {
 func TestSyncer_burstOf100UpdatesInOneWindowGivesOneRestore(t *testing.T) {
 	ipt := newIPTables(t, v4, "")
 	clk := fakeClock()
-	opts := datapath.SyncerOptions{Clock: clk} // default 20ms window
+	opts := datapath.SyncerOptions{Window: 20 * time.Millisecond, Clock: clk}
 	s := startSyncer(t, ipt, opts)
 	states := make([]datapath.Desired, 100)
 	for i := range states {

@@ -14,7 +14,10 @@ import (
 // SyncerOptions tune a Syncer. Zero values take the defaults.
 type SyncerOptions struct {
 	// Window is how long the first update of a burst waits for more before
-	// the latest state is written. Default 20ms.
+	// the latest state is written. Zero, the default, writes an update at
+	// once; the updates that arrive while a write runs are written together
+	// by the next one, as soon as it ends, so a burst still costs few
+	// writes without delaying its first Pod.
 	Window time.Duration
 	// CheckInterval is the period of the drift check. Default 60s.
 	CheckInterval time.Duration
@@ -29,8 +32,8 @@ type SyncerOptions struct {
 }
 
 func (o SyncerOptions) withDefaults() SyncerOptions {
-	if o.Window <= 0 {
-		o.Window = 20 * time.Millisecond
+	if o.Window < 0 {
+		o.Window = 0
 	}
 	if o.CheckInterval <= 0 {
 		o.CheckInterval = time.Minute
@@ -58,8 +61,10 @@ type SyncerStats struct {
 	Failures     int // failed writes or checks (each retried)
 }
 
-// Syncer writes the latest desired state to a Datapath. Updates that arrive
-// within a short window are coalesced into one write; a periodic check
+// Syncer writes the latest desired state to a Datapath, one write at a
+// time. An update is written at once when no write runs; the updates that
+// arrive during a write are coalesced into the next one (and, with a
+// Window, those that arrive within it after the first); a periodic check
 // rewrites the chains when they drifted (a rule or jump deleted, a chain
 // flushed); failures are retried with backoff (Antrea #2554: xtables lock
 // contention must not kill the agent).
@@ -165,10 +170,16 @@ func (s *Syncer) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-s.updated:
-			if window == nil && retry == nil {
-				window = s.opts.Clock.After(s.opts.Window)
+			if retry != nil {
+				continue // the retry writes the latest state
 			}
-			continue
+			if s.opts.Window > 0 {
+				if window == nil {
+					window = s.opts.Clock.After(s.opts.Window)
+				}
+				continue
+			}
+			check = false
 		case <-window:
 			window, check = nil, false
 		case <-retry:
@@ -212,6 +223,7 @@ func (s *Syncer) reconcile(ctx context.Context, check bool) error {
 		return nil
 	}
 	if gen != written {
+		start := s.opts.Clock.Now()
 		if err := s.dp.Sync(ctx, d); err != nil {
 			s.count(func(st *SyncerStats) { st.Failures++ })
 			return err
@@ -222,7 +234,8 @@ func (s *Syncer) reconcile(ctx context.Context, check bool) error {
 		close(s.advance)
 		s.advance = make(chan struct{})
 		s.mu.Unlock()
-		logger.V(2).Info("Programmed datapath", "generation", gen, "mappings", len(d.Mappings))
+		logger.V(2).Info("Programmed datapath", "generation", gen, "updates", gen-written, "mappings", len(d.Mappings),
+			"took", s.opts.Clock.Since(start))
 		return nil
 	}
 	if !check {

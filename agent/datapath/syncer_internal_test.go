@@ -26,7 +26,6 @@ func TestNextBackoff_growsByHalfUpToTheCap(t *testing.T) {
 
 func TestSyncerOptions_defaults(t *testing.T) {
 	want := SyncerOptions{
-		Window:        20 * time.Millisecond,
 		CheckInterval: time.Minute,
 		MinBackoff:    time.Second,
 		MaxBackoff:    5 * time.Second,

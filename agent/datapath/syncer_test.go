@@ -113,6 +113,53 @@ func TestSyncer_coalescesABurstOfUpdates(t *testing.T) {
 	}
 }
 
+func TestSyncer_writesAnUpdateAtOnceWithoutAWindow(t *testing.T) {
+	fake := &datapathtest.Fake{}
+	// The clock is never stepped: a write that waited for a timer would
+	// never happen.
+	s := startSyncer(t, fake, datapath.SyncerOptions{CheckInterval: time.Hour, Clock: fakeClock()})
+	wait(t, s, s.Update(desired(1)))
+	if n := fake.Syncs(); n != 1 {
+		t.Errorf("one update gave %d writes, want 1", n)
+	}
+}
+
+// blocking is a datapath whose writes wait until the test releases them.
+type blocking struct {
+	*datapathtest.Fake
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b blocking) Sync(ctx context.Context, d datapath.Desired) error {
+	b.entered <- struct{}{}
+	<-b.release
+	return b.Fake.Sync(ctx, d)
+}
+
+func TestSyncer_coalescesTheUpdatesMadeDuringAWrite(t *testing.T) {
+	dp := blocking{Fake: &datapathtest.Fake{}, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	s := startSyncer(t, dp, datapath.SyncerOptions{CheckInterval: time.Hour, Clock: fakeClock()})
+	first := s.Update(desired(1))
+	<-dp.entered // the first update is being written
+	var gen uint64
+	for i := range 99 {
+		gen = s.Update(desired(i + 2))
+	}
+	close(dp.release)
+	wait(t, s, gen)
+	if !s.Synced() || gen <= first {
+		t.Fatalf("Synced() = %v after generation %d", s.Synced(), gen)
+	}
+	if n := dp.Syncs(); n != 2 {
+		t.Errorf("1 update, then 99 during its write, gave %d writes, want 2", n)
+	}
+	last, _ := dp.Last()
+	if len(last.Mappings) != 100 {
+		t.Errorf("the second write holds %d mappings, want the last update's 100", len(last.Mappings))
+	}
+}
+
 func TestSyncer_waitReturnsOnlyOnceTheStateIsWritten(t *testing.T) {
 	fake := &datapathtest.Fake{}
 	fake.FailSyncs(3, errors.New("xtables lock held"))

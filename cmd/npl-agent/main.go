@@ -71,7 +71,7 @@ writes the Antrea-compatible Pod annotation nodeportlocal.antrea.io.`,
 	f.StringVar(&o.healthAddr, "health-probe-bind-address", ":9102", "address of the /healthz and /readyz listener (0 disables it)")
 	f.StringVar(&o.datapath, "datapath", string(datapath.BackendAuto), "datapath backend: auto, iptables or nftables (auto: nftables when kube-proxy runs in nftables mode or iptables does not work, else iptables)")
 	f.DurationVar(&o.checkInterval, "datapath-check-interval", time.Minute, "how often the datapath (chains, or the nftables table) is checked for drift and repaired")
-	f.DurationVar(&o.syncWindow, "datapath-sync-window", 20*time.Millisecond, "changes within this window are written in one datapath write")
+	f.DurationVar(&o.syncWindow, "datapath-sync-window", 0, "when set, the changes within this window after the first are written in one datapath write; 0 writes a change at once (the changes made during a write are written together right after it)")
 	f.IntVar(&o.workers, "workers", 4, "Pods synced in parallel")
 	f.Float32Var(&o.apiQPS, "kube-api-qps", 50, "sustained rate of requests to the Kubernetes API (one annotation patch per Pod change)")
 	f.IntVar(&o.apiBurst, "kube-api-burst", 100, "burst of requests to the Kubernetes API")

@@ -551,8 +551,10 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) error {
 		key: key, lb: lb, report: report, objects: []runtime.Object{svc},
 		needsStatus: len(svc.Status.LoadBalancer.Ingress) == 0, syncedEvents: true,
 		setStatus: func(ctx context.Context, status providers.Status) error {
-			cond := claim.Condition{OK: true, Reason: "Synced",
-				Message: fmt.Sprintf("%d listener(s), %d ready backend(s)", len(lb.Listeners), report.ReadyBackends)}
+			// No member count in the message: it would change with every
+			// Pod, and the status write it costs would hold back the next
+			// Pod's member (the Synced Event carries the count).
+			cond := claim.Condition{OK: true, Reason: "Synced", Message: fmt.Sprintf("%d listener(s)", len(lb.Listeners))}
 			if len(status.Warnings) > 0 {
 				cond.Reason = "SyncedWithWarnings"
 				cond.Message += "; " + strings.Join(status.Warnings, "; ")

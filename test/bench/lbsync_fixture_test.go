@@ -176,7 +176,7 @@ func (s *serviceSet) claimedStatusPatch(i int) []byte {
 		"loadBalancer": corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: s.vip(i).String()}}},
 		"conditions": []metav1.Condition{{
 			Type: contract.SyncedConditionType, Status: metav1.ConditionTrue, Reason: "Synced",
-			Message: fmt.Sprintf("1 listener(s), %d ready backend(s)", s.podsPer),
+			Message: "1 listener(s)",
 			// The apiserver keeps no generation for Services: 0.
 			LastTransitionTime: metav1.Now(),
 		}},

@@ -128,7 +128,7 @@ func BenchmarkGateway_routeChangeToFirstRequest(b *testing.B) {
 	}
 	b.StopTimer()
 	slices.Sort(lat)
-	b.ReportMetric(percentile(lat, 50), "p50-ms")
-	b.ReportMetric(percentile(lat, 99), "p99-ms")
+	b.ReportMetric(Percentile(lat, 50), "p50-ms")
+	b.ReportMetric(Percentile(lat, 99), "p99-ms")
 	b.ReportMetric(float64(len(lat)), "routes")
 }

@@ -1,0 +1,192 @@
+package realnodes
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/test/cluster"
+	"github.com/nodeportlocal/npl/test/edge"
+	"github.com/nodeportlocal/npl/test/stack"
+)
+
+// BenchmarkRealNodes_podReadyToVIP is test/edge's BenchmarkEdge_podReadyToVIP
+// on three real nodes: real kubelets, containerd and the CNI bridge run the
+// workload image, whose readiness probe (every second) makes a Pod Ready,
+// and a real kube-proxy runs beside npl-agent. npl-agent (this checkout's
+// binary, in each node's network namespace), npl-lbsync with the haproxy
+// provider and npl-edge with HAProxy on the cluster's bridge; a stream of 8
+// clients sends requests to the VIP. Per iteration a Deployment scales from
+// 1 to 1+podsToVIP Pods in steps of 5, then back to 1; it reports what
+// edge.ReportReadyToVIP does. A real kubelet reports a Pod's IP before its
+// containers start and the readiness probe passes, so npl-agent's work may
+// come before Ready (annotated-* negative).
+func BenchmarkRealNodes_podReadyToVIP(b *testing.B) {
+	const podsToVIP, step, name = 20, 5, "rn-vip"
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Options{Nodes: 3, RealNodes: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close() })
+	tag := imageTag(b, c)
+	agents, err := stack.StartAgents(ctx, c, stack.AgentOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { stack.StopAgents(agents) })
+	bin, err := stack.BinDir()
+	if err != nil {
+		b.Fatal(err)
+	}
+	bed, err := edge.Start(ctx, b.TempDir(), edge.ClusterOptions(bin, "rn"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = bed.Close() })
+	if err := bed.StartEdge(ctx); err != nil {
+		b.Fatal(err)
+	}
+	cfg := fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/%s\nresyncPeriod: 1m\ndrainSeconds: 5\n", name, name) + bed.LBSyncConfig()
+	lbsync, err := stack.StartLBSync(ctx, c, stack.LBSyncOptions{Name: "npl-lbsync-" + name, Config: cfg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = lbsync.Stop() })
+
+	client := c.Client()
+	ns := "bench-vip"
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	d := workloadDeployment(ns, "web", tag)
+	d.Spec.Replicas = ptr.To[int32](1)
+	if _, err := client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	svc := loadBalancerService(ns, "web")
+	svc.Spec.LoadBalancerClass = ptr.To("npl.io/" + name)
+	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	var url string
+	eventually(b, ctx, "the Service's VIP", func(ctx context.Context) error {
+		s, err := client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil || len(s.Status.LoadBalancer.Ingress) == 0 {
+			return fmt.Errorf("no VIP yet (%v)", err)
+		}
+		url = edge.URL(s.Status.LoadBalancer.Ingress[0].IP, 80)
+		return nil
+	})
+	pool := providers.PoolName(providers.LoadBalancerName(name, ns, "web"), providers.TCP, 80)
+	rw, err := edge.WatchReady(ctx, client, ns, "app=web")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rw.Stop()
+	scale := func(n int) {
+		patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n)
+		if _, err := client.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// converged waits until exactly n Pods exist, all Ready and served by
+	// the edge.
+	converged := func(n int) {
+		eventually(b, ctx, fmt.Sprintf("%d Pods ready and served", n), func(ctx context.Context) error {
+			pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+			if err != nil || len(pods.Items) != n || len(readyOf(pods.Items)) != n {
+				return fmt.Errorf("not %d ready Pods (%v)", n, err)
+			}
+			wctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			return bed.Edges[0].WaitUp(wctx, pool, n)
+		})
+	}
+	converged(1)
+
+	var timelines []edge.PodTimeline
+	var requests, failed int
+	var streamTime time.Duration
+	for b.Loop() {
+		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		before := readyOf(pods.Items)
+		start := time.Now()
+		su := edge.StartServersUp(ctx, bed.Edges[0], pool)
+		fa := edge.StartFirstAnswers(ctx, bed, url, 8, 10*time.Minute)
+		for n := 1 + step; n <= 1+podsToVIP; n += step {
+			scale(n)
+			eventually(b, ctx, fmt.Sprintf("%d Pods ready and answering through the VIP", n), func(ctx context.Context) error {
+				pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+				if err != nil {
+					return err
+				}
+				ready := readyOf(pods.Items)
+				if len(ready) != n {
+					return fmt.Errorf("%d of %d Pods ready", len(ready), n)
+				}
+				for _, p := range ready {
+					if fa.First(p).IsZero() {
+						return fmt.Errorf("%s has not answered yet", p)
+					}
+				}
+				return nil
+			})
+		}
+		fa.Stop()
+		su.Stop()
+		streamTime += time.Since(start)
+		ok, fail := fa.Counts()
+		requests, failed = requests+ok+fail, failed+fail
+		pods, err = client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			if slices.Contains(before, p.Name) || p.DeletionTimestamp != nil {
+				continue
+			}
+			t, err := edge.Timeline(&p, rw, su, fa)
+			if err != nil {
+				b.Fatal(err)
+			}
+			timelines = append(timelines, t)
+		}
+		b.StopTimer()
+		scale(1)
+		converged(1)
+		b.StartTimer()
+	}
+	edge.ReportReadyToVIP(b, timelines, false)
+	b.ReportMetric(float64(requests)/streamTime.Seconds(), "stream-req/s")
+	b.ReportMetric(float64(failed), "failed")
+}
+
+// readyOf names the Pods whose Ready condition is True, terminating ones
+// left out.
+func readyOf(pods []corev1.Pod) []string {
+	var out []string
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				out = append(out, p.Name)
+			}
+		}
+	}
+	return out
+}
