@@ -45,7 +45,7 @@ func TestLBSync_gatewayOnAvi(t *testing.T) {
 	if err := stack.GrantChartValues(ctx, e.c, map[string]any{"gatewayAPI.enabled": true, "gatewayAPI.readTLSSecrets": true}); err != nil {
 		t.Fatal(err)
 	}
-	const vips = "198.18.114.0/28" // its own: gwroutes' route-kinds test has .112, BIG-IP's Gateway test .113
+	const vips = "198.18.114.0/28" // its own: gwroutes' route-kinds test has .112, BIG-IP's Gateway tests .113 and .115
 	backend, err := stack.StartBackend("avi", t.TempDir(), netip.MustParsePrefix(vips))
 	if err != nil {
 		t.Fatal(err)

@@ -51,7 +51,7 @@ func TestLBSync_gatewayStreamsOnBIGIP(t *testing.T) {
 		}
 	}
 	name := clusterName + "-gwbigs"
-	cfg := configWith(name, "NodePortLocal", "npl.io/gwbigs", "198.18.114.0/28", fmt.Sprintf(`provider:
+	cfg := configWith(name, "NodePortLocal", "npl.io/gwbigs", "198.18.115.0/28", fmt.Sprintf(`provider:
   name: bigip
   bigip:
     url: %s
