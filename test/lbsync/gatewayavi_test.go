@@ -1,10 +1,8 @@
 package lbsync
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -12,13 +10,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
-	"github.com/nodeportlocal/npl/lbsync/gateway"
 	"github.com/nodeportlocal/npl/providers"
-	"github.com/nodeportlocal/npl/test/stack"
 )
 
 // aviObjects is the Avi simulator backend's view of its objects.
@@ -38,45 +32,10 @@ type aviObjects interface {
 // its load balancer goes.
 func TestLBSync_gatewayOnAvi(t *testing.T) {
 	e := setup(t)
-	ctx := ctxFor(t, 4*time.Minute)
-	if err := e.c.InstallGatewayAPI(ctx); err != nil {
-		t.Fatalf("install the Gateway API CRDs: %v", err)
-	}
-	if err := stack.GrantChartValues(ctx, e.c, map[string]any{"gatewayAPI.enabled": true, "gatewayAPI.readTLSSecrets": true}); err != nil {
-		t.Fatal(err)
-	}
-	const vips = "198.18.114.0/28" // its own: gwroutes' route-kinds test has .112, BIG-IP's Gateway tests .113 and .115
-	backend, err := stack.StartBackend("avi", t.TempDir(), netip.MustParsePrefix(vips))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(backend.Close)
+	b := e.startGatewayBed(t, "avi", "gwavi", "198.18.114.0/28")
+	ctx, l, gw1, ns, className, name, cfg := b.ctx, b.l, b.gw1, b.ns, b.class, b.name, b.cfg
+	backend := b.backend
 	sim := backend.(aviObjects)
-	name := clusterName + "-gwavi"
-	cfg := configWith(name, "NodePortLocal", "npl.io/gwavi", vips, backend.ProviderConfig()) + "gatewayAPI:\n  enabled: true\n"
-	l := e.startSyncer(t, "npl-lbsync-gwavi", name, cfg, false)
-	gc, err := gatewayclient.NewForConfig(e.c.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw1 := gc.GatewayV1()
-	ns := e.namespace(t)
-
-	className := "npl-avi-" + ns
-	if _, err := gw1.GatewayClasses().Create(ctx, &gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: className},
-		Spec: gatewayv1.GatewayClassSpec{ControllerName: gateway.ControllerName}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gw1.GatewayClasses().Delete(context.Background(), className, metav1.DeleteOptions{}) })
-	for i, app := range []string{"a", "b"} {
-		e.pod(t, ns, app+"-1", e.nodeName(i), list(entry(8080, e.nodeIP(i), 61000+i, "tcp")), func(p *corev1.Pod) {
-			p.Labels = map[string]string{"app": app}
-		})
-		e.createService(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app}, Spec: corev1.ServiceSpec{
-			Selector: map[string]string{"app": app},
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}},
-		}})
-	}
 	certPEM, keyPEM := selfSigned(t, "shop.example.com")
 	if _, err := e.client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tls"},
 		Type: corev1.SecretTypeTLS, Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM}}, metav1.CreateOptions{}); err != nil {

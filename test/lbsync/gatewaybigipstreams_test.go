@@ -1,24 +1,16 @@
 package lbsync
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
-	"github.com/nodeportlocal/npl/lbsync/gateway"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
-	"github.com/nodeportlocal/npl/test/stack"
 )
 
 // TestLBSync_gatewayStreamsOnBIGIP: a Gateway's TCP and UDP listeners on
@@ -31,57 +23,9 @@ import (
 // TestLBSync_gatewayAPIWithoutCRDs.)
 func TestLBSync_gatewayStreamsOnBIGIP(t *testing.T) {
 	e := setup(t)
-	ctx := ctxFor(t, 4*time.Minute)
-	if err := e.c.InstallGatewayAPI(ctx); err != nil {
-		t.Fatalf("install the Gateway API CRDs: %v", err)
-	}
-	if err := stack.GrantChartValues(ctx, e.c, map[string]any{"gatewayAPI.enabled": true, "gatewayAPI.readTLSSecrets": true}); err != nil {
-		t.Fatal(err)
-	}
-	sim := bigipsim.New(bigipsim.Options{TLS: true, Username: "npl", Password: "bigip-secret"})
-	if err := sim.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Close)
-	dir := t.TempDir()
-	files := map[string]string{"ca.crt": string(sim.CACertPEM()), "username": "npl\n", "password": "bigip-secret\n"}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	name := clusterName + "-gwbigs"
-	cfg := configWith(name, "NodePortLocal", "npl.io/gwbigs", "198.18.115.0/28", fmt.Sprintf(`provider:
-  name: bigip
-  bigip:
-    url: %s
-    usernameFile: %s
-    passwordFile: %s
-    caFile: %s
-`, sim.URL(), filepath.Join(dir, "username"), filepath.Join(dir, "password"), filepath.Join(dir, "ca.crt"))) +
-		"gatewayAPI:\n  enabled: true\n"
-	l := e.startSyncer(t, "npl-lbsync-gwbigs", name, cfg, false)
-	gc, err := gatewayclient.NewForConfig(e.c.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw1 := gc.GatewayV1()
-	ns := e.namespace(t)
-	className := "npl-bigips-" + ns
-	if _, err := gw1.GatewayClasses().Create(ctx, &gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: className},
-		Spec: gatewayv1.GatewayClassSpec{ControllerName: gateway.ControllerName}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gw1.GatewayClasses().Delete(context.Background(), className, metav1.DeleteOptions{}) })
-	for i, app := range []string{"a", "b"} {
-		e.pod(t, ns, app+"-1", e.nodeName(i), list(entry(8080, e.nodeIP(i), 61000+i, "tcp")), func(p *corev1.Pod) {
-			p.Labels = map[string]string{"app": app}
-		})
-		e.createService(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app}, Spec: corev1.ServiceSpec{
-			Selector: map[string]string{"app": app},
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}},
-		}})
-	}
+	b := e.startGatewayBed(t, "bigip", "gwbigs", "198.18.115.0/28")
+	ctx, l, gw1, ns, className, name := b.ctx, b.l, b.gw1, b.ns, b.class, b.name
+	sim := b.backend.(interface{ Sim() *bigipsim.Server }).Sim()
 	gw := &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw"}, Spec: gatewayv1.GatewaySpec{
 		GatewayClassName: gatewayv1.ObjectName(className),
 		Listeners: []gatewayv1.Listener{

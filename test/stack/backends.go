@@ -246,6 +246,10 @@ func startBigIP(dir string) (*bigipBackend, error) {
 	return &bigipBackend{sim: sim, config: cfg}, nil
 }
 
+// Sim is the BIG-IP simulator behind a "bigip" Backend, for tests that read
+// its objects.
+func (b *bigipBackend) Sim() *bigipsim.Server { return b.sim }
+
 func (b *bigipBackend) Name() string           { return "bigip" }
 func (b *bigipBackend) ProviderConfig() string { return b.config }
 func (b *bigipBackend) Writes() int            { return b.sim.Writes() }
