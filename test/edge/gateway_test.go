@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nodeportlocal/npl/edge/api"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -287,26 +288,7 @@ func TestProvider_gatewayL7DataPlane(t *testing.T) {
 		t.Errorf("weights 70/30: %v of 500, want w-0 at 350±50 and nothing else", counts)
 	}
 
-	// List returns exactly what was applied; the same model again is no write.
-	n, err := providers.Normalize(lb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := *n
-	want.VIPs = st.VIPs
-	for i := range want.HTTP.TLS {
-		want.HTTP.TLS[i] = want.HTTP.TLS[i].WithoutKeys()
-	}
-	if diff := cmp.Diff(want, listOne(t, p, name)); diff != "" {
-		t.Fatalf("List (-applied +listed):\n%s", diff)
-	}
-	before := status(t, b)
-	if _, err := p.Ensure(ctx, lb); err != nil {
-		t.Fatal(err)
-	}
-	if after := status(t, b); after.Writes != before.Writes || after.Reloads != before.Reloads {
-		t.Errorf("the same model again: %+v -> %+v, want no write", before, after)
-	}
+	before := listedAsAppliedAndIdempotent(ctx, t, b, p, lb, st.VIPs)
 
 	// A weight change goes through the runtime API: no reload.
 	reweighted := lb.Clone()
@@ -327,4 +309,32 @@ func TestProvider_gatewayL7DataPlane(t *testing.T) {
 	if err := p.Delete(ctx, name, providers.L7); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
+}
+
+// listedAsAppliedAndIdempotent checks that List returns exactly the
+// normalized model lb that was applied, on vips and without key material,
+// and that applying it again is no write and no reload; it returns the
+// edge's status before that second apply.
+func listedAsAppliedAndIdempotent(ctx context.Context, t *testing.T, b *Bed, p providers.Provider, lb *providers.LoadBalancer, vips []string) api.Status {
+	t.Helper()
+	n, err := providers.Normalize(lb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := *n
+	want.VIPs = vips
+	for i := range want.HTTP.TLS {
+		want.HTTP.TLS[i] = want.HTTP.TLS[i].WithoutKeys()
+	}
+	if diff := cmp.Diff(want, listOne(t, p, lb.Name)); diff != "" {
+		t.Fatalf("List (-applied +listed):\n%s", diff)
+	}
+	before := status(t, b)
+	if _, err := p.Ensure(ctx, lb); err != nil {
+		t.Fatal(err)
+	}
+	if after := status(t, b); after.Writes != before.Writes || after.Reloads != before.Reloads {
+		t.Errorf("the same model again: %+v -> %+v, want no write", before, after)
+	}
+	return before
 }
