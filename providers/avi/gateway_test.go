@@ -560,3 +560,44 @@ func TestProvider_gatewayRepairsRulesChangedByHand(t *testing.T) {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 }
+
+// A member whose weight changes moves from one weight's pool to another's.
+// The pool it joins is written before the pool groups and the pool it
+// leaves after them, so a write that fails in between never leaves it in
+// neither: List still has it, and the next apply converges.
+func TestProvider_gatewayWeightChangeNeverDropsAMemberOnError(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	cert := tlsCert(t, "gw-tls", "shop.example.com")
+	f.ensure(gatewayLB(t, cert))
+
+	lb := gatewayLB(t, cert)
+	web := lb.Pools[1].Name
+	lb.Pools[1].Members[0].Weight = 5
+	f.sim.AddFault(avisim.Fault{Method: "POST", Path: "/api/pool", Status: http.StatusInternalServerError, Count: 1})
+	f.sim.ResetCounters()
+	if _, err := f.v.Ensure(context.Background(), lb); err == nil {
+		t.Fatal("Ensure succeeded through a failed write")
+	}
+	for _, w := range f.writes() {
+		if strings.HasPrefix(w, "DELETE") || strings.HasPrefix(w, "PUT /api/pool/") {
+			t.Errorf("%s after a failed create of the member's new pool", w)
+		}
+	}
+	listed := f.list()
+	if len(listed) != 1 {
+		t.Fatalf("List after the error: %v", listed)
+	}
+	i := slices.IndexFunc(listed[0].Pools, func(p providers.Pool) bool { return p.Name == web })
+	if i < 0 || len(listed[0].Pools[i].Members) != 1 || listed[0].Pools[i].Members[0].IP != "198.18.0.11" {
+		t.Errorf("pool %s after the error: %+v, want its member still there", web, listed[0].Pools)
+	}
+
+	f.ensure(lb)
+	want, err := providers.Normalize(lb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]providers.LoadBalancer{listedL7(want, "198.18.200.1")}, f.list()); diff != "" {
+		t.Errorf("List (-want +got):\n%s", diff)
+	}
+}

@@ -8,8 +8,10 @@ import (
 	"crypto/rsa"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/vmware/alb-sdk/go/models"
@@ -660,9 +662,17 @@ func (p *Provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (pr
 	if err != nil {
 		return providers.Status{}, err
 	}
-	poolURLs, err := p.applyPools(s, log, want.pools, cur.pools)
+	// A pool that only loses members is written after the pool groups:
+	// the member of a Gateway backend whose weight changed moves from one
+	// weight's pool to another's, and must never be in neither, not even
+	// when a write in between fails.
+	grow, shrink := splitShrinking(want.pools, cur.pools)
+	poolURLs, err := p.applyPools(s, log, grow, cur.pools)
 	if err != nil {
 		return providers.Status{}, err
+	}
+	for _, spec := range shrink {
+		poolURLs[spec.Name] = cur.pools[spec.Name].URL
 	}
 	groupURLs := make(map[string]*string, len(want.groups))
 	for _, spec := range want.groups {
@@ -676,6 +686,9 @@ func (p *Provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (pr
 			return providers.Status{}, err
 		}
 		groupURLs[spec.Name] = group.URL
+	}
+	if _, err := p.applyPools(s, log, shrink, cur.pools); err != nil {
+		return providers.Status{}, err
 	}
 	var certURLs []*string
 	for _, spec := range want.certs {
@@ -1053,4 +1066,33 @@ func rulesFromPolicy(specs []httpRuleSpec, poolName func(string) string) []provi
 	}
 	providers.SortRules(rules)
 	return rules
+}
+
+// splitShrinking splits the pool specs into those to write first (new
+// pools, and pools that gain a member or keep their membership) and those
+// that only remove members from the pool cur holds.
+func splitShrinking(specs []poolSpec, cur map[string]*models.Pool) (grow, shrink []poolSpec) {
+	for _, spec := range specs {
+		c := cur[spec.Name]
+		if c == nil {
+			grow = append(grow, spec)
+			continue
+		}
+		had := map[string]bool{}
+		for _, m := range membersOf(c) {
+			had[net.JoinHostPort(m.IP, strconv.Itoa(int(m.Port)))] = true
+		}
+		gains := len(spec.Members) >= len(had)
+		for _, m := range spec.Members {
+			if !had[net.JoinHostPort(m.IP, strconv.Itoa(int(m.Port)))] {
+				gains = true
+			}
+		}
+		if gains {
+			grow = append(grow, spec)
+		} else {
+			shrink = append(shrink, spec)
+		}
+	}
+	return grow, shrink
 }
