@@ -223,7 +223,9 @@ func TestTable_weightsDrainRemoveAndDelete(t *testing.T) {
 	if name, err := onB.ask(); err != nil || name != "b" {
 		t.Fatalf("b's flow while b drains: answer from %q, %v; want b", name, err)
 	}
-	served, _ = tab.Served(ctx)
+	if served, err = tab.Served(ctx); err != nil {
+		t.Fatalf("Served while b drains: %v", err)
+	}
 	if got := served[udp.Key{VIP: vip, Port: 53}]; fmt.Sprint(got) != fmt.Sprint(l.Members) {
 		t.Fatalf("Served while b drains: %v, want %v", got, l.Members)
 	}

@@ -129,7 +129,11 @@ func TestExpected_listsGatewayPools(t *testing.T) {
 	}
 
 	// Nothing on the provider: missing, both.
-	for _, p := range Compare(expected, nil).Pools {
+	missing := Compare(expected, nil).Pools
+	if len(missing) != 2 {
+		t.Fatalf("%d pools compared with nothing, want the Gateway's 2: %+v", len(missing), missing)
+	}
+	for _, p := range missing {
 		if p.State != StateMissing || p.Service != "gateway shop/gw" {
 			t.Errorf("pool %s of %s: %s, want %s", p.Name, p.Service, p.State, StateMissing)
 		}

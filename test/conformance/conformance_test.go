@@ -475,7 +475,7 @@ func checkFullRun(t *testing.T, report *confv1.ConformanceReport, profiles []sui
 	}
 	for _, name := range knownFailureNames() {
 		if !failed[name] && slices.ContainsFunc(profiles, func(p suite.ConformanceProfileName) bool { return coreTestOf(p, name) }) {
-			t.Logf("core test %s passed: remove it from KnownFailures", name)
+			t.Errorf("core test %s passed: remove it from KnownFailures", name)
 		}
 	}
 }

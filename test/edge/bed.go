@@ -377,9 +377,7 @@ func (b *Bed) ProviderSection(edges ...string) []byte {
 // LBSyncConfig is the part of an npl-lbsync configuration that serves
 // the bed's edge: the VIP range as vipPool and the haproxy provider.
 func (b *Bed) LBSyncConfig() string {
-	var section map[string]any
-	_ = json.Unmarshal(b.ProviderSection(), &section) // our own JSON
-	provider, _ := json.Marshal(map[string]any{"name": "haproxy", "haproxy": section})
+	provider, _ := json.Marshal(map[string]any{"name": "haproxy", "haproxy": json.RawMessage(b.ProviderSection())}) // cannot fail: strings and valid JSON
 	return fmt.Sprintf("vipPool: [%q]\nprovider: %s\n", VIPRange, provider)
 }
 

@@ -54,22 +54,21 @@ func TestLBSync_gatewayStreamsOnBIGIP(t *testing.T) {
 	tcpV := p + providers.ListenerName(lbName, providers.TCP, 5000)
 	udpV := p + providers.ListenerName(lbName, providers.UDP, 5300)
 	ip0, ip1 := e.nodeIP(0), e.nodeIP(1)
-	var diff string
 	waitFor(t, 60*time.Second, "the Gateway's virtuals on the BIG-IP", func() (bool, error) {
 		st := sim.Dump()
-		diff = fmt.Sprintf("%+v %+v", st.Virtuals, st.Pools)
+		seen := fmt.Errorf("virtuals %+v, pools %+v", st.Virtuals, st.Pools)
 		i := slices.IndexFunc(st.Virtuals, func(v bigipsim.Virtual) bool { return v.FullPath == tcpV })
 		j := slices.IndexFunc(st.Virtuals, func(v bigipsim.Virtual) bool { return v.FullPath == udpV })
 		k := slices.IndexFunc(st.Pools, func(pl bigipsim.Pool) bool { return pl.FullPath == tcpV })
 		if i < 0 || j < 0 || k < 0 || st.Virtuals[i].IPProtocol != "tcp" || st.Virtuals[j].IPProtocol != "udp" ||
 			st.Virtuals[i].Pool != tcpV || st.Virtuals[j].Pool != udpV {
-			return false, nil
+			return false, seen
 		}
 		want := []bigipsim.Member{
 			{FullPath: p + ip0 + ":61000", Address: ip0, Session: "user-enabled", State: "unchecked", Ratio: 256},
 			{FullPath: p + ip1 + ":61001", Address: ip1, Session: "user-enabled", State: "unchecked", Ratio: 85},
 		}
-		return st.Pools[k].LoadBalancingMode == "ratio-member" && slices.Equal(st.Pools[k].Members, want), nil
+		return st.Pools[k].LoadBalancingMode == "ratio-member" && slices.Equal(st.Pools[k].Members, want), seen
 	})
 	waitFor(t, 30*time.Second, "the Gateway Programmed", func() (bool, error) {
 		g, err := gw1.Gateways(ns).Get(ctx, "gw", metav1.GetOptions{})
@@ -88,5 +87,4 @@ func TestLBSync_gatewayStreamsOnBIGIP(t *testing.T) {
 		st := sim.Dump()
 		return len(st.Virtuals)+len(st.Pools)+len(st.Policies) == 0, fmt.Errorf("%+v", st)
 	})
-	_ = diff
 }

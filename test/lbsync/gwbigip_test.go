@@ -86,25 +86,18 @@ func TestLBSync_gatewayOnBIGIP(t *testing.T) {
 		{FullPath: p + ip0 + ":61000", Address: ip0, Session: "user-enabled", State: "unchecked", Ratio: 256},
 		{FullPath: p + ip1 + ":61001", Address: ip1, Session: "user-enabled", State: "unchecked", Ratio: 85},
 	}
-	var diff string
 	waitFor(t, 60*time.Second, "the Gateway's objects on the BIG-IP", func() (bool, error) {
 		st := sim.Dump()
-		diff = ""
 		i := slices.IndexFunc(st.Policies, func(pol bigipsim.Policy) bool { return pol.FullPath == policy })
 		if i < 0 || !slices.Equal(st.Policies[i].Rules, wantRules) {
-			diff = fmt.Sprintf("policies %+v", st.Policies)
-			return false, nil
+			return false, fmt.Errorf("policies %+v", st.Policies)
 		}
 		j := slices.IndexFunc(st.Pools, func(pl bigipsim.Pool) bool { return pl.FullPath == pool })
 		if j < 0 || st.Pools[j].LoadBalancingMode != "ratio-member" || !slices.Equal(st.Pools[j].Members, wantMembers) {
-			diff = fmt.Sprintf("pools %+v", st.Pools)
-			return false, nil
+			return false, fmt.Errorf("pools %+v", st.Pools)
 		}
 		return true, nil
 	})
-	if diff != "" {
-		t.Fatal(diff)
-	}
 	programmed := func(status metav1.ConditionStatus, reason string) func() (bool, error) {
 		return func() (bool, error) {
 			g, err := gw1.Gateways(ns).Get(ctx, "gw", metav1.GetOptions{})
