@@ -32,9 +32,6 @@ type SyncerOptions struct {
 }
 
 func (o SyncerOptions) withDefaults() SyncerOptions {
-	if o.Window < 0 {
-		o.Window = 0
-	}
 	if o.CheckInterval <= 0 {
 		o.CheckInterval = time.Minute
 	}

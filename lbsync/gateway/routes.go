@@ -3,6 +3,7 @@ package gateway
 import (
 	"cmp"
 	"fmt"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -44,23 +45,7 @@ func (r *routeView) id() string { return r.kind + " " + r.meta.Namespace + "/" +
 
 // String is "kind namespace/name" in lower case, as errors name a route.
 func (r *routeView) String() string {
-	return fmt.Sprintf("%s %s/%s", lowerKind(r.kind), r.meta.Namespace, r.meta.Name)
-}
-
-func lowerKind(k string) string {
-	switch k {
-	case KindHTTPRoute:
-		return "httproute"
-	case KindGRPCRoute:
-		return "grpcroute"
-	case KindTCPRoute:
-		return "tcproute"
-	case KindUDPRoute:
-		return "udproute"
-	case KindTLSRoute:
-		return "tlsroute"
-	}
-	return k
+	return fmt.Sprintf("%s %s/%s", strings.ToLower(r.kind), r.meta.Namespace, r.meta.Name)
 }
 
 // hasHostnames reports whether the kind has hostnames that meet the
