@@ -52,6 +52,10 @@ type Input struct {
 	// they choose the Pods of a Service without a selector.
 	EndpointSlices []*discoveryv1.EndpointSlice
 	Secrets        []*corev1.Secret
+	// ForbiddenSecrets ("namespace/name") are Secrets npl-lbsync may not
+	// read: their listeners are not programmed, but they are not missing
+	// either, so MissingSecrets does not poll them.
+	ForbiddenSecrets []string
 }
 
 // Result is what Build returns: the model, and the statuses it decides.
@@ -481,6 +485,10 @@ func (b *build) listenerCerts(l *listener) {
 			continue
 		}
 		secret := b.secrets[id]
+		if secret == nil && slices.Contains(b.in.ForbiddenSecrets, id) {
+			fail(gatewayv1.ListenerReasonInvalidCertificateRef, fmt.Sprintf("Secret %s: npl-lbsync may not read Secrets (chart value gatewayAPI.readTLSSecrets)", id))
+			continue
+		}
 		if secret == nil {
 			b.missingSecrets = true
 			fail(gatewayv1.ListenerReasonInvalidCertificateRef, fmt.Sprintf("Secret %s not found", id))

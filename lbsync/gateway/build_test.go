@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -124,6 +125,7 @@ func TestListenerStatus(t *testing.T) {
 		{"some invalid route kinds", mixed, nil, map[string]string{"ResolvedRefs": "InvalidRouteKinds"}, true, 1},
 		{"https", httpsL("l", 443, "", secretRef("", "tls")), nil, map[string]string{"ResolvedRefs": "ResolvedRefs"}, true, 2},
 		{"missing secret", httpsL("l", 443, "", secretRef("", "nope")), nil, map[string]string{"Accepted": "Accepted", "ResolvedRefs": "InvalidCertificateRef"}, false, 2},
+		{"forbidden secret", httpsL("l", 443, "", secretRef("", "hidden")), nil, map[string]string{"Accepted": "Accepted", "ResolvedRefs": "InvalidCertificateRef"}, false, 2},
 		{"malformed secret", httpsL("l", 443, "", secretRef("", "bad")), nil, map[string]string{"ResolvedRefs": "InvalidCertificateRef"}, false, 2},
 		{"not a secret", httpsL("l", 443, "", badGroup), nil, map[string]string{"ResolvedRefs": "InvalidCertificateRef"}, false, 2},
 		{"other namespace without grant", httpsL("l", 443, "", secretRef("certs", "other")), nil, map[string]string{"ResolvedRefs": "RefNotPermitted"}, false, 2},
@@ -131,7 +133,8 @@ func TestListenerStatus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := Build(Input{ClusterName: testCluster, Gateway: gateway(tt.l), Secrets: secrets, ReferenceGrants: tt.grants})
+			res := Build(Input{ClusterName: testCluster, Gateway: gateway(tt.l), Secrets: secrets, ReferenceGrants: tt.grants,
+				ForbiddenSecrets: []string{infraNS + "/hidden"}})
 			if len(res.Listeners) != 1 {
 				t.Fatalf("%d listener statuses", len(res.Listeners))
 			}
@@ -144,8 +147,13 @@ func TestListenerStatus(t *testing.T) {
 			if l.Served != tt.served || len(l.Status.SupportedKinds) != tt.kindsLen {
 				t.Errorf("served %v kinds %v, want %v and %d kinds", l.Served, l.Status.SupportedKinds, tt.served, tt.kindsLen)
 			}
+			// Only a Secret that does not exist is looked for again; one
+			// npl-lbsync may not read says so and is not polled.
 			if res.MissingSecrets != (tt.name == "missing secret") {
 				t.Errorf("MissingSecrets %v", res.MissingSecrets)
+			}
+			if c := cond(l.Status.Conditions, "ResolvedRefs"); (tt.name == "forbidden secret") != strings.Contains(c.Message, "may not read") {
+				t.Errorf("ResolvedRefs message %q", c.Message)
 			}
 			if (res.LB != nil) != tt.served {
 				t.Errorf("model %v, want one: %v", res.LB != nil, tt.served)

@@ -123,6 +123,7 @@ func (s Store) GatewayInput(ctx context.Context, set Settings, gw *gatewayv1.Gat
 			case apierrors.IsNotFound(err):
 			case apierrors.IsForbidden(err):
 				forbidden = append(forbidden, key)
+				in.ForbiddenSecrets = append(in.ForbiddenSecrets, key)
 			case err != nil:
 				return in, forbidden, fmt.Errorf("get TLS secret %s of gateway %s/%s: %w", key, gw.Namespace, gw.Name, err)
 			default:
