@@ -235,7 +235,7 @@ func (e *Edge) Put(ctx context.Context, cluster string, lb *providers.LoadBalanc
 	key := lbKey{cluster, n.Name}
 	prev, had := e.desired[key]
 	e.desired[key] = n
-	changedDesired := !had || !sameModel(prev, n)
+	changedDesired := !had || !providers.SameModel(prev, n)
 	start := time.Now()
 	changed, reloaded, err := e.converge(ctx)
 	if changed && err == nil {
@@ -935,11 +935,4 @@ func writeFile(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
-}
-
-// sameModel reports whether two canonical models are equal.
-func sameModel(a, b *providers.LoadBalancer) bool {
-	x, _ := json.Marshal(a)
-	y, _ := json.Marshal(b)
-	return string(x) == string(y)
 }

@@ -191,6 +191,16 @@ type Rule struct {
 	FixedStatus int32 `json:"fixedStatus,omitempty"`
 }
 
+// SameModel reports whether two normalized load balancers are the same,
+// field by field as their JSON says (certificates by fingerprint: the PEM
+// data is never encoded), VIPs included: a provider that chooses VIPs
+// itself compares copies without them.
+func SameModel(a, b *LoadBalancer) bool {
+	x, errX := json.Marshal(a)
+	y, errY := json.Marshal(b)
+	return errX == nil && errY == nil && string(x) == string(y)
+}
+
 // Equal reports whether two normalized rules are the same.
 func (r Rule) Equal(o Rule) bool { return reflect.DeepEqual(r, o) }
 

@@ -460,30 +460,9 @@ func (m *Mock) releaseVIPs(name string) {
 // sameModel reports whether the stored a already matches the desired b;
 // VIPs are the mock's to choose and are not compared.
 func sameModel(a, b *providers.LoadBalancer) bool {
-	return a.Name == b.Name && a.Service == b.Service && a.RequestedVIP == b.RequestedVIP &&
-		a.Kind == b.Kind && a.Ingress == b.Ingress && a.Gateway == b.Gateway &&
-		slices.EqualFunc(a.Listeners, b.Listeners, func(x, y providers.Listener) bool {
-			return x.Port == y.Port && x.Protocol == y.Protocol && samePool(x.Pool, y.Pool) &&
-				slices.Equal(x.SNI, y.SNI) && x.Terminate == y.Terminate
-		}) &&
-		slices.EqualFunc(a.Pools, b.Pools, samePool) &&
-		sameRoutes(a.HTTP, b.HTTP)
-}
-
-func samePool(x, y providers.Pool) bool {
-	return x.Name == y.Name && x.AppProtocol == y.AppProtocol && slices.Equal(x.Members, y.Members)
-}
-
-// sameRoutes compares routes; certificates compare by fingerprint, as both
-// sides are stored without PEM data.
-func sameRoutes(a, b *providers.HTTPRoutes) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.DefaultPool == b.DefaultPool && slices.EqualFunc(a.Rules, b.Rules, providers.Rule.Equal) &&
-		slices.EqualFunc(a.TLS, b.TLS, func(x, y providers.TLSCert) bool {
-			return x.Secret == y.Secret && x.Fingerprint == y.Fingerprint && slices.Equal(x.Hosts, y.Hosts) && slices.Equal(x.Ports, y.Ports)
-		})
+	x, y := *a, *b
+	x.VIPs, y.VIPs = nil, nil
+	return providers.SameModel(&x, &y)
 }
 
 // persisted is the content of the state file.
