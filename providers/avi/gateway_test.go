@@ -601,3 +601,59 @@ func TestProvider_gatewayWeightChangeNeverDropsAMemberOnError(t *testing.T) {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 }
+
+// Two members that swap weights each move to the other's weight pool: both
+// pools gain a member and lose one. Whichever of the two writes fails, each
+// member is still in a pool (the pools are first written with the union of
+// old and new members, and only after the pool groups with the new ones),
+// and the next apply converges.
+func TestProvider_gatewayWeightSwapNeverDropsAMemberOnError(t *testing.T) {
+	for _, failing := range []int32{6, 7} {
+		t.Run(fmt.Sprintf("the write of the weight-%d pool fails", failing), func(t *testing.T) {
+			f := newFixture(t, fixtureOptions{})
+			cert := tlsCert(t, "gw-tls", "shop.example.com")
+			f.ensure(gatewayLB(t, cert))
+			poolsOf := func() map[string][]string {
+				out := map[string][]string{}
+				for _, p := range objects[models.Pool](f, "pool") {
+					for _, m := range membersOf(p) {
+						out[m.IP] = append(out[m.IP], deref(p.Name))
+					}
+				}
+				return out
+			}
+			var uuid string
+			for _, p := range objects[models.Pool](f, "pool") {
+				if strings.HasSuffix(deref(p.Name), fmt.Sprintf("-w%d", failing)) && strings.Contains(deref(p.Name), "api") {
+					uuid = deref(p.UUID)
+				}
+			}
+			if uuid == "" {
+				t.Fatalf("no weight-%d pool of api among %v", failing, f.names("pool"))
+			}
+
+			// 198.18.0.11 (weight 7) and 198.18.0.13 (weight 6) swap.
+			lb := gatewayLB(t, cert)
+			lb.Pools[0].Members[0].Weight, lb.Pools[0].Members[2].Weight = 6, 7
+			f.sim.AddFault(avisim.Fault{Method: "PUT", Path: "/api/pool/" + uuid, Status: http.StatusInternalServerError, Count: 1})
+			if _, err := f.v.Ensure(context.Background(), lb); err == nil {
+				t.Fatal("Ensure succeeded through a failed write")
+			}
+			in := poolsOf()
+			for _, ip := range []string{"198.18.0.11", "198.18.0.13"} {
+				if len(in[ip]) == 0 {
+					t.Errorf("member %s is in no pool after the failed write (pools: %v)", ip, in)
+				}
+			}
+
+			f.ensure(lb)
+			want, err := providers.Normalize(lb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff([]providers.LoadBalancer{listedL7(want, "198.18.200.1")}, f.list()); diff != "" {
+				t.Errorf("List (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

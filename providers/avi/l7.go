@@ -8,6 +8,7 @@ import (
 	"crypto/rsa"
 	"crypto/tls"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"slices"
@@ -662,16 +663,14 @@ func (p *Provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (pr
 	if err != nil {
 		return providers.Status{}, err
 	}
-	// A pool that only loses members is written after the pool groups:
-	// the member of a Gateway backend whose weight changed moves from one
-	// weight's pool to another's, and must never be in neither, not even
-	// when a write in between fails.
-	grow, shrink := splitShrinking(want.pools, cur.pools)
-	poolURLs, err := p.applyPools(s, log, grow, cur.pools)
+	// A member must never be in none of the pools, not even when a write
+	// fails: pools that lose members are written last (stagePools).
+	first, second := stagePools(want.pools, cur.pools)
+	poolURLs, err := p.applyPools(s, log, first, cur.pools)
 	if err != nil {
 		return providers.Status{}, err
 	}
-	for _, spec := range shrink {
+	for _, spec := range second {
 		poolURLs[spec.Name] = cur.pools[spec.Name].URL
 	}
 	groupURLs := make(map[string]*string, len(want.groups))
@@ -687,7 +686,7 @@ func (p *Provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (pr
 		}
 		groupURLs[spec.Name] = group.URL
 	}
-	if _, err := p.applyPools(s, log, shrink, cur.pools); err != nil {
+	if _, err := p.applyPools(s, log, second, cur.pools); err != nil {
 		return providers.Status{}, err
 	}
 	var certURLs []*string
@@ -1068,31 +1067,64 @@ func rulesFromPolicy(specs []httpRuleSpec, poolName func(string) string) []provi
 	return rules
 }
 
-// splitShrinking splits the pool specs into those to write first (new
-// pools, and pools that gain a member or keep their membership) and those
-// that only remove members from the pool cur holds.
-func splitShrinking(specs []poolSpec, cur map[string]*models.Pool) (grow, shrink []poolSpec) {
+// stagePools orders the writes of the pool specs so that no member is ever
+// in none of the load balancer's pools, whichever write fails. The first
+// stage, before the pool groups, writes the new pools, those that gain
+// members or keep their membership, and those that lose a member another
+// pool gains (a Gateway member whose weight changed moves from one weight's
+// pool to another's; two that swap weights make each pool gain and lose
+// one): these keep the leaving member until the second stage. The second
+// stage, after the pool groups, writes the pools that only lose members
+// and the final membership of those the first stage kept a member in.
+func stagePools(specs []poolSpec, cur map[string]*models.Pool) (first, second []poolSpec) {
+	key := func(m providers.Member) string { return net.JoinHostPort(m.IP, strconv.Itoa(int(m.Port))) }
+	had := make(map[string]map[string]providers.Member, len(specs))
+	gained := map[string]bool{}
 	for _, spec := range specs {
-		c := cur[spec.Name]
-		if c == nil {
-			grow = append(grow, spec)
-			continue
-		}
-		had := map[string]bool{}
-		for _, m := range membersOf(c) {
-			had[net.JoinHostPort(m.IP, strconv.Itoa(int(m.Port)))] = true
-		}
-		gains := len(spec.Members) >= len(had)
-		for _, m := range spec.Members {
-			if !had[net.JoinHostPort(m.IP, strconv.Itoa(int(m.Port)))] {
-				gains = true
+		had[spec.Name] = map[string]providers.Member{}
+		if c := cur[spec.Name]; c != nil {
+			for _, m := range membersOf(c) {
+				had[spec.Name][key(m)] = m
 			}
 		}
-		if gains {
-			grow = append(grow, spec)
-		} else {
-			shrink = append(shrink, spec)
+		for _, m := range spec.Members {
+			if _, ok := had[spec.Name][key(m)]; !ok {
+				gained[key(m)] = true
+			}
 		}
 	}
-	return grow, shrink
+	for _, spec := range specs {
+		if cur[spec.Name] == nil {
+			first = append(first, spec)
+			continue
+		}
+		keep := maps.Clone(had[spec.Name])
+		gains := false
+		for _, m := range spec.Members {
+			if _, ok := keep[key(m)]; !ok {
+				gains = true
+			}
+			delete(keep, key(m))
+		}
+		var moving []providers.Member
+		for k, m := range keep {
+			if gained[k] {
+				moving = append(moving, m)
+			}
+		}
+		switch {
+		case len(keep) == 0:
+			first = append(first, spec)
+		case len(moving) > 0:
+			bridge := spec
+			bridge.Members = providers.SortMembers(append(slices.Clone(spec.Members), moving...))
+			first = append(first, bridge)
+			second = append(second, spec)
+		case gains:
+			first = append(first, spec)
+		default:
+			second = append(second, spec)
+		}
+	}
+	return first, second
 }

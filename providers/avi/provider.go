@@ -403,7 +403,9 @@ func (p *Provider) applyVsVip(s *aviSession, log klog.Logger, spec vsvipSpec, cu
 		func(o *models.VsVip) bool { return checksum(vsvipSpecOf(o)) == sum })
 }
 
-// applyPools makes the pools match specs and returns their URLs by name.
+// applyPools makes the pools match specs and returns their URLs by name;
+// cur, when not nil, is updated with the pools written, so that a later
+// write of the same pool starts from what the controller holds.
 func (p *Provider) applyPools(s *aviSession, log klog.Logger, specs []poolSpec, cur map[string]*models.Pool) (map[string]*string, error) {
 	urls := make(map[string]*string, len(specs))
 	for _, spec := range specs {
@@ -415,6 +417,9 @@ func (p *Provider) applyPools(s *aviSession, log klog.Logger, specs []poolSpec, 
 			return nil, err
 		}
 		urls[spec.Name] = pool.URL
+		if cur != nil {
+			cur[spec.Name] = pool
+		}
 	}
 	return urls, nil
 }
