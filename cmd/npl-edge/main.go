@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os/signal"
 	"syscall"
 	"time"
@@ -61,7 +62,7 @@ inet npl-edge (DNAT to the members by weight, --udp).`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), o) },
 	})
 	f := cmd.Flags()
-	f.StringVar(&o.listen, "listen", ":8443", "address of the HTTPS API")
+	f.StringVar(&o.listen, "listen", "", "address of the HTTPS API: the edge's management address and port, such as 192.0.2.10:8443 (required)")
 	f.StringVar(&o.certFile, "tls-cert-file", "/etc/npl-edge/tls.crt", "the API's certificate (PEM)")
 	f.StringVar(&o.keyFile, "tls-key-file", "/etc/npl-edge/tls.key", "the API's private key (PEM)")
 	f.StringVar(&o.clientCAFile, "client-ca-file", "/etc/npl-edge/client-ca.crt", "CA certificates (PEM) that sign the clients' certificates; a client without one is refused")
@@ -77,6 +78,9 @@ inet npl-edge (DNAT to the members by weight, --udp).`,
 }
 
 func run(ctx context.Context, o *options) error {
+	if err := checkListen(o.listen); err != nil {
+		return err
+	}
 	if o.checkInter < 100*time.Millisecond || o.checkFall < 1 || o.checkRise < 1 {
 		return cli.Usagef("--check-interval must be at least 100ms, --check-fall and --check-rise at least 1")
 	}
@@ -127,6 +131,19 @@ func run(ctx context.Context, o *options) error {
 // udpTable returns the table that serves UDP listeners, or nil when they
 // are not served (mode off, or auto where nftables cannot work: said in
 // the log).
+// checkListen refuses an API address without a host: an API on every
+// address would take its port on the VIPs too, where HAProxy binds them.
+func checkListen(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return cli.Usagef("--listen must be the edge's management address and port, such as 192.0.2.10:8443 (got %q)", addr)
+	}
+	if ip, err := netip.ParseAddr(host); host == "" || (err == nil && ip.IsUnspecified()) {
+		return cli.Usagef("--listen %s listens on every address, the VIPs' too: give the edge's management address, such as 192.0.2.10:8443", addr)
+	}
+	return nil
+}
+
 func udpTable(ctx context.Context, mode string, resync time.Duration) (*udp.Table, error) {
 	log := klog.FromContext(ctx)
 	switch mode {

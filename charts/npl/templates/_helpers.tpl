@@ -147,7 +147,7 @@ install with a message rather than crash-looping npl-lbsync.
 {{- if not $p.edges }}{{ fail "provider.haproxy.edges is required: the https URLs of the npl-edge APIs" }}{{ end }}
 {{- $_ := set $section "edges" $p.edges }}
 {{- if $p.timeout }}{{ $_ := set $section "timeout" $p.timeout }}{{ end }}
-{{- if not $p.existingSecret }}{{ fail "provider.haproxy.existingSecret is required: a Secret with tls.crt and tls.key, the client certificate for the edges" }}{{ end }}
+{{- if not $p.existingSecret }}{{ fail "provider.haproxy.existingSecret is required: a Secret with tls.crt and tls.key (the client certificate for the edges) and, unless caData is set, ca.crt (the CA that signs the edges' certificates)" }}{{ end }}
 {{- $_ := set $section "certFile" (printf "%s/tls.crt" $dir) }}
 {{- $_ := set $section "keyFile" (printf "%s/tls.key" $dir) }}
 {{- $_ := set $section "caFile" (printf "%s/ca.crt" $dir) }}
