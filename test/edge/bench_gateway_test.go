@@ -20,12 +20,14 @@ import (
 
 // BenchmarkGateway_routeChangeToFirstRequest measures, end to end on the
 // local cluster (npl-agent, npl-lbsync with gatewayAPI enabled, npl-edge
-// and HAProxy), how long a new HTTPRoute takes to serve: one Gateway with
-// an HTTP listener has its VIP on HAProxy; each iteration creates 30
-// HTTPRoutes one after the other, each with a new exact path to the web
-// Service, and times from the create to the first request for that path,
-// sent every 5 ms from the client namespace, that a web Pod answers (at
-// most 30 s each). Reported as p50 and p99 in ms.
+// and HAProxy), how long a new or changed HTTPRoute takes to serve: one
+// Gateway with an HTTP listener has its VIP on HAProxy; each iteration
+// creates 30 HTTPRoutes one after the other, each with a new exact path to
+// the web Service, then changes each route's path in turn, and times from
+// the create (or the update) to the first request for the new path, sent
+// every 5 ms from the client namespace, that a web Pod answers (at most
+// 30 s each). Reported as p50 and p99 in ms, of the creates (p50-ms,
+// p99-ms) and of the changes (change-p50-ms, change-p99-ms).
 func BenchmarkGateway_routeChangeToFirstRequest(b *testing.B) {
 	const routes, lbsync = 30, "bench-gw"
 	c, bed := clusterBed(b)
@@ -115,20 +117,42 @@ func BenchmarkGateway_routeChangeToFirstRequest(b *testing.B) {
 		b.Fatalf("no web Pod answered %s through the VIP %s within 30s (last: %v)", path, vip, last)
 		return time.Time{}
 	}
+	// changeRoute gives route name a new exact path and returns it.
+	changeRoute := func(name string) string {
+		r, err := gw1.HTTPRoutes(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		path := *r.Spec.Rules[0].Matches[0].Path.Value + "-v2"
+		r.Spec.Rules[0].Matches[0].Path.Value = &path
+		if _, err := gw1.HTTPRoutes(ns).Update(ctx, r, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		return path
+	}
 	// The first route also waits for the Pods: it is not measured.
 	firstRequest(newRoute())
-	var lat []time.Duration
+	var lat, changed []time.Duration
 	b.ResetTimer()
 	for range b.N {
+		first := created
 		for range routes {
 			start := time.Now()
 			path := newRoute()
 			lat = append(lat, firstRequest(path).Sub(start))
 		}
+		for i := first; i < created; i++ {
+			start := time.Now()
+			path := changeRoute(fmt.Sprintf("r%03d", i))
+			changed = append(changed, firstRequest(path).Sub(start))
+		}
 	}
 	b.StopTimer()
 	slices.Sort(lat)
+	slices.Sort(changed)
 	b.ReportMetric(Percentile(lat, 50), "p50-ms")
 	b.ReportMetric(Percentile(lat, 99), "p99-ms")
+	b.ReportMetric(Percentile(changed, 50), "change-p50-ms")
+	b.ReportMetric(Percentile(changed, 99), "change-p99-ms")
 	b.ReportMetric(float64(len(lat)), "routes")
 }
