@@ -22,6 +22,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/edge/haproxy"
@@ -177,7 +179,9 @@ func (r *run) steps(ctx context.Context) error {
 	}
 	r.printf("npl demo: NodePortLocal on a local 3-node cluster, load balancer: %s\n\n", r.opts.Provider)
 	if err := r.step("Starting the cluster (etcd, kube-apiserver, controller-manager, scheduler, 3 nodes)", func() error {
-		r.c, err = cluster.Start(ctx, cluster.Options{Nodes: 3, KubeProxy: true})
+		// The transcript says what happens; the cluster's own log lines
+		// (its errors come back in err) would break its lines.
+		r.c, err = cluster.Start(klog.NewContext(ctx, logr.Discard()), cluster.Options{Nodes: 3, KubeProxy: true})
 		if err != nil {
 			return err
 		}
