@@ -12,15 +12,22 @@ import (
 
 func TestMain(m *testing.M) { cluster.RunMain(m) }
 
-// TestDemo runs the demo of `make demo` (the same code) with the mock load
-// balancer and checks what it shows: every member answers with its own Pod,
-// the NodePort opens on every node while NodePortLocal opens only where a
-// backend runs, and the pool follows a scale-down.
+// TestDemo runs the demo of `make demo PROVIDER=mock|avi|bigip` (the same
+// code; avi and bigip through the real alb-sdk and go-bigip clients against
+// their simulators) and checks what it shows: every member answers with its
+// own Pod, the NodePort opens on every node while NodePortLocal opens only
+// where a backend runs, and the pool follows a scale-down.
 func TestDemo(t *testing.T) {
+	for _, provider := range []string{"mock", "avi", "bigip"} {
+		t.Run(provider, func(t *testing.T) { demoWithoutDataPlane(t, provider) })
+	}
+}
+
+func demoWithoutDataPlane(t *testing.T, provider string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	res, err := Run(ctx, Options{Provider: "mock", Out: &out, StateDir: t.TempDir()})
+	res, err := Run(ctx, Options{Provider: provider, Out: &out, StateDir: t.TempDir()})
 	t.Logf("demo output:\n%s", out.String())
 	if err != nil {
 		t.Fatalf("demo failed: %v", err)
