@@ -43,7 +43,8 @@ type Config struct {
 	// HAProxyBin is the haproxy executable.
 	HAProxyBin string
 	// Dir holds the files the edge owns: haproxy.cfg, the admin and master
-	// sockets, and desired.json (the desired state).
+	// sockets, the socket of the frontend that answers the invalid share
+	// of pools 500, and desired.json (the desired state).
 	Dir string
 	// Checks are the members' health-check settings.
 	Checks haproxy.Checks
@@ -103,7 +104,8 @@ func New(cfg Config) (*Edge, error) {
 		return nil, fmt.Errorf("edge directory: %w", err)
 	}
 	// HAProxy refuses unix socket paths longer than this (it appends
-	// ".<pid>.tmp" while it binds them).
+	// ".<pid>.tmp" while it binds them); master.sock is the longest of
+	// the edge's sockets.
 	const maxSocketPath = 97
 	if p := filepath.Join(cfg.Dir, "master.sock"); len(p) > maxSocketPath {
 		return nil, fmt.Errorf("edge directory %s: the socket path %s is longer than HAProxy's limit of %d bytes", cfg.Dir, p, maxSocketPath)
@@ -129,6 +131,11 @@ func New(cfg Config) (*Edge, error) {
 
 func (e *Edge) adminSocket() string { return filepath.Join(e.cfg.Dir, "admin.sock") }
 func (e *Edge) stateFile() string   { return filepath.Join(e.cfg.Dir, "desired.json") }
+
+// globals are the process-wide settings of HAProxy's configuration.
+func (e *Edge) globals() haproxy.Globals {
+	return haproxy.Globals{AdminSocket: e.adminSocket(), InvalidSocket: filepath.Join(e.cfg.Dir, "500.sock"), Checks: e.cfg.Checks}
+}
 
 // Run starts HAProxy, starts it again whenever it exits (the new one loads
 // the desired state at once), and repairs runtime drift every ResyncPeriod,
@@ -301,7 +308,9 @@ func (e *Edge) Delete(ctx context.Context, cluster, name string) (bool, error) {
 }
 
 // List returns what HAProxy serves for cluster: the frontends and rules of
-// the configuration it loaded, with the members its worker holds now.
+// the configuration it loaded, with the members its worker holds now and
+// the weight of each pool's invalid server (none when it is out of
+// rotation).
 func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalancer, error) {
 	e.mu.Lock()
 	running, text := e.running, e.activeText
@@ -318,7 +327,14 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	servers := map[string][]providers.Member{}
+	invalid := map[string]int32{}
 	for _, s := range states {
+		if s.Name == haproxy.InvalidServer {
+			if s.Enabled() {
+				invalid[s.Backend] = int32(s.Weight)
+			}
+			continue
+		}
 		servers[s.Backend] = append(servers[s.Backend], providers.Member{IP: s.IP.String(), Port: s.Port, Enabled: s.Enabled(),
 			Weight: modelWeight(s.Weight)})
 	}
@@ -327,7 +343,7 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 		if members == nil {
 			members = []providers.Member{}
 		}
-		return providers.Pool{Name: name, AppProtocol: appProtocol, Members: members}
+		return providers.Pool{Name: name, AppProtocol: appProtocol, Members: members, InvalidWeight: invalid[name]}
 	}
 	lbs := map[string]*providers.LoadBalancer{}
 	seenRules := map[string]map[string]bool{} // load balancer -> rule MatchKeys
@@ -554,7 +570,7 @@ func l7Proxies(out *haproxy.Proxies, cluster string, lb *providers.LoadBalancer,
 	}
 	for _, p := range lb.Pools {
 		out.Backends = append(out.Backends, haproxy.Backend{Name: p.Name, Cluster: cluster, LoadBalancer: lb.Name,
-			HTTP: true, Members: p.Members, AppProtocol: p.AppProtocol})
+			HTTP: true, Members: p.Members, InvalidWeight: p.InvalidWeight, AppProtocol: p.AppProtocol})
 		if tlsPools[p.Name] {
 			out.Backends = append(out.Backends, haproxy.Backend{Name: haproxy.TLSBackendName(p.Name), Cluster: cluster,
 				LoadBalancer: lb.Name, Members: p.Members, Pool: p.Name})
@@ -595,7 +611,7 @@ func onPort(ports []int32, port int32) bool {
 }
 
 func (e *Edge) render() haproxy.Rendered {
-	return haproxy.Render(haproxy.Globals{AdminSocket: e.adminSocket(), Checks: e.cfg.Checks}, e.proxies())
+	return haproxy.Render(e.globals(), e.proxies())
 }
 
 // converge makes HAProxy serve the desired state: a reload when the frame
@@ -777,9 +793,9 @@ func rejection(ce *haproxy.CheckError, r haproxy.Rendered) error {
 	return fmt.Errorf("%w: %v", ErrRejected, ce)
 }
 
-// syncServers makes the servers of the running worker match the members of
-// proxies through the runtime API, and returns how many commands changed
-// something.
+// syncServers makes the servers of the running worker match the members
+// and invalid shares of proxies through the runtime API, and returns how
+// many commands changed something.
 func (e *Edge) syncServers(ctx context.Context, px haproxy.Proxies) (int, error) {
 	states, err := haproxy.ShowServersState(ctx, e.adminSocket())
 	if err != nil {
@@ -843,6 +859,27 @@ func (e *Edge) syncServers(ctx context.Context, px haproxy.Proxies) (int, error)
 			if ok && modelWeight(s.Weight) != m.Weight {
 				if err := run(fmt.Sprintf("set server %s weight %d", srv, haproxyWeight(m))); err != nil {
 					errs = append(errs, fmt.Errorf("load balancer %s: set the weight of member %s: %w", p.LoadBalancer, srv, err))
+				}
+			}
+		}
+		if p.InvalidWeight > 0 {
+			want[haproxy.InvalidServer] = true
+			srv := p.Name + "/" + haproxy.InvalidServer
+			s, ok := have[haproxy.InvalidServer]
+			switch {
+			case !ok:
+				cmds := []string{"add server " + srv + " " + e.globals().InvalidServerArgs(p.InvalidWeight), "enable server " + srv}
+				if err := runChain(cmds, "New server registered"); err != nil {
+					errs = append(errs, fmt.Errorf("load balancer %s: add the invalid share %s: %w", p.LoadBalancer, srv, err))
+				}
+			case !s.Enabled():
+				if err := run("set server " + srv + " state ready"); err != nil {
+					errs = append(errs, fmt.Errorf("load balancer %s: enable the invalid share %s: %w", p.LoadBalancer, srv, err))
+				}
+			}
+			if ok && s.Weight != int(p.InvalidWeight) {
+				if err := run(fmt.Sprintf("set server %s weight %d", srv, p.InvalidWeight)); err != nil {
+					errs = append(errs, fmt.Errorf("load balancer %s: set the weight of the invalid share %s: %w", p.LoadBalancer, srv, err))
 				}
 			}
 		}

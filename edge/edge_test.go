@@ -134,7 +134,7 @@ func TestL7Proxies_gatewayStreams(t *testing.T) {
 			{Port: 8883, Protocol: providers.TLS, SNI: []providers.SNIRoute{{Host: "a.example", Pool: "both"}}},
 			{Port: 9443, Protocol: providers.TLS, Terminate: true, SNI: []providers.SNIRoute{{Pool: "both"}}},
 		},
-		Pools: []providers.Pool{{Name: "both"}, {Name: "grpc", AppProtocol: providers.AppProtocolH2C}},
+		Pools: []providers.Pool{{Name: "both"}, {Name: "grpc", AppProtocol: providers.AppProtocolH2C, InvalidWeight: 2}},
 		HTTP: &providers.HTTPRoutes{Rules: []providers.Rule{{Path: "/", PathType: providers.PathPrefix, Pool: "both"}},
 			TLS: []providers.TLSCert{{Secret: "ns/t", Ports: []int32{9443}, Fingerprint: "ff"}}},
 	}
@@ -146,7 +146,7 @@ func TestL7Proxies_gatewayStreams(t *testing.T) {
 			f.DefaultBackend, len(f.SNI), len(f.Certificates)))
 	}
 	for _, b := range px.Backends {
-		backs = append(backs, fmt.Sprintf("%s http=%v app=%s pool=%s", b.Name, b.HTTP, b.AppProtocol, b.Pool))
+		backs = append(backs, fmt.Sprintf("%s http=%v app=%s pool=%s invalid=%d", b.Name, b.HTTP, b.AppProtocol, b.Pool, b.InvalidWeight))
 	}
 	want := []string{
 		name + "-HTTP-80 http=true listener= default= sni=0 certs=0",
@@ -158,12 +158,13 @@ func TestL7Proxies_gatewayStreams(t *testing.T) {
 		t.Errorf("frontends (-want +got):\n%s", diff)
 	}
 	// The UDP listener is not HAProxy's; the pool of HTTP rules and TLS
-	// routes has a backend of each mode.
+	// routes has a backend of each mode; an HTTP pool's invalid share is
+	// its backend's.
 	wantBacks := []string{
-		"both http=true app= pool=",
-		"both:tls http=false app= pool=both",
-		name + "-TCP-9000 http=false app= pool=",
-		"grpc http=true app=h2c pool=",
+		"both http=true app= pool= invalid=0",
+		"both:tls http=false app= pool=both invalid=0",
+		name + "-TCP-9000 http=false app= pool= invalid=0",
+		"grpc http=true app=h2c pool= invalid=2",
 	}
 	if diff := cmp.Diff(wantBacks, backs); diff != "" {
 		t.Errorf("backends (-want +got):\n%s", diff)

@@ -20,7 +20,7 @@ func gatewayL7() *LoadBalancer {
 	lb.Pools = append(lb.Pools, Pool{Name: "q", Members: []Member{
 		{IP: "198.18.0.12", Port: 61000, Enabled: true, Weight: 70},
 		{IP: "198.18.0.11", Port: 61001, Enabled: true, Weight: 1},
-	}})
+	}, InvalidWeight: 30})
 	other := []byte("-----BEGIN CERTIFICATE-----\nb3RoZXI=\n-----END CERTIFICATE-----\n")
 	lb.HTTP.TLS[0].Ports = []int32{443}
 	lb.HTTP.TLS = append(lb.HTTP.TLS, TLSCert{Secret: "shop/other", Hosts: []string{}, Ports: []int32{8443, 443},
@@ -47,6 +47,7 @@ func gatewayL7() *LoadBalancer {
 func gatewayStreams() *LoadBalancer {
 	lb := gatewayL7()
 	lb.Pools[1].AppProtocol = AppProtocolH2C
+	lb.Pools[1].InvalidWeight = 0 // SNI routes name q: a TLS connection is answered no status
 	lb.Pools = append(lb.Pools, Pool{Name: "tls-a", Members: []Member{{IP: "198.18.0.13", Port: 61002, Enabled: true}}})
 	lb.Listeners = append(lb.Listeners,
 		Listener{Port: 9000, Protocol: TCP, Pool: Pool{Name: "tcp-9000", Members: []Member{
@@ -146,6 +147,13 @@ func TestNormalize_rejectsInvalidGatewayStreams(t *testing.T) {
 		{"a rule on a TLS port", func(lb *LoadBalancer) { lb.HTTP.Rules[0].Ports = []int32{8883} }, "port 8883 is not an HTTP or HTTPS listener"},
 		{"a rule on a TCP port", func(lb *LoadBalancer) { lb.HTTP.Rules[0].Ports = []int32{9000} }, "port 9000 is not an HTTP or HTTPS listener"},
 		{"an unknown appProtocol", func(lb *LoadBalancer) { lb.Pools[0].AppProtocol = "h2" }, `pool p: appProtocol "h2" is not empty or h2c`},
+		{"an invalid weight 257", func(lb *LoadBalancer) { lb.Pools[2].InvalidWeight = 257 }, "pool tls-a: invalid weight 257 out of 0-256"},
+		{"a negative invalid weight", func(lb *LoadBalancer) { lb.Pools[2].InvalidWeight = -1 }, "invalid weight -1 out of 0-256"},
+		{"an invalid share of a TCP pool", func(lb *LoadBalancer) { lb.Listeners[3].Pool.InvalidWeight = 1 },
+			"pool tcp-9000: invalid weight 1: only a pool of a Gateway's HTTP rules answers a share of its requests 500"},
+		{"an invalid share of a UDP pool", func(lb *LoadBalancer) { lb.Listeners[6].Pool.InvalidWeight = 1 }, "pool udp-9000: invalid weight 1: only"},
+		{"an invalid share of an SNI route's pool", func(lb *LoadBalancer) { lb.Pools[2].InvalidWeight = 1 },
+			`listener TLS/8883: SNI host "a.example.com": pool tls-a has an invalid share: a TLS connection cannot be answered 500`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -195,8 +203,14 @@ func TestNormalize_gatewayFieldsInCanonicalForm(t *testing.T) {
 		t.Errorf("Normalize modified its argument (-before +after):\n%s", diff)
 	}
 	q := got.Pools[1]
-	if q.Members[0].Weight != 0 || q.Members[1].Weight != 70 {
-		t.Errorf("weights %+v: want weight 1 as 0 (the same), 70 kept", q.Members)
+	if q.Members[0].Weight != 0 || q.Members[1].Weight != 70 || q.InvalidWeight != 30 {
+		t.Errorf("weights %+v, invalid weight %d: want weight 1 as 0 (the same), 70 and the invalid weight 30 kept", q.Members, q.InvalidWeight)
+	}
+	// A pool of invalid backends only answers 500 to every request.
+	invalidOnly := in.Clone()
+	invalidOnly.Pools[1].Members, invalidOnly.Pools[1].InvalidWeight = nil, 1
+	if n, err := Normalize(invalidOnly); err != nil || n.Pools[1].InvalidWeight != 1 || n.Pools[1].Members == nil {
+		t.Errorf("Normalize(a pool without members with an invalid share) = %+v, %v", n.Pools[1], err)
 	}
 	if c := got.HTTP.TLS[0]; c.Secret != "shop/cert" || fmt.Sprint(c.Ports) != "[443]" || got.HTTP.TLS[1].Hosts != nil ||
 		fmt.Sprint(got.HTTP.TLS[1].Ports) != "[443 8443]" {

@@ -187,7 +187,8 @@ type Rule struct {
 	Rewrite *Rewrite `json:"rewrite,omitempty"`
 	// FixedStatus, for a rule without Pool nor Redirect, is the HTTP status
 	// answered: 500 for a rule whose backends are all invalid, as Gateway
-	// API requires.
+	// API requires (the pool of a rule with some invalid backends answers
+	// their share 500: Pool.InvalidWeight).
 	FixedStatus int32 `json:"fixedStatus,omitempty"`
 }
 
@@ -300,6 +301,15 @@ type Pool struct {
 	AppProtocol string `json:"appProtocol,omitempty"`
 	// Members are sorted by IP then port (SortMembers).
 	Members []Member `json:"members"`
+	// InvalidWeight is the share of the pool's requests that Gateway API
+	// sends to invalid backends (backendRefs that name no Service port it
+	// may use), in the unit of the members' Weight: the load balancer
+	// answers them 500, as one more member of this weight that answers
+	// 500 to every request would. Zero for none, else 1-256, on the pools
+	// of a Gateway's L7 load balancer that HTTP rules use only: a TCP,
+	// UDP or TLS connection cannot be answered a status. A pool with it
+	// and no members answers 500 to every request.
+	InvalidWeight int32 `json:"invalidWeight,omitempty"`
 }
 
 // Member is one backend: nodeIP:nodePort in NodePortLocal mode.

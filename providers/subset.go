@@ -18,6 +18,29 @@ func UnsupportedRule(r Rule, field string) error {
 	return fmt.Errorf("rule %s%s (%s): %s is %w", r.Host, r.Path, r.PathType, field, ErrUnsupported)
 }
 
+// InvalidShareUnsupported returns the error (UnsupportedRule) of the first
+// rule of lb whose pool answers a share of its requests 500
+// (Pool.InvalidWeight), for a provider that cannot split a pool's requests
+// between its members and an answer of its own; nil when no rule's pool
+// has such a share.
+func InvalidShareUnsupported(lb *LoadBalancer) error {
+	if lb.HTTP == nil {
+		return nil
+	}
+	shares := map[string]int32{}
+	for _, p := range lb.Pools {
+		if p.InvalidWeight != 0 {
+			shares[p.Name] = p.InvalidWeight
+		}
+	}
+	for _, r := range lb.HTTP.Rules {
+		if w := shares[r.Pool]; w != 0 {
+			return UnsupportedRule(r, fmt.Sprintf("pool %s's invalid weight %d (the share of invalid backendRefs answered 500)", r.Pool, w))
+		}
+	}
+	return nil
+}
+
 // IngressSubset returns an ErrUnsupported error naming the first field of
 // lb, and its rule, beyond what Ingress models use: the Gateway fields of
 // rules (other than Order, which only ranks them), rule and certificate

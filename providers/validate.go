@@ -70,7 +70,9 @@ var ErrNoListeners = errors.New("no listeners: nothing to serve")
 //     modifiers ReplaceFullPath (a path) or ReplacePrefixMatch (empty or a
 //     path, on Prefix rules only); no two rules that match the same
 //     requests (MatchKey);
-//   - members: IP addresses without zone, ports 1-65535, weights 0-256.
+//   - members: IP addresses without zone, ports 1-65535, weights 0-256;
+//   - a pool's invalid weight 0-256, and not 0 only on the shared pools of
+//     a Gateway's L7 that no SNI route names.
 //
 // The canonical form: Kind empty for L4, IP addresses in their shortest
 // form (IPv4-mapped IPv6 as IPv4), listeners, pools, members, rules and
@@ -140,11 +142,9 @@ func (lb *LoadBalancer) normalizeL4() error {
 			return fmt.Errorf("listener %s/%d: pool %s: an L4 pool has no appProtocol", l.Protocol, l.Port, l.Pool.Name)
 		}
 		pools[l.Pool.Name] = true
-		members, err := normalizeMembers(l.Pool)
-		if err != nil {
+		if err := normalizePool(&l.Pool, false); err != nil {
 			return err
 		}
-		l.Pool.Members = members
 	}
 	return nil
 }
@@ -187,11 +187,9 @@ func (lb *LoadBalancer) normalizeL7() error {
 			if l.Pool.AppProtocol != "" {
 				return fmt.Errorf("listener %s/%d: pool %s: a %s listener's pool has no appProtocol", l.Protocol, l.Port, l.Pool.Name, l.Protocol)
 			}
-			members, err := normalizeMembers(l.Pool)
-			if err != nil {
+			if err := normalizePool(&l.Pool, false); err != nil {
 				return err
 			}
-			l.Pool.Members = members
 		default:
 			if l.Pool.Name != "" || len(l.Pool.Members) > 0 {
 				return fmt.Errorf("listener %s/%d: no pool of its own: its routes pick the pools", l.Protocol, l.Port)
@@ -214,17 +212,19 @@ func (lb *LoadBalancer) normalizeL7() error {
 		case p.AppProtocol != "" && p.AppProtocol != AppProtocolH2C:
 			return fmt.Errorf("pool %s: appProtocol %q is not empty or %s", p.Name, p.AppProtocol, AppProtocolH2C)
 		}
-		members, err := normalizeMembers(*p)
-		if err != nil {
+		if err := normalizePool(p, lb.Gateway != ""); err != nil {
 			return err
 		}
-		p.Members = members
 	}
-	hasPool := func(name string) bool {
-		_, found := slices.BinarySearchFunc(lb.Pools, name, func(p Pool, n string) int { return cmp.Compare(p.Name, n) })
-		return found
+	pool := func(name string) *Pool {
+		i, found := slices.BinarySearchFunc(lb.Pools, name, func(p Pool, n string) int { return cmp.Compare(p.Name, n) })
+		if !found {
+			return nil
+		}
+		return &lb.Pools[i]
 	}
-	if err := lb.normalizeListenerRoutes(hasPool); err != nil {
+	hasPool := func(name string) bool { return pool(name) != nil }
+	if err := lb.normalizeListenerRoutes(pool); err != nil {
 		return err
 	}
 	if d := lb.HTTP.DefaultPool; d != "" && !hasPool(d) {
@@ -250,9 +250,10 @@ func (lb *LoadBalancer) normalizeL7() error {
 // normalizeListenerRoutes checks what the TCP, UDP and TLS listeners of a
 // Gateway's load balancer forward to: a TCP or UDP listener's pool has a
 // name no other listener's nor a shared pool has; a TLS listener's SNI
-// routes have valid hosts, each once, and name shared pools (hasPool). The
-// routes end sorted by SortSNI, nil for none.
-func (lb *LoadBalancer) normalizeListenerRoutes(hasPool func(string) bool) error {
+// routes have valid hosts, each once, and name shared pools (pool returns
+// the one of a name, nil for none) without an invalid share. The routes
+// end sorted by SortSNI, nil for none.
+func (lb *LoadBalancer) normalizeListenerRoutes(pool func(string) *Pool) error {
 	pools := map[string]bool{}
 	for i := range lb.Listeners {
 		l := &lb.Listeners[i]
@@ -261,7 +262,7 @@ func (lb *LoadBalancer) normalizeListenerRoutes(hasPool func(string) bool) error
 			switch {
 			case pools[l.Pool.Name]:
 				return fmt.Errorf("listener %s/%d: pool %s is used by another listener", l.Protocol, l.Port, l.Pool.Name)
-			case hasPool(l.Pool.Name):
+			case pool(l.Pool.Name) != nil:
 				return fmt.Errorf("listener %s/%d: pool %s is also a shared pool", l.Protocol, l.Port, l.Pool.Name)
 			}
 			pools[l.Pool.Name] = true
@@ -276,8 +277,11 @@ func (lb *LoadBalancer) normalizeListenerRoutes(hasPool func(string) bool) error
 					return fmt.Errorf("listener TLS/%d: SNI host %q given twice", l.Port, r.Host)
 				case r.Pool == "":
 					return fmt.Errorf("listener TLS/%d: SNI host %q has no pool", l.Port, r.Host)
-				case !hasPool(r.Pool):
+				case pool(r.Pool) == nil:
 					return fmt.Errorf("listener TLS/%d: SNI host %q: pool %s is not one of the pools", l.Port, r.Host, r.Pool)
+				case pool(r.Pool).InvalidWeight != 0:
+					return fmt.Errorf("listener TLS/%d: SNI host %q: pool %s has an invalid share: a TLS connection cannot be answered 500",
+						l.Port, r.Host, r.Pool)
 				}
 			}
 		}
@@ -631,6 +635,25 @@ func printable(what, v string) error {
 			return fmt.Errorf("%s %q holds a control character", what, v)
 		}
 	}
+	return nil
+}
+
+// normalizePool checks pool p and sets its members canonical and sorted,
+// never nil. Its invalid share (InvalidWeight) is in the range of member
+// weights, and only the pools of a Gateway's HTTP rules (httpShare) have
+// one.
+func normalizePool(p *Pool, httpShare bool) error {
+	switch {
+	case p.InvalidWeight != 0 && !httpShare:
+		return fmt.Errorf("pool %s: invalid weight %d: only a pool of a Gateway's HTTP rules answers a share of its requests 500", p.Name, p.InvalidWeight)
+	case p.InvalidWeight < 0 || p.InvalidWeight > maxWeight:
+		return fmt.Errorf("pool %s: invalid weight %d out of 0-%d", p.Name, p.InvalidWeight, maxWeight)
+	}
+	members, err := normalizeMembers(*p)
+	if err != nil {
+		return err
+	}
+	p.Members = members
 	return nil
 }
 

@@ -43,7 +43,30 @@ type Globals struct {
 	// AdminSocket is the path of the stats socket, at admin level, that
 	// also hands the listening sockets to a new worker on reload.
 	AdminSocket string
-	Checks      Checks
+	// InvalidSocket is the path of the unix socket of the frontend that
+	// answers 500 to every request: the invalid server of each backend
+	// with an invalid share (InvalidServer) sends it there. Required when
+	// a backend has an invalid share.
+	InvalidSocket string
+	Checks        Checks
+}
+
+// InvalidServer is the name of the server of a backend that takes the
+// backend's invalid share (Backend.InvalidWeight) of the requests and has
+// them answered 500 by the frontend on Globals.InvalidSocket. No member's
+// server (ServerName) has this name.
+const InvalidServer = "npl_invalid"
+
+// invalidFrontend is the name of the frontend on Globals.InvalidSocket; no
+// load balancer's proxy has it (theirs hold "--").
+const invalidFrontend = "npl_invalid"
+
+// InvalidServerArgs are the words after the name of a backend's invalid
+// server of weight w (HAProxy's, 1-256), the same in the configuration
+// and in a runtime "add server": the frontend's socket, no health check
+// (it answers as long as HAProxy runs), and the weight.
+func (g Globals) InvalidServerArgs(w int32) string {
+	return "unix@" + g.InvalidSocket + " weight " + strconv.Itoa(int(w))
 }
 
 // Frontend is one listener: VIP:Port, in TCP mode for an L4 load
@@ -99,8 +122,12 @@ type Backend struct {
 	LoadBalancer string
 	HTTP         bool
 	Members      []providers.Member
+	// InvalidWeight is the pool's providers.Pool.InvalidWeight: the weight
+	// of its invalid server (InvalidServer), none when 0.
+	InvalidWeight int32
 	// AppProtocol is the pool's providers.Pool.AppProtocol: with
-	// providers.AppProtocolH2C its servers speak HTTP/2 (proto h2).
+	// providers.AppProtocolH2C its members' servers speak HTTP/2 (proto
+	// h2).
 	AppProtocol string
 	// Pool is, for the TCP-mode copy of an L7 load balancer's pool that
 	// its TLS listeners forward to, the pool's name; empty otherwise.
@@ -155,7 +182,10 @@ type Rendered struct {
 
 // Render writes the configuration of p. Members that drain are rendered
 // disabled, so a started or reloaded HAProxy sends them nothing new; the
-// runtime API then sets their drain state.
+// runtime API then sets their drain state. The invalid server of a backend
+// with an invalid share is a server line too (outside the frame), so that
+// the share comes and goes and changes through the runtime API; the
+// frontend it sends to is always there.
 func Render(g Globals, p Proxies) Rendered {
 	fronts := slices.Clone(p.Frontends)
 	slices.SortFunc(fronts, func(a, b Frontend) int { return cmp.Compare(a.Name, b.Name) })
@@ -193,6 +223,13 @@ func Render(g Globals, p Proxies) Rendered {
 	// another member rather than failed.
 	emit("", "    retries 3", false)
 	emit("", "    option redispatch", false)
+	if g.InvalidSocket != "" {
+		emit("", "# The invalid share of each pool (its invalid server) is answered 500 here.", false)
+		emit("", "frontend "+invalidFrontend, false)
+		emit("", "    mode http", false)
+		emit("", "    bind unix@"+g.InvalidSocket+" mode 600", false)
+		emit("", "    http-request return status 500", false)
+	}
 	for _, f := range fronts {
 		obj := fmt.Sprintf("load balancer %s (proxy %s)", f.LoadBalancer, f.Name)
 		desc := fmt.Sprintf("    description npl cluster=%s lb=%s service=%s", f.Cluster, f.LoadBalancer, f.Service)
@@ -261,6 +298,9 @@ func Render(g Globals, p Proxies) Rendered {
 			}
 			emit(obj, s, true)
 		}
+		if b.InvalidWeight > 0 {
+			emit(obj, "    server "+InvalidServer+" "+g.InvalidServerArgs(b.InvalidWeight), true)
+		}
 	}
 	return Rendered{Text: text.Bytes(), Frame: frame.String(), Objects: objects}
 }
@@ -286,10 +326,12 @@ func Parse(text []byte) (Proxies, error) {
 			if len(fields) > 1 {
 				name = fields[1]
 			}
-			switch section {
-			case "frontend":
+			switch {
+			case section == "frontend" && name == invalidFrontend:
+				// No load balancer's: it answers the invalid shares.
+			case section == "frontend":
 				fronts[name] = &Frontend{Name: name}
-			case "backend":
+			case section == "backend":
 				backs[name] = &Backend{Name: name}
 			}
 			continue
@@ -347,18 +389,20 @@ func Parse(text []byte) (Proxies, error) {
 				b.Cluster, b.LoadBalancer, b.AppProtocol, b.Pool = kv["cluster"], kv["lb"], kv["app"], kv["pool"]
 			case fields[0] == "mode" && len(fields) > 1:
 				b.HTTP = fields[1] == "http"
+			case fields[0] == "server" && len(fields) > 2 && fields[1] == InvalidServer:
+				w, err := serverWeight(fields)
+				if err != nil {
+					return Proxies{}, fmt.Errorf("line %d: backend %s: %w", n, name, err)
+				}
+				b.InvalidWeight = w
 			case fields[0] == "server" && len(fields) > 2:
 				ip, port, err := splitAddress(fields[2])
 				if err != nil {
 					return Proxies{}, fmt.Errorf("line %d: backend %s: %w", n, name, err)
 				}
 				m := providers.Member{IP: ip.String(), Port: port, Enabled: !slices.Contains(fields[3:], "disabled")}
-				if i := slices.Index(fields, "weight"); i > 0 && i+1 < len(fields) {
-					w, err := strconv.ParseInt(fields[i+1], 10, 32)
-					if err != nil {
-						return Proxies{}, fmt.Errorf("line %d: backend %s: weight %q", n, name, fields[i+1])
-					}
-					m.Weight = int32(w)
+				if m.Weight, err = serverWeight(fields); err != nil {
+					return Proxies{}, fmt.Errorf("line %d: backend %s: %w", n, name, err)
 				}
 				b.Members = append(b.Members, m)
 			}
@@ -386,6 +430,20 @@ func Parse(text []byte) (Proxies, error) {
 	slices.SortFunc(out.Frontends, func(a, b Frontend) int { return cmp.Compare(a.Name, b.Name) })
 	slices.SortFunc(out.Backends, func(a, b Backend) int { return cmp.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// serverWeight is the weight a server line (its fields) gives, 0 when it
+// gives none.
+func serverWeight(fields []string) (int32, error) {
+	i := slices.Index(fields, "weight")
+	if i < 0 || i+1 >= len(fields) {
+		return 0, nil
+	}
+	w, err := strconv.ParseInt(fields[i+1], 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("weight %q", fields[i+1])
+	}
+	return int32(w), nil
 }
 
 // words splits a configuration line into words as HAProxy does for what

@@ -23,6 +23,9 @@ import (
 	"github.com/nodeportlocal/npl/providers"
 )
 
+// testGlobals are the globals of the rendered samples.
+var testGlobals = Globals{AdminSocket: "/run/a.sock", InvalidSocket: "/run/500.sock", Checks: DefaultChecks}
+
 func sampleProxies() Proxies {
 	vip := netip.MustParseAddr("198.18.200.1")
 	return Proxies{
@@ -74,7 +77,7 @@ func sampleProxies() Proxies {
 				{IP: "198.18.0.11", Port: 61005, Enabled: true, Weight: 70},
 			}},
 			{Name: "c1--ns-gw-grpc", Cluster: "c1", LoadBalancer: "c1--ns-gw", HTTP: true, AppProtocol: providers.AppProtocolH2C,
-				Members: []providers.Member{{IP: "198.18.0.11", Port: 61006, Enabled: true}}},
+				Members: []providers.Member{{IP: "198.18.0.11", Port: 61006, Enabled: true}}, InvalidWeight: 3},
 			{Name: "c1--ns-gw-TCP-9000", Cluster: "c1", LoadBalancer: "c1--ns-gw", Members: []providers.Member{
 				{IP: "198.18.0.11", Port: 61007, Enabled: true, Weight: 3}}},
 		},
@@ -109,7 +112,7 @@ func sorted(p Proxies) Proxies {
 
 func TestRender_parseReadsBackWhatWasRendered(t *testing.T) {
 	in := sampleProxies()
-	r := Render(Globals{AdminSocket: "/run/a.sock", Checks: DefaultChecks}, in)
+	r := Render(testGlobals, in)
 	got, err := Parse(r.Text)
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +123,7 @@ func TestRender_parseReadsBackWhatWasRendered(t *testing.T) {
 }
 
 func TestRender_frameIgnoresMembers(t *testing.T) {
-	g := Globals{AdminSocket: "/run/a.sock", Checks: DefaultChecks}
+	g := testGlobals
 	a := sampleProxies()
 	b := sampleProxies()
 	b.Backends[0].Members = append(slices.Clone(b.Backends[0].Members), providers.Member{IP: "198.18.0.13", Port: 61003, Enabled: true})
@@ -131,6 +134,15 @@ func TestRender_frameIgnoresMembers(t *testing.T) {
 	}
 	if string(ra.Text) == string(rb.Text) {
 		t.Error("member changes did not change the configuration")
+	}
+	// The invalid share is a server too: it comes, goes and changes
+	// weight at runtime.
+	for _, w := range []int32{0, 1, 256} {
+		e := sampleProxies()
+		e.Backends[7].InvalidWeight = w
+		if re := Render(g, e); re.Frame != ra.Frame || string(re.Text) == string(ra.Text) {
+			t.Errorf("invalid weight %d: the frame changed, or the configuration did not", w)
+		}
 	}
 	c := sampleProxies()
 	c.Frontends[1].Port = 8443
@@ -145,7 +157,7 @@ func TestRender_frameIgnoresMembers(t *testing.T) {
 }
 
 func TestRender_rulesAsHAProxyConditions(t *testing.T) {
-	text := string(Render(Globals{AdminSocket: "/run/a.sock", Checks: DefaultChecks}, sampleProxies()).Text)
+	text := string(Render(testGlobals, sampleProxies()).Text)
 	for _, want := range []string{
 		"    acl npl_r0_host 'req.hdr(host),regsub(:[0-9]+$,),lower' -m str -- 'a.example.com'\n",
 		"    acl npl_r0_path path -m str -- '/api'\n",
@@ -181,6 +193,10 @@ func TestRender_rulesAsHAProxyConditions(t *testing.T) {
 		// HTTPS offers HTTP/2; an h2c pool speaks it to its members.
 		"    bind 198.18.200.3:8443 ssl crt '/run/tls/a b.pem' crt '/run/tls/b.pem' alpn h2,http/1.1\n",
 		"    server 198.18.0.11_61006 198.18.0.11:61006 check inter 2000ms fall 2 rise 1 proto h2\n",
+		// The invalid share of a pool (even an h2c one: HAProxy speaks
+		// HTTP/1.1 to the frontend that answers 500).
+		"    server npl_invalid unix@/run/500.sock weight 3\n",
+		"frontend npl_invalid\n    mode http\n    bind unix@/run/500.sock mode 600\n    http-request return status 500\n",
 		// A Gateway's TCP listener; TLS listeners route by SNI.
 		"    description npl cluster=c1 lb=c1--ns-gw service= gateway=ns/gw listener=TCP\n",
 		"    default_backend c1--ns-gw-TCP-9000\n",
@@ -205,7 +221,7 @@ func TestRender_rulesAsHAProxyConditions(t *testing.T) {
 }
 
 func TestRender_linesNameTheirObject(t *testing.T) {
-	r := Render(Globals{AdminSocket: "/run/a.sock", Checks: DefaultChecks}, sampleProxies())
+	r := Render(testGlobals, sampleProxies())
 	lines := strings.Split(string(r.Text), "\n")
 	for n, obj := range r.Objects {
 		line := lines[n-1]
@@ -236,7 +252,7 @@ func TestRender_haproxyAcceptsIt(t *testing.T) {
 			}
 		}
 	}
-	r := Render(Globals{AdminSocket: filepath.Join(dir, "admin.sock"), Checks: DefaultChecks}, px)
+	r := Render(Globals{AdminSocket: filepath.Join(dir, "admin.sock"), InvalidSocket: filepath.Join(dir, "500.sock"), Checks: DefaultChecks}, px)
 	path := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(path, r.Text, 0o600); err != nil {
 		t.Fatal(err)
@@ -247,7 +263,7 @@ func TestRender_haproxyAcceptsIt(t *testing.T) {
 
 	bad := sampleProxies()
 	bad.Frontends[1].Name = "c1--ns-web-TCP{443"
-	r = Render(Globals{AdminSocket: filepath.Join(dir, "admin.sock"), Checks: DefaultChecks}, bad)
+	r = Render(Globals{AdminSocket: filepath.Join(dir, "admin.sock"), InvalidSocket: filepath.Join(dir, "500.sock"), Checks: DefaultChecks}, bad)
 	if err := os.WriteFile(path, r.Text, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -290,6 +306,7 @@ func TestParseServersState(t *testing.T) {
 3 be1 1 127.0.0.1_18081 127.0.0.1 2 4 1 1 0 1 0 1 6 0 0 0 - 18081 - 0 0 - - 0
 3 be1 2 127.0.0.1_18082 127.0.0.1 2 8 1 1 0 1 0 0 6 0 0 0 - 18082 - 0 0 - - 0
 3 be1 3 127.0.0.1_18083 127.0.0.1 0 5 1 1 0 1 0 0 6 0 0 0 - 18083 - 0 0 - - 0
+3 be1 4 npl_invalid - 2 0 7 7 0 1 0 2 0 0 0 0 - 0 - 0 0 - - 0
 
 `
 	got, err := ParseServersState(out)
@@ -309,6 +326,7 @@ func TestParseServersState(t *testing.T) {
 		{"127.0.0.1_18081", 18081, true, true, false},   // configured disabled, then set ready
 		{"127.0.0.1_18082", 18082, true, false, true},   // draining
 		{"127.0.0.1_18083", 18083, false, false, false}, // in maintenance
+		{"npl_invalid", 0, true, true, false},           // on a unix socket: no address
 	}
 	if diff := cmp.Diff(want, rows, cmp.AllowUnexported(row{})); diff != "" {
 		t.Fatalf("(-want +got):\n%s", diff)

@@ -62,8 +62,10 @@ const (
 type ServerState struct {
 	Backend string
 	Name    string
-	IP      netip.Addr
-	Port    int32
+	// IP and Port are the server's address; the zero IP and port 0 for
+	// a server on a unix socket (InvalidServer).
+	IP   netip.Addr
+	Port int32
 	// Up is true when the server is running (its health check passes).
 	Up bool
 	// AdminState is srv_admin_state.
@@ -137,10 +139,12 @@ func ParseServersState(out string) ([]ServerState, error) {
 		if v, err = get("srv_addr"); err != nil {
 			return nil, err
 		}
-		if s.IP, err = netip.ParseAddr(v); err != nil {
-			return nil, fmt.Errorf("show servers state: server %s/%s: %w", s.Backend, s.Name, err)
+		if v != "-" { // "-": a unix socket
+			if s.IP, err = netip.ParseAddr(v); err != nil {
+				return nil, fmt.Errorf("show servers state: server %s/%s: %w", s.Backend, s.Name, err)
+			}
+			s.IP = s.IP.Unmap()
 		}
-		s.IP = s.IP.Unmap()
 		if v, err = get("srv_port"); err != nil {
 			return nil, err
 		}

@@ -76,3 +76,27 @@ func TestRunChain_addsAnEnabledServerInOneRoundTrip(t *testing.T) {
 		t.Fatalf("RunChain(enable a missing server) = %v, want a RuntimeError with HAProxy's answer", err)
 	}
 }
+
+// TestShowServersState_readsTheInvalidServer: a backend's invalid server,
+// added at runtime on the invalid frontend's unix socket, is read back by
+// name and weight, without an address; its weight changes at runtime.
+func TestShowServersState_readsTheInvalidServer(t *testing.T) {
+	sock := startHAProxy(t)
+	ctx := context.Background()
+	g := Globals{InvalidSocket: filepath.Join(filepath.Dir(sock), "500.sock")}
+	srv := "b1/" + InvalidServer
+	if err := RunChain(ctx, sock, []string{"add server " + srv + " " + g.InvalidServerArgs(7), "enable server " + srv}, "New server registered"); err != nil {
+		t.Fatalf("add the invalid server: %v", err)
+	}
+	if err := Run(ctx, sock, "set server "+srv+" weight 9"); err != nil {
+		t.Fatalf("set its weight: %v", err)
+	}
+	states, err := ShowServersState(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(states) != 1 || states[0].Name != InvalidServer || states[0].IP.IsValid() || states[0].Port != 0 ||
+		states[0].Weight != 9 || !states[0].Enabled() {
+		t.Fatalf("servers %+v, want %s of weight 9, enabled, without an address", states, InvalidServer)
+	}
+}

@@ -178,8 +178,9 @@ type build struct {
 //     the listeners the route attaches to, and the Order of Gateway API's
 //     tie-break (oldest route, then namespace/name, then rule index);
 //   - one pool per route rule whose members are those of its backendRefs,
-//     weighted by their share; a rule whose backendRefs are all invalid
-//     answers 500 (FixedStatus);
+//     weighted by their share, and whose invalid backendRefs' share is
+//     answered 500 (InvalidWeight); a rule whose backendRefs are all
+//     invalid answers 500 (FixedStatus);
 //   - the certificates of the HTTPS listeners, with their Ports;
 //   - GRPCRoutes as HTTP rules to h2c pools (grpcroute.go), TCPRoutes and
 //     UDPRoutes as TCP and UDP listeners with the pool of their oldest
@@ -865,11 +866,15 @@ func (b *build) backendRef(rt *routeView, ref gatewayv1.BackendRef) (backend, ga
 	if i < 0 {
 		return backend{}, gatewayv1.RouteReasonBackendNotFound, fmt.Sprintf("backend Service %s has no port %d", id, *ref.Port)
 	}
-	weight := int32(1)
+	return backend{svc: svc, port: svc.Spec.Ports[i], weight: refWeight(ref)}, "", ""
+}
+
+// refWeight is the weight of a backendRef, valid or not: 1 unless given.
+func refWeight(ref gatewayv1.BackendRef) int32 {
 	if ref.Weight != nil {
-		weight = *ref.Weight
+		return *ref.Weight
 	}
-	return backend{svc: svc, port: svc.Spec.Ports[i], weight: weight}, "", ""
+	return 1
 }
 
 type backend struct {
@@ -906,8 +911,8 @@ func (b *build) addRule(lb *providers.LoadBalancer, r providers.Rule, hosts map[
 }
 
 // rulePool builds the pool of one HTTPRoute or GRPCRoute rule from its
-// valid backendRefs and returns its name; "" when none can serve (the rule
-// answers 500).
+// backendRefs and returns its name; "" when no valid one can serve (the
+// rule answers 500).
 func (b *build) rulePool(rt *routeView, index int) string {
 	name := providers.GatewayRoutePoolName(b.lbName, rt.kind, rt.meta.Namespace, rt.meta.Name, index)
 	p := b.backendPool(rt, index, name, corev1.ProtocolTCP)
@@ -932,15 +937,22 @@ type backendPool struct {
 // backendRefs, whose Service ports must be of protocol proto; every
 // Service validly named is a backend (opted in). The pool is h2c for a
 // GRPCRoute, and for an HTTPRoute whose backends all have appProtocol
-// kubernetes.io/h2c.
+// kubernetes.io/h2c. The pool of an HTTPRoute or GRPCRoute rule answers
+// the share of its invalid backendRefs 500 (InvalidWeight), as Gateway API
+// requires; TCP, UDP and TLS routes, whose connections cannot be answered
+// a status, leave that share out.
 func (b *build) backendPool(rt *routeView, index int, name string, proto corev1.Protocol) *backendPool {
 	if index >= len(rt.backendRefs) {
 		return &backendPool{Pool: providers.Pool{Name: name, Members: []providers.Member{}}}
 	}
 	var valid []backend
+	invalid := int32(0)
 	for _, br := range rt.backendRefs[index] {
 		be, reason, _ := b.backendRef(rt, br)
 		if reason != "" {
+			if rt.kind == KindHTTPRoute || rt.kind == KindGRPCRoute {
+				invalid += max(refWeight(br), 0)
+			}
 			continue
 		}
 		b.backends[ServiceRef{Namespace: be.svc.Namespace, Name: be.svc.Name}] = true
@@ -961,7 +973,7 @@ func (b *build) backendPool(rt *routeView, index int, name string, proto corev1.
 	if rt.kind == KindGRPCRoute || (rt.kind == KindHTTPRoute && h2c) {
 		out.AppProtocol = providers.AppProtocolH2C
 	}
-	out.Members = weighted(valid, groups)
+	out.Members, out.InvalidWeight = weighted(valid, groups, invalid)
 	if out.Members == nil {
 		out.Members = []providers.Member{}
 	}
@@ -972,51 +984,59 @@ func (b *build) backendPool(rt *routeView, index int, name string, proto corev1.
 const appProtocolH2C = "kubernetes.io/h2c"
 
 // weighted joins the members of several backends so that each backend
-// gets its weight's share of requests: a member's weight is its backend's
-// weight divided by the backend's member count, scaled to 1-256. One
-// backend, or equal shares, leave the weights unset.
-func weighted(valid []backend, groups [][]providers.Member) []providers.Member {
+// gets its weight's share of requests, and returns them with the weight of
+// the share of the invalid backendRefs, whose weights add up to invalid
+// (0 for none): a member's weight is its backend's weight divided by the
+// backend's member count, the invalid share counts as a backend of one
+// member, and all are scaled to 1-256 and divided by their greatest common
+// divisor. A backend without members has no share: its requests go to the
+// others (the invalid share among them). One backend, or equal shares,
+// leave the members' weights unset (1); an invalid share is then 1.
+func weighted(valid []backend, groups [][]providers.Member, invalid int32) ([]providers.Member, int32) {
 	var out []providers.Member
 	share := make([]float64, len(valid))
-	most := 0.0
+	most := float64(invalid)
 	for i, be := range valid {
 		if n := len(groups[i]); n > 0 {
 			share[i] = float64(be.weight) / float64(n)
 			most = max(most, share[i])
 		}
 	}
-	same := true
+	same := invalid == 0 || float64(invalid) == most
 	for i := range valid {
 		if len(groups[i]) > 0 && share[i] != most {
 			same = false
 		}
 	}
+	scaled := func(share float64) int32 {
+		if same {
+			return 1
+		}
+		return max(1, int32(share/most*256+0.5))
+	}
 	for i, g := range groups {
 		for _, m := range g {
 			if !same {
-				m.Weight = max(1, int32(share[i]/most*256+0.5))
+				m.Weight = scaled(share[i])
 			}
 			out = append(out, m)
 		}
 	}
+	invalidWeight := int32(0)
+	if invalid > 0 {
+		invalidWeight = scaled(float64(invalid))
+	}
 	if !same {
-		reduce(out)
+		g := invalidWeight
+		for _, m := range out {
+			g = gcd(g, m.Weight)
+		}
+		for i := range out {
+			out[i].Weight /= g
+		}
+		invalidWeight /= g
 	}
-	return providers.SortMembers(out)
-}
-
-// reduce divides the weights by their greatest common divisor.
-func reduce(ms []providers.Member) {
-	g := int32(0)
-	for _, m := range ms {
-		g = gcd(g, m.Weight)
-	}
-	if g <= 1 {
-		return
-	}
-	for i := range ms {
-		ms[i].Weight /= g
-	}
+	return providers.SortMembers(out), invalidWeight
 }
 
 func gcd(a, b int32) int32 {

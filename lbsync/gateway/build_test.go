@@ -354,32 +354,68 @@ func TestOlderRouteWins(t *testing.T) {
 	}
 }
 
+// TestWeights: a rule's backendRefs share its requests by weight: each
+// valid backend's share spread over its members, the share of the invalid
+// ones answered 500 (InvalidWeight), all scaled to 1-256 and reduced by
+// their greatest common divisor.
 func TestWeights(t *testing.T) {
-	pods := []*corev1.Pod{pod(appNS, "a", "a-1", "198.18.0.1", 61000), pod(appNS, "b", "b-1", "198.18.0.2", 61001)}
-	svcs := []*corev1.Service{service(appNS, "a"), service(appNS, "b")}
+	pods := []*corev1.Pod{pod(appNS, "a", "a-1", "198.18.0.1", 61000), pod(appNS, "b", "b-1", "198.18.0.2", 61001),
+		pod(appNS, "b", "b-2", "198.18.0.3", 61002)}
+	svcs := []*corev1.Service{service(appNS, "a"), service(appNS, "b"), service(appNS, "empty")}
+	badPort := svcRef("a", 1)
+	badPort.Port = ptr(gatewayv1.PortNumber(81))
+	a, b1, b2 := up("198.18.0.1", 61000, 0), up("198.18.0.2", 61001, 0), up("198.18.0.3", 61002, 0)
+	weight := func(m providers.Member, w int32) providers.Member { m.Weight = w; return m }
 	tests := []struct {
-		name string
-		refs []gatewayv1.HTTPBackendRef
-		want []providers.Member
-		fix  bool
+		name    string
+		refs    []gatewayv1.HTTPBackendRef
+		want    []providers.Member
+		invalid int32
+		fix     bool
 	}{
-		{"equal", []gatewayv1.HTTPBackendRef{svcRef("a", 5), svcRef("b", 5)}, []providers.Member{up("198.18.0.1", 61000, 0), up("198.18.0.2", 61001, 0)}, false},
-		{"7 to 3", []gatewayv1.HTTPBackendRef{svcRef("a", 7), svcRef("b", 3)}, []providers.Member{up("198.18.0.1", 61000, 128), up("198.18.0.2", 61001, 55)}, false},
-		{"zero weight", []gatewayv1.HTTPBackendRef{svcRef("a", 1), svcRef("b", 0)}, []providers.Member{up("198.18.0.1", 61000, 0)}, false},
-		{"all zero", []gatewayv1.HTTPBackendRef{svcRef("a", 0)}, nil, true},
+		{"equal", []gatewayv1.HTTPBackendRef{svcRef("a", 5), svcRef("b", 10)}, []providers.Member{a, b1, b2}, 0, false},
+		{"7 to 3", []gatewayv1.HTTPBackendRef{svcRef("a", 7), svcRef("b", 6)}, []providers.Member{weight(a, 128), weight(b1, 55), weight(b2, 55)}, 0, false},
+		{"zero weight", []gatewayv1.HTTPBackendRef{svcRef("a", 1), svcRef("b", 0)}, []providers.Member{a}, 0, false},
+		{"all zero", []gatewayv1.HTTPBackendRef{svcRef("a", 0)}, nil, 0, true},
+		{"all invalid", []gatewayv1.HTTPBackendRef{svcRef("nope", 1), badPort}, nil, 0, true},
+		{"invalid and zero", []gatewayv1.HTTPBackendRef{svcRef("nope", 1), svcRef("a", 0)}, nil, 0, true},
+		// The invalid share is one more backend of one member.
+		{"valid 1 to invalid 1", []gatewayv1.HTTPBackendRef{svcRef("a", 1), svcRef("nope", 1)}, []providers.Member{a}, 1, false},
+		{"valid 7 to invalid 3", []gatewayv1.HTTPBackendRef{svcRef("a", 7), svcRef("nope", 3)}, []providers.Member{weight(a, 128)}, 55, false},
+		{"invalid 3 to valid 1", []gatewayv1.HTTPBackendRef{svcRef("nope", 3), svcRef("a", 1)}, []providers.Member{weight(a, 85)}, 256, false},
+		// Invalid backendRefs of any reason add up: 2 of 4 answer 500.
+		{"invalid ones add up", []gatewayv1.HTTPBackendRef{svcRef("a", 2), svcRef("nope", 1), badPort}, []providers.Member{a}, 1, false},
+		// b's two Pods share b's half; the invalid half is worth two.
+		{"spread over members", []gatewayv1.HTTPBackendRef{svcRef("b", 1), svcRef("nope", 1)}, []providers.Member{weight(b1, 1), weight(b2, 1)}, 2, false},
+		{"invalid of weight 0", []gatewayv1.HTTPBackendRef{svcRef("a", 1), svcRef("nope", 0)}, []providers.Member{a}, 0, false},
+		// A backend without ready Pods has no share, as among valid
+		// backends: its requests go to the others, the invalid share
+		// included; alone with invalid ones, every request gets 500.
+		{"no Pods and invalid", []gatewayv1.HTTPBackendRef{svcRef("empty", 1), svcRef("nope", 1)}, nil, 1, false},
+		{"no Pods, valid and invalid", []gatewayv1.HTTPBackendRef{svcRef("empty", 5), svcRef("a", 1), svcRef("nope", 1)}, []providers.Member{a}, 1, false},
+		{"no Pods", []gatewayv1.HTTPBackendRef{svcRef("empty", 1)}, nil, 0, false},
 	}
 	for _, tt := range tests {
-		res := Build(Input{ClusterName: testCluster, Gateway: gateway(httpL("http", 80, "")), Services: svcs, Pods: pods,
-			Routes: []*gatewayv1.HTTPRoute{route("r", 1, rule(nil, tt.refs...))}})
-		if tt.fix {
-			if len(res.LB.Pools) != 0 || res.LB.HTTP.Rules[0].FixedStatus != 500 {
-				t.Errorf("%s: want a fixed 500 and no pool: %+v", tt.name, res.LB)
+		t.Run(tt.name, func(t *testing.T) {
+			res := Build(Input{ClusterName: testCluster, Gateway: gateway(httpL("http", 80, "")), Services: svcs, Pods: pods,
+				Routes: []*gatewayv1.HTTPRoute{route("r", 1, rule(nil, tt.refs...))}})
+			if tt.fix {
+				if len(res.LB.Pools) != 0 || res.LB.HTTP.Rules[0].FixedStatus != 500 {
+					t.Errorf("want a fixed 500 and no pool: %+v", res.LB)
+				}
+				return
 			}
-			continue
-		}
-		if diff := cmp.Diff(tt.want, res.LB.Pools[0].Members); diff != "" {
-			t.Errorf("%s: members (-want +got):\n%s", tt.name, diff)
-		}
+			if len(res.LB.Pools) != 1 || res.LB.HTTP.Rules[0].Pool != res.LB.Pools[0].Name {
+				t.Fatalf("want the rule's pool: %+v", res.LB)
+			}
+			want := providers.Pool{Name: poolName("r", 0), Members: tt.want, InvalidWeight: tt.invalid}
+			if diff := cmp.Diff(want, res.LB.Pools[0], cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("pool (-want +got):\n%s", diff)
+			}
+			if _, err := providers.Normalize(res.LB); err != nil {
+				t.Errorf("the model does not pass Normalize: %v", err)
+			}
+		})
 	}
 }
 

@@ -77,7 +77,9 @@ func grpcFilters(rule *gatewayv1.GRPCRouteRule) (request, response *providers.He
 
 // addGRPCRules adds the rules and pools of one attached GRPCRoute: per
 // rule match and effective host, a rule on the path of its method; a rule
-// whose backendRefs are all invalid answers 500.
+// whose backendRefs are all invalid answers 500, the pool of one with some
+// invalid answers their share 500 (an HTTP 500, which gRPC clients see as
+// an error).
 func (b *build) addGRPCRules(at *attachment, lb *providers.LoadBalancer) {
 	rt := at.route
 	for i := range rt.grpc.Spec.Rules {

@@ -36,7 +36,9 @@ func grpcPoolName(route string, idx int) string {
 }
 
 // TestGRPCRoutes: GRPCRoute matches become HTTP rules on the paths of
-// their methods, to h2c pools, next to HTTPRoute rules.
+// their methods, to h2c pools, next to HTTPRoute rules; a rule whose
+// backendRefs are all invalid answers 500, one with some invalid answers
+// their share 500.
 func TestGRPCRoutes(t *testing.T) {
 	exact := gatewayv1.GRPCMethodMatchExact
 	re := gatewayv1.GRPCMethodMatchRegularExpression
@@ -50,7 +52,8 @@ func TestGRPCRoutes(t *testing.T) {
 				ResponseHeaderModifier: &gatewayv1.HTTPHeaderFilter{Add: []gatewayv1.HTTPHeader{{Name: "X-Via", Value: "npl"}}}}}},
 		gatewayv1.GRPCRouteRule{Matches: []gatewayv1.GRPCRouteMatch{method(exact, "", "Stream"), method(re, "echo\\..*", "")},
 			BackendRefs: []gatewayv1.GRPCBackendRef{grpcRef("nope", 1)}},
-		gatewayv1.GRPCRouteRule{BackendRefs: []gatewayv1.GRPCBackendRef{grpcRef("a", 1)}},
+		// One backendRef of two invalid: half the requests get 500.
+		gatewayv1.GRPCRouteRule{BackendRefs: []gatewayv1.GRPCBackendRef{grpcRef("a", 1), grpcRef("nope", 1)}},
 	)
 	web := route("web", 50, rule([]gatewayv1.HTTPRouteMatch{prefixM("/static")}, svcRef("a", 1)))
 	res := Build(Input{ClusterName: testCluster, Gateway: gateway(httpL("http", 80, "")), GRPCRoutes: []*gatewayv1.GRPCRoute{rt},
@@ -62,7 +65,7 @@ func TestGRPCRoutes(t *testing.T) {
 	members := []providers.Member{up("198.18.0.1", 61000, 0)}
 	wantPools := []providers.Pool{
 		{Name: grpcPoolName("g", 0), AppProtocol: providers.AppProtocolH2C, Members: members},
-		{Name: grpcPoolName("g", 2), AppProtocol: providers.AppProtocolH2C, Members: members},
+		{Name: grpcPoolName("g", 2), AppProtocol: providers.AppProtocolH2C, Members: members, InvalidWeight: 1},
 		{Name: poolName("web", 0), Members: members},
 	}
 	if diff := cmp.Diff(wantPools, res.LB.Pools, cmpopts.EquateEmpty()); diff != "" {

@@ -13,7 +13,9 @@ import (
 // Accepted. The pool holds the members of the route's one rule, weighted
 // by the backendRefs' weights, from Service ports of the listener's
 // protocol; a route whose backendRefs are all invalid gives a pool without
-// members, which refuses connections.
+// members, which refuses connections. Invalid backendRefs beside valid ones
+// have no share (a connection cannot be answered 500): the valid ones take
+// every connection.
 func (b *build) addStreamRoute(at *attachment) {
 	rt := at.route
 	proto := corev1.ProtocolTCP

@@ -161,3 +161,36 @@ func TestUDPRoute(t *testing.T) {
 		t.Errorf("backends (-want +got):\n%s", diff)
 	}
 }
+
+// TestStreamRoutes_invalidShareLeftOut: the connections of TCP, UDP and
+// TLS routes cannot be answered a status, so their invalid backendRefs
+// have no share (Pool.InvalidWeight is for HTTP rules): the valid ones take
+// every connection.
+func TestStreamRoutes_invalidShareLeftOut(t *testing.T) {
+	gw := gateway(streamL("tcp", gatewayv1.TCPProtocolType, 9000), tlsL("tls", 443, "", gatewayv1.TLSModePassthrough))
+	res := Build(Input{ClusterName: testCluster, Gateway: gw,
+		TCPRoutes: []*gatewayv1.TCPRoute{tcpRoute("t", 1, "tcp", ref("a", 80, 1), ref("nope", 80, 1))},
+		TLSRoutes: []*gatewayv1.TLSRoute{tlsRoute("s", 1, "tls", []string{"a.example.com"}, ref("a", 80, 1), ref("nope", 80, 1))},
+		Services:  []*corev1.Service{service(appNS, "a")}, Pods: []*corev1.Pod{pod(appNS, "a", "a-1", "198.18.0.1", 61000)}})
+	if res.LB == nil {
+		t.Fatalf("no model: %v", res.Report.Errors)
+	}
+	members := []providers.Member{up("198.18.0.1", 61000, 0)}
+	pools := slices.Clone(res.LB.Pools)
+	for _, l := range res.LB.Listeners {
+		if l.Protocol == providers.TCP {
+			pools = append(pools, l.Pool)
+		}
+	}
+	if len(pools) != 2 {
+		t.Fatalf("pools %+v, want the TCP listener's and the TLS route's", pools)
+	}
+	for _, p := range pools {
+		if diff := cmp.Diff(providers.Pool{Name: p.Name, Members: members}, p); diff != "" {
+			t.Errorf("pool (-want +got):\n%s", diff)
+		}
+	}
+	if _, err := providers.Normalize(res.LB); err != nil {
+		t.Errorf("the model does not pass Normalize: %v", err)
+	}
+}

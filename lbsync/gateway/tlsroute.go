@@ -13,7 +13,8 @@ import (
 // with the listener's), to the pool of the route's one rule. An older
 // route keeps a host another route also names. A route whose backendRefs
 // are all invalid gets a pool without members: its connections are
-// refused.
+// refused. Invalid backendRefs beside valid ones have no share, as on TCP
+// routes.
 func (b *build) addTLSRoute(at *attachment) {
 	rt := at.route
 	name := providers.GatewayRoutePoolName(b.lbName, rt.kind, rt.meta.Namespace, rt.meta.Name, 0)

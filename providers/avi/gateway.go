@@ -99,8 +99,9 @@ func supported(lb *providers.LoadBalancer) error {
 // modifiers, ReplacePrefixMatch paths and redirects to the path "/" (a
 // redirect or rewrite path is one constant), redirect status codes other
 // than 301, 302 and 307, fixed answers other than 200, 204, 403, 404, 429
-// and 501, redirects whose scheme is kept on rules without ports, and
-// weights whose pool group would need a ratio above 1000.
+// and 501, redirects whose scheme is kept on rules without ports, weights
+// whose pool group would need a ratio above 1000, and pools that answer
+// the share of invalid backends 500 (Pool.InvalidWeight).
 func gatewaySubset(lb *providers.LoadBalancer) error {
 	if lb.HTTP == nil {
 		return fmt.Errorf("a Gateway's load balancer without HTTP routes: %w", providers.ErrUnsupported)
@@ -140,7 +141,8 @@ func gatewaySubset(lb *providers.LoadBalancer) error {
 			return providers.UnsupportedRule(r, field)
 		}
 	}
-	return nil
+	// A pool group splits requests between pools of servers only.
+	return providers.InvalidShareUnsupported(lb)
 }
 
 // unsupportedField names the first field of r a Gateway's layout cannot

@@ -320,6 +320,8 @@ func TestProvider_gatewayRefusesWhatAviCannotExpress(t *testing.T) {
 		"pathType RegularExpression":       func(lb *providers.LoadBalancer) { rule(lb, "", "/gone").PathType = providers.PathRegex },
 		"method QUERY":                     func(lb *providers.LoadBalancer) { api(lb).Method = "QUERY" },
 		"appProtocol h2c":                  func(lb *providers.LoadBalancer) { lb.Pools[1].AppProtocol = providers.AppProtocolH2C },
+		// The share of invalid backendRefs that Gateway API answers 500.
+		"invalid weight 3 (the share of invalid backendRefs answered 500)": func(lb *providers.LoadBalancer) { lb.Pools[1].InvalidWeight = 3 },
 		"ratio of 1280": func(lb *providers.LoadBalancer) {
 			for i := range 5 {
 				lb.Pools[0].Members = append(lb.Pools[0].Members,

@@ -284,6 +284,8 @@ func TestProvider_gatewayRefusesWhatLTMPoliciesCannotExpress(t *testing.T) {
 			lb.HTTP.Rules[0].Rewrite.Path = &providers.PathModifier{Type: providers.ReplacePrefixMatch, Value: "/new"}
 		},
 		"appProtocol h2c": func(lb *providers.LoadBalancer) { lb.Pools[1].AppProtocol = providers.AppProtocolH2C },
+		// The share of invalid backendRefs that Gateway API answers 500.
+		"invalid weight 3 (the share of invalid backendRefs answered 500)": func(lb *providers.LoadBalancer) { lb.Pools[1].InvalidWeight = 3 },
 		"requestHeaders X-Add: a value that starts with tcl:": func(lb *providers.LoadBalancer) {
 			lb.HTTP.Rules[0].RequestHeaders.Add[0].Value = "TCL:[exec id]"
 		},

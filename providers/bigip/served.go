@@ -41,7 +41,8 @@ func served(lb *providers.LoadBalancer) error {
 			return providers.UnsupportedRule(r, field)
 		}
 	}
-	return nil
+	// A pool's ratios split requests between its members only.
+	return providers.InvalidShareUnsupported(lb)
 }
 
 // unservedField names the field of a Gateway's rule that an LTM policy

@@ -13,11 +13,12 @@ import (
 
 // gatewayStreamsModel is a Gateway's load balancer with every kind of
 // listener: HTTP, a TCP listener with weighted members, a UDP listener, a
-// passthrough TLS listener with SNI routes, a terminating one, and an h2c
-// pool.
+// passthrough TLS listener with SNI routes, a terminating one, an h2c
+// pool, and a pool that answers the share of invalid backends 500.
 func gatewayStreamsModel() *providers.LoadBalancer {
 	name := providers.GatewayLoadBalancerName(cluster, "shop", "gw")
 	grpc := providers.GatewayPoolName(name, "shop", "grpc", 0)
+	half := providers.GatewayPoolName(name, "shop", "half", 0)
 	tls := providers.GatewayPoolName(name, "shop", "tls", 0)
 	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("cert-t")})
 	weighted := member("198.18.0.12", 61002)
@@ -36,9 +37,11 @@ func gatewayStreamsModel() *providers.LoadBalancer {
 		Pools: []providers.Pool{
 			{Name: grpc, AppProtocol: providers.AppProtocolH2C, Members: []providers.Member{member("198.18.0.11", 61000)}},
 			{Name: tls, Members: []providers.Member{member("198.18.0.11", 61001)}},
+			{Name: half, Members: []providers.Member{member("198.18.0.11", 61004)}, InvalidWeight: 1},
 		},
 		HTTP: &providers.HTTPRoutes{
-			Rules: []providers.Rule{{Path: "/pkg.Svc", PathType: providers.PathPrefix, Pool: grpc, Ports: []int32{80}}},
+			Rules: []providers.Rule{{Path: "/pkg.Svc", PathType: providers.PathPrefix, Pool: grpc, Ports: []int32{80}},
+				{Path: "/half", PathType: providers.PathPrefix, Pool: half, Ports: []int32{80}}},
 			TLS: []providers.TLSCert{{Secret: "shop/t", Ports: []int32{9443}, Fingerprint: providers.CertFingerprint(cert),
 				CertPEM: cert, KeyPEM: []byte("key-t")}},
 		},
@@ -88,6 +91,7 @@ func TestMock_gatewayStreamsWriteOnlyWhatChanged(t *testing.T) {
 		}, 1},
 		{"a pool's appProtocol", func(lb *providers.LoadBalancer) { lb.Pools[0].AppProtocol = "" }, 1},
 		{"a TCP member's weight", func(lb *providers.LoadBalancer) { lb.Listeners[1].Pool.Members[1].Weight = 30 }, 1},
+		{"a pool's invalid weight", func(lb *providers.LoadBalancer) { lb.Pools[2].InvalidWeight = 2 }, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

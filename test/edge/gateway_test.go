@@ -10,6 +10,8 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
+	"math"
 	"math/big"
 	"net"
 	"net/http"
@@ -19,6 +21,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/nodeportlocal/npl/edge/api"
 	"github.com/nodeportlocal/npl/providers"
@@ -337,4 +344,116 @@ func listedAsAppliedAndIdempotent(ctx context.Context, t *testing.T, b *Bed, p p
 		t.Errorf("the same model again: %+v -> %+v, want no write", before, after)
 	}
 	return before
+}
+
+// TestProvider_gatewayInvalidShare: the share of a pool's
+// requests that Gateway API sends to invalid backendRefs
+// (Pool.InvalidWeight) is answered 500 by the real HAProxy behind a VIP,
+// in proportion to the members' weights, over HTTP/1.1 and over gRPC (an
+// h2c pool, whose clients see an HTTP 500); a pool whose only share is the
+// invalid one answers 500 to all. List returns the applied model, and the
+// share changes, appears and goes through the runtime API: no reload.
+func TestProvider_gatewayInvalidShare(t *testing.T) {
+	b, bs := newBed(t)
+	p := openProvider(t, b, b.ProviderSection())
+	ctx := context.Background()
+	name := testCluster + "--gw-ns-share"
+	pHalf, pOnly, pPlain, pGRPC := name+"-half", name+"-only", name+"-plain", name+"-grpc"
+	lb := &providers.LoadBalancer{Name: name, Gateway: "ns/share", Kind: providers.L7,
+		Listeners: []providers.Listener{{Port: 80, Protocol: providers.HTTP}},
+		Pools: []providers.Pool{
+			{Name: pHalf, Members: startBackends(t, bs, "v", 1), InvalidWeight: 1},
+			{Name: pOnly, Members: []providers.Member{}, InvalidWeight: 1},
+			{Name: pPlain, Members: startBackends(t, bs, "p", 1)},
+			{Name: pGRPC, AppProtocol: providers.AppProtocolH2C, Members: []providers.Member{startGRPCBackend(t, "g-0")}, InvalidWeight: 1},
+		},
+		HTTP: &providers.HTTPRoutes{Rules: []providers.Rule{
+			{Path: "/half", PathType: providers.PathPrefix, Pool: pHalf},
+			{Path: "/only", PathType: providers.PathPrefix, Pool: pOnly},
+			{Path: "/plain", PathType: providers.PathPrefix, Pool: pPlain},
+			{Path: "/grpc.health.v1.Health", PathType: providers.PathPrefix, Pool: pGRPC},
+		}},
+	}
+	st, err := p.Ensure(ctx, lb)
+	if err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	addr := net.JoinHostPort(st.VIPs[0], "80")
+	c := b.ClientHTTP(3 * time.Second)
+	const n = 400
+	// split sends n requests to path and checks that the share answered
+	// 500 by HAProxy is invalid/(invalid+valid) within four standard
+	// deviations of a binomial draw, the rest 200 from member.
+	split := func(path, member string, valid, invalid int) {
+		t.Helper()
+		counts := map[string]int{}
+		for range n {
+			a := send(t, c, "GET", "http://"+addr+path, "shop.example", nil)
+			counts[fmt.Sprintf("%d %s", a.status, a.backend)]++
+		}
+		share := float64(invalid) / float64(valid+invalid)
+		bound := 4 * math.Sqrt(n*share*(1-share))
+		t.Logf("%s, valid %d : invalid %d: %v of %d requests (500s expected %.0f±%.0f)", path, valid, invalid, counts, n, n*share, bound)
+		got := counts["500 "]
+		if math.Abs(float64(got)-n*share) > bound || got+counts["200 "+member] != n {
+			t.Errorf("%s: %v of %d, want %.0f±%.0f answered 500 by HAProxy and the rest 200 by %s", path, counts, n, n*share, bound, member)
+		}
+	}
+	split("/half", "v-0", 1, 1)
+	split("/only", "", 0, 1)
+	split("/plain", "p-0", 1, 0)
+
+	// gRPC: the invalid share is an HTTP 500, which the client sees as
+	// codes.Unknown.
+	grpcSplit := func(wantFailed int) {
+		t.Helper()
+		dial := func(ctx context.Context, a string) (net.Conn, error) {
+			return b.ClientDial(ctx, "tcp", a, 3*time.Second)
+		}
+		conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithContextDialer(dial),
+			grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithAuthority("grpc.example"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		served, failed := 0, 0
+		for range 40 {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			resp, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{})
+			cancel()
+			switch {
+			case err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING:
+				served++
+			case grpcstatus.Code(err) == codes.Unknown && strings.Contains(err.Error(), "500"):
+				failed++
+			default:
+				t.Fatalf("gRPC Health/Check: %v, %v; want SERVING or an HTTP 500", resp, err)
+			}
+		}
+		t.Logf("gRPC: %d served, %d answered HTTP 500 of 40", served, failed)
+		if failed < wantFailed-12 || failed > wantFailed+12 {
+			t.Errorf("gRPC: %d of 40 answered HTTP 500, want %d±12", failed, wantFailed)
+		}
+	}
+	grpcSplit(20)
+
+	before := listedAsAppliedAndIdempotent(ctx, t, b, p, lb, st.VIPs)
+
+	// The share changes (1 to 3), appears (plain) and goes (gRPC) through
+	// the runtime API.
+	changed := lb.Clone()
+	changed.Pools[0].InvalidWeight, changed.Pools[2].InvalidWeight, changed.Pools[3].InvalidWeight = 3, 1, 0
+	if _, err := p.Ensure(ctx, changed); err != nil {
+		t.Fatal(err)
+	}
+	if after := status(t, b); after.Reloads != before.Reloads || after.WorkerPID != before.WorkerPID {
+		t.Errorf("a change of the invalid shares reloaded HAProxy: %+v -> %+v", before, after)
+	}
+	listedAsAppliedAndIdempotent(ctx, t, b, p, changed, st.VIPs)
+	split("/half", "v-0", 1, 3)
+	split("/plain", "p-0", 1, 1)
+	grpcSplit(0)
+	if err := p.Delete(ctx, name, providers.L7); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
 }
