@@ -3,7 +3,6 @@ package gateway
 import (
 	"cmp"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"math"
 	"net/netip"
@@ -1117,15 +1116,15 @@ func (b *build) finish(lb *providers.LoadBalancer, ls []*listener) {
 	seen := map[string]bool{}
 	for i, r := range lb.HTTP.Rules {
 		r.Order = rank[b.origins[i]]
-		if seen[matchKey(r)] {
+		if seen[r.MatchKey()] {
 			continue // an older rule matches the same requests
 		}
-		seen[matchKey(r)] = true
+		seen[r.MatchKey()] = true
 		rules = append(rules, r)
 	}
 	for _, r := range isolation(ls) {
-		if !seen[matchKey(r)] {
-			seen[matchKey(r)] = true
+		if !seen[r.MatchKey()] {
+			seen[r.MatchKey()] = true
 			rules = append(rules, r)
 		}
 	}
@@ -1226,16 +1225,4 @@ func isolation(ls []*listener) []providers.Rule {
 		}
 	}
 	return out
-}
-
-// matchKey identifies the requests a rule matches.
-func matchKey(r providers.Rule) string {
-	k, _ := json.Marshal(struct {
-		H, P  string
-		T     providers.PathType
-		Ports []int32
-		M     string
-		Hd, Q []providers.ValueMatch
-	}{r.Host, r.Path, r.PathType, r.Ports, r.Method, r.Headers, r.Query})
-	return string(k)
 }
