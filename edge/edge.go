@@ -245,6 +245,7 @@ func (e *Edge) Put(ctx context.Context, cluster string, lb *providers.LoadBalanc
 	changedDesired := !had || !providers.SameModel(prev, n)
 	start := time.Now()
 	changed, reloaded, err := e.converge(ctx)
+	err = ownErrors(ctx, err, n.Name)
 	if changed && err == nil {
 		how := "runtime"
 		if reloaded {
@@ -289,7 +290,8 @@ func (e *Edge) Delete(ctx context.Context, cluster, name string) (bool, error) {
 		return false, nil
 	}
 	delete(e.desired, key)
-	if _, _, err := e.converge(ctx); err != nil {
+	_, _, err := e.converge(ctx)
+	if err = ownErrors(ctx, err, name); err != nil {
 		if errors.Is(err, ErrRejected) {
 			e.desired[key] = prev
 		} else {
@@ -845,20 +847,20 @@ func (e *Edge) syncServers(ctx context.Context, px haproxy.Proxies) (int, error)
 					cmds = append(cmds, "enable server "+srv)
 				}
 				if err := runChain(cmds, "New server registered"); err != nil {
-					errs = append(errs, fmt.Errorf("load balancer %s: add member %s: %w", p.LoadBalancer, srv, err))
+					errs = append(errs, &memberError{lb: p.LoadBalancer, err: fmt.Errorf("load balancer %s: add member %s: %w", p.LoadBalancer, srv, err)})
 				}
 			case m.Enabled && !s.Enabled():
 				if err := run("set server " + srv + " state ready"); err != nil {
-					errs = append(errs, fmt.Errorf("load balancer %s: enable member %s: %w", p.LoadBalancer, srv, err))
+					errs = append(errs, &memberError{lb: p.LoadBalancer, err: fmt.Errorf("load balancer %s: enable member %s: %w", p.LoadBalancer, srv, err)})
 				}
 			case !m.Enabled && s.Enabled():
 				if err := run("set server " + srv + " state drain"); err != nil {
-					errs = append(errs, fmt.Errorf("load balancer %s: drain member %s: %w", p.LoadBalancer, srv, err))
+					errs = append(errs, &memberError{lb: p.LoadBalancer, err: fmt.Errorf("load balancer %s: drain member %s: %w", p.LoadBalancer, srv, err)})
 				}
 			}
 			if ok && modelWeight(s.Weight) != m.Weight {
 				if err := run(fmt.Sprintf("set server %s weight %d", srv, haproxyWeight(m))); err != nil {
-					errs = append(errs, fmt.Errorf("load balancer %s: set the weight of member %s: %w", p.LoadBalancer, srv, err))
+					errs = append(errs, &memberError{lb: p.LoadBalancer, err: fmt.Errorf("load balancer %s: set the weight of member %s: %w", p.LoadBalancer, srv, err)})
 				}
 			}
 		}
@@ -870,16 +872,16 @@ func (e *Edge) syncServers(ctx context.Context, px haproxy.Proxies) (int, error)
 			case !ok:
 				cmds := []string{"add server " + srv + " " + e.globals().InvalidServerArgs(p.InvalidWeight), "enable server " + srv}
 				if err := runChain(cmds, "New server registered"); err != nil {
-					errs = append(errs, fmt.Errorf("load balancer %s: add the invalid share %s: %w", p.LoadBalancer, srv, err))
+					errs = append(errs, &memberError{lb: p.LoadBalancer, err: fmt.Errorf("load balancer %s: add the invalid share %s: %w", p.LoadBalancer, srv, err)})
 				}
 			case !s.Enabled():
 				if err := run("set server " + srv + " state ready"); err != nil {
-					errs = append(errs, fmt.Errorf("load balancer %s: enable the invalid share %s: %w", p.LoadBalancer, srv, err))
+					errs = append(errs, &memberError{lb: p.LoadBalancer, err: fmt.Errorf("load balancer %s: enable the invalid share %s: %w", p.LoadBalancer, srv, err)})
 				}
 			}
 			if ok && s.Weight != int(p.InvalidWeight) {
 				if err := run(fmt.Sprintf("set server %s weight %d", srv, p.InvalidWeight)); err != nil {
-					errs = append(errs, fmt.Errorf("load balancer %s: set the weight of the invalid share %s: %w", p.LoadBalancer, srv, err))
+					errs = append(errs, &memberError{lb: p.LoadBalancer, err: fmt.Errorf("load balancer %s: set the weight of the invalid share %s: %w", p.LoadBalancer, srv, err)})
 				}
 			}
 		}
@@ -898,11 +900,46 @@ func (e *Edge) syncServers(ctx context.Context, px haproxy.Proxies) (int, error)
 				}
 			}
 			if err != nil {
-				errs = append(errs, fmt.Errorf("load balancer %s: remove member %s: %w", p.LoadBalancer, srv, err))
+				errs = append(errs, &memberError{lb: p.LoadBalancer, err: fmt.Errorf("load balancer %s: remove member %s: %w", p.LoadBalancer, srv, err)})
 			}
 		}
 	}
 	return ops, errors.Join(errs...)
+}
+
+// memberError is a runtime command that failed for a member or the invalid
+// share of one load balancer.
+type memberError struct {
+	lb  string
+	err error
+}
+
+func (m *memberError) Error() string { return m.err.Error() }
+func (m *memberError) Unwrap() error { return m.err }
+
+// ownErrors keeps of err, which converge returned while applying load
+// balancer lb, what concerns lb or the whole edge. The runtime commands
+// that failed for another load balancer's members are logged instead: the
+// resync and that load balancer's own next Ensure try them again, and a
+// member that one load balancer cannot get must not fail every other's
+// writes.
+func ownErrors(ctx context.Context, err error, lb string) error {
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else if err != nil {
+		errs = []error{err}
+	}
+	var own []error
+	for _, e := range errs {
+		var me *memberError
+		if errors.As(e, &me) && me.lb != lb {
+			klog.FromContext(ctx).Error(e, "Runtime command of another load balancer failed; the resync tries it again", "loadBalancer", me.lb)
+			continue
+		}
+		own = append(own, e)
+	}
+	return errors.Join(own...)
 }
 
 // savedLB is one entry of desired.json.

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -168,5 +169,28 @@ func TestL7Proxies_gatewayStreams(t *testing.T) {
 	}
 	if diff := cmp.Diff(wantBacks, backs); diff != "" {
 		t.Errorf("backends (-want +got):\n%s", diff)
+	}
+}
+
+// The runtime commands that failed for another load balancer's members do
+// not fail this one's write; its own, and what concerns the whole edge, do.
+func TestOwnErrors_keepsWhatConcernsTheLoadBalancer(t *testing.T) {
+	ctx := context.Background()
+	theirs := &memberError{lb: "c1--ns-b", err: errors.New("load balancer c1--ns-b: add member x: refused")}
+	mine := &memberError{lb: "c1--ns-a", err: errors.New("load balancer c1--ns-a: add member y: refused")}
+	down := fmt.Errorf("%w: admin socket", ErrUnavailable)
+
+	if err := ownErrors(ctx, errors.Join(theirs), "c1--ns-a"); err != nil {
+		t.Errorf("another load balancer's failure alone: %v, want nil", err)
+	}
+	if err := ownErrors(ctx, theirs, "c1--ns-a"); err != nil {
+		t.Errorf("another load balancer's failure, not joined: %v, want nil", err)
+	}
+	err := ownErrors(ctx, errors.Join(theirs, mine, down), "c1--ns-a")
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "c1--ns-a") || strings.Contains(err.Error(), "c1--ns-b") {
+		t.Errorf("mixed: %v, want this load balancer's and the edge's errors only", err)
+	}
+	if err := ownErrors(ctx, nil, "c1--ns-a"); err != nil {
+		t.Errorf("no error: %v", err)
 	}
 }
