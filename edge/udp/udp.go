@@ -119,6 +119,16 @@ type Table struct {
 	// nil makes the next Sync write the table whole.
 	written  map[Key]content
 	verified time.Time
+	// unflushed are the flows of removed members whose conntrack entries
+	// could not be deleted; every Sync tries again until they go or the
+	// member is back on its listener.
+	unflushed map[flow]bool
+}
+
+// flow is the flows from a listener to one member.
+type flow struct {
+	k Key
+	m netip.AddrPort
 }
 
 // New returns the table of this host's network namespace. It fails when
@@ -197,6 +207,7 @@ func (t *Table) Sync(ctx context.Context, listeners []Listener) (bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	log := klog.FromContext(ctx)
+	t.flushAgain(ctx, want)
 	// last is what was written last, whose removed members lose their
 	// flows even when the table is written whole.
 	last := t.written
@@ -244,18 +255,46 @@ func (t *Table) Sync(ctx context.Context, listeners []Listener) (bool, error) {
 }
 
 // flushRemoved deletes the flows of the members that were in prev and are
-// not in want.
+// not in want; those it cannot delete are tried again at the next Sync.
 func (t *Table) flushRemoved(ctx context.Context, prev, want map[Key]content) {
 	for k, c := range prev {
 		for _, m := range c {
-			if slices.ContainsFunc(want[k], func(o member) bool { return o.addr == m.addr }) {
-				continue
-			}
-			if err := t.flush(ctx, k, m.addr); err != nil {
-				klog.FromContext(ctx).Error(err, "Delete the flows of a removed UDP member", "listener", k.String(), "member", m.addr.String())
+			if !serves(want, k, m.addr) {
+				t.flushFlow(ctx, flow{k, m.addr})
 			}
 		}
 	}
+}
+
+// flushAgain tries again the flows flushRemoved could not delete, and
+// forgets those of members that are back on their listener.
+func (t *Table) flushAgain(ctx context.Context, want map[Key]content) {
+	again := t.unflushed
+	t.unflushed = nil
+	for f := range again {
+		if !serves(want, f.k, f.m) {
+			t.flushFlow(ctx, f)
+		}
+	}
+}
+
+// flushFlow deletes the flows f, and keeps it for flushAgain when that
+// fails.
+func (t *Table) flushFlow(ctx context.Context, f flow) {
+	err := t.flush(ctx, f.k, f.m)
+	if err == nil {
+		return
+	}
+	klog.FromContext(ctx).Error(err, "Delete the flows of a removed UDP member; the next sync tries again", "listener", f.k.String(), "member", f.m.String())
+	if t.unflushed == nil {
+		t.unflushed = map[flow]bool{}
+	}
+	t.unflushed[f] = true
+}
+
+// serves reports whether listener k of want has member m.
+func serves(want map[Key]content, k Key, m netip.AddrPort) bool {
+	return slices.ContainsFunc(want[k], func(o member) bool { return o.addr == m })
 }
 
 // Writes returns how many transactions changed the table.

@@ -100,3 +100,54 @@ func TestValidate_refusesMixedFamiliesAndDuplicates(t *testing.T) {
 		}
 	}
 }
+
+// The flows of a removed member whose conntrack entries could not be
+// deleted are deleted at a later Sync, unless the member is back.
+func TestSync_triesAgainTheFlowsItCouldNotDelete(t *testing.T) {
+	ctx := context.Background()
+	fake := knftables.NewFake(knftables.InetFamily, udp.TableName)
+	failing, flushed := true, []string{}
+	tab := udp.NewWith(fake, func(context.Context) ([]byte, error) { return nil, errors.New("not read in this test") },
+		func(_ context.Context, k udp.Key, m netip.AddrPort) error {
+			if failing {
+				return errors.New("conntrack: busy")
+			}
+			flushed = append(flushed, k.String()+">"+m.String())
+			return nil
+		})
+	tab.VerifyEvery = time.Hour
+	vip := netip.MustParseAddr("198.18.200.1")
+	a := providers.Member{IP: "198.18.0.10", Port: 61001, Enabled: true}
+	b := providers.Member{IP: "198.18.0.11", Port: 61001, Enabled: true}
+	sync := func(ms ...providers.Member) {
+		t.Helper()
+		if _, err := tab.Sync(ctx, []udp.Listener{{VIP: vip, Port: 53, Members: ms}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync(a, b)
+	sync(a) // b removed: its flows cannot be deleted now
+	if len(flushed) != 0 {
+		t.Fatalf("flushed %v while conntrack fails", flushed)
+	}
+	failing = false
+	sync(a) // nothing changed in the table: b's flows are deleted now
+	if strings.Join(flushed, ",") != "198.18.200.1:53>198.18.0.11:61001" {
+		t.Errorf("flows deleted at the next Sync %q; want b's", flushed)
+	}
+	flushed = nil
+	sync(a)
+	if len(flushed) != 0 {
+		t.Errorf("flows deleted again %q; want none", flushed)
+	}
+
+	// A member back on its listener keeps its flows.
+	failing = true
+	sync(a, b)
+	sync(a)
+	failing = false
+	sync(a, b)
+	if len(flushed) != 0 {
+		t.Errorf("flows of a member that is back deleted: %q", flushed)
+	}
+}
