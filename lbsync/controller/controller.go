@@ -79,6 +79,9 @@ type Controller struct {
 	settings Settings
 	client   kubernetes.Interface
 	provider providers.Provider
+	// rules is the provider's check of a Gateway's rules (nil: it serves
+	// them all): the Gateway builder leaves out the routes it refuses.
+	rules    providers.RuleChecker
 	recorder record.EventRecorder
 	metrics  *Metrics
 
@@ -161,6 +164,7 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		settings: settings,
 		client:   client,
 		provider: metrics.instrument(providers.Validated(provider)),
+		rules:    providers.RuleCheckerOf(provider),
 		recorder: recorder,
 		metrics:  metrics,
 		factory:  factory,

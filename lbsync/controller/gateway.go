@@ -576,6 +576,7 @@ func (c *Controller) gatewayInput(ctx context.Context, gw *gatewayv1.Gateway) (g
 	src.ReferenceGrants, _ = g.grants.List(labels.Everything())
 	set := inputs.Settings{ClusterName: c.settings.ClusterName, ServiceType: c.settings.ServiceType, Family: c.settings.Family}
 	in, forbidden, err := c.store.GatewayInput(ctx, set, gw, src, inputs.APISecrets(c.client))
+	in.Rules = c.rules
 	for _, secret := range forbidden {
 		c.recorder.Eventf(gw, corev1.EventTypeWarning, "TLSSecretForbidden",
 			"Cannot read TLS Secret %s: npl-lbsync may not read Secrets", secret)
