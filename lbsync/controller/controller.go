@@ -565,8 +565,8 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) error {
 			}
 			return c.setStatus(ctx, svc, status.VIPs, cond)
 		},
-		setFailed: func(ctx context.Context, reason, message string) error {
-			return c.setCondition(ctx, svc, claim.Condition{Reason: reason, Message: message})
+		setFailed: func(ctx context.Context, f failure) error {
+			return c.setCondition(ctx, svc, claim.Condition{Reason: f.reason, Message: f.message})
 		},
 	})
 	if err != nil || applied == nil {

@@ -484,15 +484,12 @@ func (c *Controller) applyGateway(ctx context.Context, key queueKey, gw *gateway
 			c.mu.Unlock()
 			return nil
 		},
-		setFailed: func(_ context.Context, reason, message string) error {
-			prog, told = gateway.Programmed{Reason: string(gatewayv1.GatewayReasonInvalid), Message: reason + ": " + message}, true
+		setFailed: func(_ context.Context, f failure) error {
+			prog, told = programmedAfter(f), true
 			return nil
 		},
 	})
-	switch {
-	case err != nil && !told:
-		prog = gateway.Programmed{Reason: string(gatewayv1.GatewayReasonPending), Message: err.Error()}
-	case err == nil && !told:
+	if err == nil && !told {
 		// Unchanged and applied before: the VIPs are those last learnt.
 		c.mu.Lock()
 		vips := c.gatewayVIPs[key]
@@ -500,6 +497,17 @@ func (c *Controller) applyGateway(ctx context.Context, key queueKey, gw *gateway
 		prog = gateway.Programmed{OK: true, VIPs: vips}
 	}
 	return prog, err
+}
+
+// programmedAfter is the Programmed condition of a Gateway whose model
+// was not applied: Invalid when the model is at fault (retrying it cannot
+// help), else Pending (the provider failed; the retry may program it), with
+// the message.
+func programmedAfter(f failure) gateway.Programmed {
+	if f.refused {
+		return gateway.Programmed{Reason: string(gatewayv1.GatewayReasonInvalid), Message: f.reason + ": " + f.message}
+	}
+	return gateway.Programmed{Reason: string(gatewayv1.GatewayReasonPending), Message: f.message}
 }
 
 // writeGatewayStatus writes the Gateway's status when it changes.
