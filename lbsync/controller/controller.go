@@ -127,6 +127,10 @@ type Controller struct {
 	// gatewayGone records the Gateways whose load balancer was deleted
 	// because they have nothing to serve, so it is deleted once.
 	gatewayGone map[queueKey]bool
+	// forbiddenTold holds, per Gateway, the TLS Secrets it names that
+	// npl-lbsync may not read, as last told in a Warning Event, so that
+	// the Event fires when they change, not on every poll.
+	forbiddenTold map[queueKey]string
 	// podEventAt is when a Pod event last opened a key's coalescing window.
 	podEventAt map[queueKey]time.Time
 
@@ -171,14 +175,15 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[queueKey](200*time.Millisecond, settings.MaxBackoff),
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "npl-lbsync"}),
-		applied:     map[queueKey]string{},
-		rejected:    map[queueKey]string{},
-		noBackends:  map[queueKey]bool{},
-		drains:      map[queueKey]drainTracker{},
-		registered:  map[string]map[string]bool{},
-		gatewayVIPs: map[queueKey][]string{},
-		gatewayGone: map[queueKey]bool{},
-		podEventAt:  map[queueKey]time.Time{},
+		applied:       map[queueKey]string{},
+		rejected:      map[queueKey]string{},
+		noBackends:    map[queueKey]bool{},
+		drains:        map[queueKey]drainTracker{},
+		registered:    map[string]map[string]bool{},
+		gatewayVIPs:   map[queueKey][]string{},
+		gatewayGone:   map[queueKey]bool{},
+		forbiddenTold: map[queueKey]string{},
+		podEventAt:    map[queueKey]time.Time{},
 	}
 
 	svcInformer := factory.Core().V1().Services()

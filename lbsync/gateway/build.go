@@ -60,7 +60,8 @@ type Input struct {
 	Rules providers.RuleChecker
 	// ForbiddenSecrets ("namespace/name") are Secrets npl-lbsync may not
 	// read: their listeners are not programmed, but they are not missing
-	// either, so MissingSecrets does not poll them.
+	// either, so MissingSecrets does not count them (the controller looks
+	// for them again less often).
 	ForbiddenSecrets []string
 }
 
