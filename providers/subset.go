@@ -118,3 +118,39 @@ func IngressSubset(lb *LoadBalancer) error {
 	}
 	return nil
 }
+
+// RuleChecker is implemented by a provider that cannot express every rule
+// of a Gateway's load balancer. npl-lbsync's Gateway builder asks it about
+// each route's rules and leaves out the routes it refuses (their parent
+// status says why), so that one rule the provider cannot express does not
+// keep the Gateway's other routes from being served. Ensure still refuses a
+// model holding such a rule, with the same check.
+type RuleChecker interface {
+	// CheckRule returns the error Ensure would refuse a Gateway's load
+	// balancer with because of rule r, whose pool (the one r.Pool names;
+	// nil when r has none) is given: an UnsupportedRule error, or one
+	// naming the pool. It returns nil when the provider serves both.
+	CheckRule(r Rule, pool *Pool) error
+}
+
+// RuleCheckerOf returns the RuleChecker of p, behind Validated when it is;
+// nil when p serves every rule it is given.
+func RuleCheckerOf(p Provider) RuleChecker {
+	if v, ok := p.(*validated); ok {
+		p = v.next
+	}
+	rc, _ := p.(RuleChecker)
+	return rc
+}
+
+// RuleModel is the Gateway's load balancer that holds only rule r and its
+// pool (nil: none): what a provider's RuleChecker hands the check its Ensure
+// runs on a whole model, so that one check decides both.
+func RuleModel(r Rule, pool *Pool) *LoadBalancer {
+	lb := &LoadBalancer{Name: "rule-check", Kind: L7, Gateway: "rule/check", Listeners: []Listener{},
+		HTTP: &HTTPRoutes{Rules: []Rule{r}}}
+	if pool != nil {
+		lb.Pools = []Pool{*pool}
+	}
+	return lb
+}

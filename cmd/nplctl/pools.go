@@ -16,6 +16,7 @@ import (
 	"github.com/nodeportlocal/npl/lbsync/config"
 	"github.com/nodeportlocal/npl/lbsync/inputs"
 	"github.com/nodeportlocal/npl/lbsync/inspect"
+	"github.com/nodeportlocal/npl/providers"
 )
 
 func newPoolsCommand(g *globals) *cobra.Command {
@@ -104,6 +105,15 @@ func pools(ctx context.Context, g *globals, configPath string) (inspect.Report, 
 			return inspect.Report{}, fmt.Errorf("gateway API client: %w", err)
 		}
 	}
+	var provider providers.Provider
+	if cfg != nil {
+		if provider, err = cfg.Provider().Open(ctx); err != nil {
+			return inspect.Report{}, fmt.Errorf("open provider %s: %w", cfg.ProviderName(), err)
+		}
+		// A Gateway's routes the provider refuses are left out, as
+		// npl-lbsync leaves them out.
+		settings.Rules = providers.RuleCheckerOf(provider)
+	}
 	// Secrets are read as npl-lbsync reads them, so that an L7 pool's
 	// certificates match; without the right to read them, none is read.
 	expected, err := inspect.Expected(ctx, client, gc, g.namespace, settings, inputs.APISecrets(client))
@@ -112,10 +122,6 @@ func pools(ctx context.Context, g *globals, configPath string) (inspect.Report, 
 	}
 	if cfg == nil {
 		return inspect.FromStatus(ctx, client, gc, expected)
-	}
-	provider, err := cfg.Provider().Open(ctx)
-	if err != nil {
-		return inspect.Report{}, fmt.Errorf("open provider %s: %w", cfg.ProviderName(), err)
 	}
 	actual, err := provider.List(ctx)
 	if err != nil {

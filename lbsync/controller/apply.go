@@ -80,7 +80,17 @@ type model struct {
 	setStatus func(ctx context.Context, status providers.Status) error
 	// setFailed records on the objects why the model was not applied (the
 	// Service condition); nil where there is none.
-	setFailed func(ctx context.Context, reason, message string) error
+	setFailed func(ctx context.Context, f failure) error
+}
+
+// failure is why a model was not applied.
+type failure struct {
+	reason, message string
+	// refused is set when the model is at fault: it breaks the rules, or
+	// the provider cannot express it (providers.ErrUnsupported). Otherwise
+	// the provider failed (unreachable, an error of its API) and a retry
+	// of the same model may succeed.
+	refused bool
 }
 
 // apply is the one path from a built model to the load balancer, for every
@@ -115,7 +125,8 @@ func (c *Controller) apply(ctx context.Context, m model) (*providers.LoadBalance
 			c.recorder.Eventf(o, corev1.EventTypeWarning, "SyncFailed", "Load balancer %s: %v", lb.Name, err)
 		}
 		if m.setFailed != nil {
-			if cerr := m.setFailed(ctx, "SyncFailed", err.Error()); cerr != nil {
+			f := failure{reason: "SyncFailed", message: err.Error(), refused: errors.Is(err, providers.ErrUnsupported)}
+			if cerr := m.setFailed(ctx, f); cerr != nil {
 				klog.FromContext(ctx).Error(cerr, "Set condition", "key", m.key)
 			}
 		}
@@ -173,7 +184,7 @@ func (c *Controller) rejectModel(ctx context.Context, m model, err error) error 
 		klog.FromContext(ctx).Info("Model not applied", "key", m.key, "reason", reason, "message", message)
 	}
 	if m.setFailed != nil {
-		return m.setFailed(ctx, reason, message)
+		return m.setFailed(ctx, failure{reason: reason, message: message, refused: true})
 	}
 	return nil
 }

@@ -79,6 +79,9 @@ type Controller struct {
 	settings Settings
 	client   kubernetes.Interface
 	provider providers.Provider
+	// rules is the provider's check of a Gateway's rules (nil: it serves
+	// them all): the Gateway builder leaves out the routes it refuses.
+	rules    providers.RuleChecker
 	recorder record.EventRecorder
 	metrics  *Metrics
 
@@ -124,6 +127,10 @@ type Controller struct {
 	// gatewayGone records the Gateways whose load balancer was deleted
 	// because they have nothing to serve, so it is deleted once.
 	gatewayGone map[queueKey]bool
+	// forbiddenTold holds, per Gateway, the TLS Secrets it names that
+	// npl-lbsync may not read, as last told in a Warning Event, so that
+	// the Event fires when they change, not on every poll.
+	forbiddenTold map[queueKey]string
 	// podEventAt is when a Pod event last opened a key's coalescing window.
 	podEventAt map[queueKey]time.Time
 
@@ -161,20 +168,22 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		settings: settings,
 		client:   client,
 		provider: metrics.instrument(providers.Validated(provider)),
+		rules:    providers.RuleCheckerOf(provider),
 		recorder: recorder,
 		metrics:  metrics,
 		factory:  factory,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[queueKey](200*time.Millisecond, settings.MaxBackoff),
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "npl-lbsync"}),
-		applied:     map[queueKey]string{},
-		rejected:    map[queueKey]string{},
-		noBackends:  map[queueKey]bool{},
-		drains:      map[queueKey]drainTracker{},
-		registered:  map[string]map[string]bool{},
-		gatewayVIPs: map[queueKey][]string{},
-		gatewayGone: map[queueKey]bool{},
-		podEventAt:  map[queueKey]time.Time{},
+		applied:       map[queueKey]string{},
+		rejected:      map[queueKey]string{},
+		noBackends:    map[queueKey]bool{},
+		drains:        map[queueKey]drainTracker{},
+		registered:    map[string]map[string]bool{},
+		gatewayVIPs:   map[queueKey][]string{},
+		gatewayGone:   map[queueKey]bool{},
+		forbiddenTold: map[queueKey]string{},
+		podEventAt:    map[queueKey]time.Time{},
 	}
 
 	svcInformer := factory.Core().V1().Services()
@@ -561,8 +570,8 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) error {
 			}
 			return c.setStatus(ctx, svc, status.VIPs, cond)
 		},
-		setFailed: func(ctx context.Context, reason, message string) error {
-			return c.setCondition(ctx, svc, claim.Condition{Reason: reason, Message: message})
+		setFailed: func(ctx context.Context, f failure) error {
+			return c.setCondition(ctx, svc, claim.Condition{Reason: f.reason, Message: f.message})
 		},
 	})
 	if err != nil || applied == nil {

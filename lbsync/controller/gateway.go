@@ -44,6 +44,24 @@ const (
 // Secret is synced again.
 const missingSecretRetry = 10 * time.Second
 
+// forbiddenSecretRetry is how soon a Gateway whose listener names a Secret
+// npl-lbsync may not read is synced again: the right to read it (chart
+// value gatewayAPI.readTLSSecrets) may be granted without a restart.
+const forbiddenSecretRetry = 60 * time.Second
+
+// secretRetry returns how soon a Gateway is synced again to read its
+// certificate Secrets again (npl-lbsync watches none): some are missing,
+// or some it may not read; 0 when all were read.
+func secretRetry(missing bool, forbidden []string) time.Duration {
+	switch {
+	case missing:
+		return missingSecretRetry
+	case len(forbidden) > 0:
+		return forbiddenSecretRetry
+	}
+	return 0
+}
+
 // gatewayState is the Gateway API part of the controller, set by
 // EnableGatewayAPI.
 type gatewayState struct {
@@ -404,6 +422,9 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
 			}
 		}
 		c.forget(key)
+		c.mu.Lock()
+		delete(c.forbiddenTold, key)
+		c.mu.Unlock()
 		return c.writeRouteStatuses(ctx, key, nil)
 	}
 
@@ -432,9 +453,9 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
 	if err := c.writeRouteStatuses(ctx, key, res.Routes); err != nil {
 		return err
 	}
-	if res.MissingSecrets {
+	if d := secretRetry(res.MissingSecrets, in.ForbiddenSecrets); d > 0 {
 		// Secrets are not watched (npl-lbsync caches none): look again.
-		c.queue.AddAfter(key, missingSecretRetry)
+		c.queue.AddAfter(key, d)
 	}
 	var prog gateway.Programmed
 	if res.LB == nil {
@@ -484,15 +505,12 @@ func (c *Controller) applyGateway(ctx context.Context, key queueKey, gw *gateway
 			c.mu.Unlock()
 			return nil
 		},
-		setFailed: func(_ context.Context, reason, message string) error {
-			prog, told = gateway.Programmed{Reason: string(gatewayv1.GatewayReasonInvalid), Message: reason + ": " + message}, true
+		setFailed: func(_ context.Context, f failure) error {
+			prog, told = programmedAfter(f), true
 			return nil
 		},
 	})
-	switch {
-	case err != nil && !told:
-		prog = gateway.Programmed{Reason: string(gatewayv1.GatewayReasonPending), Message: err.Error()}
-	case err == nil && !told:
+	if err == nil && !told {
 		// Unchanged and applied before: the VIPs are those last learnt.
 		c.mu.Lock()
 		vips := c.gatewayVIPs[key]
@@ -500,6 +518,17 @@ func (c *Controller) applyGateway(ctx context.Context, key queueKey, gw *gateway
 		prog = gateway.Programmed{OK: true, VIPs: vips}
 	}
 	return prog, err
+}
+
+// programmedAfter is the Programmed condition of a Gateway whose model
+// was not applied: Invalid when the model is at fault (retrying it cannot
+// help), else Pending (the provider failed; the retry may program it), with
+// the message.
+func programmedAfter(f failure) gateway.Programmed {
+	if f.refused {
+		return gateway.Programmed{Reason: string(gatewayv1.GatewayReasonInvalid), Message: f.reason + ": " + f.message}
+	}
+	return gateway.Programmed{Reason: string(gatewayv1.GatewayReasonPending), Message: f.message}
 }
 
 // writeGatewayStatus writes the Gateway's status when it changes.
@@ -565,8 +594,9 @@ func (c *Controller) writeRouteStatuses(ctx context.Context, key queueKey, resul
 }
 
 // gatewayInput gathers what Build reads for gw from the caches (with
-// inputs.Store.GatewayInput), and its certificate Secrets from the API; a
-// Secret npl-lbsync may not read is told in a Warning Event.
+// inputs.Store.GatewayInput), and its certificate Secrets from the API; the
+// Secrets npl-lbsync may not read are told in a Warning Event when they
+// change (tellForbidden).
 func (c *Controller) gatewayInput(ctx context.Context, gw *gatewayv1.Gateway) (gateway.Input, error) {
 	g := c.gwState()
 	src := inputs.GatewaySources{
@@ -576,11 +606,35 @@ func (c *Controller) gatewayInput(ctx context.Context, gw *gatewayv1.Gateway) (g
 	src.ReferenceGrants, _ = g.grants.List(labels.Everything())
 	set := inputs.Settings{ClusterName: c.settings.ClusterName, ServiceType: c.settings.ServiceType, Family: c.settings.Family}
 	in, forbidden, err := c.store.GatewayInput(ctx, set, gw, src, inputs.APISecrets(c.client))
+	in.Rules = c.rules
+	if err == nil {
+		c.tellForbidden(gw, forbidden)
+	}
+	return in, err
+}
+
+// tellForbidden raises a Warning Event for each TLS Secret of gw that
+// npl-lbsync may not read when that set differs from the one last told:
+// the Gateway is polled while it names one (forbiddenSecretRetry), and
+// one Event per poll would flood its Events.
+func (c *Controller) tellForbidden(gw *gatewayv1.Gateway, forbidden []string) {
+	key := gatewayKey(gw.Namespace, gw.Name)
+	now := strings.Join(forbidden, ",")
+	c.mu.Lock()
+	told := c.forbiddenTold[key]
+	if now == "" {
+		delete(c.forbiddenTold, key)
+	} else {
+		c.forbiddenTold[key] = now
+	}
+	c.mu.Unlock()
+	if now == told {
+		return
+	}
 	for _, secret := range forbidden {
 		c.recorder.Eventf(gw, corev1.EventTypeWarning, "TLSSecretForbidden",
 			"Cannot read TLS Secret %s: npl-lbsync may not read Secrets", secret)
 	}
-	return in, err
 }
 
 // claimedGatewayNames returns the names of the load balancers of the

@@ -3,9 +3,14 @@ package controller
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/nodeportlocal/npl/lbsync/gateway"
@@ -61,5 +66,56 @@ func TestRouteIndexesOfOtherKinds(t *testing.T) {
 	}
 	if got, _ := routeParents(&gatewayv1.Gateway{}); got != nil {
 		t.Errorf("a Gateway: %v", got)
+	}
+}
+
+// A Gateway is synced again for its certificate Secrets while one is
+// missing (soon) or may not be read (less often: the right to read may be
+// granted without a restart).
+func TestSecretRetry(t *testing.T) {
+	for _, tt := range []struct {
+		missing   bool
+		forbidden []string
+		want      time.Duration
+	}{
+		{false, nil, 0},
+		{true, nil, missingSecretRetry},
+		{false, []string{"shop/tls"}, forbiddenSecretRetry},
+		{true, []string{"shop/tls"}, missingSecretRetry},
+	} {
+		if got := secretRetry(tt.missing, tt.forbidden); got != tt.want {
+			t.Errorf("secretRetry(%v, %v) = %v, want %v", tt.missing, tt.forbidden, got, tt.want)
+		}
+	}
+}
+
+// The Warning Event of a TLS Secret npl-lbsync may not read fires when the
+// set of such Secrets changes, not on every poll.
+func TestTellForbidden_oncePerChange(t *testing.T) {
+	c := New(Settings{ClusterName: "c1"}, fake.NewClientset(), failing{}, NewMetrics(prometheus.NewRegistry()))
+	rec := record.NewFakeRecorder(100)
+	c.recorder = rec
+	gw := &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "gw"}}
+	for _, step := range []struct {
+		forbidden []string
+		events    int
+	}{
+		{[]string{"shop/tls"}, 1},
+		{[]string{"shop/tls"}, 0},
+		{[]string{"shop/tls"}, 0},
+		{nil, 0},
+		{[]string{"shop/tls"}, 1},
+		{[]string{"shop/tls", "shop/other"}, 2},
+		{[]string{"shop/tls", "shop/other"}, 0},
+	} {
+		c.tellForbidden(gw, step.forbidden)
+		if got := len(rec.Events); got != step.events {
+			t.Errorf("forbidden %v: %d Events, want %d", step.forbidden, got, step.events)
+		}
+		for len(rec.Events) > 0 {
+			if e := <-rec.Events; !strings.Contains(e, "TLSSecretForbidden") {
+				t.Errorf("Event %q", e)
+			}
+		}
 	}
 }

@@ -24,10 +24,13 @@ var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Ver
 
 // crdSettle is how long after a change of a Gateway API CRD discovery is
 // asked again, every crdRecheck: the API server serves a new CRD a moment
-// after it is Established.
+// after it is Established. An error (of discovery, or starting the
+// informers) is retried with a backoff from crdRecheck to crdMaxBackoff
+// until a try succeeds, window or not.
 const (
-	crdSettle  = 30 * time.Second
-	crdRecheck = 2 * time.Second
+	crdSettle     = 30 * time.Second
+	crdRecheck    = 2 * time.Second
+	crdMaxBackoff = time.Minute
 )
 
 // WatchGatewayCRDs serves the Gateway API, or more route kinds, when their
@@ -57,7 +60,8 @@ func (c *Controller) WatchGatewayCRDs(ctx context.Context, meta metadata.Interfa
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 
-	var settle <-chan time.Time
+	var settle, retry <-chan time.Time
+	var failures crdRetry
 	tick := time.NewTicker(crdRecheck)
 	defer tick.Stop()
 	for {
@@ -69,27 +73,68 @@ func (c *Controller) WatchGatewayCRDs(ctx context.Context, meta metadata.Interfa
 		case <-settle:
 			settle = nil
 		case <-tick.C:
+		case <-retry:
+			retry = nil
 		}
-		if settle == nil {
+		if retry != nil || (settle == nil && !failures.failing()) {
+			continue // waiting for the backoff, or nothing changed
+		}
+		err := c.serveInstalledGatewayKinds(ctx, disco, client)
+		if err == nil {
+			failures.succeeded()
 			continue
 		}
-		served, _, err := inputs.GatewayAPIServed(disco)
-		if err != nil || !served {
-			continue
+		delay, log := failures.failed(err)
+		if log {
+			logger.Error(err, "Look for the Gateway API CRDs installed", "retryIn", delay)
 		}
-		kinds, _, err := inputs.GatewayRouteKindsServed(disco)
-		if err != nil {
-			continue
-		}
-		have := c.GatewayRouteKinds()
-		if len(have) > 0 && !slices.ContainsFunc(kinds, func(k string) bool { return !slices.Contains(have, k) }) {
-			continue
-		}
-		if err := c.ServeGatewayAPI(ctx, client, kinds...); err != nil {
-			logger.Error(err, "Serve the Gateway API")
-			continue
-		}
-		logger.Info("Gateway API CRDs installed: serving Gateways", "controllerName", gateway.ControllerName,
-			"routeKinds", c.GatewayRouteKinds())
+		retry = time.After(delay)
 	}
 }
+
+// serveInstalledGatewayKinds asks discovery which Gateway API resources
+// are served and calls ServeGatewayAPI when that is more than the
+// controller serves.
+func (c *Controller) serveInstalledGatewayKinds(ctx context.Context, disco discovery.DiscoveryInterface, client gatewayclient.Interface) error {
+	served, _, err := inputs.GatewayAPIServed(disco)
+	if err != nil || !served {
+		return err
+	}
+	kinds, _, err := inputs.GatewayRouteKindsServed(disco)
+	if err != nil {
+		return err
+	}
+	have := c.GatewayRouteKinds()
+	if len(have) > 0 && !slices.ContainsFunc(kinds, func(k string) bool { return !slices.Contains(have, k) }) {
+		return nil
+	}
+	if err := c.ServeGatewayAPI(ctx, client, kinds...); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("Gateway API CRDs installed: serving Gateways", "controllerName", gateway.ControllerName,
+		"routeKinds", c.GatewayRouteKinds())
+	return nil
+}
+
+// crdRetry is the backoff of WatchGatewayCRDs after errors, and the error
+// last logged, so that each distinct error is logged once while it lasts.
+type crdRetry struct {
+	delay  time.Duration
+	logged string
+}
+
+// failing reports whether the last try failed.
+func (r *crdRetry) failing() bool { return r.delay > 0 }
+
+// failed records a failed try: it returns how long to wait before the
+// next (doubling from crdRecheck up to crdMaxBackoff), and whether to log
+// err (it differs from the error last logged).
+func (r *crdRetry) failed(err error) (time.Duration, bool) {
+	r.delay = min(max(2*r.delay, crdRecheck), crdMaxBackoff)
+	log := err.Error() != r.logged
+	r.logged = err.Error()
+	return r.delay, log
+}
+
+// succeeded records a try that succeeded.
+func (r *crdRetry) succeeded() { *r = crdRetry{} }

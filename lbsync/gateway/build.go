@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/tls"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"slices"
@@ -51,9 +52,15 @@ type Input struct {
 	// they choose the Pods of a Service without a selector.
 	EndpointSlices []*discoveryv1.EndpointSlice
 	Secrets        []*corev1.Secret
+	// Rules, when set, is the provider's check of the rules it can
+	// express: a route with a rule it refuses is left out of the model
+	// and not accepted (UnsupportedValue, with the provider's message),
+	// and the Gateway is served with the other routes.
+	Rules providers.RuleChecker
 	// ForbiddenSecrets ("namespace/name") are Secrets npl-lbsync may not
 	// read: their listeners are not programmed, but they are not missing
-	// either, so MissingSecrets does not poll them.
+	// either, so MissingSecrets does not count them (the controller looks
+	// for them again less often).
 	ForbiddenSecrets []string
 }
 
@@ -185,6 +192,10 @@ type build struct {
 //     UDPRoutes as TCP and UDP listeners with the pool of their oldest
 //     route (tcproute.go, udproute.go), TLSRoutes as the SNI routes of TLS
 //     listeners (tlsroute.go).
+//
+// An HTTPRoute or GRPCRoute with a rule the provider cannot express
+// (Input.Rules) is not in the model: its parentRefs are not accepted, and
+// its neighbours are served as if it did not exist.
 func Build(in Input) Result {
 	var res Result
 	gw := in.Gateway
@@ -212,10 +223,8 @@ func Build(in Input) Result {
 	res.MissingSecrets = b.missingSecrets
 	for _, at := range b.routes(listeners, &res) {
 		switch at.route.kind {
-		case KindHTTPRoute:
-			b.addRules(at, lb)
-		case KindGRPCRoute:
-			b.addGRPCRules(at, lb)
+		case KindHTTPRoute, KindGRPCRoute:
+			b.addRouteRules(at, lb, listeners, &res)
 		case KindTCPRoute, KindUDPRoute:
 			b.addStreamRoute(at)
 		case KindTLSRoute:
@@ -795,6 +804,66 @@ func intersect(listener string, hostnames []gatewayv1.Hostname) []string {
 		}
 	}
 	return out
+}
+
+// addRouteRules adds the rules and pools of an HTTPRoute or GRPCRoute,
+// unless the provider refuses one of them (Input.Rules): then none of the
+// route is in the model, and refuseRoute says why in its status.
+func (b *build) addRouteRules(at *attachment, lb *providers.LoadBalancer, ls []*listener, res *Result) {
+	rules, origins := len(lb.HTTP.Rules), len(b.origins)
+	var backends map[ServiceRef]bool
+	if b.in.Rules != nil {
+		backends = maps.Clone(b.backends)
+	}
+	if at.route.kind == KindGRPCRoute {
+		b.addGRPCRules(at, lb)
+	} else {
+		b.addRules(at, lb)
+	}
+	if b.in.Rules == nil {
+		return
+	}
+	added := lb.HTTP.Rules[rules:]
+	for _, r := range added {
+		var pool *providers.Pool
+		if r.Pool != "" {
+			pool = b.pools[r.Pool]
+		}
+		err := b.in.Rules.CheckRule(r, pool)
+		if err == nil {
+			continue
+		}
+		for _, r := range added {
+			delete(b.pools, r.Pool)
+		}
+		lb.HTTP.Rules, b.origins, b.backends = lb.HTTP.Rules[:rules], b.origins[:origins], backends
+		b.refuseRoute(at.route, ls, res, err)
+		return
+	}
+}
+
+// refuseRoute records that the provider cannot serve a route: its
+// accepted parentRefs become Accepted False (UnsupportedValue, with the
+// provider's message), and it counts on no listener.
+func (b *build) refuseRoute(rt *routeView, ls []*listener, res *Result, err error) {
+	b.errorf("%s: %v", rt, err)
+	for _, l := range ls {
+		delete(l.routes, rt.id())
+	}
+	i := slices.IndexFunc(res.Routes, func(r RouteResult) bool {
+		return r.Kind == rt.kind && r.Namespace == rt.meta.Namespace && r.Name == rt.meta.Name
+	})
+	if i < 0 {
+		return
+	}
+	for p := range res.Routes[i].Parents {
+		conds := res.Routes[i].Parents[p].Conditions
+		for c := range conds {
+			if conds[c].Type == string(gatewayv1.RouteConditionAccepted) && conds[c].Status == metav1.ConditionTrue {
+				conds[c] = b.cond(conds[c].Type, false, string(gatewayv1.RouteReasonUnsupportedValue), err.Error(), rt.meta.Generation)
+			}
+		}
+	}
 }
 
 // checkRoute returns the route's own Accepted condition (True unless it

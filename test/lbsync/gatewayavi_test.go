@@ -26,10 +26,10 @@ type aviObjects interface {
 // modifier, a redirect and a rewrite: the Gateway and route are Programmed
 // and Accepted, the simulator holds the pool group (ratios of the weights),
 // the request rules and the certificate. A route Avi cannot express (a
-// query match) makes the Gateway Programmed False naming it and changes
-// nothing on the controller; removed, the Gateway is Programmed again. A
-// restarted npl-lbsync writes nothing; the Gateway deleted, every object of
-// its load balancer goes.
+// query match) is not accepted, naming it, and left out; the Gateway stays
+// Programmed and its other route follows a scale change. A restarted
+// npl-lbsync writes nothing; the Gateway deleted, every object of its load
+// balancer goes.
 func TestLBSync_gatewayOnAvi(t *testing.T) {
 	e := setup(t)
 	b := e.startGatewayBed(t, "avi", "gwavi", "198.18.114.0/28")
@@ -137,8 +137,9 @@ func TestLBSync_gatewayOnAvi(t *testing.T) {
 		t.Errorf("%d certificates of %s, want 1", n, lbName)
 	}
 
-	// A query match: refused whole, the controller unchanged.
-	before := snapshot(t, backend, lbName)
+	// A route with a query match, which Avi cannot express: that route is
+	// not accepted (UnsupportedValue, Avi's message) and left out; the
+	// Gateway stays Programmed and r1 follows a scale change of a.
 	if _, err := gw1.HTTPRoutes(ns).Create(ctx, &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "q"},
 		Spec: gatewayv1.HTTPRouteSpec{CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Name: "gw"}}},
 			Rules: []gatewayv1.HTTPRouteRule{{Matches: []gatewayv1.HTTPRouteMatch{{Path: path(prefix, "/q"),
@@ -146,17 +147,36 @@ func TestLBSync_gatewayOnAvi(t *testing.T) {
 				BackendRefs: []gatewayv1.HTTPBackendRef{ref("b", 1)}}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	programmed("the Gateway not programmed", metav1.ConditionFalse, "Invalid", "query (Avi matches a query only by substring) is not supported")
-	if got := backend.Writes(); got != before.writes {
-		t.Errorf("%d writes for a model Avi cannot express, want 0", got-before.writes)
+	waitFor(t, 30*time.Second, "route q not accepted", func() (bool, error) {
+		rt, err := gw1.HTTPRoutes(ns).Get(ctx, "q", metav1.GetOptions{})
+		if err != nil || len(rt.Status.Parents) != 1 {
+			return false, err
+		}
+		c := rt.Status.Parents[0].Conditions
+		i := slices.IndexFunc(c, func(c metav1.Condition) bool { return c.Type == "Accepted" })
+		return i >= 0 && c[i].Status == metav1.ConditionFalse && c[i].Reason == "UnsupportedValue" &&
+			strings.Contains(c[i].Message, "query (Avi matches a query only by substring) is not supported"), fmt.Errorf("parents %+v", rt.Status.Parents)
+	})
+	e.pod(t, ns, "a-2", e.nodeName(0), list(entry(8080, e.nodeIP(0), 61002, "tcp")), func(p *corev1.Pod) {
+		p.Labels = map[string]string{"app": "a"}
+	})
+	// a's two Pods share weight 3, b's one has 1: member weights 256 and
+	// 171, ratios 2 × 256 and 171.
+	wantGroup = []string{weighted + "-w171:171", weighted + "-w256:512", weighted + ":0"}
+	waitFor(t, 30*time.Second, "the pool group of r1 with a-2", func() (bool, error) {
+		got := poolGroupMembers(sim, weighted)
+		return slices.Equal(got, wantGroup), fmt.Errorf("pool group %v, want %v", got, wantGroup)
+	})
+	programmed("the Gateway still programmed", metav1.ConditionTrue, "Programmed", "")
+	if n := len(objectsNamed(sim, "pool", providers.GatewayPoolName(lbName, ns, "q", 0))); n != 0 {
+		t.Errorf("%d pools of the refused route q, want none", n)
 	}
 	if err := gw1.HTTPRoutes(ns).Delete(ctx, "q", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	programmed("the Gateway programmed again", metav1.ConditionTrue, "Programmed", "")
 
 	// A restarted npl-lbsync writes nothing.
-	before = snapshot(t, backend, lbName)
+	before := snapshot(t, backend, lbName)
 	if err := l.Stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -18,9 +19,10 @@ import (
 // backends, a header match, header filters and a redirect, on the BIG-IP
 // provider through go-bigip and the simulator: the Gateway is Programmed,
 // the listener's LTM policy holds the rules, the pool weighs its members
-// by ratio; a restarted npl-lbsync writes nothing; a 301 redirect, which
-// an LTM policy cannot answer, makes the Gateway not Programmed and
-// changes nothing; the Gateway deleted, its objects go. (File name sorts
+// by ratio; a restarted npl-lbsync writes nothing; a route with a 301
+// redirect, which an LTM policy cannot answer, is not accepted and left
+// out, while the Gateway stays Programmed and its other route follows a
+// scale change; the Gateway deleted, its objects go. (File name sorts
 // after gateway_test.go: the CRDs must not be there before
 // TestLBSync_gatewayAPIWithoutCRDs.)
 func TestLBSync_gatewayOnBIGIP(t *testing.T) {
@@ -128,28 +130,45 @@ func TestLBSync_gatewayOnBIGIP(t *testing.T) {
 		t.Errorf("the restarted npl-lbsync wrote %d times: %v", w-writes, sim.Calls())
 	}
 
-	// A 301 redirect: refused whole, the Gateway not Programmed, nothing
-	// written; the policy keeps serving the rules it had.
-	rt, err := gw1.HTTPRoutes(ns).Get(ctx, "web", metav1.GetOptions{})
-	if err != nil {
+	// A route with a 301 redirect, which an LTM policy cannot answer: that
+	// route is not accepted (UnsupportedValue, BIG-IP's message) and left
+	// out; the Gateway stays Programmed and web follows a scale change of a.
+	if _, err := gw1.HTTPRoutes(ns).Create(ctx, &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "moved"},
+		Spec: gatewayv1.HTTPRouteSpec{CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Name: "gw"}}},
+			Rules: []gatewayv1.HTTPRouteRule{{Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: &exact, Value: ptr("/moved")}}},
+				Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestRedirect,
+					RequestRedirect: &gatewayv1.HTTPRequestRedirectFilter{Scheme: &https, StatusCode: ptr(301)}}}}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rt.Spec.Rules[1].Filters[0].RequestRedirect.StatusCode = ptr(301)
-	if _, err := gw1.HTTPRoutes(ns).Update(ctx, rt, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "the Gateway not Programmed", func() (bool, error) {
-		g, err := gw1.Gateways(ns).Get(ctx, "gw", metav1.GetOptions{})
-		if err != nil {
+	waitFor(t, 30*time.Second, "route moved not accepted", func() (bool, error) {
+		rt, err := gw1.HTTPRoutes(ns).Get(ctx, "moved", metav1.GetOptions{})
+		if err != nil || len(rt.Status.Parents) != 1 {
 			return false, err
 		}
-		i := slices.IndexFunc(g.Status.Conditions, func(c metav1.Condition) bool { return c.Type == "Programmed" })
-		return i >= 0 && g.Status.Conditions[i].Status == metav1.ConditionFalse &&
-			strings.Contains(g.Status.Conditions[i].Message, "redirect statusCode 301"), fmt.Errorf("conditions %+v", g.Status.Conditions)
+		c := rt.Status.Parents[0].Conditions
+		i := slices.IndexFunc(c, func(c metav1.Condition) bool { return c.Type == "Accepted" })
+		return i >= 0 && c[i].Status == metav1.ConditionFalse && c[i].Reason == "UnsupportedValue" &&
+			strings.Contains(c[i].Message, "redirect statusCode 301"), fmt.Errorf("parents %+v", rt.Status.Parents)
 	})
-	if w := sim.Writes(); w != writes {
-		t.Errorf("a refused model wrote %d times: %v", w-writes, sim.Calls())
+	e.pod(t, ns, "a-2", e.nodeName(0), list(entry(8080, ip0, 61002, "tcp")), func(p *corev1.Pod) {
+		p.Labels = map[string]string{"app": "a"}
+	})
+	// a's two Pods share weight 3, b's one has 1: ratios 256, 256, 171.
+	wantMembers = []bigipsim.Member{
+		{FullPath: p + ip0 + ":61000", Address: ip0, Session: "user-enabled", State: "unchecked", Ratio: 256},
+		{FullPath: p + ip0 + ":61002", Address: ip0, Session: "user-enabled", State: "unchecked", Ratio: 256},
+		{FullPath: p + ip1 + ":61001", Address: ip1, Session: "user-enabled", State: "unchecked", Ratio: 171},
 	}
+	waitFor(t, 30*time.Second, "the pool of web with a-2", func() (bool, error) {
+		st := sim.Dump()
+		j := slices.IndexFunc(st.Pools, func(pl bigipsim.Pool) bool { return pl.FullPath == pool })
+		if j < 0 || !slices.Equal(st.Pools[j].Members, wantMembers) {
+			return false, fmt.Errorf("pools %+v", st.Pools)
+		}
+		i := slices.IndexFunc(st.Policies, func(pol bigipsim.Policy) bool { return pol.FullPath == policy })
+		return i >= 0 && slices.Equal(st.Policies[i].Rules, wantRules), fmt.Errorf("policies %+v", st.Policies)
+	})
+	waitFor(t, 30*time.Second, "the Gateway still Programmed", programmed(metav1.ConditionTrue, "Programmed"))
 
 	// The Gateway deleted: its objects go.
 	if err := gw1.Gateways(ns).Delete(ctx, "gw", metav1.DeleteOptions{}); err != nil {
