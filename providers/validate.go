@@ -233,8 +233,8 @@ func (lb *LoadBalancer) normalizeL7() error {
 	keys := map[string]bool{}
 	for i := range lb.HTTP.Rules {
 		r := &lb.HTTP.Rules[i]
-		if err := r.normalize(ports, hasPool); err != nil {
-			return fmt.Errorf("rule %s%s (%s): %w", r.Host, r.Path, r.PathType, err)
+		if err := r.check(ports, hasPool); err != nil {
+			return err
 		}
 		key := r.MatchKey()
 		if keys[key] {
@@ -394,6 +394,35 @@ const (
 	// matched.
 	ReplacePrefixMatch = "ReplacePrefixMatch"
 )
+
+// CheckRule checks one rule of a Gateway's load balancer and its pool (nil
+// for none) as Normalize checks them in the whole model, the rule's ports
+// taken as HTTP listeners: lbsync/gateway leaves out the route of a rule
+// that would make the whole model invalid, so that its neighbours are
+// still served.
+func CheckRule(r Rule, pool *Pool) error {
+	ports := make(map[int32]Protocol, len(r.Ports))
+	for _, p := range r.Ports {
+		ports[p] = HTTP
+	}
+	if pool != nil {
+		p := *pool
+		p.Members = slices.Clone(p.Members)
+		if err := normalizePool(&p, true); err != nil {
+			return err
+		}
+	}
+	r = r.Clone()
+	return r.check(ports, func(name string) bool { return pool != nil && pool.Name == name })
+}
+
+// check is normalize with the rule named in its error.
+func (r *Rule) check(ports map[int32]Protocol, hasPool func(string) bool) error {
+	if err := r.normalize(ports, hasPool); err != nil {
+		return fmt.Errorf("rule %s%s (%s): %w", r.Host, r.Path, r.PathType, err)
+	}
+	return nil
+}
 
 // normalize checks a rule of an L7 load balancer with listener ports and
 // pools (hasPool) and puts it in canonical form: slices sorted (header

@@ -807,21 +807,18 @@ func intersect(listener string, hostnames []gatewayv1.Hostname) []string {
 }
 
 // addRouteRules adds the rules and pools of an HTTPRoute or GRPCRoute,
-// unless the provider refuses one of them (Input.Rules): then none of the
-// route is in the model, and refuseRoute says why in its status.
+// unless one of them breaks the model's rules (providers.CheckRule: a
+// value the API server let through, such as a control character in a
+// match) or the provider refuses it (Input.Rules): then none of the route
+// is in the model, and refuseRoute says why in its status. Either would
+// otherwise fail the whole model, and the route's neighbours with it.
 func (b *build) addRouteRules(at *attachment, lb *providers.LoadBalancer, ls []*listener, res *Result) {
 	rules, origins := len(lb.HTTP.Rules), len(b.origins)
-	var backends map[ServiceRef]bool
-	if b.in.Rules != nil {
-		backends = maps.Clone(b.backends)
-	}
+	backends := maps.Clone(b.backends)
 	if at.route.kind == KindGRPCRoute {
 		b.addGRPCRules(at, lb)
 	} else {
 		b.addRules(at, lb)
-	}
-	if b.in.Rules == nil {
-		return
 	}
 	added := lb.HTTP.Rules[rules:]
 	for _, r := range added {
@@ -829,7 +826,10 @@ func (b *build) addRouteRules(at *attachment, lb *providers.LoadBalancer, ls []*
 		if r.Pool != "" {
 			pool = b.pools[r.Pool]
 		}
-		err := b.in.Rules.CheckRule(r, pool)
+		err := providers.CheckRule(r, pool)
+		if err == nil && b.in.Rules != nil {
+			err = b.in.Rules.CheckRule(r, pool)
+		}
 		if err == nil {
 			continue
 		}
@@ -842,9 +842,9 @@ func (b *build) addRouteRules(at *attachment, lb *providers.LoadBalancer, ls []*
 	}
 }
 
-// refuseRoute records that the provider cannot serve a route: its
-// accepted parentRefs become Accepted False (UnsupportedValue, with the
-// provider's message), and it counts on no listener.
+// refuseRoute records that a route cannot be served: its accepted
+// parentRefs become Accepted False (UnsupportedValue, with the message of
+// the check that refused it), and it counts on no listener.
 func (b *build) refuseRoute(rt *routeView, ls []*listener, res *Result, err error) {
 	b.errorf("%s: %v", rt, err)
 	for _, l := range ls {

@@ -317,10 +317,14 @@ func TestFiltersAndMatches(t *testing.T) {
 			RequestHeaderModifier: &gatewayv1.HTTPHeaderFilter{Set: []gatewayv1.HTTPHeader{{Name: "X-A", Value: "1"}}, Remove: []string{"X-B"}}}),
 		withFilter(gatewayv1.HTTPRouteFilter{Type: gatewayv1.HTTPRouteFilterURLRewrite,
 			URLRewrite: &gatewayv1.HTTPURLRewriteFilter{Hostname: ptr(gatewayv1.PreciseHostname("in.example.com")),
-				Path: &gatewayv1.HTTPPathModifier{Type: gatewayv1.PrefixMatchHTTPPathModifier, ReplacePrefixMatch: ptr("/new")}}}),
+				Path: &gatewayv1.HTTPPathModifier{Type: gatewayv1.FullPathHTTPPathModifier, ReplaceFullPath: ptr("/new")}}}),
 		rule([]gatewayv1.HTTPRouteMatch{prefixM("/old")}),
 		withFilter(gatewayv1.HTTPRouteFilter{Type: gatewayv1.HTTPRouteFilterRequestRedirect,
 			RequestRedirect: &gatewayv1.HTTPRequestRedirectFilter{Scheme: ptr("https"), StatusCode: &status}}),
+		rule([]gatewayv1.HTTPRouteMatch{prefixM("/p")}, svcRef("a", 1)),
+		withFilter(gatewayv1.HTTPRouteFilter{Type: gatewayv1.HTTPRouteFilterURLRewrite,
+			URLRewrite: &gatewayv1.HTTPURLRewriteFilter{
+				Path: &gatewayv1.HTTPPathModifier{Type: gatewayv1.PrefixMatchHTTPPathModifier, ReplacePrefixMatch: ptr("/new")}}}),
 	)
 	res := Build(Input{ClusterName: testCluster, Gateway: gateway(httpL("http", 80, "")), Routes: []*gatewayv1.HTTPRoute{rt},
 		Services: []*corev1.Service{service(appNS, "a")}})
@@ -331,14 +335,16 @@ func TestFiltersAndMatches(t *testing.T) {
 			Headers:        []providers.ValueMatch{{Name: "X-Env", Value: "prod"}},
 			Query:          []providers.ValueMatch{{Name: "q", Value: "a.*", Regex: true}},
 			RequestHeaders: &providers.HeaderFilter{Set: []providers.Header{{Name: "X-A", Value: "1"}}, Remove: []string{"X-B"}},
-			Rewrite:        &providers.Rewrite{Hostname: "in.example.com", Path: &providers.PathModifier{Type: "ReplacePrefixMatch", Value: "/new"}}},
+			Rewrite:        &providers.Rewrite{Hostname: "in.example.com", Path: &providers.PathModifier{Type: providers.ReplaceFullPath, Value: "/new"}}},
+		{Path: "/p", PathType: providers.PathPrefix, Pool: poolName("r", 2), Ports: []int32{80}, Order: 2,
+			Rewrite: &providers.Rewrite{Path: &providers.PathModifier{Type: providers.ReplacePrefixMatch, Value: "/new"}}},
 	}
 	if res.LB == nil {
 		t.Fatalf("no model: %v", res.Report.Errors)
 	}
 	if diff := cmp.Diff(want, res.LB.HTTP.Rules, cmpopts.EquateEmpty(),
 		cmpopts.SortSlices(func(a, b providers.Rule) bool { return a.Path < b.Path })); diff != "" {
-		t.Errorf("rules (-want +got):\n%s", diff)
+		t.Errorf("rules (-want +got):\n%s\nerrors %v", diff, res.Report.Errors)
 	}
 }
 
