@@ -99,7 +99,7 @@ func TestEndToEnd_agentRestartAndLeaderChangeFailNoRequest(t *testing.T) {
 	})
 	t.Logf("leader %s killed: %s leads after %v", leader.Name, follower.Name, time.Since(killed).Round(time.Millisecond))
 	scaleAndConverge(t, client, b, ns, "web", url, 4)
-	stream.Stop()
+	stopStream(t, stream)
 	t.Logf("agent restarts and a leader change under a stream: %d requests, %d failed", stream.OK+stream.Failed, stream.Failed)
 	if stream.Failed != 0 || stream.OK == 0 {
 		t.Fatalf("%d of %d requests failed, want 0; errors %v", stream.Failed, stream.OK+stream.Failed, stream.Errors)
@@ -148,7 +148,7 @@ func rollout(t *testing.T, gate bool) *Stream {
 	})
 	t.Logf("rolled out in %v", time.Since(start).Round(time.Millisecond))
 	time.Sleep(6 * time.Second) // the old Pods' last seconds
-	stream.Stop()
+	stopStream(t, stream)
 	return stream
 }
 

@@ -189,7 +189,7 @@ func TestEndToEnd_statusOfTheHAProxyProvider(t *testing.T) {
 	}
 	undrop()
 	scaleAndConverge(t, client, b, ns, "web", url, 3)
-	stream.Stop()
+	stopStream(t, stream)
 	t.Logf("edge API unreachable, then back: %d requests, %d failed; converged to 3 Pods", stream.OK+stream.Failed, stream.Failed)
 	if stream.Failed != 0 {
 		t.Fatalf("%d requests failed, want 0; errors %v", stream.Failed, stream.Errors)

@@ -269,7 +269,7 @@ func TestEndToEnd_requestsThroughTheVIPReachEveryReadyPod(t *testing.T) {
 	scaleAndConverge(t, client, b, ns, "web", url, 6)
 	scaleAndConverge(t, client, b, ns, "web", url, 2)
 	time.Sleep(6 * time.Second) // the drained members' Pods go
-	stream.Stop()
+	stopStream(t, stream)
 	after := status(t, b)
 	t.Logf("scale 3 -> 6 -> 2 under a stream: %d ok, %d failed; %d runtime commands, %d reloads",
 		stream.OK, stream.Failed, after.RuntimeCommands-before.RuntimeCommands, after.Reloads-before.Reloads)

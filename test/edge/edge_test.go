@@ -153,6 +153,18 @@ func answers(t *testing.T, b *Bed, url string, n int) map[string]int {
 	return got
 }
 
+// stopStream stops s and fails the test when s had reached its bound
+// before: its counts would cover less than the test claims. It logs the
+// requests Stop cut short.
+func stopStream(t testing.TB, s *Stream) {
+	t.Helper()
+	err := s.Stop()
+	t.Logf("request stream stopped: %d ok, %d failed, %d in flight at Stop (not counted)", s.OK, s.Failed, s.InFlight)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func names(m map[string]int) []string {
 	var out []string
 	for k := range m {
@@ -294,7 +306,7 @@ func TestEdge_reloadUnderLoadFailsNoRequest(t *testing.T) {
 		}
 	}
 	time.Sleep(300 * time.Millisecond)
-	stream.Stop()
+	stopStream(t, stream)
 	after := status(t, b)
 	if got := after.Reloads - before.Reloads; got != reloads {
 		t.Errorf("%d reloads, want %d", got, reloads)
