@@ -65,7 +65,7 @@ func TestEndToEnd_agentRestartAndLeaderChangeFailNoRequest(t *testing.T) {
 	url := serviceVIP(t, client, b, ns, name, webDeployment(ns, "web", 3))
 
 	stream := StartStream(ctx, b.ClientHTTP(3*time.Second), url, 4, 4*time.Minute)
-	defer stream.Stop()
+	defer func() { _ = stream.Stop() }() // on a failure; the test stops it itself otherwise
 	for _, a := range agents {
 		if err := a.Stop(); err != nil {
 			t.Fatal(err)
@@ -140,7 +140,7 @@ func rollout(t *testing.T, gate bool) *Stream {
 	dep, err := client.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType,
 		[]byte(`{"spec":{"template":{"metadata":{"labels":{"rev":"2"}}}}}`), metav1.PatchOptions{})
 	if err != nil {
-		stream.Stop()
+		_ = stream.Stop()
 		t.Fatal(err)
 	}
 	waitForCond(t, 3*time.Minute, "the rollout", func() (bool, error) {
@@ -209,7 +209,7 @@ func TestEndToEnd_restartedLBSyncChangesNothingOnHAProxy(t *testing.T) {
 	before := status(t, b)
 
 	stream := StartStream(ctx, b.ClientHTTP(3*time.Second), url, 2, 2*time.Minute)
-	defer stream.Stop()
+	defer func() { _ = stream.Stop() }() // on a failure; the test stops it itself otherwise
 	if err := l.Stop(); err != nil {
 		t.Fatal(err)
 	}

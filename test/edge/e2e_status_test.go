@@ -223,9 +223,9 @@ func TestEndToEnd_statusOfTheHAProxyProvider(t *testing.T) {
 	// Bound by count and time: far more than the outage and convergence
 	// need at this rate, so a stream that ends by its bound fails the test.
 	stream := StartStreamN(ctx, b.ClientHTTP(3*time.Second), url, 2, 200000, 3*time.Minute)
-	defer stream.Stop()
+	defer func() { _ = stream.Stop() }() // on a failure; the test stops it itself otherwise
 	otherStream := StartStreamN(ctx, b.ClientHTTP(3*time.Second), otherURL, 1, 100000, 3*time.Minute)
-	defer otherStream.Stop()
+	defer func() { _ = otherStream.Stop() }()
 	// The Pods the scale-down removes serve through the outage and beyond
 	// (a grace period longer than it, as a preStop sleep makes it): npl
 	// cannot drain them on an edge it cannot reach, so a Pod that exited

@@ -301,7 +301,7 @@ func TestEdge_reloadUnderLoadFailsNoRequest(t *testing.T) {
 		time.Sleep(150 * time.Millisecond)
 		// A new Service: a new VIP, a new frontend, a reload.
 		if _, err := p.Ensure(ctx, model(fmt.Sprintf("svc%d", i), 8080, other)); err != nil {
-			stream.Stop()
+			_ = stream.Stop()
 			t.Fatalf("Ensure svc%d: %v", i, err)
 		}
 	}
