@@ -353,7 +353,12 @@ type Provider interface {
 	// object it releases, or from List. Deleting something that does not
 	// exist is not an error.
 	Delete(ctx context.Context, name string, kind Kind) error
-	// List returns every load balancer of this cluster with its actual pools.
+	// List returns every load balancer of this cluster with its actual pools,
+	// each once. A provider that serves each through several load balancers
+	// (the haproxy provider's edges) that disagree lists every member they
+	// do not serve alike twice, enabled and disabled: no model equals such a
+	// pool, so a reader that compares (nplctl pools) sees drift. Readers must
+	// not deduplicate the actual members.
 	List(ctx context.Context) ([]LoadBalancer, error)
 }
 
@@ -390,6 +395,10 @@ func SortMembers(members []Member) []Member {
 	}
 	return out
 }
+
+// CompareMembers orders members by IP (numerically) then port, as
+// SortMembers sorts them.
+func CompareMembers(a, b Member) int { return compareMembers(a, b) }
 
 func compareMembers(a, b Member) int {
 	if c := compareIP(a.IP, b.IP); c != 0 {

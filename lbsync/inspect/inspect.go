@@ -384,9 +384,30 @@ func cutService(s string) (ns, name string, ok bool) {
 	return "", s, false
 }
 
+// members lists a pool's members sorted by IP, port, then disabled before
+// enabled, keeping a member listed twice: a provider whose load balancers
+// disagree (the haproxy provider's edges) lists a member they serve
+// differently both enabled and disabled, and that is drift to report, not
+// a duplicate to drop.
 func members(ms []providers.Member) []Member {
-	out := make([]Member, 0, len(ms))
-	for _, m := range providers.SortMembers(slices.Clone(ms)) {
+	sorted := slices.Clone(ms)
+	slices.SortStableFunc(sorted, func(a, b providers.Member) int {
+		if c := providers.CompareMembers(a, b); c != 0 {
+			return c
+		}
+		switch {
+		case a.Enabled == b.Enabled:
+			return 0
+		case !a.Enabled:
+			return -1
+		}
+		return 1
+	})
+	sorted = slices.CompactFunc(sorted, func(a, b providers.Member) bool {
+		return a.IP == b.IP && a.Port == b.Port && a.Enabled == b.Enabled
+	})
+	out := make([]Member, 0, len(sorted))
+	for _, m := range sorted {
 		out = append(out, Member{IP: m.IP, Port: m.Port, Enabled: m.Enabled})
 	}
 	return out

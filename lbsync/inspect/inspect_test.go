@@ -21,8 +21,11 @@ func TestCompare_statesAndDifferences(t *testing.T) {
 		lb("drift", m("198.18.0.10", 61000, true), m("198.18.0.11", 61000, true)),
 		lb("disabled", m("198.18.0.10", 61000, false)),
 		lb("gone", m("198.18.0.10", 61000, true)),
+		lb("twice", m("198.18.0.10", 61000, true)),
 	}
 	actual := []providers.LoadBalancer{
+		// Listed both ways: load balancers that disagree (two edges).
+		*lb("twice", m("198.18.0.10", 61000, true), m("198.18.0.10", 61000, false)),
 		*lb("same", m("198.18.0.10", 61000, true)),
 		*lb("drift", m("198.18.0.11", 61000, true), m("198.18.0.12", 61000, true)),
 		*lb("disabled", m("198.18.0.10", 61000, true)),
@@ -39,6 +42,7 @@ func TestCompare_statesAndDifferences(t *testing.T) {
 		"ns/drift":    {StateDrift, []string{"198.18.0.10:61000"}, []string{"198.18.0.12:61000"}},
 		"ns/disabled": {StateDrift, []string{"198.18.0.10:61000 (disabled)"}, []string{"198.18.0.10:61000"}},
 		"ns/gone":     {StateMissing, []string{"198.18.0.10:61000"}, nil},
+		"ns/twice":    {StateDrift, nil, []string{"198.18.0.10:61000 (disabled)"}},
 	}
 	for svc, w := range want {
 		p := got[svc]

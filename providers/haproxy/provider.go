@@ -5,8 +5,10 @@
 // Gateway), HTTP and HTTPS listeners with their rules (HTTP/2 and h2c pools
 // included) and a Gateway's TCP and TLS listeners; UDP listeners (HAProxy
 // 2.6 has no UDP load balancing) are served by npl-edge's nftables table,
-// and reported as warnings only by an edge that cannot serve them
-// (npl-edge --udp=off, or no nftables there) while the others are served.
+// and reported as warnings, one naming each edge that cannot serve them
+// (npl-edge --udp=off, or no nftables there), while the others are served.
+// List gives each load balancer once, and shows where the edges disagree
+// (see List).
 // VIPs come from vipPool, as the edges do not allocate them.
 package haproxy
 
@@ -103,10 +105,7 @@ func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (prov
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
 	}
-	status := providers.Status{VIPs: []string{vip.String()}}
-	if u := results[0].Unsupported; len(u) > 0 {
-		status.Warnings = append(status.Warnings, fmt.Sprintf("the edge does not serve UDP (npl-edge --udp is off, or nftables does not work there): listener(s) %s not served", strings.Join(u, ", ")))
-	}
+	status := providers.Status{VIPs: []string{vip.String()}, Warnings: unsupportedWarnings(p.cfg.Edges, results)}
 	changed := slices.ContainsFunc(results, func(r api.EnsureResult) bool { return r.Changed })
 	if changed {
 		klog.FromContext(ctx).V(2).Info("HAProxy load balancer applied", "loadBalancer", lb.Name, "vip", vip, "edges", len(p.cfg.Edges))
@@ -137,10 +136,32 @@ func (p *provider) Delete(ctx context.Context, name string, _ providers.Kind) er
 	return nil
 }
 
-// List returns what HAProxy serves on the edges: every load balancer of the
-// cluster found on any edge, as the first edge that has it serves it. An
-// edge that does not answer fails the call, so that nothing is collected
-// on a partial view.
+// unsupportedWarnings are the warnings of Ensure: one per edge that does
+// not serve some listeners, naming the edge and the listeners, in the
+// order of the edges. Each edge answers for itself: one with --udp=off
+// beside one that serves UDP is said so.
+func unsupportedWarnings(edges []string, results []api.EnsureResult) []string {
+	var out []string
+	for i, r := range results {
+		if len(r.Unsupported) > 0 {
+			out = append(out, fmt.Sprintf("edge %s does not serve UDP (npl-edge --udp is off, or nftables does not work there): listener(s) %s not served",
+				edges[i], strings.Join(r.Unsupported, ", ")))
+		}
+	}
+	return out
+}
+
+// List returns what HAProxy serves on the edges: every load balancer of
+// the cluster found on any edge, once. One that every edge serves alike
+// is returned as they serve it. One the edges serve differently (an edge
+// lags, or lacks it) is returned as the first edge that has it serves it,
+// except its pools whose members differ between the edges (mergeEdges):
+// there each member not every edge serves alike is listed twice, enabled
+// and disabled, a pool no model can equal (a model lists a member once),
+// so that nplctl pools shows drift whichever edge is right, and no edge's
+// lag is hidden behind another's copy. Garbage collection reads names and
+// kinds only. An edge that does not answer fails the call, so that
+// nothing is collected on a partial view.
 func (p *provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
 	lists := make([]api.List, len(p.cfg.Edges))
 	err := p.eachEdge(func(i int, edge string) error {
@@ -149,19 +170,138 @@ func (p *provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list: %w", err)
 	}
-	seen := map[string]bool{}
-	var out []providers.LoadBalancer
-	for _, l := range lists {
-		for _, lb := range l.LoadBalancers {
-			if seen[lb.Name] || !providers.OwnedBy(p.cfg.common.ClusterName, lb.Name) {
+	// copies[name][i] is edge i's copy of the load balancer name, or nil.
+	copies := map[string][]*providers.LoadBalancer{}
+	for i, l := range lists {
+		for j := range l.LoadBalancers {
+			lb := &l.LoadBalancers[j]
+			if !providers.OwnedBy(p.cfg.common.ClusterName, lb.Name) {
 				continue
 			}
-			seen[lb.Name] = true
-			out = append(out, lb)
+			if copies[lb.Name] == nil {
+				copies[lb.Name] = make([]*providers.LoadBalancer, len(lists))
+			}
+			copies[lb.Name][i] = lb
 		}
+	}
+	out := make([]providers.LoadBalancer, 0, len(copies))
+	for name, cs := range copies {
+		lb, differ := mergeEdges(cs)
+		if len(differ) > 0 {
+			edges := make([]string, 0, len(differ))
+			for _, i := range differ {
+				edges = append(edges, p.cfg.Edges[i])
+			}
+			klog.FromContext(ctx).V(2).Info("The edges serve a load balancer differently", "loadBalancer", name, "edges", edges)
+		}
+		out = append(out, lb)
 	}
 	slices.SortFunc(out, func(a, b providers.LoadBalancer) int { return cmp.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// mergeEdges returns one load balancer for the copies of it the edges
+// serve (copies[i] is edge i's, nil where it has none; at least one is
+// set), and the edges whose copy differs from the first one's. Alike
+// copies give that copy. Otherwise the first copy is returned with the
+// listeners (by protocol and port) and L7 pools (by name) the others add,
+// and each pool's members are those every edge serves alike, plus every
+// member some edge serves otherwise or not at all, both enabled and
+// disabled.
+func mergeEdges(copies []*providers.LoadBalancer) (providers.LoadBalancer, []int) {
+	first := slices.IndexFunc(copies, func(lb *providers.LoadBalancer) bool { return lb != nil })
+	out := copies[first].Clone()
+	var differ []int
+	for i, c := range copies {
+		if i != first && (c == nil || !providers.SameModel(copies[first], c)) {
+			differ = append(differ, i)
+		}
+	}
+	if len(differ) == 0 {
+		return *out, nil
+	}
+	for _, c := range copies {
+		if c == nil {
+			continue
+		}
+		for _, l := range c.Listeners {
+			if !slices.ContainsFunc(out.Listeners, func(o providers.Listener) bool { return o.Protocol == l.Protocol && o.Port == l.Port }) {
+				l.Pool.Members = slices.Clone(l.Pool.Members)
+				out.Listeners = append(out.Listeners, l)
+			}
+		}
+		for _, pool := range c.Pools {
+			if !slices.ContainsFunc(out.Pools, func(o providers.Pool) bool { return o.Name == pool.Name }) {
+				pool.Members = slices.Clone(pool.Members)
+				out.Pools = append(out.Pools, pool)
+			}
+		}
+	}
+	providers.SortListeners(out.Listeners)
+	providers.SortPools(out.Pools)
+	merge := func(pool *providers.Pool) {
+		if pool.Name == "" {
+			return
+		}
+		served := make([][]providers.Member, len(copies)) // each edge's members of the pool
+		for i, c := range copies {
+			served[i] = poolMembers(c, pool.Name)
+		}
+		var members []providers.Member
+		seen := map[netip.AddrPort]bool{}
+		for _, ms := range served {
+			for _, m := range ms {
+				key := netip.AddrPortFrom(parseAddr(m.IP), uint16(m.Port))
+				if seen[key] {
+					continue
+				}
+				seen[key] = true
+				alike := !slices.ContainsFunc(served, func(other []providers.Member) bool { return !slices.Contains(other, m) })
+				if alike {
+					members = append(members, m)
+					continue
+				}
+				on, off := m, m
+				on.Enabled, off.Enabled = true, false
+				members = append(members, off, on)
+			}
+		}
+		slices.SortStableFunc(members, providers.CompareMembers)
+		pool.Members = members
+	}
+	for i := range out.Listeners {
+		merge(&out.Listeners[i].Pool)
+	}
+	for i := range out.Pools {
+		merge(&out.Pools[i])
+	}
+	return *out, differ
+}
+
+// poolMembers returns the members of the pool named name in lb (nil when
+// lb is nil or has no such pool).
+func poolMembers(lb *providers.LoadBalancer, name string) []providers.Member {
+	if lb == nil {
+		return nil
+	}
+	for _, l := range lb.Listeners {
+		if l.Pool.Name == name {
+			return l.Pool.Members
+		}
+	}
+	for _, p := range lb.Pools {
+		if p.Name == name {
+			return p.Members
+		}
+	}
+	return nil
+}
+
+// parseAddr parses a member's IP (the edges answer valid ones; anything
+// else is the zero Addr).
+func parseAddr(s string) netip.Addr {
+	a, _ := netip.ParseAddr(s)
+	return a
 }
 
 // vipFor chooses the VIP of lb: the requested one, else the one it was

@@ -11,6 +11,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
 	"github.com/nodeportlocal/npl/edge/api"
 	"github.com/nodeportlocal/npl/providers"
 )
@@ -23,6 +26,8 @@ type fakeEdge struct {
 	served   map[string]providers.LoadBalancer
 	calls    []string
 	conflict bool
+	// unsupported is what every PUT answers it does not serve.
+	unsupported []string
 }
 
 func (f *fakeEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -57,7 +62,7 @@ func (f *fakeEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		f.served[name] = req.LoadBalancer
-		answer(http.StatusOK, api.EnsureResult{Changed: true})
+		answer(http.StatusOK, api.EnsureResult{Changed: true, Unsupported: f.unsupported})
 	case r.Method == http.MethodDelete:
 		delete(f.served, name)
 		answer(http.StatusOK, api.DeleteResult{Deleted: true})
@@ -246,5 +251,131 @@ func TestEnsure_conflictDropsTheReservedVIP(t *testing.T) {
 	p.mu.Unlock()
 	if reserved {
 		t.Error("the VIP the edge refused is still reserved")
+	}
+}
+
+// twoEdges starts two fake edges and a provider of both.
+func twoEdges(t *testing.T) (*provider, [2]*fakeEdge, [2]string) {
+	t.Helper()
+	var edges [2]*fakeEdge
+	var urls [2]string
+	var client *http.Client
+	for i := range edges {
+		edges[i] = &fakeEdge{served: map[string]providers.LoadBalancer{}}
+		srv := httptest.NewTLSServer(edges[i])
+		t.Cleanup(srv.Close)
+		urls[i] = srv.URL
+		if client == nil {
+			client = srv.Client()
+		} else {
+			// Both test servers use the same certificate.
+			client.Transport.(*http.Transport).TLSClientConfig.RootCAs.AddCert(srv.Certificate())
+		}
+	}
+	p := newProvider(&Config{Edges: urls[:],
+		common: providers.Common{ClusterName: "c1", VIPPool: []netip.Prefix{netip.MustParsePrefix("198.18.200.0/24")}}}, client)
+	return p, edges, urls
+}
+
+// TestEnsure_warningsOfEveryEdgeNameIt: each edge that does not serve a
+// UDP listener is said so, naming it, whichever of the edges it is.
+func TestEnsure_warningsOfEveryEdgeNameIt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		off  []int // the edges with --udp=off
+	}{
+		{"none", nil},
+		{"the first", []int{0}},
+		{"the second", []int{1}},
+		{"both", []int{0, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, edges, urls := twoEdges(t)
+			for _, i := range tc.off {
+				edges[i].unsupported = []string{"UDP/53"}
+			}
+			lb := &providers.LoadBalancer{Name: "c1--ns-dns", Service: "ns/dns", Listeners: []providers.Listener{{Port: 53, Protocol: providers.UDP,
+				Pool: providers.Pool{Name: providers.PoolName("c1--ns-dns", providers.UDP, 53)}}}}
+			st, err := p.Ensure(context.Background(), lb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(st.Warnings) != len(tc.off) {
+				t.Fatalf("warnings %q, want %d", st.Warnings, len(tc.off))
+			}
+			for k, i := range tc.off {
+				if w := st.Warnings[k]; !strings.Contains(w, "edge "+urls[i]+" ") || !strings.Contains(w, "UDP/53") {
+					t.Errorf("warning %q, want it to name edge %s and UDP/53", w, urls[i])
+				}
+			}
+		})
+	}
+}
+
+// TestList_loadBalancerTheEdgesServeDifferently: List gives a load balancer
+// once; alike on both edges it is their copy, else every member the edges
+// do not serve alike is listed enabled and disabled, so that no model
+// equals the pool (nplctl pools says drift), whichever edge lags.
+func TestList_loadBalancerTheEdgesServeDifferently(t *testing.T) {
+	m := func(last byte, enabled bool) providers.Member {
+		return providers.Member{IP: netip.AddrFrom4([4]byte{198, 18, 0, last}).String(), Port: 61000, Enabled: enabled}
+	}
+	pool := providers.PoolName("c1--ns-web", providers.TCP, 80)
+	lb := func(members ...providers.Member) *providers.LoadBalancer {
+		return &providers.LoadBalancer{Name: "c1--ns-web", Service: "ns/web", VIPs: []string{"198.18.200.1"},
+			Listeners: []providers.Listener{{Port: 80, Protocol: providers.TCP, Pool: providers.Pool{Name: pool, Members: members}}}}
+	}
+	synced := lb(m(10, true), m(11, true))
+	for _, tc := range []struct {
+		name  string
+		edges [2]*providers.LoadBalancer
+		want  []providers.Member
+	}{
+		{"alike", [2]*providers.LoadBalancer{synced, synced}, []providers.Member{m(10, true), m(11, true)}},
+		{"the second lacks a member", [2]*providers.LoadBalancer{synced, lb(m(10, true))},
+			[]providers.Member{m(10, true), m(11, false), m(11, true)}},
+		{"the first lacks a member", [2]*providers.LoadBalancer{lb(m(10, true)), synced},
+			[]providers.Member{m(10, true), m(11, false), m(11, true)}},
+		{"the second keeps a removed member", [2]*providers.LoadBalancer{synced, lb(m(10, true), m(11, true), m(12, true))},
+			[]providers.Member{m(10, true), m(11, true), m(12, false), m(12, true)}},
+		{"the second has not drained a member", [2]*providers.LoadBalancer{lb(m(10, true), m(11, false)), synced},
+			[]providers.Member{m(10, true), m(11, false), m(11, true)}},
+		{"the second lacks the load balancer", [2]*providers.LoadBalancer{synced, nil},
+			[]providers.Member{m(10, false), m(10, true), m(11, false), m(11, true)}},
+		{"the first lacks the load balancer", [2]*providers.LoadBalancer{nil, synced},
+			[]providers.Member{m(10, false), m(10, true), m(11, false), m(11, true)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, edges, _ := twoEdges(t)
+			for i, served := range tc.edges {
+				if served != nil {
+					edges[i].served[served.Name] = *served.Clone()
+				}
+				other := lb(m(20, true))
+				other.Name, other.Service = "c1--ns-other", "ns/other"
+				edges[i].served[other.Name] = *other
+			}
+			lbs, err := p.List(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(lbs) != 2 || lbs[0].Name != "c1--ns-other" || lbs[1].Name != "c1--ns-web" {
+				t.Fatalf("List = %+v, want c1--ns-other and c1--ns-web once each", lbs)
+			}
+			if diff := cmp.Diff(*lb(m(20, true)), lbs[0], cmpopts.IgnoreFields(providers.LoadBalancer{}, "Name", "Service")); diff != "" {
+				t.Errorf("the load balancer both edges serve alike (-want +got):\n%s", diff)
+			}
+			got := lbs[1]
+			if diff := cmp.Diff(tc.want, got.Listeners[0].Pool.Members); diff != "" {
+				t.Errorf("members (-want +got):\n%s", diff)
+			}
+			if got.Name != synced.Name || !slices.Equal(got.VIPs, synced.VIPs) || len(got.Listeners) != 1 {
+				t.Errorf("List gave %+v, want the edges' load balancer", got)
+			}
+			// In sync only when the edges agree: a pool a model can equal.
+			if equal := cmp.Equal(got.Listeners[0].Pool.Members, providers.SortMembers(slices.Clone(got.Listeners[0].Pool.Members))); equal != (tc.name == "alike") {
+				t.Errorf("a model could equal the pool: %v, want %v", equal, tc.name == "alike")
+			}
+		})
 	}
 }

@@ -482,11 +482,33 @@ const (
 
 // StartBackend starts a backend named name and returns its port.
 func (bs *Backends) StartBackend(name string) (int32, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(bs.IP.String(), "0"))
+	return bs.serve(name, 0)
+}
+
+// RestartBackend starts again, on the same port and with the same name,
+// the backend StopBackend closed: a member that answers again.
+func (bs *Backends) RestartBackend(port int32) error {
+	bs.mu.Lock()
+	name, known := bs.names[port]
+	_, running := bs.servers[port]
+	bs.mu.Unlock()
+	switch {
+	case !known:
+		return fmt.Errorf("no backend was started on port %d", port)
+	case running:
+		return fmt.Errorf("backend %s on port %d runs", name, port)
+	}
+	_, err := bs.serve(name, port)
+	return err
+}
+
+// serve starts the backend name on port (0: any free port).
+func (bs *Backends) serve(name string, port int32) (int32, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(bs.IP.String(), strconv.Itoa(int(port))))
 	if err != nil {
 		return 0, err
 	}
-	port := int32(ln.Addr().(*net.TCPAddr).Port)
+	port = int32(ln.Addr().(*net.TCPAddr).Port)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set(BackendHeader, name)
@@ -507,7 +529,8 @@ func (bs *Backends) StartBackend(name string) (int32, error) {
 	return port, nil
 }
 
-// StopBackend closes the backend on port.
+// StopBackend closes the backend on port: its port refuses connections
+// (RestartBackend opens it again).
 func (bs *Backends) StopBackend(port int32) {
 	bs.mu.Lock()
 	srv := bs.servers[port]
@@ -558,55 +581,116 @@ func Get(ctx context.Context, c *http.Client, url string) (string, error) {
 }
 
 // Stream sends requests to url from the client namespace, workers at a
-// time, until Stop; it counts every request and the backends that answer.
+// time, until Stop or its bound; it counts every request and the backends
+// that answer.
 type Stream struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	start  time.Time
+	bound  string
 
 	mu       sync.Mutex
 	OK       int
 	Failed   int
 	Errors   []string
 	Answered map[string]int
+	// InFlight counts the requests Stop (or the bound) cut short: sent,
+	// with no answer yet, counted neither OK nor Failed.
+	InFlight int
+	// ended is when the stream reached its bound (zero while it runs);
+	// stopped is set by Stop, and stopErr is what it reported.
+	ended   time.Time
+	stopped bool
+	stopErr error
 }
 
 // StartStream starts a stream of requests, bounded by maxDuration.
 func StartStream(ctx context.Context, c *http.Client, url string, workers int, maxDuration time.Duration) *Stream {
+	return StartStreamN(ctx, c, url, workers, 0, maxDuration)
+}
+
+// StartStreamN starts a stream of requests bounded by maxRequests (0: no
+// bound by count) and by maxDuration. A stream that reaches a bound stops
+// sending; Stop then says so, since its counts cover a shorter window than
+// the caller meant.
+func StartStreamN(ctx context.Context, c *http.Client, url string, workers, maxRequests int, maxDuration time.Duration) *Stream {
 	ctx, cancel := context.WithTimeout(ctx, maxDuration)
-	s := &Stream{cancel: cancel, Answered: map[string]int{}}
+	s := &Stream{cancel: cancel, start: time.Now(), Answered: map[string]int{},
+		bound: fmt.Sprintf("%v", maxDuration)}
+	if maxRequests > 0 {
+		s.bound = fmt.Sprintf("%d requests or %v", maxRequests, maxDuration)
+	}
+	// Once stopping (Stop or a bound), a request that ends is in flight.
+	stopping := func() bool { return ctx.Err() != nil }
 	for range workers {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			for ctx.Err() == nil {
+			for !stopping() {
 				name, err := Get(ctx, c, url)
-				if ctx.Err() != nil {
-					return // stopped in flight: not counted
-				}
 				s.mu.Lock()
-				if err != nil {
+				switch {
+				case stopping():
+					if s.ended.IsZero() && !s.stopped && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+						s.reachBound()
+					}
+					s.InFlight++ // cut short: neither OK nor failed
+				case err != nil:
 					s.Failed++
 					if len(s.Errors) < 10 {
 						// Timed as klog times its lines, to read beside the
 						// edge's and npl-lbsync's logs.
 						s.Errors = append(s.Errors, time.Now().UTC().Format("15:04:05.000000")+" "+err.Error())
 					}
-				} else {
+				default:
 					s.OK++
 					s.Answered[name]++
+				}
+				if maxRequests > 0 && s.OK+s.Failed >= maxRequests && s.ended.IsZero() {
+					s.reachBound()
+					cancel() // the others' requests end in flight
 				}
 				s.mu.Unlock()
 				time.Sleep(2 * time.Millisecond)
 			}
+			s.mu.Lock()
+			if s.ended.IsZero() && !s.stopped && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				s.reachBound()
+			}
+			s.mu.Unlock()
 		}()
 	}
 	return s
 }
 
-// Stop ends the stream and waits for its requests.
-func (s *Stream) Stop() {
+// reachBound records that the stream ended by its bound; s.mu is held.
+func (s *Stream) reachBound() {
+	if s.ended.IsZero() {
+		s.ended = time.Now()
+	}
+}
+
+// Stop ends the stream and waits for its requests. It returns an error
+// when the stream had reached its bound before Stop: its counts then cover
+// less than the caller's window, and "0 failed" would claim too much.
+// Calling it again returns the same result.
+func (s *Stream) Stop() error {
+	s.mu.Lock()
+	if s.stopped {
+		defer s.mu.Unlock()
+		return s.stopErr
+	}
+	s.stopped = true
+	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ended.IsZero() {
+		s.stopErr = fmt.Errorf("the request stream reached its bound (%s) %v after its start and %v before Stop: its %d ok, %d failed cover only that window",
+			s.bound, s.ended.Sub(s.start).Round(time.Millisecond), time.Since(s.ended).Round(time.Millisecond), s.OK, s.Failed)
+	}
+	return s.stopErr
 }
 
 // Snapshot returns the counts so far.

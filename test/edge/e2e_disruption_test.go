@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -13,7 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/edge/haproxy"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/stack"
 )
@@ -60,7 +65,7 @@ func TestEndToEnd_agentRestartAndLeaderChangeFailNoRequest(t *testing.T) {
 	url := serviceVIP(t, client, b, ns, name, webDeployment(ns, "web", 3))
 
 	stream := StartStream(ctx, b.ClientHTTP(3*time.Second), url, 4, 4*time.Minute)
-	defer stream.Stop()
+	defer func() { _ = stream.Stop() }() // on a failure; the test stops it itself otherwise
 	for _, a := range agents {
 		if err := a.Stop(); err != nil {
 			t.Fatal(err)
@@ -99,7 +104,7 @@ func TestEndToEnd_agentRestartAndLeaderChangeFailNoRequest(t *testing.T) {
 	})
 	t.Logf("leader %s killed: %s leads after %v", leader.Name, follower.Name, time.Since(killed).Round(time.Millisecond))
 	scaleAndConverge(t, client, b, ns, "web", url, 4)
-	stream.Stop()
+	stopStream(t, stream)
 	t.Logf("agent restarts and a leader change under a stream: %d requests, %d failed", stream.OK+stream.Failed, stream.Failed)
 	if stream.Failed != 0 || stream.OK == 0 {
 		t.Fatalf("%d of %d requests failed, want 0; errors %v", stream.Failed, stream.OK+stream.Failed, stream.Errors)
@@ -135,7 +140,7 @@ func rollout(t *testing.T, gate bool) *Stream {
 	dep, err := client.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType,
 		[]byte(`{"spec":{"template":{"metadata":{"labels":{"rev":"2"}}}}}`), metav1.PatchOptions{})
 	if err != nil {
-		stream.Stop()
+		_ = stream.Stop()
 		t.Fatal(err)
 	}
 	waitForCond(t, 3*time.Minute, "the rollout", func() (bool, error) {
@@ -148,7 +153,7 @@ func rollout(t *testing.T, gate bool) *Stream {
 	})
 	t.Logf("rolled out in %v", time.Since(start).Round(time.Millisecond))
 	time.Sleep(6 * time.Second) // the old Pods' last seconds
-	stream.Stop()
+	stopStream(t, stream)
 	return stream
 }
 
@@ -172,4 +177,81 @@ func TestEndToEnd_rollingUpdateThroughTheVIP(t *testing.T) {
 			t.Fatal("no request succeeded")
 		}
 	})
+}
+
+// TestEndToEnd_restartedLBSyncChangesNothingOnHAProxy: npl-lbsync stopped
+// and started again with nothing changed, under a stream of requests
+// through the VIP: its first sync (every Service ensured, then garbage
+// collection's List) makes the edge write nothing (its write, runtime
+// command and reload counters unchanged, the same HAProxy worker, every
+// server in the state it had), the Service's condition stays True with its
+// transition time, and no request fails. As the Avi and BIG-IP tests of
+// test/lbsync prove with their simulators' write counts.
+func TestEndToEnd_restartedLBSyncChangesNothingOnHAProxy(t *testing.T) {
+	c, b := clusterBed(t)
+	name := "e2e-haproxy-restart"
+	l := startLBSync(t, c, b, name)
+	client := c.Client()
+	ctx := context.Background()
+	ns := c.TestNamespace(t)
+	url := serviceVIP(t, client, b, ns, name, webDeployment(ns, "web", 3))
+	var cond *metav1.Condition
+	waitForCond(t, 30*time.Second, "the Service synced", func() (bool, error) {
+		var err error
+		cond, err = syncedCondition(ctx, client, ns, "web")
+		return err == nil && cond != nil && cond.Status == metav1.ConditionTrue, err
+	})
+	e := b.Edges[0]
+	servers, err := haproxy.ShowServersState(ctx, e.AdminSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := status(t, b)
+
+	stream := StartStream(ctx, b.ClientHTTP(3*time.Second), url, 2, 2*time.Minute)
+	defer func() { _ = stream.Stop() }() // on a failure; the test stops it itself otherwise
+	if err := l.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Ready: every Service synced once, then the garbage collected.
+	if err := l.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stopStream(t, stream)
+	ensures, err := l.Count("npl_lbsync_provider_calls_total", `verb="ensure"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lists, err := l.Count("npl_lbsync_provider_calls_total", `verb="list"`, `result="success"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := status(t, b)
+	t.Logf("npl-lbsync restarted: %v Ensure and %v List calls; edge writes %d -> %d, runtime commands %d -> %d, reloads %d -> %d, worker %d -> %d; %d requests, %d failed",
+		ensures, lists, before.Writes, after.Writes, before.RuntimeCommands, after.RuntimeCommands, before.Reloads, after.Reloads,
+		before.WorkerPID, after.WorkerPID, stream.OK+stream.Failed, stream.Failed)
+	if ensures == 0 || lists == 0 {
+		t.Fatalf("the restarted npl-lbsync made %v Ensure and %v List calls, want both: nothing was proven", ensures, lists)
+	}
+	if after.Writes != before.Writes || after.RuntimeCommands != before.RuntimeCommands || after.Reloads != before.Reloads ||
+		after.WorkerPID != before.WorkerPID || after.MasterPID != before.MasterPID {
+		t.Errorf("a restart with nothing changed changed the edge: %+v -> %+v", before, after)
+	}
+	got, err := haproxy.ShowServersState(ctx, e.AdminSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(servers, got, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+		t.Errorf("HAProxy's servers after the restart (-before +after):\n%s", diff)
+	}
+	now, err := syncedCondition(ctx, client, ns, "web")
+	if err != nil || now == nil || now.Status != metav1.ConditionTrue || !now.LastTransitionTime.Equal(&cond.LastTransitionTime) {
+		t.Errorf("the Service's condition after the restart: %+v (%v), before %+v", now, err, cond)
+	}
+	if stream.Failed != 0 || stream.OK == 0 {
+		t.Fatalf("%d of %d requests failed across the restart, want 0; errors %v", stream.Failed, stream.OK+stream.Failed, stream.Errors)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,7 +88,14 @@ var extraConfig string
 // leader election when leaderElect is set.
 func startLBSyncReplica(t testing.TB, c *cluster.Cluster, b *Bed, name, replica string, leaderElect bool) *stack.LBSync {
 	t.Helper()
-	cfg := fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/%s\nresyncPeriod: 1m\ndrainSeconds: 5\n", name, name) +
+	return startLBSyncTimed(t, c, b, name, replica, leaderElect, time.Minute, 5*time.Second)
+}
+
+// startLBSyncTimed is startLBSyncReplica with the given resyncPeriod and
+// drainSeconds.
+func startLBSyncTimed(t testing.TB, c *cluster.Cluster, b *Bed, name, replica string, leaderElect bool, resync, drain time.Duration) *stack.LBSync {
+	t.Helper()
+	cfg := fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/%s\nresyncPeriod: %v\ndrainSeconds: %d\n", name, name, resync, int(drain.Seconds())) +
 		b.LBSyncConfig() + extraConfig
 	l, err := stack.StartLBSync(context.Background(), c, stack.LBSyncOptions{Name: replica, Config: cfg, LeaderElect: leaderElect})
 	if err != nil {
@@ -164,6 +172,31 @@ func readyPods(ctx context.Context, client kubernetes.Interface, ns, app string)
 	return out, nil
 }
 
+// setReady makes the stand-in kubelet report the Pod's containers ready
+// or not (cluster.AnnotationReady).
+func setReady(t testing.TB, client kubernetes.Interface, ns, pod string, ready bool) {
+	t.Helper()
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, cluster.AnnotationReady, strconv.FormatBool(ready))
+	if _, err := client.CoreV1().Pods(ns).Patch(context.Background(), pod, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("set readiness of %s: %v", pod, err)
+	}
+}
+
+// answeredBy sends n requests to url and counts who answered (the Pod
+// names, trimmed); the first failure ends it.
+func answeredBy(ctx context.Context, b *Bed, url string, n int) (map[string]int, error) {
+	c := b.ClientHTTP(3 * time.Second)
+	got := map[string]int{}
+	for range n {
+		name, err := Get(ctx, c, url)
+		if err != nil {
+			return got, err
+		}
+		got[strings.TrimSpace(name)]++
+	}
+	return got, nil
+}
+
 func waitForCond(t testing.TB, d time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -223,8 +256,9 @@ func scaleAndConverge(t testing.TB, client kubernetes.Interface, b *Bed, ns, nam
 // node, npl-lbsync with the haproxy provider, npl-edge and HAProxy on the
 // edge: a LoadBalancer Service gets a VIP from the edge, requests to it
 // from a client outside the nodes land on every ready Pod (one hop, through
-// the NodePortLocal mappings), and scaling 3 -> 6 -> 2 under a continuous
-// stream of requests fails none.
+// the NodePortLocal mappings) and, with one Pod made not Ready, on every
+// ready Pod and none on the not-Ready one; scaling 3 -> 6 -> 2 under a
+// continuous stream of requests fails none.
 func TestEndToEnd_requestsThroughTheVIPReachEveryReadyPod(t *testing.T) {
 	c, b := clusterBed(t)
 	startLBSync(t, c, b, "e2e-haproxy")
@@ -264,12 +298,40 @@ func TestEndToEnd_requestsThroughTheVIPReachEveryReadyPod(t *testing.T) {
 	}
 	t.Logf("%d requests to VIP %s: 0 failed, per Pod %v", n, vip, trimmed)
 
+	// One Pod not Ready (the stand-in kubelet's readiness annotation): N
+	// requests reach every ready Pod and none the not-Ready one.
+	notReady := pods[1]
+	setReady(t, client, ns, notReady, false)
+	waitForCond(t, 60*time.Second, notReady+" out of the VIP's answers", func() (bool, error) {
+		ready, err := readyPods(ctx, client, ns, "web")
+		if err != nil || slices.Contains(ready, notReady) {
+			return false, err
+		}
+		got, err := answeredBy(ctx, b, url, 12)
+		return err == nil && got[notReady] == 0, err
+	})
+	ready, err := readyPods(ctx, client, ns, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = answers(t, b, url, n)
+	trimmed = map[string]int{}
+	for k, v := range got {
+		trimmed[strings.TrimSpace(k)] += v
+	}
+	if trimmed[notReady] != 0 || !slices.Equal(names(trimmed), ready) {
+		t.Fatalf("%d requests with %s not Ready answered by %v, want every ready Pod %v and none of %s", n, notReady, trimmed, ready, notReady)
+	}
+	t.Logf("%d requests with %s not Ready: 0 failed, per Pod %v, 0 to the not-Ready Pod", n, notReady, trimmed)
+	setReady(t, client, ns, notReady, true)
+	scaleAndConverge(t, client, b, ns, "web", url, 3)
+
 	before := status(t, b)
 	stream := StartStream(ctx, b.ClientHTTP(3*time.Second), url, 4, 4*time.Minute)
 	scaleAndConverge(t, client, b, ns, "web", url, 6)
 	scaleAndConverge(t, client, b, ns, "web", url, 2)
 	time.Sleep(6 * time.Second) // the drained members' Pods go
-	stream.Stop()
+	stopStream(t, stream)
 	after := status(t, b)
 	t.Logf("scale 3 -> 6 -> 2 under a stream: %d ok, %d failed; %d runtime commands, %d reloads",
 		stream.OK, stream.Failed, after.RuntimeCommands-before.RuntimeCommands, after.Reloads-before.Reloads)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/nodeportlocal/npl/edge/api"
 	"github.com/nodeportlocal/npl/edge/haproxy"
+	"github.com/nodeportlocal/npl/lbsync/inspect"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/cluster"
 )
@@ -151,6 +152,18 @@ func answers(t *testing.T, b *Bed, url string, n int) map[string]int {
 		got[name]++
 	}
 	return got
+}
+
+// stopStream stops s and fails the test when s had reached its bound
+// before: its counts would cover less than the test claims. It logs the
+// requests Stop cut short.
+func stopStream(t testing.TB, s *Stream) {
+	t.Helper()
+	err := s.Stop()
+	t.Logf("request stream stopped: %d ok, %d failed, %d in flight at Stop (not counted)", s.OK, s.Failed, s.InFlight)
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func names(m map[string]int) []string {
@@ -289,12 +302,12 @@ func TestEdge_reloadUnderLoadFailsNoRequest(t *testing.T) {
 		time.Sleep(150 * time.Millisecond)
 		// A new Service: a new VIP, a new frontend, a reload.
 		if _, err := p.Ensure(ctx, model(fmt.Sprintf("svc%d", i), 8080, other)); err != nil {
-			stream.Stop()
+			_ = stream.Stop()
 			t.Fatalf("Ensure svc%d: %v", i, err)
 		}
 	}
 	time.Sleep(300 * time.Millisecond)
-	stream.Stop()
+	stopStream(t, stream)
 	after := status(t, b)
 	if got := after.Reloads - before.Reloads; got != reloads {
 		t.Errorf("%d reloads, want %d", got, reloads)
@@ -484,8 +497,9 @@ func TestEdge_restartedEdgeServesItsDesiredState(t *testing.T) {
 
 // TestProvider_twoEdges: the provider keeps two edges identical; with one
 // stopped the other serves the VIPs (moved to it, as VRRP would), a change
-// fails naming the stopped edge while the running one has it, and once the
-// stopped edge is back the next Ensure brings it level.
+// fails naming the stopped edge while the running one has it; back with
+// its last state, the lagging edge shows in List (drift for nplctl pools),
+// and the next Ensure brings it level (List their copy again).
 func TestProvider_twoEdges(t *testing.T) {
 	b, bs := newBedWith(t, netip.MustParseAddr("198.18.2.4"))
 	ctx := context.Background()
@@ -537,11 +551,30 @@ func TestProvider_twoEdges(t *testing.T) {
 	if got := listOne(t, onA, lb.Name); len(got.Listeners[0].Pool.Members) != 2 {
 		t.Fatalf("edge A restarted with %d members, want its last state (2)", len(got.Listeners[0].Pool.Members))
 	}
+	// A lags: List through both edges shows it (the member A lacks, both
+	// enabled and disabled), and nplctl's comparison says drift, though B
+	// serves the model exactly.
+	expected := changed.Clone()
+	expected.Listeners[0].Pool.Members = providers.SortMembers(expected.Listeners[0].Pool.Members)
+	bFirst := openProvider(t, b, b.ProviderSection(e2.URL, a.URL))
+	for _, lister := range []struct {
+		order string
+		p     providers.Provider
+	}{{"A, B", p}, {"B, A", bFirst}} {
+		lagging := listOne(t, lister.p, lb.Name)
+		if r := inspect.Compare([]*providers.LoadBalancer{expected}, []providers.LoadBalancer{lagging}); len(r.Pools) != 1 || r.Pools[0].State != inspect.StateDrift {
+			t.Fatalf("edges %s, A lagging: List gave %+v: compared %+v, want drift", lister.order, lagging.Listeners[0].Pool.Members, r.Pools)
+		}
+		t.Logf("edges %s, A lagging: List lists %v", lister.order, lagging.Listeners[0].Pool.Members)
+	}
 	if _, err := p.Ensure(ctx, changed); err != nil {
 		t.Fatalf("Ensure with both edges up: %v", err)
 	}
 	if diff := cmp.Diff(listOne(t, onA, lb.Name), listOne(t, onB, lb.Name)); diff != "" {
 		t.Fatalf("the edges differ after the retry (-A +B):\n%s", diff)
+	}
+	if diff := cmp.Diff(listOne(t, onA, lb.Name), listOne(t, p, lb.Name)); diff != "" {
+		t.Fatalf("List through both edges, alike, is not their copy (-A +both):\n%s", diff)
 	}
 	if err := b.RouteVIPsTo(ctx, a); err != nil {
 		t.Fatal(err)
