@@ -25,12 +25,12 @@ import (
 // binary, in each node's network namespace), npl-lbsync with the haproxy
 // provider and npl-edge with HAProxy on the cluster's bridge; a stream of 8
 // clients sends requests to the VIP. Per iteration a Deployment scales from
-// 1 to 1+podsToVIP Pods in steps of 5, then back to 1; it reports what
+// 1 to 1+podsToVIP (100) Pods in steps of 10, then back to 1; it reports what
 // edge.ReportReadyToVIP does. A real kubelet reports a Pod's IP before its
 // containers start and the readiness probe passes, so npl-agent's work may
 // come before Ready (annotated-* negative).
 func BenchmarkRealNodes_podReadyToVIP(b *testing.B) {
-	const podsToVIP, step, name = 20, 5, "rn-vip"
+	const podsToVIP, step, name = 100, 10, "rn-vip"
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	c, err := cluster.Start(ctx, cluster.Options{Nodes: 3, RealNodes: true})
