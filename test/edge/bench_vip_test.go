@@ -60,15 +60,7 @@ func podReadyToVIP(b *testing.B, lbsync string, gate bool) {
 	if _, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, "web", lbsync), metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	var vip string
-	waitForCond(b, 90*time.Second, "the Service's VIP", func() (bool, error) {
-		s, err := client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
-		if err != nil || len(s.Status.LoadBalancer.Ingress) == 0 {
-			return false, err
-		}
-		vip = s.Status.LoadBalancer.Ingress[0].IP
-		return true, nil
-	})
+	vip := waitForVIP(b, client, ns, "web", 90*time.Second)
 	url := URL(vip, 80)
 	scaleAndConverge(b, client, bed, ns, "web", url, 1)
 	rw, err := WatchReady(ctx, client, ns, "app=web")

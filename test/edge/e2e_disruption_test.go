@@ -34,15 +34,7 @@ func serviceVIP(t *testing.T, client kubernetes.Interface, b *Bed, ns, lbsync st
 	if _, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, d.Name, lbsync), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var vip string
-	waitForCond(t, 90*time.Second, "the Service's VIP", func() (bool, error) {
-		s, err := client.CoreV1().Services(ns).Get(ctx, d.Name, metav1.GetOptions{})
-		if err != nil || len(s.Status.LoadBalancer.Ingress) == 0 {
-			return false, err
-		}
-		vip = s.Status.LoadBalancer.Ingress[0].IP
-		return true, nil
-	})
+	vip := waitForVIP(t, client, ns, d.Name, 90*time.Second)
 	url := URL(vip, 80)
 	scaleAndConverge(t, client, b, ns, d.Name, url, *d.Spec.Replicas)
 	return url

@@ -102,15 +102,10 @@ func TestEndToEnd_ipv6VIP(t *testing.T) {
 	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var vip netip.Addr
-	waitForCond(t, 90*time.Second, "the Service's IPv6 VIP", func() (bool, error) {
-		s, err := client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
-		if err != nil || len(s.Status.LoadBalancer.Ingress) == 0 {
-			return false, err
-		}
-		vip, err = netip.ParseAddr(s.Status.LoadBalancer.Ingress[0].IP)
-		return err == nil, err
-	})
+	vip, err := netip.ParseAddr(waitForVIP(t, client, ns, "web", 90*time.Second))
+	if err != nil {
+		t.Fatalf("the Service's VIP: %v", err)
+	}
 	if !VIPRange6.Contains(vip) || vip == VIPRange6.Masked().Addr() {
 		t.Fatalf("VIP %s is not a usable address of %s (its first, the subnet-router anycast address, is not)", vip, VIPRange6)
 	}

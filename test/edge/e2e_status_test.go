@@ -106,15 +106,7 @@ func TestEndToEnd_statusOfTheHAProxyProvider(t *testing.T) {
 	if _, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, "web", "e2e-haproxy-status"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var vip string
-	waitForCond(t, 90*time.Second, "the Service's VIP", func() (bool, error) {
-		s, err := client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
-		if err != nil || len(s.Status.LoadBalancer.Ingress) == 0 {
-			return false, err
-		}
-		vip = s.Status.LoadBalancer.Ingress[0].IP
-		return true, nil
-	})
+	vip := waitForVIP(t, client, ns, "web", 90*time.Second)
 	url := URL(vip, 80)
 	scaleAndConverge(t, client, b, ns, "web", url, 2)
 
@@ -169,15 +161,7 @@ func TestEndToEnd_statusOfTheHAProxyProvider(t *testing.T) {
 	if _, err := client.CoreV1().Services(ns).Create(ctx, otherService(ns, "other", "web", "e2e-haproxy-status"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var otherVIP string
-	waitForCond(t, 60*time.Second, "the VIP of Service other", func() (bool, error) {
-		s, err := client.CoreV1().Services(ns).Get(ctx, "other", metav1.GetOptions{})
-		if err != nil || len(s.Status.LoadBalancer.Ingress) == 0 {
-			return false, err
-		}
-		otherVIP = s.Status.LoadBalancer.Ingress[0].IP
-		return true, nil
-	})
+	otherVIP := waitForVIP(t, client, ns, "other", 60*time.Second)
 	otherURL := URL(otherVIP, 80)
 	scaleAndConverge(t, client, b, ns, "web", url, 3)
 	waitForCond(t, 30*time.Second, "requests to other's VIP", func() (bool, error) {

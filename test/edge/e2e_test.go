@@ -197,6 +197,22 @@ func answeredBy(ctx context.Context, b *Bed, url string, n int) (map[string]int,
 	return got, nil
 }
 
+// waitForVIP waits until Service ns/name has a load balancer address in its
+// status and returns the first.
+func waitForVIP(t testing.TB, client kubernetes.Interface, ns, name string, d time.Duration) string {
+	t.Helper()
+	var vip string
+	waitForCond(t, d, "the VIP of Service "+ns+"/"+name, func() (bool, error) {
+		s, err := client.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil || len(s.Status.LoadBalancer.Ingress) == 0 {
+			return false, err
+		}
+		vip = s.Status.LoadBalancer.Ingress[0].IP
+		return true, nil
+	})
+	return vip
+}
+
 func waitForCond(t testing.TB, d time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -271,15 +287,7 @@ func TestEndToEnd_requestsThroughTheVIPReachEveryReadyPod(t *testing.T) {
 	if _, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, "web", "e2e-haproxy"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var vip string
-	waitForCond(t, 90*time.Second, "the Service's VIP", func() (bool, error) {
-		s, err := client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
-		if err != nil || len(s.Status.LoadBalancer.Ingress) == 0 {
-			return false, err
-		}
-		vip = s.Status.LoadBalancer.Ingress[0].IP
-		return true, nil
-	})
+	vip := waitForVIP(t, client, ns, "web", 90*time.Second)
 	if !VIPRange.Contains(netip.MustParseAddr(vip)) {
 		t.Fatalf("VIP %s is not from %s", vip, VIPRange)
 	}

@@ -42,15 +42,7 @@ func TestEndToEnd_udpServiceThroughTheVIP(t *testing.T) {
 	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var vip string
-	waitForCond(t, 90*time.Second, "the Service's VIP", func() (bool, error) {
-		s, err := client.CoreV1().Services(ns).Get(ctx, "dns", metav1.GetOptions{})
-		if err != nil || len(s.Status.LoadBalancer.Ingress) == 0 {
-			return false, err
-		}
-		vip = s.Status.LoadBalancer.Ingress[0].IP
-		return true, nil
-	})
+	vip := waitForVIP(t, client, ns, "dns", 90*time.Second)
 	url, addr := URL(vip, 80), net.JoinHostPort(vip, "53")
 	scaleAndConverge(t, client, b, ns, "dns", url, 3)
 
