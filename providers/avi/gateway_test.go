@@ -236,13 +236,7 @@ func TestProvider_gatewayWritesOnlyWhatChanged(t *testing.T) {
 			if diff := cmp.Diff(tt.writes, f.writes()); diff != "" {
 				t.Errorf("writes (-want +got):\n%s", diff)
 			}
-			want, err := providers.Normalize(lb)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff([]providers.LoadBalancer{listedL7(want, "198.18.200.1")}, f.list()); diff != "" {
-				t.Errorf("List (-want +got):\n%s", diff)
-			}
+			f.listsApplied(lb)
 		})
 	}
 }
@@ -542,13 +536,7 @@ func TestProvider_gatewayErrorDeletesNothing(t *testing.T) {
 
 	// The next apply converges.
 	f.ensure(lb)
-	want, err := providers.Normalize(lb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]providers.LoadBalancer{listedL7(want, "198.18.200.1")}, f.list()); diff != "" {
-		t.Errorf("List (-want +got):\n%s", diff)
-	}
+	f.listsApplied(lb)
 }
 
 // A request rule changed by hand (a query test added, a rule disabled) is
@@ -618,13 +606,7 @@ func TestProvider_gatewayWeightChangeNeverDropsAMemberOnError(t *testing.T) {
 	}
 
 	f.ensure(lb)
-	want, err := providers.Normalize(lb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]providers.LoadBalancer{listedL7(want, "198.18.200.1")}, f.list()); diff != "" {
-		t.Errorf("List (-want +got):\n%s", diff)
-	}
+	f.listsApplied(lb)
 }
 
 // Two members that swap weights each move to the other's weight pool: both
@@ -672,13 +654,20 @@ func TestProvider_gatewayWeightSwapNeverDropsAMemberOnError(t *testing.T) {
 			}
 
 			f.ensure(lb)
-			want, err := providers.Normalize(lb)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff([]providers.LoadBalancer{listedL7(want, "198.18.200.1")}, f.list()); diff != "" {
-				t.Errorf("List (-want +got):\n%s", diff)
-			}
+			f.listsApplied(lb)
 		})
+	}
+}
+
+// listsApplied checks that List returns exactly lb, normalized, as applied
+// with the fixture's first VIP.
+func (f *fixture) listsApplied(lb *providers.LoadBalancer) {
+	f.t.Helper()
+	want, err := providers.Normalize(lb)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if diff := cmp.Diff([]providers.LoadBalancer{listedL7(want, "198.18.200.1")}, f.list()); diff != "" {
+		f.t.Errorf("List (-want +got):\n%s", diff)
 	}
 }
