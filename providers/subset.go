@@ -143,12 +143,20 @@ func RuleCheckerOf(p Provider) RuleChecker {
 	return rc
 }
 
-// RuleModel is the Gateway's load balancer that holds only rule r and its
-// pool (nil: none): what a provider's RuleChecker hands the check its Ensure
-// runs on a whole model, so that one check decides both.
+// RuleModel is the Gateway's load balancer that holds only rule r, its
+// pool (nil: none) and an HTTP listener on each of the rule's ports (on 80
+// when it names none): what CheckRule and a provider's RuleChecker hand the
+// check that runs on a whole model (Normalize, the provider's Ensure), so
+// that one check decides both.
 func RuleModel(r Rule, pool *Pool) *LoadBalancer {
-	lb := &LoadBalancer{Name: "rule-check", Kind: L7, Gateway: "rule/check", Listeners: []Listener{},
-		HTTP: &HTTPRoutes{Rules: []Rule{r}}}
+	lb := &LoadBalancer{Name: "rule-check", Kind: L7, Gateway: "rule/check", HTTP: &HTTPRoutes{Rules: []Rule{r}}}
+	ports := r.Ports
+	if len(ports) == 0 {
+		ports = []int32{80}
+	}
+	for _, p := range ports {
+		lb.Listeners = append(lb.Listeners, Listener{Port: p, Protocol: HTTP})
+	}
 	if pool != nil {
 		lb.Pools = []Pool{*pool}
 	}

@@ -233,8 +233,8 @@ func (lb *LoadBalancer) normalizeL7() error {
 	keys := map[string]bool{}
 	for i := range lb.HTTP.Rules {
 		r := &lb.HTTP.Rules[i]
-		if err := r.check(ports, hasPool); err != nil {
-			return err
+		if err := r.normalize(ports, hasPool); err != nil {
+			return fmt.Errorf("rule %s%s (%s): %w", r.Host, r.Path, r.PathType, err)
 		}
 		key := r.MatchKey()
 		if keys[key] {
@@ -395,31 +395,17 @@ const (
 	ReplacePrefixMatch = "ReplacePrefixMatch"
 )
 
-// CheckRule checks one rule of a Gateway's load balancer and its pool (nil
-// for none) as Normalize checks them in the whole model, the rule's ports
-// taken as HTTP listeners: lbsync/gateway leaves out the route of a rule
-// that would make the whole model invalid, so that its neighbours are
-// still served.
+// CheckRule returns the error Normalize refuses the model that holds only
+// rule r of a Gateway's load balancer and its pool with (RuleModel), nil
+// when it accepts it: lbsync/gateway leaves out the route of a rule that
+// would make the whole model invalid, so that its neighbours are still
+// served.
 func CheckRule(r Rule, pool *Pool) error {
-	ports := make(map[int32]Protocol, len(r.Ports))
-	for _, p := range r.Ports {
-		ports[p] = HTTP
-	}
-	if pool != nil {
-		p := *pool
-		p.Members = slices.Clone(p.Members)
-		if err := normalizePool(&p, true); err != nil {
-			return err
-		}
-	}
-	r = r.Clone()
-	return r.check(ports, func(name string) bool { return pool != nil && pool.Name == name })
-}
-
-// check is normalize with the rule named in its error.
-func (r *Rule) check(ports map[int32]Protocol, hasPool func(string) bool) error {
-	if err := r.normalize(ports, hasPool); err != nil {
-		return fmt.Errorf("rule %s%s (%s): %w", r.Host, r.Path, r.PathType, err)
+	var invalid *InvalidModelError
+	if _, err := Normalize(RuleModel(r, pool)); errors.As(err, &invalid) {
+		return invalid.Err
+	} else if err != nil {
+		return err
 	}
 	return nil
 }
