@@ -375,6 +375,14 @@ func (b *build) listeners() []*listener {
 			out = append(out, l)
 			continue
 		}
+		if spec.Port < 1 || spec.Port > 65535 {
+			// The CRD's validation refuses such a port; a Gateway written
+			// past it must not make the whole model invalid.
+			l.accepted = b.cond(string(gatewayv1.ListenerConditionAccepted), false, string(gatewayv1.ListenerReasonPortUnavailable),
+				fmt.Sprintf("port %d is out of 1-65535", spec.Port), gen)
+			out = append(out, l)
+			continue
+		}
 		if spec.Protocol == gatewayv1.HTTPSProtocolType && spec.TLS != nil && spec.TLS.Mode != nil && *spec.TLS.Mode != gatewayv1.TLSModeTerminate {
 			l.accepted = b.cond(string(gatewayv1.ListenerConditionAccepted), false, string(gatewayv1.ListenerReasonUnsupportedValue),
 				fmt.Sprintf("TLS mode %s is not supported on HTTPS: only Terminate", *spec.TLS.Mode), gen)
