@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -449,10 +450,6 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
 		}
 	}
 
-	// The routes' statuses do not depend on the apply: written first.
-	if err := c.writeRouteStatuses(ctx, key, res.Routes); err != nil {
-		return err
-	}
 	if d := secretRetry(res.MissingSecrets, in.ForbiddenSecrets); d > 0 {
 		// Secrets are not watched (npl-lbsync caches none): look again.
 		c.queue.AddAfter(key, d)
@@ -465,28 +462,33 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
 		gone := c.gatewayGone[key]
 		c.mu.Unlock()
 		if had || !gone {
-			if err := c.provider.Delete(ctx, name, providers.L7); err != nil {
-				return fmt.Errorf("delete load balancer %s: %w", name, err)
+			if err = c.provider.Delete(ctx, name, providers.L7); err != nil {
+				err = fmt.Errorf("delete load balancer %s: %w", name, err)
+			} else {
+				if had {
+					c.recorder.Eventf(gw, corev1.EventTypeNormal, "Deleted", "Load balancer %s deleted: nothing to serve", name)
+				}
+				c.forget(key)
+				c.mu.Lock()
+				c.gatewayGone[key] = true
+				c.mu.Unlock()
 			}
-			if had {
-				c.recorder.Eventf(gw, corev1.EventTypeNormal, "Deleted", "Load balancer %s deleted: nothing to serve", name)
-			}
-			c.forget(key)
-			c.mu.Lock()
-			c.gatewayGone[key] = true
-			c.mu.Unlock()
 		}
 	} else {
 		prog, err = c.applyGateway(ctx, key, gw, res)
-		if err != nil {
-			// The status says why; the retry may succeed.
-			if serr := c.writeGatewayStatus(ctx, gw, res, prog); serr != nil {
-				klog.FromContext(ctx).Error(serr, "Write Gateway status", "gateway", keyOf(gw))
-			}
-			return err
-		}
 	}
-	return c.writeGatewayStatus(ctx, gw, res, prog)
+	// The statuses are written after the apply, also when it failed (the
+	// routes' do not depend on it; the Gateway's says why): a route that
+	// reads Accepted is on the load balancer once the Gateway reads
+	// Programmed, so waiting for both is waiting for its traffic.
+	serr := errors.Join(c.writeRouteStatuses(ctx, key, res.Routes), c.writeGatewayStatus(ctx, gw, res, prog))
+	if err != nil {
+		if serr != nil {
+			klog.FromContext(ctx).Error(serr, "Write statuses", "gateway", keyOf(gw))
+		}
+		return err // the retry may succeed
+	}
+	return serr
 }
 
 // applyGateway applies a Gateway's model through the one apply path and
