@@ -32,7 +32,9 @@ import (
 // (HAProxy's round robin gives a new server its first request at the end
 // of the current round: among n members it waits up to n/rate). On a busy
 // machine the watch that times Ready and the annotation may see them late,
-// which shortens what is timed from them.
+// which shortens what is timed from them; the machine's load while the
+// stream runs (LoadWindow: the host's busy CPU share, the API server's time
+// for Pod status patches) is reported beside.
 func BenchmarkEdge_podReadyToVIP(b *testing.B) { podReadyToVIP(b, "bench-ready", false) }
 
 // BenchmarkEdge_podReadyToVIPWithGate is BenchmarkEdge_podReadyToVIP with
@@ -73,9 +75,14 @@ func podReadyToVIP(b *testing.B, lbsync string, gate bool) {
 	pool := providers.PoolName(providers.LoadBalancerName(lbsync, ns, "web"), providers.TCP, 80)
 	var requests, failed int
 	var streamTime time.Duration
+	var load LoadWindow
 	b.ResetTimer()
 	for range b.N {
 		before, err := readyPods(ctx, client, ns, "web")
+		if err != nil {
+			b.Fatal(err)
+		}
+		from, err := SampleLoad(ctx, client)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -103,6 +110,11 @@ func podReadyToVIP(b *testing.B, lbsync string, gate bool) {
 		fa.Stop()
 		su.Stop()
 		streamTime += time.Since(start)
+		to, err := SampleLoad(ctx, client)
+		if err != nil {
+			b.Fatal(err)
+		}
+		load.Add(from, to)
 		ok, fail := fa.Counts()
 		requests, failed = requests+ok+fail, failed+fail
 		after, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
@@ -125,6 +137,7 @@ func podReadyToVIP(b *testing.B, lbsync string, gate bool) {
 	}
 	b.StopTimer()
 	ReportReadyToVIP(b, timelines, gate)
+	load.Report(b)
 	b.ReportMetric(float64(requests)/streamTime.Seconds(), "stream-req/s")
 	b.ReportMetric(float64(failed), "failed")
 }

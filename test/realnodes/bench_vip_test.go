@@ -26,7 +26,7 @@ import (
 // provider and npl-edge with HAProxy on the cluster's bridge; a stream of 8
 // clients sends requests to the VIP. Per iteration a Deployment scales from
 // 1 to 1+podsToVIP (100) Pods in steps of 10, then back to 1; it reports what
-// edge.ReportReadyToVIP does. A real kubelet reports a Pod's IP before its
+// edge.ReportReadyToVIP and edge.LoadWindow do. A real kubelet reports a Pod's IP before its
 // containers start and the readiness probe passes, so npl-agent's work may
 // come before Ready (annotated-* negative).
 func BenchmarkRealNodes_podReadyToVIP(b *testing.B) {
@@ -117,12 +117,17 @@ func BenchmarkRealNodes_podReadyToVIP(b *testing.B) {
 	var timelines []edge.PodTimeline
 	var requests, failed int
 	var streamTime time.Duration
+	var load edge.LoadWindow
 	for b.Loop() {
 		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 		if err != nil {
 			b.Fatal(err)
 		}
 		before := readyOf(pods.Items)
+		from, err := edge.SampleLoad(ctx, client)
+		if err != nil {
+			b.Fatal(err)
+		}
 		start := time.Now()
 		su := edge.StartServersUp(ctx, bed.Edges[0], pool)
 		fa := edge.StartFirstAnswers(ctx, bed, url, 8, 10*time.Minute)
@@ -148,6 +153,11 @@ func BenchmarkRealNodes_podReadyToVIP(b *testing.B) {
 		fa.Stop()
 		su.Stop()
 		streamTime += time.Since(start)
+		to, err := edge.SampleLoad(ctx, client)
+		if err != nil {
+			b.Fatal(err)
+		}
+		load.Add(from, to)
 		ok, fail := fa.Counts()
 		requests, failed = requests+ok+fail, failed+fail
 		pods, err = client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
@@ -170,6 +180,7 @@ func BenchmarkRealNodes_podReadyToVIP(b *testing.B) {
 		b.StartTimer()
 	}
 	edge.ReportReadyToVIP(b, timelines, false)
+	load.Report(b)
 	b.ReportMetric(float64(requests)/streamTime.Seconds(), "stream-req/s")
 	b.ReportMetric(float64(failed), "failed")
 }

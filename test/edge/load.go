@@ -1,0 +1,173 @@
+package edge
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+// The machine's share of the Pod Ready → VIP benchmarks: how busy the host's
+// CPUs were and how long the API server took for the Pod status patches
+// (npl-agent's annotation is one, the kubelets' statuses the others) while
+// the stream ran. npl's own work cannot be faster than the API server that
+// carries its annotation, nor than CPUs that are never idle.
+
+// podStatusPatch selects the API server's request-duration histogram of
+// Pod status PATCHes.
+var podStatusPatch = []string{`resource="pods"`, `subresource="status"`, `verb="PATCH"`}
+
+// LoadSample is a reading of the host's CPU times and the API server's
+// Pod status PATCH histogram; LoadWindow.Add takes the load between two.
+type LoadSample struct {
+	busy, total float64
+	patches     histogram
+}
+
+// SampleLoad reads /proc/stat and the API server's /metrics.
+func SampleLoad(ctx context.Context, client kubernetes.Interface) (LoadSample, error) {
+	var s LoadSample
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return s, fmt.Errorf("read the host's CPU times: %w", err)
+	}
+	if s.busy, s.total, err = cpuTimes(string(stat)); err != nil {
+		return s, err
+	}
+	raw, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return s, fmt.Errorf("scrape the API server's metrics: %w", err)
+	}
+	s.patches, err = parseHistogram(string(raw), "apiserver_request_duration_seconds", podStatusPatch...)
+	return s, err
+}
+
+// cpuTimes sums the aggregate cpu line of /proc/stat: busy is every field
+// but idle and iowait.
+func cpuTimes(stat string) (busy, total float64, err error) {
+	for _, line := range strings.Split(stat, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || f[0] != "cpu" {
+			continue
+		}
+		for i, v := range f[1:] {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, 0, fmt.Errorf("/proc/stat field %q: %w", v, err)
+			}
+			total += n
+			if i != 3 && i != 4 { // idle, iowait
+				busy += n
+			}
+		}
+		return busy, total, nil
+	}
+	return 0, 0, fmt.Errorf("/proc/stat has no cpu line")
+}
+
+// histogram is a cumulative Prometheus histogram: counts by upper bound
+// (le), summed over the series selected.
+type histogram map[float64]float64
+
+// parseHistogram sums the _bucket samples of name whose labels contain
+// every one of labels, by le.
+func parseHistogram(text, name string, labels ...string) (histogram, error) {
+	h := histogram{}
+	prefix := name + "_bucket{"
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		if slices.ContainsFunc(labels, func(l string) bool { return !strings.Contains(line, l) }) {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `le="`)
+		bound, rest, ok := strings.Cut(rest, `"`)
+		f := strings.Fields(rest)
+		if !ok || len(f) == 0 {
+			return nil, fmt.Errorf("malformed bucket %q", line)
+		}
+		le, err := strconv.ParseFloat(bound, 64) // "+Inf" parses as +Inf
+		if err != nil {
+			return nil, fmt.Errorf("bucket bound of %q: %w", line, err)
+		}
+		n, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return nil, fmt.Errorf("bucket count of %q: %w", line, err)
+		}
+		h[le] += n
+	}
+	if len(h) == 0 {
+		return nil, fmt.Errorf("no %s buckets with %v", name, labels)
+	}
+	return h, nil
+}
+
+// quantile is the q-quantile (0 < q < 1) of the observations of h, in
+// seconds, interpolated linearly inside its bucket as PromQL's
+// histogram_quantile does; NaN without observations, and the highest
+// finite bound when it falls in the +Inf bucket.
+func (h histogram) quantile(q float64) float64 {
+	bounds := make([]float64, 0, len(h))
+	for le := range h {
+		bounds = append(bounds, le)
+	}
+	slices.Sort(bounds)
+	total := h[math.Inf(1)]
+	if total <= 0 {
+		return math.NaN()
+	}
+	rank, lower, below := q*total, 0.0, 0.0
+	for _, le := range bounds {
+		c := h[le]
+		if c >= rank {
+			if math.IsInf(le, 1) {
+				return lower
+			}
+			if c == below {
+				return le
+			}
+			return lower + (le-lower)*(rank-below)/(c-below)
+		}
+		lower, below = le, c
+	}
+	return lower
+}
+
+// LoadWindow is the machine's load between two samples, summed over the
+// benchmark's iterations with Add.
+type LoadWindow struct {
+	busy, total float64
+	patches     histogram
+}
+
+// Add adds the load between samples from and to.
+func (w *LoadWindow) Add(from, to LoadSample) {
+	w.busy += to.busy - from.busy
+	w.total += to.total - from.total
+	if w.patches == nil {
+		w.patches = histogram{}
+	}
+	for le, n := range to.patches {
+		w.patches[le] += n - from.patches[le]
+	}
+}
+
+// Report adds the window's figures to b: host-busy-% (the share of the
+// host's CPU time spent busy), apiserver-patch-p50/p99-ms (the API
+// server's time for the window's Pod status PATCHes, from its histogram,
+// so interpolated inside buckets) and apiserver-patches (how many).
+func (w LoadWindow) Report(b *testing.B) {
+	if w.total > 0 {
+		b.ReportMetric(100*w.busy/w.total, "host-busy-%")
+	}
+	b.ReportMetric(1000*w.patches.quantile(0.50), "apiserver-patch-p50-ms")
+	b.ReportMetric(1000*w.patches.quantile(0.99), "apiserver-patch-p99-ms")
+	b.ReportMetric(w.patches[math.Inf(1)], "apiserver-patches")
+}
