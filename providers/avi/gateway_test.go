@@ -14,6 +14,7 @@ import (
 	"github.com/vmware/alb-sdk/go/models"
 
 	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/providers/providertest"
 	"github.com/nodeportlocal/npl/test/sim/avi/avisim"
 )
 
@@ -336,29 +337,14 @@ func TestProvider_gatewayRefusesWhatAviCannotExpress(t *testing.T) {
 			}
 			// The builder's check, rule by rule, refuses it with the same
 			// message (providers.RuleCheckerOf sees through Validated).
-			if err := ruleRefusal(providers.RuleCheckerOf(f.v), lb); err == nil || !strings.Contains(err.Error(), field) {
+			if err := providertest.RuleRefusal(providers.RuleCheckerOf(f.v), lb); err == nil || !strings.Contains(err.Error(), field) {
 				t.Errorf("CheckRule = %v, want the error naming %q", err, field)
 			}
 		})
 	}
-	if err := ruleRefusal(newFixture(t, fixtureOptions{}).p, gatewayLB(t, tlsCert(t, "gw-tls", "shop.example.com"))); err != nil {
+	if err := providertest.RuleRefusal(newFixture(t, fixtureOptions{}).p, gatewayLB(t, tlsCert(t, "gw-tls", "shop.example.com"))); err != nil {
 		t.Errorf("CheckRule of a model Avi serves: %v", err)
 	}
-}
-
-// ruleRefusal returns the first error rc.CheckRule returns for a rule of lb
-// with its pool.
-func ruleRefusal(rc providers.RuleChecker, lb *providers.LoadBalancer) error {
-	for _, r := range lb.HTTP.Rules {
-		var pool *providers.Pool
-		if i := slices.IndexFunc(lb.Pools, func(p providers.Pool) bool { return p.Name == r.Pool }); i >= 0 {
-			pool = &lb.Pools[i]
-		}
-		if err := rc.CheckRule(r, pool); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // TLS listeners of a Gateway are refused before anything is written

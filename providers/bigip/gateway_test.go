@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/providers/providertest"
 	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
 )
 
@@ -303,11 +304,11 @@ func TestProvider_gatewayRefusesWhatLTMPoliciesCannotExpress(t *testing.T) {
 		}
 		// The builder's check, rule by rule, refuses it with the same
 		// message (providers.RuleCheckerOf sees through Validated).
-		if err := ruleRefusal(providers.RuleCheckerOf(e.prov), lb); err == nil || !strings.Contains(err.Error(), field) {
+		if err := providertest.RuleRefusal(providers.RuleCheckerOf(e.prov), lb); err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: CheckRule = %v, want the error naming it", field, err)
 		}
 	}
-	if err := ruleRefusal(providers.RuleCheckerOf(newEnv(t, envOptions{}).prov), gatewayLB(t)); err != nil {
+	if err := providertest.RuleRefusal(providers.RuleCheckerOf(newEnv(t, envOptions{}).prov), gatewayLB(t)); err != nil {
 		t.Errorf("CheckRule of a model BIG-IP serves: %v", err)
 	}
 	// A TLS listener (TLSRoute), through the provider itself.
@@ -397,19 +398,4 @@ func TestProvider_gatewayListenerChangesProtocolOnItsPort(t *testing.T) {
 	if w := e.sim.Writes(); w != 0 {
 		t.Errorf("Ensure of an unchanged model wrote %v", writesOnly(e.sim.Calls()))
 	}
-}
-
-// ruleRefusal returns the first error rc.CheckRule returns for a rule of lb
-// with its pool.
-func ruleRefusal(rc providers.RuleChecker, lb *providers.LoadBalancer) error {
-	for _, r := range lb.HTTP.Rules {
-		var pool *providers.Pool
-		if i := slices.IndexFunc(lb.Pools, func(p providers.Pool) bool { return p.Name == r.Pool }); i >= 0 {
-			pool = &lb.Pools[i]
-		}
-		if err := rc.CheckRule(r, pool); err != nil {
-			return err
-		}
-	}
-	return nil
 }
