@@ -86,9 +86,10 @@ type GatewaySources struct {
 // their backend Services with those Services' Pods, and the certificate
 // Secrets of its listeners, read with secrets (nil: none). A missing
 // backend or Secret is left for the builder to report; a Secret that may
-// not be read is left out and named ("namespace/name") in forbidden.
-func (s Store) GatewayInput(ctx context.Context, set Settings, gw *gatewayv1.Gateway, src GatewaySources, secrets SecretGetter) (in gateway.Input, forbidden []string, err error) {
-	in = gateway.Input{
+// not be read is left out and named ("namespace/name") in the input's
+// ForbiddenSecrets.
+func (s Store) GatewayInput(ctx context.Context, set Settings, gw *gatewayv1.Gateway, src GatewaySources, secrets SecretGetter) (gateway.Input, error) {
+	in := gateway.Input{
 		ClusterName: set.ClusterName, ServiceType: set.ServiceType, Family: set.Family, Gateway: gw,
 		Nodes: s.nodes(set), Namespaces: src.Namespaces, ReferenceGrants: src.ReferenceGrants,
 	}
@@ -122,16 +123,15 @@ func (s Store) GatewayInput(ctx context.Context, set Settings, gw *gatewayv1.Gat
 			switch {
 			case apierrors.IsNotFound(err):
 			case apierrors.IsForbidden(err):
-				forbidden = append(forbidden, key)
 				in.ForbiddenSecrets = append(in.ForbiddenSecrets, key)
 			case err != nil:
-				return in, forbidden, fmt.Errorf("get TLS secret %s of gateway %s/%s: %w", key, gw.Namespace, gw.Name, err)
+				return in, fmt.Errorf("get TLS secret %s of gateway %s/%s: %w", key, gw.Namespace, gw.Name, err)
 			default:
 				in.Secrets = append(in.Secrets, secret)
 			}
 		}
 	}
-	return in, forbidden, nil
+	return in, nil
 }
 
 // GatewayObjects are the Gateway API objects listed once, for a command

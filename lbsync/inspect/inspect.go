@@ -159,7 +159,7 @@ func expectedGateways(ctx context.Context, client kubernetes.Interface, gc gatew
 		if gw.DeletionTimestamp != nil || !gateway.Ours(gw, objs.Classes) {
 			continue
 		}
-		in, _, err := store.GatewayInput(ctx, set, gw, objs.Sources(gw), secrets)
+		in, err := store.GatewayInput(ctx, set, gw, objs.Sources(gw), secrets)
 		if err != nil {
 			return nil, err
 		}
