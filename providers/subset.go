@@ -119,35 +119,44 @@ func IngressSubset(lb *LoadBalancer) error {
 	return nil
 }
 
-// RuleChecker is implemented by a provider that cannot express every rule
-// of a Gateway's load balancer. npl-lbsync's Gateway builder asks it about
-// each route's rules and leaves out the routes it refuses (their parent
-// status says why), so that one rule the provider cannot express does not
-// keep the Gateway's other routes from being served. Ensure still refuses a
-// model holding such a rule, with the same check.
-type RuleChecker interface {
-	// CheckRule returns the error Ensure would refuse a Gateway's load
-	// balancer with because of rule r, whose pool (the one r.Pool names;
-	// nil when r has none) is given: an UnsupportedRule error, or one
-	// naming the pool. It returns nil when the provider serves both.
-	CheckRule(r Rule, pool *Pool) error
+// ModelChecker is implemented by a provider that cannot serve every model
+// of a Gateway's load balancer that Normalize accepts. npl-lbsync's Gateway
+// builder asks it about one listener (ListenerModel) and one rule of a
+// route (RuleModel) at a time and leaves out the listeners and routes it
+// refuses (their statuses say why), so that one part the provider cannot
+// express does not keep the rest of the Gateway from being served. Ensure
+// still refuses a whole model holding such a part, with the same check.
+type ModelChecker interface {
+	// CheckModel returns the error Ensure would refuse the Gateway's load
+	// balancer lb with: one wrapping ErrUnsupported that names the part
+	// (an UnsupportedRule error for a rule). It returns nil when the
+	// provider serves all of lb.
+	CheckModel(lb *LoadBalancer) error
 }
 
-// RuleCheckerOf returns the RuleChecker of p, behind Validated when it is;
-// nil when p serves every rule it is given.
-func RuleCheckerOf(p Provider) RuleChecker {
+// ModelCheckerOf returns the ModelChecker of p, behind Validated when it
+// is; nil when p serves every model Normalize accepts.
+func ModelCheckerOf(p Provider) ModelChecker {
 	if v, ok := p.(*validated); ok {
 		p = v.next
 	}
-	rc, _ := p.(RuleChecker)
-	return rc
+	mc, _ := p.(ModelChecker)
+	return mc
+}
+
+// ListenerModel is the Gateway's load balancer that holds only listener l
+// (its pool, of a TCP or UDP listener, without members) and no rule: what
+// the Gateway builder hands a ModelChecker about one listener.
+func ListenerModel(l Listener) *LoadBalancer {
+	return &LoadBalancer{Name: "listener-check", Kind: L7, Gateway: "listener/check", HTTP: &HTTPRoutes{},
+		Listeners: []Listener{{Port: l.Port, Protocol: l.Protocol, Pool: Pool{Name: l.Pool.Name}}}}
 }
 
 // RuleModel is the Gateway's load balancer that holds only rule r, its
 // pool (nil: none) and an HTTP listener on each of the rule's ports (on 80
-// when it names none): what CheckRule and a provider's RuleChecker hand the
-// check that runs on a whole model (Normalize, the provider's Ensure), so
-// that one check decides both.
+// when it names none): what CheckRule hands Normalize and the Gateway
+// builder a ModelChecker about one rule, so that the check that runs on a
+// whole model (Normalize, the provider's Ensure) decides both.
 func RuleModel(r Rule, pool *Pool) *LoadBalancer {
 	lb := &LoadBalancer{Name: "rule-check", Kind: L7, Gateway: "rule/check", HTTP: &HTTPRoutes{Rules: []Rule{r}}}
 	ports := r.Ports

@@ -112,7 +112,7 @@ func pools(ctx context.Context, g *globals, configPath string) (inspect.Report, 
 		}
 		// A Gateway's routes the provider refuses are left out, as
 		// npl-lbsync leaves them out.
-		settings.Rules = providers.RuleCheckerOf(provider)
+		settings.Checker = providers.ModelCheckerOf(provider)
 	}
 	// Secrets are read as npl-lbsync reads them, so that an L7 pool's
 	// certificates match; without the right to read them, none is read.

@@ -79,9 +79,10 @@ type Controller struct {
 	settings Settings
 	client   kubernetes.Interface
 	provider providers.Provider
-	// rules is the provider's check of a Gateway's rules (nil: it serves
-	// them all): the Gateway builder leaves out the routes it refuses.
-	rules    providers.RuleChecker
+	// checker is the provider's check of a Gateway's listeners and rules
+	// (nil: it serves them all): the Gateway builder leaves out the
+	// listeners and routes it refuses.
+	checker  providers.ModelChecker
 	recorder record.EventRecorder
 	metrics  *Metrics
 
@@ -168,7 +169,7 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		settings: settings,
 		client:   client,
 		provider: metrics.instrument(providers.Validated(provider)),
-		rules:    providers.RuleCheckerOf(provider),
+		checker:  providers.ModelCheckerOf(provider),
 		recorder: recorder,
 		metrics:  metrics,
 		factory:  factory,

@@ -608,7 +608,7 @@ func (c *Controller) gatewayInput(ctx context.Context, gw *gatewayv1.Gateway) (g
 	src.ReferenceGrants, _ = g.grants.List(labels.Everything())
 	set := inputs.Settings{ClusterName: c.settings.ClusterName, ServiceType: c.settings.ServiceType, Family: c.settings.Family}
 	in, err := c.store.GatewayInput(ctx, set, gw, src, inputs.APISecrets(c.client))
-	in.Rules = c.rules
+	in.Checker = c.checker
 	if err == nil {
 		c.tellForbidden(gw, in.ForbiddenSecrets)
 	}

@@ -52,11 +52,12 @@ type Input struct {
 	// they choose the Pods of a Service without a selector.
 	EndpointSlices []*discoveryv1.EndpointSlice
 	Secrets        []*corev1.Secret
-	// Rules, when set, is the provider's check of the rules it can
-	// express: a route with a rule it refuses is left out of the model
-	// and not accepted (UnsupportedValue, with the provider's message),
-	// and the Gateway is served with the other routes.
-	Rules providers.RuleChecker
+	// Checker, when set, is the provider's check of what it can express:
+	// a listener it refuses is not accepted (UnsupportedProtocol, with the
+	// provider's message) and a route with a rule it refuses is not
+	// accepted (UnsupportedValue); either is left out of the model, and
+	// the Gateway is served with the rest.
+	Checker providers.ModelChecker
 	// ForbiddenSecrets ("namespace/name") are Secrets npl-lbsync may not
 	// read: their listeners are not programmed, but they are not missing
 	// either, so MissingSecrets does not count them (the controller looks
@@ -388,6 +389,17 @@ func (b *build) listeners() []*listener {
 				fmt.Sprintf("TLS mode %s is not supported on HTTPS: only Terminate", *spec.TLS.Mode), gen)
 			out = append(out, l)
 			continue
+		}
+		if b.in.Checker != nil {
+			// A protocol the provider cannot serve on this listener alone
+			// refuses the listener, not the Gateway.
+			err := b.in.Checker.CheckModel(providers.ListenerModel(providers.Listener{Port: spec.Port, Protocol: providers.Protocol(spec.Protocol)}))
+			if err != nil {
+				l.accepted = b.cond(string(gatewayv1.ListenerConditionAccepted), false, string(gatewayv1.ListenerReasonUnsupportedProtocol),
+					err.Error(), gen)
+				out = append(out, l)
+				continue
+			}
 		}
 		b.routeKinds(l)
 		if l.needsCerts() {
@@ -817,7 +829,7 @@ func intersect(listener string, hostnames []gatewayv1.Hostname) []string {
 // addRouteRules adds the rules and pools of an HTTPRoute or GRPCRoute,
 // unless one of them breaks the model's rules (providers.CheckRule: a
 // value the API server let through, such as a control character in a
-// match) or the provider refuses it (Input.Rules): then none of the route
+// match) or the provider refuses it (Input.Checker): then none of the route
 // is in the model, and refuseRoute says why in its status. Either would
 // otherwise fail the whole model, and the route's neighbours with it.
 func (b *build) addRouteRules(at *attachment, lb *providers.LoadBalancer, ls []*listener, res *Result) {
@@ -835,8 +847,8 @@ func (b *build) addRouteRules(at *attachment, lb *providers.LoadBalancer, ls []*
 			pool = b.pools[r.Pool]
 		}
 		err := providers.CheckRule(r, pool)
-		if err == nil && b.in.Rules != nil {
-			err = b.in.Rules.CheckRule(r, pool)
+		if err == nil && b.in.Checker != nil {
+			err = b.in.Checker.CheckModel(providers.RuleModel(r, pool))
 		}
 		if err == nil {
 			continue

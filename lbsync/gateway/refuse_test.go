@@ -13,16 +13,25 @@ import (
 	"github.com/nodeportlocal/npl/providers"
 )
 
-// refusing is a provider's RuleChecker that cannot express query matches
-// nor h2c pools.
+// refusing is a provider's ModelChecker that cannot express query
+// matches, h2c pools nor TLS listeners.
 type refusing struct{}
 
-func (refusing) CheckRule(r providers.Rule, pool *providers.Pool) error {
-	switch {
-	case len(r.Query) > 0:
-		return providers.UnsupportedRule(r, "query")
-	case pool != nil && pool.AppProtocol != "":
-		return fmt.Errorf("pool %s: appProtocol %s is %w", pool.Name, pool.AppProtocol, providers.ErrUnsupported)
+func (refusing) CheckModel(lb *providers.LoadBalancer) error {
+	for _, l := range lb.Listeners {
+		if l.Protocol == providers.TLS {
+			return fmt.Errorf("listener TLS/%d: a TLS listener is %w", l.Port, providers.ErrUnsupported)
+		}
+	}
+	for _, p := range lb.Pools {
+		if p.AppProtocol != "" {
+			return fmt.Errorf("pool %s: appProtocol %s is %w", p.Name, p.AppProtocol, providers.ErrUnsupported)
+		}
+	}
+	for _, r := range lb.HTTP.Rules {
+		if len(r.Query) > 0 {
+			return providers.UnsupportedRule(r, "query")
+		}
 	}
 	return nil
 }
@@ -53,7 +62,7 @@ func TestBuild_refusesRoutesTheProviderCannotExpress(t *testing.T) {
 		Pods:     []*corev1.Pod{pod(appNS, "a", "a-1", "198.18.0.1", 61000), pod(appNS, "b", "b-1", "198.18.0.2", 61001)}}
 	tests := []struct {
 		name  string
-		rules providers.RuleChecker
+		rules providers.ModelChecker
 		// served are the routes whose rules and pools are in the model.
 		served, refused []string
 		backends        []ServiceRef
@@ -66,7 +75,7 @@ func TestBuild_refusesRoutesTheProviderCannotExpress(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			in := in
-			in.Rules = tt.rules
+			in.Checker = tt.rules
 			res := Build(in)
 			if res.LB == nil {
 				t.Fatalf("no model: %v", res.Report.Errors)
@@ -140,5 +149,54 @@ func TestBuild_refusesRoutesTheProviderCannotExpress(t *testing.T) {
 				t.Errorf("the model does not pass Normalize: %v", err)
 			}
 		})
+	}
+}
+
+// TestBuild_refusesListenersTheProviderCannotServe: a TLS listener the
+// provider cannot serve (Input.Checker) is not accepted
+// (UnsupportedProtocol, the provider's message), takes no route kind and
+// no route, and is not in the model; the Gateway is Accepted with it
+// counted as not valid, and its HTTP listener and route are served. A
+// TLSRoute to the refused listener is not accepted.
+func TestBuild_refusesListenersTheProviderCannotServe(t *testing.T) {
+	web := route("web", 100, rule([]gatewayv1.HTTPRouteMatch{prefixM("/")}, svcRef("a", 1)))
+	in := Input{ClusterName: testCluster,
+		Gateway: gateway(httpL("http", 80, ""), tlsL("tls", 8443, "", gatewayv1.TLSModePassthrough)),
+		Routes:  []*gatewayv1.HTTPRoute{web}, TLSRoutes: []*gatewayv1.TLSRoute{tlsRoute("pass", 100, "tls", []string{"db.example.com"}, ref("a", 80, 1))},
+		Services: []*corev1.Service{service(appNS, "a")}, Pods: []*corev1.Pod{pod(appNS, "a", "a-1", "198.18.0.1", 61000)}}
+
+	served := Build(in)
+	if served.LB == nil || len(served.LB.Listeners) != 2 {
+		t.Fatalf("without a checker: model %+v, want both listeners (%v)", served.LB, served.Report.Errors)
+	}
+
+	in.Checker = refusing{}
+	res := Build(in)
+	if res.LB == nil {
+		t.Fatalf("no model: %v", res.Report.Errors)
+	}
+	if len(res.LB.Listeners) != 1 || res.LB.Listeners[0].Port != 80 || len(res.LB.HTTP.Rules) == 0 {
+		t.Errorf("listeners %+v, rules %d: want the HTTP listener on 80 and its rules", res.LB.Listeners, len(res.LB.HTTP.Rules))
+	}
+	l := listenerResult(t, res, "tls")
+	want := "listener TLS/8443: a TLS listener is not supported by this provider"
+	if c := cond(l.Status.Conditions, "Accepted"); c.Status != metav1.ConditionFalse ||
+		c.Reason != string(gatewayv1.ListenerReasonUnsupportedProtocol) || c.Message != want {
+		t.Errorf("tls listener Accepted %+v, want False UnsupportedProtocol %q", c, want)
+	}
+	if l.Status.AttachedRoutes != 0 || len(l.Status.SupportedKinds) != 0 {
+		t.Errorf("tls listener: %d routes, kinds %v; want none", l.Status.AttachedRoutes, l.Status.SupportedKinds)
+	}
+	if c := res.Accepted; c.Status != metav1.ConditionTrue || c.Reason != string(gatewayv1.GatewayReasonListenersNotValid) {
+		t.Errorf("Gateway Accepted %+v, want True ListenersNotValid", c)
+	}
+	if c := parentCond(t, res, KindHTTPRoute, "web", "Accepted"); c.Status != metav1.ConditionTrue {
+		t.Errorf("web: Accepted %+v, want True", c)
+	}
+	if c := parentCond(t, res, KindTLSRoute, "pass", "Accepted"); c.Status != metav1.ConditionFalse {
+		t.Errorf("pass: Accepted %+v, want False", c)
+	}
+	if _, err := providers.Normalize(res.LB); err != nil {
+		t.Errorf("the model does not pass Normalize: %v", err)
 	}
 }

@@ -85,9 +85,9 @@ type Settings struct {
 	Claim            claim.ClaimConfig
 	IngressClass     string
 	IngressSharedVIP bool
-	// Rules is the provider's check of a Gateway's rules, as npl-lbsync
-	// builds with it (nil: every rule is served).
-	Rules providers.RuleChecker
+	// Checker is the provider's check of a Gateway's listeners and rules,
+	// as npl-lbsync builds with it (nil: all of them are served).
+	Checker providers.ModelChecker
 }
 
 // Expected builds the load balancers the cluster expects for the Services,
@@ -141,7 +141,7 @@ func Expected(ctx context.Context, client kubernetes.Interface, gc gatewayclient
 	if gc == nil {
 		return out, nil
 	}
-	gws, err := expectedGateways(ctx, client, gc, namespace, store, set, secrets, s.Rules)
+	gws, err := expectedGateways(ctx, client, gc, namespace, store, set, secrets, s.Checker)
 	return append(out, gws...), err
 }
 
@@ -149,7 +149,7 @@ func Expected(ctx context.Context, client kubernetes.Interface, gc gatewayclient
 // that npl-lbsync serves, with gateway.Build as npl-lbsync does; none when
 // the Gateway API is not served.
 func expectedGateways(ctx context.Context, client kubernetes.Interface, gc gatewayclient.Interface, namespace string,
-	store inputs.Store, set inputs.Settings, secrets inputs.SecretGetter, rules providers.RuleChecker) ([]*providers.LoadBalancer, error) {
+	store inputs.Store, set inputs.Settings, secrets inputs.SecretGetter, checker providers.ModelChecker) ([]*providers.LoadBalancer, error) {
 	objs, served, err := inputs.GatewaysFromAPI(ctx, client, gc, namespace)
 	if err != nil || !served {
 		return nil, err
@@ -163,7 +163,7 @@ func expectedGateways(ctx context.Context, client kubernetes.Interface, gc gatew
 		if err != nil {
 			return nil, err
 		}
-		in.Rules = rules
+		in.Checker = checker
 		if res := gateway.Build(in); res.LB != nil {
 			out = append(out, res.LB)
 		}

@@ -336,8 +336,8 @@ func TestProvider_gatewayRefusesWhatAviCannotExpress(t *testing.T) {
 				t.Errorf("writes %v, want none", w)
 			}
 			// The builder's check, rule by rule, refuses it with the same
-			// message (providers.RuleCheckerOf sees through Validated).
-			if err := providertest.RuleRefusal(providers.RuleCheckerOf(f.v), lb); err == nil || !strings.Contains(err.Error(), field) {
+			// message (providers.ModelCheckerOf sees through Validated).
+			if err := providertest.RuleRefusal(providers.ModelCheckerOf(f.v), lb); err == nil || !strings.Contains(err.Error(), field) {
 				t.Errorf("CheckRule = %v, want the error naming %q", err, field)
 			}
 		})
@@ -353,9 +353,20 @@ func TestSupported_refusesAGatewaysTLSListeners(t *testing.T) {
 	lb := gatewayLB(t, tlsCert(t, "gw-tls", "shop.example.com"))
 	lb.Listeners = append(lb.Listeners, providers.Listener{Port: 5432, Protocol: providers.TLS})
 	err := supported(lb)
-	if want := "listener TLS/5432: a TLS listener of a Gateway is"; !errors.Is(err, providers.ErrUnsupported) ||
+	want := "listener TLS/5432: a TLS listener of a Gateway is"
+	if !errors.Is(err, providers.ErrUnsupported) ||
 		!strings.Contains(err.Error(), want) {
 		t.Errorf("supported = %v, want ErrUnsupported naming %q", err, want)
+	}
+	// The builder's check, listener by listener, refuses that listener
+	// alone, with the same message, and serves the others (TCP and UDP
+	// listeners too).
+	mc := providers.ModelCheckerOf(newFixture(t, fixtureOptions{}).p)
+	if err := providertest.ListenerRefusal(mc, lb); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("the listener check = %v, want the error naming %q", err, want)
+	}
+	if err := providertest.ListenerRefusal(mc, withL4(gatewayLB(t, tlsCert(t, "gw-tls", "shop.example.com")))); err != nil {
+		t.Errorf("the listener check of HTTP, HTTPS, TCP and UDP listeners: %v", err)
 	}
 }
 

@@ -303,12 +303,12 @@ func TestProvider_gatewayRefusesWhatLTMPoliciesCannotExpress(t *testing.T) {
 			t.Errorf("%s: writes %v, want none", field, w)
 		}
 		// The builder's check, rule by rule, refuses it with the same
-		// message (providers.RuleCheckerOf sees through Validated).
-		if err := providertest.RuleRefusal(providers.RuleCheckerOf(e.prov), lb); err == nil || !strings.Contains(err.Error(), field) {
+		// message (providers.ModelCheckerOf sees through Validated).
+		if err := providertest.RuleRefusal(providers.ModelCheckerOf(e.prov), lb); err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: CheckRule = %v, want the error naming it", field, err)
 		}
 	}
-	if err := providertest.RuleRefusal(providers.RuleCheckerOf(newEnv(t, envOptions{}).prov), gatewayLB(t)); err != nil {
+	if err := providertest.RuleRefusal(providers.ModelCheckerOf(newEnv(t, envOptions{}).prov), gatewayLB(t)); err != nil {
 		t.Errorf("CheckRule of a model BIG-IP serves: %v", err)
 	}
 	// A TLS listener (TLSRoute), through the provider itself.
@@ -321,6 +321,15 @@ func TestProvider_gatewayRefusesWhatLTMPoliciesCannotExpress(t *testing.T) {
 	}
 	if e.sim.Writes() != 0 {
 		t.Errorf("TLS listener: writes %v", writesOnly(e.sim.Calls()))
+	}
+	// The builder's check, listener by listener, refuses that listener
+	// alone and serves the others.
+	mc := providers.ModelCheckerOf(e.prov)
+	if err := providertest.ListenerRefusal(mc, lb); err == nil || !strings.Contains(err.Error(), "listener TLS/8443: a TLS listener") {
+		t.Errorf("the listener check = %v, want the error naming the TLS listener", err)
+	}
+	if err := providertest.ListenerRefusal(mc, gatewayLB(t)); err != nil {
+		t.Errorf("the listener check of a model BIG-IP serves: %v", err)
 	}
 }
 

@@ -1,0 +1,8 @@
+package avi
+
+import "github.com/nodeportlocal/npl/providers"
+
+var _ providers.ModelChecker = (*Provider)(nil)
+
+// CheckModel refuses what gatewaySubset, the check Ensure runs, refuses.
+func (p *Provider) CheckModel(lb *providers.LoadBalancer) error { return gatewaySubset(lb) }
