@@ -48,15 +48,17 @@ func SampleLoad(ctx context.Context, client kubernetes.Interface) (LoadSample, e
 	return s, err
 }
 
-// cpuTimes sums the aggregate cpu line of /proc/stat: busy is every field
-// but idle and iowait.
+// cpuTimes sums the aggregate cpu line of /proc/stat over its first eight
+// fields (user, nice, system, idle, iowait, irq, softirq, steal; guest
+// and guest_nice are already inside user and nice): busy is all but idle
+// and iowait.
 func cpuTimes(stat string) (busy, total float64, err error) {
 	for _, line := range strings.Split(stat, "\n") {
 		f := strings.Fields(line)
 		if len(f) < 5 || f[0] != "cpu" {
 			continue
 		}
-		for i, v := range f[1:] {
+		for i, v := range f[1:min(len(f), 9)] {
 			n, err := strconv.ParseFloat(v, 64)
 			if err != nil {
 				return 0, 0, fmt.Errorf("/proc/stat field %q: %w", v, err)

@@ -64,9 +64,10 @@ func TestLoadWindow_addsDeltas(t *testing.T) {
 }
 
 func TestCPUTimes(t *testing.T) {
-	busy, total, err := cpuTimes("cpu  100 5 50 800 20 3 2 0 0 0\ncpu0 50 2 25 400 10 1 1 0 0 0\n")
-	if err != nil || busy != 160 || total != 980 {
-		t.Errorf("cpuTimes = %v, %v, %v; want 160, 980", busy, total, err)
+	// guest 40 and guest_nice 4 are counted in user and nice already.
+	busy, total, err := cpuTimes("cpu  100 5 50 800 20 3 2 1 40 4\ncpu0 50 2 25 400 10 1 1 0 20 2\n")
+	if err != nil || busy != 161 || total != 981 {
+		t.Errorf("cpuTimes = %v, %v, %v; want 161, 981", busy, total, err)
 	}
 	if _, _, err := cpuTimes("intr 1 2 3\n"); err == nil {
 		t.Error("no cpu line: want an error")
