@@ -22,10 +22,12 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+	gatewayv1client "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/typed/apis/v1"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
@@ -406,6 +408,21 @@ func waitModel(t *testing.T, l *syncer, lbName string, pools []providers.Pool, r
 	return lb
 }
 
+// listenerRefused checks that listener of Gateway ns/gw is Accepted False
+// with reason, its message containing message.
+func listenerRefused(t *testing.T, gw1 gatewayv1client.GatewayV1Interface, ns, gw, listener, reason, message string) {
+	t.Helper()
+	g, err := gw1.Gateways(ns).Get(context.Background(), gw, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(g.Status.Listeners, func(l gatewayv1.ListenerStatus) bool { return string(l.Name) == listener })
+	if i < 0 || !hasCond(g.Status.Listeners[i].Conditions, "Accepted", metav1.ConditionFalse, reason) ||
+		!strings.Contains(meta.FindStatusCondition(g.Status.Listeners[i].Conditions, "Accepted").Message, message) {
+		t.Errorf("listener %s: %+v, want Accepted False %s naming %q", listener, g.Status.Listeners, reason, message)
+	}
+}
+
 func hasCond(cs []metav1.Condition, typ string, status metav1.ConditionStatus, reason string) bool {
 	return slices.ContainsFunc(cs, func(c metav1.Condition) bool {
 		return c.Type == typ && (status == "" || c.Status == status) && c.Reason == reason
@@ -430,4 +447,89 @@ func selfSigned(t *testing.T, host string) (certPEM, keyPEM []byte) {
 		t.Fatal(err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+}
+
+// TestLBSync_gatewayRouteAcceptedOnceOnTheLoadBalancer: with a provider
+// whose every call takes a second (the mock's latency), a new HTTPRoute
+// reads Accepted only once the load balancer holds its rule: npl-lbsync
+// writes the statuses after the apply, so a client that waits for Accepted
+// and Programmed does not reach the load balancer before the route.
+func TestLBSync_gatewayRouteAcceptedOnceOnTheLoadBalancer(t *testing.T) {
+	e := setup(t)
+	ctx := ctxFor(t, 3*time.Minute)
+	if err := e.c.InstallGatewayAPI(ctx); err != nil {
+		t.Fatalf("install the Gateway API CRDs: %v", err)
+	}
+	if err := stack.GrantChartValues(ctx, e.c, map[string]any{"gatewayAPI.enabled": true}); err != nil {
+		t.Fatal(err)
+	}
+	name := clusterName + "-gwslow"
+	cfg := e.config(name, "NodePortLocal", "npl.io/gwslow", "198.18.116.0/28") + "gatewayAPI:\n  enabled: true\n"
+	cfg = strings.Replace(cfg, "    allowFaultInjection: true\n", "    allowFaultInjection: true\n    latency: 1s\n", 1)
+	if !strings.Contains(cfg, "latency: 1s") {
+		t.Fatalf("no latency in the configuration:\n%s", cfg)
+	}
+	l := e.startSyncer(t, "npl-lbsync-gwslow", name, cfg, false)
+	gc, err := gatewayclient.NewForConfig(e.c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw1 := gc.GatewayV1()
+	ns := e.namespace(t)
+	className := "npl-slow-" + ns
+	if _, err := gw1.GatewayClasses().Create(ctx, &gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: className},
+		Spec: gatewayv1.GatewayClassSpec{ControllerName: gateway.ControllerName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw1.GatewayClasses().Delete(context.Background(), className, metav1.DeleteOptions{}) })
+	e.pod(t, ns, "a-1", e.nodeName(0), list(entry(8080, e.nodeIP(0), 61000, "tcp")), func(p *corev1.Pod) {
+		p.Labels = map[string]string{"app": "a"}
+	})
+	e.createService(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "a"}, Spec: corev1.ServiceSpec{
+		Selector: map[string]string{"app": "a"},
+		Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}},
+	}})
+	if _, err := gw1.Gateways(ns).Create(ctx, &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw"},
+		Spec: gatewayv1.GatewaySpec{GatewayClassName: gatewayv1.ObjectName(className),
+			Listeners: []gatewayv1.Listener{{Name: "http", Port: 80, Protocol: gatewayv1.HTTPProtocolType}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the Gateway programmed", func() (bool, error) {
+		g, err := gw1.Gateways(ns).Get(ctx, "gw", metav1.GetOptions{})
+		return err == nil && hasCond(g.Status.Conditions, "Programmed", metav1.ConditionTrue, "Programmed"), err
+	})
+
+	prefix, path, port := gatewayv1.PathMatchPathPrefix, "/slow", gatewayv1.PortNumber(80)
+	if _, err := gw1.HTTPRoutes(ns).Create(ctx, &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "r"},
+		Spec: gatewayv1.HTTPRouteSpec{CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Name: "gw"}}},
+			Rules: []gatewayv1.HTTPRouteRule{{Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: &prefix, Value: &path}}},
+				BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{
+					BackendObjectReference: gatewayv1.BackendObjectReference{Name: "a", Port: &port}}}}}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Polled often: the second the apply takes is the window in which a
+	// status written first would read Accepted without the rule.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		rt, err := gw1.HTTPRoutes(ns).Get(ctx, "r", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rt.Status.Parents) == 1 && hasCond(rt.Status.Parents[0].Conditions, "Accepted", metav1.ConditionTrue, "Accepted") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("route r not accepted: %+v", rt.Status.Parents)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	st, err := l.MockState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lbName := providers.GatewayLoadBalancerName(name, ns, "gw")
+	lb, ok := stack.FindLoadBalancer(st, lbName)
+	if !ok || lb.HTTP == nil || !slices.ContainsFunc(lb.HTTP.Rules, func(r providers.Rule) bool { return r.Path == path }) {
+		t.Errorf("route r reads Accepted, but the load balancer %s does not hold its rule %s: %+v", lbName, path, lb.HTTP)
+	}
 }
