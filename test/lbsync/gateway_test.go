@@ -456,39 +456,8 @@ func selfSigned(t *testing.T, host string) (certPEM, keyPEM []byte) {
 // and Programmed does not reach the load balancer before the route.
 func TestLBSync_gatewayRouteAcceptedOnceOnTheLoadBalancer(t *testing.T) {
 	e := setup(t)
-	ctx := ctxFor(t, 3*time.Minute)
-	if err := e.c.InstallGatewayAPI(ctx); err != nil {
-		t.Fatalf("install the Gateway API CRDs: %v", err)
-	}
-	if err := stack.GrantChartValues(ctx, e.c, map[string]any{"gatewayAPI.enabled": true}); err != nil {
-		t.Fatal(err)
-	}
-	name := clusterName + "-gwslow"
-	cfg := e.config(name, "NodePortLocal", "npl.io/gwslow", "198.18.116.0/28") + "gatewayAPI:\n  enabled: true\n"
-	cfg = strings.Replace(cfg, "    allowFaultInjection: true\n", "    allowFaultInjection: true\n    latency: 1s\n", 1)
-	if !strings.Contains(cfg, "latency: 1s") {
-		t.Fatalf("no latency in the configuration:\n%s", cfg)
-	}
-	l := e.startSyncer(t, "npl-lbsync-gwslow", name, cfg, false)
-	gc, err := gatewayclient.NewForConfig(e.c.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw1 := gc.GatewayV1()
-	ns := e.namespace(t)
-	className := "npl-slow-" + ns
-	if _, err := gw1.GatewayClasses().Create(ctx, &gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: className},
-		Spec: gatewayv1.GatewayClassSpec{ControllerName: gateway.ControllerName}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gw1.GatewayClasses().Delete(context.Background(), className, metav1.DeleteOptions{}) })
-	e.pod(t, ns, "a-1", e.nodeName(0), list(entry(8080, e.nodeIP(0), 61000, "tcp")), func(p *corev1.Pod) {
-		p.Labels = map[string]string{"app": "a"}
-	})
-	e.createService(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "a"}, Spec: corev1.ServiceSpec{
-		Selector: map[string]string{"app": "a"},
-		Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}},
-	}})
+	b := e.startGatewayBedWith(t, "mock", "gwslow", "198.18.116.0/28", "    latency: 1s\n")
+	ctx, l, gw1, ns, className, name := b.ctx, b.l, b.gw1, b.ns, b.class, b.name
 	if _, err := gw1.Gateways(ns).Create(ctx, &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw"},
 		Spec: gatewayv1.GatewaySpec{GatewayClassName: gatewayv1.ObjectName(className),
 			Listeners: []gatewayv1.Listener{{Name: "http", Port: 80, Protocol: gatewayv1.HTTPProtocolType}}}}, metav1.CreateOptions{}); err != nil {

@@ -37,6 +37,13 @@ type gatewayBed struct {
 // with VIPs from vips (each test its own range).
 func (e *env) startGatewayBed(t *testing.T, provider, short, vips string) *gatewayBed {
 	t.Helper()
+	return e.startGatewayBedWith(t, provider, short, vips, "")
+}
+
+// startGatewayBedWith is startGatewayBed with extra lines appended to the
+// backend's provider section (indented as its own settings: "    key: v").
+func (e *env) startGatewayBedWith(t *testing.T, provider, short, vips, providerExtra string) *gatewayBed {
+	t.Helper()
 	ctx := ctxFor(t, 4*time.Minute)
 	if err := e.c.InstallGatewayAPI(ctx); err != nil {
 		t.Fatalf("install the Gateway API CRDs: %v", err)
@@ -50,7 +57,7 @@ func (e *env) startGatewayBed(t *testing.T, provider, short, vips string) *gatew
 	}
 	t.Cleanup(backend.Close)
 	b := &gatewayBed{ctx: ctx, backend: backend, name: clusterName + "-" + short}
-	b.cfg = configWith(b.name, "NodePortLocal", "npl.io/"+short, vips, backend.ProviderConfig()) + "gatewayAPI:\n  enabled: true\n"
+	b.cfg = configWith(b.name, "NodePortLocal", "npl.io/"+short, vips, backend.ProviderConfig()+providerExtra) + "gatewayAPI:\n  enabled: true\n"
 	b.l = e.startSyncer(t, "npl-lbsync-"+short, b.name, b.cfg, false)
 	gc, err := gatewayclient.NewForConfig(e.c.RESTConfig())
 	if err != nil {
