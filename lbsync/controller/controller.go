@@ -137,7 +137,36 @@ type Controller struct {
 
 	cachesSynced atomic.Bool
 	firstSync    atomic.Bool
-	pending      atomic.Int64
+	pending      firstPass
+}
+
+// firstPass holds the keys the first pass queued that have not been synced
+// once yet: events sync other keys, or the same ones again, meanwhile, so
+// a count of syncs cannot say when the pass is done.
+type firstPass struct {
+	mu   sync.Mutex
+	keys map[queueKey]bool
+}
+
+func (f *firstPass) start(keys []queueKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.keys = make(map[queueKey]bool, len(keys))
+	for _, k := range keys {
+		f.keys[k] = true
+	}
+}
+
+func (f *firstPass) synced(key queueKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.keys, key)
+}
+
+func (f *firstPass) done() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.keys) == 0
 }
 
 // New builds the controller and its informers. Nothing runs until Start.
@@ -280,8 +309,8 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 	defer c.queue.ShutDown()
 
 	initial := c.queueAll(false)
-	c.pending.Store(int64(initial))
-	logger.Info("Starting workers", "workers", c.settings.Workers, "services", initial)
+	c.pending.start(initial)
+	logger.Info("Starting workers", "workers", c.settings.Workers, "keys", len(initial))
 	var wg sync.WaitGroup
 	for range c.settings.Workers {
 		wg.Go(func() { wait.UntilWithContext(ctx, c.worker, time.Second) })
@@ -290,7 +319,7 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 		// The first garbage collection waits for the first pass, so that
 		// nothing a Service still claims is ever deleted.
 		_ = wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-			return c.pending.Load() <= 0, nil
+			return c.pending.done(), nil
 		})
 		if ctx.Err() != nil {
 			return
@@ -317,24 +346,30 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 
 // queueAll queues every Service; with force, the no-op skip is disabled for
 // this pass so the provider compares with what the load balancer has.
-func (c *Controller) queueAll(force bool) int {
+// queueAll queues every Service, Ingress, GatewayClass and Gateway and
+// returns their keys.
+func (c *Controller) queueAll(force bool) []queueKey {
 	services, err := c.svcLister.List(labels.Everything())
 	if err != nil {
-		return 0
+		return nil
 	}
 	if force {
 		c.mu.Lock()
 		clear(c.applied)
 		c.mu.Unlock()
 	}
+	var keys []queueKey
 	for _, s := range services {
-		c.queue.Add(serviceKey(s.Namespace, s.Name))
+		keys = append(keys, serviceKey(s.Namespace, s.Name))
 	}
 	ings, _ := c.ingLister.List(labels.Everything())
 	for _, ing := range ings {
-		c.queue.Add(ingressKey(ing.Namespace, ing.Name))
+		keys = append(keys, ingressKey(ing.Namespace, ing.Name))
 	}
-	return len(services) + len(ings) + c.queueAllGateways()
+	for _, k := range keys {
+		c.queue.Add(k)
+	}
+	return append(keys, c.queueAllGateways()...)
 }
 
 func (c *Controller) worker(ctx context.Context) {
@@ -363,9 +398,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		err = c.syncService(ctx, key)
 	}
 	c.metrics.observeReconcile(time.Since(start), err)
-	if c.pending.Load() > 0 {
-		c.pending.Add(-1)
-	}
+	c.pending.synced(key)
 	if err != nil {
 		c.metrics.SyncFailures.Inc()
 		klog.FromContext(ctx).Error(err, "Sync failed; will retry", "key", key)

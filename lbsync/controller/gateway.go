@@ -256,16 +256,18 @@ func (c *Controller) gatewayUpdated(oldObj, obj any) {
 	c.enqueueGateway(obj)
 }
 
-// enqueueAllGateways queues every Gateway and returns how many.
-func (c *Controller) enqueueAllGateways() int {
+// enqueueAllGateways queues every Gateway and returns their keys.
+func (c *Controller) enqueueAllGateways() []queueKey {
 	if c.gwState() == nil {
-		return 0
+		return nil
 	}
 	gws, _ := c.gwState().gateways.List(labels.Everything())
+	keys := make([]queueKey, 0, len(gws))
 	for _, gw := range gws {
-		c.queue.Add(gatewayKey(gw.Namespace, gw.Name))
+		keys = append(keys, gatewayKey(gw.Namespace, gw.Name))
+		c.queue.Add(keys[len(keys)-1])
 	}
-	return len(gws)
+	return keys
 }
 
 // routeChanged queues the Gateways a route names or named, and the
@@ -320,16 +322,18 @@ func (c *Controller) enqueueGatewaysOf(svcKey string, delay time.Duration) {
 	}
 }
 
-// queueAllGateways queues every GatewayClass and Gateway.
-func (c *Controller) queueAllGateways() int {
+// queueAllGateways queues every GatewayClass and Gateway and returns
+// their keys.
+func (c *Controller) queueAllGateways() []queueKey {
 	if c.gwState() == nil {
-		return 0
+		return nil
 	}
-	classes := c.gatewayClasses()
-	for _, gc := range classes {
-		c.queue.Add(gatewayClassKey(gc.Name))
+	var keys []queueKey
+	for _, gc := range c.gatewayClasses() {
+		keys = append(keys, gatewayClassKey(gc.Name))
+		c.queue.Add(keys[len(keys)-1])
 	}
-	return len(classes) + c.enqueueAllGateways()
+	return append(keys, c.enqueueAllGateways()...)
 }
 
 func (c *Controller) gatewayClasses() []*gatewayv1.GatewayClass {
