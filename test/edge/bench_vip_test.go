@@ -34,7 +34,8 @@ import (
 // machine the watch that times Ready and the annotation may see them late,
 // which shortens what is timed from them; the machine's load while the
 // stream runs (LoadWindow: the host's busy CPU share, the API server's time
-// for Pod status patches) is reported beside.
+// for Pod status patches, npl-lbsync's time for its Ensure calls) is
+// reported beside.
 func BenchmarkEdge_podReadyToVIP(b *testing.B) { podReadyToVIP(b, "bench-ready", false) }
 
 // BenchmarkEdge_podReadyToVIPWithGate is BenchmarkEdge_podReadyToVIP with
@@ -48,7 +49,7 @@ func BenchmarkEdge_podReadyToVIPWithGate(b *testing.B) { podReadyToVIP(b, "bench
 func podReadyToVIP(b *testing.B, lbsync string, gate bool) {
 	const pods, step = 100, 10
 	c, bed := clusterBed(b)
-	startLBSync(b, c, bed, lbsync)
+	l := startLBSync(b, c, bed, lbsync)
 	client := c.Client()
 	ctx := context.Background()
 	ns := c.TestNamespace(b)
@@ -82,7 +83,7 @@ func podReadyToVIP(b *testing.B, lbsync string, gate bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		from, err := SampleLoad(ctx, client)
+		from, err := SampleLoad(ctx, client, l.MetricsURL())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -110,7 +111,7 @@ func podReadyToVIP(b *testing.B, lbsync string, gate bool) {
 		fa.Stop()
 		su.Stop()
 		streamTime += time.Since(start)
-		to, err := SampleLoad(ctx, client)
+		to, err := SampleLoad(ctx, client, l.MetricsURL())
 		if err != nil {
 			b.Fatal(err)
 		}

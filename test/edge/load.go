@@ -3,7 +3,9 @@ package edge
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -17,21 +19,29 @@ import (
 // CPUs were and how long the API server took for the Pod status patches
 // (npl-agent's annotation is one, the kubelets' statuses the others) while
 // the stream ran. npl's own work cannot be faster than the API server that
-// carries its annotation, nor than CPUs that are never idle.
+// carries its annotation, nor than CPUs that are never idle. Beside them,
+// npl-lbsync's own time for its Ensure calls (to npl-edge and back: the
+// edge's apply included) splits what is left of the control path.
 
 // podStatusPatch selects the API server's request-duration histogram of
 // Pod status PATCHes.
 var podStatusPatch = []string{`resource="pods"`, `subresource="status"`, `verb="PATCH"`}
 
-// LoadSample is a reading of the host's CPU times and the API server's
-// Pod status PATCH histogram; LoadWindow.Add takes the load between two.
+// lbsyncEnsure names npl-lbsync's histogram of its provider's Ensure calls.
+const lbsyncEnsure = "npl_lbsync_provider_call_duration_seconds"
+
+// LoadSample is a reading of the host's CPU times, the API server's Pod
+// status PATCH histogram and npl-lbsync's Ensure histogram; LoadWindow.Add
+// takes the load between two.
 type LoadSample struct {
 	busy, total float64
 	patches     histogram
+	ensures     histogram
 }
 
-// SampleLoad reads /proc/stat and the API server's /metrics.
-func SampleLoad(ctx context.Context, client kubernetes.Interface) (LoadSample, error) {
+// SampleLoad reads /proc/stat, the API server's /metrics and npl-lbsync's
+// (at lbsyncMetrics, its /metrics URL).
+func SampleLoad(ctx context.Context, client kubernetes.Interface, lbsyncMetrics string) (LoadSample, error) {
 	var s LoadSample
 	stat, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -44,7 +54,23 @@ func SampleLoad(ctx context.Context, client kubernetes.Interface) (LoadSample, e
 	if err != nil {
 		return s, fmt.Errorf("scrape the API server's metrics: %w", err)
 	}
-	s.patches, err = parseHistogram(string(raw), "apiserver_request_duration_seconds", podStatusPatch...)
+	if s.patches, err = parseHistogram(string(raw), "apiserver_request_duration_seconds", podStatusPatch...); err != nil {
+		return s, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, lbsyncMetrics, nil)
+	if err != nil {
+		return s, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return s, fmt.Errorf("scrape npl-lbsync's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	text, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return s, fmt.Errorf("scrape npl-lbsync's metrics: %w", err)
+	}
+	s.ensures, err = parseHistogram(string(text), lbsyncEnsure, `verb="ensure"`)
 	return s, err
 }
 
@@ -147,24 +173,34 @@ func (h histogram) quantile(q float64) float64 {
 type LoadWindow struct {
 	busy, total float64
 	patches     histogram
+	ensures     histogram
 }
 
 // Add adds the load between samples from and to.
 func (w *LoadWindow) Add(from, to LoadSample) {
 	w.busy += to.busy - from.busy
 	w.total += to.total - from.total
-	if w.patches == nil {
-		w.patches = histogram{}
+	w.patches = w.patches.addDelta(from.patches, to.patches)
+	w.ensures = w.ensures.addDelta(from.ensures, to.ensures)
+}
+
+// addDelta returns h with the observations between from and to added.
+func (h histogram) addDelta(from, to histogram) histogram {
+	if h == nil {
+		h = histogram{}
 	}
-	for le, n := range to.patches {
-		w.patches[le] += n - from.patches[le]
+	for le, n := range to {
+		h[le] += n - from[le]
 	}
+	return h
 }
 
 // Report adds the window's figures to b: host-busy-% (the share of the
 // host's CPU time spent busy), apiserver-patch-p50/p99-ms (the API
 // server's time for the window's Pod status PATCHes, from its histogram,
-// so interpolated inside buckets) and apiserver-patches (how many).
+// so interpolated inside buckets) and apiserver-patches (how many);
+// lbsync-ensure-p50/p99-ms, npl-lbsync's time for its Ensure calls in the
+// window, and lbsync-ensures (how many).
 func (w LoadWindow) Report(b *testing.B) {
 	if w.total > 0 {
 		b.ReportMetric(100*w.busy/w.total, "host-busy-%")
@@ -172,4 +208,7 @@ func (w LoadWindow) Report(b *testing.B) {
 	b.ReportMetric(1000*w.patches.quantile(0.50), "apiserver-patch-p50-ms")
 	b.ReportMetric(1000*w.patches.quantile(0.99), "apiserver-patch-p99-ms")
 	b.ReportMetric(w.patches[math.Inf(1)], "apiserver-patches")
+	b.ReportMetric(1000*w.ensures.quantile(0.50), "lbsync-ensure-p50-ms")
+	b.ReportMetric(1000*w.ensures.quantile(0.99), "lbsync-ensure-p99-ms")
+	b.ReportMetric(w.ensures[math.Inf(1)], "lbsync-ensures")
 }

@@ -54,12 +54,15 @@ func TestParseHistogramAndQuantile(t *testing.T) {
 
 func TestLoadWindow_addsDeltas(t *testing.T) {
 	var w LoadWindow
-	w.Add(LoadSample{busy: 10, total: 20, patches: histogram{0.1: 1, math.Inf(1): 2}},
-		LoadSample{busy: 25, total: 40, patches: histogram{0.1: 3, math.Inf(1): 6}})
-	w.Add(LoadSample{busy: 100, total: 200, patches: histogram{0.1: 10, math.Inf(1): 10}},
-		LoadSample{busy: 105, total: 220, patches: histogram{0.1: 12, math.Inf(1): 14}})
+	w.Add(LoadSample{busy: 10, total: 20, patches: histogram{0.1: 1, math.Inf(1): 2}, ensures: histogram{0.01: 5, math.Inf(1): 5}},
+		LoadSample{busy: 25, total: 40, patches: histogram{0.1: 3, math.Inf(1): 6}, ensures: histogram{0.01: 7, math.Inf(1): 9}})
+	w.Add(LoadSample{busy: 100, total: 200, patches: histogram{0.1: 10, math.Inf(1): 10}, ensures: histogram{0.01: 9, math.Inf(1): 9}},
+		LoadSample{busy: 105, total: 220, patches: histogram{0.1: 12, math.Inf(1): 14}, ensures: histogram{0.01: 10, math.Inf(1): 12}})
 	if w.busy != 20 || w.total != 40 || w.patches[0.1] != 4 || w.patches[math.Inf(1)] != 8 {
 		t.Errorf("window %+v, want busy 20 of 40, buckets 4 and 8", w)
+	}
+	if w.ensures[0.01] != 3 || w.ensures[math.Inf(1)] != 7 {
+		t.Errorf("Ensure buckets %v, want 3 and 7", w.ensures)
 	}
 }
 

@@ -124,7 +124,7 @@ func BenchmarkRealNodes_podReadyToVIP(b *testing.B) {
 			b.Fatal(err)
 		}
 		before := readyOf(pods.Items)
-		from, err := edge.SampleLoad(ctx, client)
+		from, err := edge.SampleLoad(ctx, client, lbsync.MetricsURL())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -153,7 +153,7 @@ func BenchmarkRealNodes_podReadyToVIP(b *testing.B) {
 		fa.Stop()
 		su.Stop()
 		streamTime += time.Since(start)
-		to, err := edge.SampleLoad(ctx, client)
+		to, err := edge.SampleLoad(ctx, client, lbsync.MetricsURL())
 		if err != nil {
 			b.Fatal(err)
 		}
