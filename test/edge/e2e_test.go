@@ -159,13 +159,8 @@ func readyPods(ctx context.Context, client kubernetes.Interface, ns, app string)
 	}
 	var out []string
 	for _, p := range pods.Items {
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				out = append(out, p.Name)
-			}
+		if p.DeletionTimestamp == nil && PodReady(&p) {
+			out = append(out, p.Name)
 		}
 	}
 	slices.Sort(out)

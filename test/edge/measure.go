@@ -41,14 +41,17 @@ type ReadyWatch struct {
 	mu          sync.Mutex
 	readyAt     map[string]time.Time
 	annotatedAt map[string]time.Time
-	cancel      context.CancelFunc
-	done        chan struct{}
+	// readyNow holds the Pods Ready and not terminating as last seen.
+	readyNow map[string]bool
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 // WatchReady starts a ReadyWatch on the Pods of ns that selector selects.
 func WatchReady(ctx context.Context, client kubernetes.Interface, ns, selector string) (*ReadyWatch, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	rw := &ReadyWatch{readyAt: map[string]time.Time{}, annotatedAt: map[string]time.Time{}, cancel: cancel, done: make(chan struct{})}
+	rw := &ReadyWatch{readyAt: map[string]time.Time{}, annotatedAt: map[string]time.Time{}, readyNow: map[string]bool{},
+		cancel: cancel, done: make(chan struct{})}
 	open := func(rv string) (watch.Interface, error) {
 		return client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv})
 	}
@@ -69,19 +72,21 @@ func WatchReady(ctx context.Context, client kubernetes.Interface, ns, selector s
 					continue
 				}
 				rv = p.ResourceVersion
-				if p.DeletionTimestamp != nil {
-					continue
-				}
 				now := time.Now()
 				rw.mu.Lock()
+				if ev.Type == watch.Deleted || p.DeletionTimestamp != nil {
+					delete(rw.readyNow, p.Name)
+					rw.mu.Unlock()
+					continue
+				}
 				if _, seen := rw.annotatedAt[p.Name]; !seen && p.Annotations[contract.PodKey] != "" {
 					rw.annotatedAt[p.Name] = now
 				}
-				for _, c := range p.Status.Conditions {
-					if _, seen := rw.readyAt[p.Name]; !seen && c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-						rw.readyAt[p.Name] = now
-					}
+				ready := PodReady(p)
+				if _, seen := rw.readyAt[p.Name]; !seen && ready {
+					rw.readyAt[p.Name] = now
 				}
+				rw.readyNow[p.Name] = ready
 				rw.mu.Unlock()
 			}
 			for {
@@ -111,6 +116,32 @@ func (rw *ReadyWatch) Times(pod string) (ready, annotated time.Time) {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
 	return rw.readyAt[pod], rw.annotatedAt[pod]
+}
+
+// ReadyNow names, sorted, the Pods the watch last saw Ready and not
+// terminating: what a List would say, without the List's cost to the API
+// server on every poll of a benchmark.
+func (rw *ReadyWatch) ReadyNow() []string {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	var out []string
+	for name, ready := range rw.readyNow {
+		if ready {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// PodReady reports whether pod's Ready condition is True.
+func PodReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // FirstAnswers sends requests to a URL from the bed's client namespace, a
