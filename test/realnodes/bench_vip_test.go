@@ -188,7 +188,7 @@ func BenchmarkRealNodes_podReadyToVIP(b *testing.B) {
 func readyOf(pods []corev1.Pod) []string {
 	var out []string
 	for _, p := range pods {
-		if p.DeletionTimestamp == nil && edge.PodReady(&p) {
+		if p.DeletionTimestamp == nil && podReady(&p) {
 			out = append(out, p.Name)
 		}
 	}

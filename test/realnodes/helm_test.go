@@ -27,6 +27,7 @@ import (
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/mock"
 	"github.com/nodeportlocal/npl/test/cluster"
+	"github.com/nodeportlocal/npl/test/edge"
 	"github.com/nodeportlocal/npl/test/images"
 	"github.com/nodeportlocal/npl/test/podreply"
 )
@@ -376,14 +377,8 @@ func findLB(st *mock.State, service string) *providers.LoadBalancer {
 	return nil
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
+// podReady is test/edge's one check of a Pod's Ready condition.
+var podReady = edge.PodReady
 
 // imageTag is the tag of the images the nodes imported.
 func imageTag(t testing.TB, c *cluster.Cluster) string {
