@@ -344,10 +344,9 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 	wg.Wait()
 }
 
-// queueAll queues every Service; with force, the no-op skip is disabled for
-// this pass so the provider compares with what the load balancer has.
 // queueAll queues every Service, Ingress, GatewayClass and Gateway and
-// returns their keys.
+// returns their keys; with force, the no-op skip is disabled for this pass
+// so the provider compares with what the load balancer has.
 func (c *Controller) queueAll(force bool) []queueKey {
 	services, err := c.svcLister.List(labels.Everything())
 	if err != nil {
@@ -366,10 +365,15 @@ func (c *Controller) queueAll(force bool) []queueKey {
 	for _, ing := range ings {
 		keys = append(keys, ingressKey(ing.Namespace, ing.Name))
 	}
+	return append(c.queueKeys(keys), c.queueAllGateways()...)
+}
+
+// queueKeys queues keys and returns them.
+func (c *Controller) queueKeys(keys []queueKey) []queueKey {
 	for _, k := range keys {
 		c.queue.Add(k)
 	}
-	return append(keys, c.queueAllGateways()...)
+	return keys
 }
 
 func (c *Controller) worker(ctx context.Context) {

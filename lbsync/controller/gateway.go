@@ -265,9 +265,8 @@ func (c *Controller) enqueueAllGateways() []queueKey {
 	keys := make([]queueKey, 0, len(gws))
 	for _, gw := range gws {
 		keys = append(keys, gatewayKey(gw.Namespace, gw.Name))
-		c.queue.Add(keys[len(keys)-1])
 	}
-	return keys
+	return c.queueKeys(keys)
 }
 
 // routeChanged queues the Gateways a route names or named, and the
@@ -331,9 +330,8 @@ func (c *Controller) queueAllGateways() []queueKey {
 	var keys []queueKey
 	for _, gc := range c.gatewayClasses() {
 		keys = append(keys, gatewayClassKey(gc.Name))
-		c.queue.Add(keys[len(keys)-1])
 	}
-	return append(keys, c.enqueueAllGateways()...)
+	return append(c.queueKeys(keys), c.enqueueAllGateways()...)
 }
 
 func (c *Controller) gatewayClasses() []*gatewayv1.GatewayClass {
