@@ -3,9 +3,7 @@ package edge
 import (
 	"context"
 	"fmt"
-	"io"
 	"math"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -13,6 +11,8 @@ import (
 	"testing"
 
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodeportlocal/npl/test/stack"
 )
 
 // The machine's share of the Pod Ready → VIP benchmarks: how busy the host's
@@ -57,20 +57,11 @@ func SampleLoad(ctx context.Context, client kubernetes.Interface, lbsyncMetrics 
 	if s.patches, err = parseHistogram(string(raw), "apiserver_request_duration_seconds", podStatusPatch...); err != nil {
 		return s, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, lbsyncMetrics, nil)
-	if err != nil {
-		return s, err
-	}
-	resp, err := http.DefaultClient.Do(req)
+	text, err := stack.Scrape(lbsyncMetrics)
 	if err != nil {
 		return s, fmt.Errorf("scrape npl-lbsync's metrics: %w", err)
 	}
-	defer resp.Body.Close()
-	text, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return s, fmt.Errorf("scrape npl-lbsync's metrics: %w", err)
-	}
-	s.ensures, err = parseHistogram(string(text), lbsyncEnsure, `verb="ensure"`)
+	s.ensures, err = parseHistogram(text, lbsyncEnsure, `verb="ensure"`)
 	return s, err
 }
 

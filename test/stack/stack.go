@@ -163,21 +163,30 @@ func (p *Process) Grep(s string) int {
 // of the metric: a counter vector that has not counted yet.
 var ErrNoSample = errors.New("no such sample")
 
-// Metric scrapes a Prometheus text endpoint and returns the sum of the samples
-// of name whose labels contain every one of labels ("key=\"value\"").
-func Metric(url, name string, labels ...string) (float64, error) {
+// Scrape reads a Prometheus text endpoint (within 3 s).
+func Scrape(url string) (string, error) {
 	client := &http.Client{Timeout: 3 * time.Second}
 	resp, err := client.Get(url)
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
+		return "", fmt.Errorf("read %s: %w", url, err)
+	}
+	return string(body), nil
+}
+
+// Metric scrapes a Prometheus text endpoint and returns the sum of the samples
+// of name whose labels contain every one of labels ("key=\"value\"").
+func Metric(url, name string, labels ...string) (float64, error) {
+	body, err := Scrape(url)
+	if err != nil {
 		return 0, err
 	}
 	total, found := 0.0, false
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(body, "\n") {
 		if !strings.HasPrefix(line, name) || strings.HasPrefix(line, "#") {
 			continue
 		}
