@@ -64,31 +64,8 @@ func WatchReady(ctx context.Context, client kubernetes.Interface, ns, selector s
 		defer close(rw.done)
 		rv := ""
 		for {
-			for ev := range w.ResultChan() {
-				p, ok := ev.Object.(*corev1.Pod)
-				if !ok {
-					// An error event (the version is too old): start over.
-					rv = ""
-					continue
-				}
-				rv = p.ResourceVersion
-				now := time.Now()
-				rw.mu.Lock()
-				if ev.Type == watch.Deleted || p.DeletionTimestamp != nil {
-					delete(rw.readyNow, p.Name)
-					rw.mu.Unlock()
-					continue
-				}
-				if _, seen := rw.annotatedAt[p.Name]; !seen && p.Annotations[contract.PodKey] != "" {
-					rw.annotatedAt[p.Name] = now
-				}
-				ready := PodReady(p)
-				if _, seen := rw.readyAt[p.Name]; !seen && ready {
-					rw.readyAt[p.Name] = now
-				}
-				rw.readyNow[p.Name] = ready
-				rw.mu.Unlock()
-			}
+			rv = rw.follow(ctx, w, rv)
+			w.Stop()
 			for {
 				if ctx.Err() != nil {
 					return
@@ -102,6 +79,46 @@ func WatchReady(ctx context.Context, client kubernetes.Interface, ns, selector s
 		}
 	}()
 	return rw, nil
+}
+
+// follow records the events of w until it ends or ctx is done, and returns
+// the resource version to watch from next ("" after an error event: the
+// version is too old, start over).
+func (rw *ReadyWatch) follow(ctx context.Context, w watch.Interface, rv string) string {
+	for {
+		var ev watch.Event
+		var open bool
+		select {
+		case <-ctx.Done():
+			return rv
+		case ev, open = <-w.ResultChan():
+			if !open {
+				return rv
+			}
+		}
+		p, ok := ev.Object.(*corev1.Pod)
+		if !ok {
+			rv = ""
+			continue
+		}
+		rv = p.ResourceVersion
+		now := time.Now()
+		rw.mu.Lock()
+		if ev.Type == watch.Deleted || p.DeletionTimestamp != nil {
+			delete(rw.readyNow, p.Name)
+			rw.mu.Unlock()
+			continue
+		}
+		if _, seen := rw.annotatedAt[p.Name]; !seen && p.Annotations[contract.PodKey] != "" {
+			rw.annotatedAt[p.Name] = now
+		}
+		ready := PodReady(p)
+		if _, seen := rw.readyAt[p.Name]; !seen && ready {
+			rw.readyAt[p.Name] = now
+		}
+		rw.readyNow[p.Name] = ready
+		rw.mu.Unlock()
+	}
 }
 
 // Stop ends the watch.
