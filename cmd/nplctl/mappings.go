@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeportlocal/npl/contract"
@@ -88,7 +89,7 @@ func mappings(ctx context.Context, g *globals, node string) ([]mapping, error) {
 			rows = append(rows, mapping{
 				Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName,
 				PodPort: e.PodPort, Protocol: e.Protocol, NodeIP: e.NodeIP, NodePort: e.NodePort, IPFamily: e.IPFamily,
-				Services: servicesOf(pod, e, svcs.Items), Ready: podReady(pod),
+				Services: servicesOf(pod, e, svcs.Items), Ready: podutils.IsPodReady(pod),
 			})
 		}
 	}
@@ -116,15 +117,6 @@ func servicesOf(pod *corev1.Pod, e contract.Entry, svcs []corev1.Service) []stri
 		}
 	}
 	return out
-}
-
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func printMappings(w io.Writer, format string, rows []mapping) error {

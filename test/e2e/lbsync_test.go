@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
@@ -124,14 +125,8 @@ func sameMembers(a, b []providers.Member) bool {
 	return len(set) == len(a) // no duplicates in a (nor then in b)
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
+// podReady is Kubernetes' own check of a Pod's Ready condition.
+var podReady = podutils.IsPodReady
 
 // TestLBSync_endToEnd: for each provider, a Deployment behind a LoadBalancer
 // Service gets a VIP from the load balancer, the load balancer's pool holds

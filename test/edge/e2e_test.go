@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/stack"
@@ -159,7 +160,7 @@ func readyPods(ctx context.Context, client kubernetes.Interface, ns, app string)
 	}
 	var out []string
 	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil && PodReady(&p) {
+		if p.DeletionTimestamp == nil && podutils.IsPodReady(&p) {
 			out = append(out, p.Name)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/edge/haproxy"
@@ -112,7 +113,7 @@ func (rw *ReadyWatch) follow(ctx context.Context, w watch.Interface, rv string) 
 		if _, seen := rw.annotatedAt[p.Name]; !seen && p.Annotations[contract.PodKey] != "" {
 			rw.annotatedAt[p.Name] = now
 		}
-		ready := PodReady(p)
+		ready := podutils.IsPodReady(p)
 		if _, seen := rw.readyAt[p.Name]; !seen && ready {
 			rw.readyAt[p.Name] = now
 		}
@@ -149,16 +150,6 @@ func (rw *ReadyWatch) ReadyNow() []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// PodReady reports whether pod's Ready condition is True.
-func PodReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // FirstAnswers sends requests to a URL from the bed's client namespace, a

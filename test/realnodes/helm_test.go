@@ -21,13 +21,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/mock"
 	"github.com/nodeportlocal/npl/test/cluster"
-	"github.com/nodeportlocal/npl/test/edge"
 	"github.com/nodeportlocal/npl/test/images"
 	"github.com/nodeportlocal/npl/test/podreply"
 )
@@ -377,8 +377,8 @@ func findLB(st *mock.State, service string) *providers.LoadBalancer {
 	return nil
 }
 
-// podReady is test/edge's one check of a Pod's Ready condition.
-var podReady = edge.PodReady
+// podReady is Kubernetes' own check of a Pod's Ready condition.
+var podReady = podutils.IsPodReady
 
 // imageTag is the tag of the images the nodes imported.
 func imageTag(t testing.TB, c *cluster.Cluster) string {
