@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,13 +67,29 @@ func registeredIn(s Settings, svc *corev1.Service, pod *corev1.Pod, lb *provider
 	return count > 0
 }
 
+// registrationPatchers bounds the condition patches that one Service's
+// sync sends at once. Each waits for the API server; one at a time, a
+// Deployment's tenth new Pod would turn Ready only after the nine patches
+// before it, and the Service's next sync (the next Pods' members) would
+// wait behind them all.
+const registrationPatchers = 8
+
+// registration is the npl.io/lb-registered condition one Pod should have.
+type registration struct {
+	pod     *corev1.Pod
+	ok      bool
+	message string
+}
+
 // updateRegistrations records, after the provider confirmed lb for svc,
 // which of svc's gated Pods it holds, and sets each such Pod's
 // npl.io/lb-registered condition: True once every Service of ours that
-// selects it has it registered, False with a reason before.
+// selects it has it registered, False with a reason before. The patches go
+// out registrationPatchers at a time, the True ones first: those hold Pods
+// back from Ready.
 func (c *Controller) updateRegistrations(ctx context.Context, svc *corev1.Service, lb *providers.LoadBalancer) error {
 	key := keyOf(svc)
-	var errs []error
+	var regs []registration
 	for _, pod := range c.store.PodsFor(svc) {
 		if !hasRegistrationGate(pod) || pod.DeletionTimestamp != nil {
 			continue
@@ -101,10 +118,39 @@ func (c *Controller) updateRegistrations(ctx context.Context, svc *corev1.Servic
 		if !ok {
 			message = "not yet a member of the pools of Service " + waiting
 		}
-		if err := c.setRegistered(ctx, pod, ok, message); err != nil {
-			errs = append(errs, err)
-		}
+		regs = append(regs, registration{pod: pod, ok: ok, message: message})
 	}
+	slices.SortStableFunc(regs, func(a, b registration) int {
+		if a.ok == b.ok {
+			return 0
+		}
+		if a.ok {
+			return -1
+		}
+		return 1
+	})
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+		next = make(chan registration)
+	)
+	for range min(registrationPatchers, len(regs)) {
+		wg.Go(func() {
+			for r := range next {
+				if err := c.setRegistered(ctx, r.pod, r.ok, r.message); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, r := range regs {
+		next <- r
+	}
+	close(next)
+	wg.Wait()
 	if len(errs) > 0 {
 		return fmt.Errorf("set %s on %d Pod(s): %w", contract.RegisteredReadinessGate, len(errs), errs[0])
 	}
