@@ -35,12 +35,16 @@ func Percentile(ds []time.Duration, p int) float64 {
 	return float64(ds[max(i-1, 0)].Microseconds()) / 1000
 }
 
-// ReadyWatch records when each Pod of a namespace is first seen Ready
-// through a watch, and when first seen with its NodePortLocal annotation.
-// A watch the API server ends is opened again from the last version seen.
+// ReadyWatch records when each Pod of a namespace is first seen with each
+// of its conditions True (Ready, ContainersReady, the npl.io/lb-registered
+// gate's) through a watch, and when first seen with its NodePortLocal
+// annotation. A watch the API server ends is opened again from the last
+// version seen.
 type ReadyWatch struct {
-	mu          sync.Mutex
-	readyAt     map[string]time.Time
+	mu sync.Mutex
+	// trueAt is, per condition type and Pod, when the condition was first
+	// seen True.
+	trueAt      map[corev1.PodConditionType]map[string]time.Time
 	annotatedAt map[string]time.Time
 	// readyNow holds the Pods Ready and not terminating as last seen.
 	readyNow map[string]bool
@@ -51,8 +55,8 @@ type ReadyWatch struct {
 // WatchReady starts a ReadyWatch on the Pods of ns that selector selects.
 func WatchReady(ctx context.Context, client kubernetes.Interface, ns, selector string) (*ReadyWatch, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	rw := &ReadyWatch{readyAt: map[string]time.Time{}, annotatedAt: map[string]time.Time{}, readyNow: map[string]bool{},
-		cancel: cancel, done: make(chan struct{})}
+	rw := &ReadyWatch{trueAt: map[corev1.PodConditionType]map[string]time.Time{}, annotatedAt: map[string]time.Time{},
+		readyNow: map[string]bool{}, cancel: cancel, done: make(chan struct{})}
 	open := func(rv string) (watch.Interface, error) {
 		return client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv})
 	}
@@ -113,11 +117,18 @@ func (rw *ReadyWatch) follow(ctx context.Context, w watch.Interface, rv string) 
 		if _, seen := rw.annotatedAt[p.Name]; !seen && p.Annotations[contract.PodKey] != "" {
 			rw.annotatedAt[p.Name] = now
 		}
-		ready := podutils.IsPodReady(p)
-		if _, seen := rw.readyAt[p.Name]; !seen && ready {
-			rw.readyAt[p.Name] = now
+		for _, c := range p.Status.Conditions {
+			if c.Status != corev1.ConditionTrue {
+				continue
+			}
+			if rw.trueAt[c.Type] == nil {
+				rw.trueAt[c.Type] = map[string]time.Time{}
+			}
+			if _, seen := rw.trueAt[c.Type][p.Name]; !seen {
+				rw.trueAt[c.Type][p.Name] = now
+			}
 		}
-		rw.readyNow[p.Name] = ready
+		rw.readyNow[p.Name] = podutils.IsPodReady(p)
 		rw.mu.Unlock()
 	}
 }
@@ -133,7 +144,15 @@ func (rw *ReadyWatch) Stop() {
 func (rw *ReadyWatch) Times(pod string) (ready, annotated time.Time) {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
-	return rw.readyAt[pod], rw.annotatedAt[pod]
+	return rw.trueAt[corev1.PodReady][pod], rw.annotatedAt[pod]
+}
+
+// TrueAt returns when pod was first seen with its condition cond True
+// (zero: not seen).
+func (rw *ReadyWatch) TrueAt(pod string, cond corev1.PodConditionType) time.Time {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	return rw.trueAt[cond][pod]
 }
 
 // ReadyNow names, sorted, the Pods the watch last saw Ready and not
@@ -267,10 +286,14 @@ func (su *ServersUp) Times(server string) (present, up time.Time) {
 
 // PodTimeline is one Pod's way to its first request, from Ready: when it
 // was seen annotated, its server added to HAProxy, up, and when the first
-// request landed on it (negative: before Ready).
+// request landed on it (negative: before Ready). With the readiness gate,
+// ContainersReady and Registered are when its containers were seen ready
+// and its npl.io/lb-registered condition True (negative or 0: before Ready
+// or seen with it; 0 too when never seen).
 type PodTimeline struct {
 	Pod                         string
 	Annotated, Added, Up, First time.Duration
+	ContainersReady, Registered time.Duration
 }
 
 func (t PodTimeline) String() string {
@@ -293,8 +316,14 @@ func Timeline(pod *corev1.Pod, rw *ReadyWatch, su *ServersUp, fa *FirstAnswers) 
 	if up.IsZero() {
 		return PodTimeline{}, fmt.Errorf("pod %s answered but its server was never seen up", pod.Name)
 	}
+	since := func(cond corev1.PodConditionType) time.Duration {
+		if at := rw.TrueAt(pod.Name, cond); !at.IsZero() {
+			return min(at.Sub(ready), 0)
+		}
+		return 0
+	}
 	return PodTimeline{Pod: pod.Name, Annotated: annotated.Sub(ready), Added: present.Sub(ready), Up: up.Sub(ready),
-		First: fa.First(pod.Name).Sub(ready)}, nil
+		First: fa.First(pod.Name).Sub(ready), ContainersReady: since(corev1.ContainersReady), Registered: since(contract.RegisteredReadinessGate)}, nil
 }
 
 // ReportReadyToVIP reports the percentiles of timelines as b's metrics and
@@ -305,10 +334,17 @@ func Timeline(pod *corev1.Pod, rw *ReadyWatch, su *ServersUp, fa *FirstAnswers) 
 // added-p50/p99 Ready → the server present; lbsync-p50/p99 (unless gate)
 // from the later of Ready and the annotation until the server is present,
 // npl-lbsync's and the edge's share; sampling-p50/p99 from the server up
-// until the first request.
+// until the first request. With the gate: gate-hold-p50/p99 from the
+// containers seen ready until Ready, what the gate adds to a Pod's start,
+// split into gate-lbsync-p50/p99, from the later of the containers ready and
+// the annotation until the gate's condition is seen True (npl-lbsync, the
+// edge and npl-lbsync's patch), and gate-kubelet-p50/p99, from there until
+// Ready (the kubelet sees the condition and writes Ready).
 func ReportReadyToVIP(b *testing.B, timelines []PodTimeline, gate bool) {
-	var lat, served, added, annotated, applied, sampled []time.Duration
+	var lat, served, added, annotated, applied, sampled, held, gateLBSync, gateKubelet []time.Duration
 	for _, t := range timelines {
+		held, gateKubelet = append(held, -t.ContainersReady), append(gateKubelet, -t.Registered)
+		gateLBSync = append(gateLBSync, t.Registered-max(t.ContainersReady, t.Annotated))
 		lat, served, added = append(lat, max(t.First, 0)), append(served, max(t.Up, 0)), append(added, max(t.Added, 0))
 		annotated = append(annotated, t.Annotated)
 		// npl-lbsync may add the member once the Pod is annotated and
@@ -316,7 +352,7 @@ func ReportReadyToVIP(b *testing.B, timelines []PodTimeline, gate bool) {
 		applied = append(applied, t.Added-max(t.Annotated, 0))
 		sampled = append(sampled, t.First-t.Up)
 	}
-	for _, ds := range [][]time.Duration{lat, served, added, annotated, applied, sampled} {
+	for _, ds := range [][]time.Duration{lat, served, added, annotated, applied, sampled, held, gateLBSync, gateKubelet} {
 		slices.Sort(ds)
 	}
 	slow := slices.Clone(timelines)
@@ -331,6 +367,13 @@ func ReportReadyToVIP(b *testing.B, timelines []PodTimeline, gate bool) {
 		// containers are ready, which the watch does not time.
 		b.ReportMetric(Percentile(applied, 50), "lbsync-p50-ms")
 		b.ReportMetric(Percentile(applied, 99), "lbsync-p99-ms")
+	} else {
+		b.ReportMetric(Percentile(held, 50), "gate-hold-p50-ms")
+		b.ReportMetric(Percentile(held, 99), "gate-hold-p99-ms")
+		b.ReportMetric(Percentile(gateLBSync, 50), "gate-lbsync-p50-ms")
+		b.ReportMetric(Percentile(gateLBSync, 99), "gate-lbsync-p99-ms")
+		b.ReportMetric(Percentile(gateKubelet, 50), "gate-kubelet-p50-ms")
+		b.ReportMetric(Percentile(gateKubelet, 99), "gate-kubelet-p99-ms")
 	}
 	b.ReportMetric(Percentile(sampled, 50), "sampling-p50-ms")
 	b.ReportMetric(Percentile(sampled, 99), "sampling-p99-ms")

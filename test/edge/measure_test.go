@@ -55,11 +55,26 @@ func TestReadyWatch_readyNowFollowsThePods(t *testing.T) {
 	if err := pods.Delete(ctx, "d", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pods.Update(ctx, pod("c", corev1.ConditionTrue), metav1.UpdateOptions{}); err != nil {
+	// c's containers turn ready before c does, as a readiness gate has it.
+	held := pod("c", corev1.ConditionFalse)
+	held.Status.Conditions = append(held.Status.Conditions, corev1.PodCondition{Type: corev1.ContainersReady, Status: corev1.ConditionTrue})
+	if _, err := pods.Update(ctx, held, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); rw.TrueAt("c", corev1.ContainersReady).IsZero(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("TrueAt(c, ContainersReady) is zero after its containers turned ready")
+		}
+	}
+	held.Status.Conditions[0].Status = corev1.ConditionTrue
+	if _, err := pods.Update(ctx, held, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	want("a unready, b terminating, d deleted, c ready", "c")
 	if ready, _ := rw.Times("a"); ready.IsZero() {
 		t.Error("Times(a): the first Ready is forgotten once a turns unready")
+	}
+	if ready, _ := rw.Times("c"); !rw.TrueAt("c", corev1.ContainersReady).Before(ready) {
+		t.Errorf("c seen with its containers ready at %v, not before it was seen Ready at %v", rw.TrueAt("c", corev1.ContainersReady), ready)
 	}
 }

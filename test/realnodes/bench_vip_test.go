@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/edge"
@@ -29,8 +30,19 @@ import (
 // edge.ReportReadyToVIP and edge.LoadWindow do. A real kubelet reports a Pod's IP before its
 // containers start and the readiness probe passes, so npl-agent's work may
 // come before Ready (annotated-* negative).
-func BenchmarkRealNodes_podReadyToVIP(b *testing.B) {
-	const podsToVIP, step, name = 100, 10, "rn-vip"
+func BenchmarkRealNodes_podReadyToVIP(b *testing.B) { podReadyToVIP(b, "rn-vip", false) }
+
+// BenchmarkRealNodes_podReadyToVIPWithGate is BenchmarkRealNodes_podReadyToVIP
+// with the npl.io/lb-registered readiness gate on the Pods, as
+// test/edge's BenchmarkEdge_podReadyToVIPWithGate on the stand-in kubelets:
+// npl-lbsync adds a Pod's member once its containers are ready and sets the
+// gate's condition once the edge has applied it, and the kubelet turns the
+// Pod Ready only then, so Ready means "served by the VIP" (a first request
+// before Ready counts as 0).
+func BenchmarkRealNodes_podReadyToVIPWithGate(b *testing.B) { podReadyToVIP(b, "rn-gate", true) }
+
+func podReadyToVIP(b *testing.B, name string, gate bool) {
+	const podsToVIP, step = 100, 10
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	c, err := cluster.Start(ctx, cluster.Options{Nodes: 3, RealNodes: true})
@@ -70,6 +82,9 @@ func BenchmarkRealNodes_podReadyToVIP(b *testing.B) {
 	}
 	d := workloadDeployment(ns, "web", tag)
 	d.Spec.Replicas = ptr.To[int32](1)
+	if gate {
+		d.Spec.Template.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: contract.RegisteredReadinessGate}}
+	}
 	if _, err := client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
@@ -177,7 +192,7 @@ func BenchmarkRealNodes_podReadyToVIP(b *testing.B) {
 		converged(1)
 		b.StartTimer()
 	}
-	edge.ReportReadyToVIP(b, timelines, false)
+	edge.ReportReadyToVIP(b, timelines, gate)
 	load.Report(b)
 	b.ReportMetric(float64(requests)/streamTime.Seconds(), "stream-req/s")
 	b.ReportMetric(float64(failed), "failed")
