@@ -352,36 +352,31 @@ func ReportReadyToVIP(b *testing.B, timelines []PodTimeline, gate bool) {
 		applied = append(applied, t.Added-max(t.Annotated, 0))
 		sampled = append(sampled, t.First-t.Up)
 	}
-	for _, ds := range [][]time.Duration{lat, served, added, annotated, applied, sampled, held, gateLBSync, gateKubelet} {
-		slices.Sort(ds)
-	}
 	slow := slices.Clone(timelines)
 	slices.SortFunc(slow, func(a, b PodTimeline) int { return cmp.Compare(b.First, a.First) })
 	for _, t := range slow[:min(5, len(slow))] {
 		b.Logf("slow: %s", t)
 	}
-	b.ReportMetric(Percentile(annotated, 50), "annotated-p50-ms")
-	b.ReportMetric(Percentile(annotated, 99), "annotated-p99-ms")
+	// report reports the p50 and p99 of ds as <prefix>p50-ms and
+	// <prefix>p99-ms.
+	report := func(prefix string, ds []time.Duration) {
+		slices.Sort(ds)
+		b.ReportMetric(Percentile(ds, 50), prefix+"p50-ms")
+		b.ReportMetric(Percentile(ds, 99), prefix+"p99-ms")
+	}
+	report("annotated-", annotated)
 	if !gate {
 		// With the gate the member is added before Ready, once the
 		// containers are ready, which the watch does not time.
-		b.ReportMetric(Percentile(applied, 50), "lbsync-p50-ms")
-		b.ReportMetric(Percentile(applied, 99), "lbsync-p99-ms")
+		report("lbsync-", applied)
 	} else {
-		b.ReportMetric(Percentile(held, 50), "gate-hold-p50-ms")
-		b.ReportMetric(Percentile(held, 99), "gate-hold-p99-ms")
-		b.ReportMetric(Percentile(gateLBSync, 50), "gate-lbsync-p50-ms")
-		b.ReportMetric(Percentile(gateLBSync, 99), "gate-lbsync-p99-ms")
-		b.ReportMetric(Percentile(gateKubelet, 50), "gate-kubelet-p50-ms")
-		b.ReportMetric(Percentile(gateKubelet, 99), "gate-kubelet-p99-ms")
+		report("gate-hold-", held)
+		report("gate-lbsync-", gateLBSync)
+		report("gate-kubelet-", gateKubelet)
 	}
-	b.ReportMetric(Percentile(sampled, 50), "sampling-p50-ms")
-	b.ReportMetric(Percentile(sampled, 99), "sampling-p99-ms")
-	b.ReportMetric(Percentile(added, 50), "added-p50-ms")
-	b.ReportMetric(Percentile(added, 99), "added-p99-ms")
-	b.ReportMetric(Percentile(served, 50), "served-p50-ms")
-	b.ReportMetric(Percentile(served, 99), "served-p99-ms")
+	report("sampling-", sampled)
+	report("added-", added)
+	report("served-", served)
 	b.ReportMetric(float64(len(lat)), "pods")
-	b.ReportMetric(Percentile(lat, 50), "p50-ms")
-	b.ReportMetric(Percentile(lat, 99), "p99-ms")
+	report("", lat)
 }
