@@ -557,10 +557,6 @@ func (c *Controller) writeGatewayStatus(ctx context.Context, gw *gatewayv1.Gatew
 // holds an entry of ours for it, the parent statuses of results (none
 // when the Gateway is gone or not ours). A conflict fails the sync, which
 // is retried.
-// routeStatusWriters is how many route status writes of one Gateway run at
-// once.
-const routeStatusWriters = 8
-
 func (c *Controller) writeRouteStatuses(ctx context.Context, key queueKey, results []gateway.RouteResult) error {
 	objs := c.gwState().routesByIndex(routeParentIndex, key.namespace+"/"+key.name)
 	now := metav1.Now()
@@ -568,7 +564,7 @@ func (c *Controller) writeRouteStatuses(ctx context.Context, key queueKey, resul
 	// writes at a time rather than one after another, so that many routes
 	// do not hold back the apply (the client's rate limit still applies).
 	var g errgroup.Group
-	g.SetLimit(routeStatusWriters)
+	g.SetLimit(statusWriters)
 	for _, o := range objs {
 		rt, ok := o.(metav1.Object)
 		rk := c.gwState().routeKindOf(o)

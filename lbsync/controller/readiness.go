@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,13 +69,6 @@ func registeredIn(s Settings, svc *corev1.Service, pod *corev1.Pod, lb *provider
 	return count > 0
 }
 
-// registrationPatchers bounds the condition patches that one Service's
-// sync sends at once. Each waits for the API server; one at a time, a
-// Deployment's tenth new Pod would turn Ready only after the nine patches
-// before it, and the Service's next sync (the next Pods' members) would
-// wait behind them all.
-const registrationPatchers = 8
-
 // registration is the npl.io/lb-registered condition one Pod should have.
 type registration struct {
 	pod     *corev1.Pod
@@ -85,8 +80,10 @@ type registration struct {
 // which of svc's gated Pods it holds, and sets each such Pod's
 // npl.io/lb-registered condition: True once every Service of ours that
 // selects it has it registered, False with a reason before. The patches go
-// out registrationPatchers at a time, the True ones first: those hold Pods
-// back from Ready.
+// out statusWriters at a time, the True ones first: those hold Pods back
+// from Ready, and one after another a Deployment's tenth new Pod would wait
+// for the nine patches before it, and the Service's next sync (the next
+// Pods' members) behind them all.
 func (c *Controller) updateRegistrations(ctx context.Context, svc *corev1.Service, lb *providers.LoadBalancer) error {
 	key := keyOf(svc)
 	var regs []registration
@@ -129,30 +126,20 @@ func (c *Controller) updateRegistrations(ctx context.Context, svc *corev1.Servic
 		}
 		return 1
 	})
-	var (
-		mu   sync.Mutex
-		errs []error
-		wg   sync.WaitGroup
-		next = make(chan registration)
-	)
-	for range min(registrationPatchers, len(regs)) {
-		wg.Go(func() {
-			for r := range next {
-				if err := c.setRegistered(ctx, r.pod, r.ok, r.message); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
+	var g errgroup.Group
+	g.SetLimit(statusWriters)
+	var failed atomic.Int32
+	for _, r := range regs {
+		g.Go(func() error {
+			err := c.setRegistered(ctx, r.pod, r.ok, r.message)
+			if err != nil {
+				failed.Add(1)
 			}
+			return err
 		})
 	}
-	for _, r := range regs {
-		next <- r
-	}
-	close(next)
-	wg.Wait()
-	if len(errs) > 0 {
-		return fmt.Errorf("set %s on %d Pod(s): %w", contract.RegisteredReadinessGate, len(errs), errs[0])
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("set %s on %d Pod(s): %w", contract.RegisteredReadinessGate, failed.Load(), err)
 	}
 	return nil
 }

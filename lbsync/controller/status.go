@@ -15,6 +15,12 @@ import (
 // The marks themselves (claim, opt-in, status, condition) are built by
 // package claim, which uninstall shares; this file only sends them.
 
+// statusWriters is how many status writes one sync sends at once: a
+// Gateway's route statuses, a Service's Pod registration conditions. Each
+// waits for the API server, so one after another the last would wait for
+// all; the client's rate limit still applies.
+const statusWriters = 8
+
 // patchService sends a merge patch built by package claim; a nil patch
 // means nothing to change.
 func (c *Controller) patchService(ctx context.Context, svc *corev1.Service, patch []byte, subresources ...string) error {
