@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeportlocal/npl/contract"
@@ -439,7 +440,7 @@ func testDualStackLBSync(t *testing.T, e *env) {
 				want, owner = nil, map[string]string{}
 				for _, p := range pods.Items {
 					es, err := contract.Parse(p.Annotations[contract.PodKey])
-					if err != nil || !podReady(&p) || len(es) != 2 {
+					if err != nil || !podutils.IsPodReady(&p) || len(es) != 2 {
 						return false, nil
 					}
 					for _, x := range es {

@@ -92,7 +92,7 @@ func (e *env) expectedMembers(t *testing.T, ns string, sel map[string]string, re
 		}
 		members, owner = nil, map[string]string{}
 		for _, p := range pods.Items {
-			if p.DeletionTimestamp != nil || !podReady(&p) {
+			if p.DeletionTimestamp != nil || !podutils.IsPodReady(&p) {
 				continue
 			}
 			es, err := contract.Parse(p.Annotations[contract.PodKey])
@@ -124,9 +124,6 @@ func sameMembers(a, b []providers.Member) bool {
 	}
 	return len(set) == len(a) // no duplicates in a (nor then in b)
 }
-
-// podReady is Kubernetes' own check of a Pod's Ready condition.
-var podReady = podutils.IsPodReady
 
 // TestLBSync_endToEnd: for each provider, a Deployment behind a LoadBalancer
 // Service gets a VIP from the load balancer, the load balancer's pool holds

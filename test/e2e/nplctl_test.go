@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nodeportlocal/npl/lbsync/inspect"
 	"github.com/nodeportlocal/npl/providers"
@@ -89,7 +90,7 @@ func TestNplctl_reportsDriftUntilResyncRepairsIt(t *testing.T) {
 		ready := i < 2
 		waitFor(t, 30*time.Second, fmt.Sprintf("pod %s Ready=%v", name, ready), func() (bool, error) {
 			p, err := e.client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-			return err == nil && p.Status.Phase == corev1.PodRunning && podReady(p) == ready, err
+			return err == nil && p.Status.Phase == corev1.PodRunning && podutils.IsPodReady(p) == ready, err
 		})
 		if ready {
 			want[m] = name

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/stack"
@@ -158,14 +157,7 @@ func readyPods(ctx context.Context, client kubernetes.Interface, ns, app string)
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil && podutils.IsPodReady(&p) {
-			out = append(out, p.Name)
-		}
-	}
-	slices.Sort(out)
-	return out, nil
+	return ReadyNames(pods.Items), nil
 }
 
 // setReady makes the stand-in kubelet report the Pod's containers ready

@@ -155,6 +155,19 @@ func (rw *ReadyWatch) TrueAt(pod string, cond corev1.PodConditionType) time.Time
 	return rw.trueAt[cond][pod]
 }
 
+// ReadyNames names, sorted, the Pods of pods whose Ready condition is True,
+// terminating ones left out.
+func ReadyNames(pods []corev1.Pod) []string {
+	var out []string
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil && podutils.IsPodReady(&p) {
+			out = append(out, p.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // ReadyNow names, sorted, the Pods the watch last saw Ready and not
 // terminating: what a List would say, without the List's cost to the API
 // server on every poll of a benchmark.

@@ -119,7 +119,7 @@ func podReadyToVIP(b *testing.B, name string, gate bool) {
 	converged := func(n int) {
 		eventually(b, ctx, fmt.Sprintf("%d Pods ready and served", n), func(ctx context.Context) error {
 			pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
-			if err != nil || len(pods.Items) != n || len(readyOf(pods.Items)) != n {
+			if err != nil || len(pods.Items) != n || len(edge.ReadyNames(pods.Items)) != n {
 				return fmt.Errorf("not %d ready Pods (%v)", n, err)
 			}
 			wctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -138,7 +138,7 @@ func podReadyToVIP(b *testing.B, name string, gate bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		before := readyOf(pods.Items)
+		before := edge.ReadyNames(pods.Items)
 		from, err := edge.SampleLoad(ctx, client, lbsync.MetricsURL())
 		if err != nil {
 			b.Fatal(err)
@@ -196,16 +196,4 @@ func podReadyToVIP(b *testing.B, name string, gate bool) {
 	load.Report(b)
 	b.ReportMetric(float64(requests)/streamTime.Seconds(), "stream-req/s")
 	b.ReportMetric(float64(failed), "failed")
-}
-
-// readyOf names the Pods whose Ready condition is True, terminating ones
-// left out.
-func readyOf(pods []corev1.Pod) []string {
-	var out []string
-	for _, p := range pods {
-		if p.DeletionTimestamp == nil && podReady(&p) {
-			out = append(out, p.Name)
-		}
-	}
-	return out
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/test/images"
@@ -171,7 +172,7 @@ func waitAgentsRolledOut(tb testing.TB, ctx context.Context, client kubernetes.I
 		}
 		ready := 0
 		for _, p := range pods.Items {
-			if p.DeletionTimestamp == nil && podReady(&p) && p.Spec.Containers[0].Image == image {
+			if p.DeletionTimestamp == nil && podutils.IsPodReady(&p) && p.Spec.Containers[0].Image == image {
 				ready++
 			}
 		}
@@ -561,8 +562,8 @@ func (s *story) onePodNodePortContrast(t *testing.T) {
 			return err
 		}
 		entries, err := contract.Parse(p.Annotations[contract.PodKey])
-		if err != nil || len(entries) != 1 || !podReady(p) {
-			return fmt.Errorf("ready %v, annotation %q (%v)", podReady(p), p.Annotations[contract.PodKey], err)
+		if err != nil || len(entries) != 1 || !podutils.IsPodReady(p) {
+			return fmt.Errorf("ready %v, annotation %q (%v)", podutils.IsPodReady(p), p.Annotations[contract.PodKey], err)
 		}
 		npl = strconv.Itoa(entries[0].NodePort)
 		return nil

@@ -190,7 +190,7 @@ func (s *story) helmInstallFeedsTheLoadBalancer(t *testing.T) {
 			return err
 		}
 		for _, p := range pods.Items {
-			if podReady(&p) {
+			if podutils.IsPodReady(&p) {
 				s.lbsyncIP, s.lbsyncPod = p.Status.PodIP, p.Name
 				return nil
 			}
@@ -220,7 +220,7 @@ func (s *story) helmInstallFeedsTheLoadBalancer(t *testing.T) {
 		}
 		got := map[string]string{}
 		for _, p := range pods.Items {
-			if !podReady(&p) || p.DeletionTimestamp != nil {
+			if !podutils.IsPodReady(&p) || p.DeletionTimestamp != nil {
 				continue
 			}
 			entries, err := contract.Parse(p.Annotations[contract.PodKey])
@@ -376,9 +376,6 @@ func findLB(st *mock.State, service string) *providers.LoadBalancer {
 	}
 	return nil
 }
-
-// podReady is Kubernetes' own check of a Pod's Ready condition.
-var podReady = podutils.IsPodReady
 
 // imageTag is the tag of the images the nodes imported.
 func imageTag(t testing.TB, c *cluster.Cluster) string {

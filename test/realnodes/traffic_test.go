@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/test/podreply"
@@ -199,7 +200,7 @@ func (s *story) appPods(ctx context.Context, app string) (map[string]string, []c
 	members := map[string]string{}
 	var ready []corev1.Pod
 	for _, p := range pods.Items {
-		if !podReady(&p) || p.DeletionTimestamp != nil {
+		if !podutils.IsPodReady(&p) || p.DeletionTimestamp != nil {
 			continue
 		}
 		entries, err := contract.Parse(p.Annotations[contract.PodKey])

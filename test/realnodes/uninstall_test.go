@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nodeportlocal/npl/contract"
 )
@@ -122,7 +123,7 @@ func (s *story) helmUninstall(t *testing.T) {
 	for _, p := range before {
 		found := false
 		for _, q := range after.Items {
-			if q.UID == p.UID && podReady(&q) && q.DeletionTimestamp == nil {
+			if q.UID == p.UID && podutils.IsPodReady(&q) && q.DeletionTimestamp == nil {
 				found = true
 			}
 		}
@@ -204,7 +205,7 @@ func (s *story) watchHookPods(t *testing.T) func() []hookPod {
 					h.containerID = c.ContainerID
 				}
 			}
-			if p.Status.Phase == corev1.PodSucceeded || (h.component == "agent-cleanup" && podReady(p)) {
+			if p.Status.Phase == corev1.PodSucceeded || (h.component == "agent-cleanup" && podutils.IsPodReady(p)) {
 				h.succeeded = true
 			}
 			mu.Unlock()
