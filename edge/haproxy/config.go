@@ -46,9 +46,19 @@ type Globals struct {
 	// InvalidSocket is the path of the unix socket of the frontend that
 	// answers 500 to every request: the invalid server of each backend
 	// with an invalid share (InvalidServer) sends it there. Required when
-	// a backend has an invalid share.
+	// a backend has an invalid share. HAProxy's master binds it before any
+	// chroot; the workers connect to it from inside Chroot.
 	InvalidSocket string
-	Checks        Checks
+	// Chroot is the directory the workers chroot to (the "chroot" of the
+	// host's own global section), which must hold InvalidSocket; empty
+	// when they do not.
+	Chroot string
+	// Attached renders a configuration that HAProxy loads after the host's
+	// own (Debian's haproxy.service with a second -f): no global section,
+	// which is the host's and holds the admin socket, and an InvalidSocket
+	// any user may connect to, as the workers may run as another one.
+	Attached bool
+	Checks   Checks
 }
 
 // InvalidServer is the name of the server of a backend that takes the
@@ -66,7 +76,11 @@ const invalidFrontend = "npl_invalid"
 // and in a runtime "add server": the frontend's socket, no health check
 // (it answers as long as HAProxy runs), and the weight.
 func (g Globals) InvalidServerArgs(w int32) string {
-	return "unix@" + g.InvalidSocket + " weight " + strconv.Itoa(int(w))
+	path := g.InvalidSocket
+	if g.Chroot != "" {
+		path = "/" + strings.TrimPrefix(strings.TrimPrefix(path, strings.TrimSuffix(g.Chroot, "/")), "/")
+	}
+	return "unix@" + path + " weight " + strconv.Itoa(int(w))
 }
 
 // Frontend is one listener: VIP:Port, in TCP mode for an L4 load
@@ -194,41 +208,47 @@ func Render(g Globals, p Proxies) Rendered {
 	var text, frame bytes.Buffer
 	objects := map[int]string{}
 	line := 0
-	emit := func(object, s string, server bool) {
+	emit := func(object, s string) {
 		line++
 		text.WriteString(s)
 		text.WriteByte('\n')
 		if object != "" {
 			objects[line] = object
 		}
-		if !server {
+		if !isServerLine(s) {
 			frame.WriteString(s)
 			frame.WriteByte('\n')
 		}
 	}
-	emit("", "# Written by npl-edge; it replaces this file at every change.", false)
-	emit("", "global", false)
-	emit("", fmt.Sprintf("    stats socket %s mode 600 level admin expose-fd listeners", g.AdminSocket), false)
-	emit("", "    stats timeout 30s", false)
-	// A worker replaced by a reload ends its last connections after this,
-	// so that reloads do not pile up old processes.
-	emit("", "    hard-stop-after 10m", false)
-	emit("", "defaults", false)
-	emit("", "    mode tcp", false)
-	emit("", "    timeout connect 3s", false)
-	emit("", "    timeout client 1h", false)
-	emit("", "    timeout server 1h", false)
-	emit("", "    timeout http-request 30s", false)
+	emit("", "# Written by npl-edge; it replaces this file at every change.")
+	if !g.Attached {
+		emit("", "global")
+		emit("", fmt.Sprintf("    stats socket %s mode 600 level admin expose-fd listeners", g.AdminSocket))
+		emit("", "    stats timeout 30s")
+		// A worker replaced by a reload ends its last connections after
+		// this, so that reloads do not pile up old processes.
+		emit("", "    hard-stop-after 10m")
+	}
+	emit("", "defaults")
+	emit("", "    mode tcp")
+	emit("", "    timeout connect 3s")
+	emit("", "    timeout client 1h")
+	emit("", "    timeout server 1h")
+	emit("", "    timeout http-request 30s")
 	// A connection a member refuses (its Pod just went) is tried again on
 	// another member rather than failed.
-	emit("", "    retries 3", false)
-	emit("", "    option redispatch", false)
+	emit("", "    retries 3")
+	emit("", "    option redispatch")
 	if g.InvalidSocket != "" {
-		emit("", "# The invalid share of each pool (its invalid server) is answered 500 here.", false)
-		emit("", "frontend "+invalidFrontend, false)
-		emit("", "    mode http", false)
-		emit("", "    bind unix@"+g.InvalidSocket+" mode 600", false)
-		emit("", "    http-request return status 500", false)
+		emit("", "# The invalid share of each pool (its invalid server) is answered 500 here.")
+		emit("", "frontend "+invalidFrontend)
+		emit("", "    mode http")
+		mode := "600"
+		if g.Attached {
+			mode = "666"
+		}
+		emit("", "    bind unix@"+g.InvalidSocket+" mode "+mode)
+		emit("", "    http-request return status 500")
 	}
 	for _, f := range fronts {
 		obj := fmt.Sprintf("load balancer %s (proxy %s)", f.LoadBalancer, f.Name)
@@ -242,10 +262,10 @@ func Render(g Globals, p Proxies) Rendered {
 		if f.Listener != "" {
 			desc += " listener=" + string(f.Listener)
 		}
-		emit(obj, "frontend "+f.Name, false)
-		emit(obj, desc, false)
+		emit(obj, "frontend "+f.Name)
+		emit(obj, desc)
 		if f.HTTP {
-			emit(obj, "    mode http", false)
+			emit(obj, "    mode http")
 		}
 		bind := "    bind " + Address(f.VIP.String(), f.Port)
 		if len(f.Certificates) > 0 {
@@ -254,7 +274,7 @@ func Render(g Globals, p Proxies) Rendered {
 			bind += " ssl"
 			for _, c := range f.Certificates {
 				bind += " crt " + quote(c.Path)
-				emit(obj, "    "+tlsComment+jsonLine(c.Cert), false)
+				emit(obj, "    "+tlsComment+jsonLine(c.Cert))
 			}
 			if f.HTTP {
 				// HTTP/2 for the clients that offer it (gRPC among
@@ -262,20 +282,20 @@ func Render(g Globals, p Proxies) Rendered {
 				bind += " alpn h2,http/1.1"
 			}
 		}
-		emit(obj, bind, false)
+		emit(obj, bind)
 		if f.HTTP {
-			renderRules(f, func(s string) { emit(obj, s, false) })
+			renderRules(f, func(s string) { emit(obj, s) })
 		}
 		if f.Listener == providers.TLS {
-			renderSNI(f, func(s string) { emit(obj, s, false) })
+			renderSNI(f, func(s string) { emit(obj, s) })
 		}
 		if f.DefaultBackend != "" {
-			emit(obj, "    default_backend "+f.DefaultBackend, false)
+			emit(obj, "    default_backend "+f.DefaultBackend)
 		}
 	}
 	for _, b := range backs {
 		obj := fmt.Sprintf("load balancer %s (proxy %s)", b.LoadBalancer, b.Name)
-		emit(obj, "backend "+b.Name, false)
+		emit(obj, "backend "+b.Name)
 		desc := fmt.Sprintf("    description npl cluster=%s lb=%s", b.Cluster, b.LoadBalancer)
 		if b.AppProtocol != "" {
 			desc += " app=" + b.AppProtocol
@@ -283,11 +303,11 @@ func Render(g Globals, p Proxies) Rendered {
 		if b.Pool != "" {
 			desc += " pool=" + b.Pool
 		}
-		emit(obj, desc, false)
+		emit(obj, desc)
 		if b.HTTP {
-			emit(obj, "    mode http", false)
+			emit(obj, "    mode http")
 		}
-		emit(obj, "    balance roundrobin", false)
+		emit(obj, "    balance roundrobin")
 		for _, m := range b.Members {
 			s := fmt.Sprintf("    server %s %s %s", ServerName(m), Address(m.IP, m.Port), b.ServerOptions(g.Checks))
 			if m.Weight != 0 {
@@ -296,14 +316,18 @@ func Render(g Globals, p Proxies) Rendered {
 			if !m.Enabled {
 				s += " disabled"
 			}
-			emit(obj, s, true)
+			emit(obj, s)
 		}
 		if b.InvalidWeight > 0 {
-			emit(obj, "    server "+InvalidServer+" "+g.InvalidServerArgs(b.InvalidWeight), true)
+			emit(obj, "    server "+InvalidServer+" "+g.InvalidServerArgs(b.InvalidWeight))
 		}
 	}
 	return Rendered{Text: text.Bytes(), Frame: frame.String(), Objects: objects}
 }
+
+// isServerLine reports whether a line of a rendered configuration is a
+// server line: outside the frame, applied through the runtime API.
+func isServerLine(s string) bool { return strings.HasPrefix(s, "    server ") }
 
 // Parse reads back a configuration Render wrote: its frontends (with their
 // rules) and backends with their members as configured. Sections it did not

@@ -242,16 +242,7 @@ func TestRender_haproxyAcceptsIt(t *testing.T) {
 		t.Fatal("haproxy not found: run make deps (apt-get install haproxy)")
 	}
 	dir := t.TempDir()
-	px := sampleProxies()
-	for i := range px.Frontends {
-		for j := range px.Frontends[i].Certificates {
-			c := &px.Frontends[i].Certificates[j]
-			c.Path = filepath.Join(dir, filepath.Base(c.Path))
-			if err := os.WriteFile(c.Path, selfSigned(t), 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	px := sampleWithCertsIn(t, dir)
 	r := Render(Globals{AdminSocket: filepath.Join(dir, "admin.sock"), InvalidSocket: filepath.Join(dir, "500.sock"), Checks: DefaultChecks}, px)
 	path := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(path, r.Text, 0o600); err != nil {
@@ -279,6 +270,23 @@ func TestRender_haproxyAcceptsIt(t *testing.T) {
 	if !named {
 		t.Errorf("the lines HAProxy names (%v) do not map to the bad proxy:\n%s", ce.Lines(), ce.Output)
 	}
+}
+
+// sampleWithCertsIn is sampleProxies with its certificates written to dir,
+// for HAProxy to load.
+func sampleWithCertsIn(t *testing.T, dir string) Proxies {
+	t.Helper()
+	px := sampleProxies()
+	for i := range px.Frontends {
+		for j := range px.Frontends[i].Certificates {
+			c := &px.Frontends[i].Certificates[j]
+			c.Path = filepath.Join(dir, filepath.Base(c.Path))
+			if err := os.WriteFile(c.Path, selfSigned(t), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return px
 }
 
 // selfSigned is a self-signed certificate and its key, PEM.

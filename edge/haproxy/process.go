@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,10 +39,14 @@ type Process struct {
 	alertsSeen int
 }
 
-// Check runs "haproxy -c" on the configuration file path. The error holds
-// HAProxy's own messages.
-func Check(ctx context.Context, bin, path string) error {
-	out, err := exec.CommandContext(ctx, bin, "-c", "-f", path).CombinedOutput()
+// Check runs "haproxy -c" on the configuration files, loaded in order as
+// HAProxy loads its -f files. The error holds HAProxy's own messages.
+func Check(ctx context.Context, bin string, files ...string) error {
+	args := []string{"-c"}
+	for _, f := range files {
+		args = append(args, "-f", f)
+	}
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
 	if err != nil {
 		return &CheckError{Output: alerts(out, err)}
 	}
@@ -84,15 +89,20 @@ func (e *CheckError) Error() string {
 	return "haproxy -c: " + e.Output
 }
 
-var lineRef = regexp.MustCompile(`\[[^\]]*:(\d+)\]`)
+var lineRef = regexp.MustCompile(`\[([^\]]*):(\d+)\]`)
 
 // Lines returns the configuration line numbers HAProxy's messages name
-// ("parsing [/etc/x.cfg:12] : ..."), in order, once each.
-func (e *CheckError) Lines() []int {
+// ("parsing [/etc/x.cfg:12] : ..."), in order, once each: of the files
+// given (as HAProxy names them, the paths it was given), or of any file
+// when none is.
+func (e *CheckError) Lines(files ...string) []int {
 	var lines []int
 	seen := map[int]bool{}
 	for _, m := range lineRef.FindAllStringSubmatch(e.Output, -1) {
-		n, err := strconv.Atoi(m[1])
+		if len(files) > 0 && !slices.Contains(files, m[1]) {
+			continue
+		}
+		n, err := strconv.Atoi(m[2])
 		if err == nil && !seen[n] {
 			seen[n] = true
 			lines = append(lines, n)
@@ -178,38 +188,43 @@ func (p *Process) MasterPID() int {
 // reports the new worker, or an error when the reload failed (the old
 // worker then keeps serving).
 func (p *Process) Reload(ctx context.Context) error {
-	before, err := ShowProc(ctx, p.MasterSocket)
+	before := p.alertCount()
+	return reload(ctx, p.MasterSocket, func() []string {
+		// The alerts that say why come through the output pipe, maybe
+		// just after the master counted the failure.
+		for range 20 {
+			if alerts := p.alertsSince(before); len(alerts) > 0 {
+				return alerts
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return []string{"no reason given (see the edge's log)"}
+	})
+}
+
+// reload asks the master behind the master CLI socket master for a reload
+// and waits for its new worker; a failed one is a CheckError whose output
+// is what why returns.
+func reload(ctx context.Context, master string, why func() []string) error {
+	before, err := ShowProc(ctx, master)
 	if err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
-	master := before[0]
-	alertsBefore := p.alertCount()
+	m0 := before[0]
 	// HAProxy 2.6 closes the master CLI connection on reload without an
 	// answer; the result is read from "show proc".
-	if _, err := Command(ctx, p.MasterSocket, "reload"); err != nil {
+	if _, err := Command(ctx, master, "reload"); err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		procs, err := ShowProc(ctx, p.MasterSocket)
+		procs, err := ShowProc(ctx, master)
 		if err == nil {
 			m := procs[0]
-			if m.Failed > master.Failed {
-				// The alerts that say why come through the output pipe,
-				// maybe just after the master counted the failure.
-				var alerts []string
-				for range 20 {
-					if alerts = p.alertsSince(alertsBefore); len(alerts) > 0 {
-						break
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-				if len(alerts) == 0 {
-					alerts = []string{"no reason given (see the edge's log)"}
-				}
-				return &CheckError{Output: strings.Join(alerts, "; "), Reload: true}
+			if m.Failed > m0.Failed {
+				return &CheckError{Output: strings.Join(why(), "; "), Reload: true}
 			}
-			if m.Reloads > master.Reloads && CurrentWorker(procs) != 0 {
+			if m.Reloads > m0.Reloads && CurrentWorker(procs) != 0 {
 				return nil
 			}
 		}

@@ -291,3 +291,19 @@ func RunChain(ctx context.Context, adminSocket string, commands []string, okAnsw
 	}
 	return nil
 }
+
+// ShowBackends lists the names of the backends of the worker behind the
+// admin socket.
+func ShowBackends(ctx context.Context, adminSocket string) ([]string, error) {
+	out, err := Command(ctx, adminSocket, "show backend")
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for line := range strings.Lines(out) {
+		if name := strings.TrimSpace(line); name != "" && !strings.HasPrefix(name, "#") {
+			names = append(names, name)
+		}
+	}
+	return names, nil
+}
