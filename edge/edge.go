@@ -54,17 +54,55 @@ type Config struct {
 	// UDP serves the UDP listeners with nftables (package udp); nil leaves
 	// them unserved, reported as unsupported.
 	UDP *udp.Table
+	// Attach, when set, makes the edge drive the HAProxy the host runs
+	// instead of starting its own.
+	Attach *Attach
+}
+
+// Attach is the HAProxy of the host that an attached edge drives: it
+// loads the host's configuration files, then the edge's own file
+// (Dir/npl.cfg, given last with -f), and the host's global section holds
+// an admin socket at level admin with "expose-fd listeners". The edge
+// writes only its own file and reloads HAProxy through the master CLI;
+// systemd starts and restarts HAProxy.
+type Attach struct {
+	// Configs are the host's configuration files, in the order HAProxy
+	// loads them, before the edge's.
+	Configs []string
+	// AdminSocket is the host's admin socket (its "stats socket").
+	AdminSocket string
+	// MasterSocket is the master CLI (-S).
+	MasterSocket string
+}
+
+// runner is the HAProxy the edge drives: one it starts (haproxy.Process)
+// or the host's (haproxy.Attached).
+type runner interface {
+	Start(ctx context.Context) error
+	Exited() <-chan struct{}
+	MasterPID() int
+	Reload(ctx context.Context) error
+	Stop(timeout time.Duration)
 }
 
 // Edge makes HAProxy serve the desired load balancers.
 type Edge struct {
 	cfg  Config
-	proc *haproxy.Process
+	proc runner
+	// configFile is the file the edge writes and HAProxy loads (the whole
+	// configuration, or the edge's part of the host's); masterSocket the
+	// master CLI.
+	configFile, masterSocket string
+	// chroot is the host's HAProxy chroot, when attached.
+	chroot string
 
 	// mu serialises every change of the desired state and of HAProxy.
 	mu      sync.Mutex
 	desired map[lbKey]*providers.LoadBalancer
 	running bool
+	// startErr is why HAProxy does not run (the last start or attach
+	// failed), said to every change meanwhile.
+	startErr error
 	// activeFrame is the frame (the configuration without servers) the
 	// running HAProxy loaded; activeText the configuration file as written.
 	activeFrame string
@@ -87,8 +125,9 @@ var (
 	// ErrRejected is a configuration HAProxy refused; the previous one
 	// keeps serving.
 	ErrRejected = errors.New("rejected by HAProxy")
-	// ErrUnavailable is an HAProxy that does not run (yet).
-	ErrUnavailable = errors.New("HAProxy is not running")
+	// ErrUnavailable is an HAProxy that does not run (yet), or, attached,
+	// one that does not load the edge's file.
+	ErrUnavailable = errors.New("HAProxy is unavailable")
 )
 
 // New returns an edge over the files of cfg.Dir, with the desired state
@@ -103,25 +142,43 @@ func New(cfg Config) (*Edge, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("edge directory: %w", err)
 	}
-	// HAProxy refuses unix socket paths longer than this (it appends
-	// ".<pid>.tmp" while it binds them); master.sock is the longest of
-	// the edge's sockets.
-	const maxSocketPath = 97
-	if p := filepath.Join(cfg.Dir, "master.sock"); len(p) > maxSocketPath {
-		return nil, fmt.Errorf("edge directory %s: the socket path %s is longer than HAProxy's limit of %d bytes", cfg.Dir, p, maxSocketPath)
-	}
 	e := &Edge{
-		cfg: cfg,
-		proc: &haproxy.Process{
-			Bin:          cfg.HAProxyBin,
-			ConfigFile:   filepath.Join(cfg.Dir, "haproxy.cfg"),
-			MasterSocket: filepath.Join(cfg.Dir, "master.sock"),
-		},
+		cfg:     cfg,
 		desired: map[lbKey]*providers.LoadBalancer{},
 		applyDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "npl_edge_apply_duration_seconds", Help: "Time to apply a changed load balancer to HAProxy, by how (runtime or reload).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"how"}),
+	}
+	if a := cfg.Attach; a != nil {
+		if len(a.Configs) == 0 || a.AdminSocket == "" || a.MasterSocket == "" {
+			return nil, errors.New("attaching to the host's HAProxy needs its configuration files, its admin socket and its master CLI")
+		}
+		chroot, err := haproxy.HostChroot(a.Configs)
+		if err != nil {
+			return nil, err
+		}
+		e.chroot, e.configFile, e.masterSocket = chroot, filepath.Join(cfg.Dir, "npl.cfg"), a.MasterSocket
+		e.proc = &haproxy.Attached{MasterSocket: a.MasterSocket}
+		if chroot == "" {
+			// The workers may run as another user: they reach the socket
+			// of the invalid share through the directory, which lists
+			// nothing to them and whose files they cannot read.
+			if err := os.Chmod(cfg.Dir, 0o711); err != nil {
+				return nil, fmt.Errorf("edge directory: %w", err)
+			}
+		}
+	} else {
+		e.configFile, e.masterSocket = filepath.Join(cfg.Dir, "haproxy.cfg"), filepath.Join(cfg.Dir, "master.sock")
+		e.proc = &haproxy.Process{Bin: cfg.HAProxyBin, ConfigFile: e.configFile, MasterSocket: e.masterSocket}
+	}
+	// HAProxy refuses unix socket paths longer than this (it appends
+	// ".<pid>.tmp" while it binds them).
+	const maxSocketPath = 97
+	for _, p := range []string{e.masterSocket, e.globals().InvalidSocket} {
+		if len(p) > maxSocketPath {
+			return nil, fmt.Errorf("edge directory %s: the socket path %s is longer than HAProxy's limit of %d bytes", cfg.Dir, p, maxSocketPath)
+		}
 	}
 	if err := e.load(); err != nil {
 		return nil, err
@@ -129,12 +186,26 @@ func New(cfg Config) (*Edge, error) {
 	return e, nil
 }
 
-func (e *Edge) adminSocket() string { return filepath.Join(e.cfg.Dir, "admin.sock") }
-func (e *Edge) stateFile() string   { return filepath.Join(e.cfg.Dir, "desired.json") }
+func (e *Edge) adminSocket() string {
+	if e.cfg.Attach != nil {
+		return e.cfg.Attach.AdminSocket
+	}
+	return filepath.Join(e.cfg.Dir, "admin.sock")
+}
+
+func (e *Edge) stateFile() string { return filepath.Join(e.cfg.Dir, "desired.json") }
 
 // globals are the process-wide settings of HAProxy's configuration.
 func (e *Edge) globals() haproxy.Globals {
-	return haproxy.Globals{AdminSocket: e.adminSocket(), InvalidSocket: filepath.Join(e.cfg.Dir, "500.sock"), Checks: e.cfg.Checks}
+	g := haproxy.Globals{AdminSocket: e.adminSocket(), InvalidSocket: filepath.Join(e.cfg.Dir, "500.sock"), Checks: e.cfg.Checks}
+	if e.cfg.Attach != nil {
+		g.Attached, g.Chroot = true, e.chroot
+		if e.chroot != "" {
+			// The workers connect from inside the chroot.
+			g.InvalidSocket = filepath.Join(e.chroot, "npl-edge-500.sock")
+		}
+	}
+	return g
 }
 
 // Run starts HAProxy, starts it again whenever it exits (the new one loads
@@ -146,7 +217,11 @@ func (e *Edge) Run(ctx context.Context) error {
 	e.startUDP(ctx)
 	backoff := 200 * time.Millisecond
 	for {
-		if err := e.start(ctx); err != nil {
+		err := e.start(ctx)
+		e.mu.Lock()
+		e.startErr = err
+		e.mu.Unlock()
+		if err != nil {
 			log.Error(err, "Start HAProxy", "retryIn", backoff)
 			select {
 			case <-ctx.Done():
@@ -178,7 +253,11 @@ func (e *Edge) supervise(ctx context.Context) {
 			e.mu.Lock()
 			e.running = false
 			e.mu.Unlock()
-			log.Info("HAProxy exited; starting it again with the desired state")
+			if e.cfg.Attach != nil {
+				log.Info("The host's HAProxy stopped or restarted; attaching to it again")
+			} else {
+				log.Info("HAProxy exited; starting it again with the desired state")
+			}
 			return
 		case <-tick.C:
 			e.mu.Lock()
@@ -197,6 +276,9 @@ func (e *Edge) supervise(ctx context.Context) {
 // start renders the desired state, starts HAProxy on it and sets the
 // runtime states the configuration cannot hold (drain).
 func (e *Edge) start(ctx context.Context) error {
+	if e.cfg.Attach != nil {
+		return e.attach(ctx)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	r := e.render()
@@ -213,6 +295,56 @@ func (e *Edge) start(ctx context.Context) error {
 	}
 	klog.FromContext(ctx).Info("HAProxy started", "pid", e.proc.MasterPID(), "loadBalancers", len(e.desired))
 	return nil
+}
+
+// attach waits for the host's HAProxy, then writes the edge's file,
+// reloads HAProxy on it and sets the runtime states the file cannot hold.
+// It waits without the lock: meanwhile a change is saved and answered
+// unavailable. The reload is there because what HAProxy loaded is not
+// known: the file may have changed while the edge was not attached.
+func (e *Edge) attach(ctx context.Context) error {
+	if err := e.proc.Start(ctx); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := e.render()
+	if err := e.checkAndWrite(ctx, r); err != nil {
+		return err
+	}
+	if err := e.proc.Reload(ctx); err != nil {
+		return fmt.Errorf("reload the host's HAProxy on %s: %w", e.configFile, err)
+	}
+	e.reloads.Add(1)
+	if err := e.checkLoaded(ctx, e.proxies()); err != nil {
+		return err
+	}
+	e.starts.Add(1)
+	e.running, e.activeFrame, e.activeText = true, r.Frame, r.Text
+	if _, err := e.syncServers(ctx, e.proxies()); err != nil {
+		return fmt.Errorf("set the runtime state after attaching: %w", err)
+	}
+	klog.FromContext(ctx).Info("Attached to the host's HAProxy", "masterPID", e.proc.MasterPID(), "file", e.configFile, "loadBalancers", len(e.desired))
+	return nil
+}
+
+// checkLoaded tells an attached edge whose file the host's HAProxy does
+// not load (its -f missing) from one it does: after a reload, the backends
+// of the file are there.
+func (e *Edge) checkLoaded(ctx context.Context, px haproxy.Proxies) error {
+	if e.cfg.Attach == nil || len(px.Backends) == 0 {
+		return nil
+	}
+	names, err := haproxy.ShowBackends(ctx, e.adminSocket())
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	for _, b := range px.Backends {
+		if slices.Contains(names, b.Name) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: the host's HAProxy does not load %s: add \"-f %s\" after its own configuration (CONFIG in /etc/default/haproxy)", ErrUnavailable, e.configFile, e.configFile)
 }
 
 // Stop stops HAProxy; Run does it when its context ends.
@@ -439,7 +571,7 @@ func (e *Edge) Status(ctx context.Context) api.Status {
 		UDP:             e.udpMode(),
 	}
 	if s.MasterPID != 0 {
-		if procs, err := haproxy.ShowProc(ctx, e.proc.MasterSocket); err == nil {
+		if procs, err := haproxy.ShowProc(ctx, e.masterSocket); err == nil {
 			s.WorkerPID = haproxy.CurrentWorker(procs)
 		}
 	}
@@ -633,23 +765,29 @@ func (e *Edge) converge(ctx context.Context) (changed, reloaded bool, err error)
 		if !e.running {
 			// Run starts HAProxy on the file just written.
 			e.activeText = r.Text
+			if e.startErr != nil {
+				return true, false, fmt.Errorf("%w: %v; the change is saved and served when it runs", ErrUnavailable, e.startErr)
+			}
 			return true, false, fmt.Errorf("%w: the change is saved and served when it starts", ErrUnavailable)
 		}
 		if err := e.proc.Reload(ctx); err != nil {
 			// Put the previous configuration back for the next start; if
 			// that fails too, say so beside the reload's error.
-			if werr := writeFile(e.proc.ConfigFile, e.activeText); werr != nil {
+			if werr := writeFile(e.configFile, e.activeText); werr != nil {
 				err = errors.Join(err, fmt.Errorf("restore the previous configuration: %w", werr))
 			}
 			var ce *haproxy.CheckError
 			if errors.As(err, &ce) {
-				return false, false, rejection(ce, r)
+				return false, false, e.rejection(ce, r)
 			}
 			return false, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 		e.reloads.Add(1)
 		e.activeFrame, e.activeText = r.Frame, r.Text
 		changed, reloaded = true, true
+		if err := e.checkLoaded(ctx, e.proxies()); err != nil {
+			return changed, reloaded, err
+		}
 	}
 	ops, err := e.syncServers(ctx, e.proxies())
 	if ops > 0 {
@@ -659,7 +797,7 @@ func (e *Edge) converge(ctx context.Context) (changed, reloaded bool, err error)
 		return changed, reloaded, err
 	}
 	if string(r.Text) != string(e.activeText) {
-		if err := writeFile(e.proc.ConfigFile, r.Text); err != nil {
+		if err := writeFile(e.configFile, r.Text); err != nil {
 			return changed, reloaded, err
 		}
 		e.activeText = r.Text
@@ -765,26 +903,32 @@ func (e *Edge) readCert(c *providers.TLSCert) error {
 // a refused one is not written, and the error names the objects of the
 // lines HAProxy complains about.
 func (e *Edge) checkAndWrite(ctx context.Context, r haproxy.Rendered) error {
-	tmp := e.proc.ConfigFile + ".new"
+	tmp := e.configFile + ".new"
 	if err := writeFile(tmp, r.Text); err != nil {
 		return err
 	}
-	if err := haproxy.Check(ctx, e.cfg.HAProxyBin, tmp); err != nil {
+	var files []string
+	if e.cfg.Attach != nil {
+		files = append(files, e.cfg.Attach.Configs...)
+	}
+	if err := haproxy.Check(ctx, e.cfg.HAProxyBin, append(files, tmp)...); err != nil {
 		_ = os.Remove(tmp)
 		var ce *haproxy.CheckError
 		if errors.As(err, &ce) {
-			return rejection(ce, r)
+			return e.rejection(ce, r)
 		}
 		return fmt.Errorf("%w: %v", ErrRejected, err)
 	}
-	return os.Rename(tmp, e.proc.ConfigFile)
+	return os.Rename(tmp, e.configFile)
 }
 
 // rejection is the error of a configuration HAProxy refused, naming the
 // objects of the lines it complains about.
-func rejection(ce *haproxy.CheckError, r haproxy.Rendered) error {
+func (e *Edge) rejection(ce *haproxy.CheckError, r haproxy.Rendered) error {
 	var objs []string
-	for _, n := range ce.Lines() {
+	// Only the lines of the edge's file: an attached edge's check loads the
+	// host's files too.
+	for _, n := range ce.Lines(e.configFile, e.configFile+".new") {
 		if o, ok := r.Objects[n]; ok && !slices.Contains(objs, o) {
 			objs = append(objs, o)
 		}

@@ -44,6 +44,9 @@ type options struct {
 	resync       time.Duration
 	metricsAddr  string
 	udp          string
+	hostConfigs  []string
+	hostAdmin    string
+	hostMaster   string
 }
 
 func newCommand() *cobra.Command {
@@ -57,7 +60,13 @@ which npl-lbsync's haproxy provider states the load balancers to serve. Member
 changes go through HAProxy's runtime API without a reload; new or changed
 listeners are checked with haproxy -c and applied by a hitless reload. UDP
 listeners, which HAProxy cannot serve, are served by the nftables table
-inet npl-edge (DNAT to the members by weight, --udp).`,
+inet npl-edge (DNAT to the members by weight, --udp).
+
+With --haproxy-master-socket, npl-edge attaches to the HAProxy the host runs
+(Debian's haproxy.service) instead of starting its own: it writes only
+<state-dir>/npl.cfg, which HAProxy loads after the host's configuration
+(a second -f), and reloads HAProxy through the host's master CLI; systemd
+starts and restarts HAProxy.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), o) },
 	})
@@ -74,7 +83,25 @@ inet npl-edge (DNAT to the members by weight, --udp).`,
 	f.DurationVar(&o.resync, "resync-period", 10*time.Second, "how often HAProxy's runtime state is compared with the desired one and repaired")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":9105", "address of the Prometheus metrics and /healthz listener (0 disables it)")
 	f.StringVar(&o.udp, "udp", "auto", "how to serve UDP listeners: nftables (the table inet npl-edge; needs nft and net.ipv4.ip_forward=1), off (reported as not served; the table is removed), or auto (nftables when it works here)")
+	f.StringSliceVar(&o.hostConfigs, "haproxy-config", nil, "attached: the host's HAProxy configuration files (or directories), in the order HAProxy loads them before <state-dir>/npl.cfg, such as /etc/haproxy/haproxy.cfg")
+	f.StringVar(&o.hostAdmin, "haproxy-admin-socket", "", "attached: the host's admin socket (a stats socket at level admin with expose-fd listeners), such as /run/haproxy/admin.sock")
+	f.StringVar(&o.hostMaster, "haproxy-master-socket", "", "attach to the HAProxy the host runs, through its master CLI (haproxy -S), such as /run/haproxy-master.sock; needs --haproxy-config and --haproxy-admin-socket")
 	return cmd
+}
+
+// attach returns the host's HAProxy to attach to, nil when npl-edge runs
+// its own.
+func attach(o *options) (*edge.Attach, error) {
+	if o.hostMaster == "" {
+		if len(o.hostConfigs) > 0 || o.hostAdmin != "" {
+			return nil, cli.Usagef("--haproxy-config and --haproxy-admin-socket go with --haproxy-master-socket")
+		}
+		return nil, nil
+	}
+	if len(o.hostConfigs) == 0 || o.hostAdmin == "" {
+		return nil, cli.Usagef("--haproxy-master-socket needs --haproxy-config (the host's configuration files) and --haproxy-admin-socket")
+	}
+	return &edge.Attach{Configs: o.hostConfigs, AdminSocket: o.hostAdmin, MasterSocket: o.hostMaster}, nil
 }
 
 func run(ctx context.Context, o *options) error {
@@ -86,6 +113,10 @@ func run(ctx context.Context, o *options) error {
 	}
 	if o.resync <= 0 {
 		return cli.Usagef("--resync-period must be positive")
+	}
+	host, err := attach(o)
+	if err != nil {
+		return err
 	}
 	tlsConfig, err := edge.ServerTLS(o.certFile, o.keyFile, o.clientCAFile)
 	if err != nil {
@@ -101,6 +132,7 @@ func run(ctx context.Context, o *options) error {
 		Checks:       haproxy.Checks{Inter: o.checkInter, Fall: o.checkFall, Rise: o.checkRise},
 		ResyncPeriod: o.resync,
 		UDP:          udpTable,
+		Attach:       host,
 	})
 	if err != nil {
 		return cli.Usagef("%v", err)
@@ -119,7 +151,7 @@ func run(ctx context.Context, o *options) error {
 	if err := serve.Listen(ctx, "metrics", o.metricsAddr, mux); err != nil {
 		return cli.Usagef("%v", err)
 	}
-	klog.FromContext(ctx).Info("Starting npl-edge", "listen", ln.Addr().String(), "stateDir", o.dir, "udp", e.Status(ctx).UDP)
+	klog.FromContext(ctx).Info("Starting npl-edge", "listen", ln.Addr().String(), "stateDir", o.dir, "udp", e.Status(ctx).UDP, "attached", host != nil)
 	runDone := make(chan error, 1)
 	go func() { runDone <- e.Run(ctx) }()
 	serveErr := e.Serve(ctx, ln, tlsConfig)
