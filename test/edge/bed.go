@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/nodeportlocal/npl/edge/api"
+	"github.com/nodeportlocal/npl/edge/haproxy"
 	"github.com/nodeportlocal/npl/internal/netns"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/registry"
@@ -66,6 +67,9 @@ type Options struct {
 	// UDP is npl-edge's --udp ("" leaves its default, auto: nftables, as
 	// the edge namespaces forward).
 	UDP string
+	// Attach makes each edge host run HAProxy itself, as Debian's
+	// haproxy.service does (StartHostHAProxy), and npl-edge attach to it.
+	Attach bool
 	// Name distinguishes the namespaces and links of beds of one process.
 	Name string
 }
@@ -111,6 +115,8 @@ type EdgeHost struct {
 	edgeCmd  *exec.Cmd
 	edgeDone chan struct{}
 	edgeLog  *os.File
+	host     *exec.Cmd
+	hostDone chan struct{}
 }
 
 // Start makes the namespaces and links of the bed and the certificates of
@@ -259,7 +265,7 @@ func (b *Bed) EdgeLog() string { return b.Edges[0].EdgeLog() }
 func (b *Bed) Status(ctx context.Context) (api.Status, error) { return b.Edges[0].Status(ctx) }
 
 // StartEdge starts npl-edge in the edge namespace and waits until its API
-// answers and HAProxy runs.
+// answers and HAProxy runs (attached: npl-edge attached to it).
 func (b *EdgeHost) StartEdge(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -278,10 +284,19 @@ func (b *EdgeHost) StartEdge(ctx context.Context) error {
 	args := []string{"netns", "exec", b.Netns, bin,
 		"--listen", net.JoinHostPort(b.IP.String(), "8443"),
 		"--tls-cert-file", certs.ServerCert, "--tls-key-file", certs.ServerKey, "--client-ca-file", certs.CA,
-		"--state-dir", filepath.Join(b.Dir, "edge-state"),
+		"--state-dir", b.stateDir(),
 		"--check-interval", "300ms", "--check-fall", "1", "--check-rise", "1", "--resync-period", "1s", "-v", "2"}
 	if b.b.UDP != "" {
 		args = append(args, "--udp", b.b.UDP)
+	}
+	if b.b.Attach {
+		if b.host == nil {
+			if err := b.startHostHAProxy(true); err != nil {
+				return err
+			}
+		}
+		args = append(args, "--haproxy-config", b.hostConfig(), "--haproxy-admin-socket", b.hostAdminSocket(),
+			"--haproxy-master-socket", b.hostMasterSocket())
 	}
 	cmd := exec.Command("ip", args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -295,8 +310,9 @@ func (b *EdgeHost) StartEdge(ctx context.Context) error {
 	b.edgeCmd, b.edgeDone, b.edgeLog = cmd, done, logFile
 	deadline := time.Now().Add(20 * time.Second)
 	for {
+		// Started (or attached): a worker, and the edge's start done.
 		st, err := b.Status(ctx)
-		if err == nil && st.WorkerPID != 0 {
+		if err == nil && st.WorkerPID != 0 && st.Starts > 0 {
 			return nil
 		}
 		select {
@@ -308,6 +324,147 @@ func (b *EdgeHost) StartEdge(ctx context.Context) error {
 			return fmt.Errorf("npl-edge does not serve after 20s (%v); log:\n%s", err, b.EdgeLog())
 		}
 	}
+}
+
+// HostVIP is where the edge host's own HAProxy frontend (Options.Attach)
+// answers HostAnswer on port 80: the host's proxies beside npl-edge's.
+const (
+	HostVIP    = "198.18.200.254"
+	HostAnswer = "the host's own frontend"
+)
+
+func (b *EdgeHost) stateDir() string         { return filepath.Join(b.Dir, "edge-state") }
+func (b *EdgeHost) hostConfig() string       { return filepath.Join(b.Dir, "host", "haproxy.cfg") }
+func (b *EdgeHost) hostAdminSocket() string  { return filepath.Join(b.Dir, "host", "admin.sock") }
+func (b *EdgeHost) hostMasterSocket() string { return filepath.Join(b.Dir, "host", "master.sock") }
+
+// StartHostHAProxy starts the edge host's own HAProxy (Options.Attach) as
+// Debian's haproxy.service does, with the files an operator writes for
+// npl-edge (docs/haproxy.md): haproxy -Ws -S <master CLI> -f <the host's
+// configuration> -f <npl-edge's npl.cfg>, the host's global section with a
+// chroot, another user (nobody) and the admin socket npl-edge uses, and a
+// frontend of its own. It waits until the master lists a worker.
+func (b *EdgeHost) StartHostHAProxy() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.startHostHAProxy(true)
+}
+
+// StartHostHAProxyWithoutTheEdgesFile starts it without the -f of npl.cfg:
+// a host whose unit an operator did not change.
+func (b *EdgeHost) StartHostHAProxyWithoutTheEdgesFile() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.startHostHAProxy(false)
+}
+
+func (b *EdgeHost) startHostHAProxy(withEdgeFile bool) error {
+	if b.host != nil {
+		return errors.New("the host's HAProxy already runs")
+	}
+	hostDir := filepath.Dir(b.hostConfig())
+	chroot := filepath.Join(hostDir, "chroot")
+	if err := os.MkdirAll(chroot, 0o755); err != nil {
+		return err
+	}
+	cfg := strings.Join([]string{
+		"global",
+		"    chroot " + chroot,
+		"    uid 65534",
+		"    gid 65534",
+		"    stats socket " + b.hostAdminSocket() + " mode 600 level admin expose-fd listeners",
+		"    stats timeout 30s",
+		"    hard-stop-after 1m",
+		"defaults",
+		"    mode http",
+		"    timeout connect 3s",
+		"    timeout client 30s",
+		"    timeout server 30s",
+		"frontend host_own",
+		"    bind " + net.JoinHostPort(HostVIP, "80"),
+		"    http-request return status 200 content-type text/plain string " + strconv.Quote(HostAnswer),
+		"",
+	}, "\n")
+	if err := os.WriteFile(b.hostConfig(), []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	// The operator's install step: the state directory, and an empty
+	// npl.cfg for HAProxy to load before npl-edge first writes it.
+	edgeFile := filepath.Join(b.stateDir(), "npl.cfg")
+	if err := os.MkdirAll(b.stateDir(), 0o700); err != nil {
+		return err
+	}
+	if _, err := os.Stat(edgeFile); errors.Is(err, os.ErrNotExist) {
+		if err := os.WriteFile(edgeFile, nil, 0o600); err != nil {
+			return err
+		}
+	}
+	logFile, err := os.OpenFile(filepath.Join(b.Dir, "host-haproxy.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	args := []string{"netns", "exec", b.Netns, "haproxy", "-Ws", "-S", b.hostMasterSocket() + ",mode,600", "-f", b.hostConfig()}
+	if withEdgeFile {
+		args = append(args, "-f", edgeFile)
+	}
+	cmd := exec.Command("ip", args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Its own process group, so that a kill takes the workers too; gone
+	// with the test process.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the host's HAProxy: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	b.host, b.hostDone = cmd, done
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		procs, err := haproxy.ShowProc(context.Background(), b.hostMasterSocket())
+		if err == nil && haproxy.CurrentWorker(procs) != 0 {
+			return nil
+		}
+		select {
+		case <-done:
+			b.host = nil
+			return fmt.Errorf("the host's HAProxy exited at start: %s", tail(b.HostLog(), 20))
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the host's HAProxy lists no worker after 15s: %v", err)
+		}
+	}
+}
+
+// KillHostHAProxy kills the host's HAProxy, master and workers (SIGKILL),
+// and waits for the master.
+func (b *EdgeHost) KillHostHAProxy() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.host == nil {
+		return
+	}
+	_ = syscall.Kill(-b.host.Process.Pid, syscall.SIGKILL)
+	<-b.hostDone
+	b.host = nil
+}
+
+// HostMasterPID is the PID of the host's HAProxy master, 0 when it does
+// not run.
+func (b *EdgeHost) HostMasterPID() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.host == nil {
+		return 0
+	}
+	return b.host.Process.Pid
+}
+
+// HostLog is what the host's HAProxy printed.
+func (b *EdgeHost) HostLog() string {
+	out, _ := os.ReadFile(filepath.Join(b.Dir, "host-haproxy.log"))
+	return string(out)
 }
 
 // StopEdge stops npl-edge (SIGTERM; it stops HAProxy) and waits for it.
@@ -341,6 +498,7 @@ func (b *Bed) Close() error {
 	var errs []error
 	for _, e := range b.Edges {
 		e.StopEdge()
+		e.KillHostHAProxy()
 		peers, netns = append(peers, e.peer), append(netns, e.Netns)
 		errs = append(errs, os.RemoveAll(e.Dir))
 	}

@@ -51,8 +51,8 @@ func newBedWith(t *testing.T, secondEdge netip.Addr) (*Bed, *Backends) {
 	return newBedOptions(t, Options{SecondEdgeIP: secondEdge})
 }
 
-// newBedOptions is newBed with the second edge address and npl-edge's
-// --udp of o.
+// newBedOptions is newBed with the second edge address, npl-edge's --udp
+// and the attached HAProxy of o.
 func newBedOptions(t *testing.T, o Options) (*Bed, *Backends) {
 	t.Helper()
 	bin, err := cluster.DefaultBinDir()
@@ -65,7 +65,7 @@ func newBedOptions(t *testing.T, o Options) (*Bed, *Backends) {
 	ctx := context.Background()
 	b, err := Start(ctx, t.TempDir(), Options{
 		BridgeIP: bridgeIP, EdgeIP: netip.MustParseAddr("198.18.2.2"), ClientIP: netip.MustParseAddr("198.18.2.3"),
-		SecondEdgeIP: o.SecondEdgeIP, BinDir: bin, Name: "t", UDP: o.UDP,
+		SecondEdgeIP: o.SecondEdgeIP, BinDir: bin, Name: "t", UDP: o.UDP, Attach: o.Attach,
 	})
 	if err != nil {
 		t.Fatal(err)
