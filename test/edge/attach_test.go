@@ -22,9 +22,16 @@ import (
 // invalid share reaches its socket from inside the chroot, the host's
 // proxies are neither listed nor touched, a restarted HAProxy gets its
 // runtime state back, one that does not load npl.cfg is named in the
-// error, and HAProxy serves on when npl-edge stops.
+// error, and HAProxy serves on when npl-edge stops. With and without a
+// chroot: the invalid share's socket is inside it, or in the state
+// directory.
 func TestEdge_attachedToTheHostsHAProxy(t *testing.T) {
-	b, bs := newBedOptions(t, Options{Attach: true})
+	t.Run("chroot", func(t *testing.T) { testAttached(t, Options{Attach: true}) })
+	t.Run("no chroot", func(t *testing.T) { testAttached(t, Options{Attach: true, HostNoChroot: true}) })
+}
+
+func testAttached(t *testing.T, o Options) {
+	b, bs := newBedOptions(t, o)
 	host := b.Edges[0]
 	t.Cleanup(func() {
 		if t.Failed() {

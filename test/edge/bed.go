@@ -68,8 +68,11 @@ type Options struct {
 	// the edge namespaces forward).
 	UDP string
 	// Attach makes each edge host run HAProxy itself, as Debian's
-	// haproxy.service does (StartHostHAProxy), and npl-edge attach to it.
-	Attach bool
+	// haproxy.service does (StartHostHAProxy), and npl-edge attach to it;
+	// HostNoChroot leaves the chroot out of its global section (its
+	// workers still run as nobody).
+	Attach       bool
+	HostNoChroot bool
 	// Name distinguishes the namespaces and links of beds of one process.
 	Name string
 }
@@ -367,9 +370,18 @@ func (b *EdgeHost) startHostHAProxy(withEdgeFile bool) error {
 	if err := os.MkdirAll(chroot, 0o755); err != nil {
 		return err
 	}
+	global := "    chroot " + chroot
+	if b.b.HostNoChroot {
+		global = "    # no chroot"
+		// The workers reach the state directory's socket through its
+		// parents, as through /var/lib.
+		if err := os.Chmod(b.Dir, 0o711); err != nil {
+			return err
+		}
+	}
 	cfg := strings.Join([]string{
 		"global",
-		"    chroot " + chroot,
+		global,
 		"    uid 65534",
 		"    gid 65534",
 		"    stats socket " + b.hostAdminSocket() + " mode 600 level admin expose-fd listeners",

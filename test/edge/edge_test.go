@@ -65,7 +65,7 @@ func newBedOptions(t *testing.T, o Options) (*Bed, *Backends) {
 	ctx := context.Background()
 	b, err := Start(ctx, t.TempDir(), Options{
 		BridgeIP: bridgeIP, EdgeIP: netip.MustParseAddr("198.18.2.2"), ClientIP: netip.MustParseAddr("198.18.2.3"),
-		SecondEdgeIP: o.SecondEdgeIP, BinDir: bin, Name: "t", UDP: o.UDP, Attach: o.Attach,
+		SecondEdgeIP: o.SecondEdgeIP, BinDir: bin, Name: "t", UDP: o.UDP, Attach: o.Attach, HostNoChroot: o.HostNoChroot,
 	})
 	if err != nil {
 		t.Fatal(err)
