@@ -99,12 +99,7 @@ func orDefault(d, def time.Duration) time.Duration {
 func (a *Attached) Exited() <-chan struct{} {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.exited == nil {
-		c := make(chan struct{})
-		close(c)
-		return c
-	}
-	return a.exited
+	return orClosed(a.exited)
 }
 
 // MasterPID returns the PID of the master Start found, 0 once it is gone.

@@ -3,7 +3,6 @@ package haproxy
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -94,10 +93,7 @@ func TestHostChroot(t *testing.T) {
 // TestCheck_hostAndEdgeFilesTogether: haproxy -c loads the host's file and
 // the attached edge's file as the host's HAProxy does.
 func TestCheck_hostAndEdgeFilesTogether(t *testing.T) {
-	bin, err := exec.LookPath("haproxy")
-	if err != nil {
-		t.Fatal("haproxy not found: run make deps (apt-get install haproxy)")
-	}
+	bin := haproxyBin(t)
 	dir := t.TempDir()
 	host := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(host, []byte("global\n    stats socket "+filepath.Join(dir, "a.sock")+" level admin expose-fd listeners\n"+

@@ -11,7 +11,6 @@ import (
 	"math/big"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -237,10 +236,7 @@ func TestRender_linesNameTheirObject(t *testing.T) {
 // TestRender_haproxyAcceptsIt checks the rendered configuration with the
 // real haproxy -c.
 func TestRender_haproxyAcceptsIt(t *testing.T) {
-	bin, err := exec.LookPath("haproxy")
-	if err != nil {
-		t.Fatal("haproxy not found: run make deps (apt-get install haproxy)")
-	}
+	bin := haproxyBin(t)
 	dir := t.TempDir()
 	px := sampleWithCertsIn(t, dir)
 	r := Render(Globals{AdminSocket: filepath.Join(dir, "admin.sock"), InvalidSocket: filepath.Join(dir, "500.sock"), Checks: DefaultChecks}, px)
@@ -258,7 +254,7 @@ func TestRender_haproxyAcceptsIt(t *testing.T) {
 	if err := os.WriteFile(path, r.Text, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err = Check(context.Background(), bin, path)
+	err := Check(context.Background(), bin, path)
 	ce, ok := err.(*CheckError)
 	if !ok {
 		t.Fatalf("Check of an illegal proxy name: got %v, want a *CheckError", err)

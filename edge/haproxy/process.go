@@ -164,12 +164,17 @@ func (p *Process) Start(ctx context.Context) error {
 func (p *Process) Exited() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.exited == nil {
-		c := make(chan struct{})
-		close(c)
-		return c
+	return orClosed(p.exited)
+}
+
+// closed is a closed channel: what Exited returns before any start.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func orClosed(c chan struct{}) <-chan struct{} {
+	if c == nil {
+		return closed
 	}
-	return p.exited
+	return c
 }
 
 // MasterPID returns the PID of the master, 0 when none runs.

@@ -16,10 +16,7 @@ import (
 // killed (by its PID) when the test ends.
 func startHAProxy(t *testing.T) string {
 	t.Helper()
-	bin, err := exec.LookPath("haproxy")
-	if err != nil {
-		t.Fatal("haproxy not found: run make deps (apt-get install haproxy)")
-	}
+	bin := haproxyBin(t)
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "admin.sock")
 	cfg := filepath.Join(dir, "haproxy.cfg")
@@ -99,4 +96,15 @@ func TestShowServersState_readsTheInvalidServer(t *testing.T) {
 		states[0].Weight != 9 || !states[0].Enabled() {
 		t.Fatalf("servers %+v, want %s of weight 9, enabled, without an address", states, InvalidServer)
 	}
+}
+
+// haproxyBin is the haproxy executable; without one the test fails, saying
+// how to get it.
+func haproxyBin(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		t.Fatal("haproxy not found: run make deps (apt-get install haproxy)")
+	}
+	return bin
 }
