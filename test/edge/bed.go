@@ -440,7 +440,7 @@ func (b *EdgeHost) startHostHAProxy(withEdgeFile bool) error {
 		select {
 		case <-done:
 			b.host = nil
-			return fmt.Errorf("the host's HAProxy exited at start: %s", tail(b.HostLog(), 20))
+			return fmt.Errorf("the host's HAProxy exited at start:\n%s", b.HostLog())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
