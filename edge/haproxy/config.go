@@ -208,47 +208,47 @@ func Render(g Globals, p Proxies) Rendered {
 	var text, frame bytes.Buffer
 	objects := map[int]string{}
 	line := 0
-	emit := func(object, s string) {
+	emit := func(object, s string, server bool) {
 		line++
 		text.WriteString(s)
 		text.WriteByte('\n')
 		if object != "" {
 			objects[line] = object
 		}
-		if !isServerLine(s) {
+		if !server {
 			frame.WriteString(s)
 			frame.WriteByte('\n')
 		}
 	}
-	emit("", "# Written by npl-edge; it replaces this file at every change.")
+	emit("", "# Written by npl-edge; it replaces this file at every change.", false)
 	if !g.Attached {
-		emit("", "global")
-		emit("", fmt.Sprintf("    stats socket %s mode 600 level admin expose-fd listeners", g.AdminSocket))
-		emit("", "    stats timeout 30s")
+		emit("", "global", false)
+		emit("", fmt.Sprintf("    stats socket %s mode 600 level admin expose-fd listeners", g.AdminSocket), false)
+		emit("", "    stats timeout 30s", false)
 		// A worker replaced by a reload ends its last connections after
 		// this, so that reloads do not pile up old processes.
-		emit("", "    hard-stop-after 10m")
+		emit("", "    hard-stop-after 10m", false)
 	}
-	emit("", "defaults")
-	emit("", "    mode tcp")
-	emit("", "    timeout connect 3s")
-	emit("", "    timeout client 1h")
-	emit("", "    timeout server 1h")
-	emit("", "    timeout http-request 30s")
+	emit("", "defaults", false)
+	emit("", "    mode tcp", false)
+	emit("", "    timeout connect 3s", false)
+	emit("", "    timeout client 1h", false)
+	emit("", "    timeout server 1h", false)
+	emit("", "    timeout http-request 30s", false)
 	// A connection a member refuses (its Pod just went) is tried again on
 	// another member rather than failed.
-	emit("", "    retries 3")
-	emit("", "    option redispatch")
+	emit("", "    retries 3", false)
+	emit("", "    option redispatch", false)
 	if g.InvalidSocket != "" {
-		emit("", "# The invalid share of each pool (its invalid server) is answered 500 here.")
-		emit("", "frontend "+invalidFrontend)
-		emit("", "    mode http")
+		emit("", "# The invalid share of each pool (its invalid server) is answered 500 here.", false)
+		emit("", "frontend "+invalidFrontend, false)
+		emit("", "    mode http", false)
 		mode := "600"
 		if g.Attached {
 			mode = "666"
 		}
-		emit("", "    bind unix@"+g.InvalidSocket+" mode "+mode)
-		emit("", "    http-request return status 500")
+		emit("", "    bind unix@"+g.InvalidSocket+" mode "+mode, false)
+		emit("", "    http-request return status 500", false)
 	}
 	for _, f := range fronts {
 		obj := fmt.Sprintf("load balancer %s (proxy %s)", f.LoadBalancer, f.Name)
@@ -262,10 +262,10 @@ func Render(g Globals, p Proxies) Rendered {
 		if f.Listener != "" {
 			desc += " listener=" + string(f.Listener)
 		}
-		emit(obj, "frontend "+f.Name)
-		emit(obj, desc)
+		emit(obj, "frontend "+f.Name, false)
+		emit(obj, desc, false)
 		if f.HTTP {
-			emit(obj, "    mode http")
+			emit(obj, "    mode http", false)
 		}
 		bind := "    bind " + Address(f.VIP.String(), f.Port)
 		if len(f.Certificates) > 0 {
@@ -274,7 +274,7 @@ func Render(g Globals, p Proxies) Rendered {
 			bind += " ssl"
 			for _, c := range f.Certificates {
 				bind += " crt " + quote(c.Path)
-				emit(obj, "    "+tlsComment+jsonLine(c.Cert))
+				emit(obj, "    "+tlsComment+jsonLine(c.Cert), false)
 			}
 			if f.HTTP {
 				// HTTP/2 for the clients that offer it (gRPC among
@@ -282,20 +282,20 @@ func Render(g Globals, p Proxies) Rendered {
 				bind += " alpn h2,http/1.1"
 			}
 		}
-		emit(obj, bind)
+		emit(obj, bind, false)
 		if f.HTTP {
-			renderRules(f, func(s string) { emit(obj, s) })
+			renderRules(f, func(s string) { emit(obj, s, false) })
 		}
 		if f.Listener == providers.TLS {
-			renderSNI(f, func(s string) { emit(obj, s) })
+			renderSNI(f, func(s string) { emit(obj, s, false) })
 		}
 		if f.DefaultBackend != "" {
-			emit(obj, "    default_backend "+f.DefaultBackend)
+			emit(obj, "    default_backend "+f.DefaultBackend, false)
 		}
 	}
 	for _, b := range backs {
 		obj := fmt.Sprintf("load balancer %s (proxy %s)", b.LoadBalancer, b.Name)
-		emit(obj, "backend "+b.Name)
+		emit(obj, "backend "+b.Name, false)
 		desc := fmt.Sprintf("    description npl cluster=%s lb=%s", b.Cluster, b.LoadBalancer)
 		if b.AppProtocol != "" {
 			desc += " app=" + b.AppProtocol
@@ -303,11 +303,11 @@ func Render(g Globals, p Proxies) Rendered {
 		if b.Pool != "" {
 			desc += " pool=" + b.Pool
 		}
-		emit(obj, desc)
+		emit(obj, desc, false)
 		if b.HTTP {
-			emit(obj, "    mode http")
+			emit(obj, "    mode http", false)
 		}
-		emit(obj, "    balance roundrobin")
+		emit(obj, "    balance roundrobin", false)
 		for _, m := range b.Members {
 			s := fmt.Sprintf("    server %s %s %s", ServerName(m), Address(m.IP, m.Port), b.ServerOptions(g.Checks))
 			if m.Weight != 0 {
@@ -316,18 +316,14 @@ func Render(g Globals, p Proxies) Rendered {
 			if !m.Enabled {
 				s += " disabled"
 			}
-			emit(obj, s)
+			emit(obj, s, true)
 		}
 		if b.InvalidWeight > 0 {
-			emit(obj, "    server "+InvalidServer+" "+g.InvalidServerArgs(b.InvalidWeight))
+			emit(obj, "    server "+InvalidServer+" "+g.InvalidServerArgs(b.InvalidWeight), true)
 		}
 	}
 	return Rendered{Text: text.Bytes(), Frame: frame.String(), Objects: objects}
 }
-
-// isServerLine reports whether a line of a rendered configuration is a
-// server line: outside the frame, applied through the runtime API.
-func isServerLine(s string) bool { return strings.HasPrefix(s, "    server ") }
 
 // Parse reads back a configuration Render wrote: its frontends (with their
 // rules) and backends with their members as configured. Sections it did not
