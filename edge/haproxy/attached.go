@@ -21,12 +21,6 @@ import (
 type Attached struct {
 	// MasterSocket is the path of the master CLI (-S).
 	MasterSocket string
-	// Poll is how often the master is looked at; 1s when zero.
-	Poll time.Duration
-	// Gone is how long the master CLI may not answer before HAProxy
-	// counts as stopped; 5s when zero. A reload makes the master
-	// re-execute itself, which closes its CLI for a moment.
-	Gone time.Duration
 
 	mu     sync.Mutex
 	master int
@@ -36,7 +30,7 @@ type Attached struct {
 
 // Start waits until the master CLI lists a worker, for up to 15s, and then
 // watches the master: Exited is closed when another master answers (the
-// host restarted HAProxy) or none answers for Gone.
+// host restarted HAProxy) or none answers for attachedGone.
 func (a *Attached) Start(ctx context.Context) error {
 	a.Stop(0)
 	deadline := time.Now().Add(15 * time.Second)
@@ -63,10 +57,18 @@ func (a *Attached) Start(ctx context.Context) error {
 	}
 }
 
+const (
+	// attachedPoll is how often the host's master is looked at.
+	attachedPoll = time.Second
+	// attachedGone is how long its master CLI may not answer before
+	// HAProxy counts as stopped: a reload makes the master re-execute
+	// itself, which closes its CLI for a moment.
+	attachedGone = 5 * time.Second
+)
+
 func (a *Attached) watch(master int, exited, stop chan struct{}) {
-	poll, gone := orDefault(a.Poll, time.Second), orDefault(a.Gone, 5*time.Second)
 	lastSeen := time.Now()
-	tick := time.NewTicker(poll)
+	tick := time.NewTicker(attachedPoll)
 	defer tick.Stop()
 	for {
 		select {
@@ -81,18 +83,11 @@ func (a *Attached) watch(master int, exited, stop chan struct{}) {
 			return
 		case err == nil:
 			lastSeen = time.Now()
-		case time.Since(lastSeen) > gone:
+		case time.Since(lastSeen) > attachedGone:
 			close(exited)
 			return
 		}
 	}
-}
-
-func orDefault(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }
 
 // Exited is closed when the master Start found is gone.
