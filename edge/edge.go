@@ -281,7 +281,8 @@ func (e *Edge) start(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	r := e.render()
+	px := e.proxies()
+	r := e.render(px)
 	if err := e.checkAndWrite(ctx, r); err != nil {
 		return err
 	}
@@ -290,7 +291,7 @@ func (e *Edge) start(ctx context.Context) error {
 	}
 	e.starts.Add(1)
 	e.running, e.activeFrame, e.activeText = true, r.Frame, r.Text
-	if _, err := e.syncServers(ctx, e.proxies()); err != nil {
+	if _, err := e.syncServers(ctx, px); err != nil {
 		return fmt.Errorf("set the runtime state after start: %w", err)
 	}
 	klog.FromContext(ctx).Info("HAProxy started", "pid", e.proc.MasterPID(), "loadBalancers", len(e.desired))
@@ -308,7 +309,8 @@ func (e *Edge) attach(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	r := e.render()
+	px := e.proxies()
+	r := e.render(px)
 	if err := e.checkAndWrite(ctx, r); err != nil {
 		return err
 	}
@@ -316,12 +318,12 @@ func (e *Edge) attach(ctx context.Context) error {
 		return fmt.Errorf("reload the host's HAProxy on %s: %w", e.configFile, err)
 	}
 	e.reloads.Add(1)
-	if err := e.checkLoaded(ctx, e.proxies()); err != nil {
+	if err := e.checkLoaded(ctx, px); err != nil {
 		return err
 	}
 	e.starts.Add(1)
 	e.running, e.activeFrame, e.activeText = true, r.Frame, r.Text
-	if _, err := e.syncServers(ctx, e.proxies()); err != nil {
+	if _, err := e.syncServers(ctx, px); err != nil {
 		return fmt.Errorf("set the runtime state after attaching: %w", err)
 	}
 	klog.FromContext(ctx).Info("Attached to the host's HAProxy", "masterPID", e.proc.MasterPID(), "file", e.configFile, "loadBalancers", len(e.desired))
@@ -744,8 +746,8 @@ func onPort(ports []int32, port int32) bool {
 	return len(ports) == 0 || slices.Contains(ports, port)
 }
 
-func (e *Edge) render() haproxy.Rendered {
-	return haproxy.Render(e.globals(), e.proxies())
+func (e *Edge) render(px haproxy.Proxies) haproxy.Rendered {
+	return haproxy.Render(e.globals(), px)
 }
 
 // converge makes HAProxy serve the desired state: a reload when the frame
@@ -757,7 +759,8 @@ func (e *Edge) converge(ctx context.Context) (changed, reloaded bool, err error)
 	if err := e.writeCerts(); err != nil {
 		return false, false, err
 	}
-	r := e.render()
+	px := e.proxies()
+	r := e.render(px)
 	if r.Frame != e.activeFrame || !e.running {
 		if err := e.checkAndWrite(ctx, r); err != nil {
 			return false, false, err
@@ -785,11 +788,11 @@ func (e *Edge) converge(ctx context.Context) (changed, reloaded bool, err error)
 		e.reloads.Add(1)
 		e.activeFrame, e.activeText = r.Frame, r.Text
 		changed, reloaded = true, true
-		if err := e.checkLoaded(ctx, e.proxies()); err != nil {
+		if err := e.checkLoaded(ctx, px); err != nil {
 			return changed, reloaded, err
 		}
 	}
-	ops, err := e.syncServers(ctx, e.proxies())
+	ops, err := e.syncServers(ctx, px)
 	if ops > 0 {
 		changed = true
 	}
