@@ -165,12 +165,8 @@ func chrootOf(path string) (string, error) {
 		if len(fields) == 0 {
 			continue
 		}
-		switch fields[0] {
-		case "global":
-			inGlobal = true
-			continue
-		case "defaults", "frontend", "backend", "listen", "peers", "resolvers", "userlist", "program", "mailers", "cache", "ring", "http-errors":
-			inGlobal = false
+		if isSection(fields[0]) {
+			inGlobal = fields[0] == "global"
 			continue
 		}
 		if inGlobal && fields[0] == "chroot" && len(fields) > 1 {

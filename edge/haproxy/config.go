@@ -325,6 +325,17 @@ func Render(g Globals, p Proxies) Rendered {
 	return Rendered{Text: text.Bytes(), Frame: frame.String(), Objects: objects}
 }
 
+// isSection reports whether a line's first word starts a section of an
+// HAProxy configuration.
+func isSection(word string) bool {
+	switch word {
+	case "global", "defaults", "frontend", "backend", "listen", "peers", "resolvers", "userlist", "program", "mailers",
+		"cache", "ring", "http-errors":
+		return true
+	}
+	return false
+}
+
 // Parse reads back a configuration Render wrote: its frontends (with their
 // rules) and backends with their members as configured. Sections it did not
 // write (no npl description) are skipped.
@@ -340,8 +351,7 @@ func Parse(text []byte) (Proxies, error) {
 		if len(fields) == 0 {
 			continue
 		}
-		switch fields[0] {
-		case "global", "defaults", "frontend", "backend", "listen":
+		if isSection(fields[0]) {
 			section, name = fields[0], ""
 			if len(fields) > 1 {
 				name = fields[1]
