@@ -2,7 +2,6 @@ package edge
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -96,14 +95,10 @@ func testAttached(t *testing.T, o Options) {
 	own := StartStream(ctx, b.ClientHTTP(3*time.Second), hostOwn, 2, 60*time.Second)
 	other := startBackends(t, bs, "other", 1)
 	const reloads = 4
-	for i := range reloads {
-		time.Sleep(150 * time.Millisecond)
-		if _, err := p.Ensure(ctx, model(fmt.Sprintf("svc%d", i), 8080, other)); err != nil {
-			_, _ = stream.Stop(), own.Stop()
-			t.Fatalf("Ensure svc%d: %v", i, err)
-		}
+	if err := reloadByNewServices(ctx, p, reloads, other); err != nil {
+		_, _ = stream.Stop(), own.Stop()
+		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
 	stopStream(t, stream)
 	stopStream(t, own)
 	t.Logf("%d reloads of the host's HAProxy: the edge's VIP %d ok, %d failed; the host's frontend %d ok, %d failed",

@@ -365,19 +365,19 @@ func (b *EdgeHost) startHostHAProxy(withEdgeFile bool) error {
 	if b.host != nil {
 		return errors.New("the host's HAProxy already runs")
 	}
-	hostDir := filepath.Dir(b.hostConfig())
-	chroot := filepath.Join(hostDir, "chroot")
-	if err := os.MkdirAll(chroot, 0o755); err != nil {
-		return err
-	}
+	chroot := filepath.Join(filepath.Dir(b.hostConfig()), "chroot")
 	global := "    chroot " + chroot
 	if b.b.HostNoChroot {
-		global = "    # no chroot"
+		global, chroot = "    # no chroot", filepath.Dir(b.hostConfig())
 		// The workers reach the state directory's socket through its
 		// parents, as through /var/lib.
 		if err := os.Chmod(b.Dir, 0o711); err != nil {
 			return err
 		}
+	}
+	// The chroot inside the host's directory, or the directory itself.
+	if err := os.MkdirAll(chroot, 0o755); err != nil {
+		return err
 	}
 	cfg := strings.Join([]string{
 		"global",

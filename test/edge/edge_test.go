@@ -298,15 +298,10 @@ func TestEdge_reloadUnderLoadFailsNoRequest(t *testing.T) {
 	const reloads = 8
 	stream := StartStream(ctx, b.ClientHTTP(3*time.Second), url, 4, 60*time.Second)
 	other := startBackends(t, bs, "other", 1)
-	for i := range reloads {
-		time.Sleep(150 * time.Millisecond)
-		// A new Service: a new VIP, a new frontend, a reload.
-		if _, err := p.Ensure(ctx, model(fmt.Sprintf("svc%d", i), 8080, other)); err != nil {
-			_ = stream.Stop()
-			t.Fatalf("Ensure svc%d: %v", i, err)
-		}
+	if err := reloadByNewServices(ctx, p, reloads, other); err != nil {
+		_ = stream.Stop()
+		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
 	stopStream(t, stream)
 	after := status(t, b)
 	if got := after.Reloads - before.Reloads; got != reloads {
@@ -620,6 +615,20 @@ func TestEdge_reloadHAProxyCannotDoKeepsTheOldConfiguration(t *testing.T) {
 	}
 	waitAnswers(t, b, URL("198.18.200.2", 81), []string{"next-0"})
 	answers(t, b, url, 20)
+}
+
+// reloadByNewServices adds n Services (svc0, svc1, … on port 8080 with
+// members), 150 ms apart: each a new VIP and frontend, a reload. It returns
+// 300 ms after the last, the first Ensure's error if one fails.
+func reloadByNewServices(ctx context.Context, p providers.Provider, n int, members []providers.Member) error {
+	for i := range n {
+		time.Sleep(150 * time.Millisecond)
+		if _, err := p.Ensure(ctx, model(fmt.Sprintf("svc%d", i), 8080, members)); err != nil {
+			return fmt.Errorf("Ensure svc%d: %w", i, err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	return nil
 }
 
 // getHost sends one request for host and path to url's VIP from the client
