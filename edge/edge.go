@@ -289,12 +289,22 @@ func (e *Edge) start(ctx context.Context) error {
 	if err := e.proc.Start(ctx); err != nil {
 		return err
 	}
+	if err := e.serving(ctx, r, px); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("HAProxy started", "pid", e.proc.MasterPID(), "loadBalancers", len(e.desired))
+	return nil
+}
+
+// serving records that a started or attached HAProxy runs on r, the
+// rendering of px, and sets the runtime states its file cannot hold
+// (drain). Called with e.mu held.
+func (e *Edge) serving(ctx context.Context, r haproxy.Rendered, px haproxy.Proxies) error {
 	e.starts.Add(1)
 	e.running, e.activeFrame, e.activeText = true, r.Frame, r.Text
 	if _, err := e.syncServers(ctx, px); err != nil {
-		return fmt.Errorf("set the runtime state after start: %w", err)
+		return fmt.Errorf("set the runtime state after the start: %w", err)
 	}
-	klog.FromContext(ctx).Info("HAProxy started", "pid", e.proc.MasterPID(), "loadBalancers", len(e.desired))
 	return nil
 }
 
@@ -321,10 +331,8 @@ func (e *Edge) attach(ctx context.Context) error {
 	if err := e.checkLoaded(ctx, px); err != nil {
 		return err
 	}
-	e.starts.Add(1)
-	e.running, e.activeFrame, e.activeText = true, r.Frame, r.Text
-	if _, err := e.syncServers(ctx, px); err != nil {
-		return fmt.Errorf("set the runtime state after attaching: %w", err)
+	if err := e.serving(ctx, r, px); err != nil {
+		return err
 	}
 	klog.FromContext(ctx).Info("Attached to the host's HAProxy", "masterPID", e.proc.MasterPID(), "file", e.configFile, "loadBalancers", len(e.desired))
 	return nil
