@@ -62,7 +62,7 @@ type Config struct {
 // Attach is the HAProxy of the host that an attached edge drives: it
 // loads the host's configuration files, then the edge's own file
 // (Dir/npl.cfg, given last with -f), and the host's global section holds
-// an admin socket at level admin with "expose-fd listeners". The edge
+// an admin socket at level admin. The edge
 // writes only its own file and reloads HAProxy through the master CLI;
 // systemd starts and restarts HAProxy.
 type Attach struct {

@@ -84,7 +84,7 @@ starts and restarts HAProxy.`,
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":9105", "address of the Prometheus metrics and /healthz listener (0 disables it)")
 	f.StringVar(&o.udp, "udp", "auto", "how to serve UDP listeners: nftables (the table inet npl-edge; needs nft and net.ipv4.ip_forward=1), off (reported as not served; the table is removed), or auto (nftables when it works here)")
 	f.StringSliceVar(&o.hostConfigs, "haproxy-config", nil, "attached: the host's HAProxy configuration files (or directories), in the order HAProxy loads them before <state-dir>/npl.cfg, such as /etc/haproxy/haproxy.cfg")
-	f.StringVar(&o.hostAdmin, "haproxy-admin-socket", "", "attached: the host's admin socket (a stats socket at level admin with expose-fd listeners), such as /run/haproxy/admin.sock")
+	f.StringVar(&o.hostAdmin, "haproxy-admin-socket", "", "attached: the host's admin socket (a stats socket at level admin), such as /run/haproxy/admin.sock")
 	f.StringVar(&o.hostMaster, "haproxy-master-socket", "", "attach to the HAProxy the host runs, through its master CLI (haproxy -S), such as /run/haproxy-master.sock; needs --haproxy-config and --haproxy-admin-socket")
 	return cmd
 }

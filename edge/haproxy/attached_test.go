@@ -96,7 +96,7 @@ func TestCheck_hostAndEdgeFilesTogether(t *testing.T) {
 	bin := haproxyBin(t)
 	dir := t.TempDir()
 	host := filepath.Join(dir, "haproxy.cfg")
-	if err := os.WriteFile(host, []byte("global\n    stats socket "+filepath.Join(dir, "a.sock")+" level admin expose-fd listeners\n"+
+	if err := os.WriteFile(host, []byte("global\n    stats socket "+filepath.Join(dir, "a.sock")+" mode 660 level admin\n"+
 		"defaults\n    mode http\n    timeout client 1s\n    timeout server 1s\n    timeout connect 1s\n"+
 		"frontend host\n    bind 127.0.0.1:8080\n    http-request return status 200\n"), 0o600); err != nil {
 		t.Fatal(err)

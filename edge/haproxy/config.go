@@ -40,8 +40,9 @@ func (c Checks) Options() string {
 
 // Globals are the process-wide settings of the configuration.
 type Globals struct {
-	// AdminSocket is the path of the stats socket, at admin level, that
-	// also hands the listening sockets to a new worker on reload.
+	// AdminSocket is the path of the stats socket, at admin level. It does
+	// not hand out listening sockets (no "expose-fd listeners"): the master
+	// hands them to a new worker over its own socket pair.
 	AdminSocket string
 	// InvalidSocket is the path of the unix socket of the frontend that
 	// answers 500 to every request: the invalid server of each backend
@@ -223,7 +224,7 @@ func Render(g Globals, p Proxies) Rendered {
 	emit("", "# Written by npl-edge; it replaces this file at every change.", false)
 	if !g.Attached {
 		emit("", "global", false)
-		emit("", fmt.Sprintf("    stats socket %s mode 600 level admin expose-fd listeners", g.AdminSocket), false)
+		emit("", fmt.Sprintf("    stats socket %s mode 600 level admin", g.AdminSocket), false)
 		emit("", "    stats timeout 30s", false)
 		// A worker replaced by a reload ends its last connections after
 		// this, so that reloads do not pile up old processes.

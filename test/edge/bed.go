@@ -384,7 +384,7 @@ func (b *EdgeHost) startHostHAProxy(withEdgeFile bool) error {
 		global,
 		"    uid 65534",
 		"    gid 65534",
-		"    stats socket " + b.hostAdminSocket() + " mode 600 level admin expose-fd listeners",
+		"    stats socket " + b.hostAdminSocket() + " mode 660 level admin",
 		"    stats timeout 30s",
 		"    hard-stop-after 1m",
 		"defaults",
