@@ -1000,6 +1000,8 @@ func (e *Edge) syncServers(ctx context.Context, px haproxy.Proxies) (int, error)
 				cmds := []string{"add server " + srv + " " + haproxy.Address(m.IP, m.Port) + " " + p.ServerOptions(e.cfg.Checks) + weightOption(m), "enable health " + srv}
 				if m.Enabled {
 					cmds = append(cmds, "enable server "+srv)
+				} else {
+					cmds = append(cmds, "set server "+srv+" state drain")
 				}
 				if err := runChain(cmds, "New server registered"); err != nil {
 					errs = append(errs, &memberError{lb: p.LoadBalancer, err: fmt.Errorf("load balancer %s: add member %s: %w", p.LoadBalancer, srv, err)})
@@ -1008,7 +1010,10 @@ func (e *Edge) syncServers(ctx context.Context, px haproxy.Proxies) (int, error)
 				if err := run("set server " + srv + " state ready"); err != nil {
 					errs = append(errs, &memberError{lb: p.LoadBalancer, err: fmt.Errorf("load balancer %s: enable member %s: %w", p.LoadBalancer, srv, err)})
 				}
-			case !m.Enabled && s.Enabled():
+			case !m.Enabled && !s.Draining():
+				// In the rotation, or in maintenance: a start or reload
+				// loads a draining member disabled (Render), which HAProxy
+				// holds as maintenance; drain it again.
 				if err := run("set server " + srv + " state drain"); err != nil {
 					errs = append(errs, &memberError{lb: p.LoadBalancer, err: fmt.Errorf("load balancer %s: drain member %s: %w", p.LoadBalancer, srv, err)})
 				}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nodeportlocal/npl/edge/haproxy"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -63,6 +64,16 @@ func testAttached(t *testing.T, o Options) {
 	}
 	url := URL(st.VIPs[0], 80)
 	waitAnswers(t, b, url, []string{"web-1", "web-2"})
+	pool, drained := lb.Listeners[0].Pool.Name, haproxy.ServerName(members[0])
+	checkDraining := func(when string) {
+		t.Helper()
+		// Loaded disabled (maintenance), then drained through the admin
+		// socket: it keeps its health check and its connections.
+		if s, err := serverState(ctx, host, pool, drained); err != nil || !s.Draining() {
+			t.Fatalf("%s: the draining member's server %s is %+v, %v; want it draining, not in maintenance", when, drained, s, err)
+		}
+	}
+	checkDraining("after the reload of a new listener")
 	st1 := status(t, b)
 	if st1.Reloads != st0.Reloads+1 || st1.MasterPID != st0.MasterPID || st1.WorkerPID == st0.WorkerPID {
 		t.Fatalf("a new listener: status %+v -> %+v; want one reload of the host's master", st0, st1)
@@ -153,6 +164,7 @@ func testAttached(t *testing.T, o Options) {
 	if diff := cmp.Diff(before, listOne(t, p, lb.Name)); diff != "" {
 		t.Fatalf("after the restart (-before +after):\n%s", diff)
 	}
+	checkDraining("after the restart")
 	checkHostOwn("restarted")
 
 	// A host whose HAProxy does not load npl.cfg: the edge says so.

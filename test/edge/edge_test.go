@@ -463,6 +463,10 @@ func TestEdge_killedHAProxyIsRestoredWithItsState(t *testing.T) {
 	if st := status(t, b); st.Starts != old.Starts+1 {
 		t.Errorf("starts %d, want %d", st.Starts, old.Starts+1)
 	}
+	// Started disabled (maintenance), the member is drained again.
+	if s, err := serverState(ctx, b.Edges[0], lb.Listeners[0].Pool.Name, haproxy.ServerName(members[0])); err != nil || !s.Draining() {
+		t.Errorf("after the restart the draining member's server is %+v, %v; want it draining, not in maintenance", s, err)
+	}
 }
 
 func TestEdge_restartedEdgeServesItsDesiredState(t *testing.T) {

@@ -20,7 +20,12 @@ import (
 
 // AdminSocket is the path of the admin socket of the edge's HAProxy
 // worker (npl-edge keeps it in its state directory).
-func (e *EdgeHost) AdminSocket() string { return filepath.Join(e.Dir, "edge-state", "admin.sock") }
+func (e *EdgeHost) AdminSocket() string {
+	if e.b.Attach {
+		return e.hostAdminSocket()
+	}
+	return filepath.Join(e.Dir, "edge-state", "admin.sock")
+}
 
 // ServerSessions reads, from HAProxy's own counters ("show stat"), how many
 // connections each server of a backend took so far, by server name
