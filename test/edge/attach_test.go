@@ -74,6 +74,17 @@ func testAttached(t *testing.T, o Options) {
 		}
 	}
 	checkDraining("after the reload of a new listener")
+	// The operator's own reload (systemctl reload haproxy) loads the
+	// member disabled, in maintenance; the edge's next resync drains it.
+	if err := (&haproxy.Attached{MasterSocket: host.hostMasterSocket()}).Reload(ctx); err != nil {
+		t.Fatalf("the operator's reload: %v", err)
+	}
+	s, _ := serverState(ctx, host, pool, drained)
+	t.Logf("after the operator's reload the draining member's server has admin state %d", s.AdminState)
+	waitForCond(t, 10*time.Second, "the edge's resync to drain the member again after the operator's reload", func() (bool, error) {
+		s, err := serverState(ctx, host, pool, drained)
+		return err == nil && s.Draining(), err
+	})
 	st1 := status(t, b)
 	if st1.Reloads != st0.Reloads+1 || st1.MasterPID != st0.MasterPID || st1.WorkerPID == st0.WorkerPID {
 		t.Fatalf("a new listener: status %+v -> %+v; want one reload of the host's master", st0, st1)
