@@ -371,9 +371,11 @@ func (e *Edge) Put(ctx context.Context, cluster string, lb *providers.LoadBalanc
 	if err := checkUDP(n); err != nil {
 		return res, err
 	}
+	vip := netip.MustParseAddr(n.VIPs[0])
 	for _, l := range n.Listeners {
-		if !e.serves(l.Protocol) {
+		if why := e.unserved(l.Protocol, vip); why != "" {
 			res.Unsupported = append(res.Unsupported, fmt.Sprintf("%s/%d", l.Protocol, l.Port))
+			res.Reason = why
 		}
 	}
 	e.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeportlocal/npl/edge/api"
 	"github.com/nodeportlocal/npl/edge/udp"
 	"github.com/nodeportlocal/npl/providers"
 )
@@ -35,6 +36,19 @@ func (e *Edge) conflicting(a, b providers.Protocol) bool {
 		return a == b && e.serves(a)
 	}
 	return served(a) && served(b)
+}
+
+// unserved says why the edge does not serve a listener of protocol p on
+// vip, "" when it does: no UDP at all, or none on the VIP's IP family
+// (udp.Table.Unserved).
+func (e *Edge) unserved(p providers.Protocol, vip netip.Addr) string {
+	switch {
+	case served(p):
+		return ""
+	case p != providers.UDP || e.cfg.UDP == nil:
+		return api.ReasonNoUDP
+	}
+	return e.cfg.UDP.Unserved(vip)
 }
 
 func (e *Edge) udpMode() string {
@@ -73,9 +87,21 @@ func (e *Edge) convergeUDP(ctx context.Context, changed *bool, err *error) {
 	if e.cfg.UDP == nil || errors.Is(*err, ErrRejected) || errors.Is(*err, ErrInvalid) {
 		return
 	}
+	// The listeners the table serves: not those of an IP family the host
+	// does not forward (Put answers them unsupported, with the reason).
 	var listeners []udp.Listener
+	unserved := map[bool]string{}
 	for _, lb := range e.desired {
-		listeners = append(listeners, udpListenersOf(lb)...)
+		for _, l := range udpListenersOf(lb) {
+			why, ok := unserved[l.VIP.Is6()]
+			if !ok {
+				why = e.cfg.UDP.Unserved(l.VIP)
+				unserved[l.VIP.Is6()] = why
+			}
+			if why == "" {
+				listeners = append(listeners, l)
+			}
+		}
 	}
 	c, uerr := e.cfg.UDP.Sync(ctx, listeners)
 	if c {

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/knftables"
 
+	"github.com/nodeportlocal/npl/edge/api"
 	"github.com/nodeportlocal/npl/edge/udp"
 	"github.com/nodeportlocal/npl/providers"
 )
@@ -95,6 +96,44 @@ const listing = `{"nftables": [{"metainfo": {"version": "1.0.6", "release_name":
 {"rule": {"family": "inet", "table": "npl-edge", "chain": "prerouting", "handle": 7, "comment": "udp listeners ipv4", "expr": []}},
 {"rule": {"family": "inet", "table": "npl-edge", "chain": "u4-c612c801-5353", "handle": 9, "comment": "mark for masquerade", "expr": []}},
 {"rule": {"family": "inet", "table": "npl-edge", "chain": "u4-c612c801-5353", "handle": 10, "comment": "slots 1", "expr": []}}]}`
+
+// TestUnserved_udpOnIPv6WithoutIPv6Forwarding: where the host does not
+// forward IPv6, the UDP listeners on IPv6 VIPs are left out of the table
+// and said unserved with the reason; those on IPv4 VIPs, and TCP on IPv6,
+// are served.
+func TestUnserved_udpOnIPv6WithoutIPv6Forwarding(t *testing.T) {
+	fake, table := fakeUDP("")
+	forwarding := errors.New("net.ipv6.conf.all.forwarding is 0")
+	table.ForwardsIPv6 = func() error { return forwarding }
+	v4 := []providers.Member{{IP: "198.18.0.10", Port: 61001, Enabled: true}}
+	v6 := []providers.Member{{IP: "fd00:198:18::10", Port: 61001, Enabled: true}}
+	e := &Edge{cfg: Config{UDP: table}, desired: map[lbKey]*providers.LoadBalancer{
+		{"c1", "c1--ns-dns"}:  udpLB("c1--ns-dns", "198.18.200.1", v4, 53),
+		{"c1", "c1--ns-dns6"}: udpLB("c1--ns-dns6", "fd00:198:200::1", v6, 53),
+	}}
+	v4VIP, v6VIP := netip.MustParseAddr("198.18.200.1"), netip.MustParseAddr("fd00:198:200::1")
+	if why := e.unserved(providers.UDP, v6VIP); why != forwarding.Error() {
+		t.Errorf("UDP on an IPv6 VIP: unserved %q, want %q", why, forwarding)
+	}
+	if why := e.unserved(providers.UDP, v4VIP) + e.unserved(providers.TCP, v6VIP); why != "" {
+		t.Errorf("UDP on an IPv4 VIP and TCP on an IPv6 one: unserved %q, want both served", why)
+	}
+	var changed bool
+	var err error
+	e.convergeUDP(context.Background(), &changed, &err)
+	if err != nil || !strings.Contains(fake.Dump(), "198.18.200.1 . 53") || strings.Contains(fake.Dump(), "fd00:198:200::1") {
+		t.Fatalf("%v; the table serves the IPv6 VIP, or not the IPv4 one:\n%s", err, fake.Dump())
+	}
+	// Forwarding turned on: the next sync serves it.
+	forwarding = nil
+	e.convergeUDP(context.Background(), &changed, &err)
+	if err != nil || !strings.Contains(fake.Dump(), "fd00:198:200::1 . 53") {
+		t.Fatalf("%v; the IPv6 VIP is not served once the host forwards IPv6:\n%s", err, fake.Dump())
+	}
+	if why := (&Edge{}).unserved(providers.UDP, v4VIP); why != api.ReasonNoUDP {
+		t.Errorf("an edge without UDP: unserved %q, want %q", why, api.ReasonNoUDP)
+	}
+}
 
 func TestListUDP_aGatewaysUDPListenerAsTheTableServesIt(t *testing.T) {
 	_, table := fakeUDP(listing)

@@ -57,10 +57,17 @@ type EnsureResult struct {
 	// changed listeners); member changes never do.
 	Reloaded bool `json:"reloaded"`
 	// Unsupported lists the listeners the edge cannot serve, as
-	// "UDP/53" when it serves no UDP (Status.UDP "off"); the others are
-	// served.
+	// "UDP/53" when it serves no UDP (Status.UDP "off") or none on the
+	// VIP's IP family; the others are served.
 	Unsupported []string `json:"unsupported,omitempty"`
+	// Reason says why Unsupported are not served (an edge before this
+	// field: ReasonNoUDP).
+	Reason string `json:"reason,omitempty"`
 }
+
+// ReasonNoUDP is the Reason of the UDP listeners of an edge that serves
+// no UDP.
+const ReasonNoUDP = "npl-edge serves no UDP (--udp is off, or nftables does not work there)"
 
 // DeleteResult is the answer to a DELETE.
 type DeleteResult struct {

@@ -111,6 +111,10 @@ type Table struct {
 	// VerifyEvery is how often Sync reads the table back to find and
 	// repair changes made by others; zero reads it at every Sync.
 	VerifyEvery time.Duration
+	// ForwardsIPv6 returns an error unless the host forwards IPv6, which
+	// the listeners on IPv6 VIPs need (Unserved); nil counts as
+	// forwarding. New sets it to Forwarding6.
+	ForwardsIPv6 func() error
 
 	writes atomic.Int64
 
@@ -138,22 +142,37 @@ func New() (*Table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables for UDP listeners (apt-get install nftables; needs nf_tables, nat and numgen): %w", err)
 	}
-	return &Table{nft: nft, read: listTable, flush: flushConntrack, VerifyEvery: 10 * time.Second}, nil
+	return &Table{nft: nft, read: listTable, flush: flushConntrack, VerifyEvery: 10 * time.Second, ForwardsIPv6: Forwarding6}, nil
 }
 
 // Forwarding returns an error unless the host forwards IPv4 packets
 // (net.ipv4.ip_forward), without which the DNAT'd datagrams go nowhere.
-// IPv6 VIPs need net.ipv6.conf.all.forwarding too; that is checked by
-// whoever serves one.
-func Forwarding() error {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+func Forwarding() error { return sysctlOn("net.ipv4.ip_forward") }
+
+// Forwarding6 is Forwarding for IPv6 (net.ipv6.conf.all.forwarding): the
+// listeners on IPv6 VIPs need it. New sets Table.ForwardsIPv6 to it.
+func Forwarding6() error { return sysctlOn("net.ipv6.conf.all.forwarding") }
+
+func sysctlOn(name string) error {
+	b, err := os.ReadFile("/proc/sys/" + strings.ReplaceAll(name, ".", "/"))
 	if err != nil {
-		return fmt.Errorf("read net.ipv4.ip_forward: %w", err)
+		return fmt.Errorf("read %s: %w", name, err)
 	}
-	if strings.TrimSpace(string(b)) != "1" {
-		return errors.New("net.ipv4.ip_forward is 0: the edge does not forward the datagrams it sends to members (sysctl -w net.ipv4.ip_forward=1)")
+	if v := strings.TrimSpace(string(b)); v != "1" {
+		return fmt.Errorf("%s is %s: the edge does not forward the datagrams it sends to members (sysctl -w %s=1)", name, v, name)
 	}
 	return nil
+}
+
+// Unserved says why the table does not serve listeners on vip, "" when it
+// does: an IPv6 VIP on a host that does not forward IPv6.
+func (t *Table) Unserved(vip netip.Addr) string {
+	if vip.Is6() && t.ForwardsIPv6 != nil {
+		if err := t.ForwardsIPv6(); err != nil {
+			return err.Error()
+		}
+	}
+	return ""
 }
 
 // NewWith returns a table driven by nft (a knftables.Fake in tests), read

@@ -137,15 +137,18 @@ func (p *provider) Delete(ctx context.Context, name string, _ providers.Kind) er
 }
 
 // unsupportedWarnings are the warnings of Ensure: one per edge that does
-// not serve some listeners, naming the edge and the listeners, in the
-// order of the edges. Each edge answers for itself: one with --udp=off
-// beside one that serves UDP is said so.
+// not serve some listeners, naming the edge, the listeners and the edge's
+// reason, in the order of the edges. Each edge answers for itself: one
+// with --udp=off beside one that serves UDP is said so.
 func unsupportedWarnings(edges []string, results []api.EnsureResult) []string {
 	var out []string
 	for i, r := range results {
 		if len(r.Unsupported) > 0 {
-			out = append(out, fmt.Sprintf("edge %s does not serve UDP (npl-edge --udp is off, or nftables does not work there): listener(s) %s not served",
-				edges[i], strings.Join(r.Unsupported, ", ")))
+			reason := r.Reason
+			if reason == "" {
+				reason = api.ReasonNoUDP
+			}
+			out = append(out, fmt.Sprintf("edge %s does not serve listener(s) %s: %s", edges[i], strings.Join(r.Unsupported, ", "), reason))
 		}
 	}
 	return out

@@ -26,8 +26,10 @@ type fakeEdge struct {
 	served   map[string]providers.LoadBalancer
 	calls    []string
 	conflict bool
-	// unsupported is what every PUT answers it does not serve.
+	// unsupported is what every PUT answers it does not serve, and
+	// reason why (empty: an edge before EnsureResult.Reason).
 	unsupported []string
+	reason      string
 }
 
 func (f *fakeEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -62,7 +64,7 @@ func (f *fakeEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		f.served[name] = req.LoadBalancer
-		answer(http.StatusOK, api.EnsureResult{Changed: true, Unsupported: f.unsupported})
+		answer(http.StatusOK, api.EnsureResult{Changed: true, Unsupported: f.unsupported, Reason: f.reason})
 	case r.Method == http.MethodDelete:
 		delete(f.served, name)
 		answer(http.StatusOK, api.DeleteResult{Deleted: true})
@@ -278,21 +280,25 @@ func twoEdges(t *testing.T) (*provider, [2]*fakeEdge, [2]string) {
 }
 
 // TestEnsure_warningsOfEveryEdgeNameIt: each edge that does not serve a
-// UDP listener is said so, naming it, whichever of the edges it is.
+// UDP listener is said so, naming it and its reason (an edge that gives
+// none serves no UDP), whichever of the edges it is.
 func TestEnsure_warningsOfEveryEdgeNameIt(t *testing.T) {
+	const noIPv6 = "net.ipv6.conf.all.forwarding is 0"
 	for _, tc := range []struct {
-		name string
-		off  []int // the edges with --udp=off
+		name   string
+		off    []int // the edges that do not serve UDP/53
+		reason string
 	}{
-		{"none", nil},
-		{"the first", []int{0}},
-		{"the second", []int{1}},
-		{"both", []int{0, 1}},
+		{"none", nil, ""},
+		{"the first", []int{0}, ""},
+		{"the second", []int{1}, ""},
+		{"both", []int{0, 1}, ""},
+		{"the second, with its reason", []int{1}, noIPv6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, edges, urls := twoEdges(t)
 			for _, i := range tc.off {
-				edges[i].unsupported = []string{"UDP/53"}
+				edges[i].unsupported, edges[i].reason = []string{"UDP/53"}, tc.reason
 			}
 			lb := &providers.LoadBalancer{Name: "c1--ns-dns", Service: "ns/dns", Listeners: []providers.Listener{{Port: 53, Protocol: providers.UDP,
 				Pool: providers.Pool{Name: providers.PoolName("c1--ns-dns", providers.UDP, 53)}}}}
@@ -303,9 +309,13 @@ func TestEnsure_warningsOfEveryEdgeNameIt(t *testing.T) {
 			if len(st.Warnings) != len(tc.off) {
 				t.Fatalf("warnings %q, want %d", st.Warnings, len(tc.off))
 			}
+			want := tc.reason
+			if want == "" {
+				want = api.ReasonNoUDP
+			}
 			for k, i := range tc.off {
-				if w := st.Warnings[k]; !strings.Contains(w, "edge "+urls[i]+" ") || !strings.Contains(w, "UDP/53") {
-					t.Errorf("warning %q, want it to name edge %s and UDP/53", w, urls[i])
+				if w := st.Warnings[k]; !strings.Contains(w, "edge "+urls[i]+" ") || !strings.Contains(w, "UDP/53") || !strings.Contains(w, want) {
+					t.Errorf("warning %q, want it to name edge %s, UDP/53 and %q", w, urls[i], want)
 				}
 			}
 		})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -12,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
@@ -21,11 +24,14 @@ import (
 
 // TestEndToEnd_ipv6VIP: on a dual-stack cluster, npl-lbsync with
 // ipFamily IPv6 and an IPv6 vipPool gives an IPv6-only LoadBalancer
-// Service an IPv6 VIP on the edge, whose members are the Pods' IPv6
-// NodePortLocal mappings; requests over IPv6 from the client namespace to
-// the VIP reach every ready Pod, and none fails. The shared IPv4 cluster of
-// the package is closed first (one bridge per process); the next test that
-// asks for it starts it again.
+// Service (TCP 80 and UDP 53) an IPv6 VIP on the edge, whose members are
+// the Pods' IPv6 NodePortLocal mappings; requests over IPv6 from the client
+// namespace to the VIP reach every ready Pod, and none fails, and so do UDP
+// flows (through the edge's nftables table). With the edge host no longer
+// forwarding IPv6, the UDP listener leaves the table and the Service is
+// told why (NotServed), TCP still served; forwarding again, UDP is served
+// again. The shared IPv4 cluster of the package is closed first (one
+// bridge per process); the next test that asks for it starts it again.
 func TestEndToEnd_ipv6VIP(t *testing.T) {
 	stack.StopAgents(agents)
 	agents = nil
@@ -93,10 +99,14 @@ func TestEndToEnd_ipv6VIP(t *testing.T) {
 
 	client := c.Client()
 	ns := c.TestNamespace(t)
-	if _, err := client.AppsV1().Deployments(ns).Create(ctx, webDeployment(ns, "web", 3), metav1.CreateOptions{}); err != nil {
+	d := webDeployment(ns, "web", 3)
+	d.Spec.Template.Spec.Containers[0].Ports = append(d.Spec.Template.Spec.Containers[0].Ports,
+		corev1.ContainerPort{Name: "dns", ContainerPort: 5353, Protocol: corev1.ProtocolUDP})
+	if _, err := client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	svc := lbService(ns, "web", "v6")
+	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "dns", Port: 53, TargetPort: intstr.FromInt32(5353), Protocol: corev1.ProtocolUDP})
 	single := corev1.IPFamilyPolicySingleStack
 	svc.Spec.IPFamilyPolicy, svc.Spec.IPFamilies = &single, []corev1.IPFamily{corev1.IPv6Protocol}
 	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
@@ -115,7 +125,7 @@ func TestEndToEnd_ipv6VIP(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := providers.LoadBalancerName("v6", ns, "web")
-	waitForCond(t, 90*time.Second, "3 IPv6 members on the edge, one per Pod mapping", func() (bool, error) {
+	waitForCond(t, 90*time.Second, "3 IPv6 members on each listener of the edge, one per Pod mapping", func() (bool, error) {
 		lbs, err := p.List(ctx)
 		if err != nil {
 			return false, err
@@ -129,7 +139,7 @@ func TestEndToEnd_ipv6VIP(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		var want []providers.Member
+		want := map[providers.Protocol][]providers.Member{}
 		for _, pod := range pods.Items {
 			es, err := contract.Parse(pod.Annotations[contract.PodKey])
 			if err != nil {
@@ -137,21 +147,24 @@ func TestEndToEnd_ipv6VIP(t *testing.T) {
 			}
 			for _, e := range es {
 				if e.IPFamily == contract.FamilyIPv6 {
-					want = append(want, providers.Member{IP: e.NodeIP, Port: int32(e.NodePort), Enabled: true})
+					p := providers.Protocol(e.Protocol.Kubernetes())
+					want[p] = append(want[p], providers.Member{IP: e.NodeIP, Port: int32(e.NodePort), Enabled: true})
 				}
 			}
 		}
-		if len(lb.Listeners) != 1 || len(want) != 3 {
+		if len(lb.Listeners) != 2 || len(want[providers.TCP]) != 3 || len(want[providers.UDP]) != 3 {
 			return false, fmt.Errorf("listeners %v, IPv6 mappings %v", lb.Listeners, want)
 		}
-		got := lb.Listeners[0].Pool.Members
-		for _, m := range got {
-			if !netip.MustParseAddr(m.IP).Is6() {
-				return false, fmt.Errorf("member %s is not IPv6", m.IP)
+		for _, l := range lb.Listeners {
+			got := l.Pool.Members
+			for _, m := range got {
+				if !netip.MustParseAddr(m.IP).Is6() {
+					return false, fmt.Errorf("member %s of %s/%d is not IPv6", m.IP, l.Protocol, l.Port)
+				}
 			}
-		}
-		if !slices.Equal(providers.SortMembers(got), providers.SortMembers(want)) {
-			return false, fmt.Errorf("members %v, want %v", got, want)
+			if !slices.Equal(providers.SortMembers(got), providers.SortMembers(want[l.Protocol])) {
+				return false, fmt.Errorf("%s/%d members %v, want %v", l.Protocol, l.Port, got, want[l.Protocol])
+			}
 		}
 		return true, nil
 	})
@@ -171,4 +184,57 @@ func TestEndToEnd_ipv6VIP(t *testing.T) {
 		t.Fatalf("%d requests to %s answered by %v, want every ready Pod %v", n, url, trimmed, pods)
 	}
 	t.Logf("%d requests over IPv6 to VIP %s: 0 failed, per Pod %v", n, vip, trimmed)
+
+	// UDP over IPv6: new flows through the VIP reach every ready Pod.
+	addr := net.JoinHostPort(vip.String(), "53")
+	udpReaches := func(when string, want []string) {
+		t.Helper()
+		waitForCond(t, 60*time.Second, when+": UDP flows over IPv6 through the VIP reach exactly the ready Pods", func() (bool, error) {
+			counts := map[string]int{}
+			for range 60 {
+				name, err := askNew(ctx, b, addr)
+				if err != nil {
+					return false, err
+				}
+				counts[name]++
+			}
+			if got := slices.Sorted(maps.Keys(counts)); !slices.Equal(got, want) {
+				return false, fmt.Errorf("UDP answered by %v, want %v", counts, want)
+			}
+			t.Logf("%s: 60 UDP flows over IPv6 to %s: %v", when, addr, counts)
+			return true, nil
+		})
+	}
+	udpReaches("served", pods)
+
+	// The edge host stops forwarding IPv6: npl-edge's resync takes the UDP
+	// listener out of its table, the next Ensure (a scale-down) says why,
+	// and TCP is still served.
+	forwarding := func(on string) {
+		t.Helper()
+		// Not ctx: the cleanup runs after it ends.
+		if err := run(context.Background(), "ip", "netns", "exec", b.Edges[0].Netns, "sysctl", "-qw", "net.ipv6.conf.all.forwarding="+on); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forwarding("0")
+	t.Cleanup(func() { forwarding("1") })
+	pods = scaleAndConverge(t, client, b, ns, "web", url, 2)
+	waitForCond(t, 30*time.Second, "a NotServed Event for UDP/53 naming IPv6 forwarding", func() (bool, error) {
+		return hasEvent(ctx, client, ns, "web", "NotServed", "UDP/53: net.ipv6.conf.all.forwarding is 0")
+	})
+	waitForCond(t, 30*time.Second, "the UDP listener gone from the edge's table", func() (bool, error) {
+		if chains := udpChains(t, b.Edges[0]); len(chains) != 0 {
+			return false, fmt.Errorf("listener chains %q", chains)
+		}
+		return true, nil
+	})
+	if name, err := askNew(ctx, b, addr); err == nil {
+		t.Fatalf("the edge does not forward IPv6: UDP answered by %q; want nothing", name)
+	}
+	answers(t, b, url, 10)
+
+	// Forwarding again: the next resync serves the listener again.
+	forwarding("1")
+	udpReaches("forwarding again", pods)
 }
