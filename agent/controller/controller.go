@@ -51,6 +51,12 @@ type Config struct {
 	// ResyncPeriod re-queues every local Pod; 0 disables it. The datapath
 	// repairs itself independently.
 	ResyncPeriod time.Duration
+	// RetiredPortGrace keeps, after a restart with a port range that no
+	// longer holds a running Pod's node port, the rule of that old port
+	// this long beside the Pod's new mapping, so that a load balancer still
+	// sending to the old address until it reads the new annotation loses
+	// nothing (make before break); 0 drops the old rule at the restart.
+	RetiredPortGrace time.Duration
 }
 
 // Datapath is what the controller needs from a family's datapath: program a
@@ -79,6 +85,13 @@ type mapping struct {
 	target   Target
 	nodePort int
 	podIP    netip.Addr
+}
+
+// retiredMapping is a mapping of a Pod, keyed by namespace/name, on a node
+// port outside the range (Config.RetiredPortGrace).
+type retiredMapping struct {
+	key string
+	mapping
 }
 
 // podState is what the agent has published for one Pod, keyed by namespace/name.
@@ -112,8 +125,12 @@ type Controller struct {
 	queuedMu sync.Mutex
 	queuedAt map[string]time.Time
 
-	mu      sync.Mutex
-	pods    map[string]*podState
+	mu   sync.Mutex
+	pods map[string]*podState
+	// retired are the mappings of old node ports outside the range that
+	// restore keeps until RetiredPortGrace has passed; the datapath
+	// programs them, no annotation lists them.
+	retired []retiredMapping
 	nodeIPs map[contract.Family]netip.Addr
 	starved map[string]bool // Pods waiting for free ports
 	ready   bool

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -57,7 +58,10 @@ func (c *Controller) restore(ctx context.Context) error {
 		return fmt.Errorf("list pods for restore: %w", err)
 	}
 	c.mu.Lock()
-	entries, dropped := c.restorableEntries(ctx, pods)
+	entries, outside, dropped := c.restorableEntries(ctx, pods)
+	if c.cfg.RetiredPortGrace > 0 {
+		c.retired = outside
+	}
 	// TCP before UDP, then by Pod, so that which mapping of a shared number
 	// moves does not depend on the informer's order. The TCP one keeps it: a
 	// TCP port change drops the connections and health monitors a load
@@ -127,12 +131,33 @@ func (c *Controller) restore(ctx context.Context) error {
 			"Node port of %s/%d (%s) moved from %d to %d: %v", t.Protocol, t.PodPort, t.Family, m.nodePort, m.newPort, m.cause)
 	}
 	logger.Info("Restored mappings from Pod annotations", "restored", restored, "moved", len(moved), "dropped", dropped, "pods", len(pods))
+	if c.cfg.RetiredPortGrace > 0 && len(outside) > 0 {
+		logger.Info("Keeping the rules of node ports outside the range until the load balancers follow the new ones",
+			"mappings", len(outside), "range", c.cfg.PortRange, "for", c.cfg.RetiredPortGrace)
+		time.AfterFunc(c.cfg.RetiredPortGrace, func() { c.dropRetired(ctx) })
+	}
 	return nil
 }
 
+// dropRetired removes the rules restore kept of node ports outside the
+// range.
+func (c *Controller) dropRetired(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	c.mu.Lock()
+	n := len(c.retired)
+	c.retired = nil
+	c.updateDatapathLocked()
+	c.mu.Unlock()
+	klog.FromContext(ctx).Info("Removed the rules of node ports outside the range", "mappings", n, "range", c.cfg.PortRange)
+}
+
 // restorableEntries parses the annotations of pods and returns the entries
-// that can be restored, with the number it dropped. Called with c.mu held.
-func (c *Controller) restorableEntries(ctx context.Context, pods []*corev1.Pod) (out []restoreEntry, dropped int) {
+// that can be restored, the mappings of those whose node port is outside
+// the range (kept for RetiredPortGrace), and the number it dropped (those
+// outside the range included). Called with c.mu held.
+func (c *Controller) restorableEntries(ctx context.Context, pods []*corev1.Pod) (out []restoreEntry, outside []retiredMapping, dropped int) {
 	logger := klog.FromContext(ctx)
 	for _, pod := range pods {
 		value, ok := pod.Annotations[contract.PodKey]
@@ -159,6 +184,8 @@ func (c *Controller) restorableEntries(ctx context.Context, pods []*corev1.Pod) 
 				t.HostPort = hp
 			} else if !c.cfg.PortRange.Contains(e.NodePort) {
 				logger.Info("Not restoring a node port outside the range", "pod", klog.KObj(pod), "nodePort", e.NodePort, "range", c.cfg.PortRange)
+				seen[t] = true
+				outside = append(outside, retiredMapping{key: key, mapping: mapping{target: t, nodePort: e.NodePort, podIP: ip}})
 				dropped++
 				continue
 			}
@@ -166,7 +193,7 @@ func (c *Controller) restorableEntries(ctx context.Context, pods []*corev1.Pod) 
 			out = append(out, restoreEntry{pod: pod, key: key, target: t, nodePort: e.NodePort, podIP: ip})
 		}
 	}
-	return out, dropped
+	return out, outside, dropped
 }
 
 // addRestoredLocked adds a restored mapping to the Pod's state, keeping the

@@ -193,3 +193,80 @@ func TestRestore_movesOneOfTwoMappingsThatShareANumber(t *testing.T) {
 		t.Fatalf("NodePortReallocated Warning events: %v (found %v, want %v)", err, events, wantEvents)
 	}
 }
+
+// TestRestore_keepsTheRuleOfAPortOutsideTheRangeForTheGrace: restarted with
+// a range that no longer holds a running Pod's node port, the agent
+// publishes a new port in the range and keeps forwarding the old one to the
+// Pod beside it (no annotation lists it) until RetiredPortGrace has passed,
+// or until the Pod is gone; then only the new port is programmed.
+func TestRestore_keepsTheRuleOfAPortOutsideTheRangeForTheGrace(t *testing.T) {
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: nodeName},
+		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP}}},
+	}
+	web := oldPod(t, "web", "198.19.0.6", "web", entry(8080, 61500, "tcp"))
+	gone := oldPod(t, "gone", "198.19.0.7", "web", entry(8080, 61501, "tcp"))
+	client := fake.NewClientset(node, web, gone, service("web", "web", svcPort("http", corev1.ProtocolTCP, 8080)))
+	rng := portalloc.Range{Start: 61000, End: 61009}
+	alloc, err := portalloc.New(rng, portalloctest.NewReserver())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp := &fakeDatapath{}
+	const grace = 3 * time.Second
+	c := controller.New(controller.Config{NodeName: nodeName, PortRange: rng, NodeIPPreference: []corev1.NodeAddressType{corev1.NodeInternalIP},
+		RetiredPortGrace: grace}, client, alloc, map[contract.Family]controller.Datapath{contract.FamilyIPv4: dp}, controller.NewMetrics(nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	// programmed lists each Pod's programmed node ports, inRange for one
+	// in the range (which one depends on the order the Pods are synced).
+	const inRange = 0
+	programmed := func() map[string][]int {
+		dp.mu.Lock()
+		defer dp.mu.Unlock()
+		out := map[string][]int{}
+		for _, m := range dp.last.Mappings {
+			p := m.NodePort
+			if rng.Contains(p) {
+				p = inRange
+			}
+			out[m.Pod] = append(out[m.Pod], p)
+			slices.Sort(out[m.Pod])
+		}
+		return out
+	}
+	poll := func(what string, want map[string][]int) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
+			return cmp.Equal(want, programmed()), nil
+		}); err != nil {
+			t.Fatalf("%s: node ports programmed %v, want %v", what, programmed(), want)
+		}
+	}
+
+	// Both Pods get new ports in the range; the old ones stay programmed.
+	poll("after the restart", map[string][]int{"ns/web": {inRange, 61500}, "ns/gone": {inRange, 61501}})
+	for _, name := range []string{"web", "gone"} {
+		p, err := client.CoreV1().Pods("ns").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if es, err := contract.Parse(p.Annotations[contract.PodKey]); err != nil || len(es) != 1 || !rng.Contains(es[0].NodePort) {
+			t.Errorf("%s's annotation %v (%v); want only its new node port, in %s", name, es, err, rng)
+		}
+	}
+	// A Pod gone: its old port goes with it.
+	if err := client.CoreV1().Pods("ns").Delete(ctx, "gone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("the Pod deleted", map[string][]int{"ns/web": {inRange, 61500}})
+	// The grace over: only the new port.
+	poll("after the grace", map[string][]int{"ns/web": {inRange}})
+}

@@ -68,6 +68,9 @@ func (c *Controller) syncPod(ctx context.Context, key string, queued time.Durati
 	}
 	next, released, flush, allocErr := c.reconcileMappings(key, st.mappings, targets, podIPs)
 	changed := !slices.Equal(next, st.mappings)
+	if c.dropRetiredOfLocked(key, podIPs) {
+		changed = true
+	}
 	st.mappings = next
 	if len(next) == 0 {
 		delete(c.pods, key)
@@ -209,16 +212,32 @@ func allocKey(pod string, t Target) portalloc.Key {
 	return portalloc.Key{Pod: pod, PodPort: t.PodPort, Protocol: t.Protocol, Family: t.Family}
 }
 
+// dropRetiredOfLocked removes the retired mappings of a Pod that is gone
+// (podIPs nil) or no longer has the IP they point to, and reports whether
+// it removed any. Called with c.mu held.
+func (c *Controller) dropRetiredOfLocked(key string, podIPs map[contract.Family]netip.Addr) bool {
+	n := len(c.retired)
+	c.retired = slices.DeleteFunc(c.retired, func(r retiredMapping) bool {
+		return r.key == key && podIPs[r.target.Family] != r.podIP
+	})
+	return len(c.retired) != n
+}
+
 // updateDatapathLocked hands every family's datapath the complete desired
-// content computed from all Pods. Called with c.mu held.
+// content computed from all Pods, and the retired mappings restore keeps.
+// Called with c.mu held.
 func (c *Controller) updateDatapathLocked() map[contract.Family]uint64 {
 	desired := map[contract.Family]*datapath.Desired{}
 	for fam := range c.paths {
 		desired[fam] = &datapath.Desired{PortRange: [2]int{c.cfg.PortRange.Start, c.cfg.PortRange.End}}
 	}
 	total := 0
+	// The node ports of the published mappings: a retired mapping on one
+	// of them (a Pod's hostPort) is not programmed.
+	published := map[retiredPort]bool{}
 	for key, st := range c.pods {
 		for _, m := range st.mappings {
+			published[retiredPort{m.target.Family, m.target.Protocol, m.nodePort}] = true
 			d := desired[m.target.Family]
 			if d == nil || m.target.HostPort != 0 || !m.podIP.IsValid() {
 				continue
@@ -227,6 +246,13 @@ func (c *Controller) updateDatapathLocked() map[contract.Family]uint64 {
 				NodePort: m.nodePort, Protocol: m.target.Protocol, PodIP: m.podIP, PodPort: int(m.target.PodPort), Pod: key,
 			})
 			total++
+		}
+	}
+	for _, r := range c.retired {
+		if d := desired[r.target.Family]; d != nil && !published[retiredPort{r.target.Family, r.target.Protocol, r.nodePort}] {
+			d.Mappings = append(d.Mappings, datapath.Mapping{
+				NodePort: r.nodePort, Protocol: r.target.Protocol, PodIP: r.podIP, PodPort: int(r.target.PodPort), Pod: r.key,
+			})
 		}
 	}
 	for _, ip := range c.localPodIPs() {
@@ -244,6 +270,13 @@ func (c *Controller) updateDatapathLocked() map[contract.Family]uint64 {
 		gens[fam] = c.paths[fam].Update(*d)
 	}
 	return gens
+}
+
+// retiredPort is a node port of a family and protocol.
+type retiredPort struct {
+	family   contract.Family
+	protocol contract.Protocol
+	port     int
 }
 
 // localPodIPs lists the IPs of the node's Pods that have their own network

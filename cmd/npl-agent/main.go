@@ -43,6 +43,7 @@ type options struct {
 	datapath         string
 	checkInterval    time.Duration
 	syncWindow       time.Duration
+	retiredGrace     time.Duration
 	workers          int
 	apiQPS           float32
 	apiBurst         int
@@ -72,6 +73,7 @@ writes the Antrea-compatible Pod annotation nodeportlocal.antrea.io.`,
 	f.StringVar(&o.datapath, "datapath", string(datapath.BackendAuto), "datapath backend: auto, iptables or nftables (auto: nftables when kube-proxy runs in nftables mode or iptables does not work, else iptables)")
 	f.DurationVar(&o.checkInterval, "datapath-check-interval", time.Minute, "how often the datapath (chains, or the nftables table) is checked for drift and repaired")
 	f.DurationVar(&o.syncWindow, "datapath-sync-window", 0, "when set, the changes within this window after the first are written in one datapath write; 0 writes a change at once (the changes made during a write are written together right after it)")
+	f.DurationVar(&o.retiredGrace, "retired-port-grace", 30*time.Second, "after a restart with a --port-range that no longer holds a running Pod's node port, how long the old port keeps forwarding to the Pod beside its new one, while load balancers move to the new annotation; 0 drops it at once")
 	f.IntVar(&o.workers, "workers", 4, "Pods synced in parallel")
 	f.Float32Var(&o.apiQPS, "kube-api-qps", 50, "sustained rate of requests to the Kubernetes API (one annotation patch per Pod change)")
 	f.IntVar(&o.apiBurst, "kube-api-burst", 100, "burst of requests to the Kubernetes API")
@@ -104,6 +106,9 @@ func (o *options) validate() (portalloc.Range, []corev1.NodeAddressType, error) 
 	}
 	if o.workers < 1 {
 		return rng, nil, cli.Usagef("--workers must be at least 1")
+	}
+	if o.retiredGrace < 0 {
+		return rng, nil, cli.Usagef("--retired-port-grace must not be negative")
 	}
 	return rng, pref, nil
 }
@@ -164,7 +169,7 @@ func run(ctx context.Context, o *options) error {
 	registerAllocatorMetrics(reg, alloc, families)
 
 	ctrl := controller.New(controller.Config{
-		NodeName: o.nodeName, PortRange: rng, NodeIPPreference: pref, Workers: o.workers,
+		NodeName: o.nodeName, PortRange: rng, NodeIPPreference: pref, Workers: o.workers, RetiredPortGrace: o.retiredGrace,
 	}, client, alloc, paths, metrics)
 
 	if err := serve.Listen(ctx, "metrics", o.metricsAddr, serve.Metrics(reg)); err != nil {

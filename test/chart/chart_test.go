@@ -252,6 +252,7 @@ func checkAgent(t *testing.T, r *release) {
 	for flag, path := range map[string]string{
 		"port-range": "agent.portRange", "node-ip-preference": "agent.nodeIPPreference",
 		"datapath-check-interval": "agent.datapathCheckInterval", "service-node-port-range": "agent.serviceNodePortRange",
+		"retired-port-grace": "agent.retiredPortGrace",
 	} {
 		if v, _ := flagValue(c.Args, flag); v != r.str(path) {
 			t.Errorf("%s: --%s=%q; want %s %q", o, flag, v, path, r.str(path))

@@ -114,8 +114,10 @@ func TestAgent_portRangeChange(t *testing.T) {
 			name := fmt.Sprintf("web-%d", i)
 			old[name] = e.waitEntries(t, ns, name, 1)[0].NodePort
 		}
+		restarted := time.Now()
 		e.restartAgent(t, node2, "61800-61899", nil)
 		t.Cleanup(func() { e.restartAgent(t, node2, "61000-62000", nil) })
+		grace := e.agent(node2).RetiredPortGrace()
 		for name, oldPort := range old {
 			waitFor(t, 20*time.Second, name+" moved into 61800-61899", func() (bool, error) {
 				es, ok, err := e.entries(t, ns, name)
@@ -123,11 +125,28 @@ func TestAgent_portRangeChange(t *testing.T) {
 			})
 			x := e.waitEntries(t, ns, name, 1)[0]
 			eventually(t, 10*time.Second, "traffic in the new range", func() error { return expectBody(get(addr(x.NodeIP, x.NodePort)))(name) })
-			if oldPort < 61800 || oldPort > 61899 {
-				if e.hasMapping(t, n, "tcp", oldPort) || portHeld(t, n, "tcp", oldPort) {
-					t.Errorf("%s: old node port %d still has a rule or socket", name, oldPort)
-				}
+			if oldPort >= 61800 && oldPort <= 61899 {
+				continue
 			}
+			// Make before break: the old port still forwards to the Pod,
+			// without a socket held, until --retired-port-grace has passed.
+			err := expectBody(get(addr(x.NodeIP, oldPort)))(name)
+			if late := time.Since(restarted); late < grace-2*time.Second && err != nil {
+				t.Errorf("%s: old node port %d %v after the restart: %v; want it to forward to the Pod for %v", name, oldPort, late.Round(time.Millisecond), err, grace)
+			} else if err != nil {
+				t.Logf("%s: old node port %d not checked: %v after the restart, near the end of the grace %v", name, oldPort, late, grace)
+			}
+			if portHeld(t, n, "tcp", oldPort) {
+				t.Errorf("%s: old node port %d still has a socket", name, oldPort)
+			}
+		}
+		for name, oldPort := range old {
+			if oldPort >= 61800 && oldPort <= 61899 {
+				continue
+			}
+			waitFor(t, grace+20*time.Second, fmt.Sprintf("%s: old node port %d's rule gone after the grace", name, oldPort), func() (bool, error) {
+				return !e.hasMapping(t, n, "tcp", oldPort), nil
+			})
 		}
 	})
 }

@@ -18,6 +18,9 @@ type AgentOptions struct {
 	// CheckInterval is --datapath-check-interval (default 2s, so drift
 	// repair is observable in tests).
 	CheckInterval time.Duration
+	// RetiredPortGrace is --retired-port-grace (default 10s, so that a
+	// test sees an old port forward and then stop).
+	RetiredPortGrace time.Duration
 	// Datapath is --datapath: auto (the default when empty), iptables or
 	// nftables.
 	Datapath string
@@ -54,6 +57,9 @@ func StartAgents(ctx context.Context, c *cluster.Cluster, opts AgentOptions) ([]
 	}
 	if opts.PortRange == "" {
 		opts.PortRange = "61000-62000"
+	}
+	if opts.RetiredPortGrace == 0 {
+		opts.RetiredPortGrace = 10 * time.Second
 	}
 	if opts.CheckInterval == 0 {
 		opts.CheckInterval = 2 * time.Second
@@ -94,6 +100,9 @@ func StopAgents(agents []*Agent) {
 // SetPortRange changes --port-range for the next Start.
 func (a *Agent) SetPortRange(r string) { a.opts.PortRange = r }
 
+// RetiredPortGrace is the agent's --retired-port-grace.
+func (a *Agent) RetiredPortGrace() time.Duration { return a.opts.RetiredPortGrace }
+
 // SetDatapath changes --datapath for the next Start.
 func (a *Agent) SetDatapath(backend string) { a.opts.Datapath = backend }
 
@@ -106,7 +115,7 @@ func (a *Agent) command(ctx context.Context) *exec.Cmd {
 		"--kubeconfig", a.kube, "--node-name", a.Node.Name, "--port-range", a.opts.PortRange,
 		"--metrics-bind-address", a.Node.IP.String() + ":" + strconv.Itoa(AgentMetricsPort),
 		"--health-probe-bind-address", a.Node.IP.String() + ":" + strconv.Itoa(AgentHealthPort),
-		"--datapath-check-interval", a.opts.CheckInterval.String(), "-v", "2",
+		"--datapath-check-interval", a.opts.CheckInterval.String(), "--retired-port-grace", a.opts.RetiredPortGrace.String(), "-v", "2",
 	}
 	if a.opts.Datapath != "" {
 		args = append(args, "--datapath", a.opts.Datapath)
