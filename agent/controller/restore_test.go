@@ -60,6 +60,34 @@ func (d *fakeDatapath) flushedPorts() []int {
 	return slices.Sorted(slices.Values(d.flushed))
 }
 
+// testNode is the node the controller runs on, at nodeIP.
+func testNode() *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: nodeName},
+		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP}}},
+	}
+}
+
+// runController runs a controller of cfg on nodeName (its InternalIP
+// published) with one IPv4 datapath, until the test ends, and returns the
+// datapath and the context it runs in.
+func runController(t *testing.T, cfg controller.Config, client *fake.Clientset, alloc controller.Allocator) (*fakeDatapath, context.Context) {
+	t.Helper()
+	cfg.NodeName, cfg.NodeIPPreference = nodeName, []corev1.NodeAddressType{corev1.NodeInternalIP}
+	dp := &fakeDatapath{}
+	c := controller.New(cfg, client, alloc, map[contract.Family]controller.Datapath{contract.FamilyIPv4: dp}, controller.NewMetrics(nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return dp, ctx
+}
+
 // oldPod is a running Pod whose annotation an older npl wrote: it lists the
 // given mappings, formatted by the product's own contract.Format.
 func oldPod(t *testing.T, name, ip string, app string, entries ...contract.Entry) *corev1.Pod {
@@ -97,10 +125,7 @@ func svcPort(name string, proto corev1.Protocol, target int32) corev1.ServicePor
 // its TCP mapping, the UDP mapping alone moves to a free port, every other
 // node port stays, and the Pod gets a Warning Event naming both ports.
 func TestRestore_movesOneOfTwoMappingsThatShareANumber(t *testing.T) {
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: nodeName},
-		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP}}},
-	}
+	node := testNode()
 	dns := oldPod(t, "dns", "198.19.0.5", "dns", entry(5353, 61000, "tcp"), entry(5353, 61000, "udp"))
 	web := oldPod(t, "web", "198.19.0.6", "web", entry(8080, 61001, "tcp"))
 	syslog := oldPod(t, "syslog", "198.19.0.7", "syslog", entry(514, 61001, "udp"))
@@ -116,18 +141,7 @@ func TestRestore_movesOneOfTwoMappingsThatShareANumber(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp := &fakeDatapath{}
-	c := controller.New(controller.Config{NodeName: nodeName, PortRange: rng, NodeIPPreference: []corev1.NodeAddressType{corev1.NodeInternalIP}}, client, alloc,
-		map[contract.Family]controller.Datapath{contract.FamilyIPv4: dp}, controller.NewMetrics(nil))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	dp, ctx := runController(t, controller.Config{PortRange: rng}, client, alloc)
 
 	// The shared numbers stay with TCP; the two UDP mappings move, in Pod
 	// order, to the first free ports; nothing else changes.
@@ -200,10 +214,7 @@ func TestRestore_movesOneOfTwoMappingsThatShareANumber(t *testing.T) {
 // Pod beside it (no annotation lists it) until RetiredPortGrace has passed,
 // or until the Pod is gone; then only the new port is programmed.
 func TestRestore_keepsTheRuleOfAPortOutsideTheRangeForTheGrace(t *testing.T) {
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: nodeName},
-		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP}}},
-	}
+	node := testNode()
 	web := oldPod(t, "web", "198.19.0.6", "web", entry(8080, 61500, "tcp"))
 	gone := oldPod(t, "gone", "198.19.0.7", "web", entry(8080, 61501, "tcp"))
 	client := fake.NewClientset(node, web, gone, service("web", "web", svcPort("http", corev1.ProtocolTCP, 8080)))
@@ -212,19 +223,7 @@ func TestRestore_keepsTheRuleOfAPortOutsideTheRangeForTheGrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp := &fakeDatapath{}
-	const grace = 3 * time.Second
-	c := controller.New(controller.Config{NodeName: nodeName, PortRange: rng, NodeIPPreference: []corev1.NodeAddressType{corev1.NodeInternalIP},
-		RetiredPortGrace: grace}, client, alloc, map[contract.Family]controller.Datapath{contract.FamilyIPv4: dp}, controller.NewMetrics(nil))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	dp, ctx := runController(t, controller.Config{PortRange: rng, RetiredPortGrace: 3 * time.Second}, client, alloc)
 	// programmed lists each Pod's programmed node ports, inRange for one
 	// in the range (which one depends on the order the Pods are synced).
 	const inRange = 0

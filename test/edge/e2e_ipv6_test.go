@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -189,21 +188,8 @@ func TestEndToEnd_ipv6VIP(t *testing.T) {
 	addr := net.JoinHostPort(vip.String(), "53")
 	udpReaches := func(when string, want []string) {
 		t.Helper()
-		waitForCond(t, 60*time.Second, when+": UDP flows over IPv6 through the VIP reach exactly the ready Pods", func() (bool, error) {
-			counts := map[string]int{}
-			for range 60 {
-				name, err := askNew(ctx, b, addr)
-				if err != nil {
-					return false, err
-				}
-				counts[name]++
-			}
-			if got := slices.Sorted(maps.Keys(counts)); !slices.Equal(got, want) {
-				return false, fmt.Errorf("UDP answered by %v, want %v", counts, want)
-			}
-			t.Logf("%s: 60 UDP flows over IPv6 to %s: %v", when, addr, counts)
-			return true, nil
-		})
+		counts := udpFlowsReach(t, b, addr, 60, func() ([]string, error) { return want, nil })
+		t.Logf("%s: 60 UDP flows over IPv6 to %s: %v", when, addr, counts)
 	}
 	udpReaches("served", pods)
 

@@ -48,26 +48,7 @@ func TestEndToEnd_udpServiceThroughTheVIP(t *testing.T) {
 
 	// UDP: 90 new flows reach exactly the ready Pods.
 	udpReachesReadyPods := func(n int) map[string]int {
-		var counts map[string]int
-		waitForCond(t, 60*time.Second, "UDP flows through the VIP reach exactly the ready Pods", func() (bool, error) {
-			ready, err := readyPods(ctx, client, ns, "dns")
-			if err != nil {
-				return false, err
-			}
-			counts = map[string]int{}
-			for range n {
-				name, err := askNew(ctx, b, addr)
-				if err != nil {
-					return false, err
-				}
-				counts[name]++
-			}
-			if got := slices.Sorted(maps.Keys(counts)); !slices.Equal(got, ready) {
-				return false, fmt.Errorf("UDP answered by %v, ready Pods %v", got, ready)
-			}
-			return true, nil
-		})
-		return counts
+		return udpFlowsReach(t, b, addr, n, func() ([]string, error) { return readyPods(ctx, client, ns, "dns") })
 	}
 	counts := udpReachesReadyPods(90)
 	t.Logf("90 UDP flows through the VIP: %v", counts)
@@ -125,4 +106,32 @@ func TestEndToEnd_udpServiceThroughTheVIP(t *testing.T) {
 	if name, err := askNew(ctx, b, addr); err == nil {
 		t.Fatalf("after the Service was deleted: UDP answered by %q; want nothing", name)
 	}
+}
+
+// udpFlowsReach waits until n new UDP flows to addr from the client
+// namespace are answered by exactly the Pods want names, and returns how
+// many each answered.
+func udpFlowsReach(t *testing.T, b *Bed, addr string, n int, want func() ([]string, error)) map[string]int {
+	t.Helper()
+	ctx := context.Background()
+	var counts map[string]int
+	waitForCond(t, 60*time.Second, fmt.Sprintf("UDP flows to %s reach exactly the ready Pods", addr), func() (bool, error) {
+		pods, err := want()
+		if err != nil {
+			return false, err
+		}
+		counts = map[string]int{}
+		for range n {
+			name, err := askNew(ctx, b, addr)
+			if err != nil {
+				return false, err
+			}
+			counts[name]++
+		}
+		if got := slices.Sorted(maps.Keys(counts)); !slices.Equal(got, pods) {
+			return false, fmt.Errorf("UDP answered by %v, want %v", counts, pods)
+		}
+		return true, nil
+	})
+	return counts
 }
