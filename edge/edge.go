@@ -273,11 +273,18 @@ func (e *Edge) supervise(ctx context.Context) {
 	}
 }
 
-// start renders the desired state, starts HAProxy on it and sets the
-// runtime states the configuration cannot hold (drain).
+// start renders the desired state, makes HAProxy run on it and sets the
+// runtime states the configuration cannot hold (drain). An own HAProxy is
+// started on the file. The host's is waited for first, without the lock
+// (meanwhile a change is saved and answered unavailable), then reloaded on
+// the file: what it loaded is not known, as the file may have changed while
+// the edge was not attached.
 func (e *Edge) start(ctx context.Context) error {
-	if e.cfg.Attach != nil {
-		return e.attach(ctx)
+	attached := e.cfg.Attach != nil
+	if attached {
+		if err := e.proc.Start(ctx); err != nil {
+			return err
+		}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -286,55 +293,24 @@ func (e *Edge) start(ctx context.Context) error {
 	if err := e.checkAndWrite(ctx, r); err != nil {
 		return err
 	}
-	if err := e.proc.Start(ctx); err != nil {
+	if attached {
+		if err := e.proc.Reload(ctx); err != nil {
+			return fmt.Errorf("reload the host's HAProxy on %s: %w", e.configFile, err)
+		}
+		e.reloads.Add(1)
+		if err := e.checkLoaded(ctx, px); err != nil {
+			return err
+		}
+	} else if err := e.proc.Start(ctx); err != nil {
 		return err
 	}
-	if err := e.serving(ctx, r, px); err != nil {
-		return err
-	}
-	klog.FromContext(ctx).Info("HAProxy started", "pid", e.proc.MasterPID(), "loadBalancers", len(e.desired))
-	return nil
-}
-
-// serving records that a started or attached HAProxy runs on r, the
-// rendering of px, and sets the runtime states its file cannot hold
-// (drain). Called with e.mu held.
-func (e *Edge) serving(ctx context.Context, r haproxy.Rendered, px haproxy.Proxies) error {
 	e.starts.Add(1)
 	e.running, e.activeFrame, e.activeText = true, r.Frame, r.Text
 	if _, err := e.syncServers(ctx, px); err != nil {
 		return fmt.Errorf("set the runtime state after the start: %w", err)
 	}
-	return nil
-}
-
-// attach waits for the host's HAProxy, then writes the edge's file,
-// reloads HAProxy on it and sets the runtime states the file cannot hold.
-// It waits without the lock: meanwhile a change is saved and answered
-// unavailable. The reload is there because what HAProxy loaded is not
-// known: the file may have changed while the edge was not attached.
-func (e *Edge) attach(ctx context.Context) error {
-	if err := e.proc.Start(ctx); err != nil {
-		return err
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	px := e.proxies()
-	r := e.render(px)
-	if err := e.checkAndWrite(ctx, r); err != nil {
-		return err
-	}
-	if err := e.proc.Reload(ctx); err != nil {
-		return fmt.Errorf("reload the host's HAProxy on %s: %w", e.configFile, err)
-	}
-	e.reloads.Add(1)
-	if err := e.checkLoaded(ctx, px); err != nil {
-		return err
-	}
-	if err := e.serving(ctx, r, px); err != nil {
-		return err
-	}
-	klog.FromContext(ctx).Info("Attached to the host's HAProxy", "masterPID", e.proc.MasterPID(), "file", e.configFile, "loadBalancers", len(e.desired))
+	klog.FromContext(ctx).Info("HAProxy serves the desired state", "attached", attached, "masterPID", e.proc.MasterPID(),
+		"file", e.configFile, "loadBalancers", len(e.desired))
 	return nil
 }
 
