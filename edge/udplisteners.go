@@ -87,21 +87,11 @@ func (e *Edge) convergeUDP(ctx context.Context, changed *bool, err *error) {
 	if e.cfg.UDP == nil || errors.Is(*err, ErrRejected) || errors.Is(*err, ErrInvalid) {
 		return
 	}
-	// The listeners the table serves: not those of an IP family the host
-	// does not forward (Put answers them unsupported, with the reason).
+	// The table leaves out those it does not serve (udp.Table.Unserved),
+	// which Put answers unsupported, with the reason.
 	var listeners []udp.Listener
-	unserved := map[bool]string{}
 	for _, lb := range e.desired {
-		for _, l := range udpListenersOf(lb) {
-			why, ok := unserved[l.VIP.Is6()]
-			if !ok {
-				why = e.cfg.UDP.Unserved(l.VIP)
-				unserved[l.VIP.Is6()] = why
-			}
-			if why == "" {
-				listeners = append(listeners, l)
-			}
-		}
+		listeners = append(listeners, udpListenersOf(lb)...)
 	}
 	c, uerr := e.cfg.UDP.Sync(ctx, listeners)
 	if c {

@@ -165,12 +165,23 @@ func sysctlOn(name string) error {
 }
 
 // Unserved says why the table does not serve listeners on vip, "" when it
-// does: an IPv6 VIP on a host that does not forward IPv6.
+// does: an IPv6 VIP on a host that does not forward IPv6. Sync leaves such
+// listeners out.
 func (t *Table) Unserved(vip netip.Addr) string {
-	if vip.Is6() && t.ForwardsIPv6 != nil {
-		if err := t.ForwardsIPv6(); err != nil {
-			return err.Error()
-		}
+	if !vip.Unmap().Is6() {
+		return ""
+	}
+	return t.noIPv6()
+}
+
+// noIPv6 says why the listeners on IPv6 VIPs are not served, "" when they
+// are.
+func (t *Table) noIPv6() string {
+	if t.ForwardsIPv6 == nil {
+		return ""
+	}
+	if err := t.ForwardsIPv6(); err != nil {
+		return err.Error()
 	}
 	return ""
 }
@@ -208,8 +219,9 @@ func Validate(listeners []Listener) error {
 	return nil
 }
 
-// Sync makes the table serve exactly listeners, and returns whether it
-// wrote anything. It writes only the listeners that changed (one
+// Sync makes the table serve exactly listeners, except those it does not
+// serve (Unserved: IPv6 VIPs on a host that does not forward IPv6), and
+// returns whether it wrote anything. It writes only the listeners that changed (one
 // transaction); when it has not written the table yet, when the table was
 // changed by someone else (read back every VerifyEvery), or when the
 // transaction fails, it replaces the whole table in one transaction.
@@ -220,8 +232,14 @@ func (t *Table) Sync(ctx context.Context, listeners []Listener) (bool, error) {
 		return false, err
 	}
 	want := make(map[Key]content, len(listeners))
+	// One read of the host's IPv6 forwarding for all listeners.
+	noIPv6 := t.noIPv6() != ""
 	for _, l := range listeners {
-		want[Key{l.VIP.Unmap(), l.Port}] = contentOf(l.Members)
+		vip := l.VIP.Unmap()
+		if vip.Is6() && noIPv6 {
+			continue
+		}
+		want[Key{vip, l.Port}] = contentOf(l.Members)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
