@@ -234,10 +234,10 @@ func (c *Controller) updateDatapathLocked() map[contract.Family]uint64 {
 	total := 0
 	// The node ports of the published mappings: a retired mapping on one
 	// of them (a Pod's hostPort) is not programmed.
-	published := map[retiredPort]bool{}
+	published := map[nodePortKey]bool{}
 	for key, st := range c.pods {
 		for _, m := range st.mappings {
-			published[retiredPort{m.target.Family, m.target.Protocol, m.nodePort}] = true
+			published[nodePortKey{m.target.Family, m.target.Protocol, m.nodePort}] = true
 			d := desired[m.target.Family]
 			if d == nil || m.target.HostPort != 0 || !m.podIP.IsValid() {
 				continue
@@ -249,7 +249,7 @@ func (c *Controller) updateDatapathLocked() map[contract.Family]uint64 {
 		}
 	}
 	for _, r := range c.retired {
-		if d := desired[r.target.Family]; d != nil && !published[retiredPort{r.target.Family, r.target.Protocol, r.nodePort}] {
+		if d := desired[r.target.Family]; d != nil && !published[nodePortKey{r.target.Family, r.target.Protocol, r.nodePort}] {
 			d.Mappings = append(d.Mappings, datapath.Mapping{
 				NodePort: r.nodePort, Protocol: r.target.Protocol, PodIP: r.podIP, PodPort: int(r.target.PodPort), Pod: r.key,
 			})
@@ -272,8 +272,9 @@ func (c *Controller) updateDatapathLocked() map[contract.Family]uint64 {
 	return gens
 }
 
-// retiredPort is a node port of a family and protocol.
-type retiredPort struct {
+// nodePortKey is a node port of a family and protocol: what one DNAT rule
+// matches.
+type nodePortKey struct {
 	family   contract.Family
 	protocol contract.Protocol
 	port     int

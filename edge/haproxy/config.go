@@ -79,7 +79,8 @@ const invalidFrontend = "npl_invalid"
 func (g Globals) InvalidServerArgs(w int32) string {
 	path := g.InvalidSocket
 	if g.Chroot != "" {
-		path = "/" + strings.TrimPrefix(strings.TrimPrefix(path, strings.TrimSuffix(g.Chroot, "/")), "/")
+		// The same socket, seen from inside the chroot.
+		path = "/" + strings.TrimPrefix(strings.TrimPrefix(path, g.Chroot), "/")
 	}
 	return "unix@" + path + " weight " + strconv.Itoa(int(w))
 }

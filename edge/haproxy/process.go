@@ -188,11 +188,11 @@ func (p *Process) MasterPID() int {
 }
 
 // Reload makes the master start a worker on the current configuration file;
-// the new worker takes the listening sockets from the old one (the master
-// starts it with -x sockpair@<fd>, its socket pair to the old worker, so no
-// "expose-fd listeners" is needed), so no connection is refused. It returns when the master
-// reports the new worker, or an error when the reload failed (the old
-// worker then keeps serving).
+// the new worker takes the listening sockets from the old one, so no
+// connection is refused (the master starts it with -x sockpair@<fd>, its
+// socket pair to the old worker: no "expose-fd listeners" is needed). It
+// returns when the master reports the new worker, or an error when the
+// reload failed (the old worker then keeps serving).
 func (p *Process) Reload(ctx context.Context) error {
 	before := p.alertCount()
 	return reload(ctx, p.MasterSocket, func() []string {

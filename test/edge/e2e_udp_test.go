@@ -97,15 +97,7 @@ func TestEndToEnd_udpServiceThroughTheVIP(t *testing.T) {
 	if err := client.CoreV1().Services(ns).Delete(ctx, "dns", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitForCond(t, 60*time.Second, "the UDP listener gone from the edge's table", func() (bool, error) {
-		if chains := udpChains(t, b.Edges[0]); len(chains) != 0 {
-			return false, fmt.Errorf("listener chains %q", chains)
-		}
-		return true, nil
-	})
-	if name, err := askNew(ctx, b, addr); err == nil {
-		t.Fatalf("after the Service was deleted: UDP answered by %q; want nothing", name)
-	}
+	udpListenerGone(t, b, addr, "after the Service was deleted")
 }
 
 // udpFlowsReach waits until n new UDP flows to addr from the client
@@ -134,4 +126,19 @@ func udpFlowsReach(t *testing.T, b *Bed, addr string, n int, want func() ([]stri
 		return true, nil
 	})
 	return counts
+}
+
+// udpListenerGone waits until the edge's table has no listener chain left,
+// then checks that a new flow to addr gets no answer.
+func udpListenerGone(t *testing.T, b *Bed, addr, when string) {
+	t.Helper()
+	waitForCond(t, 60*time.Second, when+": the UDP listener gone from the edge's table", func() (bool, error) {
+		if chains := udpChains(t, b.Edges[0]); len(chains) != 0 {
+			return false, fmt.Errorf("listener chains %q", chains)
+		}
+		return true, nil
+	})
+	if name, err := askNew(context.Background(), b, addr); err == nil {
+		t.Fatalf("%s: UDP answered by %q; want nothing", when, name)
+	}
 }

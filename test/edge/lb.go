@@ -19,12 +19,12 @@ import (
 )
 
 // AdminSocket is the path of the admin socket of the edge's HAProxy
-// worker (npl-edge keeps it in its state directory).
+// worker: in npl-edge's state directory, or the host's when attached.
 func (e *EdgeHost) AdminSocket() string {
 	if e.b.Attach {
 		return e.hostAdminSocket()
 	}
-	return filepath.Join(e.Dir, "edge-state", "admin.sock")
+	return filepath.Join(e.stateDir(), "admin.sock")
 }
 
 // ServerSessions reads, from HAProxy's own counters ("show stat"), how many
