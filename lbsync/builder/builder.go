@@ -299,14 +299,69 @@ func (b *backends) podEntries(pod *corev1.Pod, enabled bool) ([]contract.Entry, 
 		if e.IPFamily != b.family {
 			continue
 		}
-		addr, err := netip.ParseAddr(e.NodeIP)
-		if err != nil {
+		ip, ok := memberIP(e)
+		if !ok {
 			continue // contract.Parse rejects this; kept for safety.
 		}
-		e.NodeIP = addr.Unmap().String()
+		e.NodeIP = ip
 		kept = append(kept, e)
 	}
 	return kept, true
+}
+
+// memberIP is the node IP of an annotation entry as NodePortLocal members
+// name it.
+func memberIP(e contract.Entry) (string, bool) {
+	addr, err := netip.ParseAddr(e.NodeIP)
+	if err != nil {
+		return "", false
+	}
+	return addr.Unmap().String(), true
+}
+
+// MovedMembers returns the NodePortLocal members that a change of a Pod's
+// annotation from old to cur moved: the old node port of each mapping
+// (node IP, Pod port, protocol) that cur publishes on another node port, as
+// when npl-agent restarts with another port range. Such a member still
+// forwards for npl-agent's retired-port grace; a load balancer can drain it
+// instead of cutting its open connections. A malformed annotation moves
+// nothing.
+func MovedMembers(old, cur *corev1.Pod) []providers.Member {
+	if old.Annotations[contract.PodKey] == cur.Annotations[contract.PodKey] {
+		return nil
+	}
+	before, err := contract.Parse(old.Annotations[contract.PodKey])
+	if err != nil {
+		return nil
+	}
+	after, err := contract.Parse(cur.Annotations[contract.PodKey])
+	if err != nil {
+		return nil
+	}
+	type mapping struct {
+		ip       string
+		podPort  int
+		protocol contract.Protocol
+	}
+	now := map[mapping][]int{}
+	for _, e := range after {
+		if ip, ok := memberIP(e); ok {
+			k := mapping{ip, e.PodPort, e.Protocol}
+			now[k] = append(now[k], e.NodePort)
+		}
+	}
+	var out []providers.Member
+	for _, e := range before {
+		ip, ok := memberIP(e)
+		if !ok {
+			continue
+		}
+		ports := now[mapping{ip, e.PodPort, e.Protocol}]
+		if len(ports) > 0 && !slices.Contains(ports, e.NodePort) {
+			out = append(out, providers.Member{IP: ip, Port: int32(e.NodePort)})
+		}
+	}
+	return out
 }
 
 func (b *backends) skipPod(pod *corev1.Pod, reason string) {

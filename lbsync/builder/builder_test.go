@@ -576,3 +576,30 @@ func TestReport_Summary(t *testing.T) {
 		t.Errorf("empty report Summary = %q, want empty", got)
 	}
 }
+
+func TestMovedMembers(t *testing.T) {
+	const ip = "198.19.0.1"
+	tcp, udp := entry(8080, ip, 61000, "tcp"), entry(8080, ip, 61000, "udp")
+	cases := []struct {
+		name     string
+		old, cur *corev1.Pod
+		want     []providers.Member
+	}{
+		{"moved to another node port", pod("a", npl(tcp)), pod("a", npl(entry(8080, ip, 61900, "tcp"))),
+			[]providers.Member{{IP: ip, Port: 61000}}},
+		{"one protocol moved, the other kept", pod("a", npl(tcp, udp)), pod("a", npl(entry(8080, ip, 61900, "tcp"), udp)),
+			[]providers.Member{{IP: ip, Port: 61000}}},
+		{"unchanged", pod("a", npl(tcp)), pod("a", npl(tcp)), nil},
+		{"mapping dropped: not a move", pod("a", npl(tcp, entry(9090, ip, 61001, "tcp"))), pod("a", npl(tcp)), nil},
+		{"first annotation", pod("a"), pod("a", npl(tcp)), nil},
+		{"annotation removed", pod("a", npl(tcp)), pod("a"), nil},
+		{"malformed new annotation", pod("a", npl(tcp)), pod("a", rawNPL(`[{"podPort":8080}]`)), nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, MovedMembers(tc.old, tc.cur)); diff != "" {
+				t.Errorf("MovedMembers (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -118,7 +118,10 @@ type Controller struct {
 	// NoReadyBackends Event fires on the transition only.
 	noBackends map[queueKey]bool
 	// drains holds each load balancer's draining members (drain.go).
-	drains map[queueKey]drainTracker
+	drains map[queueKey]*drainTracker
+	// moved holds when each member's Pod mapping moved to another node
+	// port (drain.go), for the drain period.
+	moved map[memberAddr]time.Time
 	// registered records, per gated Pod, which Services have it applied
 	// on the load balancer (readiness.go).
 	registered map[string]map[string]bool
@@ -208,7 +211,8 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		applied:       map[queueKey]string{},
 		rejected:      map[queueKey]string{},
 		noBackends:    map[queueKey]bool{},
-		drains:        map[queueKey]drainTracker{},
+		drains:        map[queueKey]*drainTracker{},
+		moved:         map[memberAddr]time.Time{},
 		registered:    map[string]map[string]bool{},
 		gatewayVIPs:   map[queueKey][]string{},
 		gatewayGone:   map[queueKey]bool{},
@@ -464,6 +468,9 @@ func (c *Controller) enqueuePodServices(oldObj, obj any) {
 		c.mu.Lock()
 		delete(c.registered, keyOf(pod))
 		c.mu.Unlock()
+	}
+	if old, ok := oldObj.(*corev1.Pod); ok {
+		c.recordMoves(old, pod)
 	}
 	keys := map[queueKey]bool{}
 	for _, s := range c.store.ServicesSelecting(pod) {

@@ -3,6 +3,9 @@ package controller
 import (
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -16,15 +19,30 @@ type drainKey struct {
 // drainTracker keeps a disabled (draining) member in its pool for the drain
 // period after it was first seen disabled, even when its Pod is already
 // gone: a member is removed after drainSeconds or when the Pod is gone,
-// whichever is later. It is owned by the Service's sync (one worker).
-type drainTracker map[drainKey]time.Time
+// whichever is later. A member that a port move took out of the model
+// (builder.MovedMembers) drains the same way, from the sync that no longer
+// has it. It is owned by the Service's sync (one worker).
+type drainTracker struct {
+	// until is when each draining member's period ends.
+	until map[drainKey]time.Time
+	// last holds the members of the model last applied, to tell which ones
+	// a move took out.
+	last map[drainKey]bool
+}
 
-// apply records the disabled members of lb, puts back those still within
-// their drain period that the model no longer has, forgets the others, and
-// returns when the next one expires (zero if none).
-func (d drainTracker) apply(lb *providers.LoadBalancer, period time.Duration, now time.Time) (next time.Time) {
+func newDrainTracker() *drainTracker {
+	return &drainTracker{until: map[drainKey]time.Time{}, last: map[drainKey]bool{}}
+}
+
+// apply records the disabled members of lb and those of the last model
+// that moved (moved reports a member's address as moved) and are gone from
+// this one, puts back those still within their drain period that the model
+// no longer has, forgets the others, and returns when the next one expires
+// (zero if none).
+func (d *drainTracker) apply(lb *providers.LoadBalancer, period time.Duration, now time.Time, moved func(providers.Member) bool) (next time.Time) {
 	if period <= 0 {
-		clear(d)
+		clear(d.until)
+		clear(d.last)
 		return time.Time{}
 	}
 	pools := poolsOf(lb)
@@ -36,20 +54,26 @@ func (d drainTracker) apply(lb *providers.LoadBalancer, period time.Duration, no
 			k := drainKey{pool.Name, m.IP, m.Port}
 			present[k] = true
 			if m.Enabled {
-				delete(d, k)
-			} else if _, ok := d[k]; !ok {
-				d[k] = now.Add(period)
+				delete(d.until, k)
+			} else if _, ok := d.until[k]; !ok {
+				d.until[k] = now.Add(period)
 			}
 		}
 	}
+	for k := range d.last {
+		if _, ok := d.until[k]; !ok && !present[k] && moved(providers.Member{IP: k.ip, Port: k.port}) {
+			d.until[k] = now.Add(period)
+		}
+	}
+	d.last = present
 	for _, pool := range pools {
 		added := false
-		for k, until := range d {
+		for k, until := range d.until {
 			if k.pool != pool.Name || present[k] {
 				continue
 			}
 			if !now.Before(until) {
-				delete(d, k)
+				delete(d.until, k)
 				continue
 			}
 			pool.Members = append(pool.Members, providers.Member{IP: k.ip, Port: k.port, Enabled: false})
@@ -59,9 +83,9 @@ func (d drainTracker) apply(lb *providers.LoadBalancer, period time.Duration, no
 			pool.Members = providers.SortMembers(pool.Members)
 		}
 	}
-	for k, until := range d {
+	for k, until := range d.until {
 		if !names[k.pool] {
-			delete(d, k)
+			delete(d.until, k)
 			continue
 		}
 		if next.IsZero() || until.Before(next) {
@@ -89,14 +113,48 @@ func poolsOf(lb *providers.LoadBalancer) []*providers.Pool {
 // applyDrains keeps the draining members of one queue key's load balancer
 // (drainTracker.apply) and syncs the key again when the next is due.
 func (c *Controller) applyDrains(key queueKey, lb *providers.LoadBalancer) {
+	now := time.Now()
 	c.mu.Lock()
 	drains := c.drains[key]
 	if drains == nil {
-		drains = drainTracker{}
+		drains = newDrainTracker()
 		c.drains[key] = drains
 	}
+	moved := map[memberAddr]bool{}
+	for a, at := range c.moved {
+		if now.Sub(at) < c.settings.DrainPeriod {
+			moved[a] = true
+		}
+	}
 	c.mu.Unlock()
-	if next := drains.apply(lb, c.settings.DrainPeriod, time.Now()); !next.IsZero() {
+	next := drains.apply(lb, c.settings.DrainPeriod, now, func(m providers.Member) bool { return moved[memberAddr{m.IP, m.Port}] })
+	if !next.IsZero() {
 		c.queue.AddAfter(key, time.Until(next)+10*time.Millisecond)
+	}
+}
+
+// memberAddr is a member's address, whatever its pool.
+type memberAddr struct {
+	ip   string
+	port int32
+}
+
+// recordMoves remembers the members that a Pod's annotation change moved
+// (builder.MovedMembers), for the drain period, and forgets older moves.
+func (c *Controller) recordMoves(old, cur *corev1.Pod) {
+	if c.settings.DrainPeriod <= 0 {
+		return
+	}
+	ms := builder.MovedMembers(old, cur)
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for a, at := range c.moved {
+		if now.Sub(at) >= c.settings.DrainPeriod {
+			delete(c.moved, a)
+		}
+	}
+	for _, m := range ms {
+		c.moved[memberAddr{m.IP, m.Port}] = now
 	}
 }

@@ -15,24 +15,27 @@ func lbWith(members ...providers.Member) *providers.LoadBalancer {
 	}}}
 }
 
+// noMoves is a drainTracker.apply argument: no member moved.
+func noMoves(providers.Member) bool { return false }
+
 func mem(ip string, port int32, enabled bool) providers.Member {
 	return providers.Member{IP: ip, Port: port, Enabled: enabled}
 }
 
 func TestDrainTracker_keepsADisabledMemberForTheDrainPeriod(t *testing.T) {
-	d := drainTracker{}
+	d := newDrainTracker()
 	t0 := time.Unix(1000, 0)
 	period := 30 * time.Second
 
 	// The Pod is terminating: its member is disabled and remembered.
 	lb := lbWith(mem("198.18.0.10", 61000, true), mem("198.18.0.11", 61001, false))
-	if next := d.apply(lb, period, t0); !next.Equal(t0.Add(period)) {
+	if next := d.apply(lb, period, t0, noMoves); !next.Equal(t0.Add(period)) {
 		t.Errorf("next = %v, want %v", next, t0.Add(period))
 	}
 
 	// The Pod is gone 5 s later: the member stays, disabled.
 	lb = lbWith(mem("198.18.0.10", 61000, true))
-	d.apply(lb, period, t0.Add(5*time.Second))
+	d.apply(lb, period, t0.Add(5*time.Second), noMoves)
 	want := []providers.Member{mem("198.18.0.10", 61000, true), mem("198.18.0.11", 61001, false)}
 	if diff := cmp.Diff(want, lb.Listeners[0].Pool.Members); diff != "" {
 		t.Errorf("members while draining (-want +got):\n%s", diff)
@@ -40,7 +43,7 @@ func TestDrainTracker_keepsADisabledMemberForTheDrainPeriod(t *testing.T) {
 
 	// After the drain period it is removed.
 	lb = lbWith(mem("198.18.0.10", 61000, true))
-	if next := d.apply(lb, period, t0.Add(31*time.Second)); !next.IsZero() {
+	if next := d.apply(lb, period, t0.Add(31*time.Second), noMoves); !next.IsZero() {
 		t.Errorf("next = %v after expiry, want none", next)
 	}
 	if diff := cmp.Diff([]providers.Member{mem("198.18.0.10", 61000, true)}, lb.Listeners[0].Pool.Members); diff != "" {
@@ -49,24 +52,57 @@ func TestDrainTracker_keepsADisabledMemberForTheDrainPeriod(t *testing.T) {
 }
 
 func TestDrainTracker_podStillTerminatingAfterThePeriodStays(t *testing.T) {
-	d := drainTracker{}
+	d := newDrainTracker()
 	t0 := time.Unix(1000, 0)
 	lb := lbWith(mem("198.18.0.11", 61001, false))
-	d.apply(lb, time.Second, t0)
+	d.apply(lb, time.Second, t0, noMoves)
 	// Still in the model (the Pod still exists): whichever is later wins.
 	lb = lbWith(mem("198.18.0.11", 61001, false))
-	d.apply(lb, time.Second, t0.Add(10*time.Second))
+	d.apply(lb, time.Second, t0.Add(10*time.Second), noMoves)
 	if len(lb.Listeners[0].Pool.Members) != 1 {
 		t.Errorf("a terminating Pod's member was removed while the Pod exists")
 	}
 }
 
 func TestDrainTracker_zeroPeriodRemovesAtOnce(t *testing.T) {
-	d := drainTracker{}
-	d.apply(lbWith(mem("198.18.0.11", 61001, false)), 0, time.Unix(1000, 0))
+	d := newDrainTracker()
+	d.apply(lbWith(mem("198.18.0.11", 61001, false)), 0, time.Unix(1000, 0), noMoves)
 	lb := lbWith()
-	d.apply(lb, 0, time.Unix(1001, 0))
-	if len(lb.Listeners[0].Pool.Members) != 0 || len(d) != 0 {
+	d.apply(lb, 0, time.Unix(1001, 0), noMoves)
+	if len(lb.Listeners[0].Pool.Members) != 0 || len(d.until) != 0 {
 		t.Errorf("drain period 0 kept %v (tracker %v)", lb.Listeners[0].Pool.Members, d)
+	}
+}
+
+func TestDrainTracker_aMovedMemberDrainsAndAGoneOneDoesNot(t *testing.T) {
+	d := newDrainTracker()
+	t0 := time.Unix(1000, 0)
+	period := 30 * time.Second
+	d.apply(lbWith(mem("198.18.0.10", 61000, true), mem("198.18.0.11", 61001, true)), period, t0, noMoves)
+
+	// npl-agent moved the first Pod's mapping to 61900; the second Pod
+	// went (not Ready, or no longer selected): only the moved one drains.
+	moved := func(m providers.Member) bool { return m == providers.Member{IP: "198.18.0.10", Port: 61000} }
+	lb := lbWith(mem("198.18.0.10", 61900, true))
+	if next := d.apply(lb, period, t0.Add(time.Second), moved); !next.Equal(t0.Add(time.Second + period)) {
+		t.Errorf("next = %v, want the moved member's drain end %v", next, t0.Add(time.Second+period))
+	}
+	want := []providers.Member{mem("198.18.0.10", 61000, false), mem("198.18.0.10", 61900, true)}
+	if diff := cmp.Diff(want, lb.Listeners[0].Pool.Members); diff != "" {
+		t.Errorf("members after the move (-want +got):\n%s", diff)
+	}
+
+	// Within the period it stays draining, moved or not by then.
+	lb = lbWith(mem("198.18.0.10", 61900, true))
+	d.apply(lb, period, t0.Add(20*time.Second), noMoves)
+	if diff := cmp.Diff(want, lb.Listeners[0].Pool.Members); diff != "" {
+		t.Errorf("members while the moved one drains (-want +got):\n%s", diff)
+	}
+
+	// After it, it is removed.
+	lb = lbWith(mem("198.18.0.10", 61900, true))
+	d.apply(lb, period, t0.Add(32*time.Second), moved)
+	if diff := cmp.Diff([]providers.Member{mem("198.18.0.10", 61900, true)}, lb.Listeners[0].Pool.Members); diff != "" {
+		t.Errorf("members after the drain (-want +got):\n%s", diff)
 	}
 }
