@@ -146,19 +146,7 @@ func (c *Controller) syncSharedIngress(ctx context.Context, key queueKey, ing *n
 		return nil
 	}
 	// It left the shared load balancer (built without it just above).
-	if ing.DeletionTimestamp == nil && len(ing.Status.LoadBalancer.Ingress) > 0 {
-		if err := c.setIngressStatus(ctx, ing, nil); err != nil {
-			return err
-		}
-	}
-	if err := c.patchIngress(ctx, ing, claim.ReleasePatch(ing)); err != nil {
-		return err
-	}
-	for _, b := range ingress.Backends(ing) {
-		c.queue.Add(serviceKey(b.Namespace, b.Name))
-	}
-	c.forget(key)
-	return nil
+	return c.unclaimIngress(ctx, key, ing)
 }
 
 // syncSharedIngresses makes the shared load balancer hold the rules of every
@@ -272,6 +260,14 @@ func (c *Controller) releaseIngress(ctx context.Context, key queueKey, ing *netw
 		return fmt.Errorf("delete load balancer %s: %w", name, err)
 	}
 	c.recorder.Eventf(ing, corev1.EventTypeNormal, "Deleted", "Load balancer %s deleted", name)
+	return c.unclaimIngress(ctx, key, ing)
+}
+
+// unclaimIngress hands back an Ingress no load balancer of ours serves any
+// more: its VIP cleared from the status (unless it is being deleted), the
+// claim released, its backends' Services synced again (they may lose
+// their opt-in), and what was kept of it forgotten.
+func (c *Controller) unclaimIngress(ctx context.Context, key queueKey, ing *networkingv1.Ingress) error {
 	if ing.DeletionTimestamp == nil && len(ing.Status.LoadBalancer.Ingress) > 0 {
 		if err := c.setIngressStatus(ctx, ing, nil); err != nil {
 			return err
