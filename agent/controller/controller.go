@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"sync"
 	"time"
@@ -78,6 +79,7 @@ type Allocator interface {
 	Release(key portalloc.Key) error
 	Keys(pod string) []portalloc.Key
 	Lookup(key portalloc.Key) (int, bool)
+	Hold(key portalloc.Key, nodePort int) (io.Closer, error)
 }
 
 // mapping is one published port of a Pod.
@@ -88,10 +90,20 @@ type mapping struct {
 }
 
 // retiredMapping is a mapping of a Pod, keyed by namespace/name, on a node
-// port outside the range (Config.RetiredPortGrace).
+// port outside the range (Config.RetiredPortGrace), and the socket that
+// holds its port while its rule is kept.
 type retiredMapping struct {
 	key string
 	mapping
+	hold io.Closer
+}
+
+// release closes the socket of a retired mapping whose rule goes.
+func (r retiredMapping) release(logger klog.Logger) {
+	if err := r.hold.Close(); err != nil {
+		// The descriptor is freed either way.
+		logger.Error(err, "Close the socket of a retired node port", "pod", r.key, "nodePort", r.nodePort)
+	}
 }
 
 // podState is what the agent has published for one Pod, keyed by namespace/name.

@@ -60,7 +60,7 @@ func (c *Controller) restore(ctx context.Context) error {
 	c.mu.Lock()
 	entries, outside, dropped := c.restorableEntries(ctx, pods)
 	if c.cfg.RetiredPortGrace > 0 {
-		c.retired = outside
+		c.retired = c.holdRetired(ctx, outside)
 	}
 	// TCP before UDP, then by Pod, so that which mapping of a shared number
 	// moves does not depend on the informer's order. The TCP one keeps it: a
@@ -147,10 +147,31 @@ func (c *Controller) dropRetired(ctx context.Context) {
 	}
 	c.mu.Lock()
 	n := len(c.retired)
+	for _, r := range c.retired {
+		r.release(klog.FromContext(ctx))
+	}
 	c.retired = nil
 	c.updateDatapathLocked()
 	c.mu.Unlock()
 	klog.FromContext(ctx).Info("Removed the rules of node ports outside the range", "mappings", n, "range", c.cfg.PortRange)
+}
+
+// holdRetired reserves the ports of the mappings restore retires and
+// returns those it could hold: a port a host process took while the agent
+// was down is not one of ours any more, and a rule there would send that
+// process's traffic to the Pod. Called with c.mu held.
+func (c *Controller) holdRetired(ctx context.Context, outside []retiredMapping) []retiredMapping {
+	var held []retiredMapping
+	for _, r := range outside {
+		h, err := c.alloc.Hold(allocKey(r.key, r.target), r.nodePort)
+		if err != nil {
+			klog.FromContext(ctx).Info("Not keeping the rule of a node port outside the range", "pod", r.key, "nodePort", r.nodePort, "err", err)
+			continue
+		}
+		r.hold = h
+		held = append(held, r)
+	}
+	return held
 }
 
 // restorableEntries parses the annotations of pods and returns the entries

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -219,11 +220,19 @@ func TestRestore_keepsTheRuleOfAPortOutsideTheRangeForTheGrace(t *testing.T) {
 	gone := oldPod(t, "gone", "198.19.0.7", "web", entry(8080, 61501, "tcp"))
 	client := fake.NewClientset(node, web, gone, service("web", "web", svcPort("http", corev1.ProtocolTCP, 8080)))
 	rng := portalloc.Range{Start: 61000, End: 61009}
-	alloc, err := portalloc.New(rng, portalloctest.NewReserver())
+	reserver := portalloctest.NewReserver()
+	alloc, err := portalloc.New(rng, reserver)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dp, ctx := runController(t, controller.Config{PortRange: rng, RetiredPortGrace: 3 * time.Second}, client, alloc)
+	// held lists the sockets held outside the range.
+	held := func() []string {
+		return slices.DeleteFunc(reserver.Held(), func(k string) bool {
+			port, _ := strconv.Atoi(k[strings.LastIndex(k, "/")+1:])
+			return rng.Contains(port)
+		})
+	}
 	// programmed lists each Pod's programmed node ports, inRange for one
 	// in the range (which one depends on the order the Pods are synced).
 	const inRange = 0
@@ -252,6 +261,10 @@ func TestRestore_keepsTheRuleOfAPortOutsideTheRangeForTheGrace(t *testing.T) {
 
 	// Both Pods get new ports in the range; the old ones stay programmed.
 	poll("after the restart", map[string][]int{"ns/web": {inRange, 61500}, "ns/gone": {inRange, 61501}})
+	// Their sockets hold the old ports while the rules are kept.
+	if got, want := held(), []string{"IPv4/tcp/61500", "IPv4/tcp/61501"}; !slices.Equal(got, want) {
+		t.Errorf("sockets held outside the range %v, want %v", got, want)
+	}
 	for _, name := range []string{"web", "gone"} {
 		p, err := client.CoreV1().Pods("ns").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -266,6 +279,42 @@ func TestRestore_keepsTheRuleOfAPortOutsideTheRangeForTheGrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll("the Pod deleted", map[string][]int{"ns/web": {inRange, 61500}})
+	if got, want := held(), []string{"IPv4/tcp/61500"}; !slices.Equal(got, want) {
+		t.Errorf("sockets held outside the range after the Pod went %v, want %v", got, want)
+	}
 	// The grace over: only the new port.
 	poll("after the grace", map[string][]int{"ns/web": {inRange}})
+	if got := held(); len(got) != 0 {
+		t.Errorf("sockets held outside the range after the grace %v, want none", got)
+	}
+}
+
+// TestRestore_keepsNoRuleOnAnOldPortAHostProcessTook: a node port outside
+// the new range that a host process bound while the agent was down is the
+// process's now: no rule is kept there (its traffic must not reach the
+// Pod), and the Pod still gets its new port.
+func TestRestore_keepsNoRuleOnAnOldPortAHostProcessTook(t *testing.T) {
+	node := testNode()
+	web := oldPod(t, "web", "198.19.0.6", "web", entry(8080, 61500, "tcp"))
+	client := fake.NewClientset(node, web, service("web", "web", svcPort("http", corev1.ProtocolTCP, 8080)))
+	rng := portalloc.Range{Start: 61000, End: 61009}
+	reserver := portalloctest.NewReserver()
+	reserver.SetBusy(contract.FamilyIPv4, contract.ProtocolTCP, 61500, true)
+	alloc, err := portalloc.New(rng, reserver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp, ctx := runController(t, controller.Config{PortRange: rng, RetiredPortGrace: time.Minute}, client, alloc)
+	var ports []int
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
+		dp.mu.Lock()
+		defer dp.mu.Unlock()
+		ports = ports[:0]
+		for _, m := range dp.last.Mappings {
+			ports = append(ports, m.NodePort)
+		}
+		return len(ports) == 1 && rng.Contains(ports[0]), nil
+	}); err != nil {
+		t.Fatalf("node ports programmed %v, want only web's new one in %s (61500 is a host process's)", ports, rng)
+	}
 }

@@ -68,7 +68,7 @@ func (c *Controller) syncPod(ctx context.Context, key string, queued time.Durati
 	}
 	next, released, flush, allocErr := c.reconcileMappings(key, st.mappings, targets, podIPs)
 	changed := !slices.Equal(next, st.mappings)
-	if c.dropRetiredOfLocked(key, podIPs) {
+	if c.dropRetiredOfLocked(logger, key, podIPs) {
 		changed = true
 	}
 	st.mappings = next
@@ -215,12 +215,18 @@ func allocKey(pod string, t Target) portalloc.Key {
 // dropRetiredOfLocked removes the retired mappings of a Pod that is gone
 // (podIPs nil) or no longer has the IP they point to, and reports whether
 // it removed any. Called with c.mu held.
-func (c *Controller) dropRetiredOfLocked(key string, podIPs map[contract.Family]netip.Addr) bool {
-	n := len(c.retired)
-	c.retired = slices.DeleteFunc(c.retired, func(r retiredMapping) bool {
-		return r.key == key && podIPs[r.target.Family] != r.podIP
-	})
-	return len(c.retired) != n
+func (c *Controller) dropRetiredOfLocked(logger klog.Logger, key string, podIPs map[contract.Family]netip.Addr) bool {
+	var kept []retiredMapping
+	for _, r := range c.retired {
+		if r.key == key && podIPs[r.target.Family] != r.podIP {
+			r.release(logger)
+			continue
+		}
+		kept = append(kept, r)
+	}
+	dropped := len(kept) != len(c.retired)
+	c.retired = kept
+	return dropped
 }
 
 // updateDatapathLocked hands every family's datapath the complete desired

@@ -199,6 +199,26 @@ func (a *Allocator) wrap(port int) int {
 	return port
 }
 
+// Hold reserves port, outside the range, for key: the socket of a rule the
+// agent keeps there for a while (a mapping retired by a change of the range,
+// whose rule still forwards to its Pod), so that no host process takes the
+// port while the rule points it at a Pod. The port enters no table; the
+// caller closes the socket when the rule goes. The error wraps EADDRINUSE
+// when a host process uses the port with key's protocol.
+func (a *Allocator) Hold(key Key, port int) (io.Closer, error) {
+	if err := key.validate(); err != nil {
+		return nil, fmt.Errorf("hold node port %d: %w", port, err)
+	}
+	if a.rng.Contains(port) {
+		return nil, fmt.Errorf("hold node port %d for %s: in the range %s (restore or allocate it)", port, key, a.rng)
+	}
+	c, err := a.reserver.Reserve(key.Family, key.Protocol, port)
+	if err != nil {
+		return nil, fmt.Errorf("hold node port %d for %s: %w", port, key, err)
+	}
+	return c, nil
+}
+
 // Release closes the socket that reserves key's port and frees the port.
 // Releasing a key that holds no port is a no-op. The port is freed even when
 // closing the socket fails: the kernel releases the descriptor either way.

@@ -352,3 +352,37 @@ func TestNew_rejectsInvalidRange(t *testing.T) {
 		}
 	}
 }
+
+// TestHold: a port outside the range is held by a socket until its closer
+// closes, enters no table, and fails when a host process uses it; a port
+// of the range is refused (Restore or Allocate take those).
+func TestHold(t *testing.T) {
+	r := portalloctest.NewReserver()
+	a, err := portalloc.New(portalloc.Range{Start: 61000, End: 61001}, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := a.Hold(aTCP, 60000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Held(); !cmp.Equal(got, []string{"IPv4/tcp/60000"}) {
+		t.Errorf("held %v, want the one socket of 60000", got)
+	}
+	if _, ok := a.Lookup(aTCP); ok || a.InUse(v4) != 0 {
+		t.Errorf("a held port entered the table (lookup %v, in use %d)", ok, a.InUse(v4))
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Held(); len(got) != 0 {
+		t.Errorf("held %v after Close, want none", got)
+	}
+	r.SetBusy(v4, tcp, 60001, true)
+	if _, err := a.Hold(aTCP, 60001); !errors.Is(err, syscall.EADDRINUSE) {
+		t.Errorf("Hold of a port a host process uses: %v, want EADDRINUSE", err)
+	}
+	if _, err := a.Hold(aTCP, 61000); err == nil || !strings.Contains(err.Error(), "in the range") {
+		t.Errorf("Hold of a port in the range: %v, want refused", err)
+	}
+}

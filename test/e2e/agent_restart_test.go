@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -99,8 +102,12 @@ func TestAgent_restartKeepsPortsAndTraffic(t *testing.T) {
 	})
 }
 
-// TestAgent_portRangeChange: after a restart with another range, every
-// mapping moves into it and the old rules and sockets are gone.
+// TestAgent_portRangeChange: after a restart with a range that holds
+// neither Pod's node port, both Pods get new ports in it. The old port of
+// one keeps forwarding to its Pod, held by the agent's socket, until
+// --retired-port-grace has passed; the old port of the other, which a host
+// process bound while the agent was down, gets no rule: its traffic reaches
+// that process, not the Pod.
 func TestAgent_portRangeChange(t *testing.T) {
 	forEachDatapath(t, func(t *testing.T, e *env) {
 		ns := e.namespace(t)
@@ -109,45 +116,65 @@ func TestAgent_portRangeChange(t *testing.T) {
 			e.createPod(t, webPod(ns, fmt.Sprintf("web-%d", i), node2, web))
 		}
 		e.createService(t, npService(ns, "web", web))
+		const kept, taken = "web-0", "web-1"
 		old := map[string]int{}
-		for i := range 2 {
-			name := fmt.Sprintf("web-%d", i)
+		for _, name := range []string{kept, taken} {
 			old[name] = e.waitEntries(t, ns, name, 1)[0].NodePort
+			if old[name] >= 61800 && old[name] <= 61899 {
+				t.Fatalf("%s's node port %d is in 61800-61899: the test needs it outside", name, old[name])
+			}
 		}
-		restarted := time.Now()
-		e.restartAgent(t, node2, "61800-61899", nil)
+		var restarted time.Time
+		e.restartAgent(t, node2, "61800-61899", func() {
+			// A host process takes the taken Pod's port, free while the
+			// agent is down.
+			var l net.Listener
+			if err := n.Do(func() (err error) {
+				l, err = net.Listen("tcp4", addr("0.0.0.0", old[taken]))
+				return err
+			}); err != nil {
+				t.Fatalf("a host process binds %d: %v", old[taken], err)
+			}
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "host") })}
+			go func() { _ = srv.Serve(l) }()
+			t.Cleanup(func() { _ = srv.Close() })
+			restarted = time.Now()
+		})
 		t.Cleanup(func() { e.restartAgent(t, node2, "61000-62000", nil) })
 		grace := e.agent(node2).RetiredPortGrace()
-		for name, oldPort := range old {
+		for _, name := range []string{kept, taken} {
 			waitFor(t, 20*time.Second, name+" moved into 61800-61899", func() (bool, error) {
 				es, ok, err := e.entries(t, ns, name)
 				return ok && err == nil && len(es) == 1 && es[0].NodePort >= 61800 && es[0].NodePort <= 61899, nil
 			})
 			x := e.waitEntries(t, ns, name, 1)[0]
 			eventually(t, 10*time.Second, "traffic in the new range", func() error { return expectBody(get(addr(x.NodeIP, x.NodePort)))(name) })
-			if oldPort >= 61800 && oldPort <= 61899 {
-				continue
-			}
-			// Make before break: the old port still forwards to the Pod,
-			// without a socket held, until --retired-port-grace has passed.
-			err := expectBody(get(addr(x.NodeIP, oldPort)))(name)
-			if late := time.Since(restarted); late < grace-2*time.Second && err != nil {
-				t.Errorf("%s: old node port %d %v after the restart: %v; want it to forward to the Pod for %v", name, oldPort, late.Round(time.Millisecond), err, grace)
-			} else if err != nil {
-				t.Logf("%s: old node port %d not checked: %v after the restart, near the end of the grace %v", name, oldPort, late, grace)
-			}
-			if portHeld(t, n, "tcp", oldPort) {
-				t.Errorf("%s: old node port %d still has a socket", name, oldPort)
-			}
 		}
-		for name, oldPort := range old {
-			if oldPort >= 61800 && oldPort <= 61899 {
-				continue
-			}
-			waitFor(t, grace+20*time.Second, fmt.Sprintf("%s: old node port %d's rule gone after the grace", name, oldPort), func() (bool, error) {
-				return !e.hasMapping(t, n, "tcp", oldPort), nil
-			})
+		nodeIP := n.IP.String()
+
+		// Make before break: the kept Pod's old port still forwards to it,
+		// held by the agent's socket, until the grace has passed.
+		err := expectBody(get(addr(nodeIP, old[kept])))(kept)
+		held := portHeld(t, n, "tcp", old[kept])
+		if late := time.Since(restarted); late < grace-2*time.Second && (err != nil || !held) {
+			t.Errorf("%s: old node port %d %v after the restart: %v, held %v; want it to forward to the Pod for %v, held", kept, old[kept], late.Round(time.Millisecond), err, held, grace)
+		} else if err != nil || !held {
+			t.Logf("%s: old node port %d not checked: %v after the restart, near the end of the grace %v", kept, old[kept], late, grace)
 		}
+		// The host process's port is its own.
+		if e.hasMapping(t, n, "tcp", old[taken]) {
+			t.Errorf("%s: old node port %d, bound by a host process, has a rule", taken, old[taken])
+		}
+		if err := expectBody(get(addr(nodeIP, old[taken])))("host"); err != nil {
+			t.Errorf("%s: old node port %d, bound by a host process: %v; want the host process to answer", taken, old[taken], err)
+		}
+
+		waitFor(t, grace+20*time.Second, fmt.Sprintf("%s: old node port %d's rule gone after the grace", kept, old[kept]), func() (bool, error) {
+			return !e.hasMapping(t, n, "tcp", old[kept]), nil
+		})
+		waitFor(t, 10*time.Second, fmt.Sprintf("%s: old node port %d's socket closed after the grace", kept, old[kept]), func() (bool, error) {
+			return !portHeld(t, n, "tcp", old[kept]), nil
+		})
 	})
 }
 
