@@ -330,6 +330,20 @@ func (s *story) portRangeUpgrade(t *testing.T) {
 		t.Fatalf("none of web's members %v is outside %s: the story needs some", web, secondPortRange)
 	}
 	t.Logf("web: %d of %d members outside %s; cart's %v inside", moving, len(web), secondPortRange, slices.Sorted(maps.Keys(cart)))
+	// What the checks of the rules below read: each node's rules map its
+	// members' node ports (in either backend's listing).
+	for _, n := range s.c.Nodes() {
+		r, err := readRules(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mapped := r.nodePorts()
+		for addr := range maps.All(web) {
+			if host, _, _ := net.SplitHostPort(addr); host == n.IP.String() && !slices.Contains(mapped, portOf(addr)) {
+				t.Fatalf("%s: the rules as read map node ports %v, not member %s's: the checks of the rules would prove nothing", n.Name, mapped, addr)
+			}
+		}
+	}
 
 	staying := streamTo(cart)
 	listed := streamToListed(s, "web")

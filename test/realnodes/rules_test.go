@@ -96,7 +96,9 @@ func lines(s string) []string {
 
 var (
 	iptablesNodePort = regexp.MustCompile(`-A NPL-NODE-PORT-LOCAL .*--dport (\d+) `)
-	nftNodePort      = regexp.MustCompile(`(?:tcp|udp) \. (\d+) :`)
+	// An element of npl's node-ports map as nft lists it, with the
+	// comment npl-agent writes on each: tcp . 61000 comment "ns/pod:8080" : ….
+	nftNodePort = regexp.MustCompile(`(?:tcp|udp) \. (\d+)(?: comment "[^"]*")? :`)
 )
 
 // nodePorts lists the node ports npl's rules map.
