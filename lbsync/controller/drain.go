@@ -120,14 +120,15 @@ func (c *Controller) applyDrains(key queueKey, lb *providers.LoadBalancer) {
 		drains = newDrainTracker()
 		c.drains[key] = drains
 	}
-	moved := map[memberAddr]bool{}
-	for a, at := range c.moved {
-		if now.Sub(at) < c.settings.DrainPeriod {
-			moved[a] = true
-		}
-	}
 	c.mu.Unlock()
-	next := drains.apply(lb, c.settings.DrainPeriod, now, func(m providers.Member) bool { return moved[memberAddr{m.IP, m.Port}] })
+	// Asked only of the members a sync no longer has: rare.
+	moved := func(m providers.Member) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		at, ok := c.moved[memberAddr{m.IP, m.Port}]
+		return ok && now.Sub(at) < c.settings.DrainPeriod
+	}
+	next := drains.apply(lb, c.settings.DrainPeriod, now, moved)
 	if !next.IsZero() {
 		c.queue.AddAfter(key, time.Until(next)+10*time.Millisecond)
 	}
