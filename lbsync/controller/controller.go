@@ -186,7 +186,13 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	if settings.ResyncPeriod <= 0 {
 		settings.ResyncPeriod = 10 * time.Minute
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trim))
+	var c *Controller
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(func(obj any) (any, error) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			c.recordMovesOf(pod)
+		}
+		return trim(obj)
+	}))
 
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
@@ -197,7 +203,7 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	utilruntime.Must(gatewayv1.Install(eventScheme))
 	recorder := broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: "npl-lbsync"})
 
-	c := &Controller{
+	c = &Controller{
 		settings: settings,
 		client:   client,
 		provider: metrics.instrument(providers.Validated(provider)),
@@ -468,9 +474,6 @@ func (c *Controller) enqueuePodServices(oldObj, obj any) {
 		c.mu.Lock()
 		delete(c.registered, keyOf(pod))
 		c.mu.Unlock()
-	}
-	if old, ok := oldObj.(*corev1.Pod); ok {
-		c.recordMoves(old, pod)
 	}
 	keys := map[queueKey]bool{}
 	for _, s := range c.store.ServicesSelecting(pod) {

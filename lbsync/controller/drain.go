@@ -140,10 +140,17 @@ type memberAddr struct {
 	port int32
 }
 
-// recordMoves remembers the members that a Pod's annotation change moved
-// (builder.MovedMembers), for the drain period, and forgets older moves.
-func (c *Controller) recordMoves(old, cur *corev1.Pod) {
-	if c.settings.DrainPeriod <= 0 {
+// recordMovesOf remembers the members that the change from the cached Pod
+// to cur moved (builder.MovedMembers), for the drain period, and forgets
+// older moves. The informer's transform calls it before its cache holds
+// cur, so that no sync sees the new annotation without the move.
+func (c *Controller) recordMovesOf(cur *corev1.Pod) {
+	if c.settings.DrainPeriod <= 0 || c.store.Pods == nil {
+		return
+	}
+	obj, ok, err := c.store.Pods.GetByKey(cur.Namespace + "/" + cur.Name)
+	old, isPod := obj.(*corev1.Pod)
+	if err != nil || !ok || !isPod {
 		return
 	}
 	ms := builder.MovedMembers(old, cur)

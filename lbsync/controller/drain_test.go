@@ -5,7 +5,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -104,5 +108,44 @@ func TestDrainTracker_aMovedMemberDrainsAndAGoneOneDoesNot(t *testing.T) {
 	d.apply(lb, period, t0.Add(32*time.Second), moved)
 	if diff := cmp.Diff([]providers.Member{mem("198.18.0.10", 61900, true)}, lb.Listeners[0].Pool.Members); diff != "" {
 		t.Errorf("members after the drain (-want +got):\n%s", diff)
+	}
+}
+
+// TestRecordMovesOf: a Pod whose new annotation moves a mapping, compared
+// with the cached one before the cache holds it, records the old member;
+// a Pod not cached yet, or a zero drain period, records nothing.
+func TestRecordMovesOf(t *testing.T) {
+	annotated := func(port int) *corev1.Pod {
+		value, err := contract.Format([]contract.Entry{{PodPort: 8080, NodeIP: "198.18.0.10", NodePort: port, Protocol: contract.ProtocolTCP, IPFamily: contract.FamilyIPv4}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", Annotations: map[string]string{contract.PodKey: value}}}
+	}
+	newController := func(period time.Duration) *Controller {
+		c := &Controller{settings: Settings{DrainPeriod: period}, moved: map[memberAddr]time.Time{}}
+		c.store.Pods = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+		return c
+	}
+	c := newController(time.Minute)
+	c.recordMovesOf(annotated(61000)) // first seen: nothing cached
+	if len(c.moved) != 0 {
+		t.Fatalf("moves of a Pod not cached: %v", c.moved)
+	}
+	if err := c.store.Pods.Add(annotated(61000)); err != nil {
+		t.Fatal(err)
+	}
+	c.recordMovesOf(annotated(61900))
+	if _, ok := c.moved[memberAddr{"198.18.0.10", 61000}]; !ok || len(c.moved) != 1 {
+		t.Errorf("moves %v, want the old member 198.18.0.10:61000", c.moved)
+	}
+
+	c = newController(0)
+	if err := c.store.Pods.Add(annotated(61000)); err != nil {
+		t.Fatal(err)
+	}
+	c.recordMovesOf(annotated(61900))
+	if len(c.moved) != 0 {
+		t.Errorf("moves with drain period 0: %v, want none", c.moved)
 	}
 }
