@@ -142,7 +142,7 @@ type memberAddr struct {
 
 // recordMovesOf remembers the members that the change from the cached Pod
 // to cur moved (builder.MovedMembers), for the drain period, and forgets
-// older moves. The informer's transform calls it before its cache holds
+// older moves when it records new ones. The informer's transform calls it before its cache holds
 // cur, so that no sync sees the new annotation without the move.
 func (c *Controller) recordMovesOf(cur *corev1.Pod) {
 	if c.settings.DrainPeriod <= 0 || c.store.Pods == nil {
@@ -154,6 +154,10 @@ func (c *Controller) recordMovesOf(cur *corev1.Pod) {
 		return
 	}
 	ms := builder.MovedMembers(old, cur)
+	if len(ms) == 0 {
+		// Nearly every Pod event: the controller's lock is not taken.
+		return
+	}
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
