@@ -105,6 +105,7 @@ func (c *Controller) restore(ctx context.Context) error {
 		moved = append(moved, m)
 	}
 	gens := c.updateDatapathLocked()
+	retired := len(c.retired)
 	c.mu.Unlock()
 
 	for fam, gen := range gens {
@@ -131,9 +132,9 @@ func (c *Controller) restore(ctx context.Context) error {
 			"Node port of %s/%d (%s) moved from %d to %d: %v", t.Protocol, t.PodPort, t.Family, m.nodePort, m.newPort, m.cause)
 	}
 	logger.Info("Restored mappings from Pod annotations", "restored", restored, "moved", len(moved), "dropped", dropped, "pods", len(pods))
-	if c.cfg.RetiredPortGrace > 0 && len(outside) > 0 {
+	if retired > 0 {
 		logger.Info("Keeping the rules of node ports outside the range until the load balancers follow the new ones",
-			"mappings", len(outside), "range", c.cfg.PortRange, "for", c.cfg.RetiredPortGrace)
+			"mappings", retired, "range", c.cfg.PortRange, "for", c.cfg.RetiredPortGrace)
 		time.AfterFunc(c.cfg.RetiredPortGrace, func() { c.dropRetired(ctx) })
 	}
 	return nil
