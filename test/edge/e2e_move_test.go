@@ -3,6 +3,7 @@ package edge
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -52,15 +53,12 @@ func (k *keepAlive) get() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
+	if resp.Close {
+		// The connection would not carry the next request.
+		defer resp.Body.Close()
+		return "", errors.New("the answer closes the connection")
 	}
-	if resp.StatusCode != http.StatusOK || resp.Close {
-		return "", fmt.Errorf("HTTP %d (close %v): %s", resp.StatusCode, resp.Close, body)
-	}
-	return strings.TrimSpace(string(body)), nil
+	return stack.Answer(resp)
 }
 
 // TestEndToEnd_movedMemberDrainsItsOpenConnections: npl-agent restarted
@@ -198,7 +196,7 @@ func TestEndToEnd_movedMemberDrainsItsOpenConnections(t *testing.T) {
 	removed := time.Since(moved)
 	t.Logf("%s removed %v after the restart (drainSeconds %v)", oldServer, removed.Round(100*time.Millisecond), drain)
 	if removed < drain {
-		t.Errorf("the old server was removed %v after the move, before drainSeconds %v", removed.Round(time.Millisecond), drain)
+		t.Errorf("the old server was removed %v after the restart, before drainSeconds %v", removed.Round(time.Millisecond), drain)
 	}
 	if after := status(t, b); after.Reloads != before.Reloads {
 		t.Errorf("the move reloaded HAProxy %d times, want 0", after.Reloads-before.Reloads)

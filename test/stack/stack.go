@@ -265,13 +265,24 @@ func HTTPGet(addr string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	body, err := Answer(resp)
+	if err != nil {
+		return "", fmt.Errorf("GET %s: %w", addr, err)
+	}
+	return body, nil
+}
+
+// Answer reads and closes the body of an answer from a test backend and
+// returns it trimmed (the name of the Pod that answered), or an error
+// naming the status when it is not 200.
+func Answer(resp *http.Response) (string, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return "", err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: %s", addr, resp.Status)
+		return "", fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
 	}
 	return strings.TrimSpace(string(body)), nil
 }
