@@ -141,8 +141,9 @@ func TestEndToEnd_movedMemberDrainsItsOpenConnections(t *testing.T) {
 	}
 	before := status(t, b)
 	t.Cleanup(func() { restart("61000-62000") })
-	restart(moveTo)
+	// Before the restart: the move, and so the drain, start after it.
 	moved := time.Now()
+	restart(moveTo)
 
 	var newServer string
 	waitForCond(t, 30*time.Second, "the Pod's new server up on HAProxy and its old one draining", func() (bool, error) {
@@ -161,7 +162,7 @@ func TestEndToEnd_movedMemberDrainsItsOpenConnections(t *testing.T) {
 		}
 		return old.Draining(), nil
 	})
-	t.Logf("moved by the restart with range %s: %s → %s, the old one draining %v after the restart",
+	t.Logf("moved by the restart with range %s: %s → %s, the old one draining %v after the restart began",
 		moveTo, oldServer, newServer, time.Since(moved).Round(time.Millisecond))
 
 	if got, err := open.get(); err != nil || got != pod {
@@ -194,9 +195,9 @@ func TestEndToEnd_movedMemberDrainsItsOpenConnections(t *testing.T) {
 		return err != nil, nil
 	})
 	removed := time.Since(moved)
-	t.Logf("%s removed %v after the restart (drainSeconds %v)", oldServer, removed.Round(100*time.Millisecond), drain)
+	t.Logf("%s removed %v after the restart began (drainSeconds %v)", oldServer, removed.Round(100*time.Millisecond), drain)
 	if removed < drain {
-		t.Errorf("the old server was removed %v after the restart, before drainSeconds %v", removed.Round(time.Millisecond), drain)
+		t.Errorf("the old server was removed %v after the restart began, before drainSeconds %v", removed.Round(time.Millisecond), drain)
 	}
 	if after := status(t, b); after.Reloads != before.Reloads {
 		t.Errorf("the move reloaded HAProxy %d times, want 0", after.Reloads-before.Reloads)
