@@ -35,7 +35,7 @@ import (
 	"github.com/nodeportlocal/npl/edge/api"
 	"github.com/nodeportlocal/npl/edge/haproxy"
 	"github.com/nodeportlocal/npl/edge/udp"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // Config is what the edge needs to run HAProxy.
@@ -98,7 +98,7 @@ type Edge struct {
 
 	// mu serialises every change of the desired state and of HAProxy.
 	mu      sync.Mutex
-	desired map[lbKey]*providers.LoadBalancer
+	desired map[lbKey]*lbmodel.LoadBalancer
 	running bool
 	// startErr is why HAProxy does not run (the last start or attach
 	// failed), said to every change meanwhile.
@@ -144,7 +144,7 @@ func New(cfg Config) (*Edge, error) {
 	}
 	e := &Edge{
 		cfg:     cfg,
-		desired: map[lbKey]*providers.LoadBalancer{},
+		desired: map[lbKey]*lbmodel.LoadBalancer{},
 		applyDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "npl_edge_apply_duration_seconds", Help: "Time to apply a changed load balancer to HAProxy, by how (runtime or reload).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
@@ -338,7 +338,7 @@ func (e *Edge) Stop() { e.proc.Stop(10 * time.Second) }
 
 // Put makes lb, a load balancer of cluster, the desired state of its name
 // and applies it. lb.VIPs holds exactly the VIP to serve on.
-func (e *Edge) Put(ctx context.Context, cluster string, lb *providers.LoadBalancer) (api.EnsureResult, error) {
+func (e *Edge) Put(ctx context.Context, cluster string, lb *lbmodel.LoadBalancer) (api.EnsureResult, error) {
 	var res api.EnsureResult
 	n, err := checkRequest(cluster, lb)
 	if err != nil {
@@ -362,7 +362,7 @@ func (e *Edge) Put(ctx context.Context, cluster string, lb *providers.LoadBalanc
 	key := lbKey{cluster, n.Name}
 	prev, had := e.desired[key]
 	e.desired[key] = n
-	changedDesired := !had || !providers.SameModel(prev, n)
+	changedDesired := !had || !lbmodel.SameModel(prev, n)
 	start := time.Now()
 	changed, reloaded, err := e.converge(ctx)
 	err = ownErrors(ctx, err, n.Name)
@@ -399,7 +399,7 @@ func (e *Edge) Put(ctx context.Context, cluster string, lb *providers.LoadBalanc
 // Delete removes the load balancer name of cluster. Removing one that is
 // not there is not an error.
 func (e *Edge) Delete(ctx context.Context, cluster, name string) (bool, error) {
-	if cluster == "" || !providers.OwnedBy(cluster, name) {
+	if cluster == "" || !lbmodel.OwnedBy(cluster, name) {
 		return false, fmt.Errorf("%w: load balancer %q is not of cluster %q", ErrInvalid, name, cluster)
 	}
 	e.mu.Lock()
@@ -433,7 +433,7 @@ func (e *Edge) Delete(ctx context.Context, cluster, name string) (bool, error) {
 // the configuration it loaded, with the members its worker holds now and
 // the weight of each pool's invalid server (none when it is out of
 // rotation).
-func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalancer, error) {
+func (e *Edge) List(ctx context.Context, cluster string) ([]lbmodel.LoadBalancer, error) {
 	e.mu.Lock()
 	running, text := e.running, e.activeText
 	e.mu.Unlock()
@@ -448,7 +448,7 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	servers := map[string][]providers.Member{}
+	servers := map[string][]lbmodel.Member{}
 	invalid := map[string]int32{}
 	for _, s := range states {
 		if s.Name == haproxy.InvalidServer {
@@ -457,17 +457,17 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 			}
 			continue
 		}
-		servers[s.Backend] = append(servers[s.Backend], providers.Member{IP: s.IP.String(), Port: s.Port, Enabled: s.Enabled(),
+		servers[s.Backend] = append(servers[s.Backend], lbmodel.Member{IP: s.IP.String(), Port: s.Port, Enabled: s.Enabled(),
 			Weight: modelWeight(s.Weight)})
 	}
-	pool := func(name, appProtocol string) providers.Pool {
-		members := providers.SortMembers(servers[name])
+	pool := func(name, appProtocol string) lbmodel.Pool {
+		members := lbmodel.SortMembers(servers[name])
 		if members == nil {
-			members = []providers.Member{}
+			members = []lbmodel.Member{}
 		}
-		return providers.Pool{Name: name, AppProtocol: appProtocol, Members: members, InvalidWeight: invalid[name]}
+		return lbmodel.Pool{Name: name, AppProtocol: appProtocol, Members: members, InvalidWeight: invalid[name]}
 	}
-	lbs := map[string]*providers.LoadBalancer{}
+	lbs := map[string]*lbmodel.LoadBalancer{}
 	seenRules := map[string]map[string]bool{} // load balancer -> rule MatchKeys
 	for _, f := range px.Frontends {
 		if f.Cluster != cluster {
@@ -475,42 +475,42 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 		}
 		lb := lbs[f.LoadBalancer]
 		if lb == nil {
-			lb = &providers.LoadBalancer{Name: f.LoadBalancer, Service: f.Service, Ingress: f.Ingress, Gateway: f.Gateway}
+			lb = &lbmodel.LoadBalancer{Name: f.LoadBalancer, Service: f.Service, Ingress: f.Ingress, Gateway: f.Gateway}
 			lbs[f.LoadBalancer] = lb
 		}
 		if vip := f.VIP.String(); !slices.Contains(lb.VIPs, vip) {
 			lb.VIPs = append(lb.VIPs, vip)
 		}
 		if !f.HTTP && f.Listener == "" {
-			lb.Listeners = append(lb.Listeners, providers.Listener{Port: f.Port, Protocol: providers.TCP, Pool: pool(f.DefaultBackend, "")})
+			lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: f.Port, Protocol: lbmodel.TCP, Pool: pool(f.DefaultBackend, "")})
 			continue
 		}
 		// Each listener has the rules and certificates of its port: the
 		// load balancer's are their union.
-		lb.Kind = providers.L7
+		lb.Kind = lbmodel.L7
 		if lb.HTTP == nil {
-			lb.HTTP = &providers.HTTPRoutes{Rules: []providers.Rule{}}
+			lb.HTTP = &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{}}
 		}
 		for _, c := range f.Certificates {
-			if !slices.ContainsFunc(lb.HTTP.TLS, func(o providers.TLSCert) bool { return o.Secret == c.Cert.Secret }) {
+			if !slices.ContainsFunc(lb.HTTP.TLS, func(o lbmodel.TLSCert) bool { return o.Secret == c.Cert.Secret }) {
 				lb.HTTP.TLS = append(lb.HTTP.TLS, c.Cert)
 			}
 		}
 		switch f.Listener {
-		case providers.TCP:
-			lb.Listeners = append(lb.Listeners, providers.Listener{Port: f.Port, Protocol: providers.TCP, Pool: pool(f.DefaultBackend, "")})
+		case lbmodel.TCP:
+			lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: f.Port, Protocol: lbmodel.TCP, Pool: pool(f.DefaultBackend, "")})
 			continue
-		case providers.TLS:
-			lb.Listeners = append(lb.Listeners, providers.Listener{Port: f.Port, Protocol: providers.TLS, SNI: f.SNI,
+		case lbmodel.TLS:
+			lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: f.Port, Protocol: lbmodel.TLS, SNI: f.SNI,
 				Terminate: len(f.Certificates) > 0})
 			continue
 		}
 		lb.HTTP.DefaultPool = f.DefaultBackend
-		protocol := providers.HTTP
+		protocol := lbmodel.HTTP
 		if len(f.Certificates) > 0 {
-			protocol = providers.HTTPS
+			protocol = lbmodel.HTTPS
 		}
-		lb.Listeners = append(lb.Listeners, providers.Listener{Port: f.Port, Protocol: protocol})
+		lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: f.Port, Protocol: protocol})
 		seen := seenRules[lb.Name]
 		if seen == nil {
 			seen = map[string]bool{}
@@ -533,18 +533,18 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]providers.LoadBalanc
 	if err := e.listUDP(ctx, cluster, lbs); err != nil {
 		return nil, err
 	}
-	out := make([]providers.LoadBalancer, 0, len(lbs))
+	out := make([]lbmodel.LoadBalancer, 0, len(lbs))
 	for _, lb := range lbs {
-		providers.SortListeners(lb.Listeners)
-		providers.SortPools(lb.Pools)
+		lbmodel.SortListeners(lb.Listeners)
+		lbmodel.SortPools(lb.Pools)
 		slices.Sort(lb.VIPs)
 		if lb.HTTP != nil {
-			providers.SortRules(lb.HTTP.Rules)
-			slices.SortFunc(lb.HTTP.TLS, func(a, b providers.TLSCert) int { return cmp.Compare(a.Secret, b.Secret) })
+			lbmodel.SortRules(lb.HTTP.Rules)
+			slices.SortFunc(lb.HTTP.TLS, func(a, b lbmodel.TLSCert) int { return cmp.Compare(a.Secret, b.Secret) })
 		}
 		out = append(out, *lb)
 	}
-	slices.SortFunc(out, func(a, b providers.LoadBalancer) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b lbmodel.LoadBalancer) int { return cmp.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
@@ -567,13 +567,13 @@ func (e *Edge) Status(ctx context.Context) api.Status {
 }
 
 // checkRequest checks a load balancer sent to the edge and returns it in
-// canonical form. The model's rules are providers.Normalize's; the edge
+// canonical form. The model's rules are lbmodel.Normalize's; the edge
 // adds only what HAProxy needs: one VIP.
-func checkRequest(cluster string, lb *providers.LoadBalancer) (*providers.LoadBalancer, error) {
-	if cluster == "" || lb == nil || !providers.OwnedBy(cluster, lb.Name) {
+func checkRequest(cluster string, lb *lbmodel.LoadBalancer) (*lbmodel.LoadBalancer, error) {
+	if cluster == "" || lb == nil || !lbmodel.OwnedBy(cluster, lb.Name) {
 		return nil, fmt.Errorf("%w: the load balancer's name must start with the cluster name %q and \"--\"", ErrInvalid, cluster)
 	}
-	n, err := providers.Normalize(lb)
+	n, err := lbmodel.Normalize(lb)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
@@ -590,7 +590,7 @@ func checkRequest(cluster string, lb *providers.LoadBalancer) (*providers.LoadBa
 
 // checkConflicts refuses a listener that another load balancer (of any
 // cluster) serves on the same VIP and port (TCP and UDP apart).
-func (e *Edge) checkConflicts(cluster string, lb *providers.LoadBalancer) error {
+func (e *Edge) checkConflicts(cluster string, lb *lbmodel.LoadBalancer) error {
 	for k, other := range e.desired {
 		if k == (lbKey{cluster, lb.Name}) || other.VIPs[0] != lb.VIPs[0] {
 			continue
@@ -609,8 +609,8 @@ func (e *Edge) checkConflicts(cluster string, lb *providers.LoadBalancer) error 
 
 // served reports whether HAProxy serves listeners of protocol p here: TCP,
 // HTTP, HTTPS and TLS; UDP it cannot.
-func served(p providers.Protocol) bool {
-	return p == providers.TCP || p == providers.HTTP || p == providers.HTTPS || p == providers.TLS
+func served(p lbmodel.Protocol) bool {
+	return p == lbmodel.TCP || p == lbmodel.HTTP || p == lbmodel.HTTPS || p == lbmodel.TLS
 }
 
 // proxies are the HAProxy frontends and backends of the desired state: per
@@ -646,9 +646,9 @@ func (e *Edge) proxies() haproxy.Proxies {
 // listener); a TCP-mode frontend per TLS listener, with its SNI routes,
 // and a TCP-mode copy of each pool they name. certPath names a
 // certificate's file.
-func l7Proxies(out *haproxy.Proxies, cluster string, lb *providers.LoadBalancer, vip netip.Addr, certPath func(string) string) {
-	front := func(l providers.Listener) haproxy.Frontend {
-		return haproxy.Frontend{Name: providers.ListenerName(lb.Name, l.Protocol, l.Port),
+func l7Proxies(out *haproxy.Proxies, cluster string, lb *lbmodel.LoadBalancer, vip netip.Addr, certPath func(string) string) {
+	front := func(l lbmodel.Listener) haproxy.Frontend {
+		return haproxy.Frontend{Name: lbmodel.ListenerName(lb.Name, l.Protocol, l.Port),
 			Cluster: cluster, LoadBalancer: lb.Name, Service: lb.Service, Ingress: lb.Ingress, Gateway: lb.Gateway,
 			VIP: vip, Port: l.Port}
 	}
@@ -663,22 +663,22 @@ func l7Proxies(out *haproxy.Proxies, cluster string, lb *providers.LoadBalancer,
 	for _, l := range lb.Listeners {
 		f := front(l)
 		switch l.Protocol {
-		case providers.HTTP, providers.HTTPS:
+		case lbmodel.HTTP, lbmodel.HTTPS:
 			f.HTTP, f.DefaultBackend = true, lb.HTTP.DefaultPool
 			for _, r := range lb.HTTP.Rules {
 				if onPort(r.Ports, l.Port) {
 					f.Rules = append(f.Rules, r)
 				}
 			}
-			if l.Protocol == providers.HTTPS {
+			if l.Protocol == lbmodel.HTTPS {
 				certs(&f)
 			}
-		case providers.TCP:
-			f.Listener, f.DefaultBackend = providers.TCP, l.Pool.Name
+		case lbmodel.TCP:
+			f.Listener, f.DefaultBackend = lbmodel.TCP, l.Pool.Name
 			out.Backends = append(out.Backends, haproxy.Backend{Name: l.Pool.Name, Cluster: cluster, LoadBalancer: lb.Name,
 				Members: l.Pool.Members})
-		case providers.TLS:
-			f.Listener, f.SNI = providers.TLS, l.SNI
+		case lbmodel.TLS:
+			f.Listener, f.SNI = lbmodel.TLS, l.SNI
 			if l.Terminate {
 				certs(&f)
 			}
@@ -710,7 +710,7 @@ func modelWeight(w int) int32 {
 }
 
 // haproxyWeight is HAProxy's weight of member m (0 in the model is 1).
-func haproxyWeight(m providers.Member) int {
+func haproxyWeight(m lbmodel.Member) int {
 	if m.Weight == 0 {
 		return 1
 	}
@@ -719,7 +719,7 @@ func haproxyWeight(m providers.Member) int {
 
 // weightOption is the weight keyword of member m's server, empty for the
 // default weight.
-func weightOption(m providers.Member) string {
+func weightOption(m lbmodel.Member) string {
 	if m.Weight == 0 {
 		return ""
 	}
@@ -847,7 +847,7 @@ func (e *Edge) removeStaleCerts() {
 
 // AttachCertificates puts the PEM data of certs into the TLS entries of lb
 // they belong to; a certificate for a Secret lb does not name is an error.
-func AttachCertificates(lb *providers.LoadBalancer, certs []api.Certificate) error {
+func AttachCertificates(lb *lbmodel.LoadBalancer, certs []api.Certificate) error {
 	for _, c := range certs {
 		found := false
 		if lb.HTTP != nil {
@@ -866,7 +866,7 @@ func AttachCertificates(lb *providers.LoadBalancer, certs []api.Certificate) err
 }
 
 // readCert reads the certificate and key of a TLS entry back from its file.
-func (e *Edge) readCert(c *providers.TLSCert) error {
+func (e *Edge) readCert(c *lbmodel.TLSCert) error {
 	data, err := os.ReadFile(e.certPath(c.Fingerprint))
 	if err != nil {
 		return err
@@ -1082,8 +1082,8 @@ func ownErrors(ctx context.Context, err error, lb string) error {
 
 // savedLB is one entry of desired.json.
 type savedLB struct {
-	Cluster      string                 `json:"cluster"`
-	LoadBalancer providers.LoadBalancer `json:"loadBalancer"`
+	Cluster      string               `json:"cluster"`
+	LoadBalancer lbmodel.LoadBalancer `json:"loadBalancer"`
 }
 
 func (e *Edge) save() error {

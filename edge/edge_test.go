@@ -14,29 +14,29 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nodeportlocal/npl/edge/api"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
-func lb(name string, vip string, ports ...int32) *providers.LoadBalancer {
-	out := &providers.LoadBalancer{Name: name, Service: "ns/x", VIPs: []string{vip}}
+func lb(name string, vip string, ports ...int32) *lbmodel.LoadBalancer {
+	out := &lbmodel.LoadBalancer{Name: name, Service: "ns/x", VIPs: []string{vip}}
 	for _, p := range ports {
-		out.Listeners = append(out.Listeners, providers.Listener{Port: p, Protocol: providers.TCP,
-			Pool: providers.Pool{Name: providers.PoolName(name, providers.TCP, p)}})
+		out.Listeners = append(out.Listeners, lbmodel.Listener{Port: p, Protocol: lbmodel.TCP,
+			Pool: lbmodel.Pool{Name: lbmodel.PoolName(name, lbmodel.TCP, p)}})
 	}
 	return out
 }
 
 func TestCheckRequest(t *testing.T) {
 	l7 := lb("c1--ns-web-L7", "198.18.200.1", 80)
-	l7.Kind, l7.Listeners[0].Protocol, l7.Listeners[0].Pool = providers.L7, providers.HTTP, providers.Pool{}
-	l7.Pools = []providers.Pool{{Name: "p"}}
-	l7.HTTP = &providers.HTTPRoutes{DefaultPool: "p"}
+	l7.Kind, l7.Listeners[0].Protocol, l7.Listeners[0].Pool = lbmodel.L7, lbmodel.HTTP, lbmodel.Pool{}
+	l7.Pools = []lbmodel.Pool{{Name: "p"}}
+	l7.HTTP = &lbmodel.HTTPRoutes{DefaultPool: "p"}
 	noVIP := lb("c1--ns-web", "198.18.200.1", 80)
 	noVIP.VIPs = nil
 	for _, c := range []struct {
 		name    string
 		cluster string
-		lb      *providers.LoadBalancer
+		lb      *lbmodel.LoadBalancer
 		want    string // "" for accepted
 	}{
 		{"valid", "c1", lb("c1--ns-web", "198.18.200.1", 80), ""},
@@ -67,7 +67,7 @@ func TestCheckRequest(t *testing.T) {
 }
 
 func TestCheckConflicts_aVIPPortIsServedOnce(t *testing.T) {
-	e := &Edge{desired: map[lbKey]*providers.LoadBalancer{
+	e := &Edge{desired: map[lbKey]*lbmodel.LoadBalancer{
 		{"c1", "c1--ns-a"}: lb("c1--ns-a", "198.18.200.1", 80, 443),
 	}}
 	if err := e.checkConflicts("c1", lb("c1--ns-a", "198.18.200.1", 80)); err != nil {
@@ -127,19 +127,19 @@ func TestNew_refusesASocketPathHAProxyCannotBind(t *testing.T) {
 
 func TestL7Proxies_gatewayStreams(t *testing.T) {
 	name := "c1--ns-gw-GW"
-	in := &providers.LoadBalancer{Name: name, Kind: providers.L7, Gateway: "ns/gw", VIPs: []string{"198.18.200.1"},
-		Listeners: []providers.Listener{
-			{Port: 80, Protocol: providers.HTTP},
-			{Port: 9000, Protocol: providers.TCP, Pool: providers.Pool{Name: name + "-TCP-9000"}},
-			{Port: 9000, Protocol: providers.UDP, Pool: providers.Pool{Name: name + "-UDP-9000"}},
-			{Port: 8883, Protocol: providers.TLS, SNI: []providers.SNIRoute{{Host: "a.example", Pool: "both"}}},
-			{Port: 9443, Protocol: providers.TLS, Terminate: true, SNI: []providers.SNIRoute{{Pool: "both"}}},
+	in := &lbmodel.LoadBalancer{Name: name, Kind: lbmodel.L7, Gateway: "ns/gw", VIPs: []string{"198.18.200.1"},
+		Listeners: []lbmodel.Listener{
+			{Port: 80, Protocol: lbmodel.HTTP},
+			{Port: 9000, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: name + "-TCP-9000"}},
+			{Port: 9000, Protocol: lbmodel.UDP, Pool: lbmodel.Pool{Name: name + "-UDP-9000"}},
+			{Port: 8883, Protocol: lbmodel.TLS, SNI: []lbmodel.SNIRoute{{Host: "a.example", Pool: "both"}}},
+			{Port: 9443, Protocol: lbmodel.TLS, Terminate: true, SNI: []lbmodel.SNIRoute{{Pool: "both"}}},
 		},
-		Pools: []providers.Pool{{Name: "both"}, {Name: "grpc", AppProtocol: providers.AppProtocolH2C, InvalidWeight: 2}},
-		HTTP: &providers.HTTPRoutes{Rules: []providers.Rule{{Path: "/", PathType: providers.PathPrefix, Pool: "both"}},
-			TLS: []providers.TLSCert{{Secret: "ns/t", Ports: []int32{9443}, Fingerprint: "ff"}}},
+		Pools: []lbmodel.Pool{{Name: "both"}, {Name: "grpc", AppProtocol: lbmodel.AppProtocolH2C, InvalidWeight: 2}},
+		HTTP: &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{{Path: "/", PathType: lbmodel.PathPrefix, Pool: "both"}},
+			TLS: []lbmodel.TLSCert{{Secret: "ns/t", Ports: []int32{9443}, Fingerprint: "ff"}}},
 	}
-	e := &Edge{cfg: Config{Dir: "/run/edge"}, desired: map[lbKey]*providers.LoadBalancer{{"c1", name}: in}}
+	e := &Edge{cfg: Config{Dir: "/run/edge"}, desired: map[lbKey]*lbmodel.LoadBalancer{{"c1", name}: in}}
 	px := e.proxies()
 	var fronts, backs []string
 	for _, f := range px.Frontends {

@@ -16,7 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeportlocal/npl/edge/api"
-	"github.com/nodeportlocal/npl/providers/secretfile"
+	"github.com/nodeportlocal/npl/internal/secretfile"
 )
 
 // maxBody bounds a request body.

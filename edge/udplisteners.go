@@ -11,7 +11,7 @@ import (
 
 	"github.com/nodeportlocal/npl/edge/api"
 	"github.com/nodeportlocal/npl/edge/udp"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // The UDP listeners of the desired state (of Services and of Gateways) are
@@ -24,15 +24,15 @@ const (
 )
 
 // serves reports whether the edge serves listeners of protocol p.
-func (e *Edge) serves(p providers.Protocol) bool {
-	return served(p) || (p == providers.UDP && e.cfg.UDP != nil)
+func (e *Edge) serves(p lbmodel.Protocol) bool {
+	return served(p) || (p == lbmodel.UDP && e.cfg.UDP != nil)
 }
 
 // conflicting reports whether two served listeners of protocols a and b on
 // one VIP and port would take the same traffic: UDP only with UDP, the
 // others (HAProxy's, over TCP) with each other.
-func (e *Edge) conflicting(a, b providers.Protocol) bool {
-	if a == providers.UDP || b == providers.UDP {
+func (e *Edge) conflicting(a, b lbmodel.Protocol) bool {
+	if a == lbmodel.UDP || b == lbmodel.UDP {
 		return a == b && e.serves(a)
 	}
 	return served(a) && served(b)
@@ -41,11 +41,11 @@ func (e *Edge) conflicting(a, b providers.Protocol) bool {
 // unserved says why the edge does not serve a listener of protocol p on
 // vip, "" when it does: no UDP at all, or none on the VIP's IP family
 // (udp.Table.Unserved).
-func (e *Edge) unserved(p providers.Protocol, vip netip.Addr) string {
+func (e *Edge) unserved(p lbmodel.Protocol, vip netip.Addr) string {
 	switch {
 	case served(p):
 		return ""
-	case p != providers.UDP || e.cfg.UDP == nil:
+	case p != lbmodel.UDP || e.cfg.UDP == nil:
 		return api.ReasonNoUDP
 	}
 	return e.cfg.UDP.Unserved(vip)
@@ -59,11 +59,11 @@ func (e *Edge) udpMode() string {
 }
 
 // udpListenersOf returns the UDP listeners of lb, a canonical model.
-func udpListenersOf(lb *providers.LoadBalancer) []udp.Listener {
+func udpListenersOf(lb *lbmodel.LoadBalancer) []udp.Listener {
 	var out []udp.Listener
 	vip := netip.MustParseAddr(lb.VIPs[0])
 	for _, l := range lb.Listeners {
-		if l.Protocol == providers.UDP {
+		if l.Protocol == lbmodel.UDP {
 			out = append(out, udp.Listener{VIP: vip, Port: l.Port, Members: l.Pool.Members})
 		}
 	}
@@ -72,7 +72,7 @@ func udpListenersOf(lb *providers.LoadBalancer) []udp.Listener {
 
 // checkUDP refuses UDP listeners the table cannot serve (members of the
 // other IP family than the VIP).
-func checkUDP(lb *providers.LoadBalancer) error {
+func checkUDP(lb *lbmodel.LoadBalancer) error {
 	if err := udp.Validate(udpListenersOf(lb)); err != nil {
 		return fmt.Errorf("%w: load balancer %s: %v", ErrInvalid, lb.Name, err)
 	}
@@ -119,12 +119,12 @@ func (e *Edge) startUDP(ctx context.Context) {
 // back from the kernel, the names and owners from the desired state (the
 // table has no room for them). A listener the table does not serve is left
 // out.
-func (e *Edge) listUDP(ctx context.Context, cluster string, lbs map[string]*providers.LoadBalancer) error {
+func (e *Edge) listUDP(ctx context.Context, cluster string, lbs map[string]*lbmodel.LoadBalancer) error {
 	if e.cfg.UDP == nil {
 		return nil
 	}
 	e.mu.Lock()
-	var mine []*providers.LoadBalancer // models are replaced, never changed
+	var mine []*lbmodel.LoadBalancer // models are replaced, never changed
 	for k, lb := range e.desired {
 		if k.cluster == cluster {
 			mine = append(mine, lb)
@@ -139,20 +139,20 @@ func (e *Edge) listUDP(ctx context.Context, cluster string, lbs map[string]*prov
 		vip := netip.MustParseAddr(d.VIPs[0])
 		for _, l := range d.Listeners {
 			members, ok := served[udp.Key{VIP: vip, Port: l.Port}]
-			if l.Protocol != providers.UDP || !ok {
+			if l.Protocol != lbmodel.UDP || !ok {
 				continue
 			}
 			lb := lbs[d.Name]
 			if lb == nil {
-				lb = &providers.LoadBalancer{Name: d.Name, Service: d.Service, Ingress: d.Ingress, Gateway: d.Gateway,
+				lb = &lbmodel.LoadBalancer{Name: d.Name, Service: d.Service, Ingress: d.Ingress, Gateway: d.Gateway,
 					Kind: d.Kind, VIPs: []string{vip.String()}}
 				if d.IsL7() {
-					lb.HTTP = &providers.HTTPRoutes{Rules: []providers.Rule{}}
+					lb.HTTP = &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{}}
 				}
 				lbs[d.Name] = lb
 			}
-			lb.Listeners = append(lb.Listeners, providers.Listener{Port: l.Port, Protocol: providers.UDP,
-				Pool: providers.Pool{Name: l.Pool.Name, Members: members}})
+			lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: l.Port, Protocol: lbmodel.UDP,
+				Pool: lbmodel.Pool{Name: l.Pool.Name, Members: members}})
 		}
 	}
 	return nil

@@ -12,15 +12,15 @@ import (
 
 	"github.com/nodeportlocal/npl/edge/api"
 	"github.com/nodeportlocal/npl/edge/udp"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // udpLB is a Service's load balancer with UDP listeners on ports.
-func udpLB(name, vip string, members []providers.Member, ports ...int32) *providers.LoadBalancer {
-	out := &providers.LoadBalancer{Name: name, Service: "ns/x", VIPs: []string{vip}}
+func udpLB(name, vip string, members []lbmodel.Member, ports ...int32) *lbmodel.LoadBalancer {
+	out := &lbmodel.LoadBalancer{Name: name, Service: "ns/x", VIPs: []string{vip}}
 	for _, p := range ports {
-		out.Listeners = append(out.Listeners, providers.Listener{Port: p, Protocol: providers.UDP,
-			Pool: providers.Pool{Name: providers.PoolName(name, providers.UDP, p), Members: members}})
+		out.Listeners = append(out.Listeners, lbmodel.Listener{Port: p, Protocol: lbmodel.UDP,
+			Pool: lbmodel.Pool{Name: lbmodel.PoolName(name, lbmodel.UDP, p), Members: members}})
 	}
 	return out
 }
@@ -35,7 +35,7 @@ func fakeUDP(listing string) (*knftables.Fake, *udp.Table) {
 }
 
 func TestConflicts_udpOnlyWithUDPAndOnlyWhenServed(t *testing.T) {
-	desired := map[lbKey]*providers.LoadBalancer{{"c1", "c1--ns-dns"}: udpLB("c1--ns-dns", "198.18.200.1", nil, 53)}
+	desired := map[lbKey]*lbmodel.LoadBalancer{{"c1", "c1--ns-dns"}: udpLB("c1--ns-dns", "198.18.200.1", nil, 53)}
 	_, table := fakeUDP("")
 	on := &Edge{cfg: Config{UDP: table}, desired: desired}
 	off := &Edge{desired: desired}
@@ -54,7 +54,7 @@ func TestConflicts_udpOnlyWithUDPAndOnlyWhenServed(t *testing.T) {
 }
 
 func TestCheckUDP_refusesAMemberOfTheOtherFamily(t *testing.T) {
-	err := checkUDP(udpLB("c1--ns-dns", "198.18.200.1", []providers.Member{{IP: "fd00::1", Port: 61000, Enabled: true}}, 53))
+	err := checkUDP(udpLB("c1--ns-dns", "198.18.200.1", []lbmodel.Member{{IP: "fd00::1", Port: 61000, Enabled: true}}, 53))
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "not of the VIP's IP family") {
 		t.Fatalf("error %v; want ErrInvalid naming the family", err)
 	}
@@ -62,8 +62,8 @@ func TestCheckUDP_refusesAMemberOfTheOtherFamily(t *testing.T) {
 
 func TestConvergeUDP_writesTheDesiredListenersUnlessTheChangeWasRefused(t *testing.T) {
 	fake, table := fakeUDP("")
-	members := []providers.Member{{IP: "198.18.0.10", Port: 61001, Enabled: true}}
-	e := &Edge{cfg: Config{UDP: table}, desired: map[lbKey]*providers.LoadBalancer{
+	members := []lbmodel.Member{{IP: "198.18.0.10", Port: 61001, Enabled: true}}
+	e := &Edge{cfg: Config{UDP: table}, desired: map[lbKey]*lbmodel.LoadBalancer{
 		{"c1", "c1--ns-dns"}: udpLB("c1--ns-dns", "198.18.200.1", members, 53),
 	}}
 	var changed bool
@@ -105,17 +105,17 @@ func TestUnserved_udpOnIPv6WithoutIPv6Forwarding(t *testing.T) {
 	fake, table := fakeUDP("")
 	forwarding := errors.New("net.ipv6.conf.all.forwarding is 0")
 	table.ForwardsIPv6 = func() error { return forwarding }
-	v4 := []providers.Member{{IP: "198.18.0.10", Port: 61001, Enabled: true}}
-	v6 := []providers.Member{{IP: "fd00:198:18::10", Port: 61001, Enabled: true}}
-	e := &Edge{cfg: Config{UDP: table}, desired: map[lbKey]*providers.LoadBalancer{
+	v4 := []lbmodel.Member{{IP: "198.18.0.10", Port: 61001, Enabled: true}}
+	v6 := []lbmodel.Member{{IP: "fd00:198:18::10", Port: 61001, Enabled: true}}
+	e := &Edge{cfg: Config{UDP: table}, desired: map[lbKey]*lbmodel.LoadBalancer{
 		{"c1", "c1--ns-dns"}:  udpLB("c1--ns-dns", "198.18.200.1", v4, 53),
 		{"c1", "c1--ns-dns6"}: udpLB("c1--ns-dns6", "fd00:198:200::1", v6, 53),
 	}}
 	v4VIP, v6VIP := netip.MustParseAddr("198.18.200.1"), netip.MustParseAddr("fd00:198:200::1")
-	if why := e.unserved(providers.UDP, v6VIP); why != forwarding.Error() {
+	if why := e.unserved(lbmodel.UDP, v6VIP); why != forwarding.Error() {
 		t.Errorf("UDP on an IPv6 VIP: unserved %q, want %q", why, forwarding)
 	}
-	if why := e.unserved(providers.UDP, v4VIP) + e.unserved(providers.TCP, v6VIP); why != "" {
+	if why := e.unserved(lbmodel.UDP, v4VIP) + e.unserved(lbmodel.TCP, v6VIP); why != "" {
 		t.Errorf("UDP on an IPv4 VIP and TCP on an IPv6 one: unserved %q, want both served", why)
 	}
 	var changed bool
@@ -130,34 +130,34 @@ func TestUnserved_udpOnIPv6WithoutIPv6Forwarding(t *testing.T) {
 	if err != nil || !strings.Contains(fake.Dump(), "fd00:198:200::1 . 53") {
 		t.Fatalf("%v; the IPv6 VIP is not served once the host forwards IPv6:\n%s", err, fake.Dump())
 	}
-	if why := (&Edge{}).unserved(providers.UDP, v4VIP); why != api.ReasonNoUDP {
+	if why := (&Edge{}).unserved(lbmodel.UDP, v4VIP); why != api.ReasonNoUDP {
 		t.Errorf("an edge without UDP: unserved %q, want %q", why, api.ReasonNoUDP)
 	}
 }
 
 func TestListUDP_aGatewaysUDPListenerAsTheTableServesIt(t *testing.T) {
 	_, table := fakeUDP(listing)
-	name := providers.GatewayLoadBalancerName("c1", "ns", "gw")
-	pool := providers.PoolName(name, providers.UDP, 5353)
-	gw := &providers.LoadBalancer{Name: name, Gateway: "ns/gw", Kind: providers.L7, VIPs: []string{"198.18.200.1"},
-		HTTP:      &providers.HTTPRoutes{Rules: []providers.Rule{}},
-		Listeners: []providers.Listener{{Port: 5353, Protocol: providers.UDP, Pool: providers.Pool{Name: pool}}}}
+	name := lbmodel.GatewayLoadBalancerName("c1", "ns", "gw")
+	pool := lbmodel.PoolName(name, lbmodel.UDP, 5353)
+	gw := &lbmodel.LoadBalancer{Name: name, Gateway: "ns/gw", Kind: lbmodel.L7, VIPs: []string{"198.18.200.1"},
+		HTTP:      &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{}},
+		Listeners: []lbmodel.Listener{{Port: 5353, Protocol: lbmodel.UDP, Pool: lbmodel.Pool{Name: pool}}}}
 	other := udpLB("c1--ns-dns", "198.18.200.2", nil, 53) // not in the table: left out
-	e := &Edge{cfg: Config{UDP: table}, desired: map[lbKey]*providers.LoadBalancer{{"c1", name}: gw, {"c1", other.Name}: other}}
-	lbs := map[string]*providers.LoadBalancer{}
+	e := &Edge{cfg: Config{UDP: table}, desired: map[lbKey]*lbmodel.LoadBalancer{{"c1", name}: gw, {"c1", other.Name}: other}}
+	lbs := map[string]*lbmodel.LoadBalancer{}
 	if err := e.listUDP(context.Background(), "c1", lbs); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]*providers.LoadBalancer{name: {Name: name, Gateway: "ns/gw", Kind: providers.L7, VIPs: []string{"198.18.200.1"},
-		HTTP: &providers.HTTPRoutes{Rules: []providers.Rule{}},
-		Listeners: []providers.Listener{{Port: 5353, Protocol: providers.UDP, Pool: providers.Pool{Name: pool, Members: []providers.Member{
+	want := map[string]*lbmodel.LoadBalancer{name: {Name: name, Gateway: "ns/gw", Kind: lbmodel.L7, VIPs: []string{"198.18.200.1"},
+		HTTP: &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{}},
+		Listeners: []lbmodel.Listener{{Port: 5353, Protocol: lbmodel.UDP, Pool: lbmodel.Pool{Name: pool, Members: []lbmodel.Member{
 			{IP: "198.18.0.10", Port: 61001, Enabled: true, Weight: 3},
 			{IP: "198.18.0.11", Port: 61001, Enabled: false},
 		}}}}}}
 	if diff := cmp.Diff(want, lbs); diff != "" {
 		t.Fatalf("listed (-want +got):\n%s", diff)
 	}
-	none := map[string]*providers.LoadBalancer{}
+	none := map[string]*lbmodel.LoadBalancer{}
 	if err := e.listUDP(context.Background(), "c2", none); err != nil || len(none) != 0 {
 		t.Fatalf("another cluster: %v, %v; want nothing", none, err)
 	}

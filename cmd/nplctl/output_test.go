@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/inspect"
-	"github.com/nodeportlocal/npl/providers"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -33,24 +33,24 @@ func golden(t *testing.T, name string, got []byte) {
 }
 
 func sampleReport() inspect.Report {
-	lb := func(name string, members ...providers.Member) *providers.LoadBalancer {
-		return &providers.LoadBalancer{Name: "c1--shop-" + name, Service: "shop/" + name, Listeners: []providers.Listener{{
-			Port: 80, Protocol: providers.TCP,
-			Pool: providers.Pool{Name: "c1--shop-" + name + "-TCP-80", Members: members},
+	lb := func(name string, members ...lbmodel.Member) *lbmodel.LoadBalancer {
+		return &lbmodel.LoadBalancer{Name: "c1--shop-" + name, Service: "shop/" + name, Listeners: []lbmodel.Listener{{
+			Port: 80, Protocol: lbmodel.TCP,
+			Pool: lbmodel.Pool{Name: "c1--shop-" + name + "-TCP-80", Members: members},
 		}}}
 	}
-	m := func(ip string, port int32, enabled bool) providers.Member {
-		return providers.Member{IP: ip, Port: port, Enabled: enabled}
+	m := func(ip string, port int32, enabled bool) lbmodel.Member {
+		return lbmodel.Member{IP: ip, Port: port, Enabled: enabled}
 	}
-	expected := []*providers.LoadBalancer{
+	expected := []*lbmodel.LoadBalancer{
 		lb("web", m("198.18.0.10", 61000, true), m("198.18.0.11", 61001, true)),
 		lb("api", m("198.18.0.12", 61002, true), m("198.18.0.10", 61003, false)),
 		lb("new", m("198.18.0.11", 61004, true)),
 	}
-	actual := []providers.LoadBalancer{
+	actual := []lbmodel.LoadBalancer{
 		{Name: "c1--shop-web", VIPs: []string{"203.0.113.1"}, Listeners: expected[0].Listeners},
-		{Name: "c1--shop-api", VIPs: []string{"203.0.113.2"}, Listeners: []providers.Listener{{Port: 80, Protocol: providers.TCP,
-			Pool: providers.Pool{Name: "c1--shop-api-TCP-80", Members: []providers.Member{m("198.18.0.12", 61002, true), m("198.18.0.13", 61009, true)}}}}},
+		{Name: "c1--shop-api", VIPs: []string{"203.0.113.2"}, Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.TCP,
+			Pool: lbmodel.Pool{Name: "c1--shop-api-TCP-80", Members: []lbmodel.Member{m("198.18.0.12", 61002, true), m("198.18.0.13", 61009, true)}}}}},
 	}
 	return inspect.Compare(expected, actual)
 }

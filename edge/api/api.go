@@ -3,7 +3,7 @@
 //
 //	PUT    /v1/clusters/{cluster}/loadbalancers/{name}  body: LoadBalancerRequest with VIPs = [vip]       -> EnsureResult
 //	DELETE /v1/clusters/{cluster}/loadbalancers/{name}                                                -> DeleteResult
-//	GET    /v1/clusters/{cluster}/loadbalancers/{name}  what HAProxy serves of it                      -> providers.LoadBalancer (404 when none)
+//	GET    /v1/clusters/{cluster}/loadbalancers/{name}  what HAProxy serves of it                      -> lbmodel.LoadBalancer (404 when none)
 //	GET    /v1/clusters/{cluster}/loadbalancers         what HAProxy serves of the cluster             -> List
 //	GET    /v1/status                                                                                 -> Status
 //
@@ -15,7 +15,7 @@ package api
 import (
 	"net/url"
 
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // LoadBalancersPath is the path of the load balancers of a cluster.
@@ -36,7 +36,7 @@ const StatusPath = "/v1/status"
 // which the model itself never serialises. The edge writes them into its
 // own directory (mode 0600) for HAProxy; it never answers or logs them.
 type LoadBalancerRequest struct {
-	providers.LoadBalancer
+	lbmodel.LoadBalancer
 	Certificates []Certificate `json:"certificates,omitempty"`
 }
 
@@ -77,7 +77,7 @@ type DeleteResult struct {
 
 // List is the answer to the GET of a cluster's load balancers.
 type List struct {
-	LoadBalancers []providers.LoadBalancer `json:"loadBalancers"`
+	LoadBalancers []lbmodel.LoadBalancer `json:"loadBalancers"`
 }
 
 // Status is what the edge reports of itself and of HAProxy.

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // bigGateway is an HTTP frontend with n rules that use every test and
@@ -21,18 +21,18 @@ func bigGateway(n int) Proxies {
 	for i := range n / 10 {
 		b := Backend{Name: fmt.Sprintf("c1--gw-p%d", i), Cluster: "c1", LoadBalancer: "c1--gw", HTTP: true}
 		for j := range 10 {
-			b.Members = append(b.Members, providers.Member{IP: fmt.Sprintf("198.18.0.%d", 10+j), Port: int32(61000 + i), Enabled: true, Weight: int32(1 + j)})
+			b.Members = append(b.Members, lbmodel.Member{IP: fmt.Sprintf("198.18.0.%d", 10+j), Port: int32(61000 + i), Enabled: true, Weight: int32(1 + j)})
 		}
 		px.Backends = append(px.Backends, b)
 	}
 	for i := range n {
-		f.Rules = append(f.Rules, providers.Rule{Host: fmt.Sprintf("h%d.example", i%50), Path: fmt.Sprintf("/p%d", i),
-			PathType: providers.PathPrefix, Pool: fmt.Sprintf("c1--gw-p%d", i/10), Method: "GET",
-			Headers:         []providers.ValueMatch{{Name: "x-env", Value: "canary"}},
-			Query:           []providers.ValueMatch{{Name: "v", Value: "[0-9]+", Regex: true}},
-			RequestHeaders:  &providers.HeaderFilter{Set: []providers.Header{{Name: "X-A", Value: "a b"}}},
-			ResponseHeaders: &providers.HeaderFilter{Remove: []string{"Server"}},
-			Rewrite:         &providers.Rewrite{Path: &providers.PathModifier{Type: providers.ReplacePrefixMatch, Value: "/x"}}})
+		f.Rules = append(f.Rules, lbmodel.Rule{Host: fmt.Sprintf("h%d.example", i%50), Path: fmt.Sprintf("/p%d", i),
+			PathType: lbmodel.PathPrefix, Pool: fmt.Sprintf("c1--gw-p%d", i/10), Method: "GET",
+			Headers:         []lbmodel.ValueMatch{{Name: "x-env", Value: "canary"}},
+			Query:           []lbmodel.ValueMatch{{Name: "v", Value: "[0-9]+", Regex: true}},
+			RequestHeaders:  &lbmodel.HeaderFilter{Set: []lbmodel.Header{{Name: "X-A", Value: "a b"}}},
+			ResponseHeaders: &lbmodel.HeaderFilter{Remove: []string{"Server"}},
+			Rewrite:         &lbmodel.Rewrite{Path: &lbmodel.PathModifier{Type: lbmodel.ReplacePrefixMatch, Value: "/x"}}})
 	}
 	px.Frontends = []Frontend{f}
 	return px

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // Checks are the health-check settings of every member: HAProxy connects to
@@ -93,7 +93,7 @@ func (g Globals) InvalidServerArgs(w int32) string {
 // backend; it terminates TLS when it has Certificates).
 type Frontend struct {
 	// Name is the listener's name: the pool name of an L4 listener,
-	// providers.ListenerName of an L7 one.
+	// lbmodel.ListenerName of an L7 one.
 	Name string
 	// Cluster, LoadBalancer, Service, Ingress and Gateway say whom the frontend
 	// belongs to; the configuration keeps them in its description so that
@@ -107,19 +107,19 @@ type Frontend struct {
 	VIP          netip.Addr
 	Port         int32
 	// Rules are the L7 rules in the order HAProxy tries them.
-	Rules          []providers.Rule
+	Rules          []lbmodel.Rule
 	DefaultBackend string
 	// Certificates, when any, terminate TLS on the listener (HTTPS, or
 	// a terminating TLS listener): the first is the default, the others
 	// are picked by SNI.
 	Certificates []CertFile
 	// Listener is the protocol of a TCP-mode listener of an L7 load
-	// balancer (providers.TCP or providers.TLS); empty for the others.
-	Listener providers.Protocol
+	// balancer (lbmodel.TCP or lbmodel.TLS); empty for the others.
+	Listener lbmodel.Protocol
 	// SNI are the routes of a TLS listener, in the order HAProxy tries
-	// them (providers.SortSNI). Each names its backend, the TCP-mode
+	// them (lbmodel.SortSNI). Each names its backend, the TCP-mode
 	// copy of its pool (TLSBackendName).
-	SNI []providers.SNIRoute
+	SNI []lbmodel.SNIRoute
 }
 
 // CertFile is a certificate and key HAProxy loads from Path (the chain then
@@ -128,7 +128,7 @@ type CertFile struct {
 	Path string
 	// Cert is the certificate without its PEM data: Secret, Hosts and
 	// Fingerprint.
-	Cert providers.TLSCert
+	Cert lbmodel.TLSCert
 }
 
 // Backend is one pool.
@@ -137,12 +137,12 @@ type Backend struct {
 	Cluster      string
 	LoadBalancer string
 	HTTP         bool
-	Members      []providers.Member
-	// InvalidWeight is the pool's providers.Pool.InvalidWeight: the weight
+	Members      []lbmodel.Member
+	// InvalidWeight is the pool's lbmodel.Pool.InvalidWeight: the weight
 	// of its invalid server (InvalidServer), none when 0.
 	InvalidWeight int32
-	// AppProtocol is the pool's providers.Pool.AppProtocol: with
-	// providers.AppProtocolH2C its members' servers speak HTTP/2 (proto
+	// AppProtocol is the pool's lbmodel.Pool.AppProtocol: with
+	// lbmodel.AppProtocolH2C its members' servers speak HTTP/2 (proto
 	// h2).
 	AppProtocol string
 	// Pool is, for the TCP-mode copy of an L7 load balancer's pool that
@@ -161,7 +161,7 @@ func TLSBackendName(pool string) string { return pool + ":tls" }
 // check, and HTTP/2 for an h2c pool.
 func (b Backend) ServerOptions(c Checks) string {
 	s := c.Options()
-	if b.AppProtocol == providers.AppProtocolH2C {
+	if b.AppProtocol == lbmodel.AppProtocolH2C {
 		s += " proto h2"
 	}
 	return s
@@ -174,7 +174,7 @@ type Proxies struct {
 }
 
 // ServerName is the name of a member's server in its backend.
-func ServerName(m providers.Member) string {
+func ServerName(m lbmodel.Member) string {
 	return m.IP + "_" + strconv.Itoa(int(m.Port))
 }
 
@@ -288,7 +288,7 @@ func Render(g Globals, p Proxies) Rendered {
 		if f.HTTP {
 			renderRules(f, func(s string) { emit(obj, s, false) })
 		}
-		if f.Listener == providers.TLS {
+		if f.Listener == lbmodel.TLS {
 			renderSNI(f, func(s string) { emit(obj, s, false) })
 		}
 		if f.DefaultBackend != "" {
@@ -374,7 +374,7 @@ func Parse(text []byte) (Proxies, error) {
 			case fields[0] == "description" && len(fields) > 1 && fields[1] == "npl":
 				kv := keyValues(fields[2:])
 				f.Cluster, f.LoadBalancer, f.Service, f.Ingress, f.Gateway = kv["cluster"], kv["lb"], kv["service"], kv["ingress"], kv["gateway"]
-				f.Listener = providers.Protocol(kv["listener"])
+				f.Listener = lbmodel.Protocol(kv["listener"])
 			case fields[0] == "mode" && len(fields) > 1:
 				f.HTTP = fields[1] == "http"
 			case fields[0] == "bind" && len(fields) > 1:
@@ -392,7 +392,7 @@ func Parse(text []byte) (Proxies, error) {
 					}
 				}
 			case strings.HasPrefix(line, tlsComment):
-				var c providers.TLSCert
+				var c lbmodel.TLSCert
 				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, tlsComment)), &c); err != nil {
 					return Proxies{}, fmt.Errorf("line %d: frontend %s: certificate: %w", n, name, err)
 				}
@@ -400,13 +400,13 @@ func Parse(text []byte) (Proxies, error) {
 			case fields[0] == "default_backend" && len(fields) > 1:
 				f.DefaultBackend = fields[1]
 			case strings.HasPrefix(line, ruleComment):
-				var r providers.Rule
+				var r lbmodel.Rule
 				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, ruleComment)), &r); err != nil {
 					return Proxies{}, fmt.Errorf("line %d: frontend %s: rule: %w", n, name, err)
 				}
 				f.Rules = append(f.Rules, r)
 			case strings.HasPrefix(line, sniComment):
-				var r providers.SNIRoute
+				var r lbmodel.SNIRoute
 				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, sniComment)), &r); err != nil {
 					return Proxies{}, fmt.Errorf("line %d: frontend %s: SNI route: %w", n, name, err)
 				}
@@ -432,7 +432,7 @@ func Parse(text []byte) (Proxies, error) {
 				if err != nil {
 					return Proxies{}, fmt.Errorf("line %d: backend %s: %w", n, name, err)
 				}
-				m := providers.Member{IP: ip.String(), Port: port, Enabled: !slices.Contains(fields[3:], "disabled")}
+				m := lbmodel.Member{IP: ip.String(), Port: port, Enabled: !slices.Contains(fields[3:], "disabled")}
 				if m.Weight, err = serverWeight(fields); err != nil {
 					return Proxies{}, fmt.Errorf("line %d: backend %s: %w", n, name, err)
 				}
@@ -453,9 +453,9 @@ func Parse(text []byte) (Proxies, error) {
 		if b.LoadBalancer == "" {
 			continue
 		}
-		b.Members = providers.SortMembers(b.Members)
+		b.Members = lbmodel.SortMembers(b.Members)
 		if b.Members == nil {
-			b.Members = []providers.Member{}
+			b.Members = []lbmodel.Member{}
 		}
 		out.Backends = append(out.Backends, *b)
 	}

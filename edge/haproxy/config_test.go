@@ -18,8 +18,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // testGlobals are the globals of the rendered samples.
@@ -36,48 +35,48 @@ func sampleProxies() Proxies {
 			{Name: "c1--ns-v6-TCP-80", Cluster: "c1", LoadBalancer: "c1--ns-v6", Service: "ns/v6", VIP: netip.MustParseAddr("fd00:198:18::1"),
 				Port: 80, DefaultBackend: "c1--ns-v6-TCP-80"},
 			{Name: "c1--ns-ing-L7-HTTP-80", Cluster: "c1", LoadBalancer: "c1--ns-ing-L7", Ingress: "ns/ing", HTTP: true,
-				VIP: netip.MustParseAddr("198.18.200.2"), Port: 80, DefaultBackend: "c1--ns-ing-L7-ns-web-80", Rules: []providers.Rule{
-					{Host: "a.example.com", Path: "/api", PathType: providers.PathExact, Pool: "c1--ns-ing-L7-ns-api-80"},
-					{Host: "*.example.com", Path: "/shop", PathType: providers.PathPrefix, Pool: "c1--ns-ing-L7-ns-web-80"},
-					{Path: "/", PathType: providers.PathPrefix, Pool: "c1--ns-ing-L7-ns-web-80"},
+				VIP: netip.MustParseAddr("198.18.200.2"), Port: 80, DefaultBackend: "c1--ns-ing-L7-ns-web-80", Rules: []lbmodel.Rule{
+					{Host: "a.example.com", Path: "/api", PathType: lbmodel.PathExact, Pool: "c1--ns-ing-L7-ns-api-80"},
+					{Host: "*.example.com", Path: "/shop", PathType: lbmodel.PathPrefix, Pool: "c1--ns-ing-L7-ns-web-80"},
+					{Path: "/", PathType: lbmodel.PathPrefix, Pool: "c1--ns-ing-L7-ns-web-80"},
 				}},
 			{Name: "c1--ns-gw-HTTPS-8443", Cluster: "c1", LoadBalancer: "c1--ns-gw", Gateway: "ns/gw", HTTP: true,
 				VIP: netip.MustParseAddr("198.18.200.3"), Port: 8443, Rules: gatewayRules(), Certificates: []CertFile{
-					{Path: "/run/tls/a b.pem", Cert: providers.TLSCert{Secret: "ns/a", Hosts: []string{"a.example"}, Fingerprint: "aa", Ports: []int32{8443}}},
-					{Path: "/run/tls/b.pem", Cert: providers.TLSCert{Secret: "ns/b", Fingerprint: "bb"}},
+					{Path: "/run/tls/a b.pem", Cert: lbmodel.TLSCert{Secret: "ns/a", Hosts: []string{"a.example"}, Fingerprint: "aa", Ports: []int32{8443}}},
+					{Path: "/run/tls/b.pem", Cert: lbmodel.TLSCert{Secret: "ns/b", Fingerprint: "bb"}},
 				}},
-			{Name: "c1--ns-gw-TCP-9000", Cluster: "c1", LoadBalancer: "c1--ns-gw", Gateway: "ns/gw", Listener: providers.TCP,
+			{Name: "c1--ns-gw-TCP-9000", Cluster: "c1", LoadBalancer: "c1--ns-gw", Gateway: "ns/gw", Listener: lbmodel.TCP,
 				VIP: netip.MustParseAddr("198.18.200.3"), Port: 9000, DefaultBackend: "c1--ns-gw-TCP-9000"},
-			{Name: "c1--ns-gw-TLS-8883", Cluster: "c1", LoadBalancer: "c1--ns-gw", Gateway: "ns/gw", Listener: providers.TLS,
-				VIP: netip.MustParseAddr("198.18.200.3"), Port: 8883, SNI: []providers.SNIRoute{
+			{Name: "c1--ns-gw-TLS-8883", Cluster: "c1", LoadBalancer: "c1--ns-gw", Gateway: "ns/gw", Listener: lbmodel.TLS,
+				VIP: netip.MustParseAddr("198.18.200.3"), Port: 8883, SNI: []lbmodel.SNIRoute{
 					{Host: "a.example", Pool: "c1--ns-gw-a"}, {Host: "*.it's.example", Pool: "c1--ns-gw-a"}, {Pool: "c1--ns-gw-a"}}},
-			{Name: "c1--ns-gw-TLS-9443", Cluster: "c1", LoadBalancer: "c1--ns-gw", Gateway: "ns/gw", Listener: providers.TLS,
-				VIP: netip.MustParseAddr("198.18.200.3"), Port: 9443, SNI: []providers.SNIRoute{{Host: "t.example", Pool: "c1--ns-gw-a"}},
-				Certificates: []CertFile{{Path: "/run/tls/b.pem", Cert: providers.TLSCert{Secret: "ns/b", Fingerprint: "bb", Ports: []int32{9443}}}}},
+			{Name: "c1--ns-gw-TLS-9443", Cluster: "c1", LoadBalancer: "c1--ns-gw", Gateway: "ns/gw", Listener: lbmodel.TLS,
+				VIP: netip.MustParseAddr("198.18.200.3"), Port: 9443, SNI: []lbmodel.SNIRoute{{Host: "t.example", Pool: "c1--ns-gw-a"}},
+				Certificates: []CertFile{{Path: "/run/tls/b.pem", Cert: lbmodel.TLSCert{Secret: "ns/b", Fingerprint: "bb", Ports: []int32{9443}}}}},
 		},
 		Backends: []Backend{
-			{Name: "c1--ns-web-TCP-80", Cluster: "c1", LoadBalancer: "c1--ns-web", Members: []providers.Member{
+			{Name: "c1--ns-web-TCP-80", Cluster: "c1", LoadBalancer: "c1--ns-web", Members: []lbmodel.Member{
 				{IP: "198.18.0.11", Port: 61001, Enabled: true},
 				{IP: "198.18.0.12", Port: 61002, Enabled: false},
 			}},
-			{Name: "c1--ns-web-TCP-443", Cluster: "c1", LoadBalancer: "c1--ns-web", Members: []providers.Member{}},
-			{Name: "c1--ns-v6-TCP-80", Cluster: "c1", LoadBalancer: "c1--ns-v6", Members: []providers.Member{
+			{Name: "c1--ns-web-TCP-443", Cluster: "c1", LoadBalancer: "c1--ns-web", Members: []lbmodel.Member{}},
+			{Name: "c1--ns-v6-TCP-80", Cluster: "c1", LoadBalancer: "c1--ns-v6", Members: []lbmodel.Member{
 				{IP: "fd00:198:18::11", Port: 61001, Enabled: true},
 			}},
-			{Name: "c1--ns-ing-L7-ns-api-80", Cluster: "c1", LoadBalancer: "c1--ns-ing-L7", HTTP: true, Members: []providers.Member{
+			{Name: "c1--ns-ing-L7-ns-api-80", Cluster: "c1", LoadBalancer: "c1--ns-ing-L7", HTTP: true, Members: []lbmodel.Member{
 				{IP: "198.18.0.11", Port: 61003, Enabled: true},
 			}},
-			{Name: "c1--ns-ing-L7-ns-web-80", Cluster: "c1", LoadBalancer: "c1--ns-ing-L7", HTTP: true, Members: []providers.Member{}},
-			{Name: "c1--ns-gw-a", Cluster: "c1", LoadBalancer: "c1--ns-gw", HTTP: true, Members: []providers.Member{
+			{Name: "c1--ns-ing-L7-ns-web-80", Cluster: "c1", LoadBalancer: "c1--ns-ing-L7", HTTP: true, Members: []lbmodel.Member{}},
+			{Name: "c1--ns-gw-a", Cluster: "c1", LoadBalancer: "c1--ns-gw", HTTP: true, Members: []lbmodel.Member{
 				{IP: "198.18.0.11", Port: 61005, Enabled: true, Weight: 70},
 				{IP: "198.18.0.12", Port: 61005, Enabled: true},
 			}},
-			{Name: "c1--ns-gw-a:tls", Cluster: "c1", LoadBalancer: "c1--ns-gw", Pool: "c1--ns-gw-a", Members: []providers.Member{
+			{Name: "c1--ns-gw-a:tls", Cluster: "c1", LoadBalancer: "c1--ns-gw", Pool: "c1--ns-gw-a", Members: []lbmodel.Member{
 				{IP: "198.18.0.11", Port: 61005, Enabled: true, Weight: 70},
 			}},
-			{Name: "c1--ns-gw-grpc", Cluster: "c1", LoadBalancer: "c1--ns-gw", HTTP: true, AppProtocol: providers.AppProtocolH2C,
-				Members: []providers.Member{{IP: "198.18.0.11", Port: 61006, Enabled: true}}, InvalidWeight: 3},
-			{Name: "c1--ns-gw-TCP-9000", Cluster: "c1", LoadBalancer: "c1--ns-gw", Members: []providers.Member{
+			{Name: "c1--ns-gw-grpc", Cluster: "c1", LoadBalancer: "c1--ns-gw", HTTP: true, AppProtocol: lbmodel.AppProtocolH2C,
+				Members: []lbmodel.Member{{IP: "198.18.0.11", Port: 61006, Enabled: true}}, InvalidWeight: 3},
+			{Name: "c1--ns-gw-TCP-9000", Cluster: "c1", LoadBalancer: "c1--ns-gw", Members: []lbmodel.Member{
 				{IP: "198.18.0.11", Port: 61007, Enabled: true, Weight: 3}}},
 		},
 	}
@@ -85,19 +84,19 @@ func sampleProxies() Proxies {
 
 // gatewayRules are rules with every field Gateway API routes fill, values
 // with blanks, quotes, backslashes, % and braces among them.
-func gatewayRules() []providers.Rule {
-	return []providers.Rule{
-		{Host: "a.example", Path: "/app", PathType: providers.PathPrefix, Pool: "c1--ns-gw-a", Ports: []int32{8443}, Method: "GET",
-			Headers: []providers.ValueMatch{{Name: "x-it's", Value: `it's "a" \ %x} #y`}},
-			Query:   []providers.ValueMatch{{Name: "q", Value: "^-v[0-9]", Regex: true}},
-			RequestHeaders: &providers.HeaderFilter{Set: []providers.Header{{Name: "X-S", Value: `a b 100% "q"`}},
-				Add: []providers.Header{{Name: "X-A", Value: "v"}}, Remove: []string{"X-R"}},
-			ResponseHeaders: &providers.HeaderFilter{Set: []providers.Header{{Name: "X-Resp", Value: "r"}}},
-			Rewrite:         &providers.Rewrite{Hostname: "rewritten.example", Path: &providers.PathModifier{Type: providers.ReplacePrefixMatch}}},
-		{Host: "*.wild.example", Path: "/v[0-9]+/.*", PathType: providers.PathRegex, FixedStatus: 500},
-		{Path: "/old", PathType: providers.PathExact, Redirect: &providers.Redirect{Scheme: "https", Hostname: "new.example", Port: 8443,
-			StatusCode: 301, Path: &providers.PathModifier{Type: providers.ReplaceFullPath, Value: "/new"}}},
-		{Path: "/", PathType: providers.PathPrefix, Redirect: &providers.Redirect{Scheme: "http", StatusCode: 302}, Order: 4},
+func gatewayRules() []lbmodel.Rule {
+	return []lbmodel.Rule{
+		{Host: "a.example", Path: "/app", PathType: lbmodel.PathPrefix, Pool: "c1--ns-gw-a", Ports: []int32{8443}, Method: "GET",
+			Headers: []lbmodel.ValueMatch{{Name: "x-it's", Value: `it's "a" \ %x} #y`}},
+			Query:   []lbmodel.ValueMatch{{Name: "q", Value: "^-v[0-9]", Regex: true}},
+			RequestHeaders: &lbmodel.HeaderFilter{Set: []lbmodel.Header{{Name: "X-S", Value: `a b 100% "q"`}},
+				Add: []lbmodel.Header{{Name: "X-A", Value: "v"}}, Remove: []string{"X-R"}},
+			ResponseHeaders: &lbmodel.HeaderFilter{Set: []lbmodel.Header{{Name: "X-Resp", Value: "r"}}},
+			Rewrite:         &lbmodel.Rewrite{Hostname: "rewritten.example", Path: &lbmodel.PathModifier{Type: lbmodel.ReplacePrefixMatch}}},
+		{Host: "*.wild.example", Path: "/v[0-9]+/.*", PathType: lbmodel.PathRegex, FixedStatus: 500},
+		{Path: "/old", PathType: lbmodel.PathExact, Redirect: &lbmodel.Redirect{Scheme: "https", Hostname: "new.example", Port: 8443,
+			StatusCode: 301, Path: &lbmodel.PathModifier{Type: lbmodel.ReplaceFullPath, Value: "/new"}}},
+		{Path: "/", PathType: lbmodel.PathPrefix, Redirect: &lbmodel.Redirect{Scheme: "http", StatusCode: 302}, Order: 4},
 	}
 }
 
@@ -125,7 +124,7 @@ func TestRender_frameIgnoresMembers(t *testing.T) {
 	g := testGlobals
 	a := sampleProxies()
 	b := sampleProxies()
-	b.Backends[0].Members = append(slices.Clone(b.Backends[0].Members), providers.Member{IP: "198.18.0.13", Port: 61003, Enabled: true})
+	b.Backends[0].Members = append(slices.Clone(b.Backends[0].Members), lbmodel.Member{IP: "198.18.0.13", Port: 61003, Enabled: true})
 	b.Backends[0].Members[0].Enabled = false
 	ra, rb := Render(g, a), Render(g, b)
 	if ra.Frame != rb.Frame {

@@ -8,17 +8,16 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // FuzzRenderParse feeds arbitrary rules (JSON) to an HTTP frontend: every
-// set of rules providers.Normalize accepts renders into a configuration
+// set of rules lbmodel.Normalize accepts renders into a configuration
 // that Parse reads back as the same rules, whatever their values hold
 // (quotes, blanks, #, braces). Seeds: the rules of gatewayRules and
 // sampleProxies.
 func FuzzRenderParse(f *testing.F) {
-	for _, rules := range [][]providers.Rule{gatewayRules(), sampleProxies().Frontends[3].Rules} {
+	for _, rules := range [][]lbmodel.Rule{gatewayRules(), sampleProxies().Frontends[3].Rules} {
 		b, err := json.Marshal(rules)
 		if err != nil {
 			f.Fatal(err)
@@ -26,15 +25,15 @@ func FuzzRenderParse(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var rules []providers.Rule
+		var rules []lbmodel.Rule
 		if json.Unmarshal(data, &rules) != nil {
 			return
 		}
-		lb := &providers.LoadBalancer{Name: "c1--x", Kind: providers.L7, Listeners: []providers.Listener{
-			{Port: 80, Protocol: providers.HTTP}, {Port: 8443, Protocol: providers.HTTP}},
-			Pools: []providers.Pool{{Name: "c1--ns-gw-a"}, {Name: "c1--ns-ing-L7-ns-api-80"}, {Name: "c1--ns-ing-L7-ns-web-80"}},
-			HTTP:  &providers.HTTPRoutes{Rules: rules}}
-		n, err := providers.Normalize(lb)
+		lb := &lbmodel.LoadBalancer{Name: "c1--x", Kind: lbmodel.L7, Listeners: []lbmodel.Listener{
+			{Port: 80, Protocol: lbmodel.HTTP}, {Port: 8443, Protocol: lbmodel.HTTP}},
+			Pools: []lbmodel.Pool{{Name: "c1--ns-gw-a"}, {Name: "c1--ns-ing-L7-ns-api-80"}, {Name: "c1--ns-ing-L7-ns-web-80"}},
+			HTTP:  &lbmodel.HTTPRoutes{Rules: rules}}
+		n, err := lbmodel.Normalize(lb)
 		if err != nil || len(n.HTTP.Rules) == 0 {
 			return
 		}
@@ -56,7 +55,7 @@ func FuzzRenderParse(f *testing.F) {
 }
 
 // FuzzRenderParseSNI feeds arbitrary SNI routes (JSON) to a TLS listener:
-// every set providers.Normalize accepts renders into a configuration that
+// every set lbmodel.Normalize accepts renders into a configuration that
 // Parse reads back as the same routes, one frontend, whatever the hosts
 // hold. Seeds: the routes of sampleProxies' TLS listener.
 func FuzzRenderParseSNI(f *testing.F) {
@@ -72,22 +71,22 @@ func FuzzRenderParseSNI(f *testing.F) {
 	}
 	f.Add([]byte(`[{"host":"a\nfrontend","pool":"c1--ns-gw-a"},{"host":"*.b\u0000","pool":"c1--ns-gw-b"}]`), false)
 	f.Fuzz(func(t *testing.T, data []byte, terminate bool) {
-		var routes []providers.SNIRoute
+		var routes []lbmodel.SNIRoute
 		if json.Unmarshal(data, &routes) != nil {
 			return
 		}
-		lb := &providers.LoadBalancer{Name: "c1--x", Kind: providers.L7, Gateway: "ns/gw", Listeners: []providers.Listener{
-			{Port: 8883, Protocol: providers.TLS, SNI: routes}},
-			Pools: []providers.Pool{{Name: "c1--ns-gw-a"}, {Name: "c1--ns-gw-b"}},
-			HTTP:  &providers.HTTPRoutes{}}
-		n, err := providers.Normalize(lb)
+		lb := &lbmodel.LoadBalancer{Name: "c1--x", Kind: lbmodel.L7, Gateway: "ns/gw", Listeners: []lbmodel.Listener{
+			{Port: 8883, Protocol: lbmodel.TLS, SNI: routes}},
+			Pools: []lbmodel.Pool{{Name: "c1--ns-gw-a"}, {Name: "c1--ns-gw-b"}},
+			HTTP:  &lbmodel.HTTPRoutes{}}
+		n, err := lbmodel.Normalize(lb)
 		if err != nil || len(n.Listeners[0].SNI) == 0 {
 			return
 		}
-		fr := Frontend{Name: "c1--x-TLS-8883", Cluster: "c1", LoadBalancer: "c1--x", Gateway: "ns/gw", Listener: providers.TLS,
+		fr := Frontend{Name: "c1--x-TLS-8883", Cluster: "c1", LoadBalancer: "c1--x", Gateway: "ns/gw", Listener: lbmodel.TLS,
 			VIP: netip.MustParseAddr("198.18.200.1"), Port: 8883, SNI: n.Listeners[0].SNI}
 		if terminate {
-			fr.Certificates = []CertFile{{Path: "/run/tls/a.pem", Cert: providers.TLSCert{Secret: "ns/a", Fingerprint: "aa"}}}
+			fr.Certificates = []CertFile{{Path: "/run/tls/a.pem", Cert: lbmodel.TLSCert{Secret: "ns/a", Fingerprint: "aa"}}}
 		}
 		text := Render(Globals{AdminSocket: "/run/a.sock", Checks: DefaultChecks}, Proxies{Frontends: []Frontend{fr}}).Text
 		got, err := Parse(text)

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // The L7 rules of an HTTP frontend, rendered in three passes: per rule,
@@ -92,7 +92,7 @@ func renderRules(f Frontend, emit func(string)) {
 			conds = append(conds, id+"_host")
 		}
 		pathAll := false
-		if r.PathType == providers.PathRegex {
+		if r.PathType == lbmodel.PathRegex {
 			acl("_path", "path -m reg -- "+quote("^(?:"+r.Path+")$"))
 		} else {
 			for _, m := range r.PathMatches() {
@@ -167,7 +167,7 @@ func renderRules(f Frontend, emit func(string)) {
 }
 
 // valueTest is the ACL test of a header or query parameter match on fetch.
-func valueTest(fetch string, m providers.ValueMatch) string {
+func valueTest(fetch string, m lbmodel.ValueMatch) string {
 	switch {
 	case m.Regex:
 		return quote(fetch) + " -m reg -- " + quote("^(?:"+m.Value+")$")
@@ -180,7 +180,7 @@ func valueTest(fetch string, m providers.ValueMatch) string {
 // headerFilter writes the set, add and del rules of a header filter for
 // the rule selected by ACL sel; directive is http-request or
 // http-after-response.
-func headerFilter(directive string, h *providers.HeaderFilter, sel string, emit func(string)) {
+func headerFilter(directive string, h *lbmodel.HeaderFilter, sel string, emit func(string)) {
 	for _, x := range h.Set {
 		emit("    " + directive + " set-header " + quote(x.Name) + " " + quote(logFormat(x.Value)) + " if " + sel)
 	}
@@ -195,8 +195,8 @@ func headerFilter(directive string, h *providers.HeaderFilter, sel string, emit 
 // pathModifier writes the path change of rule r (index i), selected by
 // sel: a whole new path, or the prefix the rule matched replaced. The
 // query string stays.
-func pathModifier(r providers.Rule, i int, m *providers.PathModifier, sel string, emit func(string)) {
-	if m.Type == providers.ReplaceFullPath {
+func pathModifier(r lbmodel.Rule, i int, m *lbmodel.PathModifier, sel string, emit func(string)) {
+	if m.Type == lbmodel.ReplaceFullPath {
 		emit("    http-request set-path " + quote(logFormat(m.Value)) + " if " + sel)
 		return
 	}
@@ -220,7 +220,7 @@ func pathModifier(r providers.Rule, i int, m *providers.PathModifier, sel string
 // of port (https when it terminates TLS): the request's URL with d's parts
 // replaced. With neither scheme nor port, the port is the listener's; with
 // a scheme only, the scheme's; a scheme's default port is left out.
-func location(d *providers.Redirect, https bool, port int32) string {
+func location(d *lbmodel.Redirect, https bool, port int32) string {
 	scheme := "http"
 	if https {
 		scheme = "https"

@@ -15,7 +15,7 @@ import (
 	"github.com/nodeportlocal/npl/edge/udp"
 	"github.com/nodeportlocal/npl/internal/netns"
 	"github.com/nodeportlocal/npl/internal/netnstest"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // TestMain runs the tests in a private network namespace: it is the edge.
@@ -144,9 +144,9 @@ func (f *flow) ask() (string, error) {
 	return name, nil
 }
 
-func (b *bed) member(name string, weight int32, enabled bool) providers.Member {
+func (b *bed) member(name string, weight int32, enabled bool) lbmodel.Member {
 	a := b.members[name]
-	return providers.Member{IP: a.Addr().String(), Port: int32(a.Port()), Weight: weight, Enabled: enabled}
+	return lbmodel.Member{IP: a.Addr().String(), Port: int32(a.Port()), Weight: weight, Enabled: enabled}
 }
 
 func newTable(t *testing.T) *udp.Table {
@@ -163,7 +163,7 @@ func TestTable_weightsDrainRemoveAndDelete(t *testing.T) {
 	b := newBed(t, "a", "b")
 	ctx := context.Background()
 	tab := newTable(t)
-	l := udp.Listener{VIP: vip, Port: 53, Members: []providers.Member{b.member("a", 70, true), b.member("b", 30, true)}}
+	l := udp.Listener{VIP: vip, Port: 53, Members: []lbmodel.Member{b.member("a", 70, true), b.member("b", 30, true)}}
 	if changed, err := tab.Sync(ctx, []udp.Listener{l}); err != nil || !changed {
 		t.Fatalf("Sync: changed %v, %v", changed, err)
 	}
@@ -273,8 +273,8 @@ func TestTable_twoListenersAndAWholeRewrite(t *testing.T) {
 	ctx := context.Background()
 	tab := newTable(t)
 	ls := []udp.Listener{
-		{VIP: vip, Port: 53, Members: []providers.Member{b.member("a", 0, true)}},
-		{VIP: vip, Port: 54, Members: []providers.Member{b.member("b", 0, true)}},
+		{VIP: vip, Port: 53, Members: []lbmodel.Member{b.member("a", 0, true)}},
+		{VIP: vip, Port: 54, Members: []lbmodel.Member{b.member("b", 0, true)}},
 	}
 	if _, err := tab.Sync(ctx, ls); err != nil {
 		t.Fatal(err)
@@ -306,11 +306,11 @@ func TestTable_ipv6Listener(t *testing.T) {
 	b := newBed(t, "a", "b")
 	ctx := context.Background()
 	tab := newTable(t)
-	member6 := func(name string, enabled bool) providers.Member {
+	member6 := func(name string, enabled bool) lbmodel.Member {
 		a := b.members6[name]
-		return providers.Member{IP: a.Addr().String(), Port: int32(a.Port()), Enabled: enabled}
+		return lbmodel.Member{IP: a.Addr().String(), Port: int32(a.Port()), Enabled: enabled}
 	}
-	l := udp.Listener{VIP: vip6, Port: 53, Members: []providers.Member{member6("a", true), member6("b", true)}}
+	l := udp.Listener{VIP: vip6, Port: 53, Members: []lbmodel.Member{member6("a", true), member6("b", true)}}
 	if _, err := tab.Sync(ctx, []udp.Listener{l}); err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nodeportlocal/npl/internal/conntrack"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // TableName is the nftables table the package owns whole (family inet).
@@ -79,7 +79,7 @@ const (
 type Listener struct {
 	VIP     netip.Addr
 	Port    int32
-	Members []providers.Member
+	Members []lbmodel.Member
 }
 
 // Key names a listener: its VIP and port.
@@ -347,22 +347,22 @@ func (t *Table) Listeners() int {
 // Served returns the members the table serves on each listener, read back
 // from the kernel: every member of m-<chain> with its weight (the model's:
 // 1 is 0), enabled when it has a slot.
-func (t *Table) Served(ctx context.Context) (map[Key][]providers.Member, error) {
+func (t *Table) Served(ctx context.Context) (map[Key][]lbmodel.Member, error) {
 	st, err := t.state(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[Key][]providers.Member, len(st.listeners))
+	out := make(map[Key][]lbmodel.Member, len(st.listeners))
 	for k, l := range st.listeners {
-		members := []providers.Member{}
+		members := []lbmodel.Member{}
 		for _, m := range l.members {
 			w := int32(m.weight)
 			if w == 1 {
 				w = 0
 			}
-			members = append(members, providers.Member{IP: m.addr.Addr().String(), Port: int32(m.addr.Port()), Enabled: m.enabled, Weight: w})
+			members = append(members, lbmodel.Member{IP: m.addr.Addr().String(), Port: int32(m.addr.Port()), Enabled: m.enabled, Weight: w})
 		}
-		out[k] = providers.SortMembers(members)
+		out[k] = lbmodel.SortMembers(members)
 	}
 	return out, nil
 }
@@ -382,7 +382,7 @@ func (t *Table) Delete(ctx context.Context) error {
 }
 
 // contentOf is the table's form of members: sorted, weights 1-256.
-func contentOf(members []providers.Member) content {
+func contentOf(members []lbmodel.Member) content {
 	c := make(content, 0, len(members))
 	for _, m := range members {
 		a := netip.MustParseAddr(m.IP).Unmap()

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nodeportlocal/npl/edge/udp"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 func fakeTable(t *testing.T) (*knftables.Fake, *udp.Table, *[]string) {
@@ -29,7 +29,7 @@ func fakeTable(t *testing.T) (*knftables.Fake, *udp.Table, *[]string) {
 func TestSync_slotsFollowWeightsAndDrainingMembersHaveNone(t *testing.T) {
 	fake, tab, flushed := fakeTable(t)
 	ctx := context.Background()
-	ls := []udp.Listener{{VIP: netip.MustParseAddr("198.18.200.1"), Port: 53, Members: []providers.Member{
+	ls := []udp.Listener{{VIP: netip.MustParseAddr("198.18.200.1"), Port: 53, Members: []lbmodel.Member{
 		{IP: "198.18.0.10", Port: 61001, Enabled: true, Weight: 70},
 		{IP: "198.18.0.11", Port: 61001, Enabled: true, Weight: 30},
 		{IP: "198.18.0.12", Port: 61001, Enabled: false, Weight: 50},
@@ -56,7 +56,7 @@ func TestSync_slotsFollowWeightsAndDrainingMembersHaveNone(t *testing.T) {
 
 	// A member removed: only its listener is written again, and its flows go.
 	ls[0].Members = ls[0].Members[:2]
-	ls = append(ls, udp.Listener{VIP: netip.MustParseAddr("fd00:198:200::1"), Port: 53, Members: []providers.Member{{IP: "fd00:198:18::10", Port: 61001, Enabled: true}}})
+	ls = append(ls, udp.Listener{VIP: netip.MustParseAddr("fd00:198:200::1"), Port: 53, Members: []lbmodel.Member{{IP: "fd00:198:18::10", Port: 61001, Enabled: true}}})
 	if _, err := tab.Sync(ctx, ls); err != nil {
 		t.Fatal(err)
 	}
@@ -90,10 +90,10 @@ func TestSync_slotsFollowWeightsAndDrainingMembersHaveNone(t *testing.T) {
 func TestValidate_refusesMixedFamiliesAndDuplicates(t *testing.T) {
 	v4 := netip.MustParseAddr("198.18.200.1")
 	for name, ls := range map[string][]udp.Listener{
-		"member of the other family": {{VIP: v4, Port: 53, Members: []providers.Member{{IP: "fd00::1", Port: 1, Enabled: true}}}},
+		"member of the other family": {{VIP: v4, Port: 53, Members: []lbmodel.Member{{IP: "fd00::1", Port: 1, Enabled: true}}}},
 		"listed twice":               {{VIP: v4, Port: 53}, {VIP: v4, Port: 53}},
 		"port 0":                     {{VIP: v4, Port: 0}},
-		"member without address":     {{VIP: v4, Port: 53, Members: []providers.Member{{IP: "x", Port: 1}}}},
+		"member without address":     {{VIP: v4, Port: 53, Members: []lbmodel.Member{{IP: "x", Port: 1}}}},
 	} {
 		if err := udp.Validate(ls); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -117,9 +117,9 @@ func TestSync_triesAgainTheFlowsItCouldNotDelete(t *testing.T) {
 		})
 	tab.VerifyEvery = time.Hour
 	vip := netip.MustParseAddr("198.18.200.1")
-	a := providers.Member{IP: "198.18.0.10", Port: 61001, Enabled: true}
-	b := providers.Member{IP: "198.18.0.11", Port: 61001, Enabled: true}
-	sync := func(ms ...providers.Member) {
+	a := lbmodel.Member{IP: "198.18.0.10", Port: 61001, Enabled: true}
+	b := lbmodel.Member{IP: "198.18.0.11", Port: 61001, Enabled: true}
+	sync := func(ms ...lbmodel.Member) {
 		t.Helper()
 		if _, err := tab.Sync(ctx, []udp.Listener{{VIP: vip, Port: 53, Members: ms}}); err != nil {
 			t.Fatal(err)

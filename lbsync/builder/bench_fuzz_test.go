@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // benchInput is a Service with a named TCP port and a UDP port, backed by n
@@ -149,7 +149,7 @@ func ipFamily(canonical string) string {
 }
 
 // memberBefore orders members by the 16-byte form of their IP, then port.
-func memberBefore(a, b providers.Member) bool {
+func memberBefore(a, b lbmodel.Member) bool {
 	if c := bytes.Compare(net.ParseIP(a.IP).To16(), net.ParseIP(b.IP).To16()); c != 0 {
 		return c < 0
 	}

@@ -1,6 +1,6 @@
 // Package builder turns Kubernetes objects into the load balancer model:
 // a Service, the Pods of its namespace and the Nodes in, a
-// providers.LoadBalancer and a Report out. It is pure
+// lbmodel.LoadBalancer and a Report out. It is pure
 // (no client-go calls, no clock), so every rule is tested with tables.
 package builder
 
@@ -14,7 +14,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // Service types: what a pool member is. They are the values of the
@@ -126,7 +126,7 @@ func (r Report) Summary(limit int) string {
 // or family); the reason is in Report.Errors and nothing should be synced.
 // Otherwise listeners are sorted by protocol then port and members by IP then
 // port, without duplicates.
-func Build(in Input) (*providers.LoadBalancer, Report) {
+func Build(in Input) (*lbmodel.LoadBalancer, Report) {
 	var r Report
 	svc := in.Service
 	if svc == nil {
@@ -138,12 +138,12 @@ func Build(in Input) (*providers.LoadBalancer, Report) {
 		return nil, r
 	}
 
-	name := providers.LoadBalancerName(in.ClusterName, svc.Namespace, svc.Name)
-	lb := &providers.LoadBalancer{
+	name := lbmodel.LoadBalancerName(in.ClusterName, svc.Namespace, svc.Name)
+	lb := &lbmodel.LoadBalancer{
 		Name:         name,
 		Service:      svc.Namespace + "/" + svc.Name,
 		RequestedVIP: requestedVIP(svc, &r),
-		Listeners:    make([]providers.Listener, 0, len(svc.Spec.Ports)),
+		Listeners:    make([]lbmodel.Listener, 0, len(svc.Spec.Ports)),
 	}
 	b := newBackends(in, mode, family, &r)
 	for _, sp := range svc.Spec.Ports {
@@ -155,13 +155,13 @@ func Build(in Input) (*providers.LoadBalancer, Report) {
 		}
 		members := b.members(mode, sp, proto)
 		r.ReadyBackends += countEnabled(members)
-		lb.Listeners = append(lb.Listeners, providers.Listener{
+		lb.Listeners = append(lb.Listeners, lbmodel.Listener{
 			Port:     sp.Port,
 			Protocol: proto,
-			Pool:     providers.Pool{Name: providers.PoolName(name, proto, sp.Port), Members: members},
+			Pool:     lbmodel.Pool{Name: lbmodel.PoolName(name, proto, sp.Port), Members: members},
 		})
 	}
-	providers.SortListeners(lb.Listeners)
+	lbmodel.SortListeners(lb.Listeners)
 	return lb, r
 }
 
@@ -188,12 +188,12 @@ func requestedVIP(svc *corev1.Service, r *Report) string {
 	return addr.Unmap().String()
 }
 
-func listenerProtocol(p corev1.Protocol) (providers.Protocol, bool) {
+func listenerProtocol(p corev1.Protocol) (lbmodel.Protocol, bool) {
 	switch p {
 	case "", corev1.ProtocolTCP:
-		return providers.TCP, true
+		return lbmodel.TCP, true
 	case corev1.ProtocolUDP:
-		return providers.UDP, true
+		return lbmodel.UDP, true
 	default:
 		return "", false
 	}
@@ -326,7 +326,7 @@ func memberIP(e contract.Entry) (string, bool) {
 // forwards for npl-agent's retired-port grace; a load balancer can drain it
 // instead of cutting its open connections. A malformed annotation moves
 // nothing.
-func MovedMembers(old, cur *corev1.Pod) []providers.Member {
+func MovedMembers(old, cur *corev1.Pod) []lbmodel.Member {
 	if old.Annotations[contract.PodKey] == cur.Annotations[contract.PodKey] {
 		return nil
 	}
@@ -350,7 +350,7 @@ func MovedMembers(old, cur *corev1.Pod) []providers.Member {
 			now[k] = append(now[k], e.NodePort)
 		}
 	}
-	var out []providers.Member
+	var out []lbmodel.Member
 	for _, e := range before {
 		ip, ok := memberIP(e)
 		if !ok {
@@ -358,7 +358,7 @@ func MovedMembers(old, cur *corev1.Pod) []providers.Member {
 		}
 		ports := now[mapping{ip, e.PodPort, e.Protocol}]
 		if len(ports) > 0 && !slices.Contains(ports, e.NodePort) {
-			out = append(out, providers.Member{IP: ip, Port: int32(e.NodePort)})
+			out = append(out, lbmodel.Member{IP: ip, Port: int32(e.NodePort)})
 		}
 	}
 	return out
@@ -370,8 +370,8 @@ func (b *backends) skipPod(pod *corev1.Pod, reason string) {
 
 // nodePortLocalMembers: for each candidate, its annotation entries for the
 // resolved targetPort and the port's protocol.
-func (b *backends) nodePortLocalMembers(sp corev1.ServicePort, proto providers.Protocol) []providers.Member {
-	members := make([]providers.Member, 0, len(b.candidates))
+func (b *backends) nodePortLocalMembers(sp corev1.ServicePort, proto lbmodel.Protocol) []lbmodel.Member {
+	members := make([]lbmodel.Member, 0, len(b.candidates))
 	want, ok := contract.ProtocolOf(corev1.Protocol(proto))
 	if !ok {
 		return members
@@ -383,7 +383,7 @@ func (b *backends) nodePortLocalMembers(sp corev1.ServicePort, proto providers.P
 		}
 		for _, e := range c.entries {
 			if int32(e.PodPort) == port && e.Protocol == want {
-				members = append(members, providers.Member{IP: e.NodeIP, Port: int32(e.NodePort), Enabled: c.enabled})
+				members = append(members, lbmodel.Member{IP: e.NodeIP, Port: int32(e.NodePort), Enabled: c.enabled})
 			}
 		}
 	}
@@ -391,21 +391,21 @@ func (b *backends) nodePortLocalMembers(sp corev1.ServicePort, proto providers.P
 }
 
 // clusterIPMembers: for each candidate, its Pod IP and the resolved targetPort.
-func (b *backends) clusterIPMembers(sp corev1.ServicePort) []providers.Member {
-	members := make([]providers.Member, 0, len(b.candidates))
+func (b *backends) clusterIPMembers(sp corev1.ServicePort) []lbmodel.Member {
+	members := make([]lbmodel.Member, 0, len(b.candidates))
 	for _, c := range b.candidates {
 		if port, ok := b.resolve(c.pod, sp); ok {
-			members = append(members, providers.Member{IP: c.ip, Port: port, Enabled: c.enabled})
+			members = append(members, lbmodel.Member{IP: c.ip, Port: port, Enabled: c.enabled})
 		}
 	}
 	return members
 }
 
 // nodePortMembers: every usable node's address and the port's nodePort.
-func (b *backends) nodePortMembers(sp corev1.ServicePort) []providers.Member {
+func (b *backends) nodePortMembers(sp corev1.ServicePort) []lbmodel.Member {
 	if sp.NodePort == 0 {
 		b.r.Warnings = append(b.r.Warnings, fmt.Sprintf("port %s has no nodePort: no members", portName(sp)))
-		return []providers.Member{}
+		return []lbmodel.Member{}
 	}
 	local := b.svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 	var onNode map[string]bool // node name -> whether a Pod there serves
@@ -415,7 +415,7 @@ func (b *backends) nodePortMembers(sp corev1.ServicePort) []providers.Member {
 			onNode[c.pod.Spec.NodeName] = onNode[c.pod.Spec.NodeName] || c.enabled
 		}
 	}
-	members := make([]providers.Member, 0, len(b.nodes))
+	members := make([]lbmodel.Member, 0, len(b.nodes))
 	for _, n := range b.nodes {
 		enabled := true
 		if local {
@@ -426,7 +426,7 @@ func (b *backends) nodePortMembers(sp corev1.ServicePort) []providers.Member {
 			}
 			enabled = serving
 		}
-		members = append(members, providers.Member{IP: nodeIP(n, b.family), Port: sp.NodePort, Enabled: enabled})
+		members = append(members, lbmodel.Member{IP: nodeIP(n, b.family), Port: sp.NodePort, Enabled: enabled})
 	}
 	return members
 }

@@ -9,7 +9,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 type buildCase struct {
@@ -20,7 +20,7 @@ type buildCase struct {
 	pods          []*corev1.Pod
 	slices        []*discoveryv1.EndpointSlice
 	nodes         []*corev1.Node
-	wantListeners []providers.Listener
+	wantListeners []lbmodel.Listener
 	wantReport    Report
 }
 
@@ -40,9 +40,9 @@ func runBuildCases(t *testing.T, tests []buildCase) {
 			if lb == nil {
 				t.Fatalf("Build returned no model; report %+v", report)
 			}
-			want := &providers.LoadBalancer{Name: testLB, Service: "shop/web", Listeners: tt.wantListeners}
+			want := &lbmodel.LoadBalancer{Name: testLB, Service: "shop/web", Listeners: tt.wantListeners}
 			if want.Listeners == nil {
-				want.Listeners = []providers.Listener{}
+				want.Listeners = []lbmodel.Listener{}
 			}
 			if diff := cmp.Diff(want, lb); diff != "" {
 				t.Errorf("model (-want +got):\n%s", diff)
@@ -69,7 +69,7 @@ func TestBuild_nodePortLocal(t *testing.T) {
 				pod("b", npl(entry(8080, "198.18.0.11", 61001, "tcp"))),
 				pod("c", npl(entry(8080, "198.18.0.11", 61000, "tcp"))),
 			},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80,
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80,
 				up("198.18.0.11", 61000), up("198.18.0.11", 61001), up("198.18.0.12", 61000))},
 			wantReport: Report{ReadyBackends: 3},
 		},
@@ -80,7 +80,7 @@ func TestBuild_nodePortLocal(t *testing.T) {
 				entry(8080, "198.18.0.11", 61000, "tcp"),
 				entry(9090, "198.18.0.11", 61001, "tcp"),
 			))},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80, up("198.18.0.11", 61000))},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80, up("198.18.0.11", 61000))},
 			wantReport:    Report{ReadyBackends: 1},
 		},
 		{
@@ -91,7 +91,7 @@ func TestBuild_nodePortLocal(t *testing.T) {
 				pod("b", containerPorts(corev1.ContainerPort{Name: "http", ContainerPort: 9000}),
 					npl(entry(8080, "198.18.0.12", 61000, "tcp"), entry(9000, "198.18.0.12", 61001, "tcp"))),
 			},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80,
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80,
 				up("198.18.0.11", 61000), up("198.18.0.12", 61001))},
 			wantReport: Report{ReadyBackends: 2},
 		},
@@ -103,16 +103,16 @@ func TestBuild_nodePortLocal(t *testing.T) {
 					RestartPolicy: ptr(corev1.ContainerRestartPolicyAlways),
 					Ports:         []corev1.ContainerPort{{Name: "proxy", ContainerPort: 15001}}}}
 			})},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80, up("198.18.0.11", 61000))},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80, up("198.18.0.11", 61000))},
 			wantReport:    Report{ReadyBackends: 1},
 		},
 		{
 			name: "named targetPort that does not resolve skips that Pod for that port only",
 			svc:  service(port(corev1.ProtocolTCP, 80, "http"), port(corev1.ProtocolTCP, 81, "admin")),
 			pods: []*corev1.Pod{pod("a", npl(entry(8080, "198.18.0.11", 61000, "tcp")))},
-			wantListeners: []providers.Listener{
-				listener(providers.TCP, 80, up("198.18.0.11", 61000)),
-				listener(providers.TCP, 81),
+			wantListeners: []lbmodel.Listener{
+				listener(lbmodel.TCP, 80, up("198.18.0.11", 61000)),
+				listener(lbmodel.TCP, 81),
 			},
 			wantReport: Report{ReadyBackends: 1, Skipped: []Skip{
 				{Kind: SkipPod, Name: "shop/a", Reason: "targetPort admin of port 81/TCP does not resolve"},
@@ -125,9 +125,9 @@ func TestBuild_nodePortLocal(t *testing.T) {
 				entry(5353, "198.18.0.11", 61000, "tcp"),
 				entry(5353, "198.18.0.11", 61001, "udp"),
 			))},
-			wantListeners: []providers.Listener{
-				listener(providers.TCP, 53, up("198.18.0.11", 61000)),
-				listener(providers.UDP, 53, up("198.18.0.11", 61001)),
+			wantListeners: []lbmodel.Listener{
+				listener(lbmodel.TCP, 53, up("198.18.0.11", 61000)),
+				listener(lbmodel.UDP, 53, up("198.18.0.11", 61001)),
 			},
 			wantReport: Report{ReadyBackends: 2},
 		},
@@ -136,7 +136,7 @@ func TestBuild_nodePortLocal(t *testing.T) {
 			svc:  service(udp53),
 			pods: []*corev1.Pod{pod("a", rawNPL(
 				`[{"podPort":5353,"nodeIP":"198.18.0.11","nodePort":61001,"protocol":"UDP","ipFamily":"IPv4"}]`))},
-			wantListeners: []providers.Listener{listener(providers.UDP, 53, up("198.18.0.11", 61001))},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.UDP, 53, up("198.18.0.11", 61001))},
 			wantReport:    Report{ReadyBackends: 1},
 		},
 		{
@@ -148,7 +148,7 @@ func TestBuild_nodePortLocal(t *testing.T) {
 				pod("no-condition", func(p *corev1.Pod) { p.Status.Conditions = nil },
 					npl(entry(8080, "198.18.0.11", 61002, "tcp"))),
 			},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80, up("198.18.0.11", 61000))},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80, up("198.18.0.11", 61000))},
 			wantReport:    Report{ReadyBackends: 1},
 		},
 		{
@@ -160,7 +160,7 @@ func TestBuild_nodePortLocal(t *testing.T) {
 				pod("terminating-not-ready", terminating, notReady, npl(entry(8080, "198.18.0.11", 61002, "tcp"))),
 				pod("terminating-unmapped", terminating),
 			},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80,
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80,
 				up("198.18.0.11", 61000), drain("198.18.0.11", 61001), drain("198.18.0.11", 61002))},
 			wantReport: Report{ReadyBackends: 1},
 		},
@@ -171,13 +171,13 @@ func TestBuild_nodePortLocal(t *testing.T) {
 				pod("done", phase(corev1.PodSucceeded), npl(entry(8080, "198.18.0.11", 61000, "tcp"))),
 				pod("failed", phase(corev1.PodFailed), npl(entry(8080, "198.18.0.11", 61001, "tcp"))),
 			},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80)},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80)},
 		},
 		{
 			name:          "a Pod without the annotation has no node port yet and is reported",
 			svc:           service(tcp8080),
 			pods:          []*corev1.Pod{pod("new")},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80)},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80)},
 			wantReport: Report{Skipped: []Skip{{Kind: SkipPod, Name: "shop/new",
 				Reason: "no node port yet: annotation nodeportlocal.antrea.io is absent"}}},
 		},
@@ -188,7 +188,7 @@ func TestBuild_nodePortLocal(t *testing.T) {
 				pod("bad", rawNPL(`[{"podPort":8080,`)),
 				pod("good", npl(entry(8080, "198.18.0.11", 61000, "tcp"))),
 			},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80, up("198.18.0.11", 61000))},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80, up("198.18.0.11", 61000))},
 			wantReport: Report{ReadyBackends: 1, Skipped: []Skip{{Kind: SkipPod, Name: "shop/bad",
 				Reason: "parse nodeportlocal.antrea.io annotation: unexpected EOF"}}},
 		},
@@ -199,7 +199,7 @@ func TestBuild_nodePortLocal(t *testing.T) {
 				entry(8080, "198.18.0.11", 61000, "tcp"),
 				entry(8080, "198.18.0.11", 70000, "tcp"),
 			))},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80)},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80)},
 			wantReport: Report{Skipped: []Skip{{Kind: SkipPod, Name: "shop/bad",
 				Reason: "parse nodeportlocal.antrea.io annotation: entry 1: nodePort 70000 is out of 1-65535"}}},
 		},
@@ -207,7 +207,7 @@ func TestBuild_nodePortLocal(t *testing.T) {
 			name:          "Antrea's format without ipFamily counts as IPv4",
 			svc:           service(tcp8080),
 			pods:          []*corev1.Pod{pod("a", rawNPL(`[{"podPort":8080,"nodeIP":"198.18.0.11","nodePort":61000,"protocol":"tcp"}]`))},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80, up("198.18.0.11", 61000))},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80, up("198.18.0.11", 61000))},
 			wantReport:    Report{ReadyBackends: 1},
 		},
 		{
@@ -217,7 +217,7 @@ func TestBuild_nodePortLocal(t *testing.T) {
 				entry(8080, "198.18.0.11", 61000, "tcp"),
 				entry(8080, "2001:db8::11", 61001, "tcp"),
 			))},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80, up("198.18.0.11", 61000))},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80, up("198.18.0.11", 61000))},
 			wantReport:    Report{ReadyBackends: 1},
 		},
 		{
@@ -228,7 +228,7 @@ func TestBuild_nodePortLocal(t *testing.T) {
 				entry(8080, "198.18.0.11", 61000, "tcp"),
 				entry(8080, "2001:DB8:0::11", 61001, "tcp"),
 			))},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80, up("2001:db8::11", 61001))},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80, up("2001:db8::11", 61001))},
 			wantReport:    Report{ReadyBackends: 1},
 		},
 		{
@@ -243,10 +243,10 @@ func TestBuild_nodePortLocal(t *testing.T) {
 				entry(8443, "198.18.0.11", 61001, "tcp"),
 				entry(5353, "198.18.0.11", 61002, "udp"),
 			))},
-			wantListeners: []providers.Listener{
-				listener(providers.TCP, 80, up("198.18.0.11", 61000)),
-				listener(providers.TCP, 443, up("198.18.0.11", 61001)),
-				listener(providers.UDP, 53, up("198.18.0.11", 61002)),
+			wantListeners: []lbmodel.Listener{
+				listener(lbmodel.TCP, 80, up("198.18.0.11", 61000)),
+				listener(lbmodel.TCP, 443, up("198.18.0.11", 61001)),
+				listener(lbmodel.UDP, 53, up("198.18.0.11", 61002)),
 			},
 			wantReport: Report{ReadyBackends: 3},
 		},
@@ -254,14 +254,14 @@ func TestBuild_nodePortLocal(t *testing.T) {
 			name:          "targetPort 0 means the Service port; empty protocol means TCP",
 			svc:           service(corev1.ServicePort{Port: 8080}),
 			pods:          []*corev1.Pod{pod("a", npl(entry(8080, "198.18.0.11", 61000, "tcp")))},
-			wantListeners: []providers.Listener{listener(providers.TCP, 8080, up("198.18.0.11", 61000))},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 8080, up("198.18.0.11", 61000))},
 			wantReport:    Report{ReadyBackends: 1},
 		},
 		{
 			name:          "SCTP ports get no listener and are reported",
 			svc:           service(port(corev1.ProtocolSCTP, 9000, 9000), tcp8080),
 			pods:          []*corev1.Pod{pod("a", npl(entry(8080, "198.18.0.11", 61000, "tcp")))},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80, up("198.18.0.11", 61000))},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80, up("198.18.0.11", 61000))},
 			wantReport: Report{ReadyBackends: 1, Skipped: []Skip{
 				{Kind: SkipPort, Name: "9000/SCTP", Reason: "protocol SCTP is not supported"}}},
 		},
@@ -279,14 +279,14 @@ func TestBuild_nodePortLocal(t *testing.T) {
 				pod("wrong-value", labels(map[string]string{"app": "web", "tier": "back"}),
 					npl(entry(8080, "198.18.0.11", 61003, "tcp"))),
 			},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80, up("198.18.0.11", 61000))},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80, up("198.18.0.11", 61000))},
 			wantReport:    Report{ReadyBackends: 1},
 		},
 		{
 			name:          "an empty selector selects no Pod",
 			svc:           svcWith(service(tcp8080), func(s *corev1.Service) { s.Spec.Selector = nil }),
 			pods:          []*corev1.Pod{pod("a", npl(entry(8080, "198.18.0.11", 61000, "tcp")))},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80)},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80)},
 			wantReport:    Report{Warnings: []string{"the Service has no selector and no EndpointSlice of it names a Pod: no Pods are selected"}},
 		},
 		{
@@ -302,7 +302,7 @@ func TestBuild_nodePortLocal(t *testing.T) {
 				handSlice("web", "named", "named-not-ready"),
 				handSlice("api", "other-service"),
 			},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80, up("198.18.0.11", 61000))},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80, up("198.18.0.11", 61000))},
 			wantReport:    Report{ReadyBackends: 1},
 		},
 		{
@@ -312,7 +312,7 @@ func TestBuild_nodePortLocal(t *testing.T) {
 				pod("a", npl(entry(8080, "198.18.0.11", 61000, "tcp"))),
 				pod("a-old", terminating, npl(entry(8080, "198.18.0.11", 61000, "tcp"))),
 			},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80, up("198.18.0.11", 61000))},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80, up("198.18.0.11", 61000))},
 			wantReport:    Report{ReadyBackends: 1},
 		},
 	})
@@ -346,9 +346,9 @@ func TestBuild_nodePort(t *testing.T) {
 					n.Status.Addresses[0].Type = corev1.NodeExternalIP
 				}),
 			},
-			wantListeners: []providers.Listener{
-				listener(providers.TCP, 80, up("198.18.0.11", 30080), up("198.18.0.12", 30080)),
-				listener(providers.UDP, 53, up("198.18.0.11", 30053), up("198.18.0.12", 30053)),
+			wantListeners: []lbmodel.Listener{
+				listener(lbmodel.TCP, 80, up("198.18.0.11", 30080), up("198.18.0.12", 30080)),
+				listener(lbmodel.UDP, 53, up("198.18.0.11", 30053), up("198.18.0.12", 30053)),
 			},
 			wantReport: Report{ReadyBackends: 4},
 		},
@@ -358,7 +358,7 @@ func TestBuild_nodePort(t *testing.T) {
 			family:        "IPv6",
 			svc:           service(p80),
 			nodes:         []*corev1.Node{node("n1", "198.18.0.11", "2001:db8::11"), node("n2", "198.18.0.12")},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80, up("2001:db8::11", 30080))},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80, up("2001:db8::11", 30080))},
 			wantReport:    Report{ReadyBackends: 1},
 		},
 		{
@@ -366,7 +366,7 @@ func TestBuild_nodePort(t *testing.T) {
 			mode:          ServiceTypeNodePort,
 			svc:           service(tcp8080),
 			nodes:         []*corev1.Node{node("n1", "198.18.0.11")},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80)},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80)},
 			wantReport:    Report{Warnings: []string{"port 80/TCP has no nodePort: no members"}},
 		},
 		{
@@ -379,7 +379,7 @@ func TestBuild_nodePort(t *testing.T) {
 				pod("b", onNode("n2"), terminating),
 				pod("c", onNode("n3"), notReady),
 			},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80,
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80,
 				up("198.18.0.11", 30080), drain("198.18.0.12", 30080))},
 			wantReport: Report{ReadyBackends: 1},
 		},
@@ -398,7 +398,7 @@ func TestBuild_clusterIP(t *testing.T) {
 				pod("c", podIPs("198.19.1.13"), notReady),
 				pod("d", podIPs("198.19.1.14"), terminating),
 			},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80,
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80,
 				up("198.19.1.11", 8080), up("198.19.1.12", 9000), drain("198.19.1.14", 8080))},
 			wantReport: Report{ReadyBackends: 2},
 		},
@@ -411,7 +411,7 @@ func TestBuild_clusterIP(t *testing.T) {
 				pod("a", podIPs("198.19.1.11", "2001:db8:1::11")),
 				pod("b", podIPs("198.19.1.12")),
 			},
-			wantListeners: []providers.Listener{listener(providers.TCP, 80, up("2001:db8:1::11", 8080))},
+			wantListeners: []lbmodel.Listener{listener(lbmodel.TCP, 80, up("2001:db8:1::11", 8080))},
 			wantReport: Report{ReadyBackends: 1, Skipped: []Skip{
 				{Kind: SkipPod, Name: "shop/b", Reason: "no IPv6 Pod IP yet"}}},
 		},
@@ -583,12 +583,12 @@ func TestMovedMembers(t *testing.T) {
 	cases := []struct {
 		name     string
 		old, cur *corev1.Pod
-		want     []providers.Member
+		want     []lbmodel.Member
 	}{
 		{"moved to another node port", pod("a", npl(tcp)), pod("a", npl(entry(8080, ip, 61900, "tcp"))),
-			[]providers.Member{{IP: ip, Port: 61000}}},
+			[]lbmodel.Member{{IP: ip, Port: 61000}}},
 		{"one protocol moved, the other kept", pod("a", npl(tcp, udp)), pod("a", npl(entry(8080, ip, 61900, "tcp"), udp)),
-			[]providers.Member{{IP: ip, Port: 61000}}},
+			[]lbmodel.Member{{IP: ip, Port: 61000}}},
 		{"unchanged", pod("a", npl(tcp)), pod("a", npl(tcp)), nil},
 		{"mapping dropped: not a move", pod("a", npl(tcp, entry(9090, ip, 61001, "tcp"))), pod("a", npl(tcp)), nil},
 		{"first annotation", pod("a"), pod("a", npl(tcp)), nil},

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // Fixtures: a Service shop/web of cluster c1 selecting app=web, and Pods and
@@ -166,17 +166,17 @@ func nodeWith(n *corev1.Node, mods ...nodeMod) *corev1.Node {
 func ptr[T any](v T) *T { return &v }
 
 // listener is the expected listener of a port with its members.
-func listener(proto providers.Protocol, p int32, members ...providers.Member) providers.Listener {
+func listener(proto lbmodel.Protocol, p int32, members ...lbmodel.Member) lbmodel.Listener {
 	if members == nil {
-		members = []providers.Member{}
+		members = []lbmodel.Member{}
 	}
-	return providers.Listener{Port: p, Protocol: proto,
-		Pool: providers.Pool{Name: providers.PoolName(testLB, proto, p), Members: members}}
+	return lbmodel.Listener{Port: p, Protocol: proto,
+		Pool: lbmodel.Pool{Name: lbmodel.PoolName(testLB, proto, p), Members: members}}
 }
 
-func up(ip string, p int32) providers.Member { return providers.Member{IP: ip, Port: p, Enabled: true} }
+func up(ip string, p int32) lbmodel.Member { return lbmodel.Member{IP: ip, Port: p, Enabled: true} }
 
-func drain(ip string, p int32) providers.Member { return providers.Member{IP: ip, Port: p} }
+func drain(ip string, p int32) lbmodel.Member { return lbmodel.Member{IP: ip, Port: p} }
 
 // handSlice is a hand-written EndpointSlice of Service svc of shop whose
 // endpoints name pods by targetRef.

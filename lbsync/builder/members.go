@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // Members returns the members of one port of in.Service, built exactly as
@@ -16,7 +16,7 @@ import (
 // requests to. The members are nil when the input gives none (no Service,
 // an unknown service type or family, a protocol other than TCP or UDP); the
 // reason is in the report. ReadyBackends counts the enabled members.
-func Members(in Input, port corev1.ServicePort) ([]providers.Member, Report) {
+func Members(in Input, port corev1.ServicePort) ([]lbmodel.Member, Report) {
 	var r Report
 	if in.Service == nil {
 		r.Errors = append(r.Errors, "no Service to build from")
@@ -66,8 +66,8 @@ func Settings(serviceType, family string) (string, contract.Family, error) {
 }
 
 // members returns the sorted members of one Service port in mode.
-func (b *backends) members(mode string, sp corev1.ServicePort, proto providers.Protocol) []providers.Member {
-	var members []providers.Member
+func (b *backends) members(mode string, sp corev1.ServicePort, proto lbmodel.Protocol) []lbmodel.Member {
+	var members []lbmodel.Member
 	switch mode {
 	case ServiceTypeNodePortLocal:
 		members = b.nodePortLocalMembers(sp, proto)
@@ -76,10 +76,10 @@ func (b *backends) members(mode string, sp corev1.ServicePort, proto providers.P
 	case ServiceTypeClusterIP:
 		members = b.clusterIPMembers(sp)
 	}
-	return providers.SortMembers(members)
+	return lbmodel.SortMembers(members)
 }
 
-func countEnabled(members []providers.Member) int {
+func countEnabled(members []lbmodel.Member) int {
 	n := 0
 	for _, m := range members {
 		if m.Enabled {

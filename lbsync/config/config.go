@@ -22,11 +22,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/internal/strictjson"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/registry"
-	"github.com/nodeportlocal/npl/providers/strictjson"
 )
 
 // Defaults of the optional fields.
@@ -260,7 +260,7 @@ func checkClusterName(name string) error {
 	case !clusterNameRE.MatchString(name):
 		return fmt.Errorf("%q must consist of lowercase letters, digits and '-', and start and end with a letter or digit", name)
 	case strings.Contains(name, "--"):
-		// "--" ends the cluster name in object names (providers.OwnedBy).
+		// "--" ends the cluster name in object names (lbmodel.OwnedBy).
 		return fmt.Errorf("%q must not contain \"--\"", name)
 	}
 	return nil

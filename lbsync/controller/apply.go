@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/providers"
 )
@@ -64,7 +65,7 @@ func (k queueKey) String() string {
 // Service, an Ingress, or the Ingresses that share a VIP.
 type model struct {
 	key    queueKey
-	lb     *providers.LoadBalancer
+	lb     *lbmodel.LoadBalancer
 	report builder.Report
 	// objects receive the Events.
 	objects []runtime.Object
@@ -87,7 +88,7 @@ type model struct {
 type failure struct {
 	reason, message string
 	// refused is set when the model is at fault: it breaks the rules, or
-	// the provider cannot express it (providers.ErrUnsupported). Otherwise
+	// the provider cannot express it (lbmodel.ErrUnsupported). Otherwise
 	// the provider failed (unreachable, an error of its API) and a retry
 	// of the same model may succeed.
 	refused bool
@@ -103,7 +104,7 @@ type failure struct {
 // nothing to serve) reaches no provider: the objects get a Warning Event
 // and condition naming the skipped ports, and the existing load balancer
 // stays as it is. It returns the model as applied, nil when it was not.
-func (c *Controller) apply(ctx context.Context, m model) (*providers.LoadBalancer, error) {
+func (c *Controller) apply(ctx context.Context, m model) (*lbmodel.LoadBalancer, error) {
 	lb := m.lb
 	c.applyDrains(m.key, lb)
 	hash := modelHash(lb)
@@ -116,7 +117,7 @@ func (c *Controller) apply(ctx context.Context, m model) (*providers.LoadBalance
 	// The provider is behind providers.Validated: the one check of the
 	// model runs there, before any call to the load balancer.
 	status, err := c.provider.Ensure(ctx, lb)
-	var invalid *providers.InvalidModelError
+	var invalid *lbmodel.InvalidModelError
 	if errors.As(err, &invalid) {
 		return nil, c.rejectModel(ctx, m, err)
 	}
@@ -125,7 +126,7 @@ func (c *Controller) apply(ctx context.Context, m model) (*providers.LoadBalance
 			c.recorder.Eventf(o, corev1.EventTypeWarning, "SyncFailed", "Load balancer %s: %v", lb.Name, err)
 		}
 		if m.setFailed != nil {
-			f := failure{reason: "SyncFailed", message: err.Error(), refused: errors.Is(err, providers.ErrUnsupported)}
+			f := failure{reason: "SyncFailed", message: err.Error(), refused: errors.Is(err, lbmodel.ErrUnsupported)}
 			if cerr := m.setFailed(ctx, f); cerr != nil {
 				klog.FromContext(ctx).Error(cerr, "Set condition", "key", m.key)
 			}
@@ -165,7 +166,7 @@ func (c *Controller) apply(ctx context.Context, m model) (*providers.LoadBalance
 // help until the objects change, which queues them again.
 func (c *Controller) rejectModel(ctx context.Context, m model, err error) error {
 	reason, message := "InvalidModel", err.Error()
-	if errors.Is(err, providers.ErrNoListeners) {
+	if errors.Is(err, lbmodel.ErrNoListeners) {
 		reason = "NothingToServe"
 		message = "no port can be served"
 		if skipped := skippedPorts(m.report); skipped != "" {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
 	"github.com/nodeportlocal/npl/providers"
 )
@@ -19,11 +20,11 @@ import (
 // failing is a provider whose every Ensure fails with err.
 type failing struct{ err error }
 
-func (p failing) Ensure(context.Context, *providers.LoadBalancer) (providers.Status, error) {
+func (p failing) Ensure(context.Context, *lbmodel.LoadBalancer) (providers.Status, error) {
 	return providers.Status{}, p.err
 }
-func (failing) Delete(context.Context, string, providers.Kind) error { return nil }
-func (failing) List(context.Context) ([]providers.LoadBalancer, error) {
+func (failing) Delete(context.Context, string, lbmodel.Kind) error { return nil }
+func (failing) List(context.Context) ([]lbmodel.LoadBalancer, error) {
 	return nil, nil
 }
 
@@ -33,17 +34,17 @@ func (failing) List(context.Context) ([]providers.LoadBalancer, error) {
 // unsupported, or breaking the rules), with the message.
 func TestApplyGateway_pendingUnlessTheModelIsAtFault(t *testing.T) {
 	gw := &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "gw"}}
-	served := func() *providers.LoadBalancer {
-		return &providers.LoadBalancer{Name: "c1--shop-gw-GW", Kind: providers.L7, Gateway: "shop/gw",
-			Listeners: []providers.Listener{{Port: 80, Protocol: providers.HTTP}}, HTTP: &providers.HTTPRoutes{Rules: []providers.Rule{}}}
+	served := func() *lbmodel.LoadBalancer {
+		return &lbmodel.LoadBalancer{Name: "c1--shop-gw-GW", Kind: lbmodel.L7, Gateway: "shop/gw",
+			Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.HTTP}}, HTTP: &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{}}}
 	}
 	nothing := served()
 	nothing.Listeners = nil
-	unsupported := providers.UnsupportedRule(providers.Rule{Path: "/q", PathType: providers.PathPrefix}, "query")
+	unsupported := lbmodel.UnsupportedRule(lbmodel.Rule{Path: "/q", PathType: lbmodel.PathPrefix}, "query")
 	tests := []struct {
 		name        string
 		err         error
-		lb          *providers.LoadBalancer
+		lb          *lbmodel.LoadBalancer
 		reason, msg string
 	}{
 		{"unreachable", errors.New("dial tcp 198.18.0.1:443: connect: connection refused"), served(),

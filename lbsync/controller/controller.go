@@ -38,6 +38,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/lbsync/inputs"
@@ -633,8 +634,8 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) error {
 func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 	key := serviceKey(svc.Namespace, svc.Name)
 	if claim.HasFinalizer(svc) || svc.Annotations[contract.ClaimedByKey] != "" {
-		name := providers.LoadBalancerName(c.settings.ClusterName, svc.Namespace, svc.Name)
-		if err := c.provider.Delete(ctx, name, providers.L4); err != nil {
+		name := lbmodel.LoadBalancerName(c.settings.ClusterName, svc.Namespace, svc.Name)
+		if err := c.provider.Delete(ctx, name, lbmodel.L4); err != nil {
 			c.recorder.Eventf(svc, corev1.EventTypeWarning, "DeleteFailed", "Load balancer %s: %v", name, err)
 			return fmt.Errorf("delete load balancer %s: %w", name, err)
 		}
@@ -687,7 +688,7 @@ func (c *Controller) claimedNames() map[string]bool {
 	services, _ := c.svcLister.List(labels.Everything())
 	for _, s := range services {
 		if (claim.Ours(s, c.settings.Claim) && s.DeletionTimestamp == nil) || claim.Releasable(s, c.settings.ClusterName) {
-			names[providers.LoadBalancerName(c.settings.ClusterName, s.Namespace, s.Name)] = true
+			names[lbmodel.LoadBalancerName(c.settings.ClusterName, s.Namespace, s.Name)] = true
 		}
 	}
 	for name := range c.claimedIngressNames() {
@@ -699,7 +700,7 @@ func (c *Controller) claimedNames() map[string]bool {
 	return names
 }
 
-func modelHash(lb *providers.LoadBalancer) string {
+func modelHash(lb *lbmodel.LoadBalancer) string {
 	b, _ := json.Marshal(lb)
 	sum := sha256.Sum256(b)
 	return string(sum[:])

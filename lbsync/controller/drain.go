@@ -5,8 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // drainKey names one member of one pool.
@@ -39,7 +39,7 @@ func newDrainTracker() *drainTracker {
 // this one, puts back those still within their drain period that the model
 // no longer has, forgets the others, and returns when the next one expires
 // (zero if none).
-func (d *drainTracker) apply(lb *providers.LoadBalancer, period time.Duration, now time.Time, moved func(providers.Member) bool) (next time.Time) {
+func (d *drainTracker) apply(lb *lbmodel.LoadBalancer, period time.Duration, now time.Time, moved func(lbmodel.Member) bool) (next time.Time) {
 	if period <= 0 {
 		clear(d.until)
 		clear(d.last)
@@ -61,7 +61,7 @@ func (d *drainTracker) apply(lb *providers.LoadBalancer, period time.Duration, n
 		}
 	}
 	for k := range d.last {
-		if _, ok := d.until[k]; !ok && !present[k] && moved(providers.Member{IP: k.ip, Port: k.port}) {
+		if _, ok := d.until[k]; !ok && !present[k] && moved(lbmodel.Member{IP: k.ip, Port: k.port}) {
 			d.until[k] = now.Add(period)
 		}
 	}
@@ -76,11 +76,11 @@ func (d *drainTracker) apply(lb *providers.LoadBalancer, period time.Duration, n
 				delete(d.until, k)
 				continue
 			}
-			pool.Members = append(pool.Members, providers.Member{IP: k.ip, Port: k.port, Enabled: false})
+			pool.Members = append(pool.Members, lbmodel.Member{IP: k.ip, Port: k.port, Enabled: false})
 			added = true
 		}
 		if added {
-			pool.Members = providers.SortMembers(pool.Members)
+			pool.Members = lbmodel.SortMembers(pool.Members)
 		}
 	}
 	for k, until := range d.until {
@@ -97,8 +97,8 @@ func (d *drainTracker) apply(lb *providers.LoadBalancer, period time.Duration, n
 
 // poolsOf returns the pools of a load balancer: the listeners' (L4) and the
 // shared ones (L7).
-func poolsOf(lb *providers.LoadBalancer) []*providers.Pool {
-	var out []*providers.Pool
+func poolsOf(lb *lbmodel.LoadBalancer) []*lbmodel.Pool {
+	var out []*lbmodel.Pool
 	for i := range lb.Listeners {
 		if lb.Listeners[i].Pool.Name != "" {
 			out = append(out, &lb.Listeners[i].Pool)
@@ -112,7 +112,7 @@ func poolsOf(lb *providers.LoadBalancer) []*providers.Pool {
 
 // applyDrains keeps the draining members of one queue key's load balancer
 // (drainTracker.apply) and syncs the key again when the next is due.
-func (c *Controller) applyDrains(key queueKey, lb *providers.LoadBalancer) {
+func (c *Controller) applyDrains(key queueKey, lb *lbmodel.LoadBalancer) {
 	now := time.Now()
 	c.mu.Lock()
 	drains := c.drains[key]
@@ -122,7 +122,7 @@ func (c *Controller) applyDrains(key queueKey, lb *providers.LoadBalancer) {
 	}
 	c.mu.Unlock()
 	// Asked only of the members a sync no longer has: rare.
-	moved := func(m providers.Member) bool {
+	moved := func(m lbmodel.Member) bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		at, ok := c.moved[memberAddr{m.IP, m.Port}]

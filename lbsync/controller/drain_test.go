@@ -10,20 +10,20 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
-func lbWith(members ...providers.Member) *providers.LoadBalancer {
-	return &providers.LoadBalancer{Name: "c--ns-web", Listeners: []providers.Listener{{
-		Port: 80, Protocol: providers.TCP, Pool: providers.Pool{Name: "c--ns-web-TCP-80", Members: members},
+func lbWith(members ...lbmodel.Member) *lbmodel.LoadBalancer {
+	return &lbmodel.LoadBalancer{Name: "c--ns-web", Listeners: []lbmodel.Listener{{
+		Port: 80, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: "c--ns-web-TCP-80", Members: members},
 	}}}
 }
 
 // noMoves is a drainTracker.apply argument: no member moved.
-func noMoves(providers.Member) bool { return false }
+func noMoves(lbmodel.Member) bool { return false }
 
-func mem(ip string, port int32, enabled bool) providers.Member {
-	return providers.Member{IP: ip, Port: port, Enabled: enabled}
+func mem(ip string, port int32, enabled bool) lbmodel.Member {
+	return lbmodel.Member{IP: ip, Port: port, Enabled: enabled}
 }
 
 func TestDrainTracker_keepsADisabledMemberForTheDrainPeriod(t *testing.T) {
@@ -40,7 +40,7 @@ func TestDrainTracker_keepsADisabledMemberForTheDrainPeriod(t *testing.T) {
 	// The Pod is gone 5 s later: the member stays, disabled.
 	lb = lbWith(mem("198.18.0.10", 61000, true))
 	d.apply(lb, period, t0.Add(5*time.Second), noMoves)
-	want := []providers.Member{mem("198.18.0.10", 61000, true), mem("198.18.0.11", 61001, false)}
+	want := []lbmodel.Member{mem("198.18.0.10", 61000, true), mem("198.18.0.11", 61001, false)}
 	if diff := cmp.Diff(want, lb.Listeners[0].Pool.Members); diff != "" {
 		t.Errorf("members while draining (-want +got):\n%s", diff)
 	}
@@ -50,7 +50,7 @@ func TestDrainTracker_keepsADisabledMemberForTheDrainPeriod(t *testing.T) {
 	if next := d.apply(lb, period, t0.Add(31*time.Second), noMoves); !next.IsZero() {
 		t.Errorf("next = %v after expiry, want none", next)
 	}
-	if diff := cmp.Diff([]providers.Member{mem("198.18.0.10", 61000, true)}, lb.Listeners[0].Pool.Members); diff != "" {
+	if diff := cmp.Diff([]lbmodel.Member{mem("198.18.0.10", 61000, true)}, lb.Listeners[0].Pool.Members); diff != "" {
 		t.Errorf("members after the drain (-want +got):\n%s", diff)
 	}
 }
@@ -86,12 +86,12 @@ func TestDrainTracker_aMovedMemberDrainsAndAGoneOneDoesNot(t *testing.T) {
 
 	// npl-agent moved the first Pod's mapping to 61900; the second Pod
 	// went (not Ready, or no longer selected): only the moved one drains.
-	moved := func(m providers.Member) bool { return m == providers.Member{IP: "198.18.0.10", Port: 61000} }
+	moved := func(m lbmodel.Member) bool { return m == lbmodel.Member{IP: "198.18.0.10", Port: 61000} }
 	lb := lbWith(mem("198.18.0.10", 61900, true))
 	if next := d.apply(lb, period, t0.Add(time.Second), moved); !next.Equal(t0.Add(time.Second + period)) {
 		t.Errorf("next = %v, want the moved member's drain end %v", next, t0.Add(time.Second+period))
 	}
-	want := []providers.Member{mem("198.18.0.10", 61000, false), mem("198.18.0.10", 61900, true)}
+	want := []lbmodel.Member{mem("198.18.0.10", 61000, false), mem("198.18.0.10", 61900, true)}
 	if diff := cmp.Diff(want, lb.Listeners[0].Pool.Members); diff != "" {
 		t.Errorf("members after the move (-want +got):\n%s", diff)
 	}
@@ -106,7 +106,7 @@ func TestDrainTracker_aMovedMemberDrainsAndAGoneOneDoesNot(t *testing.T) {
 	// After it, it is removed.
 	lb = lbWith(mem("198.18.0.10", 61900, true))
 	d.apply(lb, period, t0.Add(32*time.Second), moved)
-	if diff := cmp.Diff([]providers.Member{mem("198.18.0.10", 61900, true)}, lb.Listeners[0].Pool.Members); diff != "" {
+	if diff := cmp.Diff([]lbmodel.Member{mem("198.18.0.10", 61900, true)}, lb.Listeners[0].Pool.Members); diff != "" {
 		t.Errorf("members after the drain (-want +got):\n%s", diff)
 	}
 }

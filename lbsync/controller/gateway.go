@@ -24,6 +24,7 @@ import (
 	gatewayinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
 	gatewaylisters "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
@@ -408,7 +409,7 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
 	if c.gwState() == nil {
 		return nil // ServeGatewayAPI's informers sync; it queues every Gateway once they have
 	}
-	name := providers.GatewayLoadBalancerName(c.settings.ClusterName, key.namespace, key.name)
+	name := lbmodel.GatewayLoadBalancerName(c.settings.ClusterName, key.namespace, key.name)
 	gw, err := c.gwState().gateways.Gateways(key.namespace).Get(key.name)
 	if err != nil || !gateway.Ours(gw, c.gatewayClasses()) || gw.DeletionTimestamp != nil {
 		// Gone, or not ours (any more): no load balancer, and no status of
@@ -417,7 +418,7 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
 		_, had := c.applied[key]
 		c.mu.Unlock()
 		if had || err != nil {
-			if derr := c.provider.Delete(ctx, name, providers.L7); derr != nil {
+			if derr := c.provider.Delete(ctx, name, lbmodel.L7); derr != nil {
 				return fmt.Errorf("delete load balancer %s: %w", name, derr)
 			}
 			if had {
@@ -464,7 +465,7 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
 		gone := c.gatewayGone[key]
 		c.mu.Unlock()
 		if had || !gone {
-			if err = c.provider.Delete(ctx, name, providers.L7); err != nil {
+			if err = c.provider.Delete(ctx, name, lbmodel.L7); err != nil {
 				err = fmt.Errorf("delete load balancer %s: %w", name, err)
 			} else {
 				if had {
@@ -648,7 +649,7 @@ func (c *Controller) claimedGatewayNames() map[string]bool {
 	gws, _ := c.gwState().gateways.List(labels.Everything())
 	for _, gw := range gws {
 		if gateway.Ours(gw, classes) && gw.DeletionTimestamp == nil {
-			names[providers.GatewayLoadBalancerName(c.settings.ClusterName, gw.Namespace, gw.Name)] = true
+			names[lbmodel.GatewayLoadBalancerName(c.settings.ClusterName, gw.Namespace, gw.Name)] = true
 		}
 	}
 	return names

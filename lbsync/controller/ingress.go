@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
@@ -165,10 +166,10 @@ func (c *Controller) syncSharedIngresses(ctx context.Context) error {
 			ings = append(ings, ing)
 		}
 	}
-	name := providers.SharedIngressLoadBalancerName(c.settings.ClusterName, c.settings.IngressClass)
+	name := lbmodel.SharedIngressLoadBalancerName(c.settings.ClusterName, c.settings.IngressClass)
 	if len(ings) == 0 {
 		c.forget(sharedIngressKey)
-		return c.provider.Delete(ctx, name, providers.L7)
+		return c.provider.Delete(ctx, name, lbmodel.L7)
 	}
 	lb, report, err := c.buildIngresses(ctx, ings, true)
 	if err != nil || lb == nil {
@@ -197,7 +198,7 @@ func (c *Controller) syncSharedIngresses(ctx context.Context) error {
 // buildIngresses opts the backends of ings in and builds their load
 // balancer (one Ingress, or all of them on a shared VIP), sending the
 // build's Events to the Ingresses they concern.
-func (c *Controller) buildIngresses(ctx context.Context, ings []*networkingv1.Ingress, shared bool) (*providers.LoadBalancer, builder.Report, error) {
+func (c *Controller) buildIngresses(ctx context.Context, ings []*networkingv1.Ingress, shared bool) (*lbmodel.LoadBalancer, builder.Report, error) {
 	in, forbidden, err := c.store.IngressInput(ctx, c.inputSettings(), ings, shared, inputs.APISecrets(c.client))
 	if err != nil {
 		return nil, builder.Report{}, err
@@ -255,7 +256,7 @@ func (c *Controller) ensureIngress(ctx context.Context, key queueKey, ing *netwo
 
 func (c *Controller) releaseIngress(ctx context.Context, key queueKey, ing *networkingv1.Ingress) error {
 	name := c.ingressLBName(ing)
-	if err := c.provider.Delete(ctx, name, providers.L7); err != nil {
+	if err := c.provider.Delete(ctx, name, lbmodel.L7); err != nil {
 		c.recorder.Eventf(ing, corev1.EventTypeWarning, "DeleteFailed", "Load balancer %s: %v", name, err)
 		return fmt.Errorf("delete load balancer %s: %w", name, err)
 	}

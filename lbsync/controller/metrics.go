@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -79,7 +80,7 @@ func (m *Metrics) observeReconcile(d time.Duration, err error) {
 	m.ReconcileDuration.WithLabelValues(result(err)).Observe(d.Seconds())
 }
 
-func (m *Metrics) observeMembers(key string, lb *providers.LoadBalancer) {
+func (m *Metrics) observeMembers(key string, lb *lbmodel.LoadBalancer) {
 	var n [2]int
 	for _, l := range lb.Listeners {
 		for _, mem := range l.Pool.Members {
@@ -105,7 +106,7 @@ func (m *Metrics) observeMembers(key string, lb *providers.LoadBalancer) {
 // result labels a provider call: an error, a model the check refused
 // before any call to the load balancer, or a success.
 func result(err error) string {
-	var invalid *providers.InvalidModelError
+	var invalid *lbmodel.InvalidModelError
 	switch {
 	case errors.As(err, &invalid):
 		return "invalid"
@@ -132,21 +133,21 @@ func (i *instrumented) observe(verb string, start time.Time, err error) {
 	i.m.ProviderCalls.WithLabelValues(verb, result(err)).Inc()
 }
 
-func (i *instrumented) Ensure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
+func (i *instrumented) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (providers.Status, error) {
 	start := time.Now()
 	st, err := i.next.Ensure(ctx, lb)
 	i.observe("ensure", start, err)
 	return st, err
 }
 
-func (i *instrumented) Delete(ctx context.Context, name string, kind providers.Kind) error {
+func (i *instrumented) Delete(ctx context.Context, name string, kind lbmodel.Kind) error {
 	start := time.Now()
 	err := i.next.Delete(ctx, name, kind)
 	i.observe("delete", start, err)
 	return err
 }
 
-func (i *instrumented) List(ctx context.Context) ([]providers.LoadBalancer, error) {
+func (i *instrumented) List(ctx context.Context) ([]lbmodel.LoadBalancer, error) {
 	start := time.Now()
 	lbs, err := i.next.List(ctx)
 	i.observe("list", start, err)

@@ -15,9 +15,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // Reasons of the npl.io/lb-registered Pod condition.
@@ -38,7 +38,7 @@ func hasRegistrationGate(pod *corev1.Pod) bool {
 // registration cannot disagree. A Pod that contributes no member (no
 // annotation yet, containers not ready) is not registered; in NodePort mode
 // members are nodes, so the applied load balancer is enough.
-func registeredIn(s Settings, svc *corev1.Service, pod *corev1.Pod, lb *providers.LoadBalancer) bool {
+func registeredIn(s Settings, svc *corev1.Service, pod *corev1.Pod, lb *lbmodel.LoadBalancer) bool {
 	if s.ServiceType == builder.ServiceTypeNodePort {
 		return true
 	}
@@ -49,9 +49,9 @@ func registeredIn(s Settings, svc *corev1.Service, pod *corev1.Pod, lb *provider
 	if own == nil {
 		return false
 	}
-	applied := map[string]map[providers.Member]bool{}
+	applied := map[string]map[lbmodel.Member]bool{}
 	for _, l := range lb.Listeners {
-		set := map[providers.Member]bool{}
+		set := map[lbmodel.Member]bool{}
 		for _, m := range l.Pool.Members {
 			set[m] = true
 		}
@@ -84,7 +84,7 @@ type registration struct {
 // from Ready, and one after another a Deployment's tenth new Pod would wait
 // for the nine patches before it, and the Service's next sync (the next
 // Pods' members) behind them all.
-func (c *Controller) updateRegistrations(ctx context.Context, svc *corev1.Service, lb *providers.LoadBalancer) error {
+func (c *Controller) updateRegistrations(ctx context.Context, svc *corev1.Service, lb *lbmodel.LoadBalancer) error {
 	key := keyOf(svc)
 	var regs []registration
 	for _, pod := range c.store.PodsFor(svc) {

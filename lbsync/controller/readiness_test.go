@@ -22,9 +22,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
-	"github.com/nodeportlocal/npl/providers"
 )
 
 func TestRegisteredIn(t *testing.T) {
@@ -47,22 +47,22 @@ func TestRegisteredIn(t *testing.T) {
 		return p
 	}
 	const ann = `[{"podPort":8080,"nodeIP":"198.18.0.10","nodePort":61000,"protocol":"tcp","ipFamily":"IPv4"}]`
-	pool := providers.PoolName(providers.LoadBalancerName("c", "ns", "web"), providers.TCP, 80)
-	lb := func(members ...providers.Member) *providers.LoadBalancer {
-		return &providers.LoadBalancer{Listeners: []providers.Listener{{Port: 80, Protocol: providers.TCP,
-			Pool: providers.Pool{Name: pool, Members: members}}}}
+	pool := lbmodel.PoolName(lbmodel.LoadBalancerName("c", "ns", "web"), lbmodel.TCP, 80)
+	lb := func(members ...lbmodel.Member) *lbmodel.LoadBalancer {
+		return &lbmodel.LoadBalancer{Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.TCP,
+			Pool: lbmodel.Pool{Name: pool, Members: members}}}}
 	}
-	member := providers.Member{IP: "198.18.0.10", Port: 61000, Enabled: true}
+	member := lbmodel.Member{IP: "198.18.0.10", Port: 61000, Enabled: true}
 	cases := []struct {
 		name     string
 		settings Settings
 		pod      *corev1.Pod
-		lb       *providers.LoadBalancer
+		lb       *lbmodel.LoadBalancer
 		want     bool
 	}{
 		{"its member is applied", settings, pod(ann), lb(member), true},
-		{"its member is missing", settings, pod(ann), lb(providers.Member{IP: "198.18.0.11", Port: 61000, Enabled: true}), false},
-		{"its member is disabled", settings, pod(ann), lb(providers.Member{IP: "198.18.0.10", Port: 61000}), false},
+		{"its member is missing", settings, pod(ann), lb(lbmodel.Member{IP: "198.18.0.11", Port: 61000, Enabled: true}), false},
+		{"its member is disabled", settings, pod(ann), lb(lbmodel.Member{IP: "198.18.0.10", Port: 61000}), false},
 		{"no annotation yet", settings, pod(""), lb(), false},
 		{"NodePort mode: members are nodes", Settings{ClusterName: "c", ServiceType: builder.ServiceTypeNodePort}, pod(""), lb(), true},
 	}
@@ -139,8 +139,8 @@ func TestUpdateRegistrations_patchesAtOnce(t *testing.T) {
 	if err := c.store.Services.Add(svc); err != nil {
 		t.Fatal(err)
 	}
-	pool := providers.PoolName(providers.LoadBalancerName("c", "ns", "web"), providers.TCP, 80)
-	lb := &providers.LoadBalancer{Listeners: []providers.Listener{{Port: 80, Protocol: providers.TCP, Pool: providers.Pool{Name: pool}}}}
+	pool := lbmodel.PoolName(lbmodel.LoadBalancerName("c", "ns", "web"), lbmodel.TCP, 80)
+	lb := &lbmodel.LoadBalancer{Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: pool}}}}
 	want := map[string]corev1.ConditionStatus{}
 	for i := range 4 {
 		pod := &corev1.Pod{
@@ -155,7 +155,7 @@ func TestUpdateRegistrations_patchesAtOnce(t *testing.T) {
 			// annotation yet.
 			port := 61000 + i
 			pod.Annotations = map[string]string{contract.PodKey: fmt.Sprintf(`[{"podPort":8080,"nodeIP":"198.18.0.10","nodePort":%d,"protocol":"tcp","ipFamily":"IPv4"}]`, port)}
-			lb.Listeners[0].Pool.Members = append(lb.Listeners[0].Pool.Members, providers.Member{IP: "198.18.0.10", Port: int32(port), Enabled: true})
+			lb.Listeners[0].Pool.Members = append(lb.Listeners[0].Pool.Members, lbmodel.Member{IP: "198.18.0.10", Port: int32(port), Enabled: true})
 			want[pod.Name] = corev1.ConditionTrue
 		}
 		if err := c.store.Pods.Add(pod); err != nil {

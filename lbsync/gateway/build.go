@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/providers"
 )
@@ -70,7 +71,7 @@ type Result struct {
 	// LB is nil when the Gateway has nothing to serve: it is not accepted,
 	// or none of its listeners can be programmed. Its load balancer must
 	// then not exist.
-	LB     *providers.LoadBalancer
+	LB     *lbmodel.LoadBalancer
 	Report builder.Report
 	// Accepted is the Gateway's Accepted condition.
 	Accepted metav1.Condition
@@ -125,14 +126,14 @@ type listener struct {
 	resolved metav1.Condition
 	conflict metav1.Condition
 	kinds    []gatewayv1.RouteGroupKind
-	certs    []providers.TLSCert
+	certs    []lbmodel.TLSCert
 	// terminate is set on a TLS listener that terminates TLS.
 	terminate bool
 	// routes are the routes attached, by route.id.
 	routes map[string]bool
 	// pool is the pool of a served TCP or UDP listener: that of its
 	// oldest attached route.
-	pool *providers.Pool
+	pool *lbmodel.Pool
 }
 
 // needsCerts reports whether the listener terminates TLS.
@@ -163,7 +164,7 @@ type build struct {
 	services map[string]*corev1.Service
 	secrets  map[string]*corev1.Secret
 	nsLabels map[string]labels.Set
-	pools    map[string]*providers.Pool
+	pools    map[string]*lbmodel.Pool
 	backends map[ServiceRef]bool
 	// missingSecrets: see Result.MissingSecrets.
 	missingSecrets bool
@@ -172,7 +173,7 @@ type build struct {
 	origins []ruleOrigin
 	// sni are the SNI routes of the TLS listeners, per port, oldest route
 	// first.
-	sni map[int32][]providers.SNIRoute
+	sni map[int32][]lbmodel.SNIRoute
 }
 
 // Build returns the load balancer of in.Gateway and the statuses of the
@@ -208,13 +209,13 @@ func Build(in Input) Result {
 		res.Report.Errors = append(res.Report.Errors, err.Error())
 		return res
 	}
-	b := &build{in: in, gw: gw, r: &res.Report, pools: map[string]*providers.Pool{}, backends: map[ServiceRef]bool{},
-		sni: map[int32][]providers.SNIRoute{}}
+	b := &build{in: in, gw: gw, r: &res.Report, pools: map[string]*lbmodel.Pool{}, backends: map[ServiceRef]bool{},
+		sni: map[int32][]lbmodel.SNIRoute{}}
 	b.index()
-	b.lbName = providers.GatewayLoadBalancerName(in.ClusterName, gw.Namespace, gw.Name)
-	lb := &providers.LoadBalancer{
-		Name: b.lbName, Kind: providers.L7, Gateway: gw.Namespace + "/" + gw.Name,
-		HTTP: &providers.HTTPRoutes{Rules: []providers.Rule{}},
+	b.lbName = lbmodel.GatewayLoadBalancerName(in.ClusterName, gw.Namespace, gw.Name)
+	lb := &lbmodel.LoadBalancer{
+		Name: b.lbName, Kind: lbmodel.L7, Gateway: gw.Namespace + "/" + gw.Name,
+		HTTP: &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{}},
 	}
 	addrErr := b.addresses(lb)
 
@@ -309,7 +310,7 @@ func (b *build) cond(typ string, ok bool, reason, msg string, gen int64) metav1.
 
 // addresses sets the requested VIP from spec.addresses; it returns why the
 // Gateway cannot be accepted, or "".
-func (b *build) addresses(lb *providers.LoadBalancer) string {
+func (b *build) addresses(lb *lbmodel.LoadBalancer) string {
 	for _, a := range b.gw.Spec.Addresses {
 		if a.Type != nil && *a.Type != gatewayv1.IPAddressType {
 			return fmt.Sprintf("address type %s is not supported: only IPAddress", *a.Type)
@@ -393,7 +394,7 @@ func (b *build) listeners() []*listener {
 		if b.in.Checker != nil {
 			// A protocol the provider cannot serve on this listener alone
 			// refuses the listener, not the Gateway.
-			err := b.in.Checker.CheckModel(providers.ListenerModel(providers.Listener{Port: spec.Port, Protocol: providers.Protocol(spec.Protocol)}))
+			err := b.in.Checker.CheckModel(lbmodel.ListenerModel(lbmodel.Listener{Port: spec.Port, Protocol: lbmodel.Protocol(spec.Protocol)}))
 			if err != nil {
 				l.accepted = b.cond(string(gatewayv1.ListenerConditionAccepted), false, string(gatewayv1.ListenerReasonUnsupportedProtocol),
 					err.Error(), gen)
@@ -528,7 +529,7 @@ func (b *build) listenerCerts(l *listener) {
 			fail(gatewayv1.ListenerReasonInvalidCertificateRef, fmt.Sprintf("Secret %s: not a TLS certificate and key: %v", id, err))
 			continue
 		}
-		c := providers.TLSCert{Secret: id, Fingerprint: providers.CertFingerprint(cert), Ports: []int32{l.spec.Port},
+		c := lbmodel.TLSCert{Secret: id, Fingerprint: lbmodel.CertFingerprint(cert), Ports: []int32{l.spec.Port},
 			CertPEM: slices.Clone(cert), KeyPEM: slices.Clone(key)}
 		if l.hostname != "" {
 			c.Hosts = []string{l.hostname}
@@ -827,12 +828,12 @@ func intersect(listener string, hostnames []gatewayv1.Hostname) []string {
 }
 
 // addRouteRules adds the rules and pools of an HTTPRoute or GRPCRoute,
-// unless one of them breaks the model's rules (providers.CheckRule: a
+// unless one of them breaks the model's rules (lbmodel.CheckRule: a
 // value the API server let through, such as a control character in a
 // match) or the provider refuses it (Input.Checker): then none of the route
 // is in the model, and refuseRoute says why in its status. Either would
 // otherwise fail the whole model, and the route's neighbours with it.
-func (b *build) addRouteRules(at *attachment, lb *providers.LoadBalancer, ls []*listener, res *Result) {
+func (b *build) addRouteRules(at *attachment, lb *lbmodel.LoadBalancer, ls []*listener, res *Result) {
 	rules, origins := len(lb.HTTP.Rules), len(b.origins)
 	backends := maps.Clone(b.backends)
 	if at.route.kind == KindGRPCRoute {
@@ -842,13 +843,13 @@ func (b *build) addRouteRules(at *attachment, lb *providers.LoadBalancer, ls []*
 	}
 	added := lb.HTTP.Rules[rules:]
 	for _, r := range added {
-		var pool *providers.Pool
+		var pool *lbmodel.Pool
 		if r.Pool != "" {
 			pool = b.pools[r.Pool]
 		}
-		err := providers.CheckRule(r, pool)
+		err := lbmodel.CheckRule(r, pool)
 		if err == nil && b.in.Checker != nil {
-			err = b.in.Checker.CheckModel(providers.RuleModel(r, pool))
+			err = b.in.Checker.CheckModel(lbmodel.RuleModel(r, pool))
 		}
 		if err == nil {
 			continue
@@ -980,7 +981,7 @@ type ruleOrigin struct {
 
 // addRule adds r for each of its hosts and ports, merging the ports of
 // rules that are otherwise the same.
-func (b *build) addRule(lb *providers.LoadBalancer, r providers.Rule, hosts map[int32][]string, rt *routeView, index int) {
+func (b *build) addRule(lb *lbmodel.LoadBalancer, r lbmodel.Rule, hosts map[int32][]string, rt *routeView, index int) {
 	byHost := map[string][]int32{}
 	for port, hs := range hosts {
 		for _, h := range hs {
@@ -1002,7 +1003,7 @@ func (b *build) addRule(lb *providers.LoadBalancer, r providers.Rule, hosts map[
 // backendRefs and returns its name; "" when no valid one can serve (the
 // rule answers 500).
 func (b *build) rulePool(rt *routeView, index int) string {
-	name := providers.GatewayRoutePoolName(b.lbName, rt.kind, rt.meta.Namespace, rt.meta.Name, index)
+	name := lbmodel.GatewayRoutePoolName(b.lbName, rt.kind, rt.meta.Namespace, rt.meta.Name, index)
 	p := b.backendPool(rt, index, name, corev1.ProtocolTCP)
 	if !p.hasBackends {
 		return ""
@@ -1015,7 +1016,7 @@ func (b *build) rulePool(rt *routeView, index int) string {
 
 // backendPool is the pool of the valid backendRefs of a route rule.
 type backendPool struct {
-	providers.Pool
+	lbmodel.Pool
 	// hasBackends is false when no backendRef is valid with a weight
 	// above zero.
 	hasBackends bool
@@ -1031,7 +1032,7 @@ type backendPool struct {
 // a status, leave that share out.
 func (b *build) backendPool(rt *routeView, index int, name string, proto corev1.Protocol) *backendPool {
 	if index >= len(rt.backendRefs) {
-		return &backendPool{Pool: providers.Pool{Name: name, Members: []providers.Member{}}}
+		return &backendPool{Pool: lbmodel.Pool{Name: name, Members: []lbmodel.Member{}}}
 	}
 	var valid []backend
 	invalid := int32(0)
@@ -1048,22 +1049,22 @@ func (b *build) backendPool(rt *routeView, index int, name string, proto corev1.
 			valid = append(valid, be)
 		}
 	}
-	out := &backendPool{Pool: providers.Pool{Name: name, Members: []providers.Member{}}, hasBackends: len(valid) > 0}
+	out := &backendPool{Pool: lbmodel.Pool{Name: name, Members: []lbmodel.Member{}}, hasBackends: len(valid) > 0}
 	if len(valid) == 0 {
 		return out
 	}
-	groups := make([][]providers.Member, len(valid))
+	groups := make([][]lbmodel.Member, len(valid))
 	h2c := true
 	for i, be := range valid {
 		groups[i] = b.members(rt, be, proto)
 		h2c = h2c && be.port.AppProtocol != nil && *be.port.AppProtocol == appProtocolH2C
 	}
 	if rt.kind == KindGRPCRoute || (rt.kind == KindHTTPRoute && h2c) {
-		out.AppProtocol = providers.AppProtocolH2C
+		out.AppProtocol = lbmodel.AppProtocolH2C
 	}
 	out.Members, out.InvalidWeight = weighted(valid, groups, invalid)
 	if out.Members == nil {
-		out.Members = []providers.Member{}
+		out.Members = []lbmodel.Member{}
 	}
 	return out
 }
@@ -1080,8 +1081,8 @@ const appProtocolH2C = "kubernetes.io/h2c"
 // divisor. A backend without members has no share: its requests go to the
 // others (the invalid share among them). One backend, or equal shares,
 // leave the members' weights unset (1); an invalid share is then 1.
-func weighted(valid []backend, groups [][]providers.Member, invalid int32) ([]providers.Member, int32) {
-	var out []providers.Member
+func weighted(valid []backend, groups [][]lbmodel.Member, invalid int32) ([]lbmodel.Member, int32) {
+	var out []lbmodel.Member
 	share := make([]float64, len(valid))
 	most := float64(invalid)
 	for i, be := range valid {
@@ -1124,7 +1125,7 @@ func weighted(valid []backend, groups [][]providers.Member, invalid int32) ([]pr
 		}
 		invalidWeight /= g
 	}
-	return providers.SortMembers(out), invalidWeight
+	return lbmodel.SortMembers(out), invalidWeight
 }
 
 func gcd(a, b int32) int32 {
@@ -1136,7 +1137,7 @@ func gcd(a, b int32) int32 {
 
 // members builds the members of one backend Service port, as the L4
 // builder does, or reports why it has none.
-func (b *build) members(rt *routeView, be backend, proto corev1.Protocol) []providers.Member {
+func (b *build) members(rt *routeView, be backend, proto corev1.Protocol) []lbmodel.Member {
 	svcID := be.svc.Namespace + "/" + be.svc.Name
 	switch {
 	case be.svc.Spec.Type == corev1.ServiceTypeExternalName:
@@ -1160,9 +1161,9 @@ func (b *build) members(rt *routeView, be backend, proto corev1.Protocol) []prov
 
 // finish sets the listeners, certificates, pools, rule order and ports of
 // the model.
-func (b *build) finish(lb *providers.LoadBalancer, ls []*listener) {
+func (b *build) finish(lb *lbmodel.LoadBalancer, ls []*listener) {
 	served := map[portKey]bool{}
-	certs := map[string]*providers.TLSCert{}
+	certs := map[string]*lbmodel.TLSCert{}
 	for _, l := range ls {
 		if !l.served() {
 			continue
@@ -1183,7 +1184,7 @@ func (b *build) finish(lb *providers.LoadBalancer, ls []*listener) {
 			certs[c.Secret] = &c
 		}
 	}
-	providers.SortListeners(lb.Listeners)
+	lbmodel.SortListeners(lb.Listeners)
 	for _, c := range certs {
 		slices.Sort(c.Ports)
 		c.Ports = slices.Compact(c.Ports)
@@ -1191,7 +1192,7 @@ func (b *build) finish(lb *providers.LoadBalancer, ls []*listener) {
 		c.Hosts = slices.Compact(c.Hosts)
 		lb.HTTP.TLS = append(lb.HTTP.TLS, *c)
 	}
-	slices.SortFunc(lb.HTTP.TLS, func(a, b providers.TLSCert) int { return cmp.Compare(a.Secret, b.Secret) })
+	slices.SortFunc(lb.HTTP.TLS, func(a, b lbmodel.TLSCert) int { return cmp.Compare(a.Secret, b.Secret) })
 
 	// Order: the position of (route, rule index) among all; routes come
 	// oldest first and rules by index, so first seen is first.
@@ -1225,35 +1226,35 @@ func (b *build) finish(lb *providers.LoadBalancer, ls []*listener) {
 	for _, l := range lb.Listeners {
 		b.countReady(l.Pool)
 	}
-	providers.SortPools(lb.Pools)
-	providers.SortRules(lb.HTTP.Rules)
+	lbmodel.SortPools(lb.Pools)
+	lbmodel.SortRules(lb.HTTP.Rules)
 }
 
 // modelListener is the model's listener of a served listener (the first
 // of its port): HTTP and HTTPS without pool, TCP and UDP with the pool of
 // their oldest route (none attached: a pool without members), TLS with
 // the SNI routes of its port.
-func (b *build) modelListener(l *listener) providers.Listener {
+func (b *build) modelListener(l *listener) lbmodel.Listener {
 	port := l.spec.Port
 	switch l.spec.Protocol {
 	case gatewayv1.HTTPSProtocolType:
-		return providers.Listener{Port: port, Protocol: providers.HTTPS}
+		return lbmodel.Listener{Port: port, Protocol: lbmodel.HTTPS}
 	case gatewayv1.TCPProtocolType, gatewayv1.UDPProtocolType:
-		proto := providers.Protocol(l.spec.Protocol)
-		pool := providers.Pool{Name: providers.PoolName(b.lbName, proto, port), Members: []providers.Member{}}
+		proto := lbmodel.Protocol(l.spec.Protocol)
+		pool := lbmodel.Pool{Name: lbmodel.PoolName(b.lbName, proto, port), Members: []lbmodel.Member{}}
 		if l.pool != nil {
 			pool = *l.pool
 		}
-		return providers.Listener{Port: port, Protocol: proto, Pool: pool}
+		return lbmodel.Listener{Port: port, Protocol: proto, Pool: pool}
 	case gatewayv1.TLSProtocolType:
 		sni := b.sni[port]
-		providers.SortSNI(sni)
-		return providers.Listener{Port: port, Protocol: providers.TLS, SNI: sni, Terminate: l.terminate}
+		lbmodel.SortSNI(sni)
+		return lbmodel.Listener{Port: port, Protocol: lbmodel.TLS, SNI: sni, Terminate: l.terminate}
 	}
-	return providers.Listener{Port: port, Protocol: providers.HTTP}
+	return lbmodel.Listener{Port: port, Protocol: lbmodel.HTTP}
 }
 
-func (b *build) countReady(p providers.Pool) {
+func (b *build) countReady(p lbmodel.Pool) {
 	for _, m := range p.Members {
 		if m.Enabled {
 			b.r.ReadyBackends++
@@ -1298,8 +1299,8 @@ const isolationOrder = math.MaxInt32
 // of its host (Exact, RegularExpression, longer prefixes, and "/" with
 // method, header or query tests); a route's own plain "/" rule replaces
 // it.
-func isolation(ls []*listener) []providers.Rule {
-	var out []providers.Rule
+func isolation(ls []*listener) []lbmodel.Rule {
+	var out []lbmodel.Rule
 	for _, l := range ls {
 		if !l.served() || l.hostname == "" {
 			continue
@@ -1309,7 +1310,7 @@ func isolation(ls []*listener) []providers.Rule {
 				(m.hostname == "" || (strings.HasPrefix(m.hostname, "*.") && strings.HasSuffix(l.hostname, m.hostname[1:])))
 		})
 		if shadows {
-			out = append(out, providers.Rule{Host: l.hostname, Path: "/", PathType: providers.PathPrefix, FixedStatus: 404,
+			out = append(out, lbmodel.Rule{Host: l.hostname, Path: "/", PathType: lbmodel.PathPrefix, FixedStatus: 404,
 				Ports: []int32{l.spec.Port}, Order: isolationOrder})
 		}
 	}

@@ -6,11 +6,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/nodeportlocal/npl/lbmodel"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // TestBuildModel checks a whole model: HTTP and HTTPS listeners, host
@@ -32,30 +31,30 @@ func TestBuildModel(t *testing.T) {
 	if len(res.Report.Errors) > 0 {
 		t.Fatalf("errors: %v", res.Report.Errors)
 	}
-	want := &providers.LoadBalancer{
-		Name: lbName, Kind: providers.L7, Gateway: infraNS + "/gw",
-		Listeners: []providers.Listener{{Port: 80, Protocol: providers.HTTP}, {Port: 443, Protocol: providers.HTTPS}},
-		Pools: []providers.Pool{
-			{Name: poolName("new", 0), Members: []providers.Member{up("198.18.0.2", 61001, 0), up("198.18.0.3", 61002, 0)}},
-			{Name: poolName("old", 0), Members: []providers.Member{up("198.18.0.1", 61000, 0)}},
+	want := &lbmodel.LoadBalancer{
+		Name: lbName, Kind: lbmodel.L7, Gateway: infraNS + "/gw",
+		Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.HTTP}, {Port: 443, Protocol: lbmodel.HTTPS}},
+		Pools: []lbmodel.Pool{
+			{Name: poolName("new", 0), Members: []lbmodel.Member{up("198.18.0.2", 61001, 0), up("198.18.0.3", 61002, 0)}},
+			{Name: poolName("old", 0), Members: []lbmodel.Member{up("198.18.0.1", 61000, 0)}},
 			// a has one Pod, b two: a's Pod gets half the requests.
-			{Name: poolName("old", 1), Members: []providers.Member{up("198.18.0.1", 61000, 2), up("198.18.0.2", 61001, 1), up("198.18.0.3", 61002, 1)}},
+			{Name: poolName("old", 1), Members: []lbmodel.Member{up("198.18.0.1", 61000, 2), up("198.18.0.2", 61001, 1), up("198.18.0.3", 61002, 1)}},
 		},
-		HTTP: &providers.HTTPRoutes{
-			Rules: []providers.Rule{
-				{Host: "shop.example.com", Path: "/a", PathType: providers.PathExact, Pool: poolName("old", 0), Ports: []int32{80, 443}, Order: 0},
-				{Host: "shop.example.com", Path: "/b", PathType: providers.PathPrefix, Pool: poolName("old", 1), Ports: []int32{80, 443}, Order: 1},
-				{Host: "*.example.com", Path: "/a", PathType: providers.PathExact, Pool: poolName("new", 0), Ports: []int32{443}, Order: 2},
-				{Path: "/a", PathType: providers.PathExact, Pool: poolName("new", 0), Ports: []int32{80}, Order: 2},
+		HTTP: &lbmodel.HTTPRoutes{
+			Rules: []lbmodel.Rule{
+				{Host: "shop.example.com", Path: "/a", PathType: lbmodel.PathExact, Pool: poolName("old", 0), Ports: []int32{80, 443}, Order: 0},
+				{Host: "shop.example.com", Path: "/b", PathType: lbmodel.PathPrefix, Pool: poolName("old", 1), Ports: []int32{80, 443}, Order: 1},
+				{Host: "*.example.com", Path: "/a", PathType: lbmodel.PathExact, Pool: poolName("new", 0), Ports: []int32{443}, Order: 2},
+				{Path: "/a", PathType: lbmodel.PathExact, Pool: poolName("new", 0), Ports: []int32{80}, Order: 2},
 			},
-			TLS: []providers.TLSCert{{Secret: infraNS + "/tls", Hosts: []string{"*.example.com"}, Ports: []int32{443},
-				Fingerprint: providers.CertFingerprint(cert.certPEM), CertPEM: cert.certPEM, KeyPEM: cert.keyPEM}},
+			TLS: []lbmodel.TLSCert{{Secret: infraNS + "/tls", Hosts: []string{"*.example.com"}, Ports: []int32{443},
+				Fingerprint: lbmodel.CertFingerprint(cert.certPEM), CertPEM: cert.certPEM, KeyPEM: cert.keyPEM}},
 		},
 	}
 	if diff := cmp.Diff(want, res.LB, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("model (-want +got):\n%s", diff)
 	}
-	if _, err := providers.Normalize(res.LB); err != nil {
+	if _, err := lbmodel.Normalize(res.LB); err != nil {
 		t.Errorf("the model does not pass Normalize: %v", err)
 	}
 	if diff := cmp.Diff([]ServiceRef{{appNS, "a"}, {appNS, "b"}}, res.Backends); diff != "" {
@@ -265,7 +264,7 @@ func TestRouteParents(t *testing.T) {
 			if got := res.Listeners[0].Status.AttachedRoutes; got != tt.attachedHTTP {
 				t.Errorf("attached routes %d, want %d", got, tt.attachedHTTP)
 			}
-			var rules []providers.Rule
+			var rules []lbmodel.Rule
 			if res.LB != nil {
 				// Route rules only: the listener isolation rule of
 				// a.example.com is TestListenerIsolation's.
@@ -298,7 +297,7 @@ func TestCrossNamespaceBackendWithGrant(t *testing.T) {
 	if c := cond(res.Routes[0].Parents[0].Conditions, "ResolvedRefs"); c.Status != metav1.ConditionTrue {
 		t.Fatalf("ResolvedRefs %+v", c)
 	}
-	want := []providers.Pool{{Name: poolName("r", 0), Members: []providers.Member{up("198.18.0.9", 61009, 0)}}}
+	want := []lbmodel.Pool{{Name: poolName("r", 0), Members: []lbmodel.Member{up("198.18.0.9", 61009, 0)}}}
 	if diff := cmp.Diff(want, res.LB.Pools); diff != "" {
 		t.Errorf("pools (-want +got):\n%s", diff)
 	}
@@ -328,22 +327,22 @@ func TestFiltersAndMatches(t *testing.T) {
 	)
 	res := Build(Input{ClusterName: testCluster, Gateway: gateway(httpL("http", 80, "")), Routes: []*gatewayv1.HTTPRoute{rt},
 		Services: []*corev1.Service{service(appNS, "a")}})
-	want := []providers.Rule{
-		{Path: "/old", PathType: providers.PathPrefix, Ports: []int32{80}, Order: 1,
-			Redirect: &providers.Redirect{Scheme: "https", Port: 443, StatusCode: 301}},
-		{Path: "/v[0-9]+/.*", PathType: providers.PathRegex, Pool: poolName("r", 0), Ports: []int32{80}, Method: "POST",
-			Headers:        []providers.ValueMatch{{Name: "X-Env", Value: "prod"}},
-			Query:          []providers.ValueMatch{{Name: "q", Value: "a.*", Regex: true}},
-			RequestHeaders: &providers.HeaderFilter{Set: []providers.Header{{Name: "X-A", Value: "1"}}, Remove: []string{"X-B"}},
-			Rewrite:        &providers.Rewrite{Hostname: "in.example.com", Path: &providers.PathModifier{Type: providers.ReplaceFullPath, Value: "/new"}}},
-		{Path: "/p", PathType: providers.PathPrefix, Pool: poolName("r", 2), Ports: []int32{80}, Order: 2,
-			Rewrite: &providers.Rewrite{Path: &providers.PathModifier{Type: providers.ReplacePrefixMatch, Value: "/new"}}},
+	want := []lbmodel.Rule{
+		{Path: "/old", PathType: lbmodel.PathPrefix, Ports: []int32{80}, Order: 1,
+			Redirect: &lbmodel.Redirect{Scheme: "https", Port: 443, StatusCode: 301}},
+		{Path: "/v[0-9]+/.*", PathType: lbmodel.PathRegex, Pool: poolName("r", 0), Ports: []int32{80}, Method: "POST",
+			Headers:        []lbmodel.ValueMatch{{Name: "X-Env", Value: "prod"}},
+			Query:          []lbmodel.ValueMatch{{Name: "q", Value: "a.*", Regex: true}},
+			RequestHeaders: &lbmodel.HeaderFilter{Set: []lbmodel.Header{{Name: "X-A", Value: "1"}}, Remove: []string{"X-B"}},
+			Rewrite:        &lbmodel.Rewrite{Hostname: "in.example.com", Path: &lbmodel.PathModifier{Type: lbmodel.ReplaceFullPath, Value: "/new"}}},
+		{Path: "/p", PathType: lbmodel.PathPrefix, Pool: poolName("r", 2), Ports: []int32{80}, Order: 2,
+			Rewrite: &lbmodel.Rewrite{Path: &lbmodel.PathModifier{Type: lbmodel.ReplacePrefixMatch, Value: "/new"}}},
 	}
 	if res.LB == nil {
 		t.Fatalf("no model: %v", res.Report.Errors)
 	}
 	if diff := cmp.Diff(want, res.LB.HTTP.Rules, cmpopts.EquateEmpty(),
-		cmpopts.SortSlices(func(a, b providers.Rule) bool { return a.Path < b.Path })); diff != "" {
+		cmpopts.SortSlices(func(a, b lbmodel.Rule) bool { return a.Path < b.Path })); diff != "" {
 		t.Errorf("rules (-want +got):\n%s\nerrors %v", diff, res.Report.Errors)
 	}
 }
@@ -371,34 +370,34 @@ func TestWeights(t *testing.T) {
 	badPort := svcRef("a", 1)
 	badPort.Port = ptr(gatewayv1.PortNumber(81))
 	a, b1, b2 := up("198.18.0.1", 61000, 0), up("198.18.0.2", 61001, 0), up("198.18.0.3", 61002, 0)
-	weight := func(m providers.Member, w int32) providers.Member { m.Weight = w; return m }
+	weight := func(m lbmodel.Member, w int32) lbmodel.Member { m.Weight = w; return m }
 	tests := []struct {
 		name    string
 		refs    []gatewayv1.HTTPBackendRef
-		want    []providers.Member
+		want    []lbmodel.Member
 		invalid int32
 		fix     bool
 	}{
-		{"equal", []gatewayv1.HTTPBackendRef{svcRef("a", 5), svcRef("b", 10)}, []providers.Member{a, b1, b2}, 0, false},
-		{"7 to 3", []gatewayv1.HTTPBackendRef{svcRef("a", 7), svcRef("b", 6)}, []providers.Member{weight(a, 128), weight(b1, 55), weight(b2, 55)}, 0, false},
-		{"zero weight", []gatewayv1.HTTPBackendRef{svcRef("a", 1), svcRef("b", 0)}, []providers.Member{a}, 0, false},
+		{"equal", []gatewayv1.HTTPBackendRef{svcRef("a", 5), svcRef("b", 10)}, []lbmodel.Member{a, b1, b2}, 0, false},
+		{"7 to 3", []gatewayv1.HTTPBackendRef{svcRef("a", 7), svcRef("b", 6)}, []lbmodel.Member{weight(a, 128), weight(b1, 55), weight(b2, 55)}, 0, false},
+		{"zero weight", []gatewayv1.HTTPBackendRef{svcRef("a", 1), svcRef("b", 0)}, []lbmodel.Member{a}, 0, false},
 		{"all zero", []gatewayv1.HTTPBackendRef{svcRef("a", 0)}, nil, 0, true},
 		{"all invalid", []gatewayv1.HTTPBackendRef{svcRef("nope", 1), badPort}, nil, 0, true},
 		{"invalid and zero", []gatewayv1.HTTPBackendRef{svcRef("nope", 1), svcRef("a", 0)}, nil, 0, true},
 		// The invalid share is one more backend of one member.
-		{"valid 1 to invalid 1", []gatewayv1.HTTPBackendRef{svcRef("a", 1), svcRef("nope", 1)}, []providers.Member{a}, 1, false},
-		{"valid 7 to invalid 3", []gatewayv1.HTTPBackendRef{svcRef("a", 7), svcRef("nope", 3)}, []providers.Member{weight(a, 128)}, 55, false},
-		{"invalid 3 to valid 1", []gatewayv1.HTTPBackendRef{svcRef("nope", 3), svcRef("a", 1)}, []providers.Member{weight(a, 85)}, 256, false},
+		{"valid 1 to invalid 1", []gatewayv1.HTTPBackendRef{svcRef("a", 1), svcRef("nope", 1)}, []lbmodel.Member{a}, 1, false},
+		{"valid 7 to invalid 3", []gatewayv1.HTTPBackendRef{svcRef("a", 7), svcRef("nope", 3)}, []lbmodel.Member{weight(a, 128)}, 55, false},
+		{"invalid 3 to valid 1", []gatewayv1.HTTPBackendRef{svcRef("nope", 3), svcRef("a", 1)}, []lbmodel.Member{weight(a, 85)}, 256, false},
 		// Invalid backendRefs of any reason add up: 2 of 4 answer 500.
-		{"invalid ones add up", []gatewayv1.HTTPBackendRef{svcRef("a", 2), svcRef("nope", 1), badPort}, []providers.Member{a}, 1, false},
+		{"invalid ones add up", []gatewayv1.HTTPBackendRef{svcRef("a", 2), svcRef("nope", 1), badPort}, []lbmodel.Member{a}, 1, false},
 		// b's two Pods share b's half; the invalid half is worth two.
-		{"spread over members", []gatewayv1.HTTPBackendRef{svcRef("b", 1), svcRef("nope", 1)}, []providers.Member{weight(b1, 1), weight(b2, 1)}, 2, false},
-		{"invalid of weight 0", []gatewayv1.HTTPBackendRef{svcRef("a", 1), svcRef("nope", 0)}, []providers.Member{a}, 0, false},
+		{"spread over members", []gatewayv1.HTTPBackendRef{svcRef("b", 1), svcRef("nope", 1)}, []lbmodel.Member{weight(b1, 1), weight(b2, 1)}, 2, false},
+		{"invalid of weight 0", []gatewayv1.HTTPBackendRef{svcRef("a", 1), svcRef("nope", 0)}, []lbmodel.Member{a}, 0, false},
 		// A backend without ready Pods has no share, as among valid
 		// backends: its requests go to the others, the invalid share
 		// included; alone with invalid ones, every request gets 500.
 		{"no Pods and invalid", []gatewayv1.HTTPBackendRef{svcRef("empty", 1), svcRef("nope", 1)}, nil, 1, false},
-		{"no Pods, valid and invalid", []gatewayv1.HTTPBackendRef{svcRef("empty", 5), svcRef("a", 1), svcRef("nope", 1)}, []providers.Member{a}, 1, false},
+		{"no Pods, valid and invalid", []gatewayv1.HTTPBackendRef{svcRef("empty", 5), svcRef("a", 1), svcRef("nope", 1)}, []lbmodel.Member{a}, 1, false},
 		{"no Pods", []gatewayv1.HTTPBackendRef{svcRef("empty", 1)}, nil, 0, false},
 	}
 	for _, tt := range tests {
@@ -414,11 +413,11 @@ func TestWeights(t *testing.T) {
 			if len(res.LB.Pools) != 1 || res.LB.HTTP.Rules[0].Pool != res.LB.Pools[0].Name {
 				t.Fatalf("want the rule's pool: %+v", res.LB)
 			}
-			want := providers.Pool{Name: poolName("r", 0), Members: tt.want, InvalidWeight: tt.invalid}
+			want := lbmodel.Pool{Name: poolName("r", 0), Members: tt.want, InvalidWeight: tt.invalid}
 			if diff := cmp.Diff(want, res.LB.Pools[0], cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("pool (-want +got):\n%s", diff)
 			}
-			if _, err := providers.Normalize(res.LB); err != nil {
+			if _, err := lbmodel.Normalize(res.LB); err != nil {
 				t.Errorf("the model does not pass Normalize: %v", err)
 			}
 		})
@@ -432,10 +431,10 @@ func TestListenerIsolation(t *testing.T) {
 	gw := gateway(httpL("empty", 80, ""), httpL("wild", 80, "*.example.com"), httpL("wildfoo", 80, "*.foo.example.com"),
 		httpL("abc", 80, "abc.foo.example.com"), httpL("other-port", 8080, "x.example.com"))
 	res := Build(Input{ClusterName: testCluster, Gateway: gw})
-	catchAll := func(host string) providers.Rule {
-		return providers.Rule{Host: host, Path: "/", PathType: providers.PathPrefix, FixedStatus: 404, Ports: []int32{80}, Order: isolationOrder}
+	catchAll := func(host string) lbmodel.Rule {
+		return lbmodel.Rule{Host: host, Path: "/", PathType: lbmodel.PathPrefix, FixedStatus: 404, Ports: []int32{80}, Order: isolationOrder}
 	}
-	want := []providers.Rule{catchAll("abc.foo.example.com"), catchAll("*.foo.example.com"), catchAll("*.example.com")}
+	want := []lbmodel.Rule{catchAll("abc.foo.example.com"), catchAll("*.foo.example.com"), catchAll("*.example.com")}
 	if res.LB == nil {
 		t.Fatalf("no model: %v", res.Report.Errors)
 	}

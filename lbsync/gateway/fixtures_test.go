@@ -18,7 +18,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // Fixtures: Gateway infra/gw of cluster c1, Services selecting app=<name>
@@ -31,7 +31,7 @@ const (
 	appNS       = "shop"
 )
 
-var lbName = providers.GatewayLoadBalancerName(testCluster, infraNS, "gw")
+var lbName = lbmodel.GatewayLoadBalancerName(testCluster, infraNS, "gw")
 
 func ptr[T any](v T) *T { return &v }
 
@@ -169,12 +169,12 @@ func (c testCert) secret(ns, name string) *corev1.Secret {
 		Data: map[string][]byte{corev1.TLSCertKey: c.certPEM, corev1.TLSPrivateKeyKey: c.keyPEM}}
 }
 
-func up(ip string, port int32, weight int32) providers.Member {
-	return providers.Member{IP: ip, Port: port, Enabled: true, Weight: weight}
+func up(ip string, port int32, weight int32) lbmodel.Member {
+	return lbmodel.Member{IP: ip, Port: port, Enabled: true, Weight: weight}
 }
 
 func poolName(route string, idx int) string {
-	return providers.GatewayPoolName(lbName, appNS, route, idx)
+	return lbmodel.GatewayPoolName(lbName, appNS, route, idx)
 }
 
 // cond finds a condition by type.

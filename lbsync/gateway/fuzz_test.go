@@ -6,11 +6,10 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nodeportlocal/npl/lbmodel"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // FuzzBuild feeds an arbitrary HTTPRoute spec and an arbitrary extra
@@ -18,7 +17,7 @@ import (
 // listener on port 80 and an older HTTPRoute "good" with the exact path
 // /good to the Service web (one mapped Pod). Whatever the fuzzed objects
 // say, Build must not panic nor modify its input, the model it returns
-// must pass providers.Normalize (the one check every provider relies on),
+// must pass lbmodel.Normalize (the one check every provider relies on),
 // the neighbour must still be served on port 80 with web's member and be
 // Accepted, and every parent status must carry Accepted and ResolvedRefs
 // of the route's generation.
@@ -57,15 +56,15 @@ func FuzzBuild(f *testing.F) {
 		if res.LB == nil {
 			t.Fatalf("no model beside the valid listener and route; report %+v, accepted %+v", res.Report, res.Accepted)
 		}
-		if _, err := providers.Normalize(res.LB); err != nil {
+		if _, err := lbmodel.Normalize(res.LB); err != nil {
 			t.Fatalf("the model fails Normalize: %v\nroute %s\nlistener %s", err, spec, listener)
 		}
-		served := slices.ContainsFunc(res.LB.HTTP.Rules, func(r providers.Rule) bool {
-			if r.Host != "" || r.Path != "/good" || r.PathType != providers.PathExact || !slices.Contains(r.Ports, 80) {
+		served := slices.ContainsFunc(res.LB.HTTP.Rules, func(r lbmodel.Rule) bool {
+			if r.Host != "" || r.Path != "/good" || r.PathType != lbmodel.PathExact || !slices.Contains(r.Ports, 80) {
 				return false
 			}
-			i := slices.IndexFunc(res.LB.Pools, func(p providers.Pool) bool { return p.Name == r.Pool })
-			return i >= 0 && slices.ContainsFunc(res.LB.Pools[i].Members, func(m providers.Member) bool { return m.IP == "198.18.0.11" && m.Port == 61000 })
+			i := slices.IndexFunc(res.LB.Pools, func(p lbmodel.Pool) bool { return p.Name == r.Pool })
+			return i >= 0 && slices.ContainsFunc(res.LB.Pools[i].Members, func(m lbmodel.Member) bool { return m.IP == "198.18.0.11" && m.Port == 61000 })
 		})
 		if !served {
 			t.Errorf("the valid neighbour is not served on port 80 beside\nroute %s\nlistener %s\nrules %+v", spec, listener, res.LB.HTTP.Rules)

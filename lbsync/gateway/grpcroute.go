@@ -6,14 +6,13 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // gRPC requests are HTTP/2 POSTs to /<service>/<method>: a GRPCRoute is
 // served as HTTP rules of the listeners it attaches to, whose pools speak
-// h2c (providers.AppProtocolH2C).
+// h2c (lbmodel.AppProtocolH2C).
 
 // checkGRPCRule says why a GRPCRoute rule cannot be served: a filter other
 // than the header modifiers, filters on one backendRef among several, or a
@@ -46,7 +45,7 @@ func checkGRPCRule(rule *gatewayv1.GRPCRouteRule) (gatewayv1.RouteConditionReaso
 
 // grpcFilters returns the header filters of a GRPCRoute rule (and of its
 // single backendRef), or says which npl-lbsync cannot serve.
-func grpcFilters(rule *gatewayv1.GRPCRouteRule) (request, response *providers.HeaderFilter, err error) {
+func grpcFilters(rule *gatewayv1.GRPCRouteRule) (request, response *lbmodel.HeaderFilter, err error) {
 	all := slices.Clone(rule.Filters)
 	for _, br := range rule.BackendRefs {
 		if len(br.Filters) == 0 {
@@ -80,12 +79,12 @@ func grpcFilters(rule *gatewayv1.GRPCRouteRule) (request, response *providers.He
 // whose backendRefs are all invalid answers 500, the pool of one with some
 // invalid answers their share 500 (an HTTP 500, which gRPC clients see as
 // an error).
-func (b *build) addGRPCRules(at *attachment, lb *providers.LoadBalancer) {
+func (b *build) addGRPCRules(at *attachment, lb *lbmodel.LoadBalancer) {
 	rt := at.route
 	for i := range rt.grpc.Spec.Rules {
 		rule := &rt.grpc.Spec.Rules[i]
 		req, resp, _ := grpcFilters(rule) // checked by checkRoute
-		base := providers.Rule{RequestHeaders: req, ResponseHeaders: resp, Pool: b.rulePool(rt, i)}
+		base := lbmodel.Rule{RequestHeaders: req, ResponseHeaders: resp, Pool: b.rulePool(rt, i)}
 		if base.Pool == "" {
 			base.RequestHeaders, base.FixedStatus = nil, 500
 		}
@@ -97,8 +96,8 @@ func (b *build) addGRPCRules(at *attachment, lb *providers.LoadBalancer) {
 			r := base
 			r.Path, r.PathType = grpcPath(m.Method)
 			for _, h := range m.Headers {
-				if !slices.ContainsFunc(r.Headers, func(v providers.ValueMatch) bool { return strings.EqualFold(v.Name, string(h.Name)) }) {
-					r.Headers = append(r.Headers, providers.ValueMatch{Name: string(h.Name), Value: h.Value,
+				if !slices.ContainsFunc(r.Headers, func(v lbmodel.ValueMatch) bool { return strings.EqualFold(v.Name, string(h.Name)) }) {
+					r.Headers = append(r.Headers, lbmodel.ValueMatch{Name: string(h.Name), Value: h.Value,
 						Regex: h.Type != nil && *h.Type == gatewayv1.GRPCHeaderMatchRegularExpression})
 				}
 			}
@@ -111,9 +110,9 @@ func (b *build) addGRPCRules(at *attachment, lb *providers.LoadBalancer) {
 // one; /<service>/<method> exactly; the prefix /<service> for a service
 // alone; a regular expression for a method alone (any service) and for
 // the RegularExpression type.
-func grpcPath(m *gatewayv1.GRPCMethodMatch) (string, providers.PathType) {
+func grpcPath(m *gatewayv1.GRPCMethodMatch) (string, lbmodel.PathType) {
 	if m == nil {
-		return "/", providers.PathPrefix
+		return "/", lbmodel.PathPrefix
 	}
 	var service, method string
 	if m.Service != nil {
@@ -129,15 +128,15 @@ func grpcPath(m *gatewayv1.GRPCMethodMatch) (string, providers.PathType) {
 		if method == "" {
 			method = "[^/]+"
 		}
-		return "/(?:" + service + ")/(?:" + method + ")", providers.PathRegex
+		return "/(?:" + service + ")/(?:" + method + ")", lbmodel.PathRegex
 	}
 	switch {
 	case service != "" && method != "":
-		return "/" + service + "/" + method, providers.PathExact
+		return "/" + service + "/" + method, lbmodel.PathExact
 	case service != "":
-		return "/" + service, providers.PathPrefix
+		return "/" + service, lbmodel.PathPrefix
 	case method != "":
-		return "/[^/]+/" + regexp.QuoteMeta(method), providers.PathRegex
+		return "/[^/]+/" + regexp.QuoteMeta(method), lbmodel.PathRegex
 	}
-	return "/", providers.PathPrefix
+	return "/", lbmodel.PathPrefix
 }

@@ -5,10 +5,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/nodeportlocal/npl/lbmodel"
 	corev1 "k8s.io/api/core/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-
-	"github.com/nodeportlocal/npl/providers"
 )
 
 func grpcRoute(name string, created int64, rules ...gatewayv1.GRPCRouteRule) *gatewayv1.GRPCRoute {
@@ -32,7 +31,7 @@ func method(typ gatewayv1.GRPCMethodMatchType, service, meth string) gatewayv1.G
 }
 
 func grpcPoolName(route string, idx int) string {
-	return providers.GatewayRoutePoolName(lbName, KindGRPCRoute, appNS, route, idx)
+	return lbmodel.GatewayRoutePoolName(lbName, KindGRPCRoute, appNS, route, idx)
 }
 
 // TestGRPCRoutes: GRPCRoute matches become HTTP rules on the paths of
@@ -62,31 +61,31 @@ func TestGRPCRoutes(t *testing.T) {
 	if res.LB == nil {
 		t.Fatalf("no model: %v", res.Report.Errors)
 	}
-	members := []providers.Member{up("198.18.0.1", 61000, 0)}
-	wantPools := []providers.Pool{
-		{Name: grpcPoolName("g", 0), AppProtocol: providers.AppProtocolH2C, Members: members},
-		{Name: grpcPoolName("g", 2), AppProtocol: providers.AppProtocolH2C, Members: members, InvalidWeight: 1},
+	members := []lbmodel.Member{up("198.18.0.1", 61000, 0)}
+	wantPools := []lbmodel.Pool{
+		{Name: grpcPoolName("g", 0), AppProtocol: lbmodel.AppProtocolH2C, Members: members},
+		{Name: grpcPoolName("g", 2), AppProtocol: lbmodel.AppProtocolH2C, Members: members, InvalidWeight: 1},
 		{Name: poolName("web", 0), Members: members},
 	}
 	if diff := cmp.Diff(wantPools, res.LB.Pools, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("pools (-want +got):\n%s", diff)
 	}
-	via := &providers.HeaderFilter{Add: []providers.Header{{Name: "X-Via", Value: "npl"}}}
+	via := &lbmodel.HeaderFilter{Add: []lbmodel.Header{{Name: "X-Via", Value: "npl"}}}
 	ports := []int32{80}
-	want := []providers.Rule{
-		{Path: "/echo.Echo/Ping", PathType: providers.PathExact, Pool: grpcPoolName("g", 0), Ports: ports, Order: 1, ResponseHeaders: via,
-			Headers: []providers.ValueMatch{{Name: "X-Env", Value: "prod"}, {Name: "X-Other", Value: "1"}}},
-		{Path: "/echo.Echo", PathType: providers.PathPrefix, Pool: grpcPoolName("g", 0), Ports: ports, Order: 1, ResponseHeaders: via},
-		{Path: "/[^/]+/Stream", PathType: providers.PathRegex, FixedStatus: 500, Ports: ports, Order: 2},
-		{Path: "/(?:echo\\..*)/(?:[^/]+)", PathType: providers.PathRegex, FixedStatus: 500, Ports: ports, Order: 2},
-		{Path: "/", PathType: providers.PathPrefix, Pool: grpcPoolName("g", 2), Ports: ports, Order: 3},
-		{Path: "/static", PathType: providers.PathPrefix, Pool: poolName("web", 0), Ports: ports, Order: 0},
+	want := []lbmodel.Rule{
+		{Path: "/echo.Echo/Ping", PathType: lbmodel.PathExact, Pool: grpcPoolName("g", 0), Ports: ports, Order: 1, ResponseHeaders: via,
+			Headers: []lbmodel.ValueMatch{{Name: "X-Env", Value: "prod"}, {Name: "X-Other", Value: "1"}}},
+		{Path: "/echo.Echo", PathType: lbmodel.PathPrefix, Pool: grpcPoolName("g", 0), Ports: ports, Order: 1, ResponseHeaders: via},
+		{Path: "/[^/]+/Stream", PathType: lbmodel.PathRegex, FixedStatus: 500, Ports: ports, Order: 2},
+		{Path: "/(?:echo\\..*)/(?:[^/]+)", PathType: lbmodel.PathRegex, FixedStatus: 500, Ports: ports, Order: 2},
+		{Path: "/", PathType: lbmodel.PathPrefix, Pool: grpcPoolName("g", 2), Ports: ports, Order: 3},
+		{Path: "/static", PathType: lbmodel.PathPrefix, Pool: poolName("web", 0), Ports: ports, Order: 0},
 	}
 	if diff := cmp.Diff(want, res.LB.HTTP.Rules, cmpopts.EquateEmpty(),
-		cmpopts.SortSlices(func(a, b providers.Rule) bool { return a.Path < b.Path })); diff != "" {
+		cmpopts.SortSlices(func(a, b lbmodel.Rule) bool { return a.Path < b.Path })); diff != "" {
 		t.Errorf("rules (-want +got):\n%s", diff)
 	}
-	if _, err := providers.Normalize(res.LB); err != nil {
+	if _, err := lbmodel.Normalize(res.LB); err != nil {
 		t.Errorf("the model does not pass Normalize: %v", err)
 	}
 	if c := parentCond(t, res, KindGRPCRoute, "g", "ResolvedRefs"); c.Reason != "BackendNotFound" {
@@ -142,7 +141,7 @@ func TestHTTPRouteH2C(t *testing.T) {
 	for _, p := range res.LB.Pools {
 		got[p.Name] = p.AppProtocol
 	}
-	want := map[string]string{poolName("r", 0): providers.AppProtocolH2C, poolName("r", 1): ""}
+	want := map[string]string{poolName("r", 0): lbmodel.AppProtocolH2C, poolName("r", 1): ""}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("app protocols (-want +got):\n%s", diff)
 	}

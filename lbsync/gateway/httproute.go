@@ -6,9 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // An HTTPRoute is served as rules of the HTTP and HTTPS listeners it
@@ -63,9 +62,9 @@ func checkRegexes(rule *gatewayv1.HTTPRouteRule) error {
 
 // filters are the model's filters of one rule.
 type filters struct {
-	request, response *providers.HeaderFilter
-	redirect          *providers.Redirect
-	rewrite           *providers.Rewrite
+	request, response *lbmodel.HeaderFilter
+	redirect          *lbmodel.Redirect
+	rewrite           *lbmodel.Rewrite
 }
 
 // ruleFilters turns the filters of a rule (and of its single backendRef)
@@ -104,48 +103,48 @@ func ruleFilters(rule *gatewayv1.HTTPRouteRule) (filters, error) {
 	if f.redirect != nil && f.rewrite != nil {
 		return f, fmt.Errorf("RequestRedirect and URLRewrite cannot be used together")
 	}
-	if f.redirect != nil && !providers.ValidRedirectStatus(f.redirect.StatusCode) {
+	if f.redirect != nil && !lbmodel.ValidRedirectStatus(f.redirect.StatusCode) {
 		return f, fmt.Errorf("redirect status code %d is not supported", f.redirect.StatusCode)
 	}
 	return f, nil
 }
 
-func headerFilter(h *gatewayv1.HTTPHeaderFilter) *providers.HeaderFilter {
+func headerFilter(h *gatewayv1.HTTPHeaderFilter) *lbmodel.HeaderFilter {
 	if h == nil {
 		return nil
 	}
-	out := &providers.HeaderFilter{Remove: slices.Clone(h.Remove)}
+	out := &lbmodel.HeaderFilter{Remove: slices.Clone(h.Remove)}
 	for _, s := range h.Set {
-		out.Set = append(out.Set, providers.Header{Name: string(s.Name), Value: s.Value})
+		out.Set = append(out.Set, lbmodel.Header{Name: string(s.Name), Value: s.Value})
 	}
 	for _, a := range h.Add {
-		out.Add = append(out.Add, providers.Header{Name: string(a.Name), Value: a.Value})
+		out.Add = append(out.Add, lbmodel.Header{Name: string(a.Name), Value: a.Value})
 	}
 	return out
 }
 
-func pathModifier(p *gatewayv1.HTTPPathModifier) *providers.PathModifier {
+func pathModifier(p *gatewayv1.HTTPPathModifier) *lbmodel.PathModifier {
 	if p == nil {
 		return nil
 	}
 	switch p.Type {
 	case gatewayv1.FullPathHTTPPathModifier:
 		if p.ReplaceFullPath != nil {
-			return &providers.PathModifier{Type: string(p.Type), Value: *p.ReplaceFullPath}
+			return &lbmodel.PathModifier{Type: string(p.Type), Value: *p.ReplaceFullPath}
 		}
 	case gatewayv1.PrefixMatchHTTPPathModifier:
 		if p.ReplacePrefixMatch != nil {
-			return &providers.PathModifier{Type: string(p.Type), Value: *p.ReplacePrefixMatch}
+			return &lbmodel.PathModifier{Type: string(p.Type), Value: *p.ReplacePrefixMatch}
 		}
 	}
 	return nil
 }
 
-func redirect(r *gatewayv1.HTTPRequestRedirectFilter) *providers.Redirect {
+func redirect(r *gatewayv1.HTTPRequestRedirectFilter) *lbmodel.Redirect {
 	if r == nil {
 		return nil
 	}
-	out := &providers.Redirect{StatusCode: 302, Path: pathModifier(r.Path)}
+	out := &lbmodel.Redirect{StatusCode: 302, Path: pathModifier(r.Path)}
 	if r.StatusCode != nil {
 		out.StatusCode = int32(*r.StatusCode)
 	}
@@ -166,11 +165,11 @@ func redirect(r *gatewayv1.HTTPRequestRedirectFilter) *providers.Redirect {
 	return out
 }
 
-func rewrite(r *gatewayv1.HTTPURLRewriteFilter) *providers.Rewrite {
+func rewrite(r *gatewayv1.HTTPURLRewriteFilter) *lbmodel.Rewrite {
 	if r == nil {
 		return nil
 	}
-	out := &providers.Rewrite{Path: pathModifier(r.Path)}
+	out := &lbmodel.Rewrite{Path: pathModifier(r.Path)}
 	if r.Hostname != nil {
 		out.Hostname = string(*r.Hostname)
 	}
@@ -178,12 +177,12 @@ func rewrite(r *gatewayv1.HTTPURLRewriteFilter) *providers.Rewrite {
 }
 
 // addRules adds the rules and pools of one attached HTTPRoute.
-func (b *build) addRules(at *attachment, lb *providers.LoadBalancer) {
+func (b *build) addRules(at *attachment, lb *lbmodel.LoadBalancer) {
 	rt := at.route
 	for i := range rt.http.Spec.Rules {
 		rule := &rt.http.Spec.Rules[i]
 		f, _ := ruleFilters(rule) // checked by checkRoute
-		base := providers.Rule{RequestHeaders: f.request, ResponseHeaders: f.response, Redirect: f.redirect, Rewrite: f.rewrite}
+		base := lbmodel.Rule{RequestHeaders: f.request, ResponseHeaders: f.response, Redirect: f.redirect, Rewrite: f.rewrite}
 		if f.redirect == nil {
 			base.Pool = b.rulePool(rt, i)
 		}
@@ -207,14 +206,14 @@ func (b *build) addRules(at *attachment, lb *providers.LoadBalancer) {
 			}
 			// Gateway API: of matches of the same name, the first counts.
 			for _, h := range m.Headers {
-				if !slices.ContainsFunc(r.Headers, func(v providers.ValueMatch) bool { return strings.EqualFold(v.Name, string(h.Name)) }) {
-					r.Headers = append(r.Headers, providers.ValueMatch{Name: string(h.Name), Value: h.Value,
+				if !slices.ContainsFunc(r.Headers, func(v lbmodel.ValueMatch) bool { return strings.EqualFold(v.Name, string(h.Name)) }) {
+					r.Headers = append(r.Headers, lbmodel.ValueMatch{Name: string(h.Name), Value: h.Value,
 						Regex: h.Type != nil && *h.Type == gatewayv1.HeaderMatchRegularExpression})
 				}
 			}
 			for _, q := range m.QueryParams {
-				if !slices.ContainsFunc(r.Query, func(v providers.ValueMatch) bool { return v.Name == string(q.Name) }) {
-					r.Query = append(r.Query, providers.ValueMatch{Name: string(q.Name), Value: q.Value,
+				if !slices.ContainsFunc(r.Query, func(v lbmodel.ValueMatch) bool { return v.Name == string(q.Name) }) {
+					r.Query = append(r.Query, lbmodel.ValueMatch{Name: string(q.Name), Value: q.Value,
 						Regex: q.Type != nil && *q.Type == gatewayv1.QueryParamMatchRegularExpression})
 				}
 			}
@@ -225,7 +224,7 @@ func (b *build) addRules(at *attachment, lb *providers.LoadBalancer) {
 
 // matchPath returns the model path of a path match: Prefix paths lose a
 // trailing "/" (Gateway API ignores it), the default is the prefix "/".
-func matchPath(m *gatewayv1.HTTPPathMatch) (string, providers.PathType) {
+func matchPath(m *gatewayv1.HTTPPathMatch) (string, lbmodel.PathType) {
 	typ, value := gatewayv1.PathMatchPathPrefix, "/"
 	if m != nil {
 		if m.Type != nil {
@@ -237,14 +236,14 @@ func matchPath(m *gatewayv1.HTTPPathMatch) (string, providers.PathType) {
 	}
 	switch typ {
 	case gatewayv1.PathMatchExact:
-		return value, providers.PathExact
+		return value, lbmodel.PathExact
 	case gatewayv1.PathMatchRegularExpression:
-		return value, providers.PathRegex
+		return value, lbmodel.PathRegex
 	}
 	if t := strings.TrimRight(value, "/"); t != "" {
 		value = t
 	} else {
 		value = "/"
 	}
-	return value, providers.PathPrefix
+	return value, lbmodel.PathPrefix
 }

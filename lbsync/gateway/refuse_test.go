@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -17,20 +18,20 @@ import (
 // matches, h2c pools nor TLS listeners.
 type refusing struct{}
 
-func (refusing) CheckModel(lb *providers.LoadBalancer) error {
+func (refusing) CheckModel(lb *lbmodel.LoadBalancer) error {
 	for _, l := range lb.Listeners {
-		if l.Protocol == providers.TLS {
-			return fmt.Errorf("listener TLS/%d: a TLS listener is %w", l.Port, providers.ErrUnsupported)
+		if l.Protocol == lbmodel.TLS {
+			return fmt.Errorf("listener TLS/%d: a TLS listener is %w", l.Port, lbmodel.ErrUnsupported)
 		}
 	}
 	for _, p := range lb.Pools {
 		if p.AppProtocol != "" {
-			return fmt.Errorf("pool %s: appProtocol %s is %w", p.Name, p.AppProtocol, providers.ErrUnsupported)
+			return fmt.Errorf("pool %s: appProtocol %s is %w", p.Name, p.AppProtocol, lbmodel.ErrUnsupported)
 		}
 	}
 	for _, r := range lb.HTTP.Rules {
 		if len(r.Query) > 0 {
-			return providers.UnsupportedRule(r, "query")
+			return lbmodel.UnsupportedRule(r, "query")
 		}
 	}
 	return nil
@@ -145,7 +146,7 @@ func TestBuild_refusesRoutesTheProviderCannotExpress(t *testing.T) {
 			if len(tt.refused) > 0 && len(res.Report.Errors) != len(tt.refused) {
 				t.Errorf("errors %v, want one per refused route", res.Report.Errors)
 			}
-			if _, err := providers.Normalize(res.LB); err != nil {
+			if _, err := lbmodel.Normalize(res.LB); err != nil {
 				t.Errorf("the model does not pass Normalize: %v", err)
 			}
 		})
@@ -196,7 +197,7 @@ func TestBuild_refusesListenersTheProviderCannotServe(t *testing.T) {
 	if c := parentCond(t, res, KindTLSRoute, "pass", "Accepted"); c.Status != metav1.ConditionFalse {
 		t.Errorf("pass: Accepted %+v, want False", c)
 	}
-	if _, err := providers.Normalize(res.LB); err != nil {
+	if _, err := lbmodel.Normalize(res.LB); err != nil {
 		t.Errorf("the model does not pass Normalize: %v", err)
 	}
 }

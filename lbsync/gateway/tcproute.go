@@ -1,9 +1,8 @@
 package gateway
 
 import (
+	"github.com/nodeportlocal/npl/lbmodel"
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // addStreamRoute gives the TCP or UDP listeners a TCPRoute or UDPRoute
@@ -27,7 +26,7 @@ func (b *build) addStreamRoute(at *attachment) {
 		if l.pool != nil {
 			continue
 		}
-		p := b.backendPool(rt, 0, providers.PoolName(b.lbName, providers.Protocol(l.spec.Protocol), l.spec.Port), proto)
+		p := b.backendPool(rt, 0, lbmodel.PoolName(b.lbName, lbmodel.Protocol(l.spec.Protocol), l.spec.Port), proto)
 		l.pool = &p.Pool
 	}
 }

@@ -6,11 +6,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/nodeportlocal/npl/lbmodel"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // TestTCPRoutes: each TCP listener gets the pool of its oldest route,
@@ -27,10 +26,10 @@ func TestTCPRoutes(t *testing.T) {
 		t.Fatalf("errors: %v", res.Report.Errors)
 	}
 	// 3 to 1, scaled to 1-256 as HTTPRoute weights are.
-	oldest := []providers.Member{up("198.18.0.1", 61000, 256), up("198.18.0.2", 61001, 85)}
-	want := []providers.Listener{
-		{Port: 9000, Protocol: providers.TCP, Pool: providers.Pool{Name: providers.PoolName(lbName, providers.TCP, 9000), Members: oldest}},
-		{Port: 9001, Protocol: providers.TCP, Pool: providers.Pool{Name: providers.PoolName(lbName, providers.TCP, 9001), Members: oldest}},
+	oldest := []lbmodel.Member{up("198.18.0.1", 61000, 256), up("198.18.0.2", 61001, 85)}
+	want := []lbmodel.Listener{
+		{Port: 9000, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: lbmodel.PoolName(lbName, lbmodel.TCP, 9000), Members: oldest}},
+		{Port: 9001, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: lbmodel.PoolName(lbName, lbmodel.TCP, 9001), Members: oldest}},
 	}
 	if res.LB == nil {
 		t.Fatal("no model")
@@ -38,7 +37,7 @@ func TestTCPRoutes(t *testing.T) {
 	if diff := cmp.Diff(want, res.LB.Listeners, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("listeners (-want +got):\n%s", diff)
 	}
-	if _, err := providers.Normalize(res.LB); err != nil {
+	if _, err := lbmodel.Normalize(res.LB); err != nil {
 		t.Errorf("the model does not pass Normalize: %v", err)
 	}
 	if len(res.LB.Pools) != 0 || len(res.LB.HTTP.Rules) != 0 {
@@ -94,12 +93,12 @@ func TestStreamRouteStatus(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			in := Input{ClusterName: testCluster, Gateway: gw, Services: svcs,
 				Pods: []*corev1.Pod{pod(appNS, "a", "a-1", "198.18.0.1", 61000), udpPod(appNS, "u", "u-1", "198.18.0.3", 62000)}}
-			kind, proto, section := KindTCPRoute, providers.TCP, "tcp"
+			kind, proto, section := KindTCPRoute, lbmodel.TCP, "tcp"
 			if tt.tcp != nil {
 				in.TCPRoutes = []*gatewayv1.TCPRoute{tt.tcp}
 			} else {
 				in.UDPRoutes = []*gatewayv1.UDPRoute{tt.udp}
-				kind, proto, section = KindUDPRoute, providers.UDP, "udp"
+				kind, proto, section = KindUDPRoute, lbmodel.UDP, "udp"
 			}
 			res := Build(in)
 			if c := parentCond(t, res, kind, "r", "Accepted"); c.Reason != tt.accepted || c.ObservedGeneration != 2 {
@@ -115,7 +114,7 @@ func TestStreamRouteStatus(t *testing.T) {
 			if got := listenerResult(t, res, section).Status.AttachedRoutes; got != attached {
 				t.Errorf("%s listener: %d attached routes, want %d", section, got, attached)
 			}
-			i := slices.IndexFunc(res.LB.Listeners, func(l providers.Listener) bool { return l.Protocol == proto })
+			i := slices.IndexFunc(res.LB.Listeners, func(l lbmodel.Listener) bool { return l.Protocol == proto })
 			if i < 0 {
 				t.Fatalf("no %s listener: %+v", proto, res.LB.Listeners)
 			}
@@ -137,11 +136,11 @@ func TestUDPRoute(t *testing.T) {
 		TCPRoutes: []*gatewayv1.TCPRoute{tcpRoute("web", 1, "", ref("u", 80, 1))},
 		Services:  []*corev1.Service{udpService(appNS, "u")},
 		Pods:      []*corev1.Pod{udpPod(appNS, "u", "u-1", "198.18.0.3", 62000)}})
-	want := []providers.Listener{
-		{Port: 5300, Protocol: providers.TCP, Pool: providers.Pool{Name: providers.PoolName(lbName, providers.TCP, 5300),
-			Members: []providers.Member{up("198.18.0.3", 62000, 0)}}},
-		{Port: 5300, Protocol: providers.UDP, Pool: providers.Pool{Name: providers.PoolName(lbName, providers.UDP, 5300),
-			Members: []providers.Member{up("198.18.0.3", 62001, 0)}}},
+	want := []lbmodel.Listener{
+		{Port: 5300, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: lbmodel.PoolName(lbName, lbmodel.TCP, 5300),
+			Members: []lbmodel.Member{up("198.18.0.3", 62000, 0)}}},
+		{Port: 5300, Protocol: lbmodel.UDP, Pool: lbmodel.Pool{Name: lbmodel.PoolName(lbName, lbmodel.UDP, 5300),
+			Members: []lbmodel.Member{up("198.18.0.3", 62001, 0)}}},
 	}
 	if res.LB == nil {
 		t.Fatalf("no model: %v", res.Report.Errors)
@@ -149,7 +148,7 @@ func TestUDPRoute(t *testing.T) {
 	if diff := cmp.Diff(want, res.LB.Listeners, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("listeners (-want +got):\n%s", diff)
 	}
-	if _, err := providers.Normalize(res.LB); err != nil {
+	if _, err := lbmodel.Normalize(res.LB); err != nil {
 		t.Errorf("the model does not pass Normalize: %v", err)
 	}
 	for _, l := range res.Listeners {
@@ -175,10 +174,10 @@ func TestStreamRoutes_invalidShareLeftOut(t *testing.T) {
 	if res.LB == nil {
 		t.Fatalf("no model: %v", res.Report.Errors)
 	}
-	members := []providers.Member{up("198.18.0.1", 61000, 0)}
+	members := []lbmodel.Member{up("198.18.0.1", 61000, 0)}
 	pools := slices.Clone(res.LB.Pools)
 	for _, l := range res.LB.Listeners {
-		if l.Protocol == providers.TCP {
+		if l.Protocol == lbmodel.TCP {
 			pools = append(pools, l.Pool)
 		}
 	}
@@ -186,11 +185,11 @@ func TestStreamRoutes_invalidShareLeftOut(t *testing.T) {
 		t.Fatalf("pools %+v, want the TCP listener's and the TLS route's", pools)
 	}
 	for _, p := range pools {
-		if diff := cmp.Diff(providers.Pool{Name: p.Name, Members: members}, p); diff != "" {
+		if diff := cmp.Diff(lbmodel.Pool{Name: p.Name, Members: members}, p); diff != "" {
 			t.Errorf("pool (-want +got):\n%s", diff)
 		}
 	}
-	if _, err := providers.Normalize(res.LB); err != nil {
+	if _, err := lbmodel.Normalize(res.LB); err != nil {
 		t.Errorf("the model does not pass Normalize: %v", err)
 	}
 }

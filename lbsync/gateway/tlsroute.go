@@ -3,9 +3,8 @@ package gateway
 import (
 	"slices"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // addTLSRoute adds the SNI routes of a TLSRoute to the TLS listeners it
@@ -17,18 +16,18 @@ import (
 // routes.
 func (b *build) addTLSRoute(at *attachment) {
 	rt := at.route
-	name := providers.GatewayRoutePoolName(b.lbName, rt.kind, rt.meta.Namespace, rt.meta.Name, 0)
+	name := lbmodel.GatewayRoutePoolName(b.lbName, rt.kind, rt.meta.Namespace, rt.meta.Name, 0)
 	for _, on := range at.on {
 		port := on.l.spec.Port
 		for _, h := range on.hosts {
-			if slices.ContainsFunc(b.sni[port], func(s providers.SNIRoute) bool { return s.Host == h }) {
+			if slices.ContainsFunc(b.sni[port], func(s lbmodel.SNIRoute) bool { return s.Host == h }) {
 				continue // an older route has it
 			}
 			if _, ok := b.pools[name]; !ok {
 				p := b.backendPool(rt, 0, name, corev1.ProtocolTCP)
 				b.pools[name] = &p.Pool
 			}
-			b.sni[port] = append(b.sni[port], providers.SNIRoute{Host: h, Pool: name})
+			b.sni[port] = append(b.sni[port], lbmodel.SNIRoute{Host: h, Pool: name})
 		}
 	}
 }

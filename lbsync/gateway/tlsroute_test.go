@@ -5,14 +5,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/nodeportlocal/npl/lbmodel"
 	corev1 "k8s.io/api/core/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-
-	"github.com/nodeportlocal/npl/providers"
 )
 
 func tlsPool(route string) string {
-	return providers.GatewayRoutePoolName(lbName, KindTLSRoute, appNS, route, 0)
+	return lbmodel.GatewayRoutePoolName(lbName, KindTLSRoute, appNS, route, 0)
 }
 
 // TestTLSRoutes: passthrough and terminating TLS listeners, SNI routes by
@@ -33,26 +32,26 @@ func TestTLSRoutes(t *testing.T) {
 	if len(res.Report.Errors) > 0 {
 		t.Fatalf("errors: %v", res.Report.Errors)
 	}
-	want := &providers.LoadBalancer{
-		Name: lbName, Kind: providers.L7, Gateway: infraNS + "/gw",
-		Listeners: []providers.Listener{
-			{Port: 443, Protocol: providers.TLS, SNI: []providers.SNIRoute{
+	want := &lbmodel.LoadBalancer{
+		Name: lbName, Kind: lbmodel.L7, Gateway: infraNS + "/gw",
+		Listeners: []lbmodel.Listener{
+			{Port: 443, Protocol: lbmodel.TLS, SNI: []lbmodel.SNIRoute{
 				{Host: "a.example.com", Pool: tlsPool("older")}, {Host: "b.example.com", Pool: tlsPool("newer")},
 				{Host: "*.example.com", Pool: tlsPool("older")}}},
-			{Port: 8443, Protocol: providers.TLS, Terminate: true, SNI: []providers.SNIRoute{{Host: "secure.example.com", Pool: tlsPool("secure")}}},
+			{Port: 8443, Protocol: lbmodel.TLS, Terminate: true, SNI: []lbmodel.SNIRoute{{Host: "secure.example.com", Pool: tlsPool("secure")}}},
 		},
-		Pools: []providers.Pool{
-			{Name: tlsPool("newer"), Members: []providers.Member{up("198.18.0.2", 61001, 0)}},
-			{Name: tlsPool("older"), Members: []providers.Member{up("198.18.0.1", 61000, 0)}},
-			{Name: tlsPool("secure"), Members: []providers.Member{up("198.18.0.1", 61000, 0)}},
+		Pools: []lbmodel.Pool{
+			{Name: tlsPool("newer"), Members: []lbmodel.Member{up("198.18.0.2", 61001, 0)}},
+			{Name: tlsPool("older"), Members: []lbmodel.Member{up("198.18.0.1", 61000, 0)}},
+			{Name: tlsPool("secure"), Members: []lbmodel.Member{up("198.18.0.1", 61000, 0)}},
 		},
-		HTTP: &providers.HTTPRoutes{TLS: []providers.TLSCert{{Secret: infraNS + "/tls", Hosts: []string{"secure.example.com"}, Ports: []int32{8443},
-			Fingerprint: providers.CertFingerprint(cert.certPEM), CertPEM: cert.certPEM, KeyPEM: cert.keyPEM}}},
+		HTTP: &lbmodel.HTTPRoutes{TLS: []lbmodel.TLSCert{{Secret: infraNS + "/tls", Hosts: []string{"secure.example.com"}, Ports: []int32{8443},
+			Fingerprint: lbmodel.CertFingerprint(cert.certPEM), CertPEM: cert.certPEM, KeyPEM: cert.keyPEM}}},
 	}
 	if diff := cmp.Diff(want, res.LB, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("model (-want +got):\n%s", diff)
 	}
-	if _, err := providers.Normalize(res.LB); err != nil {
+	if _, err := lbmodel.Normalize(res.LB); err != nil {
 		t.Errorf("the model does not pass Normalize: %v", err)
 	}
 	for _, l := range res.Listeners {
@@ -152,7 +151,7 @@ func TestTLSRouteStatus(t *testing.T) {
 			if attached != map[bool]int32{true: 1}[tt.accepted == "Accepted"] {
 				t.Errorf("%d attached routes", attached)
 			}
-			var sni []providers.SNIRoute
+			var sni []lbmodel.SNIRoute
 			for _, l := range res.LB.Listeners {
 				sni = append(sni, l.SNI...)
 			}

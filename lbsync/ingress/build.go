@@ -14,8 +14,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // Ports of the listeners of every L7 load balancer.
@@ -57,9 +57,9 @@ type Input struct {
 // its own, or with sharedVIP the one of its class.
 func LoadBalancerName(clusterName string, ing *networkingv1.Ingress, sharedVIP bool, class string) string {
 	if sharedVIP {
-		return providers.SharedIngressLoadBalancerName(clusterName, class)
+		return lbmodel.SharedIngressLoadBalancerName(clusterName, class)
 	}
-	return providers.IngressLoadBalancerName(clusterName, ing.Namespace, ing.Name)
+	return lbmodel.IngressLoadBalancerName(clusterName, ing.Namespace, ing.Name)
 }
 
 // Build returns the L7 load balancer model of in.Ingresses and a report. The
@@ -80,7 +80,7 @@ func LoadBalancerName(clusterName string, ing *networkingv1.Ingress, sharedVIP b
 //   - a backend that cannot give members (missing Service or port, a
 //     NodePort Service in NodePortLocal mode) keeps its rule with an empty
 //     pool, so its requests are refused rather than sent to another rule.
-func Build(in Input) (*providers.LoadBalancer, builder.Report) {
+func Build(in Input) (*lbmodel.LoadBalancer, builder.Report) {
 	var r builder.Report
 	switch {
 	case len(in.Ingresses) == 0:
@@ -104,12 +104,12 @@ func Build(in Input) (*providers.LoadBalancer, builder.Report) {
 
 	ingresses := slices.Clone(in.Ingresses)
 	slices.SortStableFunc(ingresses, olderFirst)
-	b := &build{in: in, mode: mode, r: &r, pools: map[string]*providers.Pool{}, certs: map[string]*providers.TLSCert{},
+	b := &build{in: in, mode: mode, r: &r, pools: map[string]*lbmodel.Pool{}, certs: map[string]*lbmodel.TLSCert{},
 		rules: map[ruleKey]ruleOrigin{}}
 	b.index()
-	lb := &providers.LoadBalancer{Kind: providers.L7, HTTP: &providers.HTTPRoutes{Rules: []providers.Rule{}}}
+	lb := &lbmodel.LoadBalancer{Kind: lbmodel.L7, HTTP: &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{}}}
 	if in.SharedVIP {
-		lb.Name = providers.SharedIngressLoadBalancerName(in.ClusterName, in.IngressClass)
+		lb.Name = lbmodel.SharedIngressLoadBalancerName(in.ClusterName, in.IngressClass)
 		for _, ing := range ingresses {
 			if v := ing.Annotations[contract.LoadBalancerIPKey]; v != "" {
 				b.warnf(ing, "annotation %s ignored: the Ingresses of class %s share one VIP", contract.LoadBalancerIPKey, in.IngressClass)
@@ -117,7 +117,7 @@ func Build(in Input) (*providers.LoadBalancer, builder.Report) {
 		}
 	} else {
 		ing := ingresses[0]
-		lb.Name = providers.IngressLoadBalancerName(in.ClusterName, ing.Namespace, ing.Name)
+		lb.Name = lbmodel.IngressLoadBalancerName(in.ClusterName, ing.Namespace, ing.Name)
 		lb.Ingress = ing.Namespace + "/" + ing.Name
 		lb.RequestedVIP = requestedVIP(ing, &r)
 	}
@@ -126,17 +126,17 @@ func Build(in Input) (*providers.LoadBalancer, builder.Report) {
 		b.add(ing, lb)
 	}
 
-	lb.Listeners = []providers.Listener{{Port: HTTPPort, Protocol: providers.HTTP}}
+	lb.Listeners = []lbmodel.Listener{{Port: HTTPPort, Protocol: lbmodel.HTTP}}
 	for _, c := range b.certs {
 		slices.Sort(c.Hosts)
 		c.Hosts = slices.Compact(c.Hosts)
 		lb.HTTP.TLS = append(lb.HTTP.TLS, *c)
 	}
 	if len(lb.HTTP.TLS) > 0 {
-		lb.Listeners = append(lb.Listeners, providers.Listener{Port: HTTPSPort, Protocol: providers.HTTPS})
-		slices.SortFunc(lb.HTTP.TLS, func(a, b providers.TLSCert) int { return cmp.Compare(a.Secret, b.Secret) })
+		lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: HTTPSPort, Protocol: lbmodel.HTTPS})
+		slices.SortFunc(lb.HTTP.TLS, func(a, b lbmodel.TLSCert) int { return cmp.Compare(a.Secret, b.Secret) })
 	}
-	providers.SortListeners(lb.Listeners)
+	lbmodel.SortListeners(lb.Listeners)
 	for _, p := range b.pools {
 		lb.Pools = append(lb.Pools, *p)
 		for _, m := range p.Members {
@@ -145,8 +145,8 @@ func Build(in Input) (*providers.LoadBalancer, builder.Report) {
 			}
 		}
 	}
-	providers.SortPools(lb.Pools)
-	providers.SortRules(lb.HTTP.Rules)
+	lbmodel.SortPools(lb.Pools)
+	lbmodel.SortRules(lb.HTTP.Rules)
 	return lb, r
 }
 
@@ -161,7 +161,7 @@ func olderFirst(a, b *networkingv1.Ingress) int {
 
 type ruleKey struct {
 	host, path string
-	typ        providers.PathType
+	typ        lbmodel.PathType
 }
 
 type ruleOrigin struct {
@@ -177,8 +177,8 @@ type build struct {
 	lbName   string
 	services map[string]*corev1.Service // namespace/name
 	secrets  map[string]*corev1.Secret  // namespace/name
-	pools    map[string]*providers.Pool // by name
-	certs    map[string]*providers.TLSCert
+	pools    map[string]*lbmodel.Pool   // by name
+	certs    map[string]*lbmodel.TLSCert
 	rules    map[ruleKey]ruleOrigin
 	// defaultFrom is the Ingress whose default backend is the default pool.
 	defaultFrom string
@@ -208,7 +208,7 @@ func (b *build) warnf(ing *networkingv1.Ingress, format string, args ...any) {
 }
 
 // add adds the rules, default backend and certificates of one Ingress.
-func (b *build) add(ing *networkingv1.Ingress, lb *providers.LoadBalancer) {
+func (b *build) add(ing *networkingv1.Ingress, lb *lbmodel.LoadBalancer) {
 	id := ing.Namespace + "/" + ing.Name
 	if len(ing.Spec.Rules) == 0 && ing.Spec.DefaultBackend == nil {
 		b.warnf(ing, "no rules and no default backend: it routes nothing")
@@ -251,7 +251,7 @@ func (b *build) add(ing *networkingv1.Ingress, lb *providers.LoadBalancer) {
 			}
 			b.use(ing, ref)
 			b.rules[key] = ruleOrigin{ingress: id, pool: ref.pool}
-			lb.HTTP.Rules = append(lb.HTTP.Rules, providers.Rule{Host: host, Path: path, PathType: typ, Pool: ref.pool})
+			lb.HTTP.Rules = append(lb.HTTP.Rules, lbmodel.Rule{Host: host, Path: path, PathType: typ, Pool: ref.pool})
 		}
 	}
 	for _, t := range ing.Spec.TLS {
@@ -262,10 +262,10 @@ func (b *build) add(ing *networkingv1.Ingress, lb *providers.LoadBalancer) {
 // normalizePath returns the model path and type of an Ingress path: Exact
 // stays exact; Prefix and ImplementationSpecific are element-wise prefixes
 // without a trailing "/" (Kubernetes ignores it), an empty path being "/".
-func normalizePath(p *networkingv1.HTTPIngressPath) (string, providers.PathType, bool) {
+func normalizePath(p *networkingv1.HTTPIngressPath) (string, lbmodel.PathType, bool) {
 	path := p.Path
 	if p.PathType != nil && *p.PathType == networkingv1.PathTypeExact {
-		return path, providers.PathExact, strings.HasPrefix(path, "/")
+		return path, lbmodel.PathExact, strings.HasPrefix(path, "/")
 	}
 	if path == "" {
 		path = "/"
@@ -278,7 +278,7 @@ func normalizePath(p *networkingv1.HTTPIngressPath) (string, providers.PathType,
 	} else {
 		path = "/"
 	}
-	return path, providers.PathPrefix, true
+	return path, lbmodel.PathPrefix, true
 }
 
 // backendRef is a Service port that a backend names, resolved as far as the
@@ -319,7 +319,7 @@ func (b *build) resolve(ing *networkingv1.Ingress, be *networkingv1.IngressBacke
 			ref.portKey = strconv.Itoa(int(ref.port.Port))
 		}
 	}
-	ref.pool = providers.IngressPoolName(b.lbName, ing.Namespace, be.Service.Name, ref.portKey)
+	ref.pool = lbmodel.IngressPoolName(b.lbName, ing.Namespace, be.Service.Name, ref.portKey)
 	return ref, true
 }
 
@@ -329,14 +329,14 @@ func (b *build) use(ing *networkingv1.Ingress, ref backendRef) {
 	if _, built := b.pools[ref.pool]; built {
 		return
 	}
-	b.pools[ref.pool] = &providers.Pool{Name: ref.pool, Members: b.members(ing, ref)}
+	b.pools[ref.pool] = &lbmodel.Pool{Name: ref.pool, Members: b.members(ing, ref)}
 }
 
 // members builds the members of one Service port, or reports why it has
 // none.
-func (b *build) members(ing *networkingv1.Ingress, ref backendRef) []providers.Member {
+func (b *build) members(ing *networkingv1.Ingress, ref backendRef) []lbmodel.Member {
 	svcID, svc, sp, port := ref.svcID, ref.svc, ref.port, ref.portKey
-	none := []providers.Member{}
+	none := []lbmodel.Member{}
 	switch {
 	case svc == nil:
 		b.errorf(ing, "backend Service %s not found: its pool is empty", svcID)
@@ -396,8 +396,8 @@ func (b *build) addCert(ing *networkingv1.Ingress, t networkingv1.IngressTLS) {
 		b.errorf(ing, "TLS Secret %s: %v: hosts %v are not served over HTTPS", id, err, t.Hosts)
 		return
 	}
-	b.certs[id] = &providers.TLSCert{
-		Secret: id, Hosts: hosts, Fingerprint: providers.CertFingerprint(cert),
+	b.certs[id] = &lbmodel.TLSCert{
+		Secret: id, Hosts: hosts, Fingerprint: lbmodel.CertFingerprint(cert),
 		CertPEM: slices.Clone(cert), KeyPEM: slices.Clone(key),
 	}
 }

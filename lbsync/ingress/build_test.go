@@ -12,14 +12,14 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
-	"github.com/nodeportlocal/npl/providers"
 )
 
 type buildCase struct {
 	name       string
 	in         Input
-	want       *providers.LoadBalancer
+	want       *lbmodel.LoadBalancer
 	wantReport builder.Report
 }
 
@@ -43,12 +43,12 @@ func runBuildCases(t *testing.T, tests []buildCase) {
 }
 
 // l7 is an expected L7 load balancer of Ingress shop/<ing> with HTTP/80.
-func l7(ing string, pools []providers.Pool, rules []providers.Rule, mods ...func(*providers.LoadBalancer)) *providers.LoadBalancer {
-	lb := &providers.LoadBalancer{
-		Name: lbName(ing), Kind: providers.L7, Ingress: testNS + "/" + ing,
-		Listeners: []providers.Listener{httpListener},
+func l7(ing string, pools []lbmodel.Pool, rules []lbmodel.Rule, mods ...func(*lbmodel.LoadBalancer)) *lbmodel.LoadBalancer {
+	lb := &lbmodel.LoadBalancer{
+		Name: lbName(ing), Kind: lbmodel.L7, Ingress: testNS + "/" + ing,
+		Listeners: []lbmodel.Listener{httpListener},
 		Pools:     pools,
-		HTTP:      &providers.HTTPRoutes{Rules: rules},
+		HTTP:      &lbmodel.HTTPRoutes{Rules: rules},
 	}
 	for _, m := range mods {
 		m(lb)
@@ -56,14 +56,14 @@ func l7(ing string, pools []providers.Pool, rules []providers.Rule, mods ...func
 	return lb
 }
 
-func withDefault(pool string) func(*providers.LoadBalancer) {
-	return func(lb *providers.LoadBalancer) { lb.HTTP.DefaultPool = pool }
+func withDefault(pool string) func(*lbmodel.LoadBalancer) {
+	return func(lb *lbmodel.LoadBalancer) { lb.HTTP.DefaultPool = pool }
 }
 
-func withTLS(certs ...providers.TLSCert) func(*providers.LoadBalancer) {
-	return func(lb *providers.LoadBalancer) {
+func withTLS(certs ...lbmodel.TLSCert) func(*lbmodel.LoadBalancer) {
+	return func(lb *lbmodel.LoadBalancer) {
 		lb.HTTP.TLS = certs
-		lb.Listeners = []providers.Listener{httpListener, httpsListener}
+		lb.Listeners = []lbmodel.Listener{httpListener, httpsListener}
 	}
 }
 
@@ -90,15 +90,15 @@ func TestBuild_routesHostsAndPathsToOnePoolPerServicePort(t *testing.T) {
 				},
 			},
 			want: l7("web",
-				[]providers.Pool{
+				[]lbmodel.Pool{
 					pool(cart, up("198.18.0.11", 61001)),
 					pool(shop, up("198.18.0.11", 61003), up("198.18.0.12", 61000)),
 				},
-				[]providers.Rule{
-					{Host: "shop.example.com", Path: "/checkout", PathType: providers.PathExact, Pool: cart},
-					{Host: "shop.example.com", Path: "/cart", PathType: providers.PathPrefix, Pool: cart},
-					{Host: "shop.example.com", Path: "/", PathType: providers.PathPrefix, Pool: shop},
-					{Host: "*.example.com", Path: "/static", PathType: providers.PathPrefix, Pool: shop},
+				[]lbmodel.Rule{
+					{Host: "shop.example.com", Path: "/checkout", PathType: lbmodel.PathExact, Pool: cart},
+					{Host: "shop.example.com", Path: "/cart", PathType: lbmodel.PathPrefix, Pool: cart},
+					{Host: "shop.example.com", Path: "/", PathType: lbmodel.PathPrefix, Pool: shop},
+					{Host: "*.example.com", Path: "/static", PathType: lbmodel.PathPrefix, Pool: shop},
 				}),
 			wantReport: builder.Report{ReadyBackends: 3},
 		},
@@ -114,8 +114,8 @@ func TestBuild_routesHostsAndPathsToOnePoolPerServicePort(t *testing.T) {
 				EndpointSlices: []*discoveryv1.EndpointSlice{handSlice("ext", "ext-1")},
 			},
 			want: l7("web",
-				[]providers.Pool{pool(poolOf(lbName("web"), "ext", 80), up("198.18.0.11", 61000))},
-				[]providers.Rule{{Path: "/", PathType: providers.PathPrefix, Pool: poolOf(lbName("web"), "ext", 80)}}),
+				[]lbmodel.Pool{pool(poolOf(lbName("web"), "ext", 80), up("198.18.0.11", 61000))},
+				[]lbmodel.Rule{{Path: "/", PathType: lbmodel.PathPrefix, Pool: poolOf(lbName("web"), "ext", 80)}}),
 			wantReport: builder.Report{ReadyBackends: 1},
 		},
 		{
@@ -126,9 +126,9 @@ func TestBuild_routesHostsAndPathsToOnePoolPerServicePort(t *testing.T) {
 					rule("Shop.Example.com", exact("/a", backend("shop", 80))))),
 				Services: []*corev1.Service{service("shop")},
 			},
-			want: l7("web", []providers.Pool{pool(shop)}, []providers.Rule{
-				{Host: "shop.example.com", Path: "/a", PathType: providers.PathExact, Pool: shop},
-				{Path: "/", PathType: providers.PathPrefix, Pool: shop},
+			want: l7("web", []lbmodel.Pool{pool(shop)}, []lbmodel.Rule{
+				{Host: "shop.example.com", Path: "/a", PathType: lbmodel.PathExact, Pool: shop},
+				{Path: "/", PathType: lbmodel.PathPrefix, Pool: shop},
 			}),
 		},
 		{
@@ -139,8 +139,8 @@ func TestBuild_routesHostsAndPathsToOnePoolPerServicePort(t *testing.T) {
 				Services: []*corev1.Service{service("shop"), service("cart")},
 				Pods:     []*corev1.Pod{pod("shop", "shop-1", "198.18.0.12", 61000)},
 			},
-			want: l7("web", []providers.Pool{pool(cart), pool(shop, up("198.18.0.12", 61000))},
-				[]providers.Rule{{Host: "a.example.com", Path: "/", PathType: providers.PathPrefix, Pool: cart}},
+			want: l7("web", []lbmodel.Pool{pool(cart), pool(shop, up("198.18.0.12", 61000))},
+				[]lbmodel.Rule{{Host: "a.example.com", Path: "/", PathType: lbmodel.PathPrefix, Pool: cart}},
 				withDefault(shop)),
 			wantReport: builder.Report{ReadyBackends: 1},
 		},
@@ -152,8 +152,8 @@ func TestBuild_routesHostsAndPathsToOnePoolPerServicePort(t *testing.T) {
 				Services:    []*corev1.Service{service("shop", svcType(corev1.ServiceTypeNodePort), nodePort(30080))},
 				Nodes:       []*corev1.Node{node("n1", "198.18.0.11"), node("n2", "198.18.0.12")},
 			},
-			want: l7("web", []providers.Pool{pool(shop, up("198.18.0.11", 30080), up("198.18.0.12", 30080))},
-				[]providers.Rule{}, withDefault(shop)),
+			want: l7("web", []lbmodel.Pool{pool(shop, up("198.18.0.11", 30080), up("198.18.0.12", 30080))},
+				[]lbmodel.Rule{}, withDefault(shop)),
 			wantReport: builder.Report{ReadyBackends: 2},
 		},
 		{
@@ -163,8 +163,8 @@ func TestBuild_routesHostsAndPathsToOnePoolPerServicePort(t *testing.T) {
 					defaultBackend(backend("shop", 80)))),
 				Services: []*corev1.Service{service("shop")},
 			},
-			want: l7("web", []providers.Pool{pool(shop)}, []providers.Rule{}, withDefault(shop),
-				func(lb *providers.LoadBalancer) { lb.RequestedVIP = "203.0.113.7" }),
+			want: l7("web", []lbmodel.Pool{pool(shop)}, []lbmodel.Rule{}, withDefault(shop),
+				func(lb *lbmodel.LoadBalancer) { lb.RequestedVIP = "203.0.113.7" }),
 		},
 	})
 }
@@ -179,8 +179,8 @@ func TestBuild_reportsBackendsThatGiveNoMembers(t *testing.T) {
 				Services:  []*corev1.Service{service("shop", svcType(corev1.ServiceTypeNodePort), nodePort(30080))},
 				Pods:      []*corev1.Pod{pod("shop", "shop-1", "198.18.0.12", 61000)},
 			},
-			want: l7("web", []providers.Pool{pool(poolOf(lb, "shop", 80))}, []providers.Rule{
-				{Host: "a.example.com", Path: "/", PathType: providers.PathPrefix, Pool: poolOf(lb, "shop", 80)}}),
+			want: l7("web", []lbmodel.Pool{pool(poolOf(lb, "shop", 80))}, []lbmodel.Rule{
+				{Host: "a.example.com", Path: "/", PathType: lbmodel.PathPrefix, Pool: poolOf(lb, "shop", 80)}}),
 			wantReport: builder.Report{Warnings: []string{"ingress shop/web: backend Service shop/shop is of type NodePort: " +
 				"NodePortLocal does not map its Pods, its pool is empty; make it a ClusterIP Service"}},
 		},
@@ -195,11 +195,11 @@ func TestBuild_reportsBackendsThatGiveNoMembers(t *testing.T) {
 				Services: []*corev1.Service{service("shop"), service("dns", udpPort)},
 			},
 			want: l7("web",
-				[]providers.Pool{pool(poolOf(lb, "dns", 80)), pool(lb + "-shop-gone-80"), pool(lb + "-shop-shop-grpc")},
-				[]providers.Rule{
-					{Host: "a.example.com", Path: "/noport", PathType: providers.PathPrefix, Pool: lb + "-shop-shop-grpc"},
-					{Host: "a.example.com", Path: "/gone", PathType: providers.PathPrefix, Pool: lb + "-shop-gone-80"},
-					{Host: "a.example.com", Path: "/udp", PathType: providers.PathPrefix, Pool: poolOf(lb, "dns", 80)},
+				[]lbmodel.Pool{pool(poolOf(lb, "dns", 80)), pool(lb + "-shop-gone-80"), pool(lb + "-shop-shop-grpc")},
+				[]lbmodel.Rule{
+					{Host: "a.example.com", Path: "/noport", PathType: lbmodel.PathPrefix, Pool: lb + "-shop-shop-grpc"},
+					{Host: "a.example.com", Path: "/gone", PathType: lbmodel.PathPrefix, Pool: lb + "-shop-gone-80"},
+					{Host: "a.example.com", Path: "/udp", PathType: lbmodel.PathPrefix, Pool: poolOf(lb, "dns", 80)},
 				}),
 			wantReport: builder.Report{Errors: []string{
 				"ingress shop/web: backend Service shop/gone not found: its pool is empty",
@@ -217,7 +217,7 @@ func TestBuild_reportsBackendsThatGiveNoMembers(t *testing.T) {
 					p.Annotations = nil
 				})},
 			},
-			want: l7("web", []providers.Pool{pool(poolOf(lb, "shop", 80))}, []providers.Rule{}, withDefault(poolOf(lb, "shop", 80))),
+			want: l7("web", []lbmodel.Pool{pool(poolOf(lb, "shop", 80))}, []lbmodel.Rule{}, withDefault(poolOf(lb, "shop", 80))),
 			wantReport: builder.Report{Skipped: []builder.Skip{{Kind: builder.SkipPod, Name: "shop/shop-1",
 				Reason: "no node port yet: annotation nodeportlocal.antrea.io is absent"}}},
 		},
@@ -229,15 +229,15 @@ func TestBuild_reportsBackendsThatGiveNoMembers(t *testing.T) {
 					rule("a.example.com", prefix("/x", backend("cart", 80)), prefix("/x", backend("shop", 80))))),
 				Services: []*corev1.Service{service("shop"), service("cart")},
 			},
-			want: l7("web", []providers.Pool{pool(poolOf(lb, "shop", 80))}, []providers.Rule{
-				{Host: "a.example.com", Path: "/x", PathType: providers.PathPrefix, Pool: poolOf(lb, "shop", 80)}}),
+			want: l7("web", []lbmodel.Pool{pool(poolOf(lb, "shop", 80))}, []lbmodel.Rule{
+				{Host: "a.example.com", Path: "/x", PathType: lbmodel.PathPrefix, Pool: poolOf(lb, "shop", 80)}}),
 			wantReport: builder.Report{Errors: []string{
 				"ingress shop/web: path a.example.com/x (Prefix) ignored: ingress shop/web routes it already"}},
 		},
 		{
 			name: "no rules and no default backend",
 			in:   Input{Ingresses: ingresses(ingress("web"))},
-			want: l7("web", nil, []providers.Rule{}),
+			want: l7("web", nil, []lbmodel.Rule{}),
 			wantReport: builder.Report{Warnings: []string{
 				"ingress shop/web: no rules and no default backend: it routes nothing"}},
 		},
@@ -249,7 +249,7 @@ func TestBuild_tls(t *testing.T) {
 	other := newCert(t, "b.example.com")
 	lb := lbName("web")
 	shop := poolOf(lb, "shop", 80)
-	rules := []providers.Rule{{Host: "a.example.com", Path: "/", PathType: providers.PathPrefix, Pool: shop}}
+	rules := []lbmodel.Rule{{Host: "a.example.com", Path: "/", PathType: lbmodel.PathPrefix, Pool: shop}}
 	base := func(mods ...ingMod) []*networkingv1.Ingress {
 		return ingresses(ingress("web", append([]ingMod{rule("a.example.com", prefix("/", backend("shop", 80)))}, mods...)...))
 	}
@@ -263,7 +263,7 @@ func TestBuild_tls(t *testing.T) {
 				Services:  []*corev1.Service{service("shop")},
 				Secrets:   []*corev1.Secret{good.secret(testNS, "a-cert"), other.secret(testNS, "b-cert"), good.secret("elsewhere", "a-cert")},
 			},
-			want: l7("web", []providers.Pool{pool(shop)}, rules, withTLS(
+			want: l7("web", []lbmodel.Pool{pool(shop)}, rules, withTLS(
 				good.model("shop/a-cert", "a.example.com", "c.example.com"),
 				other.model("shop/b-cert", "b.example.com"))),
 		},
@@ -274,7 +274,7 @@ func TestBuild_tls(t *testing.T) {
 				Services:  []*corev1.Service{service("shop")},
 				Secrets:   []*corev1.Secret{good.secret("elsewhere", "a-cert")},
 			},
-			want: l7("web", []providers.Pool{pool(shop)}, rules),
+			want: l7("web", []lbmodel.Pool{pool(shop)}, rules),
 			wantReport: builder.Report{Errors: []string{
 				"ingress shop/web: TLS Secret shop/a-cert not found: hosts [a.example.com] are not served over HTTPS"}},
 		},
@@ -286,7 +286,7 @@ func TestBuild_tls(t *testing.T) {
 				Secrets: []*corev1.Secret{broken, other.secret(testNS, "b-cert"),
 					{ObjectMeta: other.secret(testNS, "empty").ObjectMeta, Data: map[string][]byte{corev1.TLSCertKey: other.certPEM}}},
 			},
-			want: l7("web", []providers.Pool{pool(shop)}, rules, withTLS(other.model("shop/b-cert", "b.example.com"))),
+			want: l7("web", []lbmodel.Pool{pool(shop)}, rules, withTLS(other.model("shop/b-cert", "b.example.com"))),
 			wantReport: builder.Report{Errors: []string{
 				"ingress shop/web: TLS Secret shop/broken: tls: private key does not match public key: hosts [a.example.com] are not served over HTTPS",
 				"ingress shop/web: TLS Secret shop/empty has no tls.crt or tls.key: hosts [b.example.com] are not served over HTTPS",
@@ -298,7 +298,7 @@ func TestBuild_tls(t *testing.T) {
 				Ingresses: base(tlsFor("", "a.example.com")),
 				Services:  []*corev1.Service{service("shop")},
 			},
-			want: l7("web", []providers.Pool{pool(shop)}, rules),
+			want: l7("web", []lbmodel.Pool{pool(shop)}, rules),
 			wantReport: builder.Report{Warnings: []string{
 				"ingress shop/web: TLS entry for hosts [a.example.com] has no secretName: they are not served over HTTPS"}},
 		},
@@ -306,10 +306,10 @@ func TestBuild_tls(t *testing.T) {
 }
 
 func TestBuild_sharedVIP(t *testing.T) {
-	shared := providers.SharedIngressLoadBalancerName(testCluster, "npl")
+	shared := lbmodel.SharedIngressLoadBalancerName(testCluster, "npl")
 	cert := newCert(t, "b.example.com")
-	shopPool := providers.IngressPoolName(shared, "shop", "shop", "80")
-	blogPool := providers.IngressPoolName(shared, "blog", "blog", "80")
+	shopPool := lbmodel.IngressPoolName(shared, "shop", "shop", "80")
+	blogPool := lbmodel.IngressPoolName(shared, "blog", "blog", "80")
 	older := ingress("old", inNS("blog"), createdAt(100), defaultBackend(backend("blog", 80)),
 		rule("a.example.com", prefix("/", backend("blog", 80))),
 		tlsFor("cert", "b.example.com"))
@@ -326,17 +326,17 @@ func TestBuild_sharedVIP(t *testing.T) {
 				pod("shop", "shop-1", "198.18.0.12", 61000)},
 			Secrets: []*corev1.Secret{cert.secret("blog", "cert")},
 		},
-		want: &providers.LoadBalancer{
-			Name: shared, Kind: providers.L7,
-			Listeners: []providers.Listener{httpListener, httpsListener},
-			Pools:     []providers.Pool{pool(blogPool, up("198.18.0.11", 61000)), pool(shopPool, up("198.18.0.12", 61000))},
-			HTTP: &providers.HTTPRoutes{
-				Rules: []providers.Rule{
-					{Host: "a.example.com", Path: "/shop", PathType: providers.PathExact, Pool: shopPool},
-					{Host: "a.example.com", Path: "/", PathType: providers.PathPrefix, Pool: blogPool},
+		want: &lbmodel.LoadBalancer{
+			Name: shared, Kind: lbmodel.L7,
+			Listeners: []lbmodel.Listener{httpListener, httpsListener},
+			Pools:     []lbmodel.Pool{pool(blogPool, up("198.18.0.11", 61000)), pool(shopPool, up("198.18.0.12", 61000))},
+			HTTP: &lbmodel.HTTPRoutes{
+				Rules: []lbmodel.Rule{
+					{Host: "a.example.com", Path: "/shop", PathType: lbmodel.PathExact, Pool: shopPool},
+					{Host: "a.example.com", Path: "/", PathType: lbmodel.PathPrefix, Pool: blogPool},
 				},
 				DefaultPool: blogPool,
-				TLS:         []providers.TLSCert{cert.model("blog/cert", "b.example.com")},
+				TLS:         []lbmodel.TLSCert{cert.model("blog/cert", "b.example.com")},
 			},
 		},
 		wantReport: builder.Report{
@@ -388,7 +388,7 @@ func TestBuild_modelPassesTheProvidersValidation(t *testing.T) {
 	if len(r.Errors) > 0 {
 		t.Fatalf("report errors: %v", r.Errors)
 	}
-	if _, err := providers.Normalize(lb); err != nil {
+	if _, err := lbmodel.Normalize(lb); err != nil {
 		t.Errorf("Normalize: %v", err)
 	}
 	if s := fmt.Sprintf("%+v %v %#v", lb, *lb.HTTP, lb.HTTP.TLS); strings.Contains(s, "PRIVATE KEY") || strings.Contains(s, "KeyPEM") {

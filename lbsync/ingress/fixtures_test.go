@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // Fixtures: Ingresses of namespace shop in cluster c1, Services selecting
@@ -210,17 +210,17 @@ func (c testCert) secret(ns, name string) *corev1.Secret {
 	}
 }
 
-func (c testCert) model(secret string, hosts ...string) providers.TLSCert {
-	return providers.TLSCert{Secret: secret, Hosts: hosts, Fingerprint: providers.CertFingerprint(c.certPEM),
+func (c testCert) model(secret string, hosts ...string) lbmodel.TLSCert {
+	return lbmodel.TLSCert{Secret: secret, Hosts: hosts, Fingerprint: lbmodel.CertFingerprint(c.certPEM),
 		CertPEM: c.certPEM, KeyPEM: c.keyPEM}
 }
 
-func up(ip string, port int32) providers.Member {
-	return providers.Member{IP: ip, Port: port, Enabled: true}
+func up(ip string, port int32) lbmodel.Member {
+	return lbmodel.Member{IP: ip, Port: port, Enabled: true}
 }
 
 // lbName is the name of the load balancer of Ingress shop/<ing>.
-func lbName(ing string) string { return providers.IngressLoadBalancerName(testCluster, testNS, ing) }
+func lbName(ing string) string { return lbmodel.IngressLoadBalancerName(testCluster, testNS, ing) }
 
 // poolOf is the name of the pool of Service port <svc>:<port> in the load
 // balancer lb.
@@ -229,19 +229,19 @@ func poolOf(lb, svc string, port int) string {
 	if !found {
 		ns, name = testNS, svc
 	}
-	return providers.IngressPoolName(lb, ns, name, fmt.Sprint(port))
+	return lbmodel.IngressPoolName(lb, ns, name, fmt.Sprint(port))
 }
 
-func pool(name string, members ...providers.Member) providers.Pool {
+func pool(name string, members ...lbmodel.Member) lbmodel.Pool {
 	if members == nil {
-		members = []providers.Member{}
+		members = []lbmodel.Member{}
 	}
-	return providers.Pool{Name: name, Members: members}
+	return lbmodel.Pool{Name: name, Members: members}
 }
 
 var (
-	httpListener  = providers.Listener{Port: 80, Protocol: providers.HTTP}
-	httpsListener = providers.Listener{Port: 443, Protocol: providers.HTTPS}
+	httpListener  = lbmodel.Listener{Port: 80, Protocol: lbmodel.HTTP}
+	httpsListener = lbmodel.Listener{Port: 443, Protocol: lbmodel.HTTPS}
 )
 
 // handSlice is a hand-written EndpointSlice of Service svc of shop whose

@@ -8,10 +8,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nodeportlocal/npl/lbmodel"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // FuzzBuild feeds arbitrary Ingress specs, as JSON, to Build (seeds in
@@ -46,7 +45,7 @@ func FuzzBuild(f *testing.F) {
 		want := expectedRoutes(&ing.Spec)
 
 		// Listeners: HTTP always, HTTPS with a certificate.
-		wantListeners := []providers.Listener{httpListener}
+		wantListeners := []lbmodel.Listener{httpListener}
 		if want.certHosts != nil {
 			wantListeners = append(wantListeners, httpsListener)
 		}
@@ -67,7 +66,7 @@ func FuzzBuild(f *testing.F) {
 
 		// Rules and the default backend, by backend rather than pool name;
 		// two uses of one backend share a pool, other backends do not.
-		pools := map[string]providers.Pool{}
+		pools := map[string]lbmodel.Pool{}
 		for _, p := range lb.Pools {
 			pools[p.Name] = p
 		}
@@ -114,9 +113,9 @@ func FuzzBuild(f *testing.F) {
 			if !used {
 				t.Errorf("%s: pool %q is used by no rule", spec, name)
 			}
-			wantMembers := []providers.Member{}
+			wantMembers := []lbmodel.Member{}
 			if backend == "web:80" {
-				wantMembers = []providers.Member{up("198.18.0.11", 61000)}
+				wantMembers = []lbmodel.Member{up("198.18.0.11", 61000)}
 			}
 			if diff := cmp.Diff(wantMembers, p.Members); diff != "" {
 				t.Errorf("%s: members of pool %q of %s (-want +got):\n%s", spec, name, backend, diff)
@@ -131,7 +130,7 @@ func FuzzBuild(f *testing.F) {
 
 type wantRule struct {
 	host, path string
-	typ        providers.PathType
+	typ        lbmodel.PathType
 	backend    string
 }
 
@@ -196,9 +195,9 @@ func expectedRoutes(spec *networkingv1.IngressSpec) routes {
 
 // expectedPath: an Exact path as given; any other is a prefix, "" meaning
 // "/", without its trailing slashes unless it is "/". Both start with "/".
-func expectedPath(p networkingv1.HTTPIngressPath) (string, providers.PathType, bool) {
+func expectedPath(p networkingv1.HTTPIngressPath) (string, lbmodel.PathType, bool) {
 	if p.PathType != nil && *p.PathType == networkingv1.PathTypeExact {
-		return p.Path, providers.PathExact, len(p.Path) > 0 && p.Path[0] == '/'
+		return p.Path, lbmodel.PathExact, len(p.Path) > 0 && p.Path[0] == '/'
 	}
 	path := p.Path
 	if path == "" {
@@ -210,7 +209,7 @@ func expectedPath(p networkingv1.HTTPIngressPath) (string, providers.PathType, b
 	for len(path) > 1 && path[len(path)-1] == '/' {
 		path = path[:len(path)-1]
 	}
-	return path, providers.PathPrefix, true
+	return path, lbmodel.PathPrefix, true
 }
 
 // backendKey names the Service port a backend reaches: web's port 80 by its

@@ -13,9 +13,9 @@ import (
 	gatewayfake "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/fake"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // TestExpected_listsGatewayPools: a Gateway of npl's GatewayClass gives a
@@ -145,28 +145,28 @@ func TestExpected_listsGatewayPools(t *testing.T) {
 // listener, the other pools on the first HTTP listener; a member the
 // provider lacks is drift in that pool only.
 func TestPoolsOf_gatewayListeners(t *testing.T) {
-	m := func(port int32) []providers.Member {
-		return []providers.Member{{IP: "198.18.0.11", Port: port, Enabled: true}}
+	m := func(port int32) []lbmodel.Member {
+		return []lbmodel.Member{{IP: "198.18.0.11", Port: port, Enabled: true}}
 	}
-	lb := &providers.LoadBalancer{Name: "lb", Kind: providers.L7, Gateway: "infra/gw",
-		Listeners: []providers.Listener{
-			{Port: 80, Protocol: providers.HTTP},
-			{Port: 5432, Protocol: providers.TCP, Pool: providers.Pool{Name: "tcp", Members: m(61001)}},
-			{Port: 443, Protocol: providers.TLS, SNI: []providers.SNIRoute{{Host: "a.example", Pool: "sni"}}},
-			{Port: 53, Protocol: providers.UDP, Pool: providers.Pool{Name: "udp", Members: m(61002)}},
+	lb := &lbmodel.LoadBalancer{Name: "lb", Kind: lbmodel.L7, Gateway: "infra/gw",
+		Listeners: []lbmodel.Listener{
+			{Port: 80, Protocol: lbmodel.HTTP},
+			{Port: 5432, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: "tcp", Members: m(61001)}},
+			{Port: 443, Protocol: lbmodel.TLS, SNI: []lbmodel.SNIRoute{{Host: "a.example", Pool: "sni"}}},
+			{Port: 53, Protocol: lbmodel.UDP, Pool: lbmodel.Pool{Name: "udp", Members: m(61002)}},
 		},
-		Pools: []providers.Pool{{Name: "http", Members: m(61003)}, {Name: "sni", Members: m(61004)}},
+		Pools: []lbmodel.Pool{{Name: "http", Members: m(61003)}, {Name: "sni", Members: m(61004)}},
 	}
 	actual := *lb
-	actual.Listeners = append([]providers.Listener(nil), lb.Listeners...)
-	actual.Listeners[3].Pool = providers.Pool{Name: "udp"}
+	actual.Listeners = append([]lbmodel.Listener(nil), lb.Listeners...)
+	actual.Listeners[3].Pool = lbmodel.Pool{Name: "udp"}
 	type row struct {
 		Service, Name, Protocol string
 		Port                    int32
 		State                   string
 	}
 	var got []row
-	for _, p := range Compare([]*providers.LoadBalancer{lb}, []providers.LoadBalancer{actual}).Pools {
+	for _, p := range Compare([]*lbmodel.LoadBalancer{lb}, []lbmodel.LoadBalancer{actual}).Pools {
 		got = append(got, row{p.Service, p.Name, p.Protocol, p.Port, p.State})
 	}
 	want := []row{

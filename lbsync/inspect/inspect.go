@@ -19,6 +19,7 @@ import (
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
@@ -96,13 +97,13 @@ type Settings struct {
 // with the same builders; TLS Secrets are read with secrets (nil: none).
 // Gateways are read with gc when it is not nil (npl-lbsync serves the
 // Gateway API) and the API server serves the Gateway API.
-func Expected(ctx context.Context, client kubernetes.Interface, gc gatewayclient.Interface, namespace string, s Settings, secrets inputs.SecretGetter) ([]*providers.LoadBalancer, error) {
+func Expected(ctx context.Context, client kubernetes.Interface, gc gatewayclient.Interface, namespace string, s Settings, secrets inputs.SecretGetter) ([]*lbmodel.LoadBalancer, error) {
 	set := inputs.Settings{ClusterName: s.ClusterName, ServiceType: s.ServiceType, Family: s.Family, IngressClass: s.IngressClass}
 	store, err := inputs.FromAPI(ctx, client, namespace, set)
 	if err != nil {
 		return nil, err
 	}
-	var out []*providers.LoadBalancer
+	var out []*lbmodel.LoadBalancer
 	for _, svc := range store.AllServices() {
 		if !claim.Ours(svc, s.Claim) || svc.DeletionTimestamp != nil {
 			continue
@@ -149,12 +150,12 @@ func Expected(ctx context.Context, client kubernetes.Interface, gc gatewayclient
 // that npl-lbsync serves, with gateway.Build as npl-lbsync does; none when
 // the Gateway API is not served.
 func expectedGateways(ctx context.Context, client kubernetes.Interface, gc gatewayclient.Interface, namespace string,
-	store inputs.Store, set inputs.Settings, secrets inputs.SecretGetter, checker providers.ModelChecker) ([]*providers.LoadBalancer, error) {
+	store inputs.Store, set inputs.Settings, secrets inputs.SecretGetter, checker providers.ModelChecker) ([]*lbmodel.LoadBalancer, error) {
 	objs, served, err := inputs.GatewaysFromAPI(ctx, client, gc, namespace)
 	if err != nil || !served {
 		return nil, err
 	}
-	var out []*providers.LoadBalancer
+	var out []*lbmodel.LoadBalancer
 	for _, gw := range objs.Gateways {
 		if gw.DeletionTimestamp != nil || !gateway.Ours(gw, objs.Classes) {
 			continue
@@ -175,7 +176,7 @@ func expectedGateways(ctx context.Context, client kubernetes.Interface, gc gatew
 // column: "namespace/name" of its Service, "ingress namespace/name" of its
 // Ingress, "gateway namespace/name" of its Gateway, or the shared Ingress
 // load balancer.
-func owner(lb *providers.LoadBalancer) string {
+func owner(lb *lbmodel.LoadBalancer) string {
 	switch {
 	case lb.Gateway != "":
 		return "gateway " + lb.Gateway
@@ -192,12 +193,12 @@ func owner(lb *providers.LoadBalancer) string {
 // on: its own for L4 and for a Gateway's TCP and UDP listeners; for L7 the
 // TLS listener whose SNI routes name it, else the first HTTP(S) listener.
 type expectedPool struct {
-	pool     providers.Pool
+	pool     lbmodel.Pool
 	protocol string
 	port     int32
 }
 
-func poolsOf(lb *providers.LoadBalancer) []expectedPool {
+func poolsOf(lb *lbmodel.LoadBalancer) []expectedPool {
 	var out []expectedPool
 	if !lb.IsL7() {
 		for _, l := range lb.Listeners {
@@ -205,8 +206,8 @@ func poolsOf(lb *providers.LoadBalancer) []expectedPool {
 		}
 		return out
 	}
-	proto, port := string(providers.HTTP), int32(0)
-	if i := slices.IndexFunc(lb.Listeners, func(l providers.Listener) bool { return l.Pool.Name == "" }); i >= 0 {
+	proto, port := string(lbmodel.HTTP), int32(0)
+	if i := slices.IndexFunc(lb.Listeners, func(l lbmodel.Listener) bool { return l.Pool.Name == "" }); i >= 0 {
 		proto, port = string(lb.Listeners[i].Protocol), lb.Listeners[i].Port
 	}
 	for _, l := range lb.Listeners {
@@ -217,7 +218,7 @@ func poolsOf(lb *providers.LoadBalancer) []expectedPool {
 	for _, p := range lb.Pools {
 		ep := expectedPool{p, proto, port}
 		for _, l := range lb.Listeners {
-			if slices.ContainsFunc(l.SNI, func(r providers.SNIRoute) bool { return r.Pool == p.Name }) {
+			if slices.ContainsFunc(l.SNI, func(r lbmodel.SNIRoute) bool { return r.Pool == p.Name }) {
 				ep.protocol, ep.port = string(l.Protocol), l.Port
 				break
 			}
@@ -230,8 +231,8 @@ func poolsOf(lb *providers.LoadBalancer) []expectedPool {
 // Compare lays each expected pool beside the provider's pool of the same
 // name: in-sync when the members (address, port, enabled) are equal, drift
 // when they differ, missing when the provider has no such pool.
-func Compare(expected []*providers.LoadBalancer, actual []providers.LoadBalancer) Report {
-	pools := map[string]providers.Pool{}
+func Compare(expected []*lbmodel.LoadBalancer, actual []lbmodel.LoadBalancer) Report {
+	pools := map[string]lbmodel.Pool{}
 	vips := map[string][]string{}
 	for _, lb := range actual {
 		vips[lb.Name] = lb.VIPs
@@ -273,7 +274,7 @@ func Compare(expected []*providers.LoadBalancer, actual []providers.LoadBalancer
 // condition alike, its VIPs from status.addresses. An Ingress has no such
 // condition: npl-lbsync writes its VIP only after an apply, so a VIP is
 // in-sync and none is missing.
-func FromStatus(ctx context.Context, client kubernetes.Interface, gc gatewayclient.Interface, expected []*providers.LoadBalancer) (Report, error) {
+func FromStatus(ctx context.Context, client kubernetes.Interface, gc gatewayclient.Interface, expected []*lbmodel.LoadBalancer) (Report, error) {
 	var r Report
 	for _, lb := range expected {
 		var vips []string
@@ -298,7 +299,7 @@ func FromStatus(ctx context.Context, client kubernetes.Interface, gc gatewayclie
 	return r, nil
 }
 
-func recordedState(ctx context.Context, client kubernetes.Interface, lb *providers.LoadBalancer) (vips []string, state, reason string, err error) {
+func recordedState(ctx context.Context, client kubernetes.Interface, lb *lbmodel.LoadBalancer) (vips []string, state, reason string, err error) {
 	if lb.IsL7() {
 		var names []string
 		if lb.Ingress != "" {
@@ -389,10 +390,10 @@ func cutService(s string) (ns, name string, ok bool) {
 // disagree (the haproxy provider's edges) lists a member they serve
 // differently both enabled and disabled, and that is drift to report, not
 // a duplicate to drop.
-func members(ms []providers.Member) []Member {
+func members(ms []lbmodel.Member) []Member {
 	sorted := slices.Clone(ms)
-	slices.SortStableFunc(sorted, func(a, b providers.Member) int {
-		if c := providers.CompareMembers(a, b); c != 0 {
+	slices.SortStableFunc(sorted, func(a, b lbmodel.Member) int {
+		if c := lbmodel.CompareMembers(a, b); c != 0 {
 			return c
 		}
 		switch {
@@ -403,7 +404,7 @@ func members(ms []providers.Member) []Member {
 		}
 		return 1
 	})
-	sorted = slices.CompactFunc(sorted, func(a, b providers.Member) bool {
+	sorted = slices.CompactFunc(sorted, func(a, b lbmodel.Member) bool {
 		return a.IP == b.IP && a.Port == b.Port && a.Enabled == b.Enabled
 	})
 	out := make([]Member, 0, len(sorted))

@@ -4,26 +4,25 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 func TestCompare_statesAndDifferences(t *testing.T) {
-	m := func(ip string, port int32, enabled bool) providers.Member {
-		return providers.Member{IP: ip, Port: port, Enabled: enabled}
+	m := func(ip string, port int32, enabled bool) lbmodel.Member {
+		return lbmodel.Member{IP: ip, Port: port, Enabled: enabled}
 	}
-	lb := func(name string, members ...providers.Member) *providers.LoadBalancer {
-		return &providers.LoadBalancer{Name: "c--ns-" + name, Service: "ns/" + name, Listeners: []providers.Listener{{
-			Port: 80, Protocol: providers.TCP, Pool: providers.Pool{Name: "c--ns-" + name + "-TCP-80", Members: members}}}}
+	lb := func(name string, members ...lbmodel.Member) *lbmodel.LoadBalancer {
+		return &lbmodel.LoadBalancer{Name: "c--ns-" + name, Service: "ns/" + name, Listeners: []lbmodel.Listener{{
+			Port: 80, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: "c--ns-" + name + "-TCP-80", Members: members}}}}
 	}
-	expected := []*providers.LoadBalancer{
+	expected := []*lbmodel.LoadBalancer{
 		lb("same", m("198.18.0.10", 61000, true)),
 		lb("drift", m("198.18.0.10", 61000, true), m("198.18.0.11", 61000, true)),
 		lb("disabled", m("198.18.0.10", 61000, false)),
 		lb("gone", m("198.18.0.10", 61000, true)),
 		lb("twice", m("198.18.0.10", 61000, true)),
 	}
-	actual := []providers.LoadBalancer{
+	actual := []lbmodel.LoadBalancer{
 		// Listed both ways: load balancers that disagree (two edges).
 		*lb("twice", m("198.18.0.10", 61000, true), m("198.18.0.10", 61000, false)),
 		*lb("same", m("198.18.0.10", 61000, true)),

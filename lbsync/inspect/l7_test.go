@@ -12,10 +12,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // TestExpected_listsIngressPools: an Ingress of our class gives an L7 load
@@ -63,8 +63,8 @@ func TestExpected_listsIngressPools(t *testing.T) {
 		t.Fatal(err)
 	}
 	member := Member{IP: "198.18.0.11", Port: 61001, Enabled: true}
-	l7Pool := providers.IngressPoolName(providers.IngressLoadBalancerName("c1", "shop", "site"), "shop", "web", "80")
-	l4Pool := providers.PoolName(providers.LoadBalancerName("c1", "shop", "front"), providers.TCP, 80)
+	l7Pool := lbmodel.IngressPoolName(lbmodel.IngressLoadBalancerName("c1", "shop", "site"), "shop", "web", "80")
+	l4Pool := lbmodel.PoolName(lbmodel.LoadBalancerName("c1", "shop", "front"), lbmodel.TCP, 80)
 	type row struct{ Service, Name, Protocol, State string }
 	rows := func(r Report) []row {
 		var out []row
@@ -85,11 +85,11 @@ func TestExpected_listsIngressPools(t *testing.T) {
 
 	// The provider holds the L7 pool with a stale member: drift; the L4
 	// pool as expected: in-sync.
-	var actual []providers.LoadBalancer
+	var actual []lbmodel.LoadBalancer
 	for _, lb := range expected {
 		a := *lb
 		if lb.IsL7() {
-			a.Pools = []providers.Pool{{Name: l7Pool, Members: []providers.Member{{IP: "198.18.0.12", Port: 61001, Enabled: true}}}}
+			a.Pools = []lbmodel.Pool{{Name: l7Pool, Members: []lbmodel.Member{{IP: "198.18.0.12", Port: 61001, Enabled: true}}}}
 		}
 		actual = append(actual, a)
 	}

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
 	"github.com/nodeportlocal/npl/lbsync/inputs"
@@ -272,7 +273,7 @@ func Clean(ctx context.Context, client kubernetes.Interface, provider providers.
 	return errors.Join(errs...)
 }
 
-func owner(lb providers.LoadBalancer) string {
+func owner(lb lbmodel.LoadBalancer) string {
 	if lb.Ingress != "" {
 		return "ingress " + lb.Ingress
 	}

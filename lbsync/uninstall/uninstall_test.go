@@ -20,6 +20,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
 	"github.com/nodeportlocal/npl/providers"
@@ -136,9 +137,9 @@ func newTestMock(t *testing.T, services ...string) *mock.Mock {
 	}
 	for _, svc := range services {
 		ns, name, _ := strings.Cut(svc, "/")
-		lb := &providers.LoadBalancer{
-			Name: providers.LoadBalancerName(testCluster, ns, name), Service: svc,
-			Listeners: []providers.Listener{{Port: 80, Protocol: providers.TCP, Pool: providers.Pool{Name: "p"}}},
+		lb := &lbmodel.LoadBalancer{
+			Name: lbmodel.LoadBalancerName(testCluster, ns, name), Service: svc,
+			Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: "p"}}},
 		}
 		if _, err := m.Ensure(context.Background(), lb); err != nil {
 			t.Fatalf("seed load balancer %s: %v", lb.Name, err)
@@ -221,7 +222,7 @@ type failingDelete struct {
 	name string
 }
 
-func (f failingDelete) Delete(ctx context.Context, name string, kind providers.Kind) error {
+func (f failingDelete) Delete(ctx context.Context, name string, kind lbmodel.Kind) error {
 	if name == f.name {
 		return errors.New("controller unreachable")
 	}
@@ -230,7 +231,7 @@ func (f failingDelete) Delete(ctx context.Context, name string, kind providers.K
 
 func TestCleanupCluster_keepsMarksOfServiceWhoseLoadBalancerRemains(t *testing.T) {
 	m := newTestMock(t, "shop/ours", "shop/user-opt-in")
-	stuck := providers.LoadBalancerName(testCluster, "shop", "ours")
+	stuck := lbmodel.LoadBalancerName(testCluster, "shop", "ours")
 	client := newTestClient(t)
 	ctx := context.Background()
 
@@ -255,7 +256,7 @@ func TestCleanupCluster_keepsMarksOfServiceWhoseLoadBalancerRemains(t *testing.T
 // failingList fails List.
 type failingList struct{ providers.Provider }
 
-func (failingList) List(context.Context) ([]providers.LoadBalancer, error) {
+func (failingList) List(context.Context) ([]lbmodel.LoadBalancer, error) {
 	return nil, errors.New("401 unauthorized")
 }
 

@@ -6,14 +6,14 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/test/sim/avi/avisim"
 )
 
 // benchLBs returns n load balancers of two listeners each, TCP with three
 // members and UDP with one.
-func benchLBs(n int) []*providers.LoadBalancer {
-	lbs := make([]*providers.LoadBalancer, n)
+func benchLBs(n int) []*lbmodel.LoadBalancer {
+	lbs := make([]*lbmodel.LoadBalancer, n)
 	for i := range lbs {
 		port := int32(61000 + i%1000)
 		lbs[i] = webLB(fmt.Sprintf("svc-%04d", i),
@@ -78,7 +78,7 @@ func BenchmarkEnsure1000(b *testing.B) {
 	// changed[k] says whether LB k has its alternative members; every
 	// Ensure below flips one LB, so that each is a membership change.
 	changed := make([]bool, n)
-	variant := func(k int) *providers.LoadBalancer {
+	variant := func(k int) *lbmodel.LoadBalancer {
 		if !changed[k] {
 			return lbs[k]
 		}
@@ -132,23 +132,23 @@ func BenchmarkEnsure1000(b *testing.B) {
 // HTTP listener, each a Prefix path with a header match and a request
 // header modifier to a pool of two backends weighted 3:1. The first pool's
 // second member has its port moved by shift.
-func benchGateway(b *testing.B, n int, shift int32) *providers.LoadBalancer {
-	name := providers.GatewayLoadBalancerName(cluster, "ns", "bench")
-	lb := &providers.LoadBalancer{Name: name, Kind: providers.L7, Gateway: "ns/bench",
-		Listeners: []providers.Listener{{Port: 80, Protocol: providers.HTTP}}, HTTP: &providers.HTTPRoutes{}}
+func benchGateway(b *testing.B, n int, shift int32) *lbmodel.LoadBalancer {
+	name := lbmodel.GatewayLoadBalancerName(cluster, "ns", "bench")
+	lb := &lbmodel.LoadBalancer{Name: name, Kind: lbmodel.L7, Gateway: "ns/bench",
+		Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.HTTP}}, HTTP: &lbmodel.HTTPRoutes{}}
 	for i := range n {
-		pool := providers.GatewayPoolName(name, "ns", fmt.Sprintf("r%03d", i), 0)
+		pool := lbmodel.GatewayPoolName(name, "ns", fmt.Sprintf("r%03d", i), 0)
 		port, other := int32(61000+i), int32(61000+i)
 		if i == 0 {
 			other += shift
 		}
-		lb.Pools = append(lb.Pools, providers.Pool{Name: pool, Members: []providers.Member{
+		lb.Pools = append(lb.Pools, lbmodel.Pool{Name: pool, Members: []lbmodel.Member{
 			{IP: "198.18.0.11", Port: port, Enabled: true, Weight: 3}, {IP: "198.18.0.12", Port: other, Enabled: true}}})
-		lb.HTTP.Rules = append(lb.HTTP.Rules, providers.Rule{Path: fmt.Sprintf("/r%03d", i), PathType: providers.PathPrefix,
-			Pool: pool, Ports: []int32{80}, Headers: []providers.ValueMatch{{Name: "x-env", Value: "bench"}},
-			RequestHeaders: &providers.HeaderFilter{Set: []providers.Header{{Name: "x-route", Value: fmt.Sprint(i)}}}})
+		lb.HTTP.Rules = append(lb.HTTP.Rules, lbmodel.Rule{Path: fmt.Sprintf("/r%03d", i), PathType: lbmodel.PathPrefix,
+			Pool: pool, Ports: []int32{80}, Headers: []lbmodel.ValueMatch{{Name: "x-env", Value: "bench"}},
+			RequestHeaders: &lbmodel.HeaderFilter{Set: []lbmodel.Header{{Name: "x-route", Value: fmt.Sprint(i)}}}})
 	}
-	out, err := providers.Normalize(lb)
+	out, err := lbmodel.Normalize(lb)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func BenchmarkGatewayEnsure200(b *testing.B) {
 		b.ReportMetric(float64(calls(f.sim))/float64(b.N), "requests/op")
 	})
 	// Every Ensure flips the first pool's member, across runs too.
-	variants, next := []*providers.LoadBalancer{lb, benchGateway(b, n, 1000)}, 0
+	variants, next := []*lbmodel.LoadBalancer{lb, benchGateway(b, n, 1000)}, 0
 	b.Run("member-change", func(b *testing.B) {
 		f.sim.ResetCounters()
 		for i := 0; i < b.N; i++ {

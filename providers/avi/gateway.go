@@ -7,12 +7,11 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/vmware/alb-sdk/go/models"
-
-	"github.com/nodeportlocal/npl/providers"
 )
 
-// A Gateway's load balancer (providers.LoadBalancer.Gateway set) is laid
+// A Gateway's load balancer (lbmodel.LoadBalancer.Gateway set) is laid
 // out as an Ingress's (one VsVip, HTTP policy set and virtual service),
 // with these differences, all described in docs/avi.md:
 //
@@ -81,11 +80,11 @@ const (
 )
 
 // supported returns an ErrUnsupported error naming the first part of lb
-// that the provider's layout cannot express exactly: providers.IngressSubset
+// that the provider's layout cannot express exactly: lbmodel.IngressSubset
 // for every load balancer but a Gateway's, gatewaySubset for a Gateway's.
-func supported(lb *providers.LoadBalancer) error {
+func supported(lb *lbmodel.LoadBalancer) error {
 	if lb.Gateway == "" || !lb.IsL7() {
-		return providers.IngressSubset(lb)
+		return lbmodel.IngressSubset(lb)
 	}
 	return gatewaySubset(lb)
 }
@@ -102,30 +101,30 @@ func supported(lb *providers.LoadBalancer) error {
 // and 501, redirects whose scheme is kept on rules without ports, weights
 // whose pool group would need a ratio above 1000, and pools that answer
 // the share of invalid backends 500 (Pool.InvalidWeight).
-func gatewaySubset(lb *providers.LoadBalancer) error {
+func gatewaySubset(lb *lbmodel.LoadBalancer) error {
 	if lb.HTTP == nil {
-		return fmt.Errorf("a Gateway's load balancer without HTTP routes: %w", providers.ErrUnsupported)
+		return fmt.Errorf("a Gateway's load balancer without HTTP routes: %w", lbmodel.ErrUnsupported)
 	}
 	var https []int32
 	for _, l := range lb.Listeners {
 		switch l.Protocol {
-		case providers.HTTP, providers.TCP, providers.UDP:
-		case providers.HTTPS:
+		case lbmodel.HTTP, lbmodel.TCP, lbmodel.UDP:
+		case lbmodel.HTTPS:
 			https = append(https, l.Port)
 		default:
-			return fmt.Errorf("listener %s/%d: a %s listener of a Gateway is %w", l.Protocol, l.Port, l.Protocol, providers.ErrUnsupported)
+			return fmt.Errorf("listener %s/%d: a %s listener of a Gateway is %w", l.Protocol, l.Port, l.Protocol, lbmodel.ErrUnsupported)
 		}
 	}
 	slices.Sort(https)
 	pools := slices.Clone(lb.Pools)
 	for _, l := range lb.Listeners {
-		if l.Protocol == providers.TCP || l.Protocol == providers.UDP {
+		if l.Protocol == lbmodel.TCP || l.Protocol == lbmodel.UDP {
 			pools = append(pools, l.Pool)
 		}
 	}
 	for _, p := range pools {
 		if p.AppProtocol != "" {
-			return fmt.Errorf("pool %s: appProtocol %s is %w", p.Name, p.AppProtocol, providers.ErrUnsupported)
+			return fmt.Errorf("pool %s: appProtocol %s is %w", p.Name, p.AppProtocol, lbmodel.ErrUnsupported)
 		}
 		if _, err := splitPool(p); err != nil {
 			return err
@@ -133,27 +132,27 @@ func gatewaySubset(lb *providers.LoadBalancer) error {
 	}
 	for _, c := range lb.HTTP.TLS {
 		if len(c.Ports) > 0 && !slices.Equal(c.Ports, https) {
-			return fmt.Errorf("TLS Secret %s: ports %v: a certificate for some HTTPS listeners only is %w", c.Secret, c.Ports, providers.ErrUnsupported)
+			return fmt.Errorf("TLS Secret %s: ports %v: a certificate for some HTTPS listeners only is %w", c.Secret, c.Ports, lbmodel.ErrUnsupported)
 		}
 	}
 	for _, r := range lb.HTTP.Rules {
 		if field := unsupportedField(r); field != "" {
-			return providers.UnsupportedRule(r, field)
+			return lbmodel.UnsupportedRule(r, field)
 		}
 	}
 	// A pool group splits requests between pools of servers only.
-	return providers.InvalidShareUnsupported(lb)
+	return lbmodel.InvalidShareUnsupported(lb)
 }
 
 // unsupportedField names the first field of r a Gateway's layout cannot
 // express, or returns "".
-func unsupportedField(r providers.Rule) string {
+func unsupportedField(r lbmodel.Rule) string {
 	switch {
-	case r.PathType == providers.PathRegex:
+	case r.PathType == lbmodel.PathRegex:
 		return "pathType RegularExpression"
 	case r.Method != "" && !slices.Contains(aviMethods, r.Method):
 		return fmt.Sprintf("method %s (not one Avi matches)", r.Method)
-	case slices.ContainsFunc(r.Headers, func(m providers.ValueMatch) bool { return m.Regex }):
+	case slices.ContainsFunc(r.Headers, func(m lbmodel.ValueMatch) bool { return m.Regex }):
 		return "a RegularExpression header match"
 	case len(r.Query) > 0:
 		return "query (Avi matches a query only by substring)"
@@ -163,7 +162,7 @@ func unsupportedField(r providers.Rule) string {
 		return fmt.Sprintf("fixedStatus %d (Avi answers 200, 204, 403, 404, 429 or 501)", r.FixedStatus)
 	}
 	if w := r.Rewrite; w != nil && w.Path != nil {
-		if w.Path.Type != providers.ReplaceFullPath {
+		if w.Path.Type != lbmodel.ReplaceFullPath {
 			return "rewrite path " + w.Path.Type
 		}
 		if w.Path.Value == "/" {
@@ -174,7 +173,7 @@ func unsupportedField(r providers.Rule) string {
 		switch {
 		case redirectCodes[d.StatusCode] == "":
 			return fmt.Sprintf("redirect statusCode %d (Avi redirects with 301, 302 or 307)", d.StatusCode)
-		case d.Path != nil && d.Path.Type != providers.ReplaceFullPath:
+		case d.Path != nil && d.Path.Type != lbmodel.ReplaceFullPath:
 			return "redirect path " + d.Path.Type
 		case d.Path != nil && d.Path.Value == "/":
 			return `redirect to the path "/"`
@@ -189,7 +188,7 @@ func unsupportedField(r providers.Rule) string {
 type subPool struct {
 	name    string // the Avi name
 	weight  int32
-	members []providers.Member
+	members []lbmodel.Member
 	ratio   int32
 }
 
@@ -198,8 +197,8 @@ type subPool struct {
 // by their greatest common divisor when one is above maxRatio. The pool
 // of weight 1 (the model pool's name) always exists, so that a pool group
 // never is empty.
-func splitPool(p providers.Pool) ([]subPool, error) {
-	byWeight := map[int32][]providers.Member{1: {}}
+func splitPool(p lbmodel.Pool) ([]subPool, error) {
+	byWeight := map[int32][]lbmodel.Member{1: {}}
 	for _, m := range p.Members {
 		w := max(m.Weight, 1)
 		m.Weight = 0
@@ -218,14 +217,14 @@ func splitPool(p providers.Pool) ([]subPool, error) {
 				enabled++
 			}
 		}
-		sp := subPool{name: providers.Shorten(name, maxNameLength), weight: w, members: ms, ratio: w * enabled}
+		sp := subPool{name: lbmodel.Shorten(name, maxNameLength), weight: w, members: ms, ratio: w * enabled}
 		most, g = max(most, sp.ratio), gcd(g, sp.ratio)
 		out = append(out, sp)
 	}
 	if most > maxRatio {
 		if most/g > maxRatio {
 			return nil, fmt.Errorf("pool %s: its weights need a PoolGroup ratio of %d, above Avi's %d: %w",
-				p.Name, most/g, maxRatio, providers.ErrUnsupported)
+				p.Name, most/g, maxRatio, lbmodel.ErrUnsupported)
 		}
 		for i := range out {
 			out[i].ratio /= g
@@ -245,7 +244,7 @@ func gcd(a, b int32) int32 {
 // planGatewayPools lays out the pools of a Gateway's load balancer as pool
 // groups of pools of one weight each. It returns the Avi name of each model
 // pool's pool group.
-func (p *Provider) planGatewayPools(l *l7Layout, lb *providers.LoadBalancer, mk markers) (map[string]string, error) {
+func (p *Provider) planGatewayPools(l *l7Layout, lb *lbmodel.LoadBalancer, mk markers) (map[string]string, error) {
 	groups := map[string]string{}
 	for _, pl := range lb.Pools {
 		name, err := p.planPoolGroup(l, pl, mk, monitorTCP)
@@ -260,14 +259,14 @@ func (p *Provider) planGatewayPools(l *l7Layout, lb *providers.LoadBalancer, mk 
 // planPoolGroup adds the pool group of the model pool pl and its pools of
 // one weight each to l, keeping l's pools and groups sorted by name, and
 // returns the pool group's Avi name.
-func (p *Provider) planPoolGroup(l *l7Layout, pl providers.Pool, mk markers, monitor string) (string, error) {
+func (p *Provider) planPoolGroup(l *l7Layout, pl lbmodel.Pool, mk markers, monitor string) (string, error) {
 	subs, err := splitPool(pl)
 	if err != nil {
 		return "", err
 	}
 	pmk := mk
 	pmk.Name = pl.Name
-	group := poolGroupSpec{Name: providers.Shorten(pl.Name, maxNameLength), Cloud: p.cfg.Cloud, Markers: pmk,
+	group := poolGroupSpec{Name: lbmodel.Shorten(pl.Name, maxNameLength), Cloud: p.cfg.Cloud, Markers: pmk,
 		Members: []pgMember{}}
 	if slices.ContainsFunc(l.groups, func(g poolGroupSpec) bool { return g.Name == group.Name }) {
 		return "", fmt.Errorf("pools %s: two shorten to one name", pl.Name)
@@ -313,28 +312,28 @@ type gatewayL4 struct {
 // balancer, if any, as an L4 virtual service on the load balancer's VsVip:
 // each listener's pool a pool group (weights as for HTTP rules), an
 // L4PolicySet rule per listener that selects it.
-func (p *Provider) planGatewayL4(l *l7Layout, lb *providers.LoadBalancer, mk markers) error {
-	var ls []providers.Listener
+func (p *Provider) planGatewayL4(l *l7Layout, lb *lbmodel.LoadBalancer, mk markers) error {
+	var ls []lbmodel.Listener
 	for _, ln := range lb.Listeners {
-		if ln.Protocol == providers.TCP || ln.Protocol == providers.UDP {
+		if ln.Protocol == lbmodel.TCP || ln.Protocol == lbmodel.UDP {
 			ls = append(ls, ln)
 		}
 	}
 	if len(ls) == 0 {
 		return nil
 	}
-	name := providers.Shorten(lb.Name+l4Suffix, maxNameLength)
+	name := lbmodel.Shorten(lb.Name+l4Suffix, maxNameLength)
 	g := &gatewayL4{name: name, policy: policySpec{Name: name, Markers: mk}, vs: vsSpec{
 		Name: name, Cloud: p.cfg.Cloud, ServiceEngineGroup: p.cfg.ServiceEngineGroup, VsVip: l.name, PolicySet: name,
 		ApplicationProfile: applicationProfile, NetworkProfile: profileTCPProxy, Markers: mk,
 	}}
-	allUDP := !slices.ContainsFunc(ls, func(ln providers.Listener) bool { return ln.Protocol != providers.UDP })
+	allUDP := !slices.ContainsFunc(ls, func(ln lbmodel.Listener) bool { return ln.Protocol != lbmodel.UDP })
 	if allUDP {
 		g.vs.NetworkProfile = profileUDPFastPath
 	}
 	for _, ln := range ls {
 		monitor := monitorTCP
-		if ln.Protocol == providers.UDP {
+		if ln.Protocol == lbmodel.UDP {
 			monitor = monitorUDP
 		}
 		group, err := p.planPoolGroup(l, ln.Pool, mk, monitor)
@@ -343,7 +342,7 @@ func (p *Provider) planGatewayL4(l *l7Layout, lb *providers.LoadBalancer, mk mar
 		}
 		g.policy.Rules = append(g.policy.Rules, ruleSpec{Port: ln.Port, Protocol: ln.Protocol, PoolGroup: group})
 		svc := serviceSpec{Port: ln.Port}
-		if ln.Protocol == providers.UDP && !allUDP {
+		if ln.Protocol == lbmodel.UDP && !allUDP {
 			svc.NetworkProfile = profileUDPFastPath
 		}
 		g.vs.Services = append(g.vs.Services, svc)
@@ -361,7 +360,7 @@ func (p *Provider) planGatewayL4(l *l7Layout, lb *providers.LoadBalancer, mk mar
 // the Avi rule does not show: "/o<n>" its Order, "/p<port>" a redirect
 // that keeps the listener's scheme, "/d" a redirect port the model left
 // to the scheme or listener.
-func gatewayRules(i int, r providers.Rule, listeners map[int32]providers.Protocol, group map[string]string) []httpRuleSpec {
+func gatewayRules(i int, r lbmodel.Rule, listeners map[int32]lbmodel.Protocol, group map[string]string) []httpRuleSpec {
 	base := httpRuleSpec{Host: r.Host, Ports: r.Ports, Headers: r.Headers, Local: localCodes[r.FixedStatus]}
 	if r.Method != "" {
 		base.Method = "HTTP_METHOD_" + r.Method
@@ -472,15 +471,15 @@ func (p *Provider) poolGroupModel(s poolGroupSpec, poolURLs map[string]*string) 
 // gatewayPools are the model pools of a Gateway's load balancer: one per
 // pool group, in the order of groups, with the members of the pools it
 // selects, each with the weight its pool is marked with.
-func gatewayPools(groups []*models.PoolGroup, pools []*models.Pool) []providers.Pool {
+func gatewayPools(groups []*models.PoolGroup, pools []*models.Pool) []lbmodel.Pool {
 	byName := map[string]*models.Pool{}
 	for _, o := range pools {
 		byName[deref(o.Name)] = o
 	}
-	out := []providers.Pool{}
+	out := []lbmodel.Pool{}
 	for _, g := range groups {
 		s := poolGroupSpecOf(g)
-		pl := providers.Pool{Name: cmp.Or(s.Markers.Name, s.Name), Members: []providers.Member{}}
+		pl := lbmodel.Pool{Name: cmp.Or(s.Markers.Name, s.Name), Members: []lbmodel.Member{}}
 		for _, m := range s.Members {
 			o := byName[m.Pool]
 			if o == nil {
@@ -494,7 +493,7 @@ func gatewayPools(groups []*models.PoolGroup, pools []*models.Pool) []providers.
 				pl.Members = append(pl.Members, mb)
 			}
 		}
-		pl.Members = providers.SortMembers(pl.Members)
+		pl.Members = lbmodel.SortMembers(pl.Members)
 		out = append(out, pl)
 	}
 	return out
@@ -532,7 +531,7 @@ func parseRuleName(name string) ruleFlags {
 
 // gatewayRule fills the Gateway fields of a model rule from the first
 // request rule of its group.
-func gatewayRule(r *providers.Rule, rs httpRuleSpec, f ruleFlags) {
+func gatewayRule(r *lbmodel.Rule, rs httpRuleSpec, f ruleFlags) {
 	r.Method = strings.TrimPrefix(rs.Method, "HTTP_METHOD_")
 	r.Headers = rs.Headers
 	r.Order = f.order
@@ -543,25 +542,25 @@ func gatewayRule(r *providers.Rule, rs httpRuleSpec, f ruleFlags) {
 	}
 	for _, a := range rs.HdrActions {
 		if r.RequestHeaders == nil {
-			r.RequestHeaders = &providers.HeaderFilter{}
+			r.RequestHeaders = &lbmodel.HeaderFilter{}
 		}
 		switch a.Action {
 		case hdrReplace:
-			r.RequestHeaders.Set = append(r.RequestHeaders.Set, providers.Header{Name: a.Name, Value: a.Value})
+			r.RequestHeaders.Set = append(r.RequestHeaders.Set, lbmodel.Header{Name: a.Name, Value: a.Value})
 		case hdrAdd:
-			r.RequestHeaders.Add = append(r.RequestHeaders.Add, providers.Header{Name: a.Name, Value: a.Value})
+			r.RequestHeaders.Add = append(r.RequestHeaders.Add, lbmodel.Header{Name: a.Name, Value: a.Value})
 		case hdrRemove:
 			r.RequestHeaders.Remove = append(r.RequestHeaders.Remove, a.Name)
 		}
 	}
 	if w := rs.Rewrite; w != nil {
-		r.Rewrite = &providers.Rewrite{Hostname: w.Host}
+		r.Rewrite = &lbmodel.Rewrite{Hostname: w.Host}
 		if w.Path != "" {
-			r.Rewrite.Path = &providers.PathModifier{Type: providers.ReplaceFullPath, Value: "/" + w.Path}
+			r.Rewrite.Path = &lbmodel.PathModifier{Type: lbmodel.ReplaceFullPath, Value: "/" + w.Path}
 		}
 	}
 	if d := rs.Redirect; d != nil {
-		r.Redirect = &providers.Redirect{Hostname: d.Host, Port: d.Port}
+		r.Redirect = &lbmodel.Redirect{Hostname: d.Host, Port: d.Port}
 		for code, v := range redirectCodes {
 			if v == d.Status {
 				r.Redirect.StatusCode = code
@@ -574,7 +573,7 @@ func gatewayRule(r *providers.Rule, rs httpRuleSpec, f ruleFlags) {
 			r.Redirect.Port = 0
 		}
 		if d.Path != "" {
-			r.Redirect.Path = &providers.PathModifier{Type: providers.ReplaceFullPath, Value: "/" + d.Path}
+			r.Redirect.Path = &lbmodel.PathModifier{Type: lbmodel.ReplaceFullPath, Value: "/" + d.Path}
 		}
 	}
 }

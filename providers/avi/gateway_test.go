@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/vmware/alb-sdk/go/models"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/providertest"
 	"github.com/nodeportlocal/npl/test/sim/avi/avisim"
@@ -23,44 +24,44 @@ import (
 // a wildcard host, redirects (one naming its scheme, one keeping it), a
 // rewrite to a second pool and a fixed answer. It is normalized, as the
 // registry hands it to the provider.
-func gatewayLB(t testing.TB, cert providers.TLSCert) *providers.LoadBalancer {
+func gatewayLB(t testing.TB, cert lbmodel.TLSCert) *lbmodel.LoadBalancer {
 	t.Helper()
-	name := providers.GatewayLoadBalancerName(cluster, "ns", "gw")
-	api := providers.GatewayPoolName(name, "ns", "api", 0)
-	web := providers.GatewayPoolName(name, "ns", "web", 0)
-	weighted := func(ip string, port, weight int32, enabled bool) providers.Member {
-		return providers.Member{IP: ip, Port: port, Enabled: enabled, Weight: weight}
+	name := lbmodel.GatewayLoadBalancerName(cluster, "ns", "gw")
+	api := lbmodel.GatewayPoolName(name, "ns", "api", 0)
+	web := lbmodel.GatewayPoolName(name, "ns", "web", 0)
+	weighted := func(ip string, port, weight int32, enabled bool) lbmodel.Member {
+		return lbmodel.Member{IP: ip, Port: port, Enabled: enabled, Weight: weight}
 	}
 	cert.Ports = []int32{443}
-	lb := &providers.LoadBalancer{
-		Name: name, Kind: providers.L7, Gateway: "ns/gw",
-		Listeners: []providers.Listener{{Port: 80, Protocol: providers.HTTP}, {Port: 443, Protocol: providers.HTTPS}},
-		Pools: []providers.Pool{
+	lb := &lbmodel.LoadBalancer{
+		Name: name, Kind: lbmodel.L7, Gateway: "ns/gw",
+		Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.HTTP}, {Port: 443, Protocol: lbmodel.HTTPS}},
+		Pools: []lbmodel.Pool{
 			// Backend v1 (weight 70, two Pods, one draining), v2 (weight 30, one Pod).
-			{Name: api, Members: []providers.Member{weighted("198.18.0.11", 61000, 7, true),
+			{Name: api, Members: []lbmodel.Member{weighted("198.18.0.11", 61000, 7, true),
 				weighted("198.18.0.12", 61001, 7, false), weighted("198.18.0.13", 61002, 6, true)}},
-			{Name: web, Members: []providers.Member{member("198.18.0.11", 61003)}},
+			{Name: web, Members: []lbmodel.Member{member("198.18.0.11", 61003)}},
 		},
-		HTTP: &providers.HTTPRoutes{
-			Rules: []providers.Rule{
-				{Host: "*.example.com", Path: "/api", PathType: providers.PathPrefix, Pool: api, Ports: []int32{80, 443},
-					Method: "GET", Headers: []providers.ValueMatch{{Name: "x-env", Value: "canary"}}, Order: 2,
-					RequestHeaders: &providers.HeaderFilter{Set: []providers.Header{{Name: "x-set", Value: "1"}},
-						Add: []providers.Header{{Name: "x-add", Value: "2"}}, Remove: []string{"x-gone"}}},
-				{Host: "shop.example.com", Path: "/", PathType: providers.PathPrefix, Ports: []int32{80},
-					Redirect: &providers.Redirect{Scheme: "https", StatusCode: 301}},
-				{Host: "shop.example.com", Path: "/old", PathType: providers.PathExact, Ports: []int32{80, 443},
-					Redirect: &providers.Redirect{Hostname: "new.example.com", StatusCode: 302,
-						Path: &providers.PathModifier{Type: providers.ReplaceFullPath, Value: "/new"}}},
-				{Path: "/rewrite", PathType: providers.PathPrefix, Pool: web, Ports: []int32{443}, Order: 1,
-					Rewrite: &providers.Rewrite{Hostname: "backend.internal",
-						Path: &providers.PathModifier{Type: providers.ReplaceFullPath, Value: "/x"}}},
-				{Path: "/gone", PathType: providers.PathExact, Ports: []int32{80}, FixedStatus: 404},
+		HTTP: &lbmodel.HTTPRoutes{
+			Rules: []lbmodel.Rule{
+				{Host: "*.example.com", Path: "/api", PathType: lbmodel.PathPrefix, Pool: api, Ports: []int32{80, 443},
+					Method: "GET", Headers: []lbmodel.ValueMatch{{Name: "x-env", Value: "canary"}}, Order: 2,
+					RequestHeaders: &lbmodel.HeaderFilter{Set: []lbmodel.Header{{Name: "x-set", Value: "1"}},
+						Add: []lbmodel.Header{{Name: "x-add", Value: "2"}}, Remove: []string{"x-gone"}}},
+				{Host: "shop.example.com", Path: "/", PathType: lbmodel.PathPrefix, Ports: []int32{80},
+					Redirect: &lbmodel.Redirect{Scheme: "https", StatusCode: 301}},
+				{Host: "shop.example.com", Path: "/old", PathType: lbmodel.PathExact, Ports: []int32{80, 443},
+					Redirect: &lbmodel.Redirect{Hostname: "new.example.com", StatusCode: 302,
+						Path: &lbmodel.PathModifier{Type: lbmodel.ReplaceFullPath, Value: "/new"}}},
+				{Path: "/rewrite", PathType: lbmodel.PathPrefix, Pool: web, Ports: []int32{443}, Order: 1,
+					Rewrite: &lbmodel.Rewrite{Hostname: "backend.internal",
+						Path: &lbmodel.PathModifier{Type: lbmodel.ReplaceFullPath, Value: "/x"}}},
+				{Path: "/gone", PathType: lbmodel.PathExact, Ports: []int32{80}, FixedStatus: 404},
 			},
-			TLS: []providers.TLSCert{cert},
+			TLS: []lbmodel.TLSCert{cert},
 		},
 	}
-	n, err := providers.Normalize(lb)
+	n, err := lbmodel.Normalize(lb)
 	if err != nil {
 		t.Fatalf("Normalize: %v", err)
 	}
@@ -133,7 +134,7 @@ func TestProvider_gatewayLaysOutPoolGroupsAndRules(t *testing.T) {
 		t.Errorf("virtual service markers: %v", vs)
 	}
 
-	if diff := cmp.Diff([]providers.LoadBalancer{listedL7(lb, "198.18.200.1")}, f.list()); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{listedL7(lb, "198.18.200.1")}, f.list()); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 }
@@ -209,20 +210,20 @@ func TestProvider_gatewayWritesOnlyWhatChanged(t *testing.T) {
 	cert := tlsCert(t, "gw-tls", "shop.example.com")
 	tests := []struct {
 		name   string
-		change func(*providers.LoadBalancer)
+		change func(*lbmodel.LoadBalancer)
 		writes []string
 	}{
-		{"nothing", func(*providers.LoadBalancer) {}, nil},
-		{"a member drains", func(lb *providers.LoadBalancer) { lb.Pools[0].Members[0].Enabled = false },
+		{"nothing", func(*lbmodel.LoadBalancer) {}, nil},
+		{"a member drains", func(lb *lbmodel.LoadBalancer) { lb.Pools[0].Members[0].Enabled = false },
 			[]string{"PUT pool", "PUT poolgroup"}},
-		{"a weight", func(lb *providers.LoadBalancer) { lb.Pools[0].Members[2].Weight = 5 },
+		{"a weight", func(lb *lbmodel.LoadBalancer) { lb.Pools[0].Members[2].Weight = 5 },
 			[]string{"POST pool", "PUT poolgroup", "DELETE pool"}},
-		{"a header value", func(lb *providers.LoadBalancer) {
+		{"a header value", func(lb *lbmodel.LoadBalancer) {
 			gwRule(t, lb, "*.example.com", "/api").Headers[0].Value = "stable"
 		},
 			[]string{"PUT httppolicyset"}},
-		{"a route removed", func(lb *providers.LoadBalancer) {
-			lb.HTTP.Rules = slices.DeleteFunc(lb.HTTP.Rules, func(r providers.Rule) bool { return r.Pool == lb.Pools[1].Name })
+		{"a route removed", func(lb *lbmodel.LoadBalancer) {
+			lb.HTTP.Rules = slices.DeleteFunc(lb.HTTP.Rules, func(r lbmodel.Rule) bool { return r.Pool == lb.Pools[1].Name })
 			lb.Pools = lb.Pools[:1]
 		}, []string{"PUT httppolicyset", "DELETE poolgroup", "DELETE pool"}},
 	}
@@ -263,7 +264,7 @@ func TestProvider_gatewayDeleteRemovesEverything(t *testing.T) {
 	f.ensure(l4)
 	lb := gatewayLB(t, tlsCert(t, "gw-tls", "shop.example.com"))
 	f.ensure(lb)
-	if err := f.p.Delete(context.Background(), lb.Name, providers.L7); err != nil {
+	if err := f.p.Delete(context.Background(), lb.Name, lbmodel.L7); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	for _, typ := range []string{"virtualservice", "vsvip", "pool", "poolgroup", "httppolicyset", "sslkeyandcertificate"} {
@@ -279,7 +280,7 @@ func TestProvider_gatewayDeleteRemovesEverything(t *testing.T) {
 }
 
 // gwRule returns the rule of lb for host and path.
-func gwRule(t testing.TB, lb *providers.LoadBalancer, host, path string) *providers.Rule {
+func gwRule(t testing.TB, lb *lbmodel.LoadBalancer, host, path string) *lbmodel.Rule {
 	t.Helper()
 	for i := range lb.HTTP.Rules {
 		if r := &lb.HTTP.Rules[i]; r.Host == host && r.Path == path {
@@ -290,7 +291,7 @@ func gwRule(t testing.TB, lb *providers.LoadBalancer, host, path string) *provid
 	return nil
 }
 
-func lbNames(lbs []providers.LoadBalancer) []string {
+func lbNames(lbs []lbmodel.LoadBalancer) []string {
 	var out []string
 	for _, lb := range lbs {
 		out = append(out, lb.Name)
@@ -299,28 +300,28 @@ func lbNames(lbs []providers.LoadBalancer) []string {
 }
 
 func TestProvider_gatewayRefusesWhatAviCannotExpress(t *testing.T) {
-	rule := func(lb *providers.LoadBalancer, host, path string) *providers.Rule { return gwRule(t, lb, host, path) }
-	api := func(lb *providers.LoadBalancer) *providers.Rule { return rule(lb, "*.example.com", "/api") }
-	for field, change := range map[string]func(*providers.LoadBalancer){
-		"query":                   func(lb *providers.LoadBalancer) { api(lb).Query = []providers.ValueMatch{{Name: "x", Value: "y"}} },
-		"fixedStatus 500":         func(lb *providers.LoadBalancer) { rule(lb, "", "/gone").FixedStatus = 500 },
-		"redirect statusCode 308": func(lb *providers.LoadBalancer) { rule(lb, "shop.example.com", "/").Redirect.StatusCode = 308 },
-		"rewrite path ReplacePrefixMatch": func(lb *providers.LoadBalancer) {
-			rule(lb, "", "/rewrite").Rewrite.Path = &providers.PathModifier{Type: providers.ReplacePrefixMatch, Value: "/x"}
+	rule := func(lb *lbmodel.LoadBalancer, host, path string) *lbmodel.Rule { return gwRule(t, lb, host, path) }
+	api := func(lb *lbmodel.LoadBalancer) *lbmodel.Rule { return rule(lb, "*.example.com", "/api") }
+	for field, change := range map[string]func(*lbmodel.LoadBalancer){
+		"query":                   func(lb *lbmodel.LoadBalancer) { api(lb).Query = []lbmodel.ValueMatch{{Name: "x", Value: "y"}} },
+		"fixedStatus 500":         func(lb *lbmodel.LoadBalancer) { rule(lb, "", "/gone").FixedStatus = 500 },
+		"redirect statusCode 308": func(lb *lbmodel.LoadBalancer) { rule(lb, "shop.example.com", "/").Redirect.StatusCode = 308 },
+		"rewrite path ReplacePrefixMatch": func(lb *lbmodel.LoadBalancer) {
+			rule(lb, "", "/rewrite").Rewrite.Path = &lbmodel.PathModifier{Type: lbmodel.ReplacePrefixMatch, Value: "/x"}
 		},
-		"responseHeaders": func(lb *providers.LoadBalancer) {
-			api(lb).ResponseHeaders = &providers.HeaderFilter{Remove: []string{"server"}}
+		"responseHeaders": func(lb *lbmodel.LoadBalancer) {
+			api(lb).ResponseHeaders = &lbmodel.HeaderFilter{Remove: []string{"server"}}
 		},
-		"a RegularExpression header match": func(lb *providers.LoadBalancer) { api(lb).Headers[0].Regex = true },
-		"pathType RegularExpression":       func(lb *providers.LoadBalancer) { rule(lb, "", "/gone").PathType = providers.PathRegex },
-		"method QUERY":                     func(lb *providers.LoadBalancer) { api(lb).Method = "QUERY" },
-		"appProtocol h2c":                  func(lb *providers.LoadBalancer) { lb.Pools[1].AppProtocol = providers.AppProtocolH2C },
+		"a RegularExpression header match": func(lb *lbmodel.LoadBalancer) { api(lb).Headers[0].Regex = true },
+		"pathType RegularExpression":       func(lb *lbmodel.LoadBalancer) { rule(lb, "", "/gone").PathType = lbmodel.PathRegex },
+		"method QUERY":                     func(lb *lbmodel.LoadBalancer) { api(lb).Method = "QUERY" },
+		"appProtocol h2c":                  func(lb *lbmodel.LoadBalancer) { lb.Pools[1].AppProtocol = lbmodel.AppProtocolH2C },
 		// The share of invalid backendRefs that Gateway API answers 500.
-		"invalid weight 3 (the share of invalid backendRefs answered 500)": func(lb *providers.LoadBalancer) { lb.Pools[1].InvalidWeight = 3 },
-		"ratio of 1280": func(lb *providers.LoadBalancer) {
+		"invalid weight 3 (the share of invalid backendRefs answered 500)": func(lb *lbmodel.LoadBalancer) { lb.Pools[1].InvalidWeight = 3 },
+		"ratio of 1280": func(lb *lbmodel.LoadBalancer) {
 			for i := range 5 {
 				lb.Pools[0].Members = append(lb.Pools[0].Members,
-					providers.Member{IP: fmt.Sprintf("198.18.1.%d", i+1), Port: 61000, Enabled: true, Weight: 256})
+					lbmodel.Member{IP: fmt.Sprintf("198.18.1.%d", i+1), Port: 61000, Enabled: true, Weight: 256})
 			}
 		},
 	} {
@@ -329,7 +330,7 @@ func TestProvider_gatewayRefusesWhatAviCannotExpress(t *testing.T) {
 			lb := gatewayLB(t, tlsCert(t, "gw-tls", "shop.example.com"))
 			change(lb)
 			_, err := providers.Validated(f.v).Ensure(context.Background(), lb)
-			if !errors.Is(err, providers.ErrUnsupported) || !strings.Contains(err.Error(), field) {
+			if !errors.Is(err, lbmodel.ErrUnsupported) || !strings.Contains(err.Error(), field) {
 				t.Errorf("Ensure = %v, want ErrUnsupported naming %q", err, field)
 			}
 			if w := f.writes(); len(w) != 0 {
@@ -348,13 +349,13 @@ func TestProvider_gatewayRefusesWhatAviCannotExpress(t *testing.T) {
 }
 
 // TLS listeners of a Gateway are refused before anything is written
-// (providers.Normalize may or may not accept them yet).
+// (lbmodel.Normalize may or may not accept them yet).
 func TestSupported_refusesAGatewaysTLSListeners(t *testing.T) {
 	lb := gatewayLB(t, tlsCert(t, "gw-tls", "shop.example.com"))
-	lb.Listeners = append(lb.Listeners, providers.Listener{Port: 5432, Protocol: providers.TLS})
+	lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: 5432, Protocol: lbmodel.TLS})
 	err := supported(lb)
 	want := "listener TLS/5432: a TLS listener of a Gateway is"
-	if !errors.Is(err, providers.ErrUnsupported) ||
+	if !errors.Is(err, lbmodel.ErrUnsupported) ||
 		!strings.Contains(err.Error(), want) {
 		t.Errorf("supported = %v, want ErrUnsupported naming %q", err, want)
 	}
@@ -374,13 +375,13 @@ func TestSupported_refusesAGatewaysTLSListeners(t *testing.T) {
 // and a UDP one, as the controller builds them for TCPRoutes and
 // UDPRoutes. The provider is called without providers.Validated, whose
 // Normalize may not accept them yet.
-func withL4(lb *providers.LoadBalancer) *providers.LoadBalancer {
+func withL4(lb *lbmodel.LoadBalancer) *lbmodel.LoadBalancer {
 	lb.Listeners = append(lb.Listeners,
-		providers.Listener{Port: 5432, Protocol: providers.TCP, Pool: providers.Pool{Name: providers.PoolName(lb.Name, providers.TCP, 5432),
-			Members: []providers.Member{{IP: "198.18.0.11", Port: 61010, Enabled: true, Weight: 3}, {IP: "198.18.0.12", Port: 61011, Enabled: true}}}},
-		providers.Listener{Port: 53, Protocol: providers.UDP, Pool: providers.Pool{Name: providers.PoolName(lb.Name, providers.UDP, 53),
-			Members: []providers.Member{member("198.18.0.13", 61012)}}})
-	providers.SortListeners(lb.Listeners)
+		lbmodel.Listener{Port: 5432, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: lbmodel.PoolName(lb.Name, lbmodel.TCP, 5432),
+			Members: []lbmodel.Member{{IP: "198.18.0.11", Port: 61010, Enabled: true, Weight: 3}, {IP: "198.18.0.12", Port: 61011, Enabled: true}}}},
+		lbmodel.Listener{Port: 53, Protocol: lbmodel.UDP, Pool: lbmodel.Pool{Name: lbmodel.PoolName(lb.Name, lbmodel.UDP, 53),
+			Members: []lbmodel.Member{member("198.18.0.13", 61012)}}})
+	lbmodel.SortListeners(lb.Listeners)
 	return lb
 }
 
@@ -415,7 +416,7 @@ func TestProvider_gatewayTCPAndUDPListenersAreAnL4VirtualServiceOnTheVsVip(t *te
 		refName(l4.ApplicationProfileRef) != "System-L4-Application" {
 		t.Errorf("L4 services %v (profile %s), want %v", services, refName(l4.ApplicationProfileRef), want)
 	}
-	tcpPool := providers.PoolName(lb.Name, providers.TCP, 5432)
+	tcpPool := lbmodel.PoolName(lb.Name, lbmodel.TCP, 5432)
 	if got, want := poolGroupRatios(f, tcpPool), []string{tcpPool + "-w3:3", tcpPool + ":1"}; !slices.Equal(got, want) {
 		t.Errorf("pool group %s: %v, want %v", tcpPool, got, want)
 	}
@@ -426,7 +427,7 @@ func TestProvider_gatewayTCPAndUDPListenersAreAnL4VirtualServiceOnTheVsVip(t *te
 			}
 		}
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{listedL7(lb, "198.18.200.1")}, f.list()); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{listedL7(lb, "198.18.200.1")}, f.list()); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 
@@ -446,7 +447,7 @@ func TestProvider_gatewayTCPAndUDPListenersAreAnL4VirtualServiceOnTheVsVip(t *te
 	if diff := cmp.Diff(want, f.writes()); diff != "" {
 		t.Errorf("writes (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{listedL7(plain, "198.18.200.1")}, f.list()); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{listedL7(plain, "198.18.200.1")}, f.list()); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 }
@@ -454,9 +455,9 @@ func TestProvider_gatewayTCPAndUDPListenersAreAnL4VirtualServiceOnTheVsVip(t *te
 func TestProvider_gatewayWithTCPListenersOnly(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	ctx := context.Background()
-	name := providers.GatewayLoadBalancerName(cluster, "ns", "tcp")
-	lb := withL4(&providers.LoadBalancer{Name: name, Kind: providers.L7, Gateway: "ns/tcp",
-		HTTP: &providers.HTTPRoutes{Rules: []providers.Rule{}}})
+	name := lbmodel.GatewayLoadBalancerName(cluster, "ns", "tcp")
+	lb := withL4(&lbmodel.LoadBalancer{Name: name, Kind: lbmodel.L7, Gateway: "ns/tcp",
+		HTTP: &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{}}})
 	if _, err := f.p.Ensure(ctx, lb); err != nil {
 		t.Fatalf("Ensure: %v", err)
 	}
@@ -466,10 +467,10 @@ func TestProvider_gatewayWithTCPListenersOnly(t *testing.T) {
 	if got := f.names("httppolicyset"); len(got) != 0 {
 		t.Errorf("HTTP policy sets %v, want none", got)
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{listedL7(lb, "198.18.200.1")}, f.list(), cmpopts.EquateEmpty()); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{listedL7(lb, "198.18.200.1")}, f.list(), cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
-	if err := f.p.Delete(ctx, name, providers.L7); err != nil {
+	if err := f.p.Delete(ctx, name, lbmodel.L7); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	for _, typ := range []string{"virtualservice", "vsvip", "pool", "poolgroup", "l4policyset"} {
@@ -507,7 +508,7 @@ func TestProvider_gatewayErrorDeletesNothing(t *testing.T) {
 
 	lb := gatewayLB(t, cert)
 	web := lb.Pools[1].Name
-	lb.HTTP.Rules = slices.DeleteFunc(lb.HTTP.Rules, func(r providers.Rule) bool { return r.Pool == web })
+	lb.HTTP.Rules = slices.DeleteFunc(lb.HTTP.Rules, func(r lbmodel.Rule) bool { return r.Pool == web })
 	lb.Pools = lb.Pools[:1]
 	lb.Pools[0].Members[0].Enabled = false
 	f.sim.AddFault(avisim.Fault{Method: "PUT", Path: "/api/httppolicyset/*", Status: http.StatusInternalServerError, Count: 1})
@@ -566,7 +567,7 @@ func TestProvider_gatewayRepairsRulesChangedByHand(t *testing.T) {
 	if diff := cmp.Diff([]string{"PUT httppolicyset"}, f.writes()); diff != "" {
 		t.Errorf("writes (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{listedL7(lb, "198.18.200.1")}, f.list()); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{listedL7(lb, "198.18.200.1")}, f.list()); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 }
@@ -597,7 +598,7 @@ func TestProvider_gatewayWeightChangeNeverDropsAMemberOnError(t *testing.T) {
 	if len(listed) != 1 {
 		t.Fatalf("List after the error: %v", listed)
 	}
-	i := slices.IndexFunc(listed[0].Pools, func(p providers.Pool) bool { return p.Name == web })
+	i := slices.IndexFunc(listed[0].Pools, func(p lbmodel.Pool) bool { return p.Name == web })
 	if i < 0 || len(listed[0].Pools[i].Members) != 1 || listed[0].Pools[i].Members[0].IP != "198.18.0.11" {
 		t.Errorf("pool %s after the error: %+v, want its member still there", web, listed[0].Pools)
 	}
@@ -658,13 +659,13 @@ func TestProvider_gatewayWeightSwapNeverDropsAMemberOnError(t *testing.T) {
 
 // listsApplied checks that List returns exactly lb, normalized, as applied
 // with the fixture's first VIP.
-func (f *fixture) listsApplied(lb *providers.LoadBalancer) {
+func (f *fixture) listsApplied(lb *lbmodel.LoadBalancer) {
 	f.t.Helper()
-	want, err := providers.Normalize(lb)
+	want, err := lbmodel.Normalize(lb)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{listedL7(want, "198.18.200.1")}, f.list()); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{listedL7(want, "198.18.200.1")}, f.list()); diff != "" {
 		f.t.Errorf("List (-want +got):\n%s", diff)
 	}
 }

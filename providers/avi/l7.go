@@ -18,6 +18,7 @@ import (
 	"github.com/vmware/alb-sdk/go/models"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -59,10 +60,10 @@ type httpRuleSpec struct {
 	// Method is the method matched, as Avi spells it (HTTP_METHOD_GET).
 	Method string `json:"method,omitempty"`
 	// Headers must all be present with exactly these values.
-	Headers    []providers.ValueMatch `json:"headers,omitempty"`
-	HdrActions []hdrActionSpec        `json:"hdrActions,omitempty"`
-	Rewrite    *rewriteSpec           `json:"rewrite,omitempty"`
-	Redirect   *redirectSpec          `json:"redirect,omitempty"`
+	Headers    []lbmodel.ValueMatch `json:"headers,omitempty"`
+	HdrActions []hdrActionSpec      `json:"hdrActions,omitempty"`
+	Rewrite    *rewriteSpec         `json:"rewrite,omitempty"`
+	Redirect   *redirectSpec        `json:"redirect,omitempty"`
 	// Local is the status code of a local response.
 	Local string `json:"local,omitempty"`
 	// Foreign describes what the controller holds that the provider never
@@ -118,7 +119,7 @@ type l7Layout struct {
 	// nil when it has none.
 	l4 *gatewayL4
 	// tls holds the certificate and key of each certificate, by Avi name.
-	tls map[string]providers.TLSCert
+	tls map[string]lbmodel.TLSCert
 }
 
 func (l *l7Layout) poolNames() map[string]bool {
@@ -146,14 +147,14 @@ func (l *l7Layout) certNames() map[string]bool {
 }
 
 // planL7 lays an L7 load balancer out, a model that passed
-// providers.Normalize. It makes no call.
-func (p *Provider) planL7(lb *providers.LoadBalancer) (*l7Layout, error) {
-	if !providers.OwnedBy(p.cfg.ClusterName, lb.Name) {
+// lbmodel.Normalize. It makes no call.
+func (p *Provider) planL7(lb *lbmodel.LoadBalancer) (*l7Layout, error) {
+	if !lbmodel.OwnedBy(p.cfg.ClusterName, lb.Name) {
 		return nil, fmt.Errorf("name %q does not start with the cluster name %q and --", lb.Name, p.cfg.ClusterName)
 	}
-	name := providers.Shorten(lb.Name, maxNameLength)
+	name := lbmodel.Shorten(lb.Name, maxNameLength)
 	mk := markers{Cluster: p.cfg.ClusterName, Ingress: lb.Ingress, LB: lb.Name, Gateway: lb.Gateway}
-	l := &l7Layout{name: name, tls: map[string]providers.TLSCert{}}
+	l := &l7Layout{name: name, tls: map[string]lbmodel.TLSCert{}}
 
 	l.vsvip = vsvipSpec{Name: name, Cloud: p.cfg.Cloud, Network: p.cfg.VIPNetwork, Markers: mk}
 	if lb.RequestedVIP != "" {
@@ -176,7 +177,7 @@ func (p *Provider) planL7(lb *providers.LoadBalancer) (*l7Layout, error) {
 		ingressPools = nil // laid out as pool groups above
 	}
 	for _, pl := range ingressPools {
-		poolName := providers.Shorten(pl.Name, maxNameLength)
+		poolName := lbmodel.Shorten(pl.Name, maxNameLength)
 		if slices.ContainsFunc(l.pools, func(ps poolSpec) bool { return ps.Name == poolName }) {
 			return nil, fmt.Errorf("pools %s: two shorten to one name", pl.Name)
 		}
@@ -192,7 +193,7 @@ func (p *Provider) planL7(lb *providers.LoadBalancer) (*l7Layout, error) {
 
 	algorithms := map[string]string{}
 	for _, c := range lb.HTTP.TLS {
-		certName := providers.Shorten(providers.CertificateName(lb.Name, c.Secret), maxNameLength)
+		certName := lbmodel.Shorten(lbmodel.CertificateName(lb.Name, c.Secret), maxNameLength)
 		pair, err := tls.X509KeyPair(c.CertPEM, c.KeyPEM)
 		if err != nil {
 			return nil, fmt.Errorf("TLS Secret %s: %w", c.Secret, err)
@@ -213,11 +214,11 @@ func (p *Provider) planL7(lb *providers.LoadBalancer) (*l7Layout, error) {
 	slices.SortFunc(l.certs, func(a, b certSpec) int { return cmp.Compare(a.Name, b.Name) })
 
 	l.policy = httpPolicySpec{Name: name, Rules: []httpRuleSpec{}, Markers: mk}
-	listeners := map[int32]providers.Protocol{}
+	listeners := map[int32]lbmodel.Protocol{}
 	for _, ln := range lb.Listeners {
 		listeners[ln.Port] = ln.Protocol
 	}
-	for i, r := range lb.HTTP.Rules { // sorted by providers.Normalize
+	for i, r := range lb.HTTP.Rules { // sorted by lbmodel.Normalize
 		if lb.Gateway != "" {
 			l.policy.Rules = append(l.policy.Rules, gatewayRules(i, r, listeners, aviGroup)...)
 			continue
@@ -244,8 +245,8 @@ func (p *Provider) planL7(lb *providers.LoadBalancer) (*l7Layout, error) {
 		}
 	}
 	for _, ln := range lb.Listeners {
-		if ln.Protocol == providers.HTTP || ln.Protocol == providers.HTTPS {
-			l.vs.Services = append(l.vs.Services, serviceSpec{Port: ln.Port, SSL: ln.Protocol == providers.HTTPS})
+		if ln.Protocol == lbmodel.HTTP || ln.Protocol == lbmodel.HTTPS {
+			l.vs.Services = append(l.vs.Services, serviceSpec{Port: ln.Port, SSL: ln.Protocol == lbmodel.HTTPS})
 		}
 	}
 	l.noHTTP = lb.Gateway != "" && len(l.vs.Services) == 0
@@ -283,7 +284,7 @@ var (
 func certSpecOf(o *models.SSLKeyAndCertificate) certSpec {
 	s := certSpec{Name: deref(o.Name), Markers: markersOf(o.Markers)}
 	if o.Certificate != nil {
-		s.Fingerprint = providers.CertFingerprint([]byte(deref(o.Certificate.Certificate)))
+		s.Fingerprint = lbmodel.CertFingerprint([]byte(deref(o.Certificate.Certificate)))
 	}
 	return s
 }
@@ -399,7 +400,7 @@ func readMatch(rs *httpRuleSpec, m *models.MatchTarget, foreign *[]string) {
 			*foreign = append(*foreign, "a header test")
 			continue
 		}
-		rs.Headers = append(rs.Headers, providers.ValueMatch{Name: deref(h.Hdr), Value: h.Value[0]})
+		rs.Headers = append(rs.Headers, lbmodel.ValueMatch{Name: deref(h.Hdr), Value: h.Value[0]})
 	}
 	if m.Query != nil || m.Cookie != nil || m.ClientIP != nil || m.Protocol != nil || m.Version != nil || m.IPReputationType != nil {
 		*foreign = append(*foreign, "a test of query, cookie, client, protocol or version")
@@ -442,7 +443,7 @@ func derefInt(i *int32) int32 {
 
 // Building the objects to send.
 
-func (p *Provider) certModel(s certSpec, c providers.TLSCert) *models.SSLKeyAndCertificate {
+func (p *Provider) certModel(s certSpec, c lbmodel.TLSCert) *models.SSLKeyAndCertificate {
 	return &models.SSLKeyAndCertificate{
 		Name:        ptr(s.Name),
 		Type:        ptr("SSL_CERTIFICATE_TYPE_VIRTUALSERVICE"),
@@ -588,7 +589,7 @@ func (p *Provider) readL7(s *aviSession, lbName, aviName string, wantPools, want
 			func(o *models.PoolGroup) (string, markers) { return deref(o.Name), markersOf(o.Markers) }); err != nil {
 			return nil, err
 		}
-		l4Name := providers.Shorten(lbName+l4Suffix, maxNameLength)
+		l4Name := lbmodel.Shorten(lbName+l4Suffix, maxNameLength)
 		if cur.l4vs, err = getByName[models.VirtualService](s, vsKind.typ, l4Name, ours); err != nil {
 			return nil, fmt.Errorf("read virtualservice %s: %w", l4Name, err)
 		}
@@ -638,7 +639,7 @@ func readParts[T any](s *aviSession, k objKind[T], lbName string, query url.Valu
 // ensureL7 makes the controller's objects match an L7 load balancer: VsVip,
 // pools, certificates, HTTP policy set, virtual service, then it deletes the
 // certificates and pools no longer wanted. Objects in sync cost no write.
-func (p *Provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
+func (p *Provider) ensureL7(ctx context.Context, lb *lbmodel.LoadBalancer) (providers.Status, error) {
 	want, err := p.planL7(lb)
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
@@ -809,7 +810,7 @@ func (p *Provider) applyGatewayL4(s *aviSession, log klog.Logger, want *gatewayL
 // lbName: virtual services (a Gateway's L4 one too), policy sets,
 // certificates, pool groups (of a Gateway's), pools, VsVip.
 func (p *Provider) l7Victims(s *aviSession, lbName string) ([]victim, error) {
-	aviName := providers.Shorten(lbName, maxNameLength)
+	aviName := lbmodel.Shorten(lbName, maxNameLength)
 	// Pool groups are read whatever the owner: names do not tell a
 	// Gateway's load balancer from an Ingress's.
 	cur, err := p.readL7(s, lbName, aviName, nil, nil, map[string]bool{})
@@ -862,7 +863,7 @@ type l7Parts struct {
 // policy set named <lb>-L4 is the L4 part of a Gateway's load balancer.
 func (p *Provider) groupL7(vss []*models.VirtualService, policies []*models.HTTPPolicySet, l4Policies []*models.L4PolicySet,
 	pools []*models.Pool, groups []*models.PoolGroup, certs []*models.SSLKeyAndCertificate, vsvips []*models.VsVip) (
-	out []providers.LoadBalancer, restVSs []*models.VirtualService, restL4Policies []*models.L4PolicySet,
+	out []lbmodel.LoadBalancer, restVSs []*models.VirtualService, restL4Policies []*models.L4PolicySet,
 	restPools []*models.Pool, restVsVips []*models.VsVip) {
 	byLB := map[string]*l7Parts{}
 	get := func(name string) *l7Parts {
@@ -872,7 +873,7 @@ func (p *Provider) groupL7(vss []*models.VirtualService, policies []*models.HTTP
 		return byLB[name]
 	}
 	isL4 := func(lb string, name *string) bool {
-		return deref(name) == providers.Shorten(lb+l4Suffix, maxNameLength)
+		return deref(name) == lbmodel.Shorten(lb+l4Suffix, maxNameLength)
 	}
 	for _, o := range vss {
 		switch lb := markersOf(o.Markers).LB; {
@@ -930,9 +931,9 @@ func (p *Provider) groupL7(vss []*models.VirtualService, policies []*models.HTTP
 }
 
 // l7Model is the load balancer that the objects pt hold.
-func l7Model(name string, pt *l7Parts) providers.LoadBalancer {
-	lb := providers.LoadBalancer{Name: name, Kind: providers.L7, Listeners: []providers.Listener{},
-		VIPs: vipsOf(pt.vsvip), HTTP: &providers.HTTPRoutes{Rules: []providers.Rule{}}}
+func l7Model(name string, pt *l7Parts) lbmodel.LoadBalancer {
+	lb := lbmodel.LoadBalancer{Name: name, Kind: lbmodel.L7, Listeners: []lbmodel.Listener{},
+		VIPs: vipsOf(pt.vsvip), HTTP: &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{}}}
 	modelPool := map[string]string{} // Avi name of a pool or pool group -> model name
 	for _, o := range pt.pools {
 		mk := markersOf(o.Markers)
@@ -941,7 +942,7 @@ func l7Model(name string, pt *l7Parts) providers.LoadBalancer {
 		lb.Ingress = cmp.Or(lb.Ingress, mk.Ingress)
 		lb.Gateway = cmp.Or(lb.Gateway, mk.Gateway)
 		if mk.Gateway == "" {
-			lb.Pools = append(lb.Pools, providers.Pool{Name: n, Members: membersOf(o)})
+			lb.Pools = append(lb.Pools, lbmodel.Pool{Name: n, Members: membersOf(o)})
 		}
 	}
 	for _, o := range pt.groups {
@@ -951,7 +952,7 @@ func l7Model(name string, pt *l7Parts) providers.LoadBalancer {
 	}
 	if len(pt.groups) > 0 {
 		// The pool groups the L4 rules select are listener pools.
-		byGroup := map[string]providers.Pool{}
+		byGroup := map[string]lbmodel.Pool{}
 		for i, pl := range gatewayPools(pt.groups, pt.pools) {
 			byGroup[deref(pt.groups[i].Name)] = pl
 		}
@@ -961,10 +962,10 @@ func l7Model(name string, pt *l7Parts) providers.LoadBalancer {
 			for _, r := range rulesOf(pt.l4policy) {
 				pl, ok := byGroup[r.PoolGroup]
 				if !ok {
-					pl = providers.Pool{Name: r.PoolGroup, Members: []providers.Member{}}
+					pl = lbmodel.Pool{Name: r.PoolGroup, Members: []lbmodel.Member{}}
 				}
 				listenerPools[r.PoolGroup] = true
-				lb.Listeners = append(lb.Listeners, providers.Listener{Port: r.Port, Protocol: r.Protocol, Pool: pl})
+				lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: r.Port, Protocol: r.Protocol, Pool: pl})
 			}
 		}
 		for _, g := range pt.groups {
@@ -973,7 +974,7 @@ func l7Model(name string, pt *l7Parts) providers.LoadBalancer {
 			}
 		}
 	}
-	providers.SortPools(lb.Pools)
+	lbmodel.SortPools(lb.Pools)
 	poolName := func(avi string) string { return cmp.Or(modelPool[avi], avi) }
 	var https []int32
 	if pt.vs != nil {
@@ -984,19 +985,19 @@ func l7Model(name string, pt *l7Parts) providers.LoadBalancer {
 			if svc == nil || svc.Port == nil {
 				continue
 			}
-			proto := providers.HTTP
+			proto := lbmodel.HTTP
 			if svc.EnableSsl != nil && *svc.EnableSsl {
-				proto = providers.HTTPS
+				proto = lbmodel.HTTPS
 				https = append(https, *svc.Port)
 			}
-			lb.Listeners = append(lb.Listeners, providers.Listener{Port: *svc.Port, Protocol: proto})
+			lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: *svc.Port, Protocol: proto})
 		}
 		slices.Sort(https)
 		if d := cmp.Or(refName(pt.vs.PoolRef), refName(pt.vs.PoolGroupRef)); d != "" {
 			lb.HTTP.DefaultPool = poolName(d)
 		}
 	}
-	providers.SortListeners(lb.Listeners)
+	lbmodel.SortListeners(lb.Listeners)
 	if pt.l4vs != nil {
 		lb.Gateway = cmp.Or(lb.Gateway, markersOf(pt.l4vs.Markers).Gateway)
 	}
@@ -1005,26 +1006,26 @@ func l7Model(name string, pt *l7Parts) providers.LoadBalancer {
 	}
 	for _, o := range pt.certs {
 		s := certSpecOf(o)
-		c := providers.TLSCert{Secret: s.Markers.Secret, Hosts: s.Markers.Hosts, Fingerprint: s.Fingerprint}
+		c := lbmodel.TLSCert{Secret: s.Markers.Secret, Hosts: s.Markers.Hosts, Fingerprint: s.Fingerprint}
 		if lb.Gateway != "" {
 			// A virtual service serves its certificates on every SSL port.
 			c.Ports = slices.Clone(https)
 		}
 		lb.HTTP.TLS = append(lb.HTTP.TLS, c)
 	}
-	slices.SortFunc(lb.HTTP.TLS, func(a, b providers.TLSCert) int { return cmp.Compare(a.Secret, b.Secret) })
+	slices.SortFunc(lb.HTTP.TLS, func(a, b lbmodel.TLSCert) int { return cmp.Compare(a.Secret, b.Secret) })
 	return lb
 }
 
 // rulesFromPolicy turns request rules back into model rules: the rules
 // rule-<i>.<j>[/...] of one i are the path tests (and, for a redirect that
 // keeps the scheme, the listener ports) of one model rule.
-func rulesFromPolicy(specs []httpRuleSpec, poolName func(string) string) []providers.Rule {
+func rulesFromPolicy(specs []httpRuleSpec, poolName func(string) string) []lbmodel.Rule {
 	type group struct {
 		first   httpRuleSpec
 		flags   ruleFlags
 		indexes []string
-		matches []providers.PathMatch
+		matches []lbmodel.PathMatch
 		ports   []int32
 		bad     bool
 	}
@@ -1045,25 +1046,25 @@ func rulesFromPolicy(specs []httpRuleSpec, poolName func(string) string) []provi
 		g.ports = append(g.ports, r.Ports...)
 		if !slices.Contains(g.indexes, f.index) {
 			g.indexes = append(g.indexes, f.index)
-			g.matches = append(g.matches, providers.PathMatch{Path: r.Path, Prefix: r.Prefix})
+			g.matches = append(g.matches, lbmodel.PathMatch{Path: r.Path, Prefix: r.Prefix})
 		}
 	}
-	rules := []providers.Rule{}
+	rules := []lbmodel.Rule{}
 	for _, key := range order {
 		g := groups[key]
-		path, typ, ok := providers.PathOf(g.matches)
+		path, typ, ok := lbmodel.PathOf(g.matches)
 		if !ok || g.bad {
 			continue // not a rule the provider makes; Ensure rewrites it
 		}
 		slices.Sort(g.ports)
-		r := providers.Rule{Host: g.first.Host, Path: path, PathType: typ, Ports: slices.Compact(g.ports)}
+		r := lbmodel.Rule{Host: g.first.Host, Path: path, PathType: typ, Ports: slices.Compact(g.ports)}
 		if pool := cmp.Or(g.first.Pool, g.first.PoolGroup); pool != "" {
 			r.Pool = poolName(pool)
 		}
 		gatewayRule(&r, g.first, g.flags)
 		rules = append(rules, r)
 	}
-	providers.SortRules(rules)
+	lbmodel.SortRules(rules)
 	return rules
 }
 
@@ -1077,11 +1078,11 @@ func rulesFromPolicy(specs []httpRuleSpec, poolName func(string) string) []provi
 // stage, after the pool groups, writes the pools that only lose members
 // and the final membership of those the first stage kept a member in.
 func stagePools(specs []poolSpec, cur map[string]*models.Pool) (first, second []poolSpec) {
-	key := func(m providers.Member) string { return net.JoinHostPort(m.IP, strconv.Itoa(int(m.Port))) }
-	had := make(map[string]map[string]providers.Member, len(specs))
+	key := func(m lbmodel.Member) string { return net.JoinHostPort(m.IP, strconv.Itoa(int(m.Port))) }
+	had := make(map[string]map[string]lbmodel.Member, len(specs))
 	gained := map[string]bool{}
 	for _, spec := range specs {
-		had[spec.Name] = map[string]providers.Member{}
+		had[spec.Name] = map[string]lbmodel.Member{}
 		if c := cur[spec.Name]; c != nil {
 			for _, m := range membersOf(c) {
 				had[spec.Name][key(m)] = m
@@ -1106,7 +1107,7 @@ func stagePools(specs []poolSpec, cur map[string]*models.Pool) (first, second []
 			}
 			delete(keep, key(m))
 		}
-		var moving []providers.Member
+		var moving []lbmodel.Member
 		for k, m := range keep {
 			if gained[k] {
 				moving = append(moving, m)
@@ -1117,7 +1118,7 @@ func stagePools(specs []poolSpec, cur map[string]*models.Pool) (first, second []
 			first = append(first, spec)
 		case len(moving) > 0:
 			bridge := spec
-			bridge.Members = providers.SortMembers(append(slices.Clone(spec.Members), moving...))
+			bridge.Members = lbmodel.SortMembers(append(slices.Clone(spec.Members), moving...))
 			first = append(first, bridge)
 			second = append(second, spec)
 		case gains:

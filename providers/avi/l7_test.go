@@ -18,12 +18,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/vmware/alb-sdk/go/models"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 )
 
 // tlsCert returns a model certificate of Secret ns/<secret> for host,
 // self-signed with a new EC key.
-func tlsCert(t testing.TB, secret, host string) providers.TLSCert {
+func tlsCert(t testing.TB, secret, host string) lbmodel.TLSCert {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -40,38 +41,38 @@ func tlsCert(t testing.TB, secret, host string) providers.TLSCert {
 		t.Fatal(err)
 	}
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	return providers.TLSCert{Secret: "ns/" + secret, Hosts: []string{host}, Fingerprint: providers.CertFingerprint(certPEM),
+	return lbmodel.TLSCert{Secret: "ns/" + secret, Hosts: []string{host}, Fingerprint: lbmodel.CertFingerprint(certPEM),
 		CertPEM: certPEM, KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})}
 }
 
 // ingressLB is the L7 load balancer of Ingress ns/web: shop.example.com to
 // Service shop, blog.example.com to Service blog (an exact path and a
 // prefix), the default backend shop, and TLS for shop.example.com.
-func ingressLB(cert providers.TLSCert) *providers.LoadBalancer {
-	name := providers.IngressLoadBalancerName(cluster, "ns", "web")
-	shop := providers.IngressPoolName(name, "ns", "shop", "80")
-	blog := providers.IngressPoolName(name, "ns", "blog", "8080")
-	return &providers.LoadBalancer{
-		Name: name, Kind: providers.L7, Ingress: "ns/web",
-		Listeners: []providers.Listener{{Port: 80, Protocol: providers.HTTP}, {Port: 443, Protocol: providers.HTTPS}},
-		Pools: []providers.Pool{
-			{Name: blog, Members: []providers.Member{member("198.18.0.11", 61002)}},
-			{Name: shop, Members: []providers.Member{member("198.18.0.11", 61000), member("198.18.0.12", 61001)}},
+func ingressLB(cert lbmodel.TLSCert) *lbmodel.LoadBalancer {
+	name := lbmodel.IngressLoadBalancerName(cluster, "ns", "web")
+	shop := lbmodel.IngressPoolName(name, "ns", "shop", "80")
+	blog := lbmodel.IngressPoolName(name, "ns", "blog", "8080")
+	return &lbmodel.LoadBalancer{
+		Name: name, Kind: lbmodel.L7, Ingress: "ns/web",
+		Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.HTTP}, {Port: 443, Protocol: lbmodel.HTTPS}},
+		Pools: []lbmodel.Pool{
+			{Name: blog, Members: []lbmodel.Member{member("198.18.0.11", 61002)}},
+			{Name: shop, Members: []lbmodel.Member{member("198.18.0.11", 61000), member("198.18.0.12", 61001)}},
 		},
-		HTTP: &providers.HTTPRoutes{
-			Rules: []providers.Rule{
-				{Host: "blog.example.com", Path: "/feed", PathType: providers.PathExact, Pool: blog},
-				{Host: "blog.example.com", Path: "/posts", PathType: providers.PathPrefix, Pool: blog},
-				{Host: "shop.example.com", Path: "/", PathType: providers.PathPrefix, Pool: shop},
+		HTTP: &lbmodel.HTTPRoutes{
+			Rules: []lbmodel.Rule{
+				{Host: "blog.example.com", Path: "/feed", PathType: lbmodel.PathExact, Pool: blog},
+				{Host: "blog.example.com", Path: "/posts", PathType: lbmodel.PathPrefix, Pool: blog},
+				{Host: "shop.example.com", Path: "/", PathType: lbmodel.PathPrefix, Pool: shop},
 			},
 			DefaultPool: shop,
-			TLS:         []providers.TLSCert{cert},
+			TLS:         []lbmodel.TLSCert{cert},
 		},
 	}
 }
 
 // listedL7 is lb as List reports it: its VIPs, certificates without keys.
-func listedL7(lb *providers.LoadBalancer, vips ...string) providers.LoadBalancer {
+func listedL7(lb *lbmodel.LoadBalancer, vips ...string) lbmodel.LoadBalancer {
 	out := *lb
 	out.VIPs, out.RequestedVIP = vips, ""
 	h := *lb.HTTP
@@ -149,7 +150,7 @@ func TestProvider_l7CreatesAVirtualServiceWithAnHTTPPolicySet(t *testing.T) {
 		t.Errorf("virtual service (-want +got):\n%s", diff)
 	}
 
-	if diff := cmp.Diff([]providers.LoadBalancer{listedL7(lb, "198.18.200.1")}, f.list()); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{listedL7(lb, "198.18.200.1")}, f.list()); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 }
@@ -159,18 +160,18 @@ func TestProvider_l7WritesOnlyWhatChanged(t *testing.T) {
 	rotated := tlsCert(t, "shop-tls", "shop.example.com")
 	tests := []struct {
 		name   string
-		change func(*providers.LoadBalancer)
+		change func(*lbmodel.LoadBalancer)
 		writes []string
 	}{
-		{"nothing", func(*providers.LoadBalancer) {}, nil},
-		{"a rule's path", func(lb *providers.LoadBalancer) { lb.HTTP.Rules[0].Path = "/rss" }, []string{"PUT httppolicyset"}},
-		{"a member", func(lb *providers.LoadBalancer) { lb.Pools[1].Members[0].Enabled = false }, []string{"PUT pool"}},
-		{"the certificate", func(lb *providers.LoadBalancer) { lb.HTTP.TLS[0] = rotated }, []string{"PUT sslkeyandcertificate"}},
-		{"the default pool", func(lb *providers.LoadBalancer) { lb.HTTP.DefaultPool = lb.Pools[0].Name }, []string{"PUT virtualservice"}},
-		{"no TLS any more", func(lb *providers.LoadBalancer) {
+		{"nothing", func(*lbmodel.LoadBalancer) {}, nil},
+		{"a rule's path", func(lb *lbmodel.LoadBalancer) { lb.HTTP.Rules[0].Path = "/rss" }, []string{"PUT httppolicyset"}},
+		{"a member", func(lb *lbmodel.LoadBalancer) { lb.Pools[1].Members[0].Enabled = false }, []string{"PUT pool"}},
+		{"the certificate", func(lb *lbmodel.LoadBalancer) { lb.HTTP.TLS[0] = rotated }, []string{"PUT sslkeyandcertificate"}},
+		{"the default pool", func(lb *lbmodel.LoadBalancer) { lb.HTTP.DefaultPool = lb.Pools[0].Name }, []string{"PUT virtualservice"}},
+		{"no TLS any more", func(lb *lbmodel.LoadBalancer) {
 			lb.HTTP.TLS, lb.Listeners = nil, lb.Listeners[:1]
 		}, []string{"PUT virtualservice", "DELETE sslkeyandcertificate"}},
-		{"a backend removed", func(lb *providers.LoadBalancer) {
+		{"a backend removed", func(lb *lbmodel.LoadBalancer) {
 			lb.HTTP.Rules, lb.Pools = lb.HTTP.Rules[2:], lb.Pools[1:]
 		}, []string{"PUT httppolicyset", "DELETE pool"}},
 	}
@@ -185,7 +186,7 @@ func TestProvider_l7WritesOnlyWhatChanged(t *testing.T) {
 			if diff := cmp.Diff(tt.writes, f.writes()); diff != "" {
 				t.Errorf("writes (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff([]providers.LoadBalancer{listedL7(lb, "198.18.200.1")}, f.list()); diff != "" {
+			if diff := cmp.Diff([]lbmodel.LoadBalancer{listedL7(lb, "198.18.200.1")}, f.list()); diff != "" {
 				t.Errorf("List (-want +got):\n%s", diff)
 			}
 		})
@@ -199,7 +200,7 @@ func TestProvider_l7DeleteRemovesEverythingAndLeavesTheL4LoadBalancer(t *testing
 	l7 := ingressLB(tlsCert(t, "shop-tls", "shop.example.com"))
 	f.ensure(l4)
 	f.ensure(l7)
-	if diff := cmp.Diff([]providers.LoadBalancer{withVIPs(l4, "198.18.200.1"), listedL7(l7, "198.18.200.2")}, f.list()); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(l4, "198.18.200.1"), listedL7(l7, "198.18.200.2")}, f.list()); diff != "" {
 		t.Fatalf("List (-want +got):\n%s", diff)
 	}
 
@@ -218,7 +219,7 @@ func TestProvider_l7DeleteRemovesEverythingAndLeavesTheL4LoadBalancer(t *testing
 			t.Errorf("%s left (-want +got):\n%s", typ, diff)
 		}
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{withVIPs(l4, "198.18.200.1")}, f.list()); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(l4, "198.18.200.1")}, f.list()); diff != "" {
 		t.Errorf("List after Delete (-want +got):\n%s", diff)
 	}
 	f.sim.ResetCounters()
@@ -271,7 +272,7 @@ func TestProvider_l7ShortensLongNamesAndListsTheModelNames(t *testing.T) {
 	lb := ingressLB(tlsCert(t, "shop-tls", "shop.example.com"))
 	long := strings.Repeat("i", 250)
 	rename := map[string]string{}
-	lb.Name = providers.IngressLoadBalancerName(cluster, "ns", long)
+	lb.Name = lbmodel.IngressLoadBalancerName(cluster, "ns", long)
 	lb.Ingress = "ns/" + long
 	for i := range lb.Pools {
 		n := strings.Replace(lb.Pools[i].Name, "c1--ns-web-L7", lb.Name, 1)
@@ -290,7 +291,7 @@ func TestProvider_l7ShortensLongNamesAndListsTheModelNames(t *testing.T) {
 			}
 		}
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{listedL7(lb, "198.18.200.1")}, f.list()); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{listedL7(lb, "198.18.200.1")}, f.list()); diff != "" {
 		t.Errorf("List reports the names npl-lbsync uses (-want +got):\n%s", diff)
 	}
 	f.sim.ResetCounters()
@@ -311,7 +312,7 @@ func TestProvider_l7ShortensLongNamesAndListsTheModelNames(t *testing.T) {
 // renamed returns lb under another name, its pools renamed to match: an L7
 // load balancer whose name does not end in -L7, as a later owner (a
 // Gateway) may name one.
-func renamed(lb *providers.LoadBalancer, name string) *providers.LoadBalancer {
+func renamed(lb *lbmodel.LoadBalancer, name string) *lbmodel.LoadBalancer {
 	out := lb.Clone()
 	rename := func(s string) string { return strings.Replace(s, lb.Name, name, 1) }
 	out.Name = name
@@ -327,9 +328,9 @@ func renamed(lb *providers.LoadBalancer, name string) *providers.LoadBalancer {
 
 func TestProvider_deleteIsToldTheKindNotGuessedFromTheName(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	gw := renamed(ingressLB(tlsCert(t, "shop-tls", "shop.example.com")), providers.LoadBalancerName(cluster, "ns", "gateway"))
+	gw := renamed(ingressLB(tlsCert(t, "shop-tls", "shop.example.com")), lbmodel.LoadBalancerName(cluster, "ns", "gateway"))
 	f.ensure(gw)
-	if err := f.p.Delete(context.Background(), gw.Name, providers.L7); err != nil {
+	if err := f.p.Delete(context.Background(), gw.Name, lbmodel.L7); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	for _, typ := range []string{"virtualservice", "vsvip", "pool", "httppolicyset", "sslkeyandcertificate"} {
@@ -340,19 +341,19 @@ func TestProvider_deleteIsToldTheKindNotGuessedFromTheName(t *testing.T) {
 }
 
 func TestProvider_l7RefusesGatewayFieldsItCannotExpress(t *testing.T) {
-	for field, change := range map[string]func(*providers.LoadBalancer){
-		"query": func(lb *providers.LoadBalancer) {
-			lb.HTTP.Rules[2].Query = []providers.ValueMatch{{Name: "x", Value: "y"}}
+	for field, change := range map[string]func(*lbmodel.LoadBalancer){
+		"query": func(lb *lbmodel.LoadBalancer) {
+			lb.HTTP.Rules[2].Query = []lbmodel.ValueMatch{{Name: "x", Value: "y"}}
 		},
-		"fixedStatus":         func(lb *providers.LoadBalancer) { r := &lb.HTTP.Rules[0]; r.Pool, r.FixedStatus = "", 500 },
-		"member weights":      func(lb *providers.LoadBalancer) { lb.Pools[1].Members[1].Weight = 70 },
-		"some listeners only": func(lb *providers.LoadBalancer) { lb.HTTP.Rules[1].Ports = []int32{443} },
+		"fixedStatus":         func(lb *lbmodel.LoadBalancer) { r := &lb.HTTP.Rules[0]; r.Pool, r.FixedStatus = "", 500 },
+		"member weights":      func(lb *lbmodel.LoadBalancer) { lb.Pools[1].Members[1].Weight = 70 },
+		"some listeners only": func(lb *lbmodel.LoadBalancer) { lb.HTTP.Rules[1].Ports = []int32{443} },
 	} {
 		f := newFixture(t, fixtureOptions{})
 		lb := ingressLB(tlsCert(t, "a-tls", "shop.example.com"))
 		change(lb)
 		_, err := providers.Validated(f.v).Ensure(context.Background(), lb)
-		if !errors.Is(err, providers.ErrUnsupported) || !strings.Contains(err.Error(), field) {
+		if !errors.Is(err, lbmodel.ErrUnsupported) || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: Ensure = %v, want ErrUnsupported naming it", field, err)
 		}
 		if w := f.writes(); len(w) != 0 {

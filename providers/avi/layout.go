@@ -12,15 +12,14 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/vmware/alb-sdk/go/models"
-
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // maxNameLength is the longest object name the controller accepts.
 const maxNameLength = 255
 
-// shortenedSuffixLength is what providers.Shorten appends: "-" and 10 hex
+// shortenedSuffixLength is what lbmodel.Shorten appends: "-" and 10 hex
 // digits.
 const shortenedSuffixLength = 11
 
@@ -82,18 +81,18 @@ type markers struct {
 // someone changed by hand.
 
 type poolSpec struct {
-	Name     string             `json:"name"`
-	Cloud    string             `json:"cloud"`
-	Monitors []string           `json:"monitors"`
-	Members  []providers.Member `json:"members"`
-	Graceful int32              `json:"graceful"`
-	Markers  markers            `json:"markers"`
+	Name     string           `json:"name"`
+	Cloud    string           `json:"cloud"`
+	Monitors []string         `json:"monitors"`
+	Members  []lbmodel.Member `json:"members"`
+	Graceful int32            `json:"graceful"`
+	Markers  markers          `json:"markers"`
 }
 
 type ruleSpec struct {
-	Port     int32              `json:"port"`
-	Protocol providers.Protocol `json:"protocol"`
-	Pool     string             `json:"pool"`
+	Port     int32            `json:"port"`
+	Protocol lbmodel.Protocol `json:"protocol"`
+	Pool     string           `json:"pool"`
 	// PoolGroup is the pool group of a Gateway's TCP or UDP listener,
 	// omitted (so L4 checksums stay as they were) when empty.
 	PoolGroup string `json:"poolGroup,omitempty"`
@@ -169,13 +168,13 @@ func (l *layout) poolNames() map[string]bool {
 	return out
 }
 
-// plan lays lb out, a model that passed providers.Normalize (the registry
+// plan lays lb out, a model that passed lbmodel.Normalize (the registry
 // opens the provider behind providers.Validated). It makes no call.
-func (p *Provider) plan(lb *providers.LoadBalancer) (*layout, error) {
-	if !providers.OwnedBy(p.cfg.ClusterName, lb.Name) {
+func (p *Provider) plan(lb *lbmodel.LoadBalancer) (*layout, error) {
+	if !lbmodel.OwnedBy(p.cfg.ClusterName, lb.Name) {
 		return nil, fmt.Errorf("name %q does not start with the cluster name %q and --", lb.Name, p.cfg.ClusterName)
 	}
-	name := providers.Shorten(lb.Name, maxNameLength)
+	name := lbmodel.Shorten(lb.Name, maxNameLength)
 	mk := markers{Cluster: p.cfg.ClusterName, Service: lb.Service}
 	l := &layout{name: name}
 
@@ -192,7 +191,7 @@ func (p *Provider) plan(lb *providers.LoadBalancer) (*layout, error) {
 	}
 	allUDP := true
 	for _, ln := range lb.Listeners {
-		allUDP = allUDP && ln.Protocol == providers.UDP
+		allUDP = allUDP && ln.Protocol == lbmodel.UDP
 	}
 	if allUDP {
 		// As AKO does: a UDP-only virtual service takes the UDP profile
@@ -202,10 +201,10 @@ func (p *Provider) plan(lb *providers.LoadBalancer) (*layout, error) {
 
 	for _, ln := range lb.Listeners {
 		monitor := monitorTCP
-		if ln.Protocol == providers.UDP {
+		if ln.Protocol == lbmodel.UDP {
 			monitor = monitorUDP
 		}
-		poolName := providers.Shorten(ln.Pool.Name, maxNameLength)
+		poolName := lbmodel.Shorten(ln.Pool.Name, maxNameLength)
 		if slices.ContainsFunc(l.pools, func(ps poolSpec) bool { return ps.Name == poolName }) {
 			return nil, fmt.Errorf("pools of %s: two shorten to %s", lb.Name, poolName)
 		}
@@ -215,7 +214,7 @@ func (p *Provider) plan(lb *providers.LoadBalancer) (*layout, error) {
 		})
 		l.policy.Rules = append(l.policy.Rules, ruleSpec{Port: ln.Port, Protocol: ln.Protocol, Pool: poolName})
 		svc := serviceSpec{Port: ln.Port}
-		if ln.Protocol == providers.UDP && !allUDP {
+		if ln.Protocol == lbmodel.UDP && !allUDP {
 			svc.NetworkProfile = profileUDPFastPath
 		}
 		l.vs.Services = append(l.vs.Services, svc)
@@ -300,13 +299,13 @@ func poolSpecOf(o *models.Pool) poolSpec {
 
 // membersOf reads a pool's servers; a server without enabled is enabled, as
 // the controller defaults it.
-func membersOf(o *models.Pool) []providers.Member {
-	members := make([]providers.Member, 0, len(o.Servers))
+func membersOf(o *models.Pool) []lbmodel.Member {
+	members := make([]lbmodel.Member, 0, len(o.Servers))
 	for _, srv := range o.Servers {
 		if srv == nil || srv.IP == nil || srv.IP.Addr == nil {
 			continue
 		}
-		m := providers.Member{IP: *srv.IP.Addr, Enabled: true}
+		m := lbmodel.Member{IP: *srv.IP.Addr, Enabled: true}
 		if ip, err := netip.ParseAddr(m.IP); err == nil {
 			m.IP = ip.Unmap().String()
 		}
@@ -318,7 +317,7 @@ func membersOf(o *models.Pool) []providers.Member {
 		}
 		members = append(members, m)
 	}
-	return providers.SortMembers(members)
+	return lbmodel.SortMembers(members)
 }
 
 // rulesOf reads the port, protocol and pool of each rule of a policy set.
@@ -584,8 +583,8 @@ func (p *Provider) vsModel(s vsSpec, refs vsRefs) *models.VirtualService {
 	return o
 }
 
-func protocolOf(avi string) providers.Protocol {
-	return providers.Protocol(strings.TrimPrefix(avi, "PROTOCOL_"))
+func protocolOf(avi string) lbmodel.Protocol {
+	return lbmodel.Protocol(strings.TrimPrefix(avi, "PROTOCOL_"))
 }
 
 // poolNamePattern matches the pools of one load balancer by the naming

@@ -18,8 +18,9 @@ import (
 	"github.com/vmware/alb-sdk/go/session"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeportlocal/npl/internal/secretfile"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
-	"github.com/nodeportlocal/npl/providers/secretfile"
 )
 
 // maxSessions bounds the SDK sessions, and so the requests in flight, that
@@ -330,7 +331,7 @@ func (p *Provider) read(s *aviSession, name string, wanted map[string]bool) (*cu
 // set and virtual service, then it deletes pools no longer wanted. Objects
 // already in sync cost no write, so a membership change is one PUT of the
 // pool. An error leaves everything else as it was; calling again converges.
-func (p *Provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
+func (p *Provider) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (providers.Status, error) {
 	// Nothing is written of a model it cannot express whole.
 	if err := supported(lb); err != nil {
 		return providers.Status{}, fmt.Errorf("ensure %s: Avi: %w", lb.Name, err)
@@ -437,7 +438,7 @@ func removePools(s *aviSession, log klog.Logger, pools []*models.Pool) error {
 // Delete removes the virtual service, policy set, pools and VsVip of the
 // load balancer name, in that order, and for an L7 load balancer its HTTP
 // policy set and certificates too; what does not exist is skipped.
-func (p *Provider) Delete(ctx context.Context, name string, kind providers.Kind) error {
+func (p *Provider) Delete(ctx context.Context, name string, kind lbmodel.Kind) error {
 	s, err := p.acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", name, err)
@@ -447,7 +448,7 @@ func (p *Provider) Delete(ctx context.Context, name string, kind providers.Kind)
 	log := klog.FromContext(ctx).WithValues("loadBalancer", name)
 
 	var victims []victim
-	if kind == providers.L7 {
+	if kind == lbmodel.L7 {
 		if victims, err = p.l7Victims(s, name); err != nil {
 			return fmt.Errorf("delete %s: %w", name, err)
 		}
@@ -469,7 +470,7 @@ type victim struct{ typ, name, uuid string }
 // l4Victims lists, in delete order, the objects of the L4 load balancer
 // name: virtual service, policy set, pools, VsVip.
 func (p *Provider) l4Victims(s *aviSession, name string) ([]victim, error) {
-	aviName := providers.Shorten(name, maxNameLength)
+	aviName := lbmodel.Shorten(name, maxNameLength)
 	cur, err := p.read(s, aviName, nil)
 	if err != nil {
 		return nil, err
@@ -495,7 +496,7 @@ func (p *Provider) l4Victims(s *aviSession, name string) ([]victim, error) {
 // it, from all objects created by npl-<cluster> (and VsVips marked with the
 // cluster). Objects left without their virtual service (after a failed
 // delete) still form a load balancer, so that garbage collection finds them.
-func (p *Provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
+func (p *Provider) List(ctx context.Context) ([]lbmodel.LoadBalancer, error) {
 	s, err := p.acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list: %w", err)
@@ -540,13 +541,13 @@ func (p *Provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
 	}
 	l7, vss, policies, pools, vsvips := p.groupL7(vss, httpPolicies, policies, pools, groups, certs, vsvips)
 	out := append(p.group(vss, policies, pools, vsvips), l7...)
-	slices.SortFunc(out, func(a, b providers.LoadBalancer) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b lbmodel.LoadBalancer) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
 // group assembles load balancers from the objects List read.
 func (p *Provider) group(vss []*models.VirtualService, policies []*models.L4PolicySet, pools []*models.Pool,
-	vsvips []*models.VsVip) []providers.LoadBalancer {
+	vsvips []*models.VsVip) []lbmodel.LoadBalancer {
 	type parts struct {
 		vs      *models.VirtualService
 		policy  *models.L4PolicySet
@@ -613,9 +614,9 @@ func (p *Provider) group(vss []*models.VirtualService, policies []*models.L4Poli
 		}
 	}
 
-	out := make([]providers.LoadBalancer, 0, len(byName))
+	out := make([]lbmodel.LoadBalancer, 0, len(byName))
 	for name, pt := range byName {
-		lb := providers.LoadBalancer{Name: name, Listeners: []providers.Listener{}}
+		lb := lbmodel.LoadBalancer{Name: name, Listeners: []lbmodel.Listener{}}
 		lb.Service = markersOfAny(pt.vs, pt.policy, pt.vsvip, pt.pools).Service
 		lb.Name = p.modelName(name, lb.Service)
 		lb.VIPs = vipsOf(pt.vsvip)
@@ -627,13 +628,13 @@ func (p *Provider) group(vss []*models.VirtualService, policies []*models.L4Poli
 		for _, o := range pt.pools {
 			m := trailingListener.FindStringSubmatch(deref(o.Name))
 			port, _ := strconv.Atoi(m[2])
-			r := ruleSpec{Port: int32(port), Protocol: providers.Protocol(m[1]), Pool: deref(o.Name)}
+			r := ruleSpec{Port: int32(port), Protocol: lbmodel.Protocol(m[1]), Pool: deref(o.Name)}
 			lb.Listeners = append(lb.Listeners, p.listener(lb.Name, r, o))
 		}
-		providers.SortListeners(lb.Listeners)
+		lbmodel.SortListeners(lb.Listeners)
 		out = append(out, lb)
 	}
-	slices.SortFunc(out, func(a, b providers.LoadBalancer) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b lbmodel.LoadBalancer) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -641,10 +642,10 @@ func (p *Provider) group(vss []*models.VirtualService, policies []*models.L4Poli
 var trailingListener = regexp.MustCompile(`-(TCP|UDP)-([0-9]+)$`)
 
 // listener builds the listener of rule r from its pool (nil if missing).
-func (p *Provider) listener(lbName string, r ruleSpec, pool *models.Pool) providers.Listener {
-	ln := providers.Listener{Port: r.Port, Protocol: r.Protocol, Pool: providers.Pool{Name: r.Pool, Members: []providers.Member{}}}
-	full := providers.PoolName(lbName, r.Protocol, r.Port)
-	if providers.Shorten(full, maxNameLength) == r.Pool {
+func (p *Provider) listener(lbName string, r ruleSpec, pool *models.Pool) lbmodel.Listener {
+	ln := lbmodel.Listener{Port: r.Port, Protocol: r.Protocol, Pool: lbmodel.Pool{Name: r.Pool, Members: []lbmodel.Member{}}}
+	full := lbmodel.PoolName(lbName, r.Protocol, r.Port)
+	if lbmodel.Shorten(full, maxNameLength) == r.Pool {
 		ln.Pool.Name = full
 	}
 	if pool != nil {
@@ -660,7 +661,7 @@ func (p *Provider) modelName(aviName, service string) string {
 	if !ok || ns == "" || svc == "" {
 		return aviName
 	}
-	if full := providers.LoadBalancerName(p.cfg.ClusterName, ns, svc); providers.Shorten(full, maxNameLength) == aviName {
+	if full := lbmodel.LoadBalancerName(p.cfg.ClusterName, ns, svc); lbmodel.Shorten(full, maxNameLength) == aviName {
 		return full
 	}
 	return aviName

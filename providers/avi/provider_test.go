@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/vmware/alb-sdk/go/models"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/sim/avi/avisim"
 )
@@ -81,7 +82,7 @@ func newFixture(t testing.TB, o fixtureOptions) *fixture {
 		cfg: cfg.(*Config)}
 }
 
-func (f *fixture) ensure(lb *providers.LoadBalancer) providers.Status {
+func (f *fixture) ensure(lb *lbmodel.LoadBalancer) providers.Status {
 	f.t.Helper()
 	st, err := f.v.Ensure(context.Background(), lb)
 	if err != nil {
@@ -90,7 +91,7 @@ func (f *fixture) ensure(lb *providers.LoadBalancer) providers.Status {
 	return st
 }
 
-func (f *fixture) list() []providers.LoadBalancer {
+func (f *fixture) list() []lbmodel.LoadBalancer {
 	f.t.Helper()
 	lbs, err := f.p.List(context.Background())
 	if err != nil {
@@ -137,37 +138,37 @@ func (f *fixture) writes() []string {
 	return out
 }
 
-func member(ip string, port int32) providers.Member {
-	return providers.Member{IP: ip, Port: port, Enabled: true}
+func member(ip string, port int32) lbmodel.Member {
+	return lbmodel.Member{IP: ip, Port: port, Enabled: true}
 }
 
-func listener(lbName string, proto providers.Protocol, port int32, members ...providers.Member) providers.Listener {
-	members = providers.SortMembers(append([]providers.Member{}, members...))
-	return providers.Listener{Port: port, Protocol: proto,
-		Pool: providers.Pool{Name: providers.PoolName(lbName, proto, port), Members: members}}
+func listener(lbName string, proto lbmodel.Protocol, port int32, members ...lbmodel.Member) lbmodel.Listener {
+	members = lbmodel.SortMembers(append([]lbmodel.Member{}, members...))
+	return lbmodel.Listener{Port: port, Protocol: proto,
+		Pool: lbmodel.Pool{Name: lbmodel.PoolName(lbName, proto, port), Members: members}}
 }
 
 // webLB is the load balancer of Service ns/<svc> with the given listeners.
-func webLB(svc string, listeners ...func(name string) providers.Listener) *providers.LoadBalancer {
-	name := providers.LoadBalancerName(cluster, "ns", svc)
-	lb := &providers.LoadBalancer{Name: name, Service: "ns/" + svc}
+func webLB(svc string, listeners ...func(name string) lbmodel.Listener) *lbmodel.LoadBalancer {
+	name := lbmodel.LoadBalancerName(cluster, "ns", svc)
+	lb := &lbmodel.LoadBalancer{Name: name, Service: "ns/" + svc}
 	for _, l := range listeners {
 		lb.Listeners = append(lb.Listeners, l(name))
 	}
-	providers.SortListeners(lb.Listeners)
+	lbmodel.SortListeners(lb.Listeners)
 	return lb
 }
 
-func tcp(port int32, members ...providers.Member) func(string) providers.Listener {
-	return func(name string) providers.Listener { return listener(name, providers.TCP, port, members...) }
+func tcp(port int32, members ...lbmodel.Member) func(string) lbmodel.Listener {
+	return func(name string) lbmodel.Listener { return listener(name, lbmodel.TCP, port, members...) }
 }
 
-func udp(port int32, members ...providers.Member) func(string) providers.Listener {
-	return func(name string) providers.Listener { return listener(name, providers.UDP, port, members...) }
+func udp(port int32, members ...lbmodel.Member) func(string) lbmodel.Listener {
+	return func(name string) lbmodel.Listener { return listener(name, lbmodel.UDP, port, members...) }
 }
 
 // withVIPs returns a copy of lb as List reports it.
-func withVIPs(lb *providers.LoadBalancer, vips ...string) providers.LoadBalancer {
+func withVIPs(lb *lbmodel.LoadBalancer, vips ...string) lbmodel.LoadBalancer {
 	out := *lb
 	out.VIPs = vips
 	out.RequestedVIP = ""
@@ -244,8 +245,8 @@ func TestProvider_createsTheAKOLayout(t *testing.T) {
 		t.Fatalf("l4policysets: %v", f.names("l4policyset"))
 	}
 	wantRules := []ruleSpec{
-		{Port: 80, Protocol: providers.TCP, Pool: name + "-TCP-80"},
-		{Port: 53, Protocol: providers.UDP, Pool: name + "-UDP-53"},
+		{Port: 80, Protocol: lbmodel.TCP, Pool: name + "-TCP-80"},
+		{Port: 53, Protocol: lbmodel.UDP, Pool: name + "-UDP-53"},
 	}
 	if diff := cmp.Diff(wantRules, rulesOf(policies[0])); diff != "" {
 		t.Errorf("policy rules (-want +got):\n%s", diff)
@@ -279,7 +280,7 @@ func TestProvider_createsTheAKOLayout(t *testing.T) {
 		t.Errorf("virtual service services (-want +got):\n%s", diff)
 	}
 
-	if diff := cmp.Diff([]providers.LoadBalancer{withVIPs(lb, "198.18.200.1")}, f.list()); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(lb, "198.18.200.1")}, f.list()); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 }
@@ -350,13 +351,13 @@ func TestProvider_membershipChangeIsOneWrite(t *testing.T) {
 	drainingB.Enabled = false
 	steps := []struct {
 		name    string
-		members []providers.Member
+		members []lbmodel.Member
 	}{
-		{"scale up", []providers.Member{a, b}},
-		{"scale up by two", []providers.Member{a, b, c}},
-		{"drain one", []providers.Member{a, drainingB, c}},
-		{"scale down", []providers.Member{a, c}},
-		{"replace all", []providers.Member{b}},
+		{"scale up", []lbmodel.Member{a, b}},
+		{"scale up by two", []lbmodel.Member{a, b, c}},
+		{"drain one", []lbmodel.Member{a, drainingB, c}},
+		{"scale down", []lbmodel.Member{a, c}},
+		{"replace all", []lbmodel.Member{b}},
 		{"no backend", nil},
 	}
 	for _, st := range steps {
@@ -367,7 +368,7 @@ func TestProvider_membershipChangeIsOneWrite(t *testing.T) {
 			if diff := cmp.Diff([]string{"PUT pool"}, f.writes()); diff != "" {
 				t.Errorf("writes (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff([]providers.LoadBalancer{withVIPs(lb, "198.18.200.1")}, f.list()); diff != "" {
+			if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(lb, "198.18.200.1")}, f.list()); diff != "" {
 				t.Errorf("List (-want +got):\n%s", diff)
 			}
 		})
@@ -385,7 +386,7 @@ func TestProvider_addAndRemoveListener(t *testing.T) {
 	if diff := cmp.Diff([]string{"POST pool", "PUT l4policyset", "PUT virtualservice"}, f.writes()); diff != "" {
 		t.Errorf("adding a port, writes (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{withVIPs(added, "198.18.200.1")}, f.list()); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(added, "198.18.200.1")}, f.list()); diff != "" {
 		t.Errorf("after adding a port, List (-want +got):\n%s", diff)
 	}
 
@@ -398,7 +399,7 @@ func TestProvider_addAndRemoveListener(t *testing.T) {
 	if diff := cmp.Diff([]string{"c1--ns-web-TCP-443", "c1--ns-web-TCP-80"}, f.names("pool")); diff != "" {
 		t.Errorf("pools after removing UDP 53 (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{withVIPs(removed, "198.18.200.1")}, f.list()); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(removed, "198.18.200.1")}, f.list()); diff != "" {
 		t.Errorf("after removing a port, List (-want +got):\n%s", diff)
 	}
 }
@@ -418,7 +419,7 @@ func TestProvider_changeListenerProtocol(t *testing.T) {
 	if diff := cmp.Diff([]serviceSpec{{Port: 53, NetworkProfile: "System-UDP-Fast-Path"}, {Port: 80}}, vsSpecOf(vs).Services); diff != "" {
 		t.Errorf("services (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{withVIPs(changed, "198.18.200.1")}, f.list()); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(changed, "198.18.200.1")}, f.list()); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 
@@ -440,7 +441,7 @@ func TestProvider_deleteRemovesEverything(t *testing.T) {
 	f.ensure(webLB("web", tcp(80, m), udp(53, m)))
 	f.sim.ResetCounters()
 
-	if err := f.p.Delete(context.Background(), "c1--ns-web", providers.L4); err != nil {
+	if err := f.p.Delete(context.Background(), "c1--ns-web", lbmodel.L4); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 
@@ -459,14 +460,14 @@ func TestProvider_deleteRemovesEverything(t *testing.T) {
 
 	f.sim.ResetCounters()
 	for _, name := range []string{"c1--ns-web", "c1--ns-never-existed"} {
-		if err := f.p.Delete(context.Background(), name, providers.L4); err != nil {
+		if err := f.p.Delete(context.Background(), name, lbmodel.L4); err != nil {
 			t.Errorf("Delete %s again: %v", name, err)
 		}
 	}
 	if n := f.sim.Writes(); n != 0 {
 		t.Errorf("deleting what is gone made %d writes", n)
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{withVIPs(keep, "198.18.200.1")}, f.list()); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(keep, "198.18.200.1")}, f.list()); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 }
@@ -492,7 +493,7 @@ func TestProvider_conflictOnCreateAdoptsUnownedObject(t *testing.T) {
 	if diff := cmp.Diff([]string{"GET 200", "POST 409", "GET 200", "PUT 200"}, statuses); diff != "" {
 		t.Errorf("pool requests (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{withVIPs(lb, "198.18.200.1")}, f.list()); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(lb, "198.18.200.1")}, f.list()); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 }
@@ -519,7 +520,7 @@ func TestProvider_neverTouchesAnotherOwnersObject(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("Ensure: got %v, want an error containing %q", err, tc.wantErr)
 			}
-			if err := f.p.Delete(context.Background(), "c1--ns-web", providers.L4); err != nil {
+			if err := f.p.Delete(context.Background(), "c1--ns-web", lbmodel.L4); err != nil {
 				t.Fatalf("Delete: %v", err)
 			}
 			if diff := cmp.Diff(before, f.sim.Objects("admin", tc.typ)); diff != "" {
@@ -542,7 +543,7 @@ func TestProvider_logsInAgainWhenSessionsExpire(t *testing.T) {
 		if n := f.sim.Calls()["POST login"]; n != 1 {
 			t.Errorf("logins: got %d, want 1", n)
 		}
-		if diff := cmp.Diff([]providers.LoadBalancer{withVIPs(lb, "198.18.200.1")}, f.list()); diff != "" {
+		if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(lb, "198.18.200.1")}, f.list()); diff != "" {
 			t.Errorf("List (-want +got):\n%s", diff)
 		}
 	})
@@ -553,7 +554,7 @@ func TestProvider_logsInAgainWhenSessionsExpire(t *testing.T) {
 		f.sim.ExpireSessions()
 		lb := webLB("web", tcp(80, b))
 		f.ensure(lb)
-		if diff := cmp.Diff([]providers.LoadBalancer{withVIPs(lb, "198.18.200.1")}, f.list()); diff != "" {
+		if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(lb, "198.18.200.1")}, f.list()); diff != "" {
 			t.Errorf("List (-want +got):\n%s", diff)
 		}
 	})
@@ -596,7 +597,7 @@ func TestProvider_staleUpdateIsRetriedOnce(t *testing.T) {
 	if diff := cmp.Diff([]string{"PUT pool", "PUT pool"}, f.writes()); diff != "" {
 		t.Errorf("writes (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{withVIPs(lb, "198.18.200.1")}, f.list()); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(lb, "198.18.200.1")}, f.list()); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 }
@@ -612,7 +613,7 @@ func TestProvider_serverErrorsDeleteNothing(t *testing.T) {
 		fault   avisim.Fault
 		wantErr string
 		// wantList is the state the error leaves: the writes made before it.
-		wantList *providers.LoadBalancer
+		wantList *lbmodel.LoadBalancer
 	}{
 		{
 			name:     "pool update fails",
@@ -663,12 +664,12 @@ func TestProvider_serverErrorsDeleteNothing(t *testing.T) {
 				if diff := cmp.Diff([]string{"c1--ns-web-TCP-80", "c1--ns-web-UDP-53"}, f.names("pool")); diff != "" {
 					t.Errorf("pools (-want +got):\n%s", diff)
 				}
-			} else if diff := cmp.Diff([]providers.LoadBalancer{withVIPs(tc.wantList, "198.18.200.1")}, f.list()); diff != "" {
+			} else if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(tc.wantList, "198.18.200.1")}, f.list()); diff != "" {
 				t.Errorf("state after the failed Ensure (-want +got):\n%s", diff)
 			}
 
 			f.ensure(after)
-			if diff := cmp.Diff([]providers.LoadBalancer{withVIPs(after, "198.18.200.1")}, f.list()); diff != "" {
+			if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(after, "198.18.200.1")}, f.list()); diff != "" {
 				t.Errorf("after the next Ensure (-want +got):\n%s", diff)
 			}
 		})
@@ -690,7 +691,7 @@ func TestProvider_timeoutsAreErrors(t *testing.T) {
 	}
 	f.sim.RemoveFault(id)
 	f.ensure(lb)
-	if diff := cmp.Diff([]providers.LoadBalancer{withVIPs(lb, "198.18.200.1")}, f.list()); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(lb, "198.18.200.1")}, f.list()); diff != "" {
 		t.Errorf("after the next Ensure (-want +got):\n%s", diff)
 	}
 }
@@ -728,7 +729,7 @@ func TestProvider_reportsTheControllersMessage(t *testing.T) {
 	t.Run("invalid model", func(t *testing.T) {
 		f := newFixture(t, fixtureOptions{})
 		_, err := f.v.Ensure(context.Background(), webLB("web", tcp(80, member("not-an-ip", 1))))
-		var invalid *providers.InvalidModelError
+		var invalid *lbmodel.InvalidModelError
 		if !errors.As(err, &invalid) || !strings.Contains(err.Error(), `member "not-an-ip": not an IP address`) {
 			t.Errorf("got %v", err)
 		}
@@ -747,9 +748,9 @@ func TestProvider_aModelWithoutListenersNeverReachesTheController(t *testing.T) 
 	f.ensure(web)
 	before := f.sim.Dump()
 	f.sim.ResetCounters()
-	for _, lb := range []*providers.LoadBalancer{webLB("web"), webLB("sctp-only")} {
+	for _, lb := range []*lbmodel.LoadBalancer{webLB("web"), webLB("sctp-only")} {
 		_, err := f.v.Ensure(context.Background(), lb)
-		if !errors.Is(err, providers.ErrNoListeners) {
+		if !errors.Is(err, lbmodel.ErrNoListeners) {
 			t.Errorf("Ensure(%s without listeners) = %v, want ErrNoListeners", lb.Name, err)
 		}
 	}
@@ -793,7 +794,7 @@ func TestProvider_listGroupsOnlyThisClustersObjects(t *testing.T) {
 	}
 
 	gone := webLB("gone", tcp(80))
-	want := []providers.LoadBalancer{withVIPs(api, "198.18.200.50"), withVIPs(gone), withVIPs(web, "198.18.200.1")}
+	want := []lbmodel.LoadBalancer{withVIPs(api, "198.18.200.50"), withVIPs(gone), withVIPs(web, "198.18.200.1")}
 	if diff := cmp.Diff(want, f.list()); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
@@ -809,7 +810,7 @@ func TestProvider_listGroupsOnlyThisClustersObjects(t *testing.T) {
 func TestProvider_listFollowsPages(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	const n = 51 // 102 pools: two pages of 100
-	var want []providers.LoadBalancer
+	var want []lbmodel.LoadBalancer
 	for i := 0; i < n; i++ {
 		lb := webLB(fmt.Sprintf("svc-%03d", i), tcp(80, member("198.18.0.11", int32(61000+i))), udp(53))
 		st := f.ensure(lb)
@@ -823,9 +824,9 @@ func TestProvider_listFollowsPages(t *testing.T) {
 func TestProvider_shortensLongNames(t *testing.T) {
 	long := strings.Repeat("k", 250)
 	f := newFixture(t, fixtureOptions{cluster: long})
-	name := providers.LoadBalancerName(long, "ns", "web")
-	lb := &providers.LoadBalancer{Name: name, Service: "ns/web",
-		Listeners: []providers.Listener{listener(name, providers.TCP, 80, member("198.18.0.11", 61000))}}
+	name := lbmodel.LoadBalancerName(long, "ns", "web")
+	lb := &lbmodel.LoadBalancer{Name: name, Service: "ns/web",
+		Listeners: []lbmodel.Listener{listener(name, lbmodel.TCP, 80, member("198.18.0.11", 61000))}}
 
 	f.ensure(lb)
 
@@ -836,7 +837,7 @@ func TestProvider_shortensLongNames(t *testing.T) {
 			}
 		}
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{withVIPs(lb, "198.18.200.1")}, f.list()); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(lb, "198.18.200.1")}, f.list()); diff != "" {
 		t.Errorf("List reports the names npl-lbsync uses (-want +got):\n%s", diff)
 	}
 	f.sim.ResetCounters()
@@ -844,7 +845,7 @@ func TestProvider_shortensLongNames(t *testing.T) {
 	if n := f.sim.Writes(); n != 0 {
 		t.Errorf("second Ensure: %d writes", n)
 	}
-	if err := f.p.Delete(context.Background(), name, providers.L4); err != nil {
+	if err := f.p.Delete(context.Background(), name, lbmodel.L4); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.list(); len(got) != 0 {

@@ -12,7 +12,7 @@ import (
 	"github.com/vmware/alb-sdk/go/clients"
 	"github.com/vmware/alb-sdk/go/session"
 
-	"github.com/nodeportlocal/npl/providers/secretfile"
+	"github.com/nodeportlocal/npl/internal/secretfile"
 )
 
 // apiError is an error answer of the controller, with its message, so that

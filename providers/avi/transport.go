@@ -11,7 +11,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/nodeportlocal/npl/providers/secretfile"
+	"github.com/nodeportlocal/npl/internal/secretfile"
 )
 
 // authTransport carries one SDK session's requests and owns its login.

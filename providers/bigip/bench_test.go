@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
 )
@@ -50,11 +51,11 @@ func benchEnv(b *testing.B) (*bigipsim.Server, providers.Provider) {
 
 // benchLB is load balancer i: one TCP listener with three members, the
 // third on port 61000+gen so that gen changes the membership.
-func benchLB(i, gen int) *providers.LoadBalancer {
-	name := providers.LoadBalancerName("bench", "ns", fmt.Sprintf("svc-%04d", i))
+func benchLB(i, gen int) *lbmodel.LoadBalancer {
+	name := lbmodel.LoadBalancerName("bench", "ns", fmt.Sprintf("svc-%04d", i))
 	node := func(n int) string { return fmt.Sprintf("198.18.%d.%d", n/250, n%250+1) }
-	return &providers.LoadBalancer{Name: name, Service: fmt.Sprintf("ns/svc-%04d", i), Listeners: []providers.Listener{{
-		Port: 80, Protocol: providers.TCP, Pool: providers.Pool{Name: providers.PoolName(name, providers.TCP, 80), Members: []providers.Member{
+	return &lbmodel.LoadBalancer{Name: name, Service: fmt.Sprintf("ns/svc-%04d", i), Listeners: []lbmodel.Listener{{
+		Port: 80, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: lbmodel.PoolName(name, lbmodel.TCP, 80), Members: []lbmodel.Member{
 			{IP: node(i % 500), Port: 61000, Enabled: true},
 			{IP: node((i + 1) % 500), Port: 61000, Enabled: true},
 			{IP: node((i + 2) % 500), Port: int32(61001 + gen%500), Enabled: true},
@@ -122,24 +123,24 @@ func BenchmarkEnsure1000(b *testing.B) {
 // 8080, 100 routes of one weighted pool and one rule each (a header match
 // and a request header filter), every other one on port 80 only; gen
 // changes the weight of the first route's first member.
-func benchGateway(gen int) *providers.LoadBalancer {
-	name := providers.GatewayLoadBalancerName("bench", "ns", "gw")
-	lb := &providers.LoadBalancer{Name: name, Kind: providers.L7, Gateway: "ns/gw",
-		Listeners: []providers.Listener{{Port: 80, Protocol: providers.HTTP}, {Port: 8080, Protocol: providers.HTTP}},
-		HTTP:      &providers.HTTPRoutes{}}
+func benchGateway(gen int) *lbmodel.LoadBalancer {
+	name := lbmodel.GatewayLoadBalancerName("bench", "ns", "gw")
+	lb := &lbmodel.LoadBalancer{Name: name, Kind: lbmodel.L7, Gateway: "ns/gw",
+		Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.HTTP}, {Port: 8080, Protocol: lbmodel.HTTP}},
+		HTTP:      &lbmodel.HTTPRoutes{}}
 	for i := range 100 {
-		pool := providers.GatewayPoolName(name, "ns", fmt.Sprintf("r%03d", i), 0)
+		pool := lbmodel.GatewayPoolName(name, "ns", fmt.Sprintf("r%03d", i), 0)
 		w := int32(2)
 		if i == 0 {
 			w = int32(2 + gen%200)
 		}
-		lb.Pools = append(lb.Pools, providers.Pool{Name: pool, Members: []providers.Member{
+		lb.Pools = append(lb.Pools, lbmodel.Pool{Name: pool, Members: []lbmodel.Member{
 			{IP: "198.18.0.1", Port: int32(61000 + i), Enabled: true, Weight: w},
 			{IP: "198.18.0.2", Port: int32(61000 + i), Enabled: true, Weight: 3},
 		}})
-		r := providers.Rule{Host: fmt.Sprintf("r%03d.example.com", i), Path: "/", PathType: providers.PathPrefix, Pool: pool,
-			Headers:        []providers.ValueMatch{{Name: "x-env", Value: "canary"}},
-			RequestHeaders: &providers.HeaderFilter{Set: []providers.Header{{Name: "x-route", Value: fmt.Sprint(i)}}}}
+		r := lbmodel.Rule{Host: fmt.Sprintf("r%03d.example.com", i), Path: "/", PathType: lbmodel.PathPrefix, Pool: pool,
+			Headers:        []lbmodel.ValueMatch{{Name: "x-env", Value: "canary"}},
+			RequestHeaders: &lbmodel.HeaderFilter{Set: []lbmodel.Header{{Name: "x-route", Value: fmt.Sprint(i)}}}}
 		if i%2 == 0 {
 			r.Ports = []int32{80}
 		}

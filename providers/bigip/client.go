@@ -16,7 +16,7 @@ import (
 	f5 "github.com/f5devcentral/go-bigip"
 	"k8s.io/klog/v2"
 
-	"github.com/nodeportlocal/npl/providers/secretfile"
+	"github.com/nodeportlocal/npl/internal/secretfile"
 )
 
 const (

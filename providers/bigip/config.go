@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nodeportlocal/npl/internal/secretfile"
+	"github.com/nodeportlocal/npl/internal/strictjson"
 	"github.com/nodeportlocal/npl/providers"
-	"github.com/nodeportlocal/npl/providers/secretfile"
-	"github.com/nodeportlocal/npl/providers/strictjson"
 )
 
 // fieldPrefix names the configuration section in errors.

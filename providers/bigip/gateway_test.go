@@ -9,55 +9,56 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/providertest"
 	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
 )
 
-func weighted(ip string, port, weight int32) providers.Member {
-	return providers.Member{IP: ip, Port: port, Enabled: true, Weight: weight}
+func weighted(ip string, port, weight int32) lbmodel.Member {
+	return lbmodel.Member{IP: ip, Port: port, Enabled: true, Weight: weight}
 }
 
 // gatewayLB is the load balancer of Gateway shop/gw: HTTP on 80 and 8080,
 // HTTPS on 443; a weighted pool for a route with every match and filter
 // BIG-IP serves on port 80 only, a redirect on 8080, a catch-all rule on
 // every port, and a certificate for port 443.
-func gatewayLB(t *testing.T) *providers.LoadBalancer {
-	name := providers.GatewayLoadBalancerName(testCluster, "shop", "gw")
-	shop := providers.GatewayPoolName(name, "shop", "web", 0)
-	blog := providers.GatewayPoolName(name, "shop", "web", 1)
+func gatewayLB(t *testing.T) *lbmodel.LoadBalancer {
+	name := lbmodel.GatewayLoadBalancerName(testCluster, "shop", "gw")
+	shop := lbmodel.GatewayPoolName(name, "shop", "web", 0)
+	blog := lbmodel.GatewayPoolName(name, "shop", "web", 1)
 	cert := tlsCert(t, "gw-tls", "shop.example.com")
 	cert.Ports = []int32{443}
-	return &providers.LoadBalancer{
-		Name: name, Kind: providers.L7, Gateway: "shop/gw",
-		Listeners: []providers.Listener{
-			{Port: 80, Protocol: providers.HTTP}, {Port: 8080, Protocol: providers.HTTP}, {Port: 443, Protocol: providers.HTTPS},
+	return &lbmodel.LoadBalancer{
+		Name: name, Kind: lbmodel.L7, Gateway: "shop/gw",
+		Listeners: []lbmodel.Listener{
+			{Port: 80, Protocol: lbmodel.HTTP}, {Port: 8080, Protocol: lbmodel.HTTP}, {Port: 443, Protocol: lbmodel.HTTPS},
 		},
-		Pools: []providers.Pool{
-			{Name: shop, Members: []providers.Member{weighted("198.18.0.11", 61000, 3), weighted("198.18.0.12", 61001, 1)}},
-			{Name: blog, Members: []providers.Member{member("198.18.0.13", 61002)}},
+		Pools: []lbmodel.Pool{
+			{Name: shop, Members: []lbmodel.Member{weighted("198.18.0.11", 61000, 3), weighted("198.18.0.12", 61001, 1)}},
+			{Name: blog, Members: []lbmodel.Member{member("198.18.0.13", 61002)}},
 		},
-		HTTP: &providers.HTTPRoutes{
-			Rules: []providers.Rule{
-				{Host: "*.example.com", Path: "/shop", PathType: providers.PathPrefix, Pool: shop, Ports: []int32{80},
-					Method: "GET", Headers: []providers.ValueMatch{{Name: "X-Env", Value: "canary"}},
-					Query:           []providers.ValueMatch{{Name: "page", Value: "2"}},
-					RequestHeaders:  &providers.HeaderFilter{Set: []providers.Header{{Name: "X-Set", Value: "1"}}, Add: []providers.Header{{Name: "X-Add", Value: "2"}}, Remove: []string{"X-Gone"}},
-					ResponseHeaders: &providers.HeaderFilter{Set: []providers.Header{{Name: "X-Out", Value: ""}}},
-					Rewrite:         &providers.Rewrite{Hostname: "internal.example.com", Path: &providers.PathModifier{Type: providers.ReplaceFullPath, Value: "/store"}}},
-				{Host: "shop.example.com", Path: "/old", PathType: providers.PathExact, Ports: []int32{8080},
-					Redirect: &providers.Redirect{Scheme: "https", StatusCode: 302}},
-				{Path: "/", PathType: providers.PathPrefix, Pool: blog, Order: 4},
+		HTTP: &lbmodel.HTTPRoutes{
+			Rules: []lbmodel.Rule{
+				{Host: "*.example.com", Path: "/shop", PathType: lbmodel.PathPrefix, Pool: shop, Ports: []int32{80},
+					Method: "GET", Headers: []lbmodel.ValueMatch{{Name: "X-Env", Value: "canary"}},
+					Query:           []lbmodel.ValueMatch{{Name: "page", Value: "2"}},
+					RequestHeaders:  &lbmodel.HeaderFilter{Set: []lbmodel.Header{{Name: "X-Set", Value: "1"}}, Add: []lbmodel.Header{{Name: "X-Add", Value: "2"}}, Remove: []string{"X-Gone"}},
+					ResponseHeaders: &lbmodel.HeaderFilter{Set: []lbmodel.Header{{Name: "X-Out", Value: ""}}},
+					Rewrite:         &lbmodel.Rewrite{Hostname: "internal.example.com", Path: &lbmodel.PathModifier{Type: lbmodel.ReplaceFullPath, Value: "/store"}}},
+				{Host: "shop.example.com", Path: "/old", PathType: lbmodel.PathExact, Ports: []int32{8080},
+					Redirect: &lbmodel.Redirect{Scheme: "https", StatusCode: 302}},
+				{Path: "/", PathType: lbmodel.PathPrefix, Pool: blog, Order: 4},
 			},
-			TLS: []providers.TLSCert{cert},
+			TLS: []lbmodel.TLSCert{cert},
 		},
 	}
 }
 
 // listedGateway is lb, normalized, as List reports it.
-func listedGateway(t *testing.T, lb *providers.LoadBalancer, vip string) providers.LoadBalancer {
+func listedGateway(t *testing.T, lb *lbmodel.LoadBalancer, vip string) lbmodel.LoadBalancer {
 	t.Helper()
-	n, err := providers.Normalize(lb)
+	n, err := lbmodel.Normalize(lb)
 	if err != nil {
 		t.Fatalf("Normalize: %v", err)
 	}
@@ -116,7 +117,7 @@ func TestProvider_gatewayServesItsModelWithAPolicyPerListener(t *testing.T) {
 		}
 	}
 	// Each virtual has its own policy; the certificate only on 443.
-	profile := p + providers.CertificateName(lb.Name, "shop/gw-tls")
+	profile := p + lbmodel.CertificateName(lb.Name, "shop/gw-tls")
 	for _, v := range got.Virtuals {
 		if !cmp.Equal(v.Policies, []string{v.FullPath}) {
 			t.Errorf("virtual %s: policies %v, want its own", v.FullPath, v.Policies)
@@ -127,7 +128,7 @@ func TestProvider_gatewayServesItsModelWithAPolicyPerListener(t *testing.T) {
 	}
 
 	// List returns the model applied.
-	if diff := cmp.Diff([]providers.LoadBalancer{listedGateway(t, lb, "198.18.100.1")}, e.list(t)); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{listedGateway(t, lb, "198.18.100.1")}, e.list(t)); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 	// Nothing changed: no write, also from a restarted npl-lbsync.
@@ -150,7 +151,7 @@ func TestProvider_gatewayServesItsModelWithAPolicyPerListener(t *testing.T) {
 	if !cmp.Equal(writes, map[string]int{"PUT pool": 1, "PATCH ltm-policy": 2, "PUT ltm-policy": 2, "POST ltm-policy": 2}) {
 		t.Errorf("writes %v, want one pool write and two policy drafts made, written and published", writes)
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{listedGateway(t, lb2, "198.18.100.1")}, e.list(t)); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{listedGateway(t, lb2, "198.18.100.1")}, e.list(t)); diff != "" {
 		t.Errorf("List after the change (-want +got):\n%s", diff)
 	}
 	st := e.sim.Dump()
@@ -162,7 +163,7 @@ func TestProvider_gatewayServesItsModelWithAPolicyPerListener(t *testing.T) {
 
 	// A listener goes: its virtual and its policy go.
 	lb3 := lb2.Clone()
-	lb3.Listeners = []providers.Listener{{Port: 80, Protocol: providers.HTTP}, {Port: 443, Protocol: providers.HTTPS}}
+	lb3.Listeners = []lbmodel.Listener{{Port: 80, Protocol: lbmodel.HTTP}, {Port: 443, Protocol: lbmodel.HTTPS}}
 	lb3.HTTP.Rules[0].Ports = []int32{80}
 	lb3.HTTP.Rules = slices2(lb3.HTTP.Rules[0], lb3.HTTP.Rules[2])
 	e.ensure(t, lb3)
@@ -175,7 +176,7 @@ func TestProvider_gatewayServesItsModelWithAPolicyPerListener(t *testing.T) {
 		t.Errorf("policies %v after the listener 8080 went", names)
 	}
 
-	if err := e.prov.Delete(context.Background(), lb.Name, providers.L7); err != nil {
+	if err := e.prov.Delete(context.Background(), lb.Name, lbmodel.L7); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	st = e.sim.Dump()
@@ -184,25 +185,25 @@ func TestProvider_gatewayServesItsModelWithAPolicyPerListener(t *testing.T) {
 	}
 }
 
-func slices2(rs ...providers.Rule) []providers.Rule { return rs }
+func slices2(rs ...lbmodel.Rule) []lbmodel.Rule { return rs }
 
 func TestProvider_gatewayTCPAndUDPListenersAreVirtualsWithTheirPools(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	// The unwrapped provider: the model's contract admits TCP and UDP
 	// listeners on a Gateway's load balancer; this model is in its
 	// canonical form already.
-	name := providers.GatewayLoadBalancerName(testCluster, "shop", "gw")
-	lb := &providers.LoadBalancer{
-		Name: name, Kind: providers.L7, Gateway: "shop/gw",
-		Listeners: []providers.Listener{
-			{Port: 80, Protocol: providers.HTTP},
-			{Port: 5432, Protocol: providers.TCP, Pool: providers.Pool{Name: providers.PoolName(name, providers.TCP, 5432),
-				Members: []providers.Member{weighted("198.18.0.11", 61000, 2), member("198.18.0.12", 61001)}}},
-			{Port: 53, Protocol: providers.UDP, Pool: providers.Pool{Name: providers.PoolName(name, providers.UDP, 53),
-				Members: []providers.Member{member("198.18.0.11", 61002)}}},
+	name := lbmodel.GatewayLoadBalancerName(testCluster, "shop", "gw")
+	lb := &lbmodel.LoadBalancer{
+		Name: name, Kind: lbmodel.L7, Gateway: "shop/gw",
+		Listeners: []lbmodel.Listener{
+			{Port: 80, Protocol: lbmodel.HTTP},
+			{Port: 5432, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: lbmodel.PoolName(name, lbmodel.TCP, 5432),
+				Members: []lbmodel.Member{weighted("198.18.0.11", 61000, 2), member("198.18.0.12", 61001)}}},
+			{Port: 53, Protocol: lbmodel.UDP, Pool: lbmodel.Pool{Name: lbmodel.PoolName(name, lbmodel.UDP, 53),
+				Members: []lbmodel.Member{member("198.18.0.11", 61002)}}},
 		},
-		Pools: []providers.Pool{},
-		HTTP:  &providers.HTTPRoutes{Rules: []providers.Rule{}},
+		Pools: []lbmodel.Pool{},
+		HTTP:  &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{}},
 	}
 	prov := unwrap(t, e)
 	if _, err := prov.Ensure(context.Background(), lb); err != nil {
@@ -235,16 +236,16 @@ func TestProvider_gatewayTCPAndUDPListenersAreVirtualsWithTheirPools(t *testing.
 		}
 	}
 	listed := *lb
-	providers.SortListeners(listed.Listeners)
+	lbmodel.SortListeners(listed.Listeners)
 	listed.VIPs = []string{"198.18.100.1"}
-	if diff := cmp.Diff([]providers.LoadBalancer{listed}, e.list(t)); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{listed}, e.list(t)); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 	e.sim.ResetCounters()
 	if _, err := prov.Ensure(context.Background(), lb); err != nil || e.sim.Writes() != 0 {
 		t.Errorf("second Ensure: %v, writes %v", err, writesOnly(e.sim.Calls()))
 	}
-	if err := prov.Delete(context.Background(), name, providers.L7); err != nil {
+	if err := prov.Delete(context.Background(), name, lbmodel.L7); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	if st := e.sim.Dump(); len(st.Virtuals)+len(st.Pools)+len(st.Policies) != 0 {
@@ -268,26 +269,26 @@ func unwrap(t *testing.T, e *env) providers.Provider {
 }
 
 func TestProvider_gatewayRefusesWhatLTMPoliciesCannotExpress(t *testing.T) {
-	for field, change := range map[string]func(*providers.LoadBalancer){
-		"pathType RegularExpression": func(lb *providers.LoadBalancer) { lb.HTTP.Rules[2].PathType = providers.PathRegex },
-		"regular-expression header match": func(lb *providers.LoadBalancer) {
+	for field, change := range map[string]func(*lbmodel.LoadBalancer){
+		"pathType RegularExpression": func(lb *lbmodel.LoadBalancer) { lb.HTTP.Rules[2].PathType = lbmodel.PathRegex },
+		"regular-expression header match": func(lb *lbmodel.LoadBalancer) {
 			lb.HTTP.Rules[0].Headers[0].Regex = true
 		},
-		"regular-expression query match": func(lb *providers.LoadBalancer) { lb.HTTP.Rules[0].Query[0].Regex = true },
-		"fixedStatus 500": func(lb *providers.LoadBalancer) {
+		"regular-expression query match": func(lb *lbmodel.LoadBalancer) { lb.HTTP.Rules[0].Query[0].Regex = true },
+		"fixedStatus 500": func(lb *lbmodel.LoadBalancer) {
 			lb.HTTP.Rules[2].Pool, lb.HTTP.Rules[2].FixedStatus = "", 500
 		},
-		"redirect statusCode 301": func(lb *providers.LoadBalancer) { lb.HTTP.Rules[1].Redirect.StatusCode = 301 },
-		"redirect path ReplaceFullPath": func(lb *providers.LoadBalancer) {
-			lb.HTTP.Rules[1].Redirect.Path = &providers.PathModifier{Type: providers.ReplaceFullPath, Value: "/new"}
+		"redirect statusCode 301": func(lb *lbmodel.LoadBalancer) { lb.HTTP.Rules[1].Redirect.StatusCode = 301 },
+		"redirect path ReplaceFullPath": func(lb *lbmodel.LoadBalancer) {
+			lb.HTTP.Rules[1].Redirect.Path = &lbmodel.PathModifier{Type: lbmodel.ReplaceFullPath, Value: "/new"}
 		},
-		"rewrite path ReplacePrefixMatch": func(lb *providers.LoadBalancer) {
-			lb.HTTP.Rules[0].Rewrite.Path = &providers.PathModifier{Type: providers.ReplacePrefixMatch, Value: "/new"}
+		"rewrite path ReplacePrefixMatch": func(lb *lbmodel.LoadBalancer) {
+			lb.HTTP.Rules[0].Rewrite.Path = &lbmodel.PathModifier{Type: lbmodel.ReplacePrefixMatch, Value: "/new"}
 		},
-		"appProtocol h2c": func(lb *providers.LoadBalancer) { lb.Pools[1].AppProtocol = providers.AppProtocolH2C },
+		"appProtocol h2c": func(lb *lbmodel.LoadBalancer) { lb.Pools[1].AppProtocol = lbmodel.AppProtocolH2C },
 		// The share of invalid backendRefs that Gateway API answers 500.
-		"invalid weight 3 (the share of invalid backendRefs answered 500)": func(lb *providers.LoadBalancer) { lb.Pools[1].InvalidWeight = 3 },
-		"requestHeaders X-Add: a value that starts with tcl:": func(lb *providers.LoadBalancer) {
+		"invalid weight 3 (the share of invalid backendRefs answered 500)": func(lb *lbmodel.LoadBalancer) { lb.Pools[1].InvalidWeight = 3 },
+		"requestHeaders X-Add: a value that starts with tcl:": func(lb *lbmodel.LoadBalancer) {
 			lb.HTTP.Rules[0].RequestHeaders.Add[0].Value = "TCL:[exec id]"
 		},
 	} {
@@ -296,7 +297,7 @@ func TestProvider_gatewayRefusesWhatLTMPoliciesCannotExpress(t *testing.T) {
 		change(lb)
 		before := writesOnly(e.sim.Calls())
 		_, err := e.prov.Ensure(context.Background(), lb)
-		if !errors.Is(err, providers.ErrUnsupported) || !strings.Contains(err.Error(), field) {
+		if !errors.Is(err, lbmodel.ErrUnsupported) || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: Ensure = %v, want ErrUnsupported naming it", field, err)
 		}
 		if w := writesOnly(e.sim.Calls()); !cmp.Equal(w, before) {
@@ -314,9 +315,9 @@ func TestProvider_gatewayRefusesWhatLTMPoliciesCannotExpress(t *testing.T) {
 	// A TLS listener (TLSRoute), through the provider itself.
 	e := newEnv(t, envOptions{})
 	lb := gatewayLB(t)
-	lb.Listeners = append(lb.Listeners, providers.Listener{Port: 8443, Protocol: providers.TLS,
-		SNI: []providers.SNIRoute{{Host: "db.example.com", Pool: lb.Pools[0].Name}}})
-	if _, err := unwrap(t, e).Ensure(context.Background(), lb); !errors.Is(err, providers.ErrUnsupported) || !strings.Contains(err.Error(), "TLS listener") {
+	lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: 8443, Protocol: lbmodel.TLS,
+		SNI: []lbmodel.SNIRoute{{Host: "db.example.com", Pool: lb.Pools[0].Name}}})
+	if _, err := unwrap(t, e).Ensure(context.Background(), lb); !errors.Is(err, lbmodel.ErrUnsupported) || !strings.Contains(err.Error(), "TLS listener") {
 		t.Errorf("TLS listener: Ensure = %v, want ErrUnsupported naming it", err)
 	}
 	if e.sim.Writes() != 0 {
@@ -348,7 +349,7 @@ func TestProvider_gatewayErrorsDeleteNothing(t *testing.T) {
 		return st
 	}
 	next := lb.Clone()
-	next.Listeners = []providers.Listener{{Port: 80, Protocol: providers.HTTP}, {Port: 443, Protocol: providers.HTTPS}}
+	next.Listeners = []lbmodel.Listener{{Port: 80, Protocol: lbmodel.HTTP}, {Port: 443, Protocol: lbmodel.HTTPS}}
 	next.HTTP.Rules[1].Ports = []int32{80}
 	for _, fault := range []bigipsim.Fault{
 		{Method: "PATCH", Path: "ltm/policy/", Status: 500, Message: "policy store busy"},
@@ -367,7 +368,7 @@ func TestProvider_gatewayErrorsDeleteNothing(t *testing.T) {
 		}
 	}
 	e.ensure(t, next)
-	if diff := cmp.Diff([]providers.LoadBalancer{listedGateway(t, next, "198.18.100.1")}, e.list(t)); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{listedGateway(t, next, "198.18.100.1")}, e.list(t)); diff != "" {
 		t.Errorf("List after the faults went (-want +got):\n%s", diff)
 	}
 	if st := e.sim.Dump(); len(st.Policies) != 2 || len(st.Virtuals) != 2 {
@@ -383,7 +384,7 @@ func TestProvider_gatewayListenerChangesProtocolOnItsPort(t *testing.T) {
 	// before the HTTPS one is made (BIG-IP holds one per address, port and
 	// IP protocol), and its policy with it.
 	next := lb.Clone()
-	next.Listeners[1].Protocol = providers.HTTPS
+	next.Listeners[1].Protocol = lbmodel.HTTPS
 	next.HTTP.TLS[0].Ports = []int32{443, 8080}
 	e.ensure(t, next)
 	p := "/" + testPartition + "/"
@@ -399,7 +400,7 @@ func TestProvider_gatewayListenerChangesProtocolOnItsPort(t *testing.T) {
 	if !cmp.Equal(virtuals, want) || !cmp.Equal(policies, want) {
 		t.Errorf("virtuals %v, policies %v, want %v", virtuals, policies, want)
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{listedGateway(t, next, "198.18.100.1")}, e.list(t)); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{listedGateway(t, next, "198.18.100.1")}, e.list(t)); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 	e.sim.ResetCounters()

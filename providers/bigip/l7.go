@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -40,7 +41,7 @@ type l7Plan struct {
 type l7VirtualPlan struct {
 	name     string
 	port     int32
-	protocol providers.Protocol
+	protocol lbmodel.Protocol
 	// policy is the LTM policy of an HTTP or HTTPS virtual.
 	policy string
 	// pool is the full path of the virtual's pool: the inline pool of a
@@ -58,7 +59,7 @@ type policyPlan struct {
 type certPlan struct {
 	profile string // the client-ssl profile's name
 	file    string // the ssl-cert's and ssl-key's name
-	cert    providers.TLSCert
+	cert    lbmodel.TLSCert
 	// sniDefault marks the profile that serves clients without SNI, when a
 	// virtual has several.
 	sniDefault bool
@@ -66,13 +67,13 @@ type certPlan struct {
 }
 
 // planL7 turns an L7 load balancer, a model that passed
-// providers.Normalize and served, into BIG-IP objects; it checks what only
+// lbmodel.Normalize and served, into BIG-IP objects; it checks what only
 // BIG-IP requires (names). An Ingress's load balancer has one policy that
 // every virtual uses; a Gateway's has one per HTTP and HTTPS listener, with
 // the rules that serve its port, and may have TCP and UDP listeners, each a
 // virtual with its own pool.
-func (p *provider) planL7(lb *providers.LoadBalancer) (*l7Plan, error) {
-	if !providers.OwnedBy(p.cfg.common.ClusterName, lb.Name) {
+func (p *provider) planL7(lb *lbmodel.LoadBalancer) (*l7Plan, error) {
+	if !lbmodel.OwnedBy(p.cfg.common.ClusterName, lb.Name) {
 		return nil, fmt.Errorf("name does not start with the cluster name %s and --", p.cfg.common.ClusterName)
 	}
 	if !validName(lb.Name) {
@@ -97,7 +98,7 @@ func (p *provider) planL7(lb *providers.LoadBalancer) (*l7Plan, error) {
 		names[name] = what
 		return nil
 	}
-	addPool := func(pl providers.Pool, monitor string) error {
+	addPool := func(pl lbmodel.Pool, monitor string) error {
 		members, err := p.memberBodies(pl.Name, pl.Members)
 		if err != nil {
 			return err
@@ -118,18 +119,18 @@ func (p *provider) planL7(lb *providers.LoadBalancer) (*l7Plan, error) {
 		defaultPool = fullPath(p.cfg.Partition, lb.HTTP.DefaultPool)
 	}
 	rules := slices.Clone(lb.HTTP.Rules)
-	providers.SortRules(rules)
+	lbmodel.SortRules(rules)
 	if lb.Gateway == "" {
 		plan.policies = append(plan.policies, policyPlan{name: lb.Name, rules: policyRules(rules, listenerRef{}, p.cfg.Partition)})
 	}
 	for _, l := range lb.Listeners {
 		what := fmt.Sprintf("listener %s/%d", l.Protocol, l.Port)
-		v := l7VirtualPlan{name: providers.ListenerName(lb.Name, l.Protocol, l.Port), port: l.Port, protocol: l.Protocol}
+		v := l7VirtualPlan{name: lbmodel.ListenerName(lb.Name, l.Protocol, l.Port), port: l.Port, protocol: l.Protocol}
 		if err := claim(v.name, what); err != nil {
 			return nil, err
 		}
 		switch l.Protocol {
-		case providers.TCP, providers.UDP:
+		case lbmodel.TCP, lbmodel.UDP:
 			if l.Pool.Name != v.name {
 				if err := claim(l.Pool.Name, what+" pool"); err != nil {
 					return nil, err
@@ -152,18 +153,18 @@ func (p *provider) planL7(lb *providers.LoadBalancer) (*l7Plan, error) {
 		plan.virtuals = append(plan.virtuals, v)
 	}
 	for _, c := range lb.HTTP.TLS {
-		profile := providers.CertificateName(lb.Name, c.Secret)
+		profile := lbmodel.CertificateName(lb.Name, c.Secret)
 		if err := claim(profile, "TLS Secret "+c.Secret); err != nil {
 			return nil, err
 		}
 		for i, v := range plan.virtuals {
-			if v.protocol == providers.HTTPS && (len(c.Ports) == 0 || slices.Contains(c.Ports, v.port)) {
+			if v.protocol == lbmodel.HTTPS && (len(c.Ports) == 0 || slices.Contains(c.Ports, v.port)) {
 				plan.virtuals[i].profiles = append(plan.virtuals[i].profiles, profile)
 			}
 		}
 	}
-	err := sniDefaults(lb, func(c providers.TLSCert, sniDefault bool) {
-		profile := providers.CertificateName(lb.Name, c.Secret)
+	err := sniDefaults(lb, func(c lbmodel.TLSCert, sniDefault bool) {
+		profile := lbmodel.CertificateName(lb.Name, c.Secret)
 		cp := certPlan{profile: profile, file: profile + "-" + c.Fingerprint[:fingerprintInName], cert: c, sniDefault: sniDefault}
 		if len(lb.HTTP.TLS) > 1 && len(c.Hosts) > 0 {
 			// With several certificates, SNI picks by server name (BIG-IP
@@ -178,7 +179,7 @@ func (p *provider) planL7(lb *providers.LoadBalancer) (*l7Plan, error) {
 	return plan, nil
 }
 
-func (p *provider) l7Tag(lb *providers.LoadBalancer) ownerTag {
+func (p *provider) l7Tag(lb *lbmodel.LoadBalancer) ownerTag {
 	return ownerTag{Owner: ownerName, Cluster: p.cfg.common.ClusterName, LB: lb.Name, L7: true, Ingress: lb.Ingress, Gateway: lb.Gateway}
 }
 
@@ -186,7 +187,7 @@ func (p *provider) l7Tag(lb *providers.LoadBalancer) ownerTag {
 // what differs: pools, certificates and keys, client-ssl profiles, the
 // policy, virtuals; then it deletes the virtuals, profiles, certificates and
 // pools no longer wanted.
-func (p *provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
+func (p *provider) ensureL7(ctx context.Context, lb *lbmodel.LoadBalancer) (providers.Status, error) {
 	plan, err := p.planL7(lb)
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
@@ -237,12 +238,12 @@ func (p *provider) ensureL7(ctx context.Context, lb *providers.LoadBalancer) (pr
 			Pool: v.pool, SourceAddressTranslation: addressTranslation{Type: automap},
 		}
 		switch v.protocol {
-		case providers.TCP, providers.UDP:
+		case lbmodel.TCP, lbmodel.UDP:
 			ipProtocol, _, profile := protocolParts(v.protocol)
 			want.IPProtocol = ipProtocol
 			want.Profiles = []profileRef{{Name: profile, Partition: commonPartitionName, Context: "all"}}
 		default:
-			want.Profiles = p.l7Profiles(v.protocol == providers.HTTPS, v.profiles)
+			want.Profiles = p.l7Profiles(v.protocol == lbmodel.HTTPS, v.profiles)
 			want.Policies = []profileRef{{Name: v.policy, Partition: p.cfg.Partition}}
 		}
 		if virtuals[v.name] == nil {
@@ -335,7 +336,7 @@ func (p *provider) l7Profiles(https bool, sslProfiles []string) []profileRef {
 // listL7 adds to the load balancers List found (by name) what only L7 ones
 // have: policy rules and certificates. get returns the load balancer of a
 // tag, made when List has not met it yet.
-func (p *provider) listL7(ctx context.Context, byLB map[string]*providers.LoadBalancer, get func(ownerTag) *providers.LoadBalancer) error {
+func (p *provider) listL7(ctx context.Context, byLB map[string]*lbmodel.LoadBalancer, get func(ownerTag) *lbmodel.LoadBalancer) error {
 	cluster := p.cfg.common.ClusterName
 	policies, err := listObjects(ctx, p, &policyKind, true)
 	if err != nil {
@@ -364,31 +365,31 @@ func (p *provider) listL7(ctx context.Context, byLB map[string]*providers.LoadBa
 			continue
 		}
 		lb := get(tag)
-		lb.HTTP.TLS = append(lb.HTTP.TLS, providers.TLSCert{Secret: tag.TLS.Secret, Hosts: tag.TLS.Hosts, Fingerprint: tag.TLS.Fingerprint,
+		lb.HTTP.TLS = append(lb.HTTP.TLS, lbmodel.TLSCert{Secret: tag.TLS.Secret, Hosts: tag.TLS.Hosts, Fingerprint: tag.TLS.Fingerprint,
 			Ports: tag.TLS.Ports})
 	}
 	for _, lb := range byLB {
 		if lb.HTTP != nil {
 			// The pools of TCP and UDP listeners are theirs, not shared.
-			lb.Pools = slices.DeleteFunc(lb.Pools, func(pl providers.Pool) bool {
-				return slices.ContainsFunc(lb.Listeners, func(l providers.Listener) bool { return l.Pool.Name == pl.Name })
+			lb.Pools = slices.DeleteFunc(lb.Pools, func(pl lbmodel.Pool) bool {
+				return slices.ContainsFunc(lb.Listeners, func(l lbmodel.Listener) bool { return l.Pool.Name == pl.Name })
 			})
-			slices.SortFunc(lb.HTTP.TLS, func(a, b providers.TLSCert) int { return cmp.Compare(a.Secret, b.Secret) })
-			providers.SortPools(lb.Pools)
+			slices.SortFunc(lb.HTTP.TLS, func(a, b lbmodel.TLSCert) int { return cmp.Compare(a.Secret, b.Secret) })
+			lbmodel.SortPools(lb.Pools)
 		}
 	}
 	return nil
 }
 
 // markL7 makes lb an L7 load balancer when tag says it is one.
-func markL7(lb *providers.LoadBalancer, tag ownerTag) {
+func markL7(lb *lbmodel.LoadBalancer, tag ownerTag) {
 	if !tag.L7 {
 		return
 	}
-	lb.Kind = providers.L7
+	lb.Kind = lbmodel.L7
 	lb.Ingress = cmp.Or(lb.Ingress, tag.Ingress)
 	lb.Gateway = cmp.Or(lb.Gateway, tag.Gateway)
 	if lb.HTTP == nil {
-		lb.HTTP = &providers.HTTPRoutes{Rules: []providers.Rule{}}
+		lb.HTTP = &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{}}
 	}
 }

@@ -16,13 +16,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
 )
 
 // tlsCert returns a model certificate of Secret shop/<secret> for host,
 // self-signed with a new EC key.
-func tlsCert(t testing.TB, secret, host string) providers.TLSCert {
+func tlsCert(t testing.TB, secret, host string) lbmodel.TLSCert {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -39,42 +40,42 @@ func tlsCert(t testing.TB, secret, host string) providers.TLSCert {
 		t.Fatal(err)
 	}
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	return providers.TLSCert{Secret: "shop/" + secret, Hosts: []string{host}, Fingerprint: providers.CertFingerprint(certPEM),
+	return lbmodel.TLSCert{Secret: "shop/" + secret, Hosts: []string{host}, Fingerprint: lbmodel.CertFingerprint(certPEM),
 		CertPEM: certPEM, KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})}
 }
 
 // ingressLB is the L7 load balancer of Ingress shop/web: shop.example.com to
 // Service shop, blog.example.com to Service blog (an exact path and a
 // prefix), the default backend shop, and TLS for shop.example.com.
-func ingressLB(certs ...providers.TLSCert) *providers.LoadBalancer {
-	name := providers.IngressLoadBalancerName(testCluster, "shop", "web")
-	shop := providers.IngressPoolName(name, "shop", "shop", "80")
-	blog := providers.IngressPoolName(name, "shop", "blog", "8080")
-	lb := &providers.LoadBalancer{
-		Name: name, Kind: providers.L7, Ingress: "shop/web",
-		Listeners: []providers.Listener{{Port: 80, Protocol: providers.HTTP}},
-		Pools: []providers.Pool{
-			{Name: blog, Members: []providers.Member{member("198.18.0.11", 61002)}},
-			{Name: shop, Members: []providers.Member{member("198.18.0.11", 61000), member("198.18.0.12", 61001)}},
+func ingressLB(certs ...lbmodel.TLSCert) *lbmodel.LoadBalancer {
+	name := lbmodel.IngressLoadBalancerName(testCluster, "shop", "web")
+	shop := lbmodel.IngressPoolName(name, "shop", "shop", "80")
+	blog := lbmodel.IngressPoolName(name, "shop", "blog", "8080")
+	lb := &lbmodel.LoadBalancer{
+		Name: name, Kind: lbmodel.L7, Ingress: "shop/web",
+		Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.HTTP}},
+		Pools: []lbmodel.Pool{
+			{Name: blog, Members: []lbmodel.Member{member("198.18.0.11", 61002)}},
+			{Name: shop, Members: []lbmodel.Member{member("198.18.0.11", 61000), member("198.18.0.12", 61001)}},
 		},
-		HTTP: &providers.HTTPRoutes{
-			Rules: []providers.Rule{
-				{Host: "blog.example.com", Path: "/feed", PathType: providers.PathExact, Pool: blog},
-				{Host: "blog.example.com", Path: "/posts", PathType: providers.PathPrefix, Pool: blog},
-				{Host: "shop.example.com", Path: "/", PathType: providers.PathPrefix, Pool: shop},
+		HTTP: &lbmodel.HTTPRoutes{
+			Rules: []lbmodel.Rule{
+				{Host: "blog.example.com", Path: "/feed", PathType: lbmodel.PathExact, Pool: blog},
+				{Host: "blog.example.com", Path: "/posts", PathType: lbmodel.PathPrefix, Pool: blog},
+				{Host: "shop.example.com", Path: "/", PathType: lbmodel.PathPrefix, Pool: shop},
 			},
 			DefaultPool: shop,
 			TLS:         certs,
 		},
 	}
 	if len(certs) > 0 {
-		lb.Listeners = append(lb.Listeners, providers.Listener{Port: 443, Protocol: providers.HTTPS})
+		lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: 443, Protocol: lbmodel.HTTPS})
 	}
 	return lb
 }
 
 // listedL7 is lb as List reports it: its VIP, certificates without keys.
-func listedL7(lb *providers.LoadBalancer, vip string) providers.LoadBalancer {
+func listedL7(lb *lbmodel.LoadBalancer, vip string) lbmodel.LoadBalancer {
 	out := *lb
 	out.VIPs, out.RequestedVIP = []string{vip}, ""
 	h := *lb.HTTP
@@ -86,7 +87,7 @@ func listedL7(lb *providers.LoadBalancer, vip string) providers.LoadBalancer {
 	return out
 }
 
-func (e *env) list(t *testing.T) []providers.LoadBalancer {
+func (e *env) list(t *testing.T) []lbmodel.LoadBalancer {
 	t.Helper()
 	lbs, err := e.prov.List(context.Background())
 	if err != nil {
@@ -143,7 +144,7 @@ func TestProvider_l7CreatesVirtualsWithAPolicyAndClientSSL(t *testing.T) {
 	if n := e.sim.Count("POST", bigipsim.KindUpload); n != 2 {
 		t.Errorf("uploads: %d, want 2", n)
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{listedL7(lb, "198.18.100.1")}, e.list(t)); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{listedL7(lb, "198.18.100.1")}, e.list(t)); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 }
@@ -153,24 +154,24 @@ func TestProvider_l7WritesOnlyWhatChanged(t *testing.T) {
 	rotated := tlsCert(t, "shop-tls", "shop.example.com")
 	tests := []struct {
 		name   string
-		change func(*providers.LoadBalancer)
+		change func(*lbmodel.LoadBalancer)
 		writes map[string]int
 	}{
-		{"nothing", func(*providers.LoadBalancer) {}, map[string]int{}},
-		{"a member", func(lb *providers.LoadBalancer) { lb.Pools[1].Members[0].Enabled = false }, map[string]int{"PUT pool": 1}},
+		{"nothing", func(*lbmodel.LoadBalancer) {}, map[string]int{}},
+		{"a member", func(lb *lbmodel.LoadBalancer) { lb.Pools[1].Members[0].Enabled = false }, map[string]int{"PUT pool": 1}},
 		// A published policy changes through a draft: make it, change it,
 		// publish it.
-		{"a rule's path", func(lb *providers.LoadBalancer) { lb.HTTP.Rules[0].Path = "/rss" },
+		{"a rule's path", func(lb *lbmodel.LoadBalancer) { lb.HTTP.Rules[0].Path = "/rss" },
 			map[string]int{"PATCH ltm-policy": 1, "PUT ltm-policy": 1, "POST ltm-policy": 1}},
 		// A new certificate gets new files, so it never meets the old key.
-		{"the certificate", func(lb *providers.LoadBalancer) { lb.HTTP.TLS[0] = rotated },
+		{"the certificate", func(lb *lbmodel.LoadBalancer) { lb.HTTP.TLS[0] = rotated },
 			map[string]int{"POST upload": 2, "POST ssl-cert": 1, "POST ssl-key": 1, "PATCH client-ssl": 1,
 				"DELETE ssl-cert": 1, "DELETE ssl-key": 1}},
-		{"the default pool", func(lb *providers.LoadBalancer) { lb.HTTP.DefaultPool = lb.Pools[0].Name },
+		{"the default pool", func(lb *lbmodel.LoadBalancer) { lb.HTTP.DefaultPool = lb.Pools[0].Name },
 			map[string]int{"PATCH virtual": 2}},
-		{"no TLS any more", func(lb *providers.LoadBalancer) { lb.HTTP.TLS, lb.Listeners = nil, lb.Listeners[:1] },
+		{"no TLS any more", func(lb *lbmodel.LoadBalancer) { lb.HTTP.TLS, lb.Listeners = nil, lb.Listeners[:1] },
 			map[string]int{"DELETE virtual": 1, "DELETE client-ssl": 1, "DELETE ssl-cert": 1, "DELETE ssl-key": 1}},
-		{"a backend removed", func(lb *providers.LoadBalancer) { lb.HTTP.Rules, lb.Pools = lb.HTTP.Rules[2:], lb.Pools[1:] },
+		{"a backend removed", func(lb *lbmodel.LoadBalancer) { lb.HTTP.Rules, lb.Pools = lb.HTTP.Rules[2:], lb.Pools[1:] },
 			map[string]int{"PATCH ltm-policy": 1, "PUT ltm-policy": 1, "POST ltm-policy": 1, "DELETE pool": 1}},
 	}
 	for _, tt := range tests {
@@ -184,7 +185,7 @@ func TestProvider_l7WritesOnlyWhatChanged(t *testing.T) {
 			if diff := cmp.Diff(tt.writes, writesOnly(e.sim.Calls())); diff != "" {
 				t.Errorf("writes (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff([]providers.LoadBalancer{listedL7(lb, "198.18.100.1")}, e.list(t)); diff != "" {
+			if diff := cmp.Diff([]lbmodel.LoadBalancer{listedL7(lb, "198.18.100.1")}, e.list(t)); diff != "" {
 				t.Errorf("List (-want +got):\n%s", diff)
 			}
 		})
@@ -214,7 +215,7 @@ func TestProvider_l7SeveralCertificatesUseSNI(t *testing.T) {
 		profiles[0].ServerName != "shop.example.com" || profiles[1].ServerName != "blog.example.com" {
 		t.Errorf("client-ssl profiles: %+v", profiles)
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{listedL7(lb, "198.18.100.1")}, e.list(t)); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{listedL7(lb, "198.18.100.1")}, e.list(t)); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 }
@@ -225,7 +226,7 @@ func TestProvider_l7DeleteRemovesEverythingAndLeavesTheL4LoadBalancer(t *testing
 	l7 := ingressLB(tlsCert(t, "shop-tls", "shop.example.com"))
 	e.ensure(t, l4)
 	e.ensure(t, l7)
-	wantBoth := []providers.LoadBalancer{
+	wantBoth := []lbmodel.LoadBalancer{
 		{Name: l4.Name, Service: "shop/web", VIPs: []string{"198.18.100.1"}, Listeners: l4.Listeners},
 		listedL7(l7, "198.18.100.2"),
 	}
@@ -252,7 +253,7 @@ func TestProvider_l7DeleteRemovesEverythingAndLeavesTheL4LoadBalancer(t *testing
 // renamed returns lb under another name, its pools renamed to match: an L7
 // load balancer whose name does not end in -L7, as a later owner (a
 // Gateway) may name one.
-func renamed(lb *providers.LoadBalancer, name string) *providers.LoadBalancer {
+func renamed(lb *lbmodel.LoadBalancer, name string) *lbmodel.LoadBalancer {
 	out := lb.Clone()
 	rename := func(s string) string { return strings.Replace(s, lb.Name, name, 1) }
 	out.Name = name
@@ -268,9 +269,9 @@ func renamed(lb *providers.LoadBalancer, name string) *providers.LoadBalancer {
 
 func TestProvider_deleteIsToldTheKindNotGuessedFromTheName(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	gw := renamed(ingressLB(tlsCert(t, "shop-tls", "shop.example.com")), providers.LoadBalancerName(testCluster, "shop", "gateway"))
+	gw := renamed(ingressLB(tlsCert(t, "shop-tls", "shop.example.com")), lbmodel.LoadBalancerName(testCluster, "shop", "gateway"))
 	e.ensure(t, gw)
-	if err := e.prov.Delete(context.Background(), gw.Name, providers.L7); err != nil {
+	if err := e.prov.Delete(context.Background(), gw.Name, lbmodel.L7); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	st := e.sim.Dump()
@@ -280,23 +281,23 @@ func TestProvider_deleteIsToldTheKindNotGuessedFromTheName(t *testing.T) {
 }
 
 func TestProvider_l7RefusesOnAnIngressWhatAnIngressDoesNotHave(t *testing.T) {
-	for field, change := range map[string]func(*providers.LoadBalancer){
-		"headers": func(lb *providers.LoadBalancer) {
-			lb.HTTP.Rules[2].Headers = []providers.ValueMatch{{Name: "x", Value: "y"}}
+	for field, change := range map[string]func(*lbmodel.LoadBalancer){
+		"headers": func(lb *lbmodel.LoadBalancer) {
+			lb.HTTP.Rules[2].Headers = []lbmodel.ValueMatch{{Name: "x", Value: "y"}}
 		},
-		"redirect": func(lb *providers.LoadBalancer) {
+		"redirect": func(lb *lbmodel.LoadBalancer) {
 			r := &lb.HTTP.Rules[0]
-			r.Pool, r.Redirect = "", &providers.Redirect{StatusCode: 302}
+			r.Pool, r.Redirect = "", &lbmodel.Redirect{StatusCode: 302}
 		},
-		"member weights":     func(lb *providers.LoadBalancer) { lb.Pools[0].Members[0].Weight = 3 },
-		"pathType RegularEx": func(lb *providers.LoadBalancer) { lb.HTTP.Rules[2].PathType = providers.PathRegex },
+		"member weights":     func(lb *lbmodel.LoadBalancer) { lb.Pools[0].Members[0].Weight = 3 },
+		"pathType RegularEx": func(lb *lbmodel.LoadBalancer) { lb.HTTP.Rules[2].PathType = lbmodel.PathRegex },
 	} {
 		e := newEnv(t, envOptions{})
 		lb := ingressLB()
 		change(lb)
 		before := writesOnly(e.sim.Calls())
 		_, err := providers.Validated(e.prov).Ensure(context.Background(), lb)
-		if !errors.Is(err, providers.ErrUnsupported) || !strings.Contains(err.Error(), field) {
+		if !errors.Is(err, lbmodel.ErrUnsupported) || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: Ensure = %v, want ErrUnsupported naming it", field, err)
 		}
 		if w := writesOnly(e.sim.Calls()); !cmp.Equal(w, before) {

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // poolKind: pools, L4 and L7 alike.
@@ -73,8 +73,8 @@ func sameMembers(have []memberState, want []memberBody) bool {
 }
 
 // listMembers turns the members BIG-IP has into model members.
-func listMembers(items []memberState) []providers.Member {
-	members := make([]providers.Member, 0, len(items))
+func listMembers(items []memberState) []lbmodel.Member {
+	members := make([]lbmodel.Member, 0, len(items))
 	for _, m := range items {
 		ip, port, err := parseEndpoint(m.Name)
 		if err != nil {
@@ -84,7 +84,7 @@ func listMembers(items []memberState) []providers.Member {
 		if m.Ratio > 1 {
 			weight = m.Ratio
 		}
-		members = append(members, providers.Member{IP: ip.String(), Port: port, Enabled: m.Session != sessionDisabled, Weight: weight})
+		members = append(members, lbmodel.Member{IP: ip.String(), Port: port, Enabled: m.Session != sessionDisabled, Weight: weight})
 	}
-	return providers.SortMembers(members)
+	return lbmodel.SortMembers(members)
 }

@@ -24,6 +24,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -56,10 +57,10 @@ type listenerPlan struct {
 }
 
 // plan turns a desired load balancer, a model that passed
-// providers.Normalize (the registry opens the provider behind
+// lbmodel.Normalize (the registry opens the provider behind
 // providers.Validated), into BIG-IP objects; it checks what only BIG-IP
 // requires (names).
-func (p *provider) plan(lb *providers.LoadBalancer) ([]listenerPlan, netip.Addr, error) {
+func (p *provider) plan(lb *lbmodel.LoadBalancer) ([]listenerPlan, netip.Addr, error) {
 	var requested netip.Addr
 	if lb.RequestedVIP != "" {
 		a, err := netip.ParseAddr(lb.RequestedVIP)
@@ -85,7 +86,7 @@ func (p *provider) plan(lb *providers.LoadBalancer) ([]listenerPlan, netip.Addr,
 }
 
 // memberBodies spells the members of a pool as BIG-IP does.
-func (p *provider) memberBodies(pool string, members []providers.Member) ([]memberBody, error) {
+func (p *provider) memberBodies(pool string, members []lbmodel.Member) ([]memberBody, error) {
 	out := []memberBody{}
 	for _, m := range members {
 		ip, err := netip.ParseAddr(m.IP)
@@ -105,7 +106,7 @@ func (p *provider) memberBodies(pool string, members []providers.Member) ([]memb
 // lbModeOf is the load balancing mode of a pool of members: ratio-member,
 // each member's ratio its weight, when one has a weight; round-robin
 // otherwise (all ratios 1, the same).
-func lbModeOf(members []providers.Member) string {
+func lbModeOf(members []lbmodel.Member) string {
 	for _, m := range members {
 		if m.Weight > 1 {
 			return ratioMember
@@ -118,7 +119,7 @@ func lbModeOf(members []providers.Member) string {
 // what differs: a membership change is one write, no change is no write.
 // Pools are written before the virtuals that use them; the virtuals of
 // removed listeners are deleted before their pools.
-func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
+func (p *provider) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (providers.Status, error) {
 	// Nothing is written of a model it cannot express whole.
 	if err := served(lb); err != nil {
 		return providers.Status{}, fmt.Errorf("ensure load balancer %s: BIG-IP: %w", lb.Name, err)
@@ -235,7 +236,7 @@ func (p *provider) chooseVIP(lb string, requested netip.Addr, virtuals map[strin
 
 // Delete removes the objects of load balancer name (see deleteObjectsOf).
 // Objects already gone count as deleted.
-func (p *provider) Delete(ctx context.Context, name string, kind providers.Kind) error {
+func (p *provider) Delete(ctx context.Context, name string, kind lbmodel.Kind) error {
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("lb", name))
 	exists, err := p.partitionExists(ctx)
 	if err != nil {
@@ -247,7 +248,7 @@ func (p *provider) Delete(ctx context.Context, name string, kind providers.Kind)
 	if err := p.loadInventory(ctx); err != nil {
 		return fmt.Errorf("delete load balancer %s: %w", name, err)
 	}
-	if err := p.deleteObjectsOf(ctx, name, kind == providers.L7); err != nil {
+	if err := p.deleteObjectsOf(ctx, name, kind == lbmodel.L7); err != nil {
 		return fmt.Errorf("delete load balancer %s: %w", name, err)
 	}
 	p.inv.forget(name)
@@ -285,7 +286,7 @@ func (p *provider) deleteObjectsOf(ctx context.Context, lb string, l7 bool) erro
 
 // List reads the partition and returns this cluster's load balancers, with
 // the members the BIG-IP has. It also refreshes the inventory.
-func (p *provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
+func (p *provider) List(ctx context.Context) ([]lbmodel.LoadBalancer, error) {
 	exists, err := p.partitionExists(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list load balancers: %w", err)
@@ -298,11 +299,11 @@ func (p *provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
 		return nil, fmt.Errorf("list load balancers: %w", err)
 	}
 	cluster := p.cfg.common.ClusterName
-	byLB := map[string]*providers.LoadBalancer{}
-	get := func(tag ownerTag) *providers.LoadBalancer {
+	byLB := map[string]*lbmodel.LoadBalancer{}
+	get := func(tag ownerTag) *lbmodel.LoadBalancer {
 		lb := byLB[tag.LB]
 		if lb == nil {
-			lb = &providers.LoadBalancer{Name: tag.LB, Service: tag.Service, Listeners: []providers.Listener{}}
+			lb = &lbmodel.LoadBalancer{Name: tag.LB, Service: tag.Service, Listeners: []lbmodel.Listener{}}
 			byLB[tag.LB] = lb
 		}
 		markL7(lb, tag)
@@ -314,7 +315,7 @@ func (p *provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
 			owned[fullPath(pools[i].Partition, pools[i].Name)] = &pools[i]
 			lb := get(tag)
 			if tag.L7 {
-				lb.Pools = append(lb.Pools, providers.Pool{Name: pools[i].Name, Members: listMembers(pools[i].MembersReference.Items)})
+				lb.Pools = append(lb.Pools, lbmodel.Pool{Name: pools[i].Name, Members: listMembers(pools[i].MembersReference.Items)})
 			}
 		}
 	}
@@ -334,39 +335,39 @@ func (p *provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
 		}
 		poolName := v.Pool[strings.LastIndexByte(v.Pool, '/')+1:]
 		if tag.L7 {
-			proto := providers.HTTP
-			for _, pr := range []providers.Protocol{providers.HTTPS, providers.TCP, providers.UDP} {
-				if v.Name == providers.ListenerName(tag.LB, pr, port) {
+			proto := lbmodel.HTTP
+			for _, pr := range []lbmodel.Protocol{lbmodel.HTTPS, lbmodel.TCP, lbmodel.UDP} {
+				if v.Name == lbmodel.ListenerName(tag.LB, pr, port) {
 					proto = pr
 				}
 			}
-			if proto == providers.TCP || proto == providers.UDP {
-				pool := providers.Pool{Name: poolName, Members: []providers.Member{}}
+			if proto == lbmodel.TCP || proto == lbmodel.UDP {
+				pool := lbmodel.Pool{Name: poolName, Members: []lbmodel.Member{}}
 				if pl := owned[v.Pool]; pl != nil {
 					pool.Members = listMembers(pl.MembersReference.Items)
 				}
-				lb.Listeners = append(lb.Listeners, providers.Listener{Port: port, Protocol: proto, Pool: pool})
+				lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: port, Protocol: proto, Pool: pool})
 				continue
 			}
-			lb.Listeners = append(lb.Listeners, providers.Listener{Port: port, Protocol: proto})
+			lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: port, Protocol: proto})
 			if poolName != "" && poolName != "none" {
 				lb.HTTP.DefaultPool = poolName
 			}
 			continue
 		}
-		pool := providers.Pool{Name: poolName, Members: []providers.Member{}}
+		pool := lbmodel.Pool{Name: poolName, Members: []lbmodel.Member{}}
 		if pl := owned[v.Pool]; pl != nil {
 			pool.Members = listMembers(pl.MembersReference.Items)
 		}
-		lb.Listeners = append(lb.Listeners, providers.Listener{Port: port, Protocol: providers.Protocol(strings.ToUpper(v.IPProtocol)), Pool: pool})
+		lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: port, Protocol: lbmodel.Protocol(strings.ToUpper(v.IPProtocol)), Pool: pool})
 	}
 	if err := p.listL7(ctx, byLB, get); err != nil {
 		return nil, fmt.Errorf("list load balancers: %w", err)
 	}
-	out := make([]providers.LoadBalancer, 0, len(byLB))
+	out := make([]lbmodel.LoadBalancer, 0, len(byLB))
 	for _, name := range sortedKeys(byLB) {
 		lb := byLB[name]
-		providers.SortListeners(lb.Listeners)
+		lbmodel.SortListeners(lb.Listeners)
 		slices.SortFunc(lb.VIPs, func(a, b string) int {
 			x, _ := netip.ParseAddr(a)
 			y, _ := netip.ParseAddr(b)

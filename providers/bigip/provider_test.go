@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
 )
@@ -108,7 +109,7 @@ func (e *env) reopen(t *testing.T) providers.Provider {
 	})
 }
 
-func (e *env) ensure(t *testing.T, lb *providers.LoadBalancer) providers.Status {
+func (e *env) ensure(t *testing.T, lb *lbmodel.LoadBalancer) providers.Status {
 	t.Helper()
 	st, err := e.prov.Ensure(context.Background(), lb)
 	if err != nil {
@@ -125,39 +126,39 @@ func (e *env) do(t *testing.T, method, path string, body any) {
 	}
 }
 
-func member(ip string, port int32) providers.Member {
-	return providers.Member{IP: ip, Port: port, Enabled: true}
+func member(ip string, port int32) lbmodel.Member {
+	return lbmodel.Member{IP: ip, Port: port, Enabled: true}
 }
 
-func drained(ip string, port int32) providers.Member {
-	return providers.Member{IP: ip, Port: port, Enabled: false}
+func drained(ip string, port int32) lbmodel.Member {
+	return lbmodel.Member{IP: ip, Port: port, Enabled: false}
 }
 
-func listener(lb string, proto providers.Protocol, port int32, members ...providers.Member) providers.Listener {
+func listener(lb string, proto lbmodel.Protocol, port int32, members ...lbmodel.Member) lbmodel.Listener {
 	if members == nil {
-		members = []providers.Member{}
+		members = []lbmodel.Member{}
 	}
-	return providers.Listener{Port: port, Protocol: proto, Pool: providers.Pool{Name: providers.PoolName(lb, proto, port), Members: members}}
+	return lbmodel.Listener{Port: port, Protocol: proto, Pool: lbmodel.Pool{Name: lbmodel.PoolName(lb, proto, port), Members: members}}
 }
 
-func newLB(service string, listeners ...func(lb string) providers.Listener) *providers.LoadBalancer {
+func newLB(service string, listeners ...func(lb string) lbmodel.Listener) *lbmodel.LoadBalancer {
 	ns, name, _ := strings.Cut(service, "/")
-	lb := &providers.LoadBalancer{Name: providers.LoadBalancerName(testCluster, ns, name), Service: service}
+	lb := &lbmodel.LoadBalancer{Name: lbmodel.LoadBalancerName(testCluster, ns, name), Service: service}
 	for _, l := range listeners {
 		lb.Listeners = append(lb.Listeners, l(lb.Name))
 	}
 	return lb
 }
 
-func tcp(port int32, members ...providers.Member) func(string) providers.Listener {
-	return func(lb string) providers.Listener { return listener(lb, providers.TCP, port, members...) }
+func tcp(port int32, members ...lbmodel.Member) func(string) lbmodel.Listener {
+	return func(lb string) lbmodel.Listener { return listener(lb, lbmodel.TCP, port, members...) }
 }
 
-func udp(port int32, members ...providers.Member) func(string) providers.Listener {
-	return func(lb string) providers.Listener { return listener(lb, providers.UDP, port, members...) }
+func udp(port int32, members ...lbmodel.Member) func(string) lbmodel.Listener {
+	return func(lb string) lbmodel.Listener { return listener(lb, lbmodel.UDP, port, members...) }
 }
 
-func tagOf(lb *providers.LoadBalancer) string {
+func tagOf(lb *lbmodel.LoadBalancer) string {
 	return ownerTag{Owner: "npl", Cluster: testCluster, Service: lb.Service, LB: lb.Name}.String()
 }
 
@@ -227,7 +228,7 @@ func TestProvider_membershipChangeIsOneWrite(t *testing.T) {
 
 	steps := []struct {
 		name        string
-		lb          *providers.LoadBalancer
+		lb          *lbmodel.LoadBalancer
 		wantMembers []bigipsim.Member
 	}{
 		{"scale up by two", newLB("shop/web", tcp(80, m1, m2, m3), udp(53, m1)), []bigipsim.Member{
@@ -347,7 +348,7 @@ func TestProvider_deleteRemovesEverythingAndIsIdempotent(t *testing.T) {
 
 	e.sim.ResetCounters()
 	for _, name := range []string{web.Name, "c1--never-existed"} {
-		if err := e.prov.Delete(ctx, name, providers.L4); err != nil {
+		if err := e.prov.Delete(ctx, name, lbmodel.L4); err != nil {
 			t.Errorf("Delete(%s) again: %v", name, err)
 		}
 	}
@@ -379,11 +380,11 @@ func TestProvider_listReconstructsLoadBalancers(t *testing.T) {
 	if err != nil {
 		t.Fatalf("List: %v", err)
 	}
-	want := []providers.LoadBalancer{
-		{Name: api.Name, Service: "shop/api", VIPs: []string{"198.18.101.7"}, Listeners: []providers.Listener{listener(api.Name, providers.TCP, 8080)}},
-		{Name: web.Name, Service: "shop/web", VIPs: []string{"198.18.100.1"}, Listeners: []providers.Listener{
-			listener(web.Name, providers.TCP, 80, drained("198.18.0.11", 61000), member("198.18.0.12", 61001)),
-			listener(web.Name, providers.UDP, 53, member("198.18.0.11", 61002)),
+	want := []lbmodel.LoadBalancer{
+		{Name: api.Name, Service: "shop/api", VIPs: []string{"198.18.101.7"}, Listeners: []lbmodel.Listener{listener(api.Name, lbmodel.TCP, 8080)}},
+		{Name: web.Name, Service: "shop/web", VIPs: []string{"198.18.100.1"}, Listeners: []lbmodel.Listener{
+			listener(web.Name, lbmodel.TCP, 80, drained("198.18.0.11", 61000), member("198.18.0.12", 61001)),
+			listener(web.Name, lbmodel.UDP, 53, member("198.18.0.11", 61002)),
 		}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -475,7 +476,7 @@ func TestProvider_leavesObjectsOfOtherOwnersAlone(t *testing.T) {
 	// Objects in our partition: one from another cluster, one with no tag,
 	// one that takes the name of a pool we will need.
 	otherTag := ownerTag{Owner: "npl", Cluster: "c2", Service: "shop/web", LB: "c2--shop-web"}.String()
-	taken := providers.PoolName(lb.Name, providers.TCP, 443)
+	taken := lbmodel.PoolName(lb.Name, lbmodel.TCP, 443)
 	e.do(t, "POST", "/mgmt/tm/ltm/pool", map[string]any{"name": "c2--shop-web-TCP-80", "partition": testPartition, "description": otherTag, "members": []string{"198.18.0.99:80"}})
 	e.do(t, "POST", "/mgmt/tm/ltm/virtual", map[string]any{"name": "c2--shop-web-TCP-80", "partition": testPartition, "description": otherTag,
 		"destination": "/npl-c1/198.18.100.2:80", "pool": "/npl-c1/c2--shop-web-TCP-80"})
@@ -587,7 +588,7 @@ func TestProvider_keepsOrAdoptsAVIPMovedByHand(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	lb := newLB("shop/web", tcp(80, member("198.18.0.11", 61000)), tcp(443, member("198.18.0.11", 61001)))
 	e.ensure(t, lb)
-	move := func(l providers.Listener, vip string) {
+	move := func(l lbmodel.Listener, vip string) {
 		e.do(t, "PATCH", "/mgmt/tm/ltm/virtual/~npl-c1~"+l.Pool.Name, map[string]any{"destination": fmt.Sprintf("/npl-c1/%s:%d", vip, l.Port)})
 	}
 	destinations := func() []string {
@@ -711,7 +712,7 @@ func TestProvider_logsInAgainWhenTheTokenExpires(t *testing.T) {
 		t.Errorf("logins = %d, want 2", got)
 	}
 	want := []bigipsim.Member{simMember("198.18.0.12", 61000, "user-enabled")}
-	if diff := cmp.Diff(want, poolOf(t, e.sim, providers.PoolName(providers.LoadBalancerName(testCluster, "shop", "web"), providers.TCP, 80)).Members); diff != "" {
+	if diff := cmp.Diff(want, poolOf(t, e.sim, lbmodel.PoolName(lbmodel.LoadBalancerName(testCluster, "shop", "web"), lbmodel.TCP, 80)).Members); diff != "" {
 		t.Errorf("members (-want +got):\n%s", diff)
 	}
 }
@@ -805,7 +806,7 @@ func TestProvider_existingPartitionOnly(t *testing.T) {
 	if list, err := e.prov.List(ctx); err != nil || len(list) != 0 {
 		t.Errorf("List without the partition = %v, %v; want nothing", list, err)
 	}
-	if err := e.prov.Delete(ctx, "c1--shop-web", providers.L4); err != nil {
+	if err := e.prov.Delete(ctx, "c1--shop-web", lbmodel.L4); err != nil {
 		t.Errorf("Delete without the partition: %v", err)
 	}
 	_, err := e.prov.Ensure(ctx, newLB("shop/web", tcp(80)))
@@ -845,15 +846,15 @@ func TestProvider_rejectsBadModels(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	tests := []struct {
 		name     string
-		lb       *providers.LoadBalancer
+		lb       *lbmodel.LoadBalancer
 		wantText string
 	}{
 		{"bad member IP", newLB("shop/web", tcp(80, member("node-1", 61000))), `member "node-1": not an IP address`},
 		{"bad member port", newLB("shop/web", tcp(80, member("198.18.0.1", 0))), "port out of 1-65535"},
-		{"bad protocol", &providers.LoadBalancer{Name: "c1--x", Listeners: []providers.Listener{{Port: 80, Protocol: "SCTP", Pool: providers.Pool{Name: "p"}}}}, "TCP or UDP"},
-		{"bad pool name (BIG-IP's own rule)", &providers.LoadBalancer{Name: "c1--x", Listeners: []providers.Listener{{Port: 80, Protocol: "TCP", Pool: providers.Pool{Name: "a/b"}}}}, "not a valid BIG-IP name"},
-		{"bad requested VIP", &providers.LoadBalancer{Name: "c1--x", RequestedVIP: "vip"}, `requested VIP "vip"`},
-		{"no name", &providers.LoadBalancer{}, "no name"},
+		{"bad protocol", &lbmodel.LoadBalancer{Name: "c1--x", Listeners: []lbmodel.Listener{{Port: 80, Protocol: "SCTP", Pool: lbmodel.Pool{Name: "p"}}}}, "TCP or UDP"},
+		{"bad pool name (BIG-IP's own rule)", &lbmodel.LoadBalancer{Name: "c1--x", Listeners: []lbmodel.Listener{{Port: 80, Protocol: "TCP", Pool: lbmodel.Pool{Name: "a/b"}}}}, "not a valid BIG-IP name"},
+		{"bad requested VIP", &lbmodel.LoadBalancer{Name: "c1--x", RequestedVIP: "vip"}, `requested VIP "vip"`},
+		{"no name", &lbmodel.LoadBalancer{}, "no name"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -880,10 +881,10 @@ func TestProvider_aModelWithoutListenersDeletesNothing(t *testing.T) {
 		t.Fatalf("after the first Ensure: %+v", before)
 	}
 	e.sim.ResetCounters()
-	for _, lb := range []*providers.LoadBalancer{newLB("shop/web"), newLB("shop/sctp-only")} {
+	for _, lb := range []*lbmodel.LoadBalancer{newLB("shop/web"), newLB("shop/sctp-only")} {
 		_, err := e.prov.Ensure(context.Background(), lb)
-		var invalid *providers.InvalidModelError
-		if !errors.As(err, &invalid) || !errors.Is(err, providers.ErrNoListeners) {
+		var invalid *lbmodel.InvalidModelError
+		if !errors.As(err, &invalid) || !errors.Is(err, lbmodel.ErrNoListeners) {
 			t.Errorf("Ensure(%s without listeners) = %v, want an InvalidModelError for ErrNoListeners", lb.Name, err)
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // The rules of the LTM policies: how a model rule becomes policy rules
@@ -21,9 +21,9 @@ import (
 // tell from all of them), and its Redirect (whose location spells unset
 // parts as the listener's). Empty for the rules of an Ingress.
 type ruleNote struct {
-	Order    int32               `json:"order,omitempty"`
-	Ports    []int32             `json:"ports,omitempty"`
-	Redirect *providers.Redirect `json:"redirect,omitempty"`
+	Order    int32             `json:"order,omitempty"`
+	Ports    []int32           `json:"ports,omitempty"`
+	Redirect *lbmodel.Redirect `json:"redirect,omitempty"`
 }
 
 func (n ruleNote) String() string {
@@ -38,13 +38,13 @@ func (n ruleNote) String() string {
 // the zero listenerRef for the one policy of an Ingress, which serves
 // every listener.
 type listenerRef struct {
-	protocol providers.Protocol
+	protocol lbmodel.Protocol
 	port     int32
 }
 
 // policyRules makes the rules of the policy of listener l: the rules,
 // sorted by SortRules, that serve its port.
-func policyRules(rules []providers.Rule, l listenerRef, partition string) []ruleBody {
+func policyRules(rules []lbmodel.Rule, l listenerRef, partition string) []ruleBody {
 	out := []ruleBody{}
 	for i, r := range rules {
 		if l.port != 0 && len(r.Ports) > 0 && !slices.Contains(r.Ports, l.port) {
@@ -60,7 +60,7 @@ func policyRules(rules []providers.Rule, l listenerRef, partition string) []rule
 	return out
 }
 
-func ruleConditions(r providers.Rule, m providers.PathMatch) []conditionState {
+func ruleConditions(r lbmodel.Rule, m lbmodel.PathMatch) []conditionState {
 	var out []conditionState
 	add := func(c conditionState) {
 		c.Name, c.Request = strconv.Itoa(len(out)), true
@@ -85,7 +85,7 @@ func ruleConditions(r providers.Rule, m providers.PathMatch) []conditionState {
 	return out
 }
 
-func ruleActions(r providers.Rule, l listenerRef, partition string) []actionState {
+func ruleActions(r lbmodel.Rule, l listenerRef, partition string) []actionState {
 	var out []actionState
 	add := func(a actionState) {
 		a.Name = strconv.Itoa(len(out))
@@ -94,7 +94,7 @@ func ruleActions(r providers.Rule, l listenerRef, partition string) []actionStat
 		}
 		out = append(out, a)
 	}
-	headers := func(f *providers.HeaderFilter, response bool) {
+	headers := func(f *lbmodel.HeaderFilter, response bool) {
 		if f == nil {
 			return
 		}
@@ -132,11 +132,11 @@ func ruleActions(r providers.Rule, l listenerRef, partition string) []actionStat
 // port, else the scheme's well-known port when the scheme is set, else
 // the listener's, left out when it is the scheme's well-known port; then
 // the request's path and query.
-func redirectLocation(d *providers.Redirect, l listenerRef) string {
+func redirectLocation(d *lbmodel.Redirect, l listenerRef) string {
 	scheme := d.Scheme
 	if scheme == "" {
 		scheme = "http"
-		if l.protocol == providers.HTTPS {
+		if l.protocol == lbmodel.HTTPS {
 			scheme = "https"
 		}
 	}
@@ -164,10 +164,10 @@ func redirectLocation(d *providers.Redirect, l listenerRef) string {
 // model rules: the policy rules rule-<i>.<j> of one i, in any of the
 // policies, are the path tests of one model rule. A policy rule the
 // provider does not make reads as nothing, so that Ensure rewrites it.
-func modelRules(policies [][]ruleBody, partition string) []providers.Rule {
+func modelRules(policies [][]ruleBody, partition string) []lbmodel.Rule {
 	type group struct {
 		first   ruleBody
-		matches []providers.PathMatch
+		matches []lbmodel.PathMatch
 		bad     bool
 	}
 	var order []string
@@ -196,10 +196,10 @@ func modelRules(policies [][]ruleBody, partition string) []providers.Rule {
 			}
 		}
 	}
-	out := []providers.Rule{}
+	out := []lbmodel.Rule{}
 	for _, key := range order {
 		g := groups[key]
-		path, typ, ok := providers.PathOf(g.matches)
+		path, typ, ok := lbmodel.PathOf(g.matches)
 		if g.bad || !ok {
 			continue
 		}
@@ -210,24 +210,24 @@ func modelRules(policies [][]ruleBody, partition string) []providers.Rule {
 		r.Path, r.PathType = path, typ
 		out = append(out, r)
 	}
-	providers.SortRules(out)
+	lbmodel.SortRules(out)
 	return out
 }
 
 // pathMatchOf finds the path test among a policy rule's conditions.
-func pathMatchOf(conds []conditionState) (providers.PathMatch, bool) {
+func pathMatchOf(conds []conditionState) (lbmodel.PathMatch, bool) {
 	for _, c := range conds {
 		if c.HTTPURI && c.Path && !c.Not && len(c.Values) == 1 && c.Equals != c.StartsWith {
-			return providers.PathMatch{Path: c.Values[0], Prefix: c.StartsWith}, true
+			return lbmodel.PathMatch{Path: c.Values[0], Prefix: c.StartsWith}, true
 		}
 	}
-	return providers.PathMatch{}, false
+	return lbmodel.PathMatch{}, false
 }
 
 // modelRule reads everything of a model rule but its path from one of its
 // policy rules; ok is false for a rule the provider does not make.
-func modelRule(b ruleBody, partition string) (providers.Rule, bool) {
-	var r providers.Rule
+func modelRule(b ruleBody, partition string) (lbmodel.Rule, bool) {
+	var r lbmodel.Rule
 	var note ruleNote
 	if b.Description != "" && json.Unmarshal([]byte(b.Description), &note) != nil {
 		return r, false
@@ -247,24 +247,24 @@ func modelRule(b ruleBody, partition string) (providers.Rule, bool) {
 		case c.HTTPMethod && c.Equals:
 			r.Method = v
 		case c.HTTPHeader && c.Equals && c.TmName != "":
-			r.Headers = append(r.Headers, providers.ValueMatch{Name: c.TmName, Value: v})
+			r.Headers = append(r.Headers, lbmodel.ValueMatch{Name: c.TmName, Value: v})
 		case c.HTTPURI && c.QueryParameter && c.Equals && c.TmName != "":
-			r.Query = append(r.Query, providers.ValueMatch{Name: c.TmName, Value: v})
+			r.Query = append(r.Query, lbmodel.ValueMatch{Name: c.TmName, Value: v})
 		default:
 			return r, false
 		}
 	}
-	filter := func(response bool) *providers.HeaderFilter {
-		f := &providers.HeaderFilter{}
+	filter := func(response bool) *lbmodel.HeaderFilter {
+		f := &lbmodel.HeaderFilter{}
 		for _, a := range b.Actions {
 			if !a.HTTPHeader || a.Response != response {
 				continue
 			}
 			switch {
 			case a.Replace && a.Value != nil:
-				f.Set = append(f.Set, providers.Header{Name: a.TmName, Value: *a.Value})
+				f.Set = append(f.Set, lbmodel.Header{Name: a.TmName, Value: *a.Value})
 			case a.Insert && a.Value != nil:
-				f.Add = append(f.Add, providers.Header{Name: a.TmName, Value: *a.Value})
+				f.Add = append(f.Add, lbmodel.Header{Name: a.TmName, Value: *a.Value})
 			case a.Remove:
 				f.Remove = append(f.Remove, a.TmName)
 			}
@@ -275,7 +275,7 @@ func modelRule(b ruleBody, partition string) (providers.Rule, bool) {
 		return f
 	}
 	r.RequestHeaders, r.ResponseHeaders = filter(false), filter(true)
-	var rewrite providers.Rewrite
+	var rewrite lbmodel.Rewrite
 	for _, a := range b.Actions {
 		switch {
 		case a.Forward:
@@ -287,13 +287,13 @@ func modelRule(b ruleBody, partition string) (providers.Rule, bool) {
 		case a.HTTPHost && a.Replace && a.Value != nil:
 			rewrite.Hostname = *a.Value
 		case a.HTTPURI && a.Replace && a.Path != "":
-			rewrite.Path = &providers.PathModifier{Type: providers.ReplaceFullPath, Value: a.Path}
+			rewrite.Path = &lbmodel.PathModifier{Type: lbmodel.ReplaceFullPath, Value: a.Path}
 		case a.HTTPHeader:
 		default:
 			return r, false
 		}
 	}
-	if rewrite != (providers.Rewrite{}) {
+	if rewrite != (lbmodel.Rewrite{}) {
 		r.Rewrite = &rewrite
 	}
 	return r, true

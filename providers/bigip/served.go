@@ -5,22 +5,22 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
-// served returns an error wrapping providers.ErrUnsupported that names the
+// served returns an error wrapping lbmodel.ErrUnsupported that names the
 // first part of lb, with its rule or listener and field, that BIG-IP's
 // objects cannot express exactly (docs/bigip.md lists them); nil when the
 // provider serves all of it. Nothing of such a model is written.
-func served(lb *providers.LoadBalancer) error {
+func served(lb *lbmodel.LoadBalancer) error {
 	for _, l := range lb.Listeners {
-		if l.Protocol == providers.TLS {
-			return fmt.Errorf("listener TLS/%d: a TLS listener (SNI routing, TLSRoute) is %w", l.Port, providers.ErrUnsupported)
+		if l.Protocol == lbmodel.TLS {
+			return fmt.Errorf("listener TLS/%d: a TLS listener (SNI routing, TLSRoute) is %w", l.Port, lbmodel.ErrUnsupported)
 		}
 	}
 	for _, pl := range lb.Pools {
 		if pl.AppProtocol != "" {
-			return fmt.Errorf("pool %s: appProtocol %s is %w", pl.Name, pl.AppProtocol, providers.ErrUnsupported)
+			return fmt.Errorf("pool %s: appProtocol %s is %w", pl.Name, pl.AppProtocol, lbmodel.ErrUnsupported)
 		}
 	}
 	if !lb.IsL7() {
@@ -29,7 +29,7 @@ func served(lb *providers.LoadBalancer) error {
 	if lb.Gateway == "" {
 		// An Ingress's load balancer keeps its layout: what an Ingress
 		// model holds, and no more.
-		if err := providers.IngressSubset(lb); err != nil {
+		if err := lbmodel.IngressSubset(lb); err != nil {
 			return err
 		}
 	}
@@ -38,22 +38,22 @@ func served(lb *providers.LoadBalancer) error {
 	}
 	for _, r := range lb.HTTP.Rules {
 		if field := unservedField(r); field != "" {
-			return providers.UnsupportedRule(r, field)
+			return lbmodel.UnsupportedRule(r, field)
 		}
 	}
 	// A pool's ratios split requests between its members only.
-	return providers.InvalidShareUnsupported(lb)
+	return lbmodel.InvalidShareUnsupported(lb)
 }
 
 // unservedField names the field of a Gateway's rule that an LTM policy
 // cannot express exactly, "" when it can express all of them.
-func unservedField(r providers.Rule) string {
+func unservedField(r lbmodel.Rule) string {
 	switch {
-	case r.PathType == providers.PathRegex:
+	case r.PathType == lbmodel.PathRegex:
 		return "pathType RegularExpression (LTM policy conditions have no anchored regular expression)"
-	case slices.ContainsFunc(r.Headers, func(m providers.ValueMatch) bool { return m.Regex }):
+	case slices.ContainsFunc(r.Headers, func(m lbmodel.ValueMatch) bool { return m.Regex }):
 		return "a regular-expression header match"
-	case slices.ContainsFunc(r.Query, func(m providers.ValueMatch) bool { return m.Regex }):
+	case slices.ContainsFunc(r.Query, func(m lbmodel.ValueMatch) bool { return m.Regex }):
 		return "a regular-expression query match"
 	case r.FixedStatus != 0:
 		return fmt.Sprintf("fixedStatus %d (an LTM policy answers no status of its own)", r.FixedStatus)
@@ -61,12 +61,12 @@ func unservedField(r providers.Rule) string {
 		return fmt.Sprintf("redirect statusCode %d (an LTM policy redirect answers 302)", r.Redirect.StatusCode)
 	case r.Redirect != nil && r.Redirect.Path != nil:
 		return "redirect path " + r.Redirect.Path.Type
-	case r.Rewrite != nil && r.Rewrite.Path != nil && r.Rewrite.Path.Type != providers.ReplaceFullPath:
+	case r.Rewrite != nil && r.Rewrite.Path != nil && r.Rewrite.Path.Type != lbmodel.ReplaceFullPath:
 		return "rewrite path " + r.Rewrite.Path.Type
 	}
 	for _, f := range []struct {
 		what   string
-		filter *providers.HeaderFilter
+		filter *lbmodel.HeaderFilter
 	}{{"requestHeaders", r.RequestHeaders}, {"responseHeaders", r.ResponseHeaders}} {
 		if f.filter == nil {
 			continue
@@ -88,11 +88,11 @@ func unservedField(r providers.Rule) string {
 // the first certificate of a virtual that has several is. BIG-IP's
 // sniDefault is the profile's, not the virtual's: a certificate that would
 // be the default on one virtual and not on another is refused.
-func sniDefaults(lb *providers.LoadBalancer, each func(c providers.TLSCert, sniDefault bool)) error {
+func sniDefaults(lb *lbmodel.LoadBalancer, each func(c lbmodel.TLSCert, sniDefault bool)) error {
 	isDefault := map[string]bool{}
 	perPort := map[int32][]string{}
 	for _, l := range lb.Listeners {
-		if l.Protocol != providers.HTTPS {
+		if l.Protocol != lbmodel.HTTPS {
 			continue
 		}
 		for _, c := range lb.HTTP.TLS {
@@ -118,7 +118,7 @@ func sniDefaults(lb *providers.LoadBalancer, each func(c providers.TLSCert, sniD
 		for _, s := range secrets[1:] {
 			if isDefault[s] {
 				return fmt.Errorf("TLS Secret %s: the SNI default certificate of one HTTPS listener and not of port %d's is %w",
-					s, port, providers.ErrUnsupported)
+					s, port, lbmodel.ErrUnsupported)
 			}
 		}
 	}

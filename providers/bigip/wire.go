@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // The iControl REST bodies the provider sends and reads. Only the fields it
@@ -169,7 +169,7 @@ func parseEndpoint(s string) (netip.Addr, int32, error) {
 }
 
 // ipProtocol, monitor and profile of a listener protocol.
-func protocolParts(p providers.Protocol) (ipProtocol, monitor, profile string) {
+func protocolParts(p lbmodel.Protocol) (ipProtocol, monitor, profile string) {
 	proto := strings.ToLower(string(p))
 	return proto, "/Common/" + proto, proto
 }

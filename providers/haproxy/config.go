@@ -10,9 +10,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nodeportlocal/npl/internal/secretfile"
+	"github.com/nodeportlocal/npl/internal/strictjson"
 	"github.com/nodeportlocal/npl/providers"
-	"github.com/nodeportlocal/npl/providers/secretfile"
-	"github.com/nodeportlocal/npl/providers/strictjson"
 )
 
 // Name is the provider's name in npl-lbsync's configuration (provider.name).

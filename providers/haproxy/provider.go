@@ -29,6 +29,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeportlocal/npl/edge/api"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/vippool"
 )
@@ -66,7 +67,7 @@ func (e *EdgeError) Unwrap() error { return e.Err }
 // Ensure states lb to every edge. The VIP is lb.RequestedVIP, else the one
 // an edge already serves it on (remembered after a successful Ensure), else
 // the first free address of vipPool.
-func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
+func (p *provider) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (providers.Status, error) {
 	vip, err := p.vipFor(ctx, lb)
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
@@ -116,8 +117,8 @@ func (p *provider) Ensure(ctx context.Context, lb *providers.LoadBalancer) (prov
 // Delete removes the load balancer from every edge. A name holds one load
 // balancer on an edge, of either kind; L4 and L7 names never meet (the L7
 // suffix is upper case).
-func (p *provider) Delete(ctx context.Context, name string, _ providers.Kind) error {
-	if !providers.OwnedBy(p.cfg.common.ClusterName, name) {
+func (p *provider) Delete(ctx context.Context, name string, _ lbmodel.Kind) error {
+	if !lbmodel.OwnedBy(p.cfg.common.ClusterName, name) {
 		return fmt.Errorf("delete %s: not owned by cluster %s", name, p.cfg.common.ClusterName)
 	}
 	p.mu.Lock()
@@ -165,7 +166,7 @@ func unsupportedWarnings(edges []string, results []api.EnsureResult) []string {
 // lag is hidden behind another's copy. Garbage collection reads names and
 // kinds only. An edge that does not answer fails the call, so that
 // nothing is collected on a partial view.
-func (p *provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
+func (p *provider) List(ctx context.Context) ([]lbmodel.LoadBalancer, error) {
 	lists := make([]api.List, len(p.cfg.Edges))
 	err := p.eachEdge(func(i int, edge string) error {
 		return p.call(ctx, edge, http.MethodGet, api.LoadBalancersPath(p.cfg.common.ClusterName), nil, &lists[i])
@@ -174,20 +175,20 @@ func (p *provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
 		return nil, fmt.Errorf("list: %w", err)
 	}
 	// copies[name][i] is edge i's copy of the load balancer name, or nil.
-	copies := map[string][]*providers.LoadBalancer{}
+	copies := map[string][]*lbmodel.LoadBalancer{}
 	for i, l := range lists {
 		for j := range l.LoadBalancers {
 			lb := &l.LoadBalancers[j]
-			if !providers.OwnedBy(p.cfg.common.ClusterName, lb.Name) {
+			if !lbmodel.OwnedBy(p.cfg.common.ClusterName, lb.Name) {
 				continue
 			}
 			if copies[lb.Name] == nil {
-				copies[lb.Name] = make([]*providers.LoadBalancer, len(lists))
+				copies[lb.Name] = make([]*lbmodel.LoadBalancer, len(lists))
 			}
 			copies[lb.Name][i] = lb
 		}
 	}
-	out := make([]providers.LoadBalancer, 0, len(copies))
+	out := make([]lbmodel.LoadBalancer, 0, len(copies))
 	for name, cs := range copies {
 		lb, differ := mergeEdges(cs)
 		if len(differ) > 0 {
@@ -199,7 +200,7 @@ func (p *provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
 		}
 		out = append(out, lb)
 	}
-	slices.SortFunc(out, func(a, b providers.LoadBalancer) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b lbmodel.LoadBalancer) int { return cmp.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
@@ -211,12 +212,12 @@ func (p *provider) List(ctx context.Context) ([]providers.LoadBalancer, error) {
 // and each pool's members are those every edge serves alike, plus every
 // member some edge serves otherwise or not at all, both enabled and
 // disabled.
-func mergeEdges(copies []*providers.LoadBalancer) (providers.LoadBalancer, []int) {
-	first := slices.IndexFunc(copies, func(lb *providers.LoadBalancer) bool { return lb != nil })
+func mergeEdges(copies []*lbmodel.LoadBalancer) (lbmodel.LoadBalancer, []int) {
+	first := slices.IndexFunc(copies, func(lb *lbmodel.LoadBalancer) bool { return lb != nil })
 	out := copies[first].Clone()
 	var differ []int
 	for i, c := range copies {
-		if i != first && (c == nil || !providers.SameModel(copies[first], c)) {
+		if i != first && (c == nil || !lbmodel.SameModel(copies[first], c)) {
 			differ = append(differ, i)
 		}
 	}
@@ -228,29 +229,29 @@ func mergeEdges(copies []*providers.LoadBalancer) (providers.LoadBalancer, []int
 			continue
 		}
 		for _, l := range c.Listeners {
-			if !slices.ContainsFunc(out.Listeners, func(o providers.Listener) bool { return o.Protocol == l.Protocol && o.Port == l.Port }) {
+			if !slices.ContainsFunc(out.Listeners, func(o lbmodel.Listener) bool { return o.Protocol == l.Protocol && o.Port == l.Port }) {
 				l.Pool.Members = slices.Clone(l.Pool.Members)
 				out.Listeners = append(out.Listeners, l)
 			}
 		}
 		for _, pool := range c.Pools {
-			if !slices.ContainsFunc(out.Pools, func(o providers.Pool) bool { return o.Name == pool.Name }) {
+			if !slices.ContainsFunc(out.Pools, func(o lbmodel.Pool) bool { return o.Name == pool.Name }) {
 				pool.Members = slices.Clone(pool.Members)
 				out.Pools = append(out.Pools, pool)
 			}
 		}
 	}
-	providers.SortListeners(out.Listeners)
-	providers.SortPools(out.Pools)
-	merge := func(pool *providers.Pool) {
+	lbmodel.SortListeners(out.Listeners)
+	lbmodel.SortPools(out.Pools)
+	merge := func(pool *lbmodel.Pool) {
 		if pool.Name == "" {
 			return
 		}
-		served := make([][]providers.Member, len(copies)) // each edge's members of the pool
+		served := make([][]lbmodel.Member, len(copies)) // each edge's members of the pool
 		for i, c := range copies {
 			served[i] = poolMembers(c, pool.Name)
 		}
-		var members []providers.Member
+		var members []lbmodel.Member
 		seen := map[netip.AddrPort]bool{}
 		for _, ms := range served {
 			for _, m := range ms {
@@ -259,7 +260,7 @@ func mergeEdges(copies []*providers.LoadBalancer) (providers.LoadBalancer, []int
 					continue
 				}
 				seen[key] = true
-				alike := !slices.ContainsFunc(served, func(other []providers.Member) bool { return !slices.Contains(other, m) })
+				alike := !slices.ContainsFunc(served, func(other []lbmodel.Member) bool { return !slices.Contains(other, m) })
 				if alike {
 					members = append(members, m)
 					continue
@@ -269,7 +270,7 @@ func mergeEdges(copies []*providers.LoadBalancer) (providers.LoadBalancer, []int
 				members = append(members, off, on)
 			}
 		}
-		slices.SortStableFunc(members, providers.CompareMembers)
+		slices.SortStableFunc(members, lbmodel.CompareMembers)
 		pool.Members = members
 	}
 	for i := range out.Listeners {
@@ -283,7 +284,7 @@ func mergeEdges(copies []*providers.LoadBalancer) (providers.LoadBalancer, []int
 
 // poolMembers returns the members of the pool named name in lb (nil when
 // lb is nil or has no such pool).
-func poolMembers(lb *providers.LoadBalancer, name string) []providers.Member {
+func poolMembers(lb *lbmodel.LoadBalancer, name string) []lbmodel.Member {
 	if lb == nil {
 		return nil
 	}
@@ -310,7 +311,7 @@ func parseAddr(s string) netip.Addr {
 // vipFor chooses the VIP of lb: the requested one, else the one it was
 // last applied with by this provider, else the one an edge serves it on,
 // else a free one.
-func (p *provider) vipFor(ctx context.Context, lb *providers.LoadBalancer) (netip.Addr, error) {
+func (p *provider) vipFor(ctx context.Context, lb *lbmodel.LoadBalancer) (netip.Addr, error) {
 	if lb.RequestedVIP != "" {
 		return netip.ParseAddr(lb.RequestedVIP)
 	}
@@ -325,7 +326,7 @@ func (p *provider) vipFor(ctx context.Context, lb *providers.LoadBalancer) (neti
 	// answer does not stop the others from getting the change (Ensure then
 	// fails naming it); but a new VIP is chosen only when every edge
 	// answered, lest it be one the silent edge serves.
-	served := make([]providers.LoadBalancer, len(p.cfg.Edges))
+	served := make([]lbmodel.LoadBalancer, len(p.cfg.Edges))
 	readErr := p.eachEdge(func(i int, edge string) error {
 		err := p.call(ctx, edge, http.MethodGet, api.LoadBalancerPath(p.cfg.common.ClusterName, lb.Name), nil, &served[i])
 		var he *httpError

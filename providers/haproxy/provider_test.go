@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/nodeportlocal/npl/edge/api"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -23,7 +24,7 @@ import (
 // tested in test/edge; this one counts calls.
 type fakeEdge struct {
 	mu       sync.Mutex
-	served   map[string]providers.LoadBalancer
+	served   map[string]lbmodel.LoadBalancer
 	calls    []string
 	conflict bool
 	// unsupported is what every PUT answers it does not serve, and
@@ -81,18 +82,18 @@ func (f *fakeEdge) takeCalls() []string {
 }
 
 func TestEnsure_memberChangeIsOneCallPerEdge(t *testing.T) {
-	edge := &fakeEdge{served: map[string]providers.LoadBalancer{}}
+	edge := &fakeEdge{served: map[string]lbmodel.LoadBalancer{}}
 	srv := httptest.NewTLSServer(edge)
 	defer srv.Close()
 	p := newProvider(&Config{Edges: []string{srv.URL},
 		common: providers.Common{ClusterName: "c1", VIPPool: []netip.Prefix{netip.MustParsePrefix("198.18.200.0/24")}}}, srv.Client())
 	ctx := context.Background()
-	lb := func(members ...providers.Member) *providers.LoadBalancer {
-		return &providers.LoadBalancer{Name: "c1--ns-web", Service: "ns/web", Listeners: []providers.Listener{{Port: 80, Protocol: providers.TCP,
-			Pool: providers.Pool{Name: providers.PoolName("c1--ns-web", providers.TCP, 80), Members: members}}}}
+	lb := func(members ...lbmodel.Member) *lbmodel.LoadBalancer {
+		return &lbmodel.LoadBalancer{Name: "c1--ns-web", Service: "ns/web", Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.TCP,
+			Pool: lbmodel.Pool{Name: lbmodel.PoolName("c1--ns-web", lbmodel.TCP, 80), Members: members}}}}
 	}
 	const path = "/v1/clusters/c1/loadbalancers"
-	m1, m2 := providers.Member{IP: "198.18.0.10", Port: 61000, Enabled: true}, providers.Member{IP: "198.18.0.11", Port: 61000, Enabled: true}
+	m1, m2 := lbmodel.Member{IP: "198.18.0.10", Port: 61000, Enabled: true}, lbmodel.Member{IP: "198.18.0.11", Port: 61000, Enabled: true}
 
 	// A new load balancer: the edges are read (its VIP, then the VIPs in
 	// use) before the VIP is chosen.
@@ -131,7 +132,7 @@ func TestEnsure_memberChangeIsOneCallPerEdge(t *testing.T) {
 		t.Errorf("calls after a failure = %q, want %q", got, want)
 	}
 	// Deleted, then created again: the edges are read again.
-	if err := p.Delete(ctx, "c1--ns-web", providers.L4); err != nil {
+	if err := p.Delete(ctx, "c1--ns-web", lbmodel.L4); err != nil {
 		t.Fatal(err)
 	}
 	edge.takeCalls()
@@ -148,7 +149,7 @@ func TestEnsure_memberChangeIsOneCallPerEdge(t *testing.T) {
 // answered only after the first Ensure returned.
 type raceEdge struct {
 	mu       sync.Mutex
-	served   map[string]providers.LoadBalancer
+	served   map[string]lbmodel.LoadBalancer
 	putting  chan struct{} // closed when the first PUT arrives
 	listed   chan struct{} // closed when the list is read
 	released chan struct{} // closed by the test: answer the list
@@ -205,16 +206,16 @@ func (f *raceEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // before A's PUT lands, and chooses after A's Ensure succeeded (its VIP no
 // longer reserved but applied): B must not take A's VIP.
 func TestEnsure_concurrentNewLoadBalancersGetDistinctVIPs(t *testing.T) {
-	edge := &raceEdge{served: map[string]providers.LoadBalancer{}, putting: make(chan struct{}), listed: make(chan struct{}),
+	edge := &raceEdge{served: map[string]lbmodel.LoadBalancer{}, putting: make(chan struct{}), listed: make(chan struct{}),
 		released: make(chan struct{})}
 	srv := httptest.NewTLSServer(edge)
 	defer srv.Close()
 	p := newProvider(&Config{Edges: []string{srv.URL},
 		common: providers.Common{ClusterName: "c1", VIPPool: []netip.Prefix{netip.MustParsePrefix("198.18.200.0/24")}}}, srv.Client())
 	ctx := context.Background()
-	lb := func(name string) *providers.LoadBalancer {
-		return &providers.LoadBalancer{Name: name, Service: "ns/x", Listeners: []providers.Listener{{Port: 443, Protocol: providers.TCP,
-			Pool: providers.Pool{Name: providers.PoolName(name, providers.TCP, 443)}}}}
+	lb := func(name string) *lbmodel.LoadBalancer {
+		return &lbmodel.LoadBalancer{Name: name, Service: "ns/x", Listeners: []lbmodel.Listener{{Port: 443, Protocol: lbmodel.TCP,
+			Pool: lbmodel.Pool{Name: lbmodel.PoolName(name, lbmodel.TCP, 443)}}}}
 	}
 	type result struct {
 		st  providers.Status
@@ -238,13 +239,13 @@ func TestEnsure_concurrentNewLoadBalancersGetDistinctVIPs(t *testing.T) {
 // TestEnsure_conflictDropsTheReservedVIP: a VIP an edge refuses (409) is
 // not kept for the next Ensure, which reads the edges and chooses again.
 func TestEnsure_conflictDropsTheReservedVIP(t *testing.T) {
-	edge := &fakeEdge{served: map[string]providers.LoadBalancer{}, conflict: true}
+	edge := &fakeEdge{served: map[string]lbmodel.LoadBalancer{}, conflict: true}
 	srv := httptest.NewTLSServer(edge)
 	defer srv.Close()
 	p := newProvider(&Config{Edges: []string{srv.URL},
 		common: providers.Common{ClusterName: "c1", VIPPool: []netip.Prefix{netip.MustParsePrefix("198.18.200.0/24")}}}, srv.Client())
-	lb := &providers.LoadBalancer{Name: "c1--ns-web", Service: "ns/web", Listeners: []providers.Listener{{Port: 80, Protocol: providers.TCP,
-		Pool: providers.Pool{Name: providers.PoolName("c1--ns-web", providers.TCP, 80)}}}}
+	lb := &lbmodel.LoadBalancer{Name: "c1--ns-web", Service: "ns/web", Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.TCP,
+		Pool: lbmodel.Pool{Name: lbmodel.PoolName("c1--ns-web", lbmodel.TCP, 80)}}}}
 	if _, err := p.Ensure(context.Background(), lb); err == nil {
 		t.Fatal("Ensure with a conflicting edge succeeded")
 	}
@@ -263,7 +264,7 @@ func twoEdges(t *testing.T) (*provider, [2]*fakeEdge, [2]string) {
 	var urls [2]string
 	var client *http.Client
 	for i := range edges {
-		edges[i] = &fakeEdge{served: map[string]providers.LoadBalancer{}}
+		edges[i] = &fakeEdge{served: map[string]lbmodel.LoadBalancer{}}
 		srv := httptest.NewTLSServer(edges[i])
 		t.Cleanup(srv.Close)
 		urls[i] = srv.URL
@@ -300,8 +301,8 @@ func TestEnsure_warningsOfEveryEdgeNameIt(t *testing.T) {
 			for _, i := range tc.off {
 				edges[i].unsupported, edges[i].reason = []string{"UDP/53"}, tc.reason
 			}
-			lb := &providers.LoadBalancer{Name: "c1--ns-dns", Service: "ns/dns", Listeners: []providers.Listener{{Port: 53, Protocol: providers.UDP,
-				Pool: providers.Pool{Name: providers.PoolName("c1--ns-dns", providers.UDP, 53)}}}}
+			lb := &lbmodel.LoadBalancer{Name: "c1--ns-dns", Service: "ns/dns", Listeners: []lbmodel.Listener{{Port: 53, Protocol: lbmodel.UDP,
+				Pool: lbmodel.Pool{Name: lbmodel.PoolName("c1--ns-dns", lbmodel.UDP, 53)}}}}
 			st, err := p.Ensure(context.Background(), lb)
 			if err != nil {
 				t.Fatal(err)
@@ -327,33 +328,33 @@ func TestEnsure_warningsOfEveryEdgeNameIt(t *testing.T) {
 // do not serve alike is listed enabled and disabled, so that no model
 // equals the pool (nplctl pools says drift), whichever edge lags.
 func TestList_loadBalancerTheEdgesServeDifferently(t *testing.T) {
-	m := func(last byte, enabled bool) providers.Member {
-		return providers.Member{IP: netip.AddrFrom4([4]byte{198, 18, 0, last}).String(), Port: 61000, Enabled: enabled}
+	m := func(last byte, enabled bool) lbmodel.Member {
+		return lbmodel.Member{IP: netip.AddrFrom4([4]byte{198, 18, 0, last}).String(), Port: 61000, Enabled: enabled}
 	}
-	pool := providers.PoolName("c1--ns-web", providers.TCP, 80)
-	lb := func(members ...providers.Member) *providers.LoadBalancer {
-		return &providers.LoadBalancer{Name: "c1--ns-web", Service: "ns/web", VIPs: []string{"198.18.200.1"},
-			Listeners: []providers.Listener{{Port: 80, Protocol: providers.TCP, Pool: providers.Pool{Name: pool, Members: members}}}}
+	pool := lbmodel.PoolName("c1--ns-web", lbmodel.TCP, 80)
+	lb := func(members ...lbmodel.Member) *lbmodel.LoadBalancer {
+		return &lbmodel.LoadBalancer{Name: "c1--ns-web", Service: "ns/web", VIPs: []string{"198.18.200.1"},
+			Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: pool, Members: members}}}}
 	}
 	synced := lb(m(10, true), m(11, true))
 	for _, tc := range []struct {
 		name  string
-		edges [2]*providers.LoadBalancer
-		want  []providers.Member
+		edges [2]*lbmodel.LoadBalancer
+		want  []lbmodel.Member
 	}{
-		{"alike", [2]*providers.LoadBalancer{synced, synced}, []providers.Member{m(10, true), m(11, true)}},
-		{"the second lacks a member", [2]*providers.LoadBalancer{synced, lb(m(10, true))},
-			[]providers.Member{m(10, true), m(11, false), m(11, true)}},
-		{"the first lacks a member", [2]*providers.LoadBalancer{lb(m(10, true)), synced},
-			[]providers.Member{m(10, true), m(11, false), m(11, true)}},
-		{"the second keeps a removed member", [2]*providers.LoadBalancer{synced, lb(m(10, true), m(11, true), m(12, true))},
-			[]providers.Member{m(10, true), m(11, true), m(12, false), m(12, true)}},
-		{"the second has not drained a member", [2]*providers.LoadBalancer{lb(m(10, true), m(11, false)), synced},
-			[]providers.Member{m(10, true), m(11, false), m(11, true)}},
-		{"the second lacks the load balancer", [2]*providers.LoadBalancer{synced, nil},
-			[]providers.Member{m(10, false), m(10, true), m(11, false), m(11, true)}},
-		{"the first lacks the load balancer", [2]*providers.LoadBalancer{nil, synced},
-			[]providers.Member{m(10, false), m(10, true), m(11, false), m(11, true)}},
+		{"alike", [2]*lbmodel.LoadBalancer{synced, synced}, []lbmodel.Member{m(10, true), m(11, true)}},
+		{"the second lacks a member", [2]*lbmodel.LoadBalancer{synced, lb(m(10, true))},
+			[]lbmodel.Member{m(10, true), m(11, false), m(11, true)}},
+		{"the first lacks a member", [2]*lbmodel.LoadBalancer{lb(m(10, true)), synced},
+			[]lbmodel.Member{m(10, true), m(11, false), m(11, true)}},
+		{"the second keeps a removed member", [2]*lbmodel.LoadBalancer{synced, lb(m(10, true), m(11, true), m(12, true))},
+			[]lbmodel.Member{m(10, true), m(11, true), m(12, false), m(12, true)}},
+		{"the second has not drained a member", [2]*lbmodel.LoadBalancer{lb(m(10, true), m(11, false)), synced},
+			[]lbmodel.Member{m(10, true), m(11, false), m(11, true)}},
+		{"the second lacks the load balancer", [2]*lbmodel.LoadBalancer{synced, nil},
+			[]lbmodel.Member{m(10, false), m(10, true), m(11, false), m(11, true)}},
+		{"the first lacks the load balancer", [2]*lbmodel.LoadBalancer{nil, synced},
+			[]lbmodel.Member{m(10, false), m(10, true), m(11, false), m(11, true)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, edges, _ := twoEdges(t)
@@ -372,7 +373,7 @@ func TestList_loadBalancerTheEdgesServeDifferently(t *testing.T) {
 			if len(lbs) != 2 || lbs[0].Name != "c1--ns-other" || lbs[1].Name != "c1--ns-web" {
 				t.Fatalf("List = %+v, want c1--ns-other and c1--ns-web once each", lbs)
 			}
-			if diff := cmp.Diff(*lb(m(20, true)), lbs[0], cmpopts.IgnoreFields(providers.LoadBalancer{}, "Name", "Service")); diff != "" {
+			if diff := cmp.Diff(*lb(m(20, true)), lbs[0], cmpopts.IgnoreFields(lbmodel.LoadBalancer{}, "Name", "Service")); diff != "" {
 				t.Errorf("the load balancer both edges serve alike (-want +got):\n%s", diff)
 			}
 			got := lbs[1]
@@ -383,7 +384,7 @@ func TestList_loadBalancerTheEdgesServeDifferently(t *testing.T) {
 				t.Errorf("List gave %+v, want the edges' load balancer", got)
 			}
 			// In sync only when the edges agree: a pool a model can equal.
-			if equal := cmp.Equal(got.Listeners[0].Pool.Members, providers.SortMembers(slices.Clone(got.Listeners[0].Pool.Members))); equal != (tc.name == "alike") {
+			if equal := cmp.Equal(got.Listeners[0].Pool.Members, lbmodel.SortMembers(slices.Clone(got.Listeners[0].Pool.Members))); equal != (tc.name == "alike") {
 				t.Errorf("a model could equal the pool: %v, want %v", equal, tc.name == "alike")
 			}
 		})

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nodeportlocal/npl/internal/strictjson"
 	"github.com/nodeportlocal/npl/providers"
-	"github.com/nodeportlocal/npl/providers/strictjson"
 )
 
 // Name is the provider's name in npl-lbsync's configuration (provider.name).

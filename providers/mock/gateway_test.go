@@ -7,42 +7,41 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // gatewayStreamsModel is a Gateway's load balancer with every kind of
 // listener: HTTP, a TCP listener with weighted members, a UDP listener, a
 // passthrough TLS listener with SNI routes, a terminating one, an h2c
 // pool, and a pool that answers the share of invalid backends 500.
-func gatewayStreamsModel() *providers.LoadBalancer {
-	name := providers.GatewayLoadBalancerName(cluster, "shop", "gw")
-	grpc := providers.GatewayPoolName(name, "shop", "grpc", 0)
-	half := providers.GatewayPoolName(name, "shop", "half", 0)
-	tls := providers.GatewayPoolName(name, "shop", "tls", 0)
+func gatewayStreamsModel() *lbmodel.LoadBalancer {
+	name := lbmodel.GatewayLoadBalancerName(cluster, "shop", "gw")
+	grpc := lbmodel.GatewayPoolName(name, "shop", "grpc", 0)
+	half := lbmodel.GatewayPoolName(name, "shop", "half", 0)
+	tls := lbmodel.GatewayPoolName(name, "shop", "tls", 0)
 	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("cert-t")})
 	weighted := member("198.18.0.12", 61002)
 	weighted.Weight = 70
-	return &providers.LoadBalancer{
-		Name: name, Kind: providers.L7, Gateway: "shop/gw",
-		Listeners: []providers.Listener{
-			{Port: 80, Protocol: providers.HTTP},
-			{Port: 9000, Protocol: providers.TCP, Pool: providers.Pool{Name: providers.PoolName(name, providers.TCP, 9000),
-				Members: []providers.Member{member("198.18.0.11", 61002), weighted}}},
-			{Port: 5300, Protocol: providers.UDP, Pool: providers.Pool{Name: providers.PoolName(name, providers.UDP, 5300),
-				Members: []providers.Member{member("198.18.0.11", 61003)}}},
-			{Port: 8883, Protocol: providers.TLS, SNI: []providers.SNIRoute{{Host: "*.example.com", Pool: tls}, {Host: "a.example.com", Pool: grpc}}},
-			{Port: 9443, Protocol: providers.TLS, Terminate: true, SNI: []providers.SNIRoute{{Pool: tls}}},
+	return &lbmodel.LoadBalancer{
+		Name: name, Kind: lbmodel.L7, Gateway: "shop/gw",
+		Listeners: []lbmodel.Listener{
+			{Port: 80, Protocol: lbmodel.HTTP},
+			{Port: 9000, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: lbmodel.PoolName(name, lbmodel.TCP, 9000),
+				Members: []lbmodel.Member{member("198.18.0.11", 61002), weighted}}},
+			{Port: 5300, Protocol: lbmodel.UDP, Pool: lbmodel.Pool{Name: lbmodel.PoolName(name, lbmodel.UDP, 5300),
+				Members: []lbmodel.Member{member("198.18.0.11", 61003)}}},
+			{Port: 8883, Protocol: lbmodel.TLS, SNI: []lbmodel.SNIRoute{{Host: "*.example.com", Pool: tls}, {Host: "a.example.com", Pool: grpc}}},
+			{Port: 9443, Protocol: lbmodel.TLS, Terminate: true, SNI: []lbmodel.SNIRoute{{Pool: tls}}},
 		},
-		Pools: []providers.Pool{
-			{Name: grpc, AppProtocol: providers.AppProtocolH2C, Members: []providers.Member{member("198.18.0.11", 61000)}},
-			{Name: tls, Members: []providers.Member{member("198.18.0.11", 61001)}},
-			{Name: half, Members: []providers.Member{member("198.18.0.11", 61004)}, InvalidWeight: 1},
+		Pools: []lbmodel.Pool{
+			{Name: grpc, AppProtocol: lbmodel.AppProtocolH2C, Members: []lbmodel.Member{member("198.18.0.11", 61000)}},
+			{Name: tls, Members: []lbmodel.Member{member("198.18.0.11", 61001)}},
+			{Name: half, Members: []lbmodel.Member{member("198.18.0.11", 61004)}, InvalidWeight: 1},
 		},
-		HTTP: &providers.HTTPRoutes{
-			Rules: []providers.Rule{{Path: "/pkg.Svc", PathType: providers.PathPrefix, Pool: grpc, Ports: []int32{80}},
-				{Path: "/half", PathType: providers.PathPrefix, Pool: half, Ports: []int32{80}}},
-			TLS: []providers.TLSCert{{Secret: "shop/t", Ports: []int32{9443}, Fingerprint: providers.CertFingerprint(cert),
+		HTTP: &lbmodel.HTTPRoutes{
+			Rules: []lbmodel.Rule{{Path: "/pkg.Svc", PathType: lbmodel.PathPrefix, Pool: grpc, Ports: []int32{80}},
+				{Path: "/half", PathType: lbmodel.PathPrefix, Pool: half, Ports: []int32{80}}},
+			TLS: []lbmodel.TLSCert{{Secret: "shop/t", Ports: []int32{9443}, Fingerprint: lbmodel.CertFingerprint(cert),
 				CertPEM: cert, KeyPEM: []byte("key-t")}},
 		},
 	}
@@ -58,7 +57,7 @@ func TestMock_gatewayStreamsAreStoredAndListedExactly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{listed(lb, vips[0])}, got); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{listed(lb, vips[0])}, got); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 	// A reopened mock holds the same model: no write.
@@ -75,23 +74,23 @@ func TestMock_gatewayStreamsAreStoredAndListedExactly(t *testing.T) {
 func TestMock_gatewayStreamsWriteOnlyWhatChanged(t *testing.T) {
 	tests := []struct {
 		name   string
-		change func(*providers.LoadBalancer)
+		change func(*lbmodel.LoadBalancer)
 		writes int64
 	}{
-		{"nothing", func(*providers.LoadBalancer) {}, 0},
-		{"the SNI routes in another order", func(lb *providers.LoadBalancer) {
+		{"nothing", func(*lbmodel.LoadBalancer) {}, 0},
+		{"the SNI routes in another order", func(lb *lbmodel.LoadBalancer) {
 			s := lb.Listeners[3].SNI
 			s[0], s[1] = s[1], s[0]
 		}, 0},
-		{"an SNI route's pool", func(lb *providers.LoadBalancer) { lb.Listeners[3].SNI[0].Pool = lb.Pools[0].Name }, 1},
-		{"an SNI host", func(lb *providers.LoadBalancer) { lb.Listeners[3].SNI[1].Host = "b.example.com" }, 1},
-		{"terminate", func(lb *providers.LoadBalancer) {
+		{"an SNI route's pool", func(lb *lbmodel.LoadBalancer) { lb.Listeners[3].SNI[0].Pool = lb.Pools[0].Name }, 1},
+		{"an SNI host", func(lb *lbmodel.LoadBalancer) { lb.Listeners[3].SNI[1].Host = "b.example.com" }, 1},
+		{"terminate", func(lb *lbmodel.LoadBalancer) {
 			lb.Listeners[3].Terminate = true
 			lb.HTTP.TLS[0].Ports = []int32{8883, 9443}
 		}, 1},
-		{"a pool's appProtocol", func(lb *providers.LoadBalancer) { lb.Pools[0].AppProtocol = "" }, 1},
-		{"a TCP member's weight", func(lb *providers.LoadBalancer) { lb.Listeners[1].Pool.Members[1].Weight = 30 }, 1},
-		{"a pool's invalid weight", func(lb *providers.LoadBalancer) { lb.Pools[2].InvalidWeight = 2 }, 1},
+		{"a pool's appProtocol", func(lb *lbmodel.LoadBalancer) { lb.Pools[0].AppProtocol = "" }, 1},
+		{"a TCP member's weight", func(lb *lbmodel.LoadBalancer) { lb.Listeners[1].Pool.Members[1].Weight = 30 }, 1},
+		{"a pool's invalid weight", func(lb *lbmodel.LoadBalancer) { lb.Pools[2].InvalidWeight = 2 }, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

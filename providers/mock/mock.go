@@ -25,6 +25,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/vippool"
 )
@@ -44,7 +45,7 @@ type Mock struct {
 	mu sync.Mutex
 	// lbs holds every load balancer, normalised (sorted), VIPs set. Those of
 	// another cluster (from a shared state file) are kept but not touched.
-	lbs        map[string]*providers.LoadBalancer
+	lbs        map[string]*lbmodel.LoadBalancer
 	vipOwner   map[netip.Addr]string
 	counters   Counters
 	latency    time.Duration
@@ -81,7 +82,7 @@ func (m *Mock) refresh() error {
 		return nil
 	}
 	lbs, owners := m.lbs, m.vipOwner
-	m.lbs, m.vipOwner = map[string]*providers.LoadBalancer{}, map[netip.Addr]string{}
+	m.lbs, m.vipOwner = map[string]*lbmodel.LoadBalancer{}, map[netip.Addr]string{}
 	if err := m.load(); err != nil {
 		m.lbs, m.vipOwner = lbs, owners
 		return err
@@ -92,8 +93,8 @@ func (m *Mock) refresh() error {
 // State is a snapshot of the mock: every load balancer sorted by name, with
 // sorted listeners and members, and the call counters.
 type State struct {
-	LoadBalancers []providers.LoadBalancer `json:"loadBalancers"`
-	Counters      Counters                 `json:"counters"`
+	LoadBalancers []lbmodel.LoadBalancer `json:"loadBalancers"`
+	Counters      Counters               `json:"counters"`
 }
 
 // Counters count the calls made since the mock was opened; they are not
@@ -130,7 +131,7 @@ func New(cfg Config) (*Mock, error) {
 		stateFile:  cfg.StateFile,
 		allowFault: cfg.AllowFaultInjection,
 		now:        time.Now,
-		lbs:        map[string]*providers.LoadBalancer{},
+		lbs:        map[string]*lbmodel.LoadBalancer{},
 		vipOwner:   map[netip.Addr]string{},
 		counters:   Counters{PerLoadBalancer: map[string]LoadBalancerCounters{}},
 		latency:    cfg.Latency,
@@ -145,12 +146,12 @@ func New(cfg Config) (*Mock, error) {
 }
 
 // Ensure makes the load balancer lb.Name match lb, a model that passed
-// providers.Normalize (the registry opens the mock behind
+// lbmodel.Normalize (the registry opens the mock behind
 // providers.Validated). It writes nothing when the stored load balancer
 // already equals lb. The VIP is lb.RequestedVIP when set (an error if
 // another load balancer holds it), else the one it already has, else the
 // first free address of the VIP pool.
-func (m *Mock) Ensure(ctx context.Context, lb *providers.LoadBalancer) (providers.Status, error) {
+func (m *Mock) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (providers.Status, error) {
 	name := lb.Name
 	var status providers.Status
 	err := m.call(ctx, kindEnsure, name, func() error {
@@ -189,13 +190,13 @@ func (m *Mock) Ensure(ctx context.Context, lb *providers.LoadBalancer) (provider
 // VIP. Deleting one that does not exist is not an error and counts no
 // write; as on a real load balancer, where the objects of each kind differ,
 // one of the other kind does not exist.
-func (m *Mock) Delete(ctx context.Context, name string, kind providers.Kind) error {
+func (m *Mock) Delete(ctx context.Context, name string, kind lbmodel.Kind) error {
 	err := m.call(ctx, kindDelete, name, func() error {
-		if !providers.OwnedBy(m.cluster, name) {
+		if !lbmodel.OwnedBy(m.cluster, name) {
 			return fmt.Errorf("not owned by cluster %s", m.cluster)
 		}
 		prev, exists := m.lbs[name]
-		if !exists || prev.IsL7() != (kind == providers.L7) {
+		if !exists || prev.IsL7() != (kind == lbmodel.L7) {
 			return nil
 		}
 		m.remove(name)
@@ -214,10 +215,10 @@ func (m *Mock) Delete(ctx context.Context, name string, kind providers.Kind) err
 }
 
 // List returns the load balancers of this cluster sorted by name.
-func (m *Mock) List(ctx context.Context) ([]providers.LoadBalancer, error) {
-	var out []providers.LoadBalancer
+func (m *Mock) List(ctx context.Context) ([]lbmodel.LoadBalancer, error) {
+	var out []lbmodel.LoadBalancer
 	err := m.call(ctx, kindList, "", func() error {
-		out = m.snapshot(func(name string) bool { return providers.OwnedBy(m.cluster, name) })
+		out = m.snapshot(func(name string) bool { return lbmodel.OwnedBy(m.cluster, name) })
 		return nil
 	})
 	if err != nil {
@@ -366,21 +367,21 @@ func (m *Mock) countersCopy() Counters {
 
 // snapshot returns deep copies of the load balancers keep accepts (all when
 // nil), sorted by name.
-func (m *Mock) snapshot(keep func(name string) bool) []providers.LoadBalancer {
-	out := make([]providers.LoadBalancer, 0, len(m.lbs))
+func (m *Mock) snapshot(keep func(name string) bool) []lbmodel.LoadBalancer {
+	out := make([]lbmodel.LoadBalancer, 0, len(m.lbs))
 	for name, lb := range m.lbs {
 		if keep == nil || keep(name) {
 			out = append(out, *lb.Clone())
 		}
 	}
-	slices.SortFunc(out, func(a, b providers.LoadBalancer) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b lbmodel.LoadBalancer) int { return cmp.Compare(a.Name, b.Name) })
 	return out
 }
 
 // normalise returns what the mock stores of lb: a copy without VIPs and,
 // as a real load balancer reports them, certificates without PEM data.
-func (m *Mock) normalise(lb *providers.LoadBalancer) (*providers.LoadBalancer, error) {
-	if !providers.OwnedBy(m.cluster, lb.Name) {
+func (m *Mock) normalise(lb *lbmodel.LoadBalancer) (*lbmodel.LoadBalancer, error) {
+	if !lbmodel.OwnedBy(m.cluster, lb.Name) {
 		return nil, fmt.Errorf("not owned by cluster %s", m.cluster)
 	}
 	out := lb.Clone()
@@ -396,7 +397,7 @@ func (m *Mock) normalise(lb *providers.LoadBalancer) (*providers.LoadBalancer, e
 // pickVIP returns the VIP for a load balancer whose stored version is prev
 // (nil when new): the requested one if free, else prev's, else the first
 // free address of the pool.
-func (m *Mock) pickVIP(requested string, prev *providers.LoadBalancer) (netip.Addr, error) {
+func (m *Mock) pickVIP(requested string, prev *lbmodel.LoadBalancer) (netip.Addr, error) {
 	name := ""
 	if prev != nil {
 		name = prev.Name
@@ -423,7 +424,7 @@ func (m *Mock) pickVIP(requested string, prev *providers.LoadBalancer) (netip.Ad
 }
 
 // put stores lb (VIPs set), releasing the VIP its previous version held.
-func (m *Mock) put(lb *providers.LoadBalancer) {
+func (m *Mock) put(lb *lbmodel.LoadBalancer) {
 	m.releaseVIPs(lb.Name)
 	m.lbs[lb.Name] = lb
 	for _, v := range lb.VIPs {
@@ -439,7 +440,7 @@ func (m *Mock) remove(name string) {
 }
 
 // restore puts back prev (nil: nothing) after a failed save.
-func (m *Mock) restore(name string, prev *providers.LoadBalancer) {
+func (m *Mock) restore(name string, prev *lbmodel.LoadBalancer) {
 	if prev == nil {
 		m.remove(name)
 		return
@@ -459,16 +460,16 @@ func (m *Mock) releaseVIPs(name string) {
 
 // sameModel reports whether the stored a already matches the desired b;
 // VIPs are the mock's to choose and are not compared.
-func sameModel(a, b *providers.LoadBalancer) bool {
+func sameModel(a, b *lbmodel.LoadBalancer) bool {
 	x, y := *a, *b
 	x.VIPs, y.VIPs = nil, nil
-	return providers.SameModel(&x, &y)
+	return lbmodel.SameModel(&x, &y)
 }
 
 // persisted is the content of the state file.
 type persisted struct {
-	Version       int                      `json:"version"`
-	LoadBalancers []providers.LoadBalancer `json:"loadBalancers"`
+	Version       int                    `json:"version"`
+	LoadBalancers []lbmodel.LoadBalancer `json:"loadBalancers"`
 }
 
 const stateVersion = 1

@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -39,30 +40,30 @@ func newMock(t *testing.T, cfg Config) *Mock {
 }
 
 // model is a desired load balancer of cluster c1 with one TCP/80 listener.
-func model(svc string, members ...providers.Member) *providers.LoadBalancer {
-	name := providers.LoadBalancerName(cluster, "shop", svc)
+func model(svc string, members ...lbmodel.Member) *lbmodel.LoadBalancer {
+	name := lbmodel.LoadBalancerName(cluster, "shop", svc)
 	if members == nil {
-		members = []providers.Member{}
+		members = []lbmodel.Member{}
 	}
-	return &providers.LoadBalancer{
+	return &lbmodel.LoadBalancer{
 		Name:    name,
 		Service: "shop/" + svc,
-		Listeners: []providers.Listener{{Port: 80, Protocol: providers.TCP,
-			Pool: providers.Pool{Name: providers.PoolName(name, providers.TCP, 80), Members: members}}},
+		Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.TCP,
+			Pool: lbmodel.Pool{Name: lbmodel.PoolName(name, lbmodel.TCP, 80), Members: members}}},
 	}
 }
 
-func member(ip string, port int32) providers.Member {
-	return providers.Member{IP: ip, Port: port, Enabled: true}
+func member(ip string, port int32) lbmodel.Member {
+	return lbmodel.Member{IP: ip, Port: port, Enabled: true}
 }
 
-func withVIP(lb *providers.LoadBalancer, vip string) providers.LoadBalancer {
+func withVIP(lb *lbmodel.LoadBalancer, vip string) lbmodel.LoadBalancer {
 	out := *lb.Clone()
 	out.VIPs = []string{vip}
 	return out
 }
 
-func mustEnsure(t *testing.T, m *Mock, lb *providers.LoadBalancer) []string {
+func mustEnsure(t *testing.T, m *Mock, lb *lbmodel.LoadBalancer) []string {
 	t.Helper()
 	st, err := providers.Validated(m).Ensure(context.Background(), lb)
 	if err != nil {
@@ -83,7 +84,7 @@ func TestMock_ensureStoresTheModelWithAVIP(t *testing.T) {
 	if err != nil {
 		t.Fatalf("List: %v", err)
 	}
-	if diff := cmp.Diff([]providers.LoadBalancer{want}, got); diff != "" {
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{want}, got); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 	if desired.Listeners[0].Pool.Members[0].IP != "198.18.0.12" || desired.VIPs != nil {
@@ -102,7 +103,7 @@ func TestMock_noOpEnsureCountsNoWrite(t *testing.T) {
 	if diff := cmp.Diff([]string{"203.0.113.1"}, first); diff != "" {
 		t.Errorf("no-op Ensure VIPs (-want +got):\n%s", diff)
 	}
-	name := providers.LoadBalancerName(cluster, "shop", "web")
+	name := lbmodel.LoadBalancerName(cluster, "shop", "web")
 	want := Counters{Ensure: 4, Writes: 2, PerLoadBalancer: map[string]LoadBalancerCounters{
 		name: {Ensure: 4, Writes: 2},
 	}}
@@ -129,7 +130,7 @@ func TestMock_vipAllocation(t *testing.T) {
 	if _, err := providers.Validated(m).Ensure(ctx, model("d")); err == nil || !strings.Contains(err.Error(), "no free VIP") {
 		t.Errorf("Ensure with the pool exhausted: err = %v, want no free VIP", err)
 	}
-	if err := m.Delete(ctx, model("a").Name, providers.L4); err != nil {
+	if err := m.Delete(ctx, model("a").Name, lbmodel.L4); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	if d := mustEnsure(t, m, model("d")); d[0] != "203.0.113.1" {
@@ -189,11 +190,11 @@ func TestMock_rejectsInvalidModels(t *testing.T) {
 	dupListener.Listeners = append(dupListener.Listeners, dupListener.Listeners[0])
 	sctp := model("web")
 	sctp.Listeners[0].Protocol = "SCTP"
-	badMember := model("web", providers.Member{IP: "198.18.0.300", Port: 1})
-	badPort := model("web", providers.Member{IP: "198.18.0.1", Port: 0})
+	badMember := model("web", lbmodel.Member{IP: "198.18.0.300", Port: 1})
+	badPort := model("web", lbmodel.Member{IP: "198.18.0.1", Port: 0})
 	tests := []struct {
 		name    string
-		lb      *providers.LoadBalancer
+		lb      *lbmodel.LoadBalancer
 		wantErr string
 	}{
 		{"nil", nil, "no load balancer"},
@@ -216,7 +217,7 @@ func TestMock_rejectsInvalidModels(t *testing.T) {
 		})
 	}
 	m := newMock(t, Config{Common: common("203.0.113.0/29")})
-	if err := m.Delete(context.Background(), "c2--shop-web", providers.L4); err == nil {
+	if err := m.Delete(context.Background(), "c2--shop-web", lbmodel.L4); err == nil {
 		t.Error("Delete of another cluster's name succeeded")
 	}
 }
@@ -232,8 +233,8 @@ func TestMock_aModelWithoutListenersNeverReachesTheMock(t *testing.T) {
 		empty := model(svc)
 		empty.Listeners = nil
 		_, err := p.Ensure(ctx, empty)
-		var invalid *providers.InvalidModelError
-		if !errors.As(err, &invalid) || !errors.Is(err, providers.ErrNoListeners) {
+		var invalid *lbmodel.InvalidModelError
+		if !errors.As(err, &invalid) || !errors.Is(err, lbmodel.ErrNoListeners) {
 			t.Errorf("Ensure(%s without listeners) = %v, want an InvalidModelError for ErrNoListeners", svc, err)
 		}
 	}
@@ -246,7 +247,7 @@ func TestMock_deleteOfAnAbsentLoadBalancerIsNoWrite(t *testing.T) {
 	m := newMock(t, Config{Common: common("203.0.113.0/29")})
 	mustEnsure(t, m, model("web"))
 	for range 2 {
-		if err := m.Delete(context.Background(), model("web").Name, providers.L4); err != nil {
+		if err := m.Delete(context.Background(), model("web").Name, lbmodel.L4); err != nil {
 			t.Fatalf("Delete: %v", err)
 		}
 	}
@@ -272,7 +273,7 @@ func TestMock_failedCallsChangeNothing(t *testing.T) {
 	if _, err := providers.Validated(m).Ensure(ctx, model("web")); !errors.Is(err, ErrInjected) {
 		t.Errorf("Ensure: err = %v, want ErrInjected", err)
 	}
-	if err := m.Delete(ctx, model("web").Name, providers.L4); !errors.Is(err, ErrInjected) {
+	if err := m.Delete(ctx, model("web").Name, lbmodel.L4); !errors.Is(err, ErrInjected) {
 		t.Errorf("Delete: err = %v, want ErrInjected", err)
 	}
 	if _, err := m.List(ctx); !errors.Is(err, ErrInjected) {
@@ -329,7 +330,7 @@ func TestMock_stateSurvivesAReopen(t *testing.T) {
 	api.RequestedVIP = "198.51.100.1"
 	mustEnsure(t, m, api)
 	mustEnsure(t, m, model("gone"))
-	if err := m.Delete(ctx, model("gone").Name, providers.L4); err != nil {
+	if err := m.Delete(ctx, model("gone").Name, lbmodel.L4); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	before := m.State().LoadBalancers
@@ -373,7 +374,7 @@ func TestMock_failedSaveChangesNothing(t *testing.T) {
 	if _, err := providers.Validated(m).Ensure(context.Background(), model("api")); err == nil {
 		t.Fatal("Ensure of a new load balancer with an unwritable state file succeeded")
 	}
-	if err := m.Delete(context.Background(), model("web").Name, providers.L4); err == nil {
+	if err := m.Delete(context.Background(), model("web").Name, lbmodel.L4); err == nil {
 		t.Fatal("Delete with an unwritable state file succeeded")
 	}
 	after := m.State()
@@ -431,7 +432,7 @@ func TestMock_listShowsOnlyThisCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []providers.LoadBalancer{withVIP(model("web"), "203.0.113.2")}
+	want := []lbmodel.LoadBalancer{withVIP(model("web"), "203.0.113.2")}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
@@ -454,15 +455,15 @@ func TestMock_handlerServesState(t *testing.T) {
 		t.Fatalf("GET %s: %d %s", StatePath, rec.Code, rec.Header().Get("Content-Type"))
 	}
 	var got struct {
-		LoadBalancers []providers.LoadBalancer `json:"loadBalancers"`
-		Counters      map[string]any           `json:"counters"`
+		LoadBalancers []lbmodel.LoadBalancer `json:"loadBalancers"`
+		Counters      map[string]any         `json:"counters"`
 	}
 	dec := json.NewDecoder(rec.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&got); err != nil {
 		t.Fatalf("decode state: %v", err)
 	}
-	want := []providers.LoadBalancer{
+	want := []lbmodel.LoadBalancer{
 		withVIP(model("api"), "203.0.113.2"),
 		withVIP(model("web", member("198.18.0.11", 61000), member("198.18.0.12", 61000)), "203.0.113.1"),
 	}

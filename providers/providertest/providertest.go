@@ -4,22 +4,23 @@ package providertest
 import (
 	"slices"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 )
 
 // RuleRefusal returns the first error mc returns for a rule of lb's HTTP
-// routes, each alone with the pool it names (providers.RuleModel), as the
+// routes, each alone with the pool it names (lbmodel.RuleModel), as the
 // Gateway builder asks; nil when mc serves them all.
-func RuleRefusal(mc providers.ModelChecker, lb *providers.LoadBalancer) error {
+func RuleRefusal(mc providers.ModelChecker, lb *lbmodel.LoadBalancer) error {
 	if lb.HTTP == nil {
 		return nil
 	}
 	for _, r := range lb.HTTP.Rules {
-		var pool *providers.Pool
-		if i := slices.IndexFunc(lb.Pools, func(p providers.Pool) bool { return p.Name == r.Pool }); i >= 0 {
+		var pool *lbmodel.Pool
+		if i := slices.IndexFunc(lb.Pools, func(p lbmodel.Pool) bool { return p.Name == r.Pool }); i >= 0 {
 			pool = &lb.Pools[i]
 		}
-		if err := mc.CheckModel(providers.RuleModel(r, pool)); err != nil {
+		if err := mc.CheckModel(lbmodel.RuleModel(r, pool)); err != nil {
 			return err
 		}
 	}
@@ -27,11 +28,11 @@ func RuleRefusal(mc providers.ModelChecker, lb *providers.LoadBalancer) error {
 }
 
 // ListenerRefusal returns the first error mc returns for a listener of lb
-// alone (providers.ListenerModel), as the Gateway builder asks; nil when
+// alone (lbmodel.ListenerModel), as the Gateway builder asks; nil when
 // mc serves them all.
-func ListenerRefusal(mc providers.ModelChecker, lb *providers.LoadBalancer) error {
+func ListenerRefusal(mc providers.ModelChecker, lb *lbmodel.LoadBalancer) error {
 	for _, l := range lb.Listeners {
-		if err := mc.CheckModel(providers.ListenerModel(l)); err != nil {
+		if err := mc.CheckModel(lbmodel.ListenerModel(l)); err != nil {
 			return err
 		}
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/mock"
 	"github.com/nodeportlocal/npl/test/sim/avi/avisim"
@@ -73,11 +74,11 @@ func TestParse_buildsTheNamedProvider(t *testing.T) {
 }
 
 // model is load balancer svc of cluster c1: one TCP listener, one member.
-func model(svc string) *providers.LoadBalancer {
-	name := providers.LoadBalancerName("c1", "shop", svc)
-	return &providers.LoadBalancer{Name: name, Service: "shop/" + svc, Listeners: []providers.Listener{{
-		Port: 80, Protocol: providers.TCP, Pool: providers.Pool{Name: providers.PoolName(name, providers.TCP, 80),
-			Members: []providers.Member{{IP: "198.18.0.11", Port: 61000, Enabled: true}}},
+func model(svc string) *lbmodel.LoadBalancer {
+	name := lbmodel.LoadBalancerName("c1", "shop", svc)
+	return &lbmodel.LoadBalancer{Name: name, Service: "shop/" + svc, Listeners: []lbmodel.Listener{{
+		Port: 80, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: lbmodel.PoolName(name, lbmodel.TCP, 80),
+			Members: []lbmodel.Member{{IP: "198.18.0.11", Port: 61000, Enabled: true}}},
 	}}}
 }
 
@@ -183,8 +184,8 @@ func TestOpen_noProviderReceivesAModelWithoutListeners(t *testing.T) {
 				lb := model(svc)
 				lb.Listeners = nil
 				_, err := p.Ensure(context.Background(), lb)
-				var invalid *providers.InvalidModelError
-				if !errors.As(err, &invalid) || !errors.Is(err, providers.ErrNoListeners) {
+				var invalid *lbmodel.InvalidModelError
+				if !errors.As(err, &invalid) || !errors.Is(err, lbmodel.ErrNoListeners) {
 					t.Errorf("Ensure(%s without listeners) = %v, want an InvalidModelError for ErrNoListeners", svc, err)
 				}
 			}
@@ -222,14 +223,14 @@ func TestParse_errors(t *testing.T) {
 func fakeEdge(t *testing.T, dir string) backend {
 	var mu sync.Mutex
 	var requests int
-	lbs := map[string]providers.LoadBalancer{}
+	lbs := map[string]lbmodel.LoadBalancer{}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
 		requests++
 		switch r.Method {
 		case http.MethodPut:
-			var lb providers.LoadBalancer
+			var lb lbmodel.LoadBalancer
 			if err := json.NewDecoder(r.Body).Decode(&lb); err != nil {
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return
@@ -237,7 +238,7 @@ func fakeEdge(t *testing.T, dir string) backend {
 			lbs[lb.Name] = lb
 			_ = json.NewEncoder(w).Encode(map[string]any{"changed": true})
 		case http.MethodGet:
-			out := []providers.LoadBalancer{}
+			out := []lbmodel.LoadBalancer{}
 			for _, lb := range lbs {
 				out = append(out, lb)
 			}

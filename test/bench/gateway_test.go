@@ -14,8 +14,8 @@ import (
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 	gatewayv1client "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/typed/apis/v1"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
-	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/stack"
 )
@@ -49,7 +49,7 @@ func BenchmarkGateway_200Routes(b *testing.B) {
 	if err != nil {
 		b.Fatalf("the Gateway fixture: %v", err)
 	}
-	lbName := providers.GatewayLoadBalancerName(gwCluster, gwNS, "gw")
+	lbName := lbmodel.GatewayLoadBalancerName(gwCluster, gwNS, "gw")
 	// The routes' paths now: an earlier run of the benchmark changed some.
 	paths := make([]string, gwRoutes)
 	if err := parallel(gwRoutes, 16, func(i int) error {

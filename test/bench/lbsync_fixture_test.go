@@ -27,7 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers/mock"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/stack"
@@ -79,7 +79,7 @@ func (s *serviceSet) podName(g int) string {
 }
 
 func (s *serviceSet) lbName(i int) string {
-	return providers.LoadBalancerName(s.cluster, s.ns, s.serviceName(i))
+	return lbmodel.LoadBalancerName(s.cluster, s.ns, s.serviceName(i))
 }
 
 func (s *serviceSet) node(g int) *cluster.Node { return s.nodes[g%len(s.nodes)] }
@@ -273,7 +273,7 @@ func (s *serviceSet) resetClaims(ctx context.Context, client kubernetes.Interfac
 func (s *serviceSet) completeLBs(st mock.State) int {
 	n := 0
 	for _, lb := range st.LoadBalancers {
-		if !providers.OwnedBy(s.cluster, lb.Name) || len(lb.Listeners) != 1 {
+		if !lbmodel.OwnedBy(s.cluster, lb.Name) || len(lb.Listeners) != 1 {
 			continue
 		}
 		enabled := 0
@@ -300,7 +300,7 @@ func (s *serviceSet) members(i int) []string {
 	return out
 }
 
-func memberStrings(members []providers.Member) []string {
+func memberStrings(members []lbmodel.Member) []string {
 	out := make([]string, 0, len(members))
 	for _, m := range members {
 		out = append(out, fmt.Sprintf("%s:%d", m.IP, m.Port))

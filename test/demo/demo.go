@@ -34,7 +34,7 @@ import (
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/edge/haproxy"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/test/cluster"
 	edgebed "github.com/nodeportlocal/npl/test/edge"
 	"github.com/nodeportlocal/npl/test/stack"
@@ -360,7 +360,7 @@ func (r *run) pods(ctx context.Context, app string) ([]corev1.Pod, error) {
 // for one protocol, with the Pod behind each.
 // pingUDP sends one UDP echo straight to each member and records and
 // prints the answer beside the Pod that owns the member.
-func (r *run) pingUDP(members []providers.Member, owner map[string]string) {
+func (r *run) pingUDP(members []lbmodel.Member, owner map[string]string) {
 	for _, m := range members {
 		target := fmt.Sprintf("%s:%d", m.IP, m.Port)
 		reply, err := stack.UDPEcho(target, "ping")
@@ -372,12 +372,12 @@ func (r *run) pingUDP(members []providers.Member, owner map[string]string) {
 	}
 }
 
-func (r *run) members(ctx context.Context, app string, proto contract.Protocol) ([]providers.Member, map[string]string, error) {
+func (r *run) members(ctx context.Context, app string, proto contract.Protocol) ([]lbmodel.Member, map[string]string, error) {
 	pods, err := r.pods(ctx, app)
 	if err != nil {
 		return nil, nil, err
 	}
-	var out []providers.Member
+	var out []lbmodel.Member
 	owner := map[string]string{}
 	for _, p := range pods {
 		if !ready(&p) {
@@ -389,12 +389,12 @@ func (r *run) members(ctx context.Context, app string, proto contract.Protocol) 
 		}
 		for _, e := range es {
 			if e.Protocol == proto {
-				out = append(out, providers.Member{IP: e.NodeIP, Port: int32(e.NodePort), Enabled: true})
+				out = append(out, lbmodel.Member{IP: e.NodeIP, Port: int32(e.NodePort), Enabled: true})
 				owner[fmt.Sprintf("%s:%d", e.NodeIP, e.NodePort)] = p.Name
 			}
 		}
 	}
-	return providers.SortMembers(out), owner, nil
+	return lbmodel.SortMembers(out), owner, nil
 }
 
 func ready(p *corev1.Pod) bool {
@@ -409,7 +409,7 @@ func ready(p *corev1.Pod) bool {
 // waitConverged waits until n Pods of app are ready and annotated and the
 // load balancer's TCP pool holds exactly their node ports.
 func (r *run) waitConverged(ctx context.Context, app string, n int) error {
-	lb := providers.LoadBalancerName(r.cluster, Namespace, app)
+	lb := lbmodel.LoadBalancerName(r.cluster, Namespace, app)
 	var last string
 	err := waitUntil(ctx, 90*time.Second, func() (bool, error) {
 		want, _, err := r.members(ctx, app, contract.ProtocolTCP)
@@ -438,8 +438,8 @@ func (r *run) waitConverged(ctx context.Context, app string, n int) error {
 
 // sameMembers reports whether a and b hold the same members, each once, in
 // any order: convergence is about the set, not the order the provider keeps.
-func sameMembers(a, b []providers.Member) bool {
-	count := map[providers.Member]int{}
+func sameMembers(a, b []lbmodel.Member) bool {
+	count := map[lbmodel.Member]int{}
 	for _, m := range a {
 		count[m]++
 	}
@@ -495,7 +495,7 @@ func (r *run) showTraffic(ctx context.Context) error {
 		return r.showVIPTraffic(ctx)
 	}
 	r.printf("\n3. One request to every pool member, from outside the nodes\n\n")
-	lb := providers.LoadBalancerName(r.cluster, Namespace, "web")
+	lb := lbmodel.LoadBalancerName(r.cluster, Namespace, "web")
 	pools, vips, _, err := r.backend.Pools(lb)
 	if err != nil {
 		return err
@@ -546,7 +546,7 @@ func (r *run) showTraffic(ctx context.Context) error {
 // per-server counters) and the Pod that answered: the member's Pod, one hop.
 func (r *run) showVIPTraffic(ctx context.Context) error {
 	r.printf("\n3. Requests to web's VIP from a client outside the nodes, through HAProxy on the edge host\n\n")
-	lb := providers.LoadBalancerName(r.cluster, Namespace, "web")
+	lb := lbmodel.LoadBalancerName(r.cluster, Namespace, "web")
 	pools, vips, _, err := r.backend.Pools(lb)
 	if err != nil {
 		return err
@@ -611,7 +611,7 @@ func (r *run) showUDPVIPTraffic(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	lb := providers.LoadBalancerName(r.cluster, Namespace, "dns")
+	lb := lbmodel.LoadBalancerName(r.cluster, Namespace, "dns")
 	var vips []string
 	if err := waitUntil(ctx, 15*time.Second, func() (bool, error) {
 		pools, v, _, err := r.backend.Pools(lb)
@@ -619,7 +619,7 @@ func (r *run) showUDPVIPTraffic(ctx context.Context) error {
 			return false, err
 		}
 		vips = v
-		return len(pools[providers.PoolName(lb, providers.UDP, 53)]) == len(udp), nil
+		return len(pools[lbmodel.PoolName(lb, lbmodel.UDP, 53)]) == len(udp), nil
 	}); err != nil {
 		return fmt.Errorf("dns's UDP pool on the edge with its %d members: %w", len(udp), err)
 	}
@@ -661,7 +661,7 @@ func (r *run) showUDPVIPTraffic(ctx context.Context) error {
 }
 
 // memberOf is the ip:port of the member of HAProxy server name.
-func memberOf(server string, members []providers.Member) string {
+func memberOf(server string, members []lbmodel.Member) string {
 	for _, m := range members {
 		if haproxy.ServerName(m) == server {
 			return fmt.Sprintf("%s:%d", m.IP, m.Port)
@@ -695,17 +695,17 @@ func (r *run) showNodePortVIP(ctx context.Context, nodePort int32, nodeOf map[st
 	if err != nil {
 		return err
 	}
-	name := providers.LoadBalancerName(cl, Namespace, "web-nodeport")
-	pool := providers.PoolName(name, providers.TCP, 80)
-	var members []providers.Member
+	name := lbmodel.LoadBalancerName(cl, Namespace, "web-nodeport")
+	pool := lbmodel.PoolName(name, lbmodel.TCP, 80)
+	var members []lbmodel.Member
 	node := map[string]string{}
 	for _, n := range r.c.Nodes() {
-		m := providers.Member{IP: n.IP.String(), Port: nodePort, Enabled: true}
+		m := lbmodel.Member{IP: n.IP.String(), Port: nodePort, Enabled: true}
 		members = append(members, m)
 		node[haproxy.ServerName(m)] = n.Name
 	}
-	lb := &providers.LoadBalancer{Name: name, Service: Namespace + "/web-nodeport", Listeners: []providers.Listener{{
-		Port: 80, Protocol: providers.TCP, Pool: providers.Pool{Name: pool, Members: providers.SortMembers(members)}}}}
+	lb := &lbmodel.LoadBalancer{Name: name, Service: Namespace + "/web-nodeport", Listeners: []lbmodel.Listener{{
+		Port: 80, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: pool, Members: lbmodel.SortMembers(members)}}}}
 	if _, err := p.Ensure(ctx, lb); err != nil {
 		return fmt.Errorf("the NodePort VIP: %w", err)
 	}

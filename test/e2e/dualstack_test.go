@@ -19,8 +19,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/inspect"
-	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/stack"
 )
@@ -430,7 +430,7 @@ func testDualStackLBSync(t *testing.T, e *env) {
 			})
 
 			// The members are the ready Pods' entries of the family.
-			var want []providers.Member
+			var want []lbmodel.Member
 			owner := map[string]string{}
 			waitFor(t, 60*time.Second, "2 ready Pods with an entry of each family", func() (bool, error) {
 				pods, err := e.client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: labels.SelectorFromSet(sel).String()})
@@ -445,16 +445,16 @@ func testDualStackLBSync(t *testing.T, e *env) {
 					}
 					for _, x := range es {
 						if x.IPFamily == tc.family {
-							want = append(want, providers.Member{IP: x.NodeIP, Port: int32(x.NodePort), Enabled: true})
+							want = append(want, lbmodel.Member{IP: x.NodeIP, Port: int32(x.NodePort), Enabled: true})
 							owner[addr(x.NodeIP, x.NodePort)] = p.Name
 						}
 					}
 				}
 				return len(pods.Items) == 2 && len(want) == 2, nil
 			})
-			lbName := providers.LoadBalancerName(clusterName, ns, name)
-			pool := providers.PoolName(lbName, providers.TCP, 80)
-			var got map[string][]providers.Member
+			lbName := lbmodel.LoadBalancerName(clusterName, ns, name)
+			pool := lbmodel.PoolName(lbName, lbmodel.TCP, 80)
+			var got map[string][]lbmodel.Member
 			var vips []string
 			waitFor(t, 30*time.Second, "the pool with the Pods' "+string(tc.family)+" members", func() (bool, error) {
 				var ok bool

@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
-	"github.com/nodeportlocal/npl/providers"
 )
 
 func ingressRule(host, svc string) networkingv1.IngressRule {
@@ -68,10 +68,10 @@ func TestIngress_endToEnd(t *testing.T) {
 			if _, err := e.client.NetworkingV1().Ingresses(ns).Create(context.Background(), ing, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			lbName := providers.IngressLoadBalancerName(cluster, ns, "shop")
+			lbName := lbmodel.IngressLoadBalancerName(cluster, ns, "shop")
 			for _, app := range []string{"alpha", "beta"} {
 				want, owner := e.expectedMembers(t, ns, map[string]string{"app": app}, 2)
-				pool := providers.IngressPoolName(lbName, ns, app, "80")
+				pool := lbmodel.IngressPoolName(lbName, ns, app, "80")
 				waitFor(t, 30*time.Second, "pool "+pool, func() (bool, error) {
 					got, _, ok, err := backend.Pools(lbName)
 					if err == nil && ok && !sameMembers(got[pool], want) {
@@ -109,7 +109,7 @@ func TestIngress_endToEnd(t *testing.T) {
 			if _, err := e.client.NetworkingV1().Ingresses(ns).Update(context.Background(), cur, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			betaPool := providers.IngressPoolName(lbName, ns, "beta", "80")
+			betaPool := lbmodel.IngressPoolName(lbName, ns, "beta", "80")
 			waitFor(t, 30*time.Second, "beta's pool removed and its opt-in gone", func() (bool, error) {
 				got, _, _, err := backend.Pools(lbName)
 				_, hasPool := got[betaPool]
@@ -156,8 +156,8 @@ func TestIngress_sharedVIP(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lbName := providers.SharedIngressLoadBalancerName(cluster, class)
-	pool := func(app string) string { return providers.IngressPoolName(lbName, ns, app, "80") }
+	lbName := lbmodel.SharedIngressLoadBalancerName(cluster, class)
+	pool := func(app string) string { return lbmodel.IngressPoolName(lbName, ns, app, "80") }
 	waitFor(t, 60*time.Second, "both Ingresses on one VIP, a pool each", func() (bool, error) {
 		pools, vips, ok, err := backend.Pools(lbName)
 		if err != nil || !ok || len(vips) != 1 || len(pools[pool("alpha")]) != 1 || len(pools[pool("beta")]) != 1 {

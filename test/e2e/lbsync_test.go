@@ -16,7 +16,7 @@ import (
 	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/test/stack"
 )
 
@@ -81,9 +81,9 @@ func deployment(ns, name string, replicas int32) *appsv1.Deployment {
 
 // expectedMembers returns the ready Pods' nodeIP:nodePort for podPort 8080,
 // and which Pod each member should reach.
-func (e *env) expectedMembers(t *testing.T, ns string, sel map[string]string, replicas int) ([]providers.Member, map[string]string) {
+func (e *env) expectedMembers(t *testing.T, ns string, sel map[string]string, replicas int) ([]lbmodel.Member, map[string]string) {
 	t.Helper()
-	var members []providers.Member
+	var members []lbmodel.Member
 	owner := map[string]string{}
 	waitFor(t, 60*time.Second, fmt.Sprintf("%d ready, annotated Pods", replicas), func() (bool, error) {
 		pods, err := e.client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: labels.SelectorFromSet(sel).String()})
@@ -99,7 +99,7 @@ func (e *env) expectedMembers(t *testing.T, ns string, sel map[string]string, re
 			if err != nil || len(es) != 1 {
 				return false, nil
 			}
-			members = append(members, providers.Member{IP: es[0].NodeIP, Port: int32(es[0].NodePort), Enabled: true})
+			members = append(members, lbmodel.Member{IP: es[0].NodeIP, Port: int32(es[0].NodePort), Enabled: true})
 			owner[addr(es[0].NodeIP, es[0].NodePort)] = p.Name
 		}
 		return len(members) == replicas && len(pods.Items) == replicas, nil
@@ -109,8 +109,8 @@ func (e *env) expectedMembers(t *testing.T, ns string, sel map[string]string, re
 
 // sameMembers reports whether a and b hold the same members, each once, in
 // any order: the order is the provider's business, not what the test proves.
-func sameMembers(a, b []providers.Member) bool {
-	set := map[providers.Member]int{}
+func sameMembers(a, b []lbmodel.Member) bool {
+	set := map[lbmodel.Member]int{}
 	for _, m := range a {
 		set[m]++
 	}
@@ -148,14 +148,14 @@ func TestLBSync_endToEnd(t *testing.T) {
 					Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}}},
 			}
 			e.createService(t, svc)
-			lbName := providers.LoadBalancerName(cluster, ns, "web")
-			pool := providers.PoolName(lbName, providers.TCP, 80)
+			lbName := lbmodel.LoadBalancerName(cluster, ns, "web")
+			pool := lbmodel.PoolName(lbName, lbmodel.TCP, 80)
 
 			for _, replicas := range []int{3, 6, 2} {
 				e.scale(t, ns, "web", int32(replicas))
 				want, owner := e.expectedMembers(t, ns, map[string]string{"app": "web"}, replicas)
 				start := time.Now()
-				var got map[string][]providers.Member
+				var got map[string][]lbmodel.Member
 				var vips []string
 				waitFor(t, 30*time.Second, fmt.Sprintf("pool with the %d ready Pods", replicas), func() (bool, error) {
 					var ok bool
@@ -209,7 +209,7 @@ func TestLBSync_endToEnd(t *testing.T) {
 			ghost := svc.DeepCopy()
 			ghost.ObjectMeta = metav1.ObjectMeta{Name: "ghost", Namespace: ns}
 			e.createService(t, ghost)
-			ghostLB := providers.LoadBalancerName(cluster, ns, "ghost")
+			ghostLB := lbmodel.LoadBalancerName(cluster, ns, "ghost")
 			waitFor(t, 30*time.Second, "ghost load balancer", func() (bool, error) {
 				_, _, ok, err := backend.Pools(ghostLB)
 				return ok, err

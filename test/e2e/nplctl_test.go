@@ -19,8 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/kubectl/pkg/util/podutils"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/inspect"
-	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/stack"
 )
@@ -139,12 +139,12 @@ func TestNplctl_reportsDriftUntilResyncRepairsIt(t *testing.T) {
 	}
 	stranger := inspect.Member{IP: "198.18.0.99", Port: 61999, Enabled: true}
 	setter, ok := backend.(interface {
-		SetMembers(string, []providers.Member) error
+		SetMembers(string, []lbmodel.Member) error
 	})
 	if !ok {
 		t.Fatal("the BIG-IP backend cannot set members")
 	}
-	if err := setter.SetMembers(pool.Name, []providers.Member{
+	if err := setter.SetMembers(pool.Name, []lbmodel.Member{
 		{IP: kept.IP, Port: kept.Port, Enabled: true}, {IP: stranger.IP, Port: stranger.Port, Enabled: true},
 	}); err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/test/cluster"
 )
 
@@ -63,11 +63,11 @@ func (e *env) rollingUpdate(t *testing.T, gate bool) rolloutResult {
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, Selector: map[string]string{"app": "web"},
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}}},
 	})
-	lbName := providers.LoadBalancerName(fmt.Sprintf("e2e-rollout-%v", gate), ns, "web")
-	pool := providers.PoolName(lbName, providers.TCP, 80)
-	enabled := func() []providers.Member {
+	lbName := lbmodel.LoadBalancerName(fmt.Sprintf("e2e-rollout-%v", gate), ns, "web")
+	pool := lbmodel.PoolName(lbName, lbmodel.TCP, 80)
+	enabled := func() []lbmodel.Member {
 		pools, _, _, _ := backend.Pools(lbName)
-		return slices.DeleteFunc(slices.Clone(pools[pool]), func(m providers.Member) bool { return !m.Enabled })
+		return slices.DeleteFunc(slices.Clone(pools[pool]), func(m lbmodel.Member) bool { return !m.Enabled })
 	}
 	waitFor(t, 60*time.Second, "4 enabled members", func() (bool, error) { return len(enabled()) == 4, nil })
 	e.waitRolledOut(t, ns, "web", 0)
@@ -112,7 +112,7 @@ func (e *env) rollingUpdate(t *testing.T, gate bool) rolloutResult {
 	}
 	e.waitRolledOut(t, ns, "web", dep.Generation)
 	res.duration = time.Since(start)
-	members := map[providers.Member]bool{}
+	members := map[lbmodel.Member]bool{}
 	for _, m := range enabled() {
 		members[m] = true
 	}
@@ -122,7 +122,7 @@ func (e *env) rollingUpdate(t *testing.T, gate bool) rolloutResult {
 	}
 	for _, p := range pods.Items {
 		es, err := contract.Parse(p.Annotations[contract.PodKey])
-		if err != nil || len(es) != 1 || !members[providers.Member{IP: es[0].NodeIP, Port: int32(es[0].NodePort), Enabled: true}] {
+		if err != nil || len(es) != 1 || !members[lbmodel.Member{IP: es[0].NodeIP, Port: int32(es[0].NodePort), Enabled: true}] {
 			res.notMembers++
 		}
 	}

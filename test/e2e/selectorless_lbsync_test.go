@@ -6,13 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
-
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // TestLBSync_selectorlessServiceFollowsEndpointSliceTargetRefs: the pool
@@ -48,13 +47,13 @@ func TestLBSync_selectorlessServiceFollowsEndpointSliceTargetRefs(t *testing.T) 
 		if _, err := slices.Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		lbName := providers.LoadBalancerName(cluster, ns, "web")
-		pool := providers.PoolName(lbName, providers.TCP, 80)
-		member := func(name string) providers.Member {
+		lbName := lbmodel.LoadBalancerName(cluster, ns, "web")
+		pool := lbmodel.PoolName(lbName, lbmodel.TCP, 80)
+		member := func(name string) lbmodel.Member {
 			es := e.waitEntries(t, ns, name, 1)
-			return providers.Member{IP: es[0].NodeIP, Port: int32(es[0].NodePort), Enabled: true}
+			return lbmodel.Member{IP: es[0].NodeIP, Port: int32(es[0].NodePort), Enabled: true}
 		}
-		waitPool := func(want ...providers.Member) {
+		waitPool := func(want ...lbmodel.Member) {
 			t.Helper()
 			waitFor(t, 30*time.Second, fmt.Sprintf("pool %s with %v", pool, want), func() (bool, error) {
 				got, _, ok, err := backend.Pools(lbName)
@@ -63,7 +62,7 @@ func TestLBSync_selectorlessServiceFollowsEndpointSliceTargetRefs(t *testing.T) 
 		}
 		m0, m1 := member("web-0"), member("web-1")
 		waitPool(m0, m1)
-		for _, m := range []providers.Member{m0, m1} {
+		for _, m := range []lbmodel.Member{m0, m1} {
 			if _, err := get(addr(m.IP, int(m.Port))); err != nil {
 				t.Errorf("member %s:%d: %v", m.IP, m.Port, err)
 			}

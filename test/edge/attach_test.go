@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nodeportlocal/npl/edge/haproxy"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // TestEdge_attachedToTheHostsHAProxy: npl-edge drives an HAProxy the edge
@@ -91,7 +91,7 @@ func testAttached(t *testing.T, o Options) {
 	}
 	applied := *lb.Clone()
 	applied.VIPs = st.VIPs
-	applied.Listeners[0].Pool.Members = providers.SortMembers(applied.Listeners[0].Pool.Members)
+	applied.Listeners[0].Pool.Members = lbmodel.SortMembers(applied.Listeners[0].Pool.Members)
 	lbs, err := p.List(ctx)
 	if err != nil || len(lbs) != 1 {
 		t.Fatalf("List = %v, %v; want the one load balancer, not the host's proxies", lbs, err)
@@ -102,7 +102,7 @@ func testAttached(t *testing.T, o Options) {
 
 	// Members: the runtime API, no reload.
 	added := startBackends(t, bs, "new", 1)[0]
-	changed := model("web", 80, []providers.Member{members[0], members[2], added})
+	changed := model("web", 80, []lbmodel.Member{members[0], members[2], added})
 	if _, err := p.Ensure(ctx, changed); err != nil {
 		t.Fatalf("Ensure with member changes: %v", err)
 	}
@@ -132,11 +132,11 @@ func testAttached(t *testing.T, o Options) {
 
 	// The invalid share: the workers, chrooted and nobody, reach the
 	// frontend that answers 500.
-	gw := &providers.LoadBalancer{Name: testCluster + "--gw-ns-share", Gateway: "ns/share", Kind: providers.L7,
-		Listeners: []providers.Listener{{Port: 80, Protocol: providers.HTTP}},
-		Pools:     []providers.Pool{{Name: testCluster + "--gw-ns-share-only", Members: []providers.Member{}, InvalidWeight: 1}},
-		HTTP: &providers.HTTPRoutes{Rules: []providers.Rule{
-			{Path: "/", PathType: providers.PathPrefix, Pool: testCluster + "--gw-ns-share-only"},
+	gw := &lbmodel.LoadBalancer{Name: testCluster + "--gw-ns-share", Gateway: "ns/share", Kind: lbmodel.L7,
+		Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.HTTP}},
+		Pools:     []lbmodel.Pool{{Name: testCluster + "--gw-ns-share-only", Members: []lbmodel.Member{}, InvalidWeight: 1}},
+		HTTP: &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{
+			{Path: "/", PathType: lbmodel.PathPrefix, Pool: testCluster + "--gw-ns-share-only"},
 		}},
 	}
 	gst, err := p.Ensure(ctx, gw)
@@ -199,11 +199,11 @@ func testAttached(t *testing.T, o Options) {
 	if err := host.StartHostHAProxy(); err != nil {
 		t.Fatal(err)
 	}
-	late := providers.LoadBalancerName(testCluster, "ns", "late")
+	late := lbmodel.LoadBalancerName(testCluster, "ns", "late")
 	var lateVIP string
 	for deadline := time.Now().Add(20 * time.Second); lateVIP == ""; time.Sleep(100 * time.Millisecond) {
 		lbs, err := p.List(ctx)
-		if i := slices.IndexFunc(lbs, func(l providers.LoadBalancer) bool { return l.Name == late }); err == nil && i >= 0 {
+		if i := slices.IndexFunc(lbs, func(l lbmodel.LoadBalancer) bool { return l.Name == late }); err == nil && i >= 0 {
 			lateVIP = lbs[i].VIPs[0]
 		} else if time.Now().After(deadline) {
 			t.Fatalf("the change saved while HAProxy did not load npl.cfg is not served once it does: %v, %v", lbs, err)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/test/cluster"
 )
 
@@ -43,13 +43,13 @@ func BenchmarkEdge_memberChange(b *testing.B) {
 	}
 	bs := &Backends{IP: bridgeIP}
 	defer bs.Close()
-	var members []providers.Member
+	var members []lbmodel.Member
 	for i := range 10 {
 		port, err := bs.StartBackend(fmt.Sprintf("m%d", i))
 		if err != nil {
 			b.Fatal(err)
 		}
-		members = append(members, providers.Member{IP: bridgeIP.String(), Port: port, Enabled: true})
+		members = append(members, lbmodel.Member{IP: bridgeIP.String(), Port: port, Enabled: true})
 	}
 	if _, err := p.Ensure(ctx, model("bench", 80, members)); err != nil {
 		b.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // BenchmarkEdge_podReadyToVIP measures, end to end (npl-agent on 3 nodes,
@@ -73,7 +73,7 @@ func podReadyToVIP(b *testing.B, lbsync string, gate bool) {
 	defer rw.Stop()
 
 	var timelines []PodTimeline
-	pool := providers.PoolName(providers.LoadBalancerName(lbsync, ns, "web"), providers.TCP, 80)
+	pool := lbmodel.PoolName(lbmodel.LoadBalancerName(lbsync, ns, "web"), lbmodel.TCP, 80)
 	var requests, failed int
 	var streamTime time.Duration
 	var load LoadWindow
@@ -179,7 +179,7 @@ func BenchmarkEdge_vipNodePortLocalVsNodePort(b *testing.B) {
 	if _, err := client.CoreV1().Services(ns).Create(ctx, npl, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	var nplMembers []providers.Member
+	var nplMembers []lbmodel.Member
 	waitForCond(b, 90*time.Second, "4 Pods ready and annotated", func() (bool, error) {
 		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 		if err != nil {
@@ -191,14 +191,14 @@ func BenchmarkEdge_vipNodePortLocalVsNodePort(b *testing.B) {
 			if err != nil || len(es) != 1 {
 				return false, fmt.Errorf("pod %s: annotation %q", p.Name, p.Annotations[contract.PodKey])
 			}
-			nplMembers = append(nplMembers, providers.Member{IP: es[0].NodeIP, Port: int32(es[0].NodePort), Enabled: true})
+			nplMembers = append(nplMembers, lbmodel.Member{IP: es[0].NodeIP, Port: int32(es[0].NodePort), Enabled: true})
 		}
 		ready, err := readyPods(ctx, client, ns, "web")
 		return len(ready) == 4 && len(nplMembers) == 4, err
 	})
-	var npMembers []providers.Member
+	var npMembers []lbmodel.Member
 	for _, n := range c.Nodes() {
-		npMembers = append(npMembers, providers.Member{IP: n.IP.String(), Port: np.Spec.Ports[0].NodePort, Enabled: true})
+		npMembers = append(npMembers, lbmodel.Member{IP: n.IP.String(), Port: np.Spec.Ports[0].NodePort, Enabled: true})
 	}
 	p, err := bed.OpenProvider(ctx, "bench-vip", bed.ProviderSection())
 	if err != nil {
@@ -206,11 +206,11 @@ func BenchmarkEdge_vipNodePortLocalVsNodePort(b *testing.B) {
 	}
 	urls := map[string]string{}
 	pools := map[string]string{}
-	for mode, ms := range map[string][]providers.Member{"npl": nplMembers, "nodeport": npMembers} {
-		name := providers.LoadBalancerName("bench-vip", ns, mode)
-		pool := providers.PoolName(name, providers.TCP, 80)
-		st, err := p.Ensure(ctx, &providers.LoadBalancer{Name: name, Service: ns + "/" + mode, Listeners: []providers.Listener{{
-			Port: 80, Protocol: providers.TCP, Pool: providers.Pool{Name: pool, Members: providers.SortMembers(ms)}}}})
+	for mode, ms := range map[string][]lbmodel.Member{"npl": nplMembers, "nodeport": npMembers} {
+		name := lbmodel.LoadBalancerName("bench-vip", ns, mode)
+		pool := lbmodel.PoolName(name, lbmodel.TCP, 80)
+		st, err := p.Ensure(ctx, &lbmodel.LoadBalancer{Name: name, Service: ns + "/" + mode, Listeners: []lbmodel.Listener{{
+			Port: 80, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: pool, Members: lbmodel.SortMembers(ms)}}}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -227,7 +227,7 @@ func BenchmarkEdge_vipNodePortLocalVsNodePort(b *testing.B) {
 	}
 	defer func() {
 		for mode := range urls {
-			_ = p.Delete(ctx, providers.LoadBalancerName("bench-vip", ns, mode), providers.L4)
+			_ = p.Delete(ctx, lbmodel.LoadBalancerName("bench-vip", ns, mode), lbmodel.L4)
 		}
 	}()
 	lat := map[string][]time.Duration{}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/edge/haproxy"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/stack"
 )
@@ -33,7 +33,7 @@ func podServer(ctx context.Context, client kubernetes.Interface, ns, pod string,
 	}
 	for _, e := range entries {
 		if e.PodPort == int(podPort) {
-			return haproxy.ServerName(providers.Member{IP: e.NodeIP, Port: int32(e.NodePort)}), nil
+			return haproxy.ServerName(lbmodel.Member{IP: e.NodeIP, Port: int32(e.NodePort)}), nil
 		}
 	}
 	return "", fmt.Errorf("pod %s has no mapping of port %d", pod, podPort)
@@ -96,7 +96,7 @@ func TestEndToEnd_terminatingPodIsDrainedThroughHAProxy(t *testing.T) {
 	grace := int64(60)
 	d.Spec.Template.Spec.TerminationGracePeriodSeconds = &grace
 	url := serviceVIP(t, client, b, ns, name, d)
-	pool := providers.PoolName(providers.LoadBalancerName(name, ns, "web"), providers.TCP, 80)
+	pool := lbmodel.PoolName(lbmodel.LoadBalancerName(name, ns, "web"), lbmodel.TCP, 80)
 	e := b.Edges[0]
 
 	pods, err := readyPods(ctx, client, ns, "web")

@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // TestEndToEnd_ingressThroughTheVIP: an Ingress of our class with two hosts
@@ -94,7 +94,7 @@ func TestEndToEnd_ingressThroughTheVIP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lbName := providers.IngressLoadBalancerName(name, ns, "shop")
+	lbName := lbmodel.IngressLoadBalancerName(name, ns, "shop")
 	if got := listOne(t, p, lbName); !got.IsL7() || len(got.Pools) != 2 {
 		t.Fatalf("the edge serves %+v; want an L7 load balancer with 2 pools", got)
 	}

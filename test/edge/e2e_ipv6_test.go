@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/stack"
 )
@@ -123,13 +123,13 @@ func TestEndToEnd_ipv6VIP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := providers.LoadBalancerName("v6", ns, "web")
+	name := lbmodel.LoadBalancerName("v6", ns, "web")
 	waitForCond(t, 90*time.Second, "3 IPv6 members on each listener of the edge, one per Pod mapping", func() (bool, error) {
 		lbs, err := p.List(ctx)
 		if err != nil {
 			return false, err
 		}
-		i := slices.IndexFunc(lbs, func(lb providers.LoadBalancer) bool { return lb.Name == name })
+		i := slices.IndexFunc(lbs, func(lb lbmodel.LoadBalancer) bool { return lb.Name == name })
 		if i < 0 {
 			return false, fmt.Errorf("the edge has no %s", name)
 		}
@@ -138,7 +138,7 @@ func TestEndToEnd_ipv6VIP(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		want := map[providers.Protocol][]providers.Member{}
+		want := map[lbmodel.Protocol][]lbmodel.Member{}
 		for _, pod := range pods.Items {
 			es, err := contract.Parse(pod.Annotations[contract.PodKey])
 			if err != nil {
@@ -146,12 +146,12 @@ func TestEndToEnd_ipv6VIP(t *testing.T) {
 			}
 			for _, e := range es {
 				if e.IPFamily == contract.FamilyIPv6 {
-					p := providers.Protocol(e.Protocol.Kubernetes())
-					want[p] = append(want[p], providers.Member{IP: e.NodeIP, Port: int32(e.NodePort), Enabled: true})
+					p := lbmodel.Protocol(e.Protocol.Kubernetes())
+					want[p] = append(want[p], lbmodel.Member{IP: e.NodeIP, Port: int32(e.NodePort), Enabled: true})
 				}
 			}
 		}
-		if len(lb.Listeners) != 2 || len(want[providers.TCP]) != 3 || len(want[providers.UDP]) != 3 {
+		if len(lb.Listeners) != 2 || len(want[lbmodel.TCP]) != 3 || len(want[lbmodel.UDP]) != 3 {
 			return false, fmt.Errorf("listeners %v, IPv6 mappings %v", lb.Listeners, want)
 		}
 		for _, l := range lb.Listeners {
@@ -161,7 +161,7 @@ func TestEndToEnd_ipv6VIP(t *testing.T) {
 					return false, fmt.Errorf("member %s of %s/%d is not IPv6", m.IP, l.Protocol, l.Port)
 				}
 			}
-			if !slices.Equal(providers.SortMembers(got), providers.SortMembers(want[l.Protocol])) {
+			if !slices.Equal(lbmodel.SortMembers(got), lbmodel.SortMembers(want[l.Protocol])) {
 				return false, fmt.Errorf("%s/%d members %v, want %v", l.Protocol, l.Port, got, want[l.Protocol])
 			}
 		}

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/test/stack"
 )
 
@@ -79,7 +79,7 @@ func TestEndToEnd_movedMemberDrainsItsOpenConnections(t *testing.T) {
 	ctx := context.Background()
 	ns := c.TestNamespace(t)
 	vipURL := serviceVIP(t, client, b, ns, name, webDeployment(ns, "web", 1))
-	pool := providers.PoolName(providers.LoadBalancerName(name, ns, "web"), providers.TCP, 80)
+	pool := lbmodel.PoolName(lbmodel.LoadBalancerName(name, ns, "web"), lbmodel.TCP, 80)
 	e := b.Edges[0]
 
 	pods, err := readyPods(ctx, client, ns, "web")

@@ -22,8 +22,8 @@ import (
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/edge/haproxy"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/inspect"
-	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/stack"
 )
@@ -169,8 +169,8 @@ func TestEndToEnd_statusOfTheHAProxyProvider(t *testing.T) {
 		return err == nil, err
 	})
 	e := b.Edges[0]
-	webPool := providers.PoolName(providers.LoadBalancerName("e2e-haproxy-status", ns, "web"), providers.TCP, 80)
-	otherPool := providers.PoolName(providers.LoadBalancerName("e2e-haproxy-status", ns, "other"), providers.TCP, 80)
+	webPool := lbmodel.PoolName(lbmodel.LoadBalancerName("e2e-haproxy-status", ns, "web"), lbmodel.TCP, 80)
+	otherPool := lbmodel.PoolName(lbmodel.LoadBalancerName("e2e-haproxy-status", ns, "other"), lbmodel.TCP, 80)
 	had, err := serversOf(ctx, e, webPool, otherPool)
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/nodeportlocal/npl/edge/api"
 	"github.com/nodeportlocal/npl/edge/haproxy"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/inspect"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/cluster"
@@ -98,25 +99,25 @@ func tail(s string, n int) string {
 
 // startBackends starts n backends named <prefix>-<i> and returns them as
 // enabled members.
-func startBackends(t *testing.T, bs *Backends, prefix string, n int) []providers.Member {
+func startBackends(t *testing.T, bs *Backends, prefix string, n int) []lbmodel.Member {
 	t.Helper()
-	var ms []providers.Member
+	var ms []lbmodel.Member
 	for i := range n {
 		port, err := bs.StartBackend(fmt.Sprintf("%s-%d", prefix, i))
 		if err != nil {
 			t.Fatal(err)
 		}
-		ms = append(ms, providers.Member{IP: bs.IP.String(), Port: port, Enabled: true})
+		ms = append(ms, lbmodel.Member{IP: bs.IP.String(), Port: port, Enabled: true})
 	}
 	return ms
 }
 
 // model is the load balancer of Service ns/svc with one TCP listener.
-func model(svc string, port int32, members []providers.Member) *providers.LoadBalancer {
-	name := providers.LoadBalancerName(testCluster, "ns", svc)
-	return &providers.LoadBalancer{Name: name, Service: "ns/" + svc, Listeners: []providers.Listener{{
-		Port: port, Protocol: providers.TCP,
-		Pool: providers.Pool{Name: providers.PoolName(name, providers.TCP, port), Members: slices.Clone(members)},
+func model(svc string, port int32, members []lbmodel.Member) *lbmodel.LoadBalancer {
+	name := lbmodel.LoadBalancerName(testCluster, "ns", svc)
+	return &lbmodel.LoadBalancer{Name: name, Service: "ns/" + svc, Listeners: []lbmodel.Listener{{
+		Port: port, Protocol: lbmodel.TCP,
+		Pool: lbmodel.Pool{Name: lbmodel.PoolName(name, lbmodel.TCP, port), Members: slices.Clone(members)},
 	}}}
 }
 
@@ -192,7 +193,7 @@ func waitAnswers(t *testing.T, b *Bed, url string, want []string) {
 	t.Fatalf("requests to %s answered by %v, want %v", url, got, want)
 }
 
-func listOne(t *testing.T, p providers.Provider, name string) providers.LoadBalancer {
+func listOne(t *testing.T, p providers.Provider, name string) lbmodel.LoadBalancer {
 	t.Helper()
 	lbs, err := p.List(context.Background())
 	if err != nil {
@@ -204,7 +205,7 @@ func listOne(t *testing.T, p providers.Provider, name string) providers.LoadBala
 		}
 	}
 	t.Fatalf("List has no %s: %+v", name, lbs)
-	return providers.LoadBalancer{}
+	return lbmodel.LoadBalancer{}
 }
 
 func TestProvider_roundTrip(t *testing.T) {
@@ -231,7 +232,7 @@ func TestProvider_roundTrip(t *testing.T) {
 	// List reads back exactly what was applied.
 	want := *lb.Clone()
 	want.VIPs = st.VIPs
-	want.Listeners[0].Pool.Members = providers.SortMembers(want.Listeners[0].Pool.Members)
+	want.Listeners[0].Pool.Members = lbmodel.SortMembers(want.Listeners[0].Pool.Members)
 	if diff := cmp.Diff(want, listOne(t, p, lb.Name)); diff != "" {
 		t.Fatalf("List (-applied +listed):\n%s", diff)
 	}
@@ -248,7 +249,7 @@ func TestProvider_roundTrip(t *testing.T) {
 
 	// Members added, removed and drained: runtime API only, no reload.
 	added := startBackends(t, bs, "new", 1)[0]
-	changed := model("web", 80, []providers.Member{
+	changed := model("web", 80, []lbmodel.Member{
 		{IP: members[1].IP, Port: members[1].Port, Enabled: false}, members[2], added,
 	})
 	if _, err := p.Ensure(ctx, changed); err != nil {
@@ -265,13 +266,13 @@ func TestProvider_roundTrip(t *testing.T) {
 	waitAnswers(t, b, url, []string{"web-2", "new-0"})
 	wantChanged := *changed.Clone()
 	wantChanged.VIPs = st.VIPs
-	wantChanged.Listeners[0].Pool.Members = providers.SortMembers(wantChanged.Listeners[0].Pool.Members)
+	wantChanged.Listeners[0].Pool.Members = lbmodel.SortMembers(wantChanged.Listeners[0].Pool.Members)
 	if diff := cmp.Diff(wantChanged, listOne(t, p, lb.Name)); diff != "" {
 		t.Fatalf("List after member changes (-applied +listed):\n%s", diff)
 	}
 
 	// Delete removes it (a reload: the listener goes).
-	if err := p.Delete(ctx, lb.Name, providers.L4); err != nil {
+	if err := p.Delete(ctx, lb.Name, lbmodel.L4); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	lbs, err := p.List(ctx)
@@ -554,14 +555,14 @@ func TestProvider_twoEdges(t *testing.T) {
 	// enabled and disabled), and nplctl's comparison says drift, though B
 	// serves the model exactly.
 	expected := changed.Clone()
-	expected.Listeners[0].Pool.Members = providers.SortMembers(expected.Listeners[0].Pool.Members)
+	expected.Listeners[0].Pool.Members = lbmodel.SortMembers(expected.Listeners[0].Pool.Members)
 	bFirst := openProvider(t, b, b.ProviderSection(e2.URL, a.URL))
 	for _, lister := range []struct {
 		order string
 		p     providers.Provider
 	}{{"A, B", p}, {"B, A", bFirst}} {
 		lagging := listOne(t, lister.p, lb.Name)
-		if r := inspect.Compare([]*providers.LoadBalancer{expected}, []providers.LoadBalancer{lagging}); len(r.Pools) != 1 || r.Pools[0].State != inspect.StateDrift {
+		if r := inspect.Compare([]*lbmodel.LoadBalancer{expected}, []lbmodel.LoadBalancer{lagging}); len(r.Pools) != 1 || r.Pools[0].State != inspect.StateDrift {
 			t.Fatalf("edges %s, A lagging: List gave %+v: compared %+v, want drift", lister.order, lagging.Listeners[0].Pool.Members, r.Pools)
 		}
 		t.Logf("edges %s, A lagging: List lists %v", lister.order, lagging.Listeners[0].Pool.Members)
@@ -624,7 +625,7 @@ func TestEdge_reloadHAProxyCannotDoKeepsTheOldConfiguration(t *testing.T) {
 // reloadByNewServices adds n Services (svc0, svc1, … on port 8080 with
 // members), 150 ms apart: each a new VIP and frontend, a reload. It returns
 // 300 ms after the last, the first Ensure's error if one fails.
-func reloadByNewServices(ctx context.Context, p providers.Provider, n int, members []providers.Member) error {
+func reloadByNewServices(ctx context.Context, p providers.Provider, n int, members []lbmodel.Member) error {
 	for i := range n {
 		time.Sleep(150 * time.Millisecond)
 		if _, err := p.Ensure(ctx, model(fmt.Sprintf("svc%d", i), 8080, members)); err != nil {
@@ -668,21 +669,21 @@ func TestProvider_l7HostAndPathRules(t *testing.T) {
 	b, bs := newBed(t)
 	p := openProvider(t, b, b.ProviderSection())
 	ctx := context.Background()
-	name := providers.IngressLoadBalancerName(testCluster, "ns", "ing")
-	apiPool := providers.IngressPoolName(name, "ns", "api", "80")
-	web := providers.IngressPoolName(name, "ns", "web", "80")
-	other := providers.IngressPoolName(name, "ns", "other", "80")
-	lb := &providers.LoadBalancer{Name: name, Ingress: "ns/ing", Kind: providers.L7,
-		Listeners: []providers.Listener{{Port: 80, Protocol: providers.HTTP}},
-		Pools: []providers.Pool{
+	name := lbmodel.IngressLoadBalancerName(testCluster, "ns", "ing")
+	apiPool := lbmodel.IngressPoolName(name, "ns", "api", "80")
+	web := lbmodel.IngressPoolName(name, "ns", "web", "80")
+	other := lbmodel.IngressPoolName(name, "ns", "other", "80")
+	lb := &lbmodel.LoadBalancer{Name: name, Ingress: "ns/ing", Kind: lbmodel.L7,
+		Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.HTTP}},
+		Pools: []lbmodel.Pool{
 			{Name: apiPool, Members: startBackends(t, bs, "api", 1)},
 			{Name: web, Members: startBackends(t, bs, "web", 2)},
 			{Name: other, Members: startBackends(t, bs, "other", 1)},
 		},
-		HTTP: &providers.HTTPRoutes{DefaultPool: other, Rules: []providers.Rule{
-			{Host: "shop.example.com", Path: "/api", PathType: providers.PathPrefix, Pool: apiPool},
-			{Host: "shop.example.com", Path: "/", PathType: providers.PathPrefix, Pool: web},
-			{Host: "*.example.net", Path: "/exact", PathType: providers.PathExact, Pool: apiPool},
+		HTTP: &lbmodel.HTTPRoutes{DefaultPool: other, Rules: []lbmodel.Rule{
+			{Host: "shop.example.com", Path: "/api", PathType: lbmodel.PathPrefix, Pool: apiPool},
+			{Host: "shop.example.com", Path: "/", PathType: lbmodel.PathPrefix, Pool: web},
+			{Host: "*.example.net", Path: "/exact", PathType: lbmodel.PathExact, Pool: apiPool},
 		}},
 	}
 	st, err := p.Ensure(ctx, lb)
@@ -706,7 +707,7 @@ func TestProvider_l7HostAndPathRules(t *testing.T) {
 			t.Errorf("Host %s path %s: answered by %q (%v), want %s", tc.host, tc.path, got, err, tc.want)
 		}
 	}
-	n, err := providers.Normalize(lb)
+	n, err := lbmodel.Normalize(lb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -735,10 +736,10 @@ func TestProvider_l7HostAndPathRules(t *testing.T) {
 	// HTTPS: TLS terminated on the VIP with the Secret's certificate,
 	// read back without its key; HTTP still served.
 	withTLS := fewer.Clone()
-	withTLS.Listeners = append(withTLS.Listeners, providers.Listener{Port: 443, Protocol: providers.HTTPS})
+	withTLS.Listeners = append(withTLS.Listeners, lbmodel.Listener{Port: 443, Protocol: lbmodel.HTTPS})
 	certPEM, keyPEM := selfSigned(t)
-	withTLS.HTTP.TLS = []providers.TLSCert{{Secret: "ns/tls", Hosts: []string{"shop.example.com"}, CertPEM: certPEM, KeyPEM: keyPEM,
-		Fingerprint: providers.CertFingerprint(certPEM)}}
+	withTLS.HTTP.TLS = []lbmodel.TLSCert{{Secret: "ns/tls", Hosts: []string{"shop.example.com"}, CertPEM: certPEM, KeyPEM: keyPEM,
+		Fingerprint: lbmodel.CertFingerprint(certPEM)}}
 	st, err = p.Ensure(ctx, withTLS)
 	if err != nil {
 		t.Fatalf("Ensure with TLS: %v", err)
@@ -757,7 +758,7 @@ func TestProvider_l7HostAndPathRules(t *testing.T) {
 	if got, err := getHost(ctx, c, url, "shop.example.com", "/api"); err != nil || got != "api-0" {
 		t.Fatalf("HTTP after the TLS change: %q (%v)", got, err)
 	}
-	n, err = providers.Normalize(withTLS)
+	n, err = lbmodel.Normalize(withTLS)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -783,11 +784,11 @@ func TestProvider_l7HostAndPathRules(t *testing.T) {
 	if strings.Contains(b.EdgeLog(), "PRIVATE KEY") || strings.Contains(string(state), "PRIVATE KEY") {
 		t.Error("the private key is in the edge's log or desired.json")
 	}
-	keyFile := filepath.Join(b.Edges[0].Dir, "edge-state", "tls", providers.CertFingerprint(certPEM)+".pem")
+	keyFile := filepath.Join(b.Edges[0].Dir, "edge-state", "tls", lbmodel.CertFingerprint(certPEM)+".pem")
 	if fi, err := os.Stat(keyFile); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("certificate file %s: %v, mode %v; want 0600", keyFile, err, fi)
 	}
-	if err := p.Delete(ctx, name, providers.L7); err != nil {
+	if err := p.Delete(ctx, name, lbmodel.L7); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	if lbs, err := p.List(ctx); err != nil || len(lbs) != 0 {

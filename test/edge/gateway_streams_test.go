@@ -14,14 +14,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
-
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // ProtoHeader is the header in which the backends of these tests say the
@@ -34,11 +33,11 @@ const grpcBackendHeader = "x-npl-backend"
 
 // serveOn serves h on a listener of the bridge address (where the bed's
 // pools find their members) until the test ends, and returns the member.
-func serveOn(t *testing.T, ln net.Listener, serve func(net.Listener) error, stop func()) providers.Member {
+func serveOn(t *testing.T, ln net.Listener, serve func(net.Listener) error, stop func()) lbmodel.Member {
 	t.Helper()
 	go func() { _ = serve(ln) }()
 	t.Cleanup(stop)
-	return providers.Member{IP: bridgeIP.String(), Port: int32(ln.Addr().(*net.TCPAddr).Port), Enabled: true}
+	return lbmodel.Member{IP: bridgeIP.String(), Port: int32(ln.Addr().(*net.TCPAddr).Port), Enabled: true}
 }
 
 func listenBridge(t *testing.T) net.Listener {
@@ -62,7 +61,7 @@ func nameHandler(name string) http.Handler {
 // startTLSBackend starts an HTTPS backend named name serving a
 // certificate for host: a client that reaches it through a passthrough
 // listener sees that certificate.
-func startTLSBackend(t *testing.T, name, host string) providers.Member {
+func startTLSBackend(t *testing.T, name, host string) lbmodel.Member {
 	t.Helper()
 	certPEM, keyPEM := certFor(t, host)
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
@@ -76,7 +75,7 @@ func startTLSBackend(t *testing.T, name, host string) providers.Member {
 
 // startH2CBackend starts an HTTP backend named name that speaks HTTP/2
 // without TLS (prior knowledge) besides HTTP/1.1.
-func startH2CBackend(t *testing.T, name string) providers.Member {
+func startH2CBackend(t *testing.T, name string) lbmodel.Member {
 	t.Helper()
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
@@ -87,7 +86,7 @@ func startH2CBackend(t *testing.T, name string) providers.Member {
 
 // startGRPCBackend starts a gRPC server named name with the health
 // service; every answer names the server in a header.
-func startGRPCBackend(t *testing.T, name string) providers.Member {
+func startGRPCBackend(t *testing.T, name string) lbmodel.Member {
 	t.Helper()
 	srv := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		_ = grpc.SetHeader(ctx, metadata.Pairs(grpcBackendHeader, name))
@@ -99,7 +98,7 @@ func startGRPCBackend(t *testing.T, name string) providers.Member {
 
 // startBannerBackend starts a TCP server that speaks first: it writes
 // "hello <name>" to each connection and closes it.
-func startBannerBackend(t *testing.T, name string) providers.Member {
+func startBannerBackend(t *testing.T, name string) lbmodel.Member {
 	t.Helper()
 	ln := listenBridge(t)
 	serve := func(ln net.Listener) error {
@@ -157,42 +156,42 @@ func TestProvider_gatewayStreamsDataPlane(t *testing.T) {
 	ctx := context.Background()
 	name := testCluster + "--gw-ns-streams-GW"
 	pa, pOne, pTwo, pGRPC, pH2C, pBanner := name+"-a", name+"-one", name+"-two", name+"-grpc", name+"-h2c", name+"-banner"
-	tcpPool := providers.PoolName(name, providers.TCP, 9000)
+	tcpPool := lbmodel.PoolName(name, lbmodel.TCP, 9000)
 	weighted := startBackends(t, bs, "w", 2)
 	weighted[0].Weight, weighted[1].Weight = 70, 30
 	tCert, tKey := certFor(t, "t.example")
 	webCert, webKey := certFor(t, "web.example")
 	http2 := []int32{80, 443}
-	lb := &providers.LoadBalancer{Name: name, Gateway: "ns/streams", Kind: providers.L7,
-		Listeners: []providers.Listener{
-			{Port: 80, Protocol: providers.HTTP},
-			{Port: 443, Protocol: providers.HTTPS},
-			{Port: 9000, Protocol: providers.TCP, Pool: providers.Pool{Name: tcpPool, Members: weighted}},
-			{Port: 8883, Protocol: providers.TLS, SNI: []providers.SNIRoute{{Host: "one.example", Pool: pOne}, {Host: "*.two.example", Pool: pTwo}}},
-			{Port: 9443, Protocol: providers.TLS, Terminate: true, SNI: []providers.SNIRoute{{Host: "t.example", Pool: pa},
+	lb := &lbmodel.LoadBalancer{Name: name, Gateway: "ns/streams", Kind: lbmodel.L7,
+		Listeners: []lbmodel.Listener{
+			{Port: 80, Protocol: lbmodel.HTTP},
+			{Port: 443, Protocol: lbmodel.HTTPS},
+			{Port: 9000, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: tcpPool, Members: weighted}},
+			{Port: 8883, Protocol: lbmodel.TLS, SNI: []lbmodel.SNIRoute{{Host: "one.example", Pool: pOne}, {Host: "*.two.example", Pool: pTwo}}},
+			{Port: 9443, Protocol: lbmodel.TLS, Terminate: true, SNI: []lbmodel.SNIRoute{{Host: "t.example", Pool: pa},
 				{Host: "banner.example", Pool: pBanner}}},
 		},
-		Pools: []providers.Pool{
+		Pools: []lbmodel.Pool{
 			{Name: pa, Members: startBackends(t, bs, "a", 1)},
-			{Name: pBanner, Members: []providers.Member{startBannerBackend(t, "banner")}},
-			{Name: pOne, Members: []providers.Member{startTLSBackend(t, "one", "one.example")}},
-			{Name: pTwo, Members: []providers.Member{startTLSBackend(t, "two", "two.example")}},
-			{Name: pGRPC, AppProtocol: providers.AppProtocolH2C, Members: []providers.Member{startGRPCBackend(t, "g-0")}},
-			{Name: pH2C, AppProtocol: providers.AppProtocolH2C, Members: []providers.Member{startH2CBackend(t, "h-0")}},
+			{Name: pBanner, Members: []lbmodel.Member{startBannerBackend(t, "banner")}},
+			{Name: pOne, Members: []lbmodel.Member{startTLSBackend(t, "one", "one.example")}},
+			{Name: pTwo, Members: []lbmodel.Member{startTLSBackend(t, "two", "two.example")}},
+			{Name: pGRPC, AppProtocol: lbmodel.AppProtocolH2C, Members: []lbmodel.Member{startGRPCBackend(t, "g-0")}},
+			{Name: pH2C, AppProtocol: lbmodel.AppProtocolH2C, Members: []lbmodel.Member{startH2CBackend(t, "h-0")}},
 		},
-		HTTP: &providers.HTTPRoutes{
-			Rules: []providers.Rule{
-				{Path: "/", PathType: providers.PathPrefix, Pool: pa, Ports: http2},
+		HTTP: &lbmodel.HTTPRoutes{
+			Rules: []lbmodel.Rule{
+				{Path: "/", PathType: lbmodel.PathPrefix, Pool: pa, Ports: http2},
 				// GRPCRoute's service match on a hostname: HTTP/2's
 				// :authority is the host rules test.
-				{Host: "grpc.example", Path: "/grpc.health.v1.Health", PathType: providers.PathPrefix, Pool: pGRPC, Ports: http2},
-				{Path: "/h2c", PathType: providers.PathExact, Pool: pH2C, Ports: http2},
+				{Host: "grpc.example", Path: "/grpc.health.v1.Health", PathType: lbmodel.PathPrefix, Pool: pGRPC, Ports: http2},
+				{Path: "/h2c", PathType: lbmodel.PathExact, Pool: pH2C, Ports: http2},
 			},
-			TLS: []providers.TLSCert{
+			TLS: []lbmodel.TLSCert{
 				{Secret: "ns/t", Hosts: []string{"t.example"}, Ports: []int32{9443}, CertPEM: tCert, KeyPEM: tKey,
-					Fingerprint: providers.CertFingerprint(tCert)},
+					Fingerprint: lbmodel.CertFingerprint(tCert)},
 				{Secret: "ns/web", Hosts: []string{"web.example"}, Ports: []int32{443}, CertPEM: webCert, KeyPEM: webKey,
-					Fingerprint: providers.CertFingerprint(webCert)},
+					Fingerprint: lbmodel.CertFingerprint(webCert)},
 			},
 		},
 	}
@@ -321,7 +320,7 @@ func TestProvider_gatewayStreamsDataPlane(t *testing.T) {
 	if after := status(t, b); after.Reloads != before.Reloads || after.WorkerPID != before.WorkerPID {
 		t.Errorf("a weight change reloaded HAProxy: %+v -> %+v", before, after)
 	}
-	rn, err := providers.Normalize(reweighted)
+	rn, err := lbmodel.Normalize(reweighted)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +345,7 @@ func TestProvider_gatewayStreamsDataPlane(t *testing.T) {
 		t.Errorf("TLS :8883 after the edge restarted: backend %q certificate %q (%v)", backend, cert, err)
 	}
 
-	if err := p.Delete(ctx, name, providers.L7); err != nil {
+	if err := p.Delete(ctx, name, lbmodel.L7); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	if _, _, err := tcpGet(ctx, b, addr(9000), ""); err == nil || errors.Is(err, context.Canceled) {

@@ -28,6 +28,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/nodeportlocal/npl/edge/api"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -110,48 +111,48 @@ func TestProvider_gatewayL7DataPlane(t *testing.T) {
 	oneCert, oneKey := certFor(t, "one.example")
 	twoCert, twoKey := certFor(t, "two.example")
 	all := []int32{80, 443, 8443}
-	lb := &providers.LoadBalancer{Name: name, Gateway: "ns/gw", Kind: providers.L7,
-		Listeners: []providers.Listener{{Port: 80, Protocol: providers.HTTP}, {Port: 8080, Protocol: providers.HTTP},
-			{Port: 443, Protocol: providers.HTTPS}, {Port: 8443, Protocol: providers.HTTPS}},
-		Pools: []providers.Pool{{Name: pa, Members: startBackends(t, bs, "a", 1)}, {Name: pb, Members: startBackends(t, bs, "b", 1)},
+	lb := &lbmodel.LoadBalancer{Name: name, Gateway: "ns/gw", Kind: lbmodel.L7,
+		Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.HTTP}, {Port: 8080, Protocol: lbmodel.HTTP},
+			{Port: 443, Protocol: lbmodel.HTTPS}, {Port: 8443, Protocol: lbmodel.HTTPS}},
+		Pools: []lbmodel.Pool{{Name: pa, Members: startBackends(t, bs, "a", 1)}, {Name: pb, Members: startBackends(t, bs, "b", 1)},
 			{Name: pw, Members: weighted}},
-		HTTP: &providers.HTTPRoutes{
-			TLS: []providers.TLSCert{
+		HTTP: &lbmodel.HTTPRoutes{
+			TLS: []lbmodel.TLSCert{
 				{Secret: "ns/one", Hosts: []string{"one.example"}, Ports: []int32{443}, CertPEM: oneCert, KeyPEM: oneKey,
-					Fingerprint: providers.CertFingerprint(oneCert)},
+					Fingerprint: lbmodel.CertFingerprint(oneCert)},
 				{Secret: "ns/two", Hosts: []string{"two.example"}, CertPEM: twoCert, KeyPEM: twoKey,
-					Fingerprint: providers.CertFingerprint(twoCert)},
+					Fingerprint: lbmodel.CertFingerprint(twoCert)},
 			},
-			Rules: []providers.Rule{
-				{Path: "/", PathType: providers.PathPrefix, Pool: pb, Ports: all, Order: 9},
-				{Path: "/hdr", PathType: providers.PathPrefix, Pool: pa, Ports: all,
-					Headers: []providers.ValueMatch{{Name: "X-Env", Value: `can "ary" it's #1 {x}`}}},
-				{Path: "/hdr", PathType: providers.PathPrefix, Pool: pa, Ports: all,
-					Headers: []providers.ValueMatch{{Name: "X-Version", Value: "v[0-9]+", Regex: true}}, Order: 1},
-				{Path: "/q", PathType: providers.PathExact, Pool: pa, Ports: all, Query: []providers.ValueMatch{{Name: "v", Value: "12"}}},
-				{Path: "/m", PathType: providers.PathPrefix, Pool: pa, Ports: all, Method: "POST"},
-				{Path: "/v[0-9]+/items", PathType: providers.PathRegex, Pool: pa, Ports: all},
-				{Path: "/p8080", PathType: providers.PathExact, Pool: pa, Ports: []int32{8080}},
-				{Path: "/w", PathType: providers.PathExact, Pool: pw, Ports: all},
-				{Host: "*.wild.example", Path: "/wild", PathType: providers.PathExact, Pool: pa, Ports: all},
-				{Path: "/filter", PathType: providers.PathExact, Pool: pa, Ports: all,
-					RequestHeaders: &providers.HeaderFilter{Set: []providers.Header{{Name: "X-Set", Value: `a b 'c' "d" 100%`}},
-						Add: []providers.Header{{Name: "X-Add", Value: "v2"}}, Remove: []string{"X-Del"}},
-					ResponseHeaders: &providers.HeaderFilter{Set: []providers.Header{{Name: "X-Resp", Value: "r 'q'"}},
+			Rules: []lbmodel.Rule{
+				{Path: "/", PathType: lbmodel.PathPrefix, Pool: pb, Ports: all, Order: 9},
+				{Path: "/hdr", PathType: lbmodel.PathPrefix, Pool: pa, Ports: all,
+					Headers: []lbmodel.ValueMatch{{Name: "X-Env", Value: `can "ary" it's #1 {x}`}}},
+				{Path: "/hdr", PathType: lbmodel.PathPrefix, Pool: pa, Ports: all,
+					Headers: []lbmodel.ValueMatch{{Name: "X-Version", Value: "v[0-9]+", Regex: true}}, Order: 1},
+				{Path: "/q", PathType: lbmodel.PathExact, Pool: pa, Ports: all, Query: []lbmodel.ValueMatch{{Name: "v", Value: "12"}}},
+				{Path: "/m", PathType: lbmodel.PathPrefix, Pool: pa, Ports: all, Method: "POST"},
+				{Path: "/v[0-9]+/items", PathType: lbmodel.PathRegex, Pool: pa, Ports: all},
+				{Path: "/p8080", PathType: lbmodel.PathExact, Pool: pa, Ports: []int32{8080}},
+				{Path: "/w", PathType: lbmodel.PathExact, Pool: pw, Ports: all},
+				{Host: "*.wild.example", Path: "/wild", PathType: lbmodel.PathExact, Pool: pa, Ports: all},
+				{Path: "/filter", PathType: lbmodel.PathExact, Pool: pa, Ports: all,
+					RequestHeaders: &lbmodel.HeaderFilter{Set: []lbmodel.Header{{Name: "X-Set", Value: `a b 'c' "d" 100%`}},
+						Add: []lbmodel.Header{{Name: "X-Add", Value: "v2"}}, Remove: []string{"X-Del"}},
+					ResponseHeaders: &lbmodel.HeaderFilter{Set: []lbmodel.Header{{Name: "X-Resp", Value: "r 'q'"}},
 						Remove: []string{BackendHeader}}},
-				{Path: "/rw", PathType: providers.PathPrefix, Pool: pa, Ports: all, Rewrite: &providers.Rewrite{Hostname: "internal.example",
-					Path: &providers.PathModifier{Type: providers.ReplacePrefixMatch, Value: "/new"}}},
-				{Path: "/strip", PathType: providers.PathPrefix, Pool: pa, Ports: all, Rewrite: &providers.Rewrite{
-					Path: &providers.PathModifier{Type: providers.ReplacePrefixMatch, Value: "/"}}},
-				{Path: "/full", PathType: providers.PathExact, Pool: pa, Ports: all, Rewrite: &providers.Rewrite{
-					Path: &providers.PathModifier{Type: providers.ReplaceFullPath, Value: "/replaced"}}},
-				{Path: "/redir", PathType: providers.PathPrefix, Ports: all, Redirect: &providers.Redirect{Scheme: "https",
-					Hostname: "new.example", StatusCode: 301, Path: &providers.PathModifier{Type: providers.ReplacePrefixMatch, Value: "/moved"}}},
-				{Path: "/redir2", PathType: providers.PathExact, Ports: all, Redirect: &providers.Redirect{Port: 8081, StatusCode: 302,
-					Path: &providers.PathModifier{Type: providers.ReplaceFullPath, Value: "/else"}}},
-				{Path: "/redir3", PathType: providers.PathExact, Ports: all, Redirect: &providers.Redirect{StatusCode: 302}},
-				{Path: "/redir308", PathType: providers.PathExact, Ports: all, Redirect: &providers.Redirect{Hostname: "b.example", StatusCode: 308}},
-				{Path: "/broken", PathType: providers.PathPrefix, Ports: all, FixedStatus: 500},
+				{Path: "/rw", PathType: lbmodel.PathPrefix, Pool: pa, Ports: all, Rewrite: &lbmodel.Rewrite{Hostname: "internal.example",
+					Path: &lbmodel.PathModifier{Type: lbmodel.ReplacePrefixMatch, Value: "/new"}}},
+				{Path: "/strip", PathType: lbmodel.PathPrefix, Pool: pa, Ports: all, Rewrite: &lbmodel.Rewrite{
+					Path: &lbmodel.PathModifier{Type: lbmodel.ReplacePrefixMatch, Value: "/"}}},
+				{Path: "/full", PathType: lbmodel.PathExact, Pool: pa, Ports: all, Rewrite: &lbmodel.Rewrite{
+					Path: &lbmodel.PathModifier{Type: lbmodel.ReplaceFullPath, Value: "/replaced"}}},
+				{Path: "/redir", PathType: lbmodel.PathPrefix, Ports: all, Redirect: &lbmodel.Redirect{Scheme: "https",
+					Hostname: "new.example", StatusCode: 301, Path: &lbmodel.PathModifier{Type: lbmodel.ReplacePrefixMatch, Value: "/moved"}}},
+				{Path: "/redir2", PathType: lbmodel.PathExact, Ports: all, Redirect: &lbmodel.Redirect{Port: 8081, StatusCode: 302,
+					Path: &lbmodel.PathModifier{Type: lbmodel.ReplaceFullPath, Value: "/else"}}},
+				{Path: "/redir3", PathType: lbmodel.PathExact, Ports: all, Redirect: &lbmodel.Redirect{StatusCode: 302}},
+				{Path: "/redir308", PathType: lbmodel.PathExact, Ports: all, Redirect: &lbmodel.Redirect{Hostname: "b.example", StatusCode: 308}},
+				{Path: "/broken", PathType: lbmodel.PathPrefix, Ports: all, FixedStatus: 500},
 			},
 		},
 	}
@@ -306,14 +307,14 @@ func TestProvider_gatewayL7DataPlane(t *testing.T) {
 	if after := status(t, b); after.Reloads != before.Reloads || after.WorkerPID != before.WorkerPID {
 		t.Errorf("a weight change reloaded HAProxy: %+v -> %+v", before, after)
 	}
-	rn, err := providers.Normalize(reweighted)
+	rn, err := lbmodel.Normalize(reweighted)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(rn.Pools[2].Members, listOne(t, p, name).Pools[2].Members); diff != "" {
 		t.Errorf("members after the weight change (-applied +listed):\n%s", diff)
 	}
-	if err := p.Delete(ctx, name, providers.L7); err != nil {
+	if err := p.Delete(ctx, name, lbmodel.L7); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 }
@@ -322,9 +323,9 @@ func TestProvider_gatewayL7DataPlane(t *testing.T) {
 // normalized model lb that was applied, on vips and without key material,
 // and that applying it again is no write and no reload; it returns the
 // edge's status before that second apply.
-func listedAsAppliedAndIdempotent(ctx context.Context, t *testing.T, b *Bed, p providers.Provider, lb *providers.LoadBalancer, vips []string) api.Status {
+func listedAsAppliedAndIdempotent(ctx context.Context, t *testing.T, b *Bed, p providers.Provider, lb *lbmodel.LoadBalancer, vips []string) api.Status {
 	t.Helper()
-	n, err := providers.Normalize(lb)
+	n, err := lbmodel.Normalize(lb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,19 +360,19 @@ func TestProvider_gatewayInvalidShare(t *testing.T) {
 	ctx := context.Background()
 	name := testCluster + "--gw-ns-share"
 	pHalf, pOnly, pPlain, pGRPC := name+"-half", name+"-only", name+"-plain", name+"-grpc"
-	lb := &providers.LoadBalancer{Name: name, Gateway: "ns/share", Kind: providers.L7,
-		Listeners: []providers.Listener{{Port: 80, Protocol: providers.HTTP}},
-		Pools: []providers.Pool{
+	lb := &lbmodel.LoadBalancer{Name: name, Gateway: "ns/share", Kind: lbmodel.L7,
+		Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.HTTP}},
+		Pools: []lbmodel.Pool{
 			{Name: pHalf, Members: startBackends(t, bs, "v", 1), InvalidWeight: 1},
-			{Name: pOnly, Members: []providers.Member{}, InvalidWeight: 1},
+			{Name: pOnly, Members: []lbmodel.Member{}, InvalidWeight: 1},
 			{Name: pPlain, Members: startBackends(t, bs, "p", 1)},
-			{Name: pGRPC, AppProtocol: providers.AppProtocolH2C, Members: []providers.Member{startGRPCBackend(t, "g-0")}, InvalidWeight: 1},
+			{Name: pGRPC, AppProtocol: lbmodel.AppProtocolH2C, Members: []lbmodel.Member{startGRPCBackend(t, "g-0")}, InvalidWeight: 1},
 		},
-		HTTP: &providers.HTTPRoutes{Rules: []providers.Rule{
-			{Path: "/half", PathType: providers.PathPrefix, Pool: pHalf},
-			{Path: "/only", PathType: providers.PathPrefix, Pool: pOnly},
-			{Path: "/plain", PathType: providers.PathPrefix, Pool: pPlain},
-			{Path: "/grpc.health.v1.Health", PathType: providers.PathPrefix, Pool: pGRPC},
+		HTTP: &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{
+			{Path: "/half", PathType: lbmodel.PathPrefix, Pool: pHalf},
+			{Path: "/only", PathType: lbmodel.PathPrefix, Pool: pOnly},
+			{Path: "/plain", PathType: lbmodel.PathPrefix, Pool: pPlain},
+			{Path: "/grpc.health.v1.Health", PathType: lbmodel.PathPrefix, Pool: pGRPC},
 		}},
 	}
 	st, err := p.Ensure(ctx, lb)
@@ -453,7 +454,7 @@ func TestProvider_gatewayInvalidShare(t *testing.T) {
 	split("/half", "v-0", 1, 3)
 	split("/plain", "p-0", 1, 1)
 	grpcSplit(0)
-	if err := p.Delete(ctx, name, providers.L7); err != nil {
+	if err := p.Delete(ctx, name, lbmodel.L7); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 }

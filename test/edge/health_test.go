@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/nodeportlocal/npl/edge/haproxy"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // serverState returns the state HAProxy's worker holds for server name of
@@ -122,7 +122,7 @@ func TestEdge_healthCheckTakesAMemberThatStopsAnsweringOutAndBackIn(t *testing.T
 		t.Errorf("the health checks reloaded HAProxy %d times", after.Reloads-before.Reloads)
 	}
 	// The model is unchanged: the member stayed enabled on the edge.
-	if lst := listOne(t, p, lb.Name); !slices.Equal(lst.Listeners[0].Pool.Members, providers.SortMembers(slices.Clone(members))) {
+	if lst := listOne(t, p, lb.Name); !slices.Equal(lst.Listeners[0].Pool.Members, lbmodel.SortMembers(slices.Clone(members))) {
 		t.Errorf("List after the check cycle: %+v, want the members as applied %+v", lst.Listeners[0].Pool.Members, members)
 	}
 }

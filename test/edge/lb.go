@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nodeportlocal/npl/edge/haproxy"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/registry"
 )
@@ -133,7 +134,7 @@ func (l *LBBackend) ProviderConfig() string {
 
 // Pools returns the pools HAProxy serves for the load balancer lbName, by
 // pool name, and its VIPs.
-func (l *LBBackend) Pools(lbName string) (map[string][]providers.Member, []string, bool, error) {
+func (l *LBBackend) Pools(lbName string) (map[string][]lbmodel.Member, []string, bool, error) {
 	lbs, err := l.p.List(context.Background())
 	if err != nil {
 		return nil, nil, false, err
@@ -142,7 +143,7 @@ func (l *LBBackend) Pools(lbName string) (map[string][]providers.Member, []strin
 		if lb.Name != lbName {
 			continue
 		}
-		pools := map[string][]providers.Member{}
+		pools := map[string][]lbmodel.Member{}
 		for _, ln := range lb.Listeners {
 			if ln.Pool.Name != "" {
 				pools[ln.Pool.Name] = ln.Pool.Members
@@ -173,10 +174,10 @@ func (l *LBBackend) AddForeign() (func() bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	name := providers.LoadBalancerName(l.Cluster+"-foreign", "other", "svc")
-	lb := &providers.LoadBalancer{Name: name, Service: "other/svc", Listeners: []providers.Listener{{Port: 9999, Protocol: providers.TCP,
-		Pool: providers.Pool{Name: providers.PoolName(name, providers.TCP, 9999),
-			Members: []providers.Member{{IP: l.Bed.BridgeIP.String(), Port: 9, Enabled: true}}}}}}
+	name := lbmodel.LoadBalancerName(l.Cluster+"-foreign", "other", "svc")
+	lb := &lbmodel.LoadBalancer{Name: name, Service: "other/svc", Listeners: []lbmodel.Listener{{Port: 9999, Protocol: lbmodel.TCP,
+		Pool: lbmodel.Pool{Name: lbmodel.PoolName(name, lbmodel.TCP, 9999),
+			Members: []lbmodel.Member{{IP: l.Bed.BridgeIP.String(), Port: 9, Enabled: true}}}}}}
 	if _, err := p.Ensure(ctx, lb); err != nil {
 		return nil, errors.Join(errors.New("add a foreign load balancer"), err)
 	}

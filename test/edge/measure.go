@@ -18,7 +18,7 @@ import (
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/edge/haproxy"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // What the Pod Ready → first request through the VIP benchmarks watch (on
@@ -325,7 +325,7 @@ func Timeline(pod *corev1.Pod, rw *ReadyWatch, su *ServersUp, fa *FirstAnswers) 
 	if err != nil || len(es) != 1 {
 		return PodTimeline{}, fmt.Errorf("pod %s: annotation %q", pod.Name, pod.Annotations[contract.PodKey])
 	}
-	present, up := su.Times(haproxy.ServerName(providers.Member{IP: es[0].NodeIP, Port: int32(es[0].NodePort)}))
+	present, up := su.Times(haproxy.ServerName(lbmodel.Member{IP: es[0].NodeIP, Port: int32(es[0].NodePort)}))
 	if up.IsZero() {
 		return PodTimeline{}, fmt.Errorf("pod %s answered but its server was never seen up", pod.Name)
 	}

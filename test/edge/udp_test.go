@@ -13,12 +13,12 @@ import (
 
 	"github.com/nodeportlocal/npl/edge"
 	"github.com/nodeportlocal/npl/edge/udp"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // startUDPEcho starts a UDP echo named name in the test namespace on the
 // bridge address: it answers "<name>: <datagram>". It returns its member.
-func startUDPEcho(t *testing.T, ip netip.Addr, name string) providers.Member {
+func startUDPEcho(t *testing.T, ip netip.Addr, name string) lbmodel.Member {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", net.JoinHostPort(ip.String(), "0"))
 	if err != nil {
@@ -35,7 +35,7 @@ func startUDPEcho(t *testing.T, ip netip.Addr, name string) providers.Member {
 			_, _ = pc.WriteTo([]byte(name+": "+string(buf[:n])), from)
 		}
 	}()
-	return providers.Member{IP: ip.String(), Port: int32(pc.LocalAddr().(*net.UDPAddr).Port), Enabled: true}
+	return lbmodel.Member{IP: ip.String(), Port: int32(pc.LocalAddr().(*net.UDPAddr).Port), Enabled: true}
 }
 
 // askNew sends one datagram on a new flow and returns who answered.
@@ -74,9 +74,9 @@ func TestProvider_udpListenerThroughNFTablesWithWeightsAndDrain(t *testing.T) {
 	lb := model("dns", 80, startBackends(t, bs, "web", 1))
 	a, c := startUDPEcho(t, bridgeIP, "a"), startUDPEcho(t, bridgeIP, "b")
 	a.Weight, c.Weight = 70, 30
-	lb.Listeners = append(lb.Listeners, providers.Listener{Port: 53, Protocol: providers.UDP,
-		Pool: providers.Pool{Name: providers.PoolName(lb.Name, providers.UDP, 53), Members: providers.SortMembers([]providers.Member{a, c})}})
-	providers.SortListeners(lb.Listeners)
+	lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: 53, Protocol: lbmodel.UDP,
+		Pool: lbmodel.Pool{Name: lbmodel.PoolName(lb.Name, lbmodel.UDP, 53), Members: lbmodel.SortMembers([]lbmodel.Member{a, c})}})
+	lbmodel.SortListeners(lb.Listeners)
 	st, err := p.Ensure(ctx, lb)
 	if err != nil {
 		t.Fatalf("Ensure: %v", err)
@@ -147,7 +147,7 @@ func TestProvider_udpListenerThroughNFTablesWithWeightsAndDrain(t *testing.T) {
 	}
 
 	// Deleted: the table has no listener left, nothing answers on the VIP.
-	if err := p.Delete(ctx, lb.Name, providers.L4); err != nil {
+	if err := p.Delete(ctx, lb.Name, lbmodel.L4); err != nil {
 		t.Fatal(err)
 	}
 	if chains := udpChains(t, b.Edges[0]); len(chains) != 0 {
@@ -166,8 +166,8 @@ func TestProvider_udpListenersAreWarnedAboutWhenTheEdgeServesNoUDP(t *testing.T)
 	p := openProvider(t, b, b.ProviderSection())
 	ctx := context.Background()
 	lb := model("dns", 80, startBackends(t, bs, "dns", 1))
-	lb.Listeners = append(lb.Listeners, providers.Listener{Port: 53, Protocol: providers.UDP,
-		Pool: providers.Pool{Name: providers.PoolName(lb.Name, providers.UDP, 53), Members: []providers.Member{startUDPEcho(t, bridgeIP, "a")}}})
+	lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: 53, Protocol: lbmodel.UDP,
+		Pool: lbmodel.Pool{Name: lbmodel.PoolName(lb.Name, lbmodel.UDP, 53), Members: []lbmodel.Member{startUDPEcho(t, bridgeIP, "a")}}})
 	st, err := p.Ensure(ctx, lb)
 	if err != nil {
 		t.Fatalf("Ensure: %v", err)
@@ -178,7 +178,7 @@ func TestProvider_udpListenersAreWarnedAboutWhenTheEdgeServesNoUDP(t *testing.T)
 	t.Logf("warning: %s", st.Warnings[0])
 	waitAnswers(t, b, URL(st.VIPs[0], 80), []string{"dns-0"})
 	got := listOne(t, p, lb.Name)
-	if len(got.Listeners) != 1 || got.Listeners[0].Protocol != providers.TCP {
+	if len(got.Listeners) != 1 || got.Listeners[0].Protocol != lbmodel.TCP {
 		t.Fatalf("listed listeners %+v; want the TCP one only", got.Listeners)
 	}
 	if name, err := askNew(ctx, b, net.JoinHostPort(st.VIPs[0], "53")); err == nil {
@@ -194,9 +194,9 @@ func TestProvider_udpTableRepairedAndKeptAcrossRestarts(t *testing.T) {
 	b, _ := newBed(t)
 	p := openProvider(t, b, b.ProviderSection())
 	ctx := context.Background()
-	name := providers.LoadBalancerName(testCluster, "ns", "dns")
-	lb := &providers.LoadBalancer{Name: name, Service: "ns/dns", Listeners: []providers.Listener{{Port: 53, Protocol: providers.UDP,
-		Pool: providers.Pool{Name: providers.PoolName(name, providers.UDP, 53), Members: []providers.Member{startUDPEcho(t, bridgeIP, "a")}}}}}
+	name := lbmodel.LoadBalancerName(testCluster, "ns", "dns")
+	lb := &lbmodel.LoadBalancer{Name: name, Service: "ns/dns", Listeners: []lbmodel.Listener{{Port: 53, Protocol: lbmodel.UDP,
+		Pool: lbmodel.Pool{Name: lbmodel.PoolName(name, lbmodel.UDP, 53), Members: []lbmodel.Member{startUDPEcho(t, bridgeIP, "a")}}}}}
 	st, err := p.Ensure(ctx, lb)
 	if err != nil {
 		t.Fatal(err)
@@ -243,16 +243,16 @@ func TestProvider_gatewayUDPListener(t *testing.T) {
 	b, bs := newBed(t)
 	p := openProvider(t, b, b.ProviderSection())
 	ctx := context.Background()
-	name := providers.GatewayLoadBalancerName(testCluster, "ns", "gw")
+	name := lbmodel.GatewayLoadBalancerName(testCluster, "ns", "gw")
 	web := startBackends(t, bs, "web", 1)
 	a, c := startUDPEcho(t, bridgeIP, "a"), startUDPEcho(t, bridgeIP, "b")
 	c.Weight = 3
-	pool := providers.PoolName(name, providers.UDP, 5353)
-	lb := &providers.LoadBalancer{Name: name, Gateway: "ns/gw", Kind: providers.L7,
-		Listeners: []providers.Listener{{Port: 80, Protocol: providers.HTTP},
-			{Port: 5353, Protocol: providers.UDP, Pool: providers.Pool{Name: pool, Members: providers.SortMembers([]providers.Member{a, c})}}},
-		Pools: []providers.Pool{{Name: name + "-web", Members: web}},
-		HTTP:  &providers.HTTPRoutes{Rules: []providers.Rule{}, DefaultPool: name + "-web"}}
+	pool := lbmodel.PoolName(name, lbmodel.UDP, 5353)
+	lb := &lbmodel.LoadBalancer{Name: name, Gateway: "ns/gw", Kind: lbmodel.L7,
+		Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.HTTP},
+			{Port: 5353, Protocol: lbmodel.UDP, Pool: lbmodel.Pool{Name: pool, Members: lbmodel.SortMembers([]lbmodel.Member{a, c})}}},
+		Pools: []lbmodel.Pool{{Name: name + "-web", Members: web}},
+		HTTP:  &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{}, DefaultPool: name + "-web"}}
 	st, err := p.Ensure(ctx, lb)
 	if err != nil {
 		t.Fatalf("Ensure: %v", err)
@@ -277,7 +277,7 @@ func TestProvider_gatewayUDPListener(t *testing.T) {
 	if diff := cmp.Diff(lb.Listeners, got.Listeners); diff != "" {
 		t.Fatalf("listed listeners (-want +got):\n%s", diff)
 	}
-	if got.Kind != providers.L7 || got.Gateway != "ns/gw" {
+	if got.Kind != lbmodel.L7 || got.Gateway != "ns/gw" {
 		t.Fatalf("listed %s kind %q gateway %q; want L7 of ns/gw", got.Name, got.Kind, got.Gateway)
 	}
 }

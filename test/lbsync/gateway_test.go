@@ -30,10 +30,10 @@ import (
 	gatewayv1client "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/typed/apis/v1"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
 	"github.com/nodeportlocal/npl/lbsync/inputs"
 	"github.com/nodeportlocal/npl/lbsync/inspect"
-	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/stack"
 )
 
@@ -65,7 +65,7 @@ func TestLBSync_gatewayAPIWithoutCRDs(t *testing.T) {
 	ns := e.namespace(t)
 	e.pod(t, ns, "a", e.nodeName(0), list(entry(8080, e.nodeIP(0), 61000, "tcp")))
 	e.createService(t, lbService(ns, "web", ptr("npl.io/nocrd")))
-	waitPools(t, l, ns, "web", map[string][]providers.Member{l.poolName(ns, "web", providers.TCP, 80): {member(e.nodeIP(0), 61000, true)}})
+	waitPools(t, l, ns, "web", map[string][]lbmodel.Member{l.poolName(ns, "web", lbmodel.TCP, 80): {member(e.nodeIP(0), 61000, true)}})
 
 	// The CRDs installed: the same npl-lbsync, not restarted, serves a
 	// Gateway.
@@ -190,31 +190,31 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 	route("r3", gatewayv1.ParentReference{Name: "gw", SectionName: &section}, nil,
 		gatewayv1.HTTPRouteRule{Matches: match(prefix, "/y"), BackendRefs: []gatewayv1.HTTPBackendRef{ref("c", 1)}})
 
-	lbName := providers.GatewayLoadBalancerName(name, ns, "gw")
-	pool := func(route string, rule int) string { return providers.GatewayPoolName(lbName, ns, route, rule) }
+	lbName := lbmodel.GatewayLoadBalancerName(name, ns, "gw")
+	pool := func(route string, rule int) string { return lbmodel.GatewayPoolName(lbName, ns, route, rule) }
 	ip0, ip1 := e.nodeIP(0), e.nodeIP(1)
-	wantPools := []providers.Pool{
-		{Name: pool("r1", 0), Members: []providers.Member{{IP: ip0, Port: 61000, Enabled: true}}},
-		{Name: pool("r1", 1), Members: []providers.Member{{IP: ip0, Port: 61000, Enabled: true, Weight: 256}, {IP: ip1, Port: 61001, Enabled: true, Weight: 85}}},
+	wantPools := []lbmodel.Pool{
+		{Name: pool("r1", 0), Members: []lbmodel.Member{{IP: ip0, Port: 61000, Enabled: true}}},
+		{Name: pool("r1", 1), Members: []lbmodel.Member{{IP: ip0, Port: 61000, Enabled: true, Weight: 256}, {IP: ip1, Port: 61001, Enabled: true, Weight: 85}}},
 	}
-	r1Rules := []providers.Rule{
-		{Host: "shop.example.com", Path: "/a", PathType: providers.PathExact, Pool: pool("r1", 0), Ports: []int32{80, 443}, Order: 0},
-		{Host: "shop.example.com", Path: "/b", PathType: providers.PathPrefix, Pool: pool("r1", 1), Ports: []int32{80, 443}, Order: 1},
+	r1Rules := []lbmodel.Rule{
+		{Host: "shop.example.com", Path: "/a", PathType: lbmodel.PathExact, Pool: pool("r1", 0), Ports: []int32{80, 443}, Order: 0},
+		{Host: "shop.example.com", Path: "/b", PathType: lbmodel.PathPrefix, Pool: pool("r1", 1), Ports: []int32{80, 443}, Order: 1},
 	}
-	r2Rules := []providers.Rule{
-		{Host: "*.example.com", Path: "/x", PathType: providers.PathPrefix, FixedStatus: 500, Ports: []int32{443}, Order: 2},
-		{Path: "/x", PathType: providers.PathPrefix, FixedStatus: 500, Ports: []int32{80}, Order: 2},
+	r2Rules := []lbmodel.Rule{
+		{Host: "*.example.com", Path: "/x", PathType: lbmodel.PathPrefix, FixedStatus: 500, Ports: []int32{443}, Order: 2},
+		{Path: "/x", PathType: lbmodel.PathPrefix, FixedStatus: 500, Ports: []int32{80}, Order: 2},
 	}
 	lb := waitModel(t, l, lbName, wantPools, slices.Concat(r1Rules, r2Rules))
 	if len(lb.VIPs) != 1 {
 		t.Fatalf("VIPs %v", lb.VIPs)
 	}
-	wantListeners := []providers.Listener{{Port: 80, Protocol: providers.HTTP}, {Port: 443, Protocol: providers.HTTPS}}
+	wantListeners := []lbmodel.Listener{{Port: 80, Protocol: lbmodel.HTTP}, {Port: 443, Protocol: lbmodel.HTTPS}}
 	if d := gocmp.Diff(wantListeners, lb.Listeners, cmpopts.EquateEmpty()); d != "" {
 		t.Errorf("listeners (-want +got):\n%s", d)
 	}
 	if len(lb.HTTP.TLS) != 1 || lb.HTTP.TLS[0].Secret != ns+"/tls" || !slices.Equal(lb.HTTP.TLS[0].Ports, []int32{443}) ||
-		lb.HTTP.TLS[0].Fingerprint != providers.CertFingerprint(certPEM) {
+		lb.HTTP.TLS[0].Fingerprint != lbmodel.CertFingerprint(certPEM) {
 		t.Errorf("certificates %v", lb.HTTP.TLS)
 	}
 
@@ -278,7 +278,7 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 	e.syncedAfter(t, "services", ns, "a", l)
 	if st, err := l.MockState(); err != nil {
 		t.Fatal(err)
-	} else if _, ok := stack.FindLoadBalancer(st, providers.GatewayLoadBalancerName(name, ns, "foreign")); ok {
+	} else if _, ok := stack.FindLoadBalancer(st, lbmodel.GatewayLoadBalancerName(name, ns, "foreign")); ok {
 		t.Errorf("a load balancer for the Gateway of another controller")
 	}
 	if g, err := gw1.Gateways(ns).Get(ctx, "foreign", metav1.GetOptions{}); err != nil || len(g.Status.Listeners) != 0 || len(g.Status.Addresses) != 0 ||
@@ -379,13 +379,13 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 
 // waitModel waits until the mock holds exactly the pools and rules for the
 // load balancer, and returns it.
-func waitModel(t *testing.T, l *syncer, lbName string, pools []providers.Pool, rules []providers.Rule) providers.LoadBalancer {
+func waitModel(t *testing.T, l *syncer, lbName string, pools []lbmodel.Pool, rules []lbmodel.Rule) lbmodel.LoadBalancer {
 	t.Helper()
-	byKey := func(a, b providers.Rule) int {
+	byKey := func(a, b lbmodel.Rule) int {
 		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.Path, b.Path))
 	}
 	slices.SortFunc(rules, byKey)
-	var lb providers.LoadBalancer
+	var lb lbmodel.LoadBalancer
 	var diff string
 	waitFor(t, 30*time.Second, "the model of "+lbName, func() (bool, error) {
 		st, err := l.MockState()
@@ -496,9 +496,9 @@ func TestLBSync_gatewayRouteAcceptedOnceOnTheLoadBalancer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lbName := providers.GatewayLoadBalancerName(name, ns, "gw")
+	lbName := lbmodel.GatewayLoadBalancerName(name, ns, "gw")
 	lb, ok := stack.FindLoadBalancer(st, lbName)
-	if !ok || lb.HTTP == nil || !slices.ContainsFunc(lb.HTTP.Rules, func(r providers.Rule) bool { return r.Path == path }) {
+	if !ok || lb.HTTP == nil || !slices.ContainsFunc(lb.HTTP.Rules, func(r lbmodel.Rule) bool { return r.Path == path }) {
 		t.Errorf("route r reads Accepted, but the load balancer %s does not hold its rule %s: %+v", lbName, path, lb.HTTP)
 	}
 }

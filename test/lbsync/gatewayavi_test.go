@@ -8,11 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeportlocal/npl/lbmodel"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // aviObjects is the Avi simulator backend's view of its objects.
@@ -116,8 +115,8 @@ func TestLBSync_gatewayOnAvi(t *testing.T) {
 
 	// What the controller holds: weights 3:1 of one Pod each are the member
 	// weights 256 and 85, the ratios of the pool group.
-	lbName := providers.GatewayLoadBalancerName(name, ns, "gw")
-	weighted := providers.GatewayPoolName(lbName, ns, "r1", 0)
+	lbName := lbmodel.GatewayLoadBalancerName(name, ns, "gw")
+	weighted := lbmodel.GatewayPoolName(lbName, ns, "r1", 0)
 	wantGroup := []string{weighted + "-w256:256", weighted + "-w85:85", weighted + ":0"} // sorted
 	if got := poolGroupMembers(sim, weighted); !slices.Equal(got, wantGroup) {
 		t.Errorf("pool group %s: %v, want %v", weighted, got, wantGroup)
@@ -171,7 +170,7 @@ func TestLBSync_gatewayOnAvi(t *testing.T) {
 		return slices.Equal(got, wantGroup), fmt.Errorf("pool group %v, want %v", got, wantGroup)
 	})
 	programmed("the Gateway still programmed", metav1.ConditionTrue, "Programmed", "")
-	if n := len(objectsNamed(sim, "pool", providers.GatewayPoolName(lbName, ns, "q", 0))); n != 0 {
+	if n := len(objectsNamed(sim, "pool", lbmodel.GatewayPoolName(lbName, ns, "q", 0))); n != 0 {
 		t.Errorf("%d pools of the refused route q, want none", n)
 	}
 	if err := gw1.HTTPRoutes(ns).Delete(ctx, "q", metav1.DeleteOptions{}); err != nil {

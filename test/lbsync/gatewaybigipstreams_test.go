@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
 )
 
@@ -49,10 +49,10 @@ func TestLBSync_gatewayStreamsOnBIGIP(t *testing.T) {
 			BackendRefs: []gatewayv1.BackendRef{ref("a", 3), ref("b", 1)}}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	lbName := providers.GatewayLoadBalancerName(name, ns, "gw")
+	lbName := lbmodel.GatewayLoadBalancerName(name, ns, "gw")
 	p := "/npl-" + name + "/"
-	tcpV := p + providers.ListenerName(lbName, providers.TCP, 5000)
-	udpV := p + providers.ListenerName(lbName, providers.UDP, 5300)
+	tcpV := p + lbmodel.ListenerName(lbName, lbmodel.TCP, 5000)
+	udpV := p + lbmodel.ListenerName(lbName, lbmodel.UDP, 5300)
 	ip0, ip1 := e.nodeIP(0), e.nodeIP(1)
 	waitFor(t, 60*time.Second, "the Gateway's virtuals on the BIG-IP", func() (bool, error) {
 		st := sim.Dump()

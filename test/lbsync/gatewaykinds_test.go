@@ -15,8 +15,8 @@ import (
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
-	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/stack"
 )
 
@@ -113,25 +113,25 @@ func TestLBSync_gatewayRouteKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	lbName := providers.GatewayLoadBalancerName(name, ns, "gw")
-	grpcPool := providers.GatewayRoutePoolName(lbName, gateway.KindGRPCRoute, ns, "g", 0)
-	tlsPool := providers.GatewayRoutePoolName(lbName, gateway.KindTLSRoute, ns, "s", 0)
+	lbName := lbmodel.GatewayLoadBalancerName(name, ns, "gw")
+	grpcPool := lbmodel.GatewayRoutePoolName(lbName, gateway.KindGRPCRoute, ns, "g", 0)
+	tlsPool := lbmodel.GatewayRoutePoolName(lbName, gateway.KindTLSRoute, ns, "s", 0)
 	ip0, ip1 := e.nodeIP(0), e.nodeIP(1)
-	wantPools := []providers.Pool{
-		{Name: grpcPool, AppProtocol: providers.AppProtocolH2C, Members: []providers.Member{{IP: ip0, Port: 61000, Enabled: true}}},
-		{Name: tlsPool, Members: []providers.Member{{IP: ip1, Port: 61003, Enabled: true}}},
+	wantPools := []lbmodel.Pool{
+		{Name: grpcPool, AppProtocol: lbmodel.AppProtocolH2C, Members: []lbmodel.Member{{IP: ip0, Port: 61000, Enabled: true}}},
+		{Name: tlsPool, Members: []lbmodel.Member{{IP: ip1, Port: 61003, Enabled: true}}},
 	}
-	wantRules := []providers.Rule{{Path: "/echo.Echo/Ping", PathType: providers.PathExact, Pool: grpcPool, Ports: []int32{80}}}
-	wantListeners := []providers.Listener{
-		{Port: 80, Protocol: providers.HTTP},
-		{Port: 5000, Protocol: providers.TCP, Pool: providers.Pool{Name: providers.PoolName(lbName, providers.TCP, 5000),
-			Members: []providers.Member{{IP: ip1, Port: 61001, Enabled: true}}}},
-		{Port: 8443, Protocol: providers.TLS, SNI: []providers.SNIRoute{{Host: "secure.example.com", Pool: tlsPool}}},
-		{Port: 5300, Protocol: providers.UDP, Pool: providers.Pool{Name: providers.PoolName(lbName, providers.UDP, 5300),
-			Members: []providers.Member{{IP: ip0, Port: 62002, Enabled: true}}}},
+	wantRules := []lbmodel.Rule{{Path: "/echo.Echo/Ping", PathType: lbmodel.PathExact, Pool: grpcPool, Ports: []int32{80}}}
+	wantListeners := []lbmodel.Listener{
+		{Port: 80, Protocol: lbmodel.HTTP},
+		{Port: 5000, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: lbmodel.PoolName(lbName, lbmodel.TCP, 5000),
+			Members: []lbmodel.Member{{IP: ip1, Port: 61001, Enabled: true}}}},
+		{Port: 8443, Protocol: lbmodel.TLS, SNI: []lbmodel.SNIRoute{{Host: "secure.example.com", Pool: tlsPool}}},
+		{Port: 5300, Protocol: lbmodel.UDP, Pool: lbmodel.Pool{Name: lbmodel.PoolName(lbName, lbmodel.UDP, 5300),
+			Members: []lbmodel.Member{{IP: ip0, Port: 62002, Enabled: true}}}},
 	}
 	lb := waitModel(t, l, lbName, wantPools, wantRules)
-	sortListeners := cmpopts.SortSlices(func(a, b providers.Listener) bool { return a.Port < b.Port })
+	sortListeners := cmpopts.SortSlices(func(a, b lbmodel.Listener) bool { return a.Port < b.Port })
 	if d := gocmp.Diff(wantListeners, lb.Listeners, cmpopts.EquateEmpty(), sortListeners); d != "" {
 		t.Errorf("listeners (-want +got):\n%s", d)
 	}

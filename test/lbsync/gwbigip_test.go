@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
 )
 
@@ -73,10 +73,10 @@ func TestLBSync_gatewayOnBIGIP(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	lbName := providers.GatewayLoadBalancerName(name, ns, "gw")
+	lbName := lbmodel.GatewayLoadBalancerName(name, ns, "gw")
 	p := "/npl-" + name + "/"
-	pool := p + providers.GatewayPoolName(lbName, ns, "web", 0)
-	policy := p + providers.ListenerName(lbName, providers.HTTP, 80)
+	pool := p + lbmodel.GatewayPoolName(lbName, ns, "web", 0)
+	policy := p + lbmodel.ListenerName(lbName, lbmodel.HTTP, 80)
 	wantRules := []string{
 		"rule-0.0: httpHost host equals [shop.example.com]; httpUri path equals [/old] -> redirect tcl:https://" +
 			`[getfield [HTTP::host] ":" 1][HTTP::uri]`,

@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/stack"
 )
@@ -286,16 +286,16 @@ func (e *env) updateService(t *testing.T, ns, name string, mutate func(*corev1.S
 }
 
 // pools returns the mock's pools of a Service's load balancer by pool name.
-func pools(l *syncer, ns, svc string) (map[string][]providers.Member, []string, bool, error) {
+func pools(l *syncer, ns, svc string) (map[string][]lbmodel.Member, []string, bool, error) {
 	st, err := l.MockState()
 	if err != nil {
 		return nil, nil, false, err
 	}
-	lb, ok := stack.FindLoadBalancer(st, providers.LoadBalancerName(l.cluster, ns, svc))
+	lb, ok := stack.FindLoadBalancer(st, lbmodel.LoadBalancerName(l.cluster, ns, svc))
 	if !ok {
 		return nil, nil, false, nil
 	}
-	out := map[string][]providers.Member{}
+	out := map[string][]lbmodel.Member{}
 	for _, li := range lb.Listeners {
 		out[li.Pool.Name] = li.Pool.Members
 	}
@@ -303,9 +303,9 @@ func pools(l *syncer, ns, svc string) (map[string][]providers.Member, []string, 
 }
 
 // waitPools waits until the mock holds exactly want for the Service.
-func waitPools(t *testing.T, l *syncer, ns, svc string, want map[string][]providers.Member) {
+func waitPools(t *testing.T, l *syncer, ns, svc string, want map[string][]lbmodel.Member) {
 	t.Helper()
-	var got map[string][]providers.Member
+	var got map[string][]lbmodel.Member
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		var ok bool
@@ -321,12 +321,12 @@ func waitPools(t *testing.T, l *syncer, ns, svc string, want map[string][]provid
 	}
 }
 
-func (l *syncer) poolName(ns, svc string, proto providers.Protocol, port int32) string {
-	return providers.PoolName(providers.LoadBalancerName(l.cluster, ns, svc), proto, port)
+func (l *syncer) poolName(ns, svc string, proto lbmodel.Protocol, port int32) string {
+	return lbmodel.PoolName(lbmodel.LoadBalancerName(l.cluster, ns, svc), proto, port)
 }
 
-func member(ip string, port int32, enabled bool) providers.Member {
-	return providers.Member{IP: ip, Port: port, Enabled: enabled}
+func member(ip string, port int32, enabled bool) lbmodel.Member {
+	return lbmodel.Member{IP: ip, Port: port, Enabled: enabled}
 }
 
 func condition(s *corev1.Service) *metav1.Condition {

@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers/mock"
 	"github.com/nodeportlocal/npl/test/stack"
 )
@@ -64,8 +64,8 @@ func TestLBSync_nodePortAndClusterIPModes(t *testing.T) {
 		nodePort = e.service(t, ns, "np").Spec.Ports[0].NodePort
 		return nodePort != 0, nil
 	})
-	waitPools(t, np, ns, "np", map[string][]providers.Member{
-		np.poolName(ns, "np", providers.TCP, 80): {member(e.nodeIP(0), nodePort, true), member(e.nodeIP(1), nodePort, true)},
+	waitPools(t, np, ns, "np", map[string][]lbmodel.Member{
+		np.poolName(ns, "np", lbmodel.TCP, 80): {member(e.nodeIP(0), nodePort, true), member(e.nodeIP(1), nodePort, true)},
 	})
 	var ipA, ipB string
 	waitFor(t, 20*time.Second, "pod IPs", func() (bool, error) {
@@ -74,11 +74,11 @@ func TestLBSync_nodePortAndClusterIPModes(t *testing.T) {
 		ipA, ipB = a.Status.PodIP, b.Status.PodIP
 		return ipA != "" && ipB != "", nil
 	})
-	want := []providers.Member{member(ipA, 8080, true), member(ipB, 8080, true)}
+	want := []lbmodel.Member{member(ipA, 8080, true), member(ipB, 8080, true)}
 	if netip.MustParseAddr(ipB).Less(netip.MustParseAddr(ipA)) { // a pool lists members in numeric IP order
 		want[0], want[1] = want[1], want[0]
 	}
-	waitPools(t, cip, ns, "cip", map[string][]providers.Member{cip.poolName(ns, "cip", providers.TCP, 80): want})
+	waitPools(t, cip, ns, "cip", map[string][]lbmodel.Member{cip.poolName(ns, "cip", lbmodel.TCP, 80): want})
 	for _, name := range []string{"np", "cip"} {
 		if v := e.service(t, ns, name).Annotations[contract.ServiceEnabledKey]; v != "" {
 			t.Errorf("service %s opted in to NodePortLocal in a non-NPL mode", name)
@@ -127,7 +127,7 @@ func TestLBSync_garbageCollectsOrphans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := stack.FindLoadBalancer(st, providers.LoadBalancerName(l.cluster, ns, "keep")); !ok {
+	if _, ok := stack.FindLoadBalancer(st, lbmodel.LoadBalancerName(l.cluster, ns, "keep")); !ok {
 		t.Error("the claimed load balancer was deleted")
 	}
 	if st.Counters.Delete != 1 {
@@ -146,8 +146,8 @@ func TestLBSync_failingProviderLosesNothing(t *testing.T) {
 	e.pod(t, ns, "a", e.nodeName(0), list(entry(8080, ip, 61000, "tcp")))
 	e.pod(t, ns, "b", e.nodeName(0), list(entry(8080, ip, 61001, "tcp")))
 	e.createService(t, lbService(ns, "web", ptr("npl.io/faults")))
-	pool := l.poolName(ns, "web", providers.TCP, 80)
-	waitPools(t, l, ns, "web", map[string][]providers.Member{pool: {member(ip, 61000, true), member(ip, 61001, true)}})
+	pool := l.poolName(ns, "web", lbmodel.TCP, 80)
+	waitPools(t, l, ns, "web", map[string][]lbmodel.Member{pool: {member(ip, 61000, true), member(ip, 61001, true)}})
 
 	if err := l.MockFault(mock.FaultRequest{FailFor: "30s"}); err != nil {
 		t.Fatal(err)
@@ -175,7 +175,7 @@ func TestLBSync_failingProviderLosesNothing(t *testing.T) {
 	}
 	// Recovery within the capped backoff (30 s) after the window ends.
 	deadline := time.Now().Add(50 * time.Second)
-	want := map[string][]providers.Member{pool: {member(ip, 61001, true), member(ip, 61002, true)}}
+	want := map[string][]lbmodel.Member{pool: {member(ip, 61001, true), member(ip, 61002, true)}}
 	for {
 		got, _, _, _ := pools(l, ns, "web")
 		if len(got[pool]) == 2 && got[pool][0] == want[pool][0] && got[pool][1] == want[pool][1] {
@@ -253,11 +253,11 @@ func testHandOver(t *testing.T, provider string) {
 	ip := e.nodeIP(0)
 	e.pod(t, ns, "a", e.nodeName(0), list(entry(8080, ip, 61000, "tcp")))
 	e.createService(t, lbService(ns, "web", ptr("npl.io/ha-"+provider)))
-	lbName := providers.LoadBalancerName(cluster, ns, "web")
-	pool := providers.PoolName(lbName, providers.TCP, 80)
+	lbName := lbmodel.LoadBalancerName(cluster, ns, "web")
+	pool := lbmodel.PoolName(lbName, lbmodel.TCP, 80)
 
 	leader, follower := waitLeader(t, 30*time.Second, a, b)
-	waitBackendPools(t, backend, lbName, map[string][]providers.Member{pool: {member(ip, 61000, true)}})
+	waitBackendPools(t, backend, lbName, map[string][]lbmodel.Member{pool: {member(ip, 61000, true)}})
 	var vip string
 	waitFor(t, 20*time.Second, "the leader wrote the VIP", func() (bool, error) {
 		in := e.service(t, ns, "web").Status.LoadBalancer.Ingress
@@ -287,7 +287,7 @@ func testHandOver(t *testing.T, provider string) {
 
 	// Convergence continues under the new leader.
 	e.pod(t, ns, "b", e.nodeName(0), list(entry(8080, ip, 61001, "tcp")))
-	both := map[string][]providers.Member{pool: {member(ip, 61000, true), member(ip, 61001, true)}}
+	both := map[string][]lbmodel.Member{pool: {member(ip, 61000, true), member(ip, 61001, true)}}
 	waitBackendPools(t, backend, lbName, both)
 	if _, got, _, _ := backend.Pools(lbName); len(got) != 1 || got[0] != vip {
 		t.Errorf("VIP changed in the handover: %s -> %v", vip, got)
@@ -344,9 +344,9 @@ func waitLeader(t *testing.T, d time.Duration, a, b *syncer) (leader, follower *
 }
 
 // waitBackendPools waits until the load balancer itself holds exactly want.
-func waitBackendPools(t *testing.T, backend stack.Backend, lbName string, want map[string][]providers.Member) {
+func waitBackendPools(t *testing.T, backend stack.Backend, lbName string, want map[string][]lbmodel.Member) {
 	t.Helper()
-	var got map[string][]providers.Member
+	var got map[string][]lbmodel.Member
 	waitFor(t, 20*time.Second, "the pools of "+lbName, func() (bool, error) {
 		var ok bool
 		var err error
@@ -362,7 +362,7 @@ type backendState struct {
 	lbName     string
 	writes     int
 	identities map[string]string
-	pools      map[string][]providers.Member
+	pools      map[string][]lbmodel.Member
 	vips       []string
 }
 
@@ -429,13 +429,13 @@ func TestLBSync_drainOutlivesThePod(t *testing.T) {
 	e.pod(t, ns, "stay", e.nodeName(0), list(entry(8080, ip, 61000, "tcp")))
 	e.pod(t, ns, "leave", e.nodeName(0), list(entry(8080, ip, 61001, "tcp")))
 	e.createService(t, lbService(ns, "web", ptr("npl.io/drain")))
-	pool := l.poolName(ns, "web", providers.TCP, 80)
-	waitPools(t, l, ns, "web", map[string][]providers.Member{pool: {member(ip, 61000, true), member(ip, 61001, true)}})
+	pool := l.poolName(ns, "web", lbmodel.TCP, 80)
+	waitPools(t, l, ns, "web", map[string][]lbmodel.Member{pool: {member(ip, 61000, true), member(ip, 61001, true)}})
 	deleted := time.Now()
 	if err := e.client.CoreV1().Pods(ns).Delete(context.Background(), "leave", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	draining := map[string][]providers.Member{pool: {member(ip, 61000, true), member(ip, 61001, false)}}
+	draining := map[string][]lbmodel.Member{pool: {member(ip, 61000, true), member(ip, 61001, false)}}
 	waitPools(t, l, ns, "web", draining)
 	waitFor(t, 20*time.Second, "the Pod gone", func() (bool, error) {
 		_, err := e.client.CoreV1().Pods(ns).Get(context.Background(), "leave", metav1.GetOptions{})
@@ -454,7 +454,7 @@ func TestLBSync_drainOutlivesThePod(t *testing.T) {
 		t.Errorf("the draining member left with its Pod, %s after the deletion (-want +got):\n%s",
 			time.Since(deleted).Round(time.Millisecond), cmp.Diff(draining, got))
 	}
-	stayOnly := map[string][]providers.Member{pool: {member(ip, 61000, true)}}
+	stayOnly := map[string][]lbmodel.Member{pool: {member(ip, 61000, true)}}
 	waitFor(t, drain+20*time.Second, "the draining member removed", func() (bool, error) {
 		got, _, ok, err := pools(l, ns, "web")
 		return ok && cmp.Equal(got, stayOnly), err
@@ -473,7 +473,7 @@ func TestLBSync_installationsDoNotFight(t *testing.T) {
 	ns := e.namespace(t)
 	e.pod(t, ns, "a", e.nodeName(0), list(entry(8080, e.nodeIP(0), 61000, "tcp")))
 	e.createService(t, lbService(ns, "web", ptr("npl.io/peer")))
-	waitPools(t, peer, ns, "web", map[string][]providers.Member{peer.poolName(ns, "web", providers.TCP, 80): {member(e.nodeIP(0), 61000, true)}})
+	waitPools(t, peer, ns, "web", map[string][]lbmodel.Member{peer.poolName(ns, "web", lbmodel.TCP, 80): {member(e.nodeIP(0), 61000, true)}})
 	waitFor(t, 20*time.Second, "the peer's claim, opt-in and status", func() (bool, error) {
 		s := e.service(t, ns, "web")
 		c := condition(s)

@@ -7,11 +7,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nodeportlocal/npl/lbmodel"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // TestLBSync_nothingToServeLeavesTheLoadBalancer: a LoadBalancer Service
@@ -24,8 +23,8 @@ func TestLBSync_nothingToServeLeavesTheLoadBalancer(t *testing.T) {
 	ns := e.namespace(t)
 	e.pod(t, ns, "web-1", e.nodeName(0), list(entry(8080, e.nodeIP(0), 61011, "tcp")))
 	e.createService(t, lbService(ns, "web", ourClass))
-	pool := e.npl.poolName(ns, "web", providers.TCP, 80)
-	want := map[string][]providers.Member{pool: {member(e.nodeIP(0), 61011, true)}}
+	pool := e.npl.poolName(ns, "web", lbmodel.TCP, 80)
+	want := map[string][]lbmodel.Member{pool: {member(e.nodeIP(0), 61011, true)}}
 	waitPools(t, e.npl, ns, "web", want)
 	var vip string
 	waitFor(t, 20*time.Second, "the VIP in the status", func() (bool, error) {

@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/claim"
-	"github.com/nodeportlocal/npl/providers"
 )
 
 // TestLBSync_poolsFromAnnotations: members come from the annotation entries
@@ -33,9 +33,9 @@ func TestLBSync_poolsFromAnnotations(t *testing.T) {
 		corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")},
 		corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromString("dns")},
 	))
-	waitPools(t, e.npl, ns, "web", map[string][]providers.Member{
-		e.npl.poolName(ns, "web", providers.TCP, 80): {member(ip0, 61000, true), member(ip1, 61010, true)},
-		e.npl.poolName(ns, "web", providers.UDP, 53): {member(ip0, 61001, true)},
+	waitPools(t, e.npl, ns, "web", map[string][]lbmodel.Member{
+		e.npl.poolName(ns, "web", lbmodel.TCP, 80): {member(ip0, 61000, true), member(ip1, 61010, true)},
+		e.npl.poolName(ns, "web", lbmodel.UDP, 53): {member(ip0, 61001, true)},
 	})
 
 	var svc *corev1.Service
@@ -58,16 +58,16 @@ func TestLBSync_poolsFromAnnotations(t *testing.T) {
 	// Readiness flips membership both ways.
 	e.setReady(t, ns, "notready", true)
 	e.setReady(t, ns, "a", false)
-	waitPools(t, e.npl, ns, "web", map[string][]providers.Member{
-		e.npl.poolName(ns, "web", providers.TCP, 80): {member(ip1, 61010, true), member(ip1, 61020, true)},
-		e.npl.poolName(ns, "web", providers.UDP, 53): {},
+	waitPools(t, e.npl, ns, "web", map[string][]lbmodel.Member{
+		e.npl.poolName(ns, "web", lbmodel.TCP, 80): {member(ip1, 61010, true), member(ip1, 61020, true)},
+		e.npl.poolName(ns, "web", lbmodel.UDP, 53): {},
 	})
 
 	// An annotation that disappears takes its members away at once.
 	e.annotate(t, ns, "b", "")
-	waitPools(t, e.npl, ns, "web", map[string][]providers.Member{
-		e.npl.poolName(ns, "web", providers.TCP, 80): {member(ip1, 61020, true)},
-		e.npl.poolName(ns, "web", providers.UDP, 53): {},
+	waitPools(t, e.npl, ns, "web", map[string][]lbmodel.Member{
+		e.npl.poolName(ns, "web", lbmodel.TCP, 80): {member(ip1, 61020, true)},
+		e.npl.poolName(ns, "web", lbmodel.UDP, 53): {},
 	})
 }
 
@@ -80,8 +80,8 @@ func TestLBSync_classSelection(t *testing.T) {
 	e.createService(t, lbService(ns, "noclass", nil))
 	e.createService(t, lbService(ns, "other", ptr("example.com/lb")))
 	e.createService(t, lbService(ns, "ours", ourClass))
-	waitPools(t, e.npl, ns, "ours", map[string][]providers.Member{
-		e.npl.poolName(ns, "ours", providers.TCP, 80): {member(e.nodeIP(0), 61000, true)},
+	waitPools(t, e.npl, ns, "ours", map[string][]lbmodel.Member{
+		e.npl.poolName(ns, "ours", lbmodel.TCP, 80): {member(e.nodeIP(0), 61000, true)},
 	})
 	// The other two were synced (a claim, a provider call and a status
 	// write would show now) once a sync begun after a later change of each
@@ -175,12 +175,12 @@ func TestLBSync_terminatingPodDrains(t *testing.T) {
 	e.pod(t, ns, "stay", e.nodeName(0), list(entry(8080, ip, 61000, "tcp")))
 	e.pod(t, ns, "leave", e.nodeName(0), list(entry(8080, ip, 61001, "tcp")))
 	e.createService(t, lbService(ns, "web", ourClass))
-	pool := e.npl.poolName(ns, "web", providers.TCP, 80)
-	waitPools(t, e.npl, ns, "web", map[string][]providers.Member{pool: {member(ip, 61000, true), member(ip, 61001, true)}})
+	pool := e.npl.poolName(ns, "web", lbmodel.TCP, 80)
+	waitPools(t, e.npl, ns, "web", map[string][]lbmodel.Member{pool: {member(ip, 61000, true), member(ip, 61001, true)}})
 	if err := e.client.CoreV1().Pods(ns).Delete(context.Background(), "leave", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// The cluster keeps a deleted Pod for 4 s (TerminationDelay).
-	waitPools(t, e.npl, ns, "web", map[string][]providers.Member{pool: {member(ip, 61000, true), member(ip, 61001, false)}})
-	waitPools(t, e.npl, ns, "web", map[string][]providers.Member{pool: {member(ip, 61000, true)}})
+	waitPools(t, e.npl, ns, "web", map[string][]lbmodel.Member{pool: {member(ip, 61000, true), member(ip, 61001, false)}})
+	waitPools(t, e.npl, ns, "web", map[string][]lbmodel.Member{pool: {member(ip, 61000, true)}})
 }

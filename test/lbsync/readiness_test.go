@@ -22,8 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/webhook"
-	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/stack"
 )
 
@@ -169,7 +169,7 @@ func TestLBSync_readinessGate(t *testing.T) {
 	// Its node port appears (as npl-agent would write it): it becomes a
 	// member, then registered, then Ready.
 	e.annotate(t, ns, pod.Name, list(entry(8080, ip, 61000, "tcp")))
-	waitPools(t, s, ns, "web", map[string][]providers.Member{s.poolName(ns, "web", providers.TCP, 80): {member(ip, 61000, true)}})
+	waitPools(t, s, ns, "web", map[string][]lbmodel.Member{s.poolName(ns, "web", lbmodel.TCP, 80): {member(ip, 61000, true)}})
 	waitFor(t, 20*time.Second, "registered and Ready", func() (bool, error) {
 		p, err := e.client.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
 		return err == nil && condStatus(p, contract.RegisteredReadinessGate) == corev1.ConditionTrue &&

@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/edge"
 	"github.com/nodeportlocal/npl/test/stack"
@@ -102,7 +102,7 @@ func podReadyToVIP(b *testing.B, name string, gate bool) {
 		url = edge.URL(s.Status.LoadBalancer.Ingress[0].IP, 80)
 		return nil
 	})
-	pool := providers.PoolName(providers.LoadBalancerName(name, ns, "web"), providers.TCP, 80)
+	pool := lbmodel.PoolName(lbmodel.LoadBalancerName(name, ns, "web"), lbmodel.TCP, 80)
 	rw, err := edge.WatchReady(ctx, client, ns, "app=web")
 	if err != nil {
 		b.Fatal(err)

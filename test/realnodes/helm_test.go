@@ -25,7 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers/mock"
 	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/images"
@@ -368,7 +368,7 @@ func mockState(ctx context.Context, podIP string) (*mock.State, error) {
 	return &st, json.NewDecoder(resp.Body).Decode(&st)
 }
 
-func findLB(st *mock.State, service string) *providers.LoadBalancer {
+func findLB(st *mock.State, service string) *lbmodel.LoadBalancer {
 	for i := range st.LoadBalancers {
 		if st.LoadBalancers[i].Service == service {
 			return &st.LoadBalancers[i]

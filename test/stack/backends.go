@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/test/sim/avi/avisim"
 	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
 )
@@ -24,7 +24,7 @@ type Backend interface {
 	ProviderConfig() string
 	// Pools returns the pools of a load balancer by pool name, and its VIPs;
 	// ok is false when the load balancer does not exist.
-	Pools(lbName string) (pools map[string][]providers.Member, vips []string, ok bool, err error)
+	Pools(lbName string) (pools map[string][]lbmodel.Member, vips []string, ok bool, err error)
 	// Writes counts the write calls the load balancer received so far.
 	Writes() int
 	// AddForeign creates an object that another owner made on the same load
@@ -80,7 +80,7 @@ func (m *mockBackend) ProviderConfig() string {
 func (m *mockBackend) Writes() int { return -1 }
 func (m *mockBackend) Close()      {}
 
-func (m *mockBackend) Pools(lbName string) (map[string][]providers.Member, []string, bool, error) {
+func (m *mockBackend) Pools(lbName string) (map[string][]lbmodel.Member, []string, bool, error) {
 	b, err := os.ReadFile(m.stateFile)
 	if os.IsNotExist(err) {
 		return nil, nil, false, nil
@@ -89,14 +89,14 @@ func (m *mockBackend) Pools(lbName string) (map[string][]providers.Member, []str
 		return nil, nil, false, err
 	}
 	var st struct {
-		LoadBalancers []providers.LoadBalancer `json:"loadBalancers"`
+		LoadBalancers []lbmodel.LoadBalancer `json:"loadBalancers"`
 	}
 	if err := json.Unmarshal(b, &st); err != nil {
 		return nil, nil, false, fmt.Errorf("read mock state: %w", err)
 	}
 	for _, lb := range st.LoadBalancers {
 		if lb.Name == lbName {
-			pools := map[string][]providers.Member{}
+			pools := map[string][]lbmodel.Member{}
 			for _, l := range lb.Listeners {
 				if l.Pool.Name != "" {
 					pools[l.Pool.Name] = l.Pool.Members
@@ -149,7 +149,7 @@ func (a *aviBackend) Writes() int            { return a.sim.Writes() }
 func (a *aviBackend) Close()                 { _ = a.sim.Close() }
 
 // Pools reads the simulator's pools named <lbName>-* and the VsVip lbName.
-func (a *aviBackend) Pools(lbName string) (map[string][]providers.Member, []string, bool, error) {
+func (a *aviBackend) Pools(lbName string) (map[string][]lbmodel.Member, []string, bool, error) {
 	var vips []string
 	found := false
 	for _, v := range a.sim.Objects("admin", "vsvip") {
@@ -166,14 +166,14 @@ func (a *aviBackend) Pools(lbName string) (map[string][]providers.Member, []stri
 			}
 		}
 	}
-	pools := map[string][]providers.Member{}
+	pools := map[string][]lbmodel.Member{}
 	for _, p := range a.sim.Objects("admin", "pool") {
 		name, _ := p["name"].(string)
 		if !strings.HasPrefix(name, lbName+"-") {
 			continue
 		}
 		found = true
-		members := []providers.Member{}
+		members := []lbmodel.Member{}
 		servers, _ := p["servers"].([]any)
 		for _, x := range servers {
 			s, _ := x.(map[string]any)
@@ -187,9 +187,9 @@ func (a *aviBackend) Pools(lbName string) (map[string][]providers.Member, []stri
 			if e, ok := s["enabled"].(bool); ok {
 				enabled = e
 			}
-			members = append(members, providers.Member{IP: addr, Port: int32(port), Enabled: enabled})
+			members = append(members, lbmodel.Member{IP: addr, Port: int32(port), Enabled: enabled})
 		}
-		pools[name] = providers.SortMembers(members)
+		pools[name] = lbmodel.SortMembers(members)
 	}
 	return pools, vips, found, nil
 }
@@ -257,23 +257,23 @@ func (b *bigipBackend) Close()                 { b.sim.Close() }
 
 // Pools reads the simulator's pools named <lbName>-* and the VIPs of the
 // virtual servers of the same names.
-func (b *bigipBackend) Pools(lbName string) (map[string][]providers.Member, []string, bool, error) {
+func (b *bigipBackend) Pools(lbName string) (map[string][]lbmodel.Member, []string, bool, error) {
 	st := b.sim.Dump()
-	pools := map[string][]providers.Member{}
+	pools := map[string][]lbmodel.Member{}
 	for _, p := range st.Pools {
 		name := p.FullPath[strings.LastIndex(p.FullPath, "/")+1:]
 		if !strings.HasPrefix(name, lbName+"-") {
 			continue
 		}
-		members := []providers.Member{}
+		members := []lbmodel.Member{}
 		for _, m := range p.Members {
 			addr, port, ok := bigipsim.SplitEndpoint(m.FullPath)
 			if !ok {
 				return nil, nil, false, fmt.Errorf("member %q is not address:port", m.FullPath)
 			}
-			members = append(members, providers.Member{IP: addr, Port: int32(port), Enabled: m.Session != "user-disabled"})
+			members = append(members, lbmodel.Member{IP: addr, Port: int32(port), Enabled: m.Session != "user-disabled"})
 		}
-		pools[name] = providers.SortMembers(members)
+		pools[name] = lbmodel.SortMembers(members)
 	}
 	seen := map[string]bool{}
 	var vips []string
@@ -380,7 +380,7 @@ func number(v any) (float64, error) {
 
 // SetMembers replaces a pool's members behind npl-lbsync's back, as a person
 // editing the BIG-IP would (drift on the load balancer side).
-func (b *bigipBackend) SetMembers(pool string, members []providers.Member) error {
+func (b *bigipBackend) SetMembers(pool string, members []lbmodel.Member) error {
 	var partition string
 	for _, p := range b.sim.Dump().Pools {
 		if strings.HasSuffix(p.FullPath, "/"+pool) {

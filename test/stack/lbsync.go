@@ -15,7 +15,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers/mock"
 	"github.com/nodeportlocal/npl/test/cluster"
 )
@@ -222,11 +222,11 @@ func (l *LBSync) MockFault(req mock.FaultRequest) error {
 }
 
 // FindLoadBalancer returns the load balancer of a name from a mock state.
-func FindLoadBalancer(st mock.State, name string) (providers.LoadBalancer, bool) {
+func FindLoadBalancer(st mock.State, name string) (lbmodel.LoadBalancer, bool) {
 	for _, lb := range st.LoadBalancers {
 		if lb.Name == name {
 			return lb, true
 		}
 	}
-	return providers.LoadBalancer{}, false
+	return lbmodel.LoadBalancer{}, false
 }

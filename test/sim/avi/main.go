@@ -18,7 +18,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/nodeportlocal/npl/providers/secretfile"
+	"github.com/nodeportlocal/npl/internal/secretfile"
 	"github.com/nodeportlocal/npl/test/sim/avi/avisim"
 )
 

@@ -1,4 +1,4 @@
-package providers
+package lbmodel
 
 import (
 	"encoding/json"

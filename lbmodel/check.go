@@ -1,4 +1,4 @@
-package providers
+package lbmodel
 
 import (
 	"errors"
@@ -117,31 +117,6 @@ func IngressSubset(lb *LoadBalancer) error {
 		return UnsupportedRule(r, field)
 	}
 	return nil
-}
-
-// ModelChecker is implemented by a provider that cannot serve every model
-// of a Gateway's load balancer that Normalize accepts. npl-lbsync's Gateway
-// builder asks it about one listener (ListenerModel) and one rule of a
-// route (RuleModel) at a time and leaves out the listeners and routes it
-// refuses (their statuses say why), so that one part the provider cannot
-// express does not keep the rest of the Gateway from being served. Ensure
-// still refuses a whole model holding such a part, with the same check.
-type ModelChecker interface {
-	// CheckModel returns the error Ensure would refuse the Gateway's load
-	// balancer lb with: one wrapping ErrUnsupported that names the part
-	// (an UnsupportedRule error for a rule). It returns nil when the
-	// provider serves all of lb.
-	CheckModel(lb *LoadBalancer) error
-}
-
-// ModelCheckerOf returns the ModelChecker of p, behind Validated when it
-// is; nil when p serves every model Normalize accepts.
-func ModelCheckerOf(p Provider) ModelChecker {
-	if v, ok := p.(*validated); ok {
-		p = v.next
-	}
-	mc, _ := p.(ModelChecker)
-	return mc
 }
 
 // ListenerModel is the Gateway's load balancer that holds only listener l

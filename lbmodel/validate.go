@@ -1,8 +1,7 @@
-package providers
+package lbmodel
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -776,58 +775,4 @@ func (f *HeaderFilter) clone() *HeaderFilter {
 		return nil
 	}
 	return &HeaderFilter{Set: slices.Clone(f.Set), Add: slices.Clone(f.Add), Remove: slices.Clone(f.Remove)}
-}
-
-// Validated returns p behind the one check of the model: its Ensure runs
-// Normalize and hands p the canonical copy, or returns the
-// *InvalidModelError without calling p, so a model that breaks a rule (one
-// with nothing to serve, say) never changes a load balancer. The registry
-// applies it to every provider it opens; applying it again returns p as is.
-func Validated(p Provider) Provider {
-	if _, done := p.(*validated); done {
-		return p
-	}
-	return &validated{next: p}
-}
-
-type validated struct{ next Provider }
-
-func (v *validated) Ensure(ctx context.Context, lb *LoadBalancer) (Status, error) {
-	n, err := Normalize(lb)
-	if err != nil {
-		return Status{}, err
-	}
-	return v.next.Ensure(ctx, n)
-}
-
-// Delete checks the name and kind, and hands p the kind in canonical form
-// (empty for L4).
-func (v *validated) Delete(ctx context.Context, name string, kind Kind) error {
-	switch {
-	case name == "":
-		return &InvalidModelError{Err: errors.New("delete: no name")}
-	case kind == L4:
-		kind = ""
-	case kind != "" && kind != L7:
-		return &InvalidModelError{LoadBalancer: name, Err: fmt.Errorf("delete: kind %q is not L4 or L7", kind)}
-	}
-	return v.next.Delete(ctx, name, kind)
-}
-
-func (v *validated) List(ctx context.Context) ([]LoadBalancer, error) { return v.next.List(ctx) }
-
-// Unwrap returns the provider behind the check.
-func (v *validated) Unwrap() Provider { return v.next }
-
-// Unwrap returns the provider behind the decorators that wrap p (those with
-// an Unwrap() Provider method, such as Validated's), for the extras a
-// provider offers beyond the interface, such as the mock's HTTP handler.
-func Unwrap(p Provider) Provider {
-	for {
-		u, ok := p.(interface{ Unwrap() Provider })
-		if !ok {
-			return p
-		}
-		p = u.Unwrap()
-	}
 }

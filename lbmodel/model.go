@@ -1,12 +1,14 @@
-// Package providers holds the load balancer model that npl-lbsync builds from
-// Kubernetes objects, the Provider interface that makes a load balancer match
-// it, and the naming scheme of load balancer objects. It imports nothing from
-// lbsync or agent: data flows one way, objects -> model -> provider.
-package providers
+// Package lbmodel is the load balancer model: what npl-lbsync builds from
+// Kubernetes objects, every provider makes a load balancer match, and
+// npl-edge serves. It holds the model's types, its one check (Normalize),
+// the names of load balancer objects and the checks of what a provider can
+// express. It sits at the bottom: it imports no other package of npl, so
+// npl-lbsync, the providers and npl-edge all share it and none imports
+// another through it.
+package lbmodel
 
 import (
 	"cmp"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -281,7 +283,7 @@ func (c TLSCert) String() string {
 }
 
 // GoString is String: %#v must not print the key either.
-func (c TLSCert) GoString() string { return "providers.TLSCert" + c.String() }
+func (c TLSCert) GoString() string { return "lbmodel.TLSCert" + c.String() }
 
 // WithoutKeys returns a copy of c without the PEM data: what a provider can
 // report of a certificate it holds.
@@ -323,63 +325,6 @@ type Member struct {
 	// backendRefs set it.
 	Weight int32 `json:"weight,omitempty"`
 }
-
-// Status is what Ensure reports about a load balancer it applied.
-type Status struct {
-	// VIPs are the addresses to write into the Service's status.
-	VIPs []string
-	// Warnings say what of the model the load balancer does not serve
-	// while it serves the rest (HAProxy has no UDP listeners, say). The
-	// controller reports them in a Warning Event and in the condition.
-	Warnings []string
-}
-
-// Provider makes a load balancer match the model. A provider owns only the
-// objects tagged with its cluster name, computes its own minimal diff (no
-// write when nothing changed) and is safe to call again after any failure.
-// It never deletes members because of an error.
-type Provider interface {
-	// Ensure creates or updates everything for lb so that it matches exactly.
-	// lb has passed Normalize (the registry opens every provider behind
-	// Validated): a provider checks only what its own API requires, never
-	// the rules of the model again.
-	Ensure(ctx context.Context, lb *LoadBalancer) (Status, error)
-	// Delete removes everything created for the load balancer name of the
-	// given kind (L4 or empty, or L7). The kind is given, not guessed from
-	// the name, because the objects of an L7 load balancer differ from an
-	// L4 one's and names cannot tell them apart for every owner (an
-	// Ingress today, Gateways later); a parameter rather than a field of a
-	// struct makes every caller say it. The caller knows it: from the
-	// object it releases, or from List. Deleting something that does not
-	// exist is not an error.
-	Delete(ctx context.Context, name string, kind Kind) error
-	// List returns every load balancer of this cluster with its actual pools,
-	// each once. A provider that serves each through several load balancers
-	// (the haproxy provider's edges) that disagree lists every member they
-	// do not serve alike twice, enabled and disabled: no model equals such a
-	// pool, so a reader that compares (nplctl pools) sees drift. Readers must
-	// not deduplicate the actual members.
-	List(ctx context.Context) ([]LoadBalancer, error)
-}
-
-// Common is the part of npl-lbsync's configuration every provider sees.
-type Common struct {
-	// ClusterName prefixes every object name and marks ownership.
-	ClusterName string
-	// VIPPool holds the ranges to take VIPs from, for providers that do not
-	// allocate them themselves.
-	VIPPool []netip.Prefix
-}
-
-// Config is a provider's decoded and validated configuration section.
-type Config interface {
-	// Open builds the provider, connecting to the load balancer if needed.
-	Open(ctx context.Context) (Provider, error)
-}
-
-// ParseFunc decodes a provider's configuration section strictly (unknown keys
-// are errors), checks it (named files exist), and returns it.
-type ParseFunc func(common Common, section []byte) (Config, error)
 
 // SortMembers sorts members by IP (numerically) then port, and drops
 // duplicates; an enabled duplicate wins over a disabled one.

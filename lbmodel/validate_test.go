@@ -1,7 +1,6 @@
-package providers
+package lbmodel
 
 import (
-	"context"
 	"encoding/pem"
 	"errors"
 	"slices"
@@ -233,69 +232,5 @@ func TestNormalize_returnsTheCanonicalFormWithoutTouchingItsArgument(t *testing.
 	}
 	if l7.Listeners[0].Protocol != HTTPS || l7.HTTP.TLS[0].Hosts[0] != "b.example.com" {
 		t.Error("Normalize modified its L7 argument")
-	}
-}
-
-// recorder is a provider that records the calls it receives.
-type recorder struct {
-	ensured []*LoadBalancer
-	deleted []string
-	kinds   []Kind
-}
-
-func (r *recorder) Ensure(_ context.Context, lb *LoadBalancer) (Status, error) {
-	r.ensured = append(r.ensured, lb)
-	return Status{VIPs: []string{"203.0.113.1"}}, nil
-}
-
-func (r *recorder) Delete(_ context.Context, name string, kind Kind) error {
-	r.deleted = append(r.deleted, name)
-	r.kinds = append(r.kinds, kind)
-	return nil
-}
-
-func (r *recorder) List(context.Context) ([]LoadBalancer, error) { return nil, nil }
-
-func TestValidated_neverCallsTheProviderWithAnInvalidModel(t *testing.T) {
-	rec := &recorder{}
-	p := Validated(rec)
-	if Validated(p) != p || Unwrap(p) != Provider(rec) {
-		t.Fatal("Validated is not idempotent or does not unwrap")
-	}
-	noListeners := validL4()
-	noListeners.Listeners = nil
-	_, err := p.Ensure(context.Background(), noListeners)
-	var invalid *InvalidModelError
-	if !errors.As(err, &invalid) || !errors.Is(err, ErrNoListeners) || len(rec.ensured) != 0 {
-		t.Fatalf("Ensure(no listeners) = %v, provider called %d times; want ErrNoListeners and no call", err, len(rec.ensured))
-	}
-	if err := p.Delete(context.Background(), "", L4); !errors.As(err, &invalid) || len(rec.deleted) != 0 {
-		t.Errorf("Delete(\"\") = %v, calls %v", err, rec.deleted)
-	}
-
-	lb := validL4()
-	st, err := p.Ensure(context.Background(), lb)
-	if err != nil || len(st.VIPs) != 1 || len(rec.ensured) != 1 {
-		t.Fatalf("Ensure(valid) = %v, %v; calls %d", st, err, len(rec.ensured))
-	}
-	if rec.ensured[0] == lb || rec.ensured[0].Listeners[0].Protocol != TCP {
-		t.Errorf("the provider got the caller's model or an unsorted one: %+v", rec.ensured[0])
-	}
-}
-
-func TestValidated_deleteChecksTheKindAndGivesItCanonical(t *testing.T) {
-	rec := &recorder{}
-	p := Validated(rec)
-	var invalid *InvalidModelError
-	if err := p.Delete(context.Background(), "c1--shop-web", "L3"); !errors.As(err, &invalid) || len(rec.deleted) != 0 {
-		t.Errorf("Delete(kind L3) = %v, calls %v; want an InvalidModelError and no call", err, rec.deleted)
-	}
-	for _, k := range []Kind{"", L4, L7} {
-		if err := p.Delete(context.Background(), "c1--shop-web", k); err != nil {
-			t.Errorf("Delete(kind %q) = %v", k, err)
-		}
-	}
-	if diff := cmp.Diff([]Kind{"", "", L7}, rec.kinds); diff != "" {
-		t.Errorf("kinds the provider got (-want +got):\n%s", diff)
 	}
 }
