@@ -35,6 +35,7 @@ import (
 	"github.com/nodeportlocal/npl/edge/api"
 	"github.com/nodeportlocal/npl/edge/haproxy"
 	"github.com/nodeportlocal/npl/edge/udp"
+	"github.com/nodeportlocal/npl/internal/atomicfile"
 	"github.com/nodeportlocal/npl/lbmodel"
 )
 
@@ -762,7 +763,7 @@ func (e *Edge) converge(ctx context.Context) (changed, reloaded bool, err error)
 		if err := e.proc.Reload(ctx); err != nil {
 			// Put the previous configuration back for the next start; if
 			// that fails too, say so beside the reload's error.
-			if werr := writeFile(e.configFile, e.activeText); werr != nil {
+			if werr := atomicfile.Write(e.configFile, e.activeText, 0o600); werr != nil {
 				err = errors.Join(err, fmt.Errorf("restore the previous configuration: %w", werr))
 			}
 			var ce *haproxy.CheckError
@@ -786,7 +787,7 @@ func (e *Edge) converge(ctx context.Context) (changed, reloaded bool, err error)
 		return changed, reloaded, err
 	}
 	if string(r.Text) != string(e.activeText) {
-		if err := writeFile(e.configFile, r.Text); err != nil {
+		if err := atomicfile.Write(e.configFile, r.Text, 0o600); err != nil {
 			return changed, reloaded, err
 		}
 		e.activeText = r.Text
@@ -819,7 +820,7 @@ func (e *Edge) writeCerts() error {
 				return err
 			}
 			pemData := append(append(bytes.TrimSpace(slices.Clone(c.CertPEM)), '\n'), bytes.TrimSpace(c.KeyPEM)...)
-			if err := writeFile(path, append(pemData, '\n')); err != nil {
+			if err := atomicfile.Write(path, append(pemData, '\n'), 0o600); err != nil {
 				return fmt.Errorf("write the certificate of TLS Secret %s: %w", c.Secret, err)
 			}
 		}
@@ -893,7 +894,7 @@ func (e *Edge) readCert(c *lbmodel.TLSCert) error {
 // lines HAProxy complains about.
 func (e *Edge) checkAndWrite(ctx context.Context, r haproxy.Rendered) error {
 	tmp := e.configFile + ".new"
-	if err := writeFile(tmp, r.Text); err != nil {
+	if err := os.WriteFile(tmp, r.Text, 0o600); err != nil {
 		return err
 	}
 	var files []string
@@ -908,7 +909,8 @@ func (e *Edge) checkAndWrite(ctx context.Context, r haproxy.Rendered) error {
 		}
 		return fmt.Errorf("%w: %v", ErrRejected, err)
 	}
-	return os.Rename(tmp, e.configFile)
+	_ = os.Remove(tmp)
+	return atomicfile.Write(e.configFile, r.Text, 0o600)
 }
 
 // rejection is the error of a configuration HAProxy refused, naming the
@@ -1098,7 +1100,7 @@ func (e *Edge) save() error {
 	if err != nil {
 		return err
 	}
-	if err := writeFile(e.stateFile(), b); err != nil {
+	if err := atomicfile.Write(e.stateFile(), b, 0o600); err != nil {
 		return fmt.Errorf("save the desired state: %w", err)
 	}
 	return nil
@@ -1138,13 +1140,4 @@ func (e *Edge) load() error {
 		e.desired[lbKey{s.Cluster, n.Name}] = n
 	}
 	return nil
-}
-
-// writeFile replaces path atomically.
-func writeFile(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

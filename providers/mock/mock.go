@@ -18,13 +18,13 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
 
+	"github.com/nodeportlocal/npl/internal/atomicfile"
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/vippool"
@@ -484,44 +484,11 @@ func (m *Mock) save() error {
 	if err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
-	if err := writeFileAtomic(m.stateFile, append(data, '\n')); err != nil {
+	if err := atomicfile.Write(m.stateFile, append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
 	m.stateStamp = stampOf(m.stateFile)
 	return nil
-}
-
-func writeFileAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	// The rename is durable only once the directory is synced.
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // load reads the state file; a missing file is an empty state.
