@@ -44,8 +44,8 @@ func (e *Edge) handlePut(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("%w: load balancer %s: body: %v", ErrInvalid, name, err))
 		return
 	}
-	lb := req.LoadBalancer
-	if err := AttachCertificates(&lb, req.Certificates); err != nil {
+	lb := req.LoadBalancer.Model()
+	if err := AttachCertificates(lb, req.Certificates); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -54,7 +54,7 @@ func (e *Edge) handlePut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := klog.NewContext(r.Context(), klog.FromContext(r.Context()).WithValues("client", clientName(r)))
-	res, err := e.Put(ctx, cluster, &lb)
+	res, err := e.Put(ctx, cluster, lb)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -78,7 +78,11 @@ func (e *Edge) handleList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.List{LoadBalancers: lbs})
+	list := api.List{LoadBalancers: make([]api.LoadBalancer, 0, len(lbs))}
+	for i := range lbs {
+		list.LoadBalancers = append(list.LoadBalancers, api.FromModel(&lbs[i]))
+	}
+	writeJSON(w, http.StatusOK, list)
 }
 
 func (e *Edge) handleGet(w http.ResponseWriter, r *http.Request) {
@@ -89,7 +93,7 @@ func (e *Edge) handleGet(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, lb := range lbs {
 		if lb.Name == r.PathValue("name") {
-			writeJSON(w, http.StatusOK, lb)
+			writeJSON(w, http.StatusOK, api.FromModel(&lb))
 			return
 		}
 	}

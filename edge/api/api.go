@@ -12,15 +12,14 @@
 // or 5xx status.
 package api
 
-import (
-	"net/url"
+import "net/url"
 
-	"github.com/nodeportlocal/npl/lbmodel"
-)
+// Version is the version of the API, the first element of every path.
+const Version = "v1"
 
 // LoadBalancersPath is the path of the load balancers of a cluster.
 func LoadBalancersPath(cluster string) string {
-	return "/v1/clusters/" + url.PathEscape(cluster) + "/loadbalancers"
+	return "/" + Version + "/clusters/" + url.PathEscape(cluster) + "/loadbalancers"
 }
 
 // LoadBalancerPath is the path of one load balancer of a cluster.
@@ -29,14 +28,14 @@ func LoadBalancerPath(cluster, name string) string {
 }
 
 // StatusPath is the path of the edge's status.
-const StatusPath = "/v1/status"
+const StatusPath = "/" + Version + "/status"
 
 // LoadBalancerRequest is the body of a PUT: the load balancer model, and
 // for an L7 one with HTTPS the certificates and keys of its TLS Secrets,
 // which the model itself never serialises. The edge writes them into its
 // own directory (mode 0600) for HAProxy; it never answers or logs them.
 type LoadBalancerRequest struct {
-	lbmodel.LoadBalancer
+	LoadBalancer
 	Certificates []Certificate `json:"certificates,omitempty"`
 }
 
@@ -77,7 +76,7 @@ type DeleteResult struct {
 
 // List is the answer to the GET of a cluster's load balancers.
 type List struct {
-	LoadBalancers []lbmodel.LoadBalancer `json:"loadBalancers"`
+	LoadBalancers []LoadBalancer `json:"loadBalancers"`
 }
 
 // Status is what the edge reports of itself and of HAProxy.

@@ -72,7 +72,7 @@ func (p *provider) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (provid
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
 	}
-	req := api.LoadBalancerRequest{LoadBalancer: *lb.Clone()}
+	req := api.LoadBalancerRequest{LoadBalancer: api.FromModel(lb)}
 	req.VIPs = []string{vip.String()}
 	if lb.IsL7() {
 		// The model never serialises key material: the certificates of
@@ -177,8 +177,8 @@ func (p *provider) List(ctx context.Context) ([]lbmodel.LoadBalancer, error) {
 	// copies[name][i] is edge i's copy of the load balancer name, or nil.
 	copies := map[string][]*lbmodel.LoadBalancer{}
 	for i, l := range lists {
-		for j := range l.LoadBalancers {
-			lb := &l.LoadBalancers[j]
+		for _, w := range l.LoadBalancers {
+			lb := w.Model()
 			if !lbmodel.OwnedBy(p.cfg.common.ClusterName, lb.Name) {
 				continue
 			}
@@ -326,7 +326,7 @@ func (p *provider) vipFor(ctx context.Context, lb *lbmodel.LoadBalancer) (netip.
 	// answer does not stop the others from getting the change (Ensure then
 	// fails naming it); but a new VIP is chosen only when every edge
 	// answered, lest it be one the silent edge serves.
-	served := make([]lbmodel.LoadBalancer, len(p.cfg.Edges))
+	served := make([]api.LoadBalancer, len(p.cfg.Edges))
 	readErr := p.eachEdge(func(i int, edge string) error {
 		err := p.call(ctx, edge, http.MethodGet, api.LoadBalancerPath(p.cfg.common.ClusterName, lb.Name), nil, &served[i])
 		var he *httpError

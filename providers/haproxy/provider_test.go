@@ -46,7 +46,7 @@ func (f *fakeEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/loadbalancers"):
 		var l api.List
 		for _, lb := range f.served {
-			l.LoadBalancers = append(l.LoadBalancers, lb)
+			l.LoadBalancers = append(l.LoadBalancers, api.FromModel(&lb))
 		}
 		answer(http.StatusOK, l)
 	case r.Method == http.MethodGet:
@@ -55,7 +55,7 @@ func (f *fakeEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			answer(http.StatusNotFound, api.Error{Error: "not served"})
 			return
 		}
-		answer(http.StatusOK, lb)
+		answer(http.StatusOK, api.FromModel(&lb))
 	case r.Method == http.MethodPut && f.conflict:
 		answer(http.StatusConflict, api.Error{Error: "VIP and port already served"})
 	case r.Method == http.MethodPut:
@@ -64,7 +64,7 @@ func (f *fakeEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			answer(http.StatusBadRequest, api.Error{Error: err.Error()})
 			return
 		}
-		f.served[name] = req.LoadBalancer
+		f.served[name] = *req.LoadBalancer.Model()
 		answer(http.StatusOK, api.EnsureResult{Changed: true, Unsupported: f.unsupported, Reason: f.reason})
 	case r.Method == http.MethodDelete:
 		delete(f.served, name)
@@ -166,7 +166,7 @@ func (f *raceEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		var l api.List
 		for _, lb := range f.served {
-			l.LoadBalancers = append(l.LoadBalancers, lb)
+			l.LoadBalancers = append(l.LoadBalancers, api.FromModel(&lb))
 		}
 		f.mu.Unlock()
 		select {
@@ -196,7 +196,7 @@ func (f *raceEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		f.served[name] = req.LoadBalancer
+		f.served[name] = *req.LoadBalancer.Model()
 		f.mu.Unlock()
 		answer(http.StatusOK, api.EnsureResult{Changed: true})
 	}

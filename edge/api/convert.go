@@ -1,0 +1,129 @@
+package api
+
+import "github.com/nodeportlocal/npl/lbmodel"
+
+// FromModel is the wire form of a load balancer of the model. Key material
+// never crosses as part of it: LoadBalancerRequest.Certificates carries it.
+func FromModel(lb *lbmodel.LoadBalancer) LoadBalancer {
+	out := LoadBalancer{Name: lb.Name, Service: lb.Service, RequestedVIP: lb.RequestedVIP, VIPs: clone(lb.VIPs),
+		Listeners: mapSlice(lb.Listeners, fromListener), Kind: string(lb.Kind), Ingress: lb.Ingress,
+		Pools: mapSlice(lb.Pools, fromPool), Gateway: lb.Gateway}
+	if h := lb.HTTP; h != nil {
+		out.HTTP = &HTTPRoutes{Rules: mapSlice(h.Rules, fromRule), DefaultPool: h.DefaultPool, TLS: mapSlice(h.TLS, fromTLSCert)}
+	}
+	return out
+}
+
+// Model is the load balancer of the model that lb states on the wire.
+func (lb LoadBalancer) Model() *lbmodel.LoadBalancer {
+	out := &lbmodel.LoadBalancer{Name: lb.Name, Service: lb.Service, RequestedVIP: lb.RequestedVIP, VIPs: clone(lb.VIPs),
+		Listeners: mapSlice(lb.Listeners, Listener.model), Kind: lbmodel.Kind(lb.Kind), Ingress: lb.Ingress,
+		Pools: mapSlice(lb.Pools, Pool.model), Gateway: lb.Gateway}
+	if h := lb.HTTP; h != nil {
+		out.HTTP = &lbmodel.HTTPRoutes{Rules: mapSlice(h.Rules, Rule.model), DefaultPool: h.DefaultPool, TLS: mapSlice(h.TLS, TLSCert.model)}
+	}
+	return out
+}
+
+func fromListener(l lbmodel.Listener) Listener {
+	return Listener{Port: l.Port, Protocol: string(l.Protocol), Pool: fromPool(l.Pool),
+		SNI: mapSlice(l.SNI, func(r lbmodel.SNIRoute) SNIRoute { return SNIRoute(r) }), Terminate: l.Terminate}
+}
+
+func (l Listener) model() lbmodel.Listener {
+	return lbmodel.Listener{Port: l.Port, Protocol: lbmodel.Protocol(l.Protocol), Pool: l.Pool.model(),
+		SNI: mapSlice(l.SNI, func(r SNIRoute) lbmodel.SNIRoute { return lbmodel.SNIRoute(r) }), Terminate: l.Terminate}
+}
+
+func fromPool(p lbmodel.Pool) Pool {
+	return Pool{Name: p.Name, AppProtocol: p.AppProtocol, InvalidWeight: p.InvalidWeight,
+		Members: mapSlice(p.Members, func(m lbmodel.Member) Member { return Member(m) })}
+}
+
+func (p Pool) model() lbmodel.Pool {
+	return lbmodel.Pool{Name: p.Name, AppProtocol: p.AppProtocol, InvalidWeight: p.InvalidWeight,
+		Members: mapSlice(p.Members, func(m Member) lbmodel.Member { return lbmodel.Member(m) })}
+}
+
+func fromRule(r lbmodel.Rule) Rule {
+	out := Rule{Host: r.Host, Path: r.Path, PathType: string(r.PathType), Pool: r.Pool, Ports: clone(r.Ports),
+		Method: r.Method, Order: r.Order, FixedStatus: r.FixedStatus,
+		Headers:        mapSlice(r.Headers, func(v lbmodel.ValueMatch) ValueMatch { return ValueMatch(v) }),
+		Query:          mapSlice(r.Query, func(v lbmodel.ValueMatch) ValueMatch { return ValueMatch(v) }),
+		RequestHeaders: fromFilter(r.RequestHeaders), ResponseHeaders: fromFilter(r.ResponseHeaders)}
+	if d := r.Redirect; d != nil {
+		out.Redirect = &Redirect{Scheme: d.Scheme, Hostname: d.Hostname, Port: d.Port, Path: fromPathModifier(d.Path), StatusCode: d.StatusCode}
+	}
+	if w := r.Rewrite; w != nil {
+		out.Rewrite = &Rewrite{Hostname: w.Hostname, Path: fromPathModifier(w.Path)}
+	}
+	return out
+}
+
+func (r Rule) model() lbmodel.Rule {
+	out := lbmodel.Rule{Host: r.Host, Path: r.Path, PathType: lbmodel.PathType(r.PathType), Pool: r.Pool, Ports: clone(r.Ports),
+		Method: r.Method, Order: r.Order, FixedStatus: r.FixedStatus,
+		Headers:        mapSlice(r.Headers, func(v ValueMatch) lbmodel.ValueMatch { return lbmodel.ValueMatch(v) }),
+		Query:          mapSlice(r.Query, func(v ValueMatch) lbmodel.ValueMatch { return lbmodel.ValueMatch(v) }),
+		RequestHeaders: r.RequestHeaders.model(), ResponseHeaders: r.ResponseHeaders.model()}
+	if d := r.Redirect; d != nil {
+		out.Redirect = &lbmodel.Redirect{Scheme: d.Scheme, Hostname: d.Hostname, Port: d.Port, Path: d.Path.model(), StatusCode: d.StatusCode}
+	}
+	if w := r.Rewrite; w != nil {
+		out.Rewrite = &lbmodel.Rewrite{Hostname: w.Hostname, Path: w.Path.model()}
+	}
+	return out
+}
+
+func fromFilter(f *lbmodel.HeaderFilter) *HeaderFilter {
+	if f == nil {
+		return nil
+	}
+	return &HeaderFilter{Set: mapSlice(f.Set, func(h lbmodel.Header) Header { return Header(h) }),
+		Add: mapSlice(f.Add, func(h lbmodel.Header) Header { return Header(h) }), Remove: clone(f.Remove)}
+}
+
+func (f *HeaderFilter) model() *lbmodel.HeaderFilter {
+	if f == nil {
+		return nil
+	}
+	return &lbmodel.HeaderFilter{Set: mapSlice(f.Set, func(h Header) lbmodel.Header { return lbmodel.Header(h) }),
+		Add: mapSlice(f.Add, func(h Header) lbmodel.Header { return lbmodel.Header(h) }), Remove: clone(f.Remove)}
+}
+
+func fromPathModifier(m *lbmodel.PathModifier) *PathModifier {
+	if m == nil {
+		return nil
+	}
+	return &PathModifier{Type: m.Type, Value: m.Value}
+}
+
+func (m *PathModifier) model() *lbmodel.PathModifier {
+	if m == nil {
+		return nil
+	}
+	return &lbmodel.PathModifier{Type: m.Type, Value: m.Value}
+}
+
+func fromTLSCert(c lbmodel.TLSCert) TLSCert {
+	return TLSCert{Secret: c.Secret, Hosts: clone(c.Hosts), Fingerprint: c.Fingerprint, Ports: clone(c.Ports)}
+}
+
+func (c TLSCert) model() lbmodel.TLSCert {
+	return lbmodel.TLSCert{Secret: c.Secret, Hosts: clone(c.Hosts), Fingerprint: c.Fingerprint, Ports: clone(c.Ports)}
+}
+
+// mapSlice maps s element by element; nil stays nil and empty stays empty,
+// as the JSON of the two differs ("members": null and []).
+func mapSlice[S, T any](s []S, f func(S) T) []T {
+	if s == nil {
+		return nil
+	}
+	out := make([]T, len(s))
+	for i, v := range s {
+		out[i] = f(v)
+	}
+	return out
+}
+
+func clone[T any](s []T) []T { return mapSlice(s, func(v T) T { return v }) }

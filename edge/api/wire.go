@@ -1,0 +1,189 @@
+package api
+
+// The load balancer as it crosses the wire. These types mirror the model of
+// package lbmodel field by field, with the same JSON names, but they are
+// the contract between two separately deployed binaries: a field is added
+// here, with its meaning, when npl-edge serves it, and convert.go is the one
+// place that maps them to and from the model.
+
+// LoadBalancer is one load balancer of a cluster: the body of a PUT (inside
+// LoadBalancerRequest), the answer to the GET of one, an item of List.
+type LoadBalancer struct {
+	// Name is the load balancer's name; it starts with "<cluster>--".
+	Name string `json:"name"`
+	// Service is the owning Service as "namespace/name", for logs and for
+	// the readers of List.
+	Service string `json:"service"`
+	// RequestedVIP is the address the owner asked for; informative, the
+	// edge serves VIPs.
+	RequestedVIP string `json:"requestedVIP,omitempty"`
+	// VIPs holds exactly one address in a PUT: the VIP to serve on. The
+	// GET and List answers give the one served.
+	VIPs []string `json:"vips,omitempty"`
+	// Listeners are the frontends, one per protocol and port.
+	Listeners []Listener `json:"listeners"`
+	// Kind is "" or "L4" for a load balancer whose listeners each have a
+	// pool, "L7" for one whose HTTP requests HTTP routes.
+	Kind string `json:"kind,omitempty"`
+	// Ingress is the owning Ingress as "namespace/name" of an L7 load
+	// balancer of its own.
+	Ingress string `json:"ingress,omitempty"`
+	// Pools are the pools of an L7 load balancer, which its listeners share.
+	Pools []Pool `json:"pools,omitempty"`
+	// HTTP routes the requests of an L7 load balancer to its Pools.
+	HTTP *HTTPRoutes `json:"http,omitempty"`
+	// Gateway is the owning Gateway as "namespace/name" of an L7 load
+	// balancer built from a Gateway and its routes.
+	Gateway string `json:"gateway,omitempty"`
+}
+
+// Listener is one frontend port.
+type Listener struct {
+	// Port is the frontend port, 1-65535.
+	Port int32 `json:"port"`
+	// Protocol is TCP, UDP, HTTP, HTTPS or TLS.
+	Protocol string `json:"protocol"`
+	// Pool is the pool of a TCP or UDP listener; absent for HTTP, HTTPS
+	// and TLS listeners.
+	Pool Pool `json:"pool,omitzero"`
+	// SNI are the routes of a TLS listener by server name, in the order
+	// they are tried.
+	SNI []SNIRoute `json:"sni,omitempty"`
+	// Terminate makes a TLS listener terminate TLS and forward plain TCP.
+	Terminate bool `json:"terminate,omitempty"`
+}
+
+// SNIRoute sends the TLS connections for a server name to a pool.
+type SNIRoute struct {
+	// Host is a host name, a wildcard "*.example.com", or empty for any.
+	Host string `json:"host,omitempty"`
+	// Pool names one of the load balancer's Pools.
+	Pool string `json:"pool"`
+}
+
+// HTTPRoutes says which pool serves a request, and with which certificates
+// the HTTPS and terminating TLS listeners serve.
+type HTTPRoutes struct {
+	// Rules are tried in order; the first that matches serves.
+	Rules []Rule `json:"rules"`
+	// DefaultPool serves the requests no rule matches; empty: 404.
+	DefaultPool string `json:"defaultPool,omitempty"`
+	// TLS are the certificates by Secret, without key material: the PEM
+	// data travels in LoadBalancerRequest.Certificates.
+	TLS []TLSCert `json:"tls,omitempty"`
+}
+
+// Rule sends the requests that match it to a pool, or answers them.
+type Rule struct {
+	// Host is a host name, a wildcard, or empty for every host.
+	Host string `json:"host,omitempty"`
+	// Path and PathType ("Exact", "Prefix", "RegularExpression") match the
+	// request path.
+	Path     string `json:"path"`
+	PathType string `json:"pathType"`
+	// Pool names the pool that serves; empty for a rule that answers by
+	// itself (Redirect, FixedStatus).
+	Pool string `json:"pool"`
+	// Ports are the listener ports the rule serves on; empty: all.
+	Ports []int32 `json:"ports,omitempty"`
+	// Method is the request method the rule matches; empty: any.
+	Method string `json:"method,omitempty"`
+	// Headers and Query must all match.
+	Headers []ValueMatch `json:"headers,omitempty"`
+	Query   []ValueMatch `json:"query,omitempty"`
+	// Order ranks rules that are otherwise equal, lowest first.
+	Order int32 `json:"order,omitempty"`
+	// RequestHeaders and ResponseHeaders change the headers of the request
+	// sent to the pool and of the response sent back.
+	RequestHeaders  *HeaderFilter `json:"requestHeaders,omitempty"`
+	ResponseHeaders *HeaderFilter `json:"responseHeaders,omitempty"`
+	// Redirect answers with a redirect.
+	Redirect *Redirect `json:"redirect,omitempty"`
+	// Rewrite changes the host or path of the request sent to the pool.
+	Rewrite *Rewrite `json:"rewrite,omitempty"`
+	// FixedStatus is the status a rule without Pool nor Redirect answers.
+	FixedStatus int32 `json:"fixedStatus,omitempty"`
+}
+
+// ValueMatch tests a header or a query parameter.
+type ValueMatch struct {
+	// Name is the header (case-insensitive) or parameter (exact) name.
+	Name string `json:"name"`
+	// Value is compared exactly, or as a whole-value regular expression
+	// when Regex is set.
+	Value string `json:"value"`
+	Regex bool   `json:"regex,omitempty"`
+}
+
+// Header is a header name and value.
+type Header struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// HeaderFilter sets, adds and removes headers.
+type HeaderFilter struct {
+	Set    []Header `json:"set,omitempty"`
+	Add    []Header `json:"add,omitempty"`
+	Remove []string `json:"remove,omitempty"`
+}
+
+// PathModifier replaces a request path.
+type PathModifier struct {
+	// Type is "ReplaceFullPath" or "ReplacePrefixMatch".
+	Type  string `json:"type"`
+	Value string `json:"value"`
+}
+
+// Redirect answers with a redirect to the request's URL with these parts
+// replaced; an empty part keeps the request's.
+type Redirect struct {
+	Scheme   string        `json:"scheme,omitempty"`
+	Hostname string        `json:"hostname,omitempty"`
+	Port     int32         `json:"port,omitempty"`
+	Path     *PathModifier `json:"path,omitempty"`
+	// StatusCode is 301, 302, 303, 307 or 308.
+	StatusCode int32 `json:"statusCode"`
+}
+
+// Rewrite changes the request sent to the pool.
+type Rewrite struct {
+	Hostname string        `json:"hostname,omitempty"`
+	Path     *PathModifier `json:"path,omitempty"`
+}
+
+// TLSCert names a certificate of the HTTPS and terminating TLS listeners.
+type TLSCert struct {
+	// Secret is the Kubernetes Secret as "namespace/name"; the PEM data of
+	// a PUT's Certificates entry of the same Secret goes with it.
+	Secret string `json:"secret"`
+	// Hosts are the host names it serves.
+	Hosts []string `json:"hosts,omitempty"`
+	// Fingerprint is the SHA-256 of the certificate chain's DER bytes.
+	Fingerprint string `json:"fingerprint"`
+	// Ports are the listener ports that serve it; empty: every HTTPS one.
+	Ports []int32 `json:"ports,omitempty"`
+}
+
+// Pool is a named set of members.
+type Pool struct {
+	// Name is the pool's name.
+	Name string `json:"name"`
+	// AppProtocol is "" for HTTP/1.1 or "h2c" for HTTP/2 without TLS.
+	AppProtocol string `json:"appProtocol,omitempty"`
+	// Members are the backends.
+	Members []Member `json:"members"`
+	// InvalidWeight is the share of requests answered 500, in the unit of
+	// the members' weights.
+	InvalidWeight int32 `json:"invalidWeight,omitempty"`
+}
+
+// Member is one backend, nodeIP:nodePort in NodePortLocal mode.
+type Member struct {
+	IP   string `json:"ip"`
+	Port int32  `json:"port"`
+	// Enabled is false for a draining member: no new connection.
+	Enabled bool `json:"enabled"`
+	// Weight is 1-256; 0 means 1.
+	Weight int32 `json:"weight,omitempty"`
+}
