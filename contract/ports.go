@@ -64,7 +64,7 @@ func containers(pod *corev1.Pod) []corev1.Container {
 	out := make([]corev1.Container, 0, len(pod.Spec.Containers)+len(pod.Spec.InitContainers))
 	out = append(out, pod.Spec.Containers...)
 	for _, c := range pod.Spec.InitContainers {
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+		if isSidecar(c) {
 			out = append(out, c)
 		}
 	}

@@ -11,42 +11,15 @@ import (
 )
 
 // TrimPod keeps only what the agent reads of a Pod, to bound the memory of
-// its cache: identity, labels, our annotation, the container ports, host
-// networking, phase and IPs.
+// its cache: what contract.TrimPod keeps, and host networking.
 func TrimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
-	out := &corev1.Pod{}
-	out.Name, out.Namespace, out.UID, out.ResourceVersion = pod.Name, pod.Namespace, pod.UID, pod.ResourceVersion
-	out.Labels = pod.Labels
-	out.DeletionTimestamp = pod.DeletionTimestamp
-	if v, ok := pod.Annotations[contract.PodKey]; ok {
-		out.Annotations = map[string]string{contract.PodKey: v}
-	}
-	out.Spec.NodeName = pod.Spec.NodeName
+	out := contract.TrimPod(pod)
 	out.Spec.HostNetwork = pod.Spec.HostNetwork
-	out.Spec.Containers = trimContainers(pod.Spec.Containers, false)
-	out.Spec.InitContainers = trimContainers(pod.Spec.InitContainers, true)
-	out.Status.Phase = pod.Status.Phase
-	out.Status.PodIP = pod.Status.PodIP
-	out.Status.PodIPs = pod.Status.PodIPs
 	return out, nil
-}
-
-func trimContainers(cs []corev1.Container, sidecarsOnly bool) []corev1.Container {
-	var out []corev1.Container
-	for _, c := range cs {
-		if len(c.Ports) == 0 {
-			continue
-		}
-		if sidecarsOnly && (c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways) {
-			continue
-		}
-		out = append(out, corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy})
-	}
-	return out
 }
 
 // TrimService keeps what decides the opt-in and the ports of a Service.

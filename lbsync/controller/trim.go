@@ -33,31 +33,13 @@ func trim(obj any) (any, error) {
 	return obj, nil
 }
 
+// trimPod keeps what contract.TrimPod keeps, and what decides membership
+// and registration: the readiness gates, their conditions, Ready and
+// ContainersReady (builder, readiness.go), and the host IP.
 func trimPod(pod *corev1.Pod) *corev1.Pod {
-	out := &corev1.Pod{}
-	out.Name, out.Namespace, out.UID, out.ResourceVersion = pod.Name, pod.Namespace, pod.UID, pod.ResourceVersion
-	out.Labels = pod.Labels
-	out.DeletionTimestamp = pod.DeletionTimestamp
-	if v, ok := pod.Annotations[contract.PodKey]; ok {
-		out.Annotations = map[string]string{contract.PodKey: v}
-	}
-	out.Spec.NodeName = pod.Spec.NodeName
+	out := contract.TrimPod(pod)
 	out.Spec.ReadinessGates = pod.Spec.ReadinessGates
-	for _, c := range pod.Spec.Containers {
-		if len(c.Ports) > 0 {
-			out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
-		}
-	}
-	for _, c := range pod.Spec.InitContainers {
-		if len(c.Ports) > 0 && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			out.Spec.InitContainers = append(out.Spec.InitContainers, corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy})
-		}
-	}
-	out.Status.Phase = pod.Status.Phase
-	out.Status.PodIP, out.Status.PodIPs = pod.Status.PodIP, pod.Status.PodIPs
 	out.Status.HostIP = pod.Status.HostIP
-	// Ready, ContainersReady and the readiness gates' conditions decide
-	// membership (builder) and registration (readiness.go).
 	keep := map[corev1.PodConditionType]bool{corev1.PodReady: true, corev1.ContainersReady: true}
 	for _, g := range pod.Spec.ReadinessGates {
 		keep[g.ConditionType] = true
