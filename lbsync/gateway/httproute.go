@@ -11,7 +11,7 @@ import (
 )
 
 // An HTTPRoute is served as rules of the HTTP and HTTPS listeners it
-// attaches to (addRules), one pool per rule (rulePool, build.go).
+// attaches to (addRules), one pool per rule (rulePool, rules.go).
 
 // checkHTTPRule checks the filters and regular expressions of an
 // HTTPRoute rule.

@@ -1,0 +1,275 @@
+package gateway
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+)
+
+// Which routes attach to which listeners: the routes that name the
+// Gateway, their parentRefs' conditions, the hosts each serves per
+// listener port.
+
+// NamesGateway reports whether a parentRef of a route in routeNamespace
+// names the Gateway namespace/name.
+func NamesGateway(routeNamespace string, ref gatewayv1.ParentReference, namespace, name string) bool {
+	if ref.Group != nil && string(*ref.Group) != Group {
+		return false
+	}
+	if ref.Kind != nil && string(*ref.Kind) != KindGateway {
+		return false
+	}
+	ns := routeNamespace
+	if ref.Namespace != nil {
+		ns = string(*ref.Namespace)
+	}
+	return ns == namespace && string(ref.Name) == name
+}
+
+// attachment is where a route is served: per listener port, its hosts.
+type attachment struct {
+	route *routeView
+	// hosts are the effective hosts per listener port ("" for any).
+	hosts map[int32][]string
+	// on are the served listeners the route attaches to, with their
+	// effective hosts, in spec order.
+	on []listenerHosts
+	// accepted is false when the route itself cannot be served.
+	accepted metav1.Condition
+	resolved metav1.Condition
+}
+
+// listenerHosts is a listener a route attaches to and the route's hosts
+// on it.
+type listenerHosts struct {
+	l     *listener
+	hosts []string
+}
+
+// candidates returns the routes of every kind that name the Gateway,
+// sorted by kind, namespace and name.
+func (b *build) candidates() []*routeView {
+	var out []*routeView
+	add := func(obj any) {
+		r := routeOf(obj)
+		if r != nil && slices.ContainsFunc(r.parents, func(p gatewayv1.ParentReference) bool {
+			return NamesGateway(r.meta.Namespace, p, b.gw.Namespace, b.gw.Name)
+		}) {
+			out = append(out, r)
+		}
+	}
+	for _, r := range b.in.Routes {
+		add(r)
+	}
+	for _, r := range b.in.GRPCRoutes {
+		add(r)
+	}
+	for _, r := range b.in.TCPRoutes {
+		add(r)
+	}
+	for _, r := range b.in.UDPRoutes {
+		add(r)
+	}
+	for _, r := range b.in.TLSRoutes {
+		add(r)
+	}
+	slices.SortFunc(out, compareRoutes)
+	return out
+}
+
+// routes decides the parent status of every route that names the Gateway
+// and returns where the accepted ones attach, oldest first.
+func (b *build) routes(ls []*listener, res *Result) []*attachment {
+	var out []*attachment
+	for _, rt := range b.candidates() {
+		at := &attachment{route: rt, hosts: map[int32][]string{}}
+		at.accepted, at.resolved = b.checkRoute(rt)
+		rr := RouteResult{Kind: rt.kind, Namespace: rt.meta.Namespace, Name: rt.meta.Name}
+		for _, ref := range rt.parents {
+			if !NamesGateway(rt.meta.Namespace, ref, b.gw.Namespace, b.gw.Name) {
+				continue
+			}
+			accepted := b.attach(rt, ref, ls, at)
+			if accepted.Status == metav1.ConditionTrue && at.accepted.Status != metav1.ConditionTrue {
+				accepted = at.accepted
+			}
+			ps := gatewayv1.RouteParentStatus{ParentRef: parentRefWithDefaults(ref), ControllerName: ControllerName,
+				Conditions: []metav1.Condition{accepted, at.resolved}}
+			rr.Parents = append(rr.Parents, ps)
+		}
+		res.Routes = append(res.Routes, rr)
+		if len(at.hosts) > 0 && at.accepted.Status == metav1.ConditionTrue {
+			out = append(out, at)
+		}
+	}
+	slices.SortStableFunc(out, func(x, y *attachment) int {
+		return x.route.meta.CreationTimestamp.Compare(y.route.meta.CreationTimestamp.Time)
+	})
+	return out
+}
+
+func parentRefWithDefaults(ref gatewayv1.ParentReference) gatewayv1.ParentReference {
+	ref = *ref.DeepCopy()
+	if ref.Group == nil {
+		g := gatewayv1.Group(Group)
+		ref.Group = &g
+	}
+	if ref.Kind == nil {
+		k := gatewayv1.Kind(KindGateway)
+		ref.Kind = &k
+	}
+	return ref
+}
+
+// attach attaches a route through one parentRef to the listeners it
+// selects, records the hosts, and returns the parentRef's Accepted
+// condition.
+func (b *build) attach(rt *routeView, ref gatewayv1.ParentReference, ls []*listener, at *attachment) metav1.Condition {
+	gen := rt.meta.Generation
+	typ := string(gatewayv1.RouteConditionAccepted)
+	var candidates []*listener
+	for _, l := range ls {
+		if ref.SectionName != nil && l.spec.Name != *ref.SectionName {
+			continue
+		}
+		if ref.Port != nil && l.spec.Port != *ref.Port {
+			continue
+		}
+		candidates = append(candidates, l)
+	}
+	if len(candidates) == 0 {
+		return b.cond(typ, false, string(gatewayv1.RouteReasonNoMatchingParent), "no listener matches the parentRef's sectionName and port", gen)
+	}
+	var allowed []*listener
+	for _, l := range candidates {
+		if l.ok() && l.serves(rt.kind) && b.namespaceAllowed(l, rt.meta.Namespace) {
+			allowed = append(allowed, l)
+		}
+	}
+	if len(allowed) == 0 {
+		return b.cond(typ, false, string(gatewayv1.RouteReasonNotAllowedByListeners), "no listener allows this route", gen)
+	}
+	attached := false
+	for _, l := range allowed {
+		hosts := []string{""}
+		if rt.hasHostnames() {
+			hosts = intersect(l.hostname, rt.hostnames)
+		}
+		if len(hosts) == 0 {
+			continue
+		}
+		attached = true
+		l.routes[rt.id()] = true
+		if l.served() {
+			port := l.spec.Port
+			on := listenerHosts{l: l}
+			for _, h := range hosts {
+				if !capturedElsewhere(l, h, ls) {
+					at.hosts[port] = append(at.hosts[port], h)
+					on.hosts = append(on.hosts, h)
+				}
+			}
+			if !slices.ContainsFunc(at.on, func(o listenerHosts) bool { return o.l == l }) {
+				at.on = append(at.on, on)
+			}
+		}
+	}
+	if !attached {
+		return b.cond(typ, false, string(gatewayv1.RouteReasonNoMatchingListenerHostname), "no listener hostname matches the route's hostnames", gen)
+	}
+	return b.cond(typ, true, string(gatewayv1.RouteReasonAccepted), "Accepted", gen)
+}
+
+func (b *build) namespaceAllowed(l *listener, ns string) bool {
+	from := gatewayv1.NamespacesFromSame
+	var sel *metav1.LabelSelector
+	if l.spec.AllowedRoutes != nil && l.spec.AllowedRoutes.Namespaces != nil {
+		if f := l.spec.AllowedRoutes.Namespaces.From; f != nil {
+			from = *f
+		}
+		sel = l.spec.AllowedRoutes.Namespaces.Selector
+	}
+	switch from {
+	case gatewayv1.NamespacesFromAll:
+		return true
+	case gatewayv1.NamespacesFromSame:
+		return ns == b.gw.Namespace
+	case gatewayv1.NamespacesFromSelector:
+		if sel == nil {
+			return false
+		}
+		s, err := metav1.LabelSelectorAsSelector(sel)
+		if err != nil {
+			return false
+		}
+		lbls, ok := b.nsLabels[ns]
+		return ok && s.Matches(lbls)
+	}
+	return false
+}
+
+// intersect returns the hosts a listener of hostname serves a route of
+// hostnames on, "" standing for every host; none when they do not meet.
+func intersect(listener string, hostnames []gatewayv1.Hostname) []string {
+	if len(hostnames) == 0 {
+		return []string{listener}
+	}
+	var out []string
+	for _, h := range hostnames {
+		r := strings.ToLower(string(h))
+		var got string
+		switch {
+		case listener == "" || listener == r:
+			got = r
+		case strings.HasPrefix(listener, "*.") && strings.HasSuffix(r, listener[1:]):
+			got = r
+		case strings.HasPrefix(r, "*.") && strings.HasSuffix(listener, r[1:]):
+			got = listener
+		default:
+			continue
+		}
+		if !slices.Contains(out, got) {
+			out = append(out, got)
+		}
+	}
+	return out
+}
+
+// checkRoute returns the route's own Accepted condition (True unless it
+// uses what npl-lbsync cannot serve: checkRule of its kind) and its
+// ResolvedRefs condition.
+func (b *build) checkRoute(rt *routeView) (accepted, resolved metav1.Condition) {
+	gen := rt.meta.Generation
+	accepted = b.cond(string(gatewayv1.RouteConditionAccepted), true, string(gatewayv1.RouteReasonAccepted), "Accepted", gen)
+	resolved = b.cond(string(gatewayv1.RouteConditionResolvedRefs), true, string(gatewayv1.RouteReasonResolvedRefs), "References resolved", gen)
+	for i, refs := range rt.backendRefs {
+		if reason, err := b.checkRule(rt, i); err != nil {
+			accepted = b.cond(string(gatewayv1.RouteConditionAccepted), false, string(reason), fmt.Sprintf("rule %d: %v", i, err), gen)
+			b.errorf("%s: rule %d: %v", rt, i, err)
+			return accepted, resolved
+		}
+		for _, br := range refs {
+			if _, reason, msg := b.backendRef(rt, br); reason != "" && resolved.Status == metav1.ConditionTrue {
+				resolved = b.cond(string(gatewayv1.RouteConditionResolvedRefs), false, string(reason), msg, gen)
+			}
+		}
+	}
+	if resolved.Status != metav1.ConditionTrue {
+		b.errorf("%s: %s", rt, resolved.Message)
+	}
+	return accepted, resolved
+}
+
+// checkRule says why rule i of a route cannot be served, by its kind.
+func (b *build) checkRule(rt *routeView, i int) (gatewayv1.RouteConditionReason, error) {
+	switch rt.kind {
+	case KindHTTPRoute:
+		return b.checkHTTPRule(rt, i)
+	case KindGRPCRoute:
+		return checkGRPCRule(&rt.grpc.Spec.Rules[i])
+	}
+	return "", nil
+}
