@@ -23,7 +23,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -449,88 +448,7 @@ func (e *Edge) List(ctx context.Context, cluster string) ([]lbmodel.LoadBalancer
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	servers := map[string][]lbmodel.Member{}
-	invalid := map[string]int32{}
-	for _, s := range states {
-		if s.Name == haproxy.InvalidServer {
-			if s.Enabled() {
-				invalid[s.Backend] = int32(s.Weight)
-			}
-			continue
-		}
-		servers[s.Backend] = append(servers[s.Backend], lbmodel.Member{IP: s.IP.String(), Port: s.Port, Enabled: s.Enabled(),
-			Weight: modelWeight(s.Weight)})
-	}
-	pool := func(name, appProtocol string) lbmodel.Pool {
-		members := lbmodel.SortMembers(servers[name])
-		if members == nil {
-			members = []lbmodel.Member{}
-		}
-		return lbmodel.Pool{Name: name, AppProtocol: appProtocol, Members: members, InvalidWeight: invalid[name]}
-	}
-	lbs := map[string]*lbmodel.LoadBalancer{}
-	seenRules := map[string]map[string]bool{} // load balancer -> rule MatchKeys
-	for _, f := range px.Frontends {
-		if f.Cluster != cluster {
-			continue
-		}
-		lb := lbs[f.LoadBalancer]
-		if lb == nil {
-			lb = &lbmodel.LoadBalancer{Name: f.LoadBalancer, Service: f.Service, Ingress: f.Ingress, Gateway: f.Gateway}
-			lbs[f.LoadBalancer] = lb
-		}
-		if vip := f.VIP.String(); !slices.Contains(lb.VIPs, vip) {
-			lb.VIPs = append(lb.VIPs, vip)
-		}
-		if !f.HTTP && f.Listener == "" {
-			lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: f.Port, Protocol: lbmodel.TCP, Pool: pool(f.DefaultBackend, "")})
-			continue
-		}
-		// Each listener has the rules and certificates of its port: the
-		// load balancer's are their union.
-		lb.Kind = lbmodel.L7
-		if lb.HTTP == nil {
-			lb.HTTP = &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{}}
-		}
-		for _, c := range f.Certificates {
-			if !slices.ContainsFunc(lb.HTTP.TLS, func(o lbmodel.TLSCert) bool { return o.Secret == c.Cert.Secret }) {
-				lb.HTTP.TLS = append(lb.HTTP.TLS, c.Cert)
-			}
-		}
-		switch f.Listener {
-		case lbmodel.TCP:
-			lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: f.Port, Protocol: lbmodel.TCP, Pool: pool(f.DefaultBackend, "")})
-			continue
-		case lbmodel.TLS:
-			lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: f.Port, Protocol: lbmodel.TLS, SNI: f.SNI,
-				Terminate: len(f.Certificates) > 0})
-			continue
-		}
-		lb.HTTP.DefaultPool = f.DefaultBackend
-		protocol := lbmodel.HTTP
-		if len(f.Certificates) > 0 {
-			protocol = lbmodel.HTTPS
-		}
-		lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: f.Port, Protocol: protocol})
-		seen := seenRules[lb.Name]
-		if seen == nil {
-			seen = map[string]bool{}
-			seenRules[lb.Name] = seen
-		}
-		for _, r := range f.Rules {
-			// A rule of several ports is on each of their frontends; two
-			// rules of a load balancer never have the same MatchKey.
-			if k := r.MatchKey(); !seen[k] {
-				seen[k] = true
-				lb.HTTP.Rules = append(lb.HTTP.Rules, r)
-			}
-		}
-	}
-	for _, b := range px.Backends {
-		if lb := lbs[b.LoadBalancer]; b.Cluster == cluster && b.HTTP && lb != nil && lb.IsL7() {
-			lb.Pools = append(lb.Pools, pool(b.Name, b.AppProtocol))
-		}
-	}
+	lbs := haproxy.LoadBalancers(px, states, cluster)
 	if err := e.listUDP(ctx, cluster, lbs); err != nil {
 		return nil, err
 	}
@@ -608,129 +526,14 @@ func (e *Edge) checkConflicts(cluster string, lb *lbmodel.LoadBalancer) error {
 	return nil
 }
 
-// served reports whether HAProxy serves listeners of protocol p here: TCP,
-// HTTP, HTTPS and TLS; UDP it cannot.
-func served(p lbmodel.Protocol) bool {
-	return p == lbmodel.TCP || p == lbmodel.HTTP || p == lbmodel.HTTPS || p == lbmodel.TLS
-}
-
-// proxies are the HAProxy frontends and backends of the desired state: per
-// L4 listener a TCP frontend and its pool's backend; per L7 load balancer
-// those of l7Proxies.
+// proxies are the HAProxy frontends and backends of the desired state
+// (haproxy.ProxiesOf).
 func (e *Edge) proxies() haproxy.Proxies {
-	var out haproxy.Proxies
+	lbs := make([]haproxy.Desired, 0, len(e.desired))
 	for k, lb := range e.desired {
-		vip := netip.MustParseAddr(lb.VIPs[0])
-		if lb.IsL7() {
-			l7Proxies(&out, k.cluster, lb, vip, e.certPath)
-			continue
-		}
-		for _, l := range lb.Listeners {
-			if !served(l.Protocol) {
-				continue
-			}
-			out.Frontends = append(out.Frontends, haproxy.Frontend{Name: l.Pool.Name, Cluster: k.cluster, LoadBalancer: lb.Name,
-				Service: lb.Service, VIP: vip, Port: l.Port, DefaultBackend: l.Pool.Name})
-			out.Backends = append(out.Backends, haproxy.Backend{Name: l.Pool.Name, Cluster: k.cluster, LoadBalancer: lb.Name,
-				Members: l.Pool.Members})
-		}
+		lbs = append(lbs, haproxy.Desired{Cluster: k.cluster, LB: lb})
 	}
-	slices.SortFunc(out.Frontends, func(a, b haproxy.Frontend) int { return cmp.Compare(a.Name, b.Name) })
-	slices.SortFunc(out.Backends, func(a, b haproxy.Backend) int { return cmp.Compare(a.Name, b.Name) })
-	return out
-}
-
-// l7Proxies adds to out the proxies of L7 load balancer lb of cluster
-// on vip: an HTTP-mode frontend per HTTP and HTTPS listener, with its
-// rules and certificates, and an HTTP-mode backend per pool; a TCP-mode
-// frontend and backend per TCP listener (a Gateway's, as an L4
-// listener); a TCP-mode frontend per TLS listener, with its SNI routes,
-// and a TCP-mode copy of each pool they name. certPath names a
-// certificate's file.
-func l7Proxies(out *haproxy.Proxies, cluster string, lb *lbmodel.LoadBalancer, vip netip.Addr, certPath func(string) string) {
-	front := func(l lbmodel.Listener) haproxy.Frontend {
-		return haproxy.Frontend{Name: lbmodel.ListenerName(lb.Name, l.Protocol, l.Port),
-			Cluster: cluster, LoadBalancer: lb.Name, Service: lb.Service, Ingress: lb.Ingress, Gateway: lb.Gateway,
-			VIP: vip, Port: l.Port}
-	}
-	certs := func(f *haproxy.Frontend) {
-		for _, c := range lb.HTTP.TLS {
-			if onPort(c.Ports, f.Port) {
-				f.Certificates = append(f.Certificates, haproxy.CertFile{Path: certPath(c.Fingerprint), Cert: c.WithoutKeys()})
-			}
-		}
-	}
-	tlsPools := map[string]bool{}
-	for _, l := range lb.Listeners {
-		f := front(l)
-		switch l.Protocol {
-		case lbmodel.HTTP, lbmodel.HTTPS:
-			f.HTTP, f.DefaultBackend = true, lb.HTTP.DefaultPool
-			for _, r := range lb.HTTP.Rules {
-				if onPort(r.Ports, l.Port) {
-					f.Rules = append(f.Rules, r)
-				}
-			}
-			if l.Protocol == lbmodel.HTTPS {
-				certs(&f)
-			}
-		case lbmodel.TCP:
-			f.Listener, f.DefaultBackend = lbmodel.TCP, l.Pool.Name
-			out.Backends = append(out.Backends, haproxy.Backend{Name: l.Pool.Name, Cluster: cluster, LoadBalancer: lb.Name,
-				Members: l.Pool.Members})
-		case lbmodel.TLS:
-			f.Listener, f.SNI = lbmodel.TLS, l.SNI
-			if l.Terminate {
-				certs(&f)
-			}
-			for _, r := range l.SNI {
-				tlsPools[r.Pool] = true
-			}
-		default:
-			continue // not served here (UDP)
-		}
-		out.Frontends = append(out.Frontends, f)
-	}
-	for _, p := range lb.Pools {
-		out.Backends = append(out.Backends, haproxy.Backend{Name: p.Name, Cluster: cluster, LoadBalancer: lb.Name,
-			HTTP: true, Members: p.Members, InvalidWeight: p.InvalidWeight, AppProtocol: p.AppProtocol})
-		if tlsPools[p.Name] {
-			out.Backends = append(out.Backends, haproxy.Backend{Name: haproxy.TLSBackendName(p.Name), Cluster: cluster,
-				LoadBalancer: lb.Name, Members: p.Members, Pool: p.Name})
-		}
-	}
-}
-
-// modelWeight is the model's weight of a server of HAProxy weight w: 1,
-// the default, is 0.
-func modelWeight(w int) int32 {
-	if w == 1 {
-		return 0
-	}
-	return int32(w)
-}
-
-// haproxyWeight is HAProxy's weight of member m (0 in the model is 1).
-func haproxyWeight(m lbmodel.Member) int {
-	if m.Weight == 0 {
-		return 1
-	}
-	return int(m.Weight)
-}
-
-// weightOption is the weight keyword of member m's server, empty for the
-// default weight.
-func weightOption(m lbmodel.Member) string {
-	if m.Weight == 0 {
-		return ""
-	}
-	return " weight " + strconv.Itoa(int(m.Weight))
-}
-
-// onPort reports whether a rule or certificate of ports (every listener
-// when empty) serves the listener of port.
-func onPort(ports []int32, port int32) bool {
-	return len(ports) == 0 || slices.Contains(ports, port)
+	return haproxy.ProxiesOf(lbs, e.certPath)
 }
 
 func (e *Edge) render(px haproxy.Proxies) haproxy.Rendered {
@@ -977,7 +780,7 @@ func (e *Edge) syncServers(ctx context.Context, px haproxy.Proxies) (int, error)
 				// One round trip to the worker: a new member takes traffic
 				// as soon as it can, and every round trip waits for both
 				// processes to be scheduled on a busy host.
-				cmds := []string{"add server " + srv + " " + haproxy.Address(m.IP, m.Port) + " " + p.ServerOptions(e.cfg.Checks) + weightOption(m), "enable health " + srv}
+				cmds := []string{"add server " + srv + " " + p.ServerArgs(m, e.cfg.Checks), "enable health " + srv}
 				if m.Enabled {
 					cmds = append(cmds, "enable server "+srv)
 				} else {
@@ -998,8 +801,8 @@ func (e *Edge) syncServers(ctx context.Context, px haproxy.Proxies) (int, error)
 					errs = append(errs, &memberError{lb: p.LoadBalancer, err: fmt.Errorf("load balancer %s: drain member %s: %w", p.LoadBalancer, srv, err)})
 				}
 			}
-			if ok && modelWeight(s.Weight) != m.Weight {
-				if err := run(fmt.Sprintf("set server %s weight %d", srv, haproxyWeight(m))); err != nil {
+			if ok && s.ModelWeight() != m.Weight {
+				if err := run(fmt.Sprintf("set server %s weight %d", srv, haproxy.Weight(m))); err != nil {
 					errs = append(errs, &memberError{lb: p.LoadBalancer, err: fmt.Errorf("load balancer %s: set the weight of member %s: %w", p.LoadBalancer, srv, err)})
 				}
 			}

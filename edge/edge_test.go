@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/nodeportlocal/npl/edge/api"
 	"github.com/nodeportlocal/npl/lbmodel"
 )
@@ -122,53 +120,6 @@ func TestNew_refusesASocketPathHAProxyCannotBind(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
 	if _, err := New(Config{HAProxyBin: "haproxy", Dir: dir}); err == nil || !strings.Contains(err.Error(), "longer than HAProxy's limit") {
 		t.Fatalf("New with a long directory = %v; want an error about the socket path", err)
-	}
-}
-
-func TestL7Proxies_gatewayStreams(t *testing.T) {
-	name := "c1--ns-gw-GW"
-	in := &lbmodel.LoadBalancer{Name: name, Kind: lbmodel.L7, Gateway: "ns/gw", VIPs: []string{"198.18.200.1"},
-		Listeners: []lbmodel.Listener{
-			{Port: 80, Protocol: lbmodel.HTTP},
-			{Port: 9000, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: name + "-TCP-9000"}},
-			{Port: 9000, Protocol: lbmodel.UDP, Pool: lbmodel.Pool{Name: name + "-UDP-9000"}},
-			{Port: 8883, Protocol: lbmodel.TLS, SNI: []lbmodel.SNIRoute{{Host: "a.example", Pool: "both"}}},
-			{Port: 9443, Protocol: lbmodel.TLS, Terminate: true, SNI: []lbmodel.SNIRoute{{Pool: "both"}}},
-		},
-		Pools: []lbmodel.Pool{{Name: "both"}, {Name: "grpc", AppProtocol: lbmodel.AppProtocolH2C, InvalidWeight: 2}},
-		HTTP: &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{{Path: "/", PathType: lbmodel.PathPrefix, Pool: "both"}},
-			TLS: []lbmodel.TLSCert{{Secret: "ns/t", Ports: []int32{9443}, Fingerprint: "ff"}}},
-	}
-	e := &Edge{cfg: Config{Dir: "/run/edge"}, desired: map[lbKey]*lbmodel.LoadBalancer{{"c1", name}: in}}
-	px := e.proxies()
-	var fronts, backs []string
-	for _, f := range px.Frontends {
-		fronts = append(fronts, fmt.Sprintf("%s http=%v listener=%s default=%s sni=%d certs=%d", f.Name, f.HTTP, f.Listener,
-			f.DefaultBackend, len(f.SNI), len(f.Certificates)))
-	}
-	for _, b := range px.Backends {
-		backs = append(backs, fmt.Sprintf("%s http=%v app=%s pool=%s invalid=%d", b.Name, b.HTTP, b.AppProtocol, b.Pool, b.InvalidWeight))
-	}
-	want := []string{
-		name + "-HTTP-80 http=true listener= default= sni=0 certs=0",
-		name + "-TCP-9000 http=false listener=TCP default=" + name + "-TCP-9000 sni=0 certs=0",
-		name + "-TLS-8883 http=false listener=TLS default= sni=1 certs=0",
-		name + "-TLS-9443 http=false listener=TLS default= sni=1 certs=1",
-	}
-	if diff := cmp.Diff(want, fronts); diff != "" {
-		t.Errorf("frontends (-want +got):\n%s", diff)
-	}
-	// The UDP listener is not HAProxy's; the pool of HTTP rules and TLS
-	// routes has a backend of each mode; an HTTP pool's invalid share is
-	// its backend's.
-	wantBacks := []string{
-		"both http=true app= pool= invalid=0",
-		"both:tls http=false app= pool=both invalid=0",
-		name + "-TCP-9000 http=false app= pool= invalid=0",
-		"grpc http=true app=h2c pool= invalid=2",
-	}
-	if diff := cmp.Diff(wantBacks, backs); diff != "" {
-		t.Errorf("backends (-want +got):\n%s", diff)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeportlocal/npl/edge/api"
+	"github.com/nodeportlocal/npl/edge/haproxy"
 	"github.com/nodeportlocal/npl/edge/udp"
 	"github.com/nodeportlocal/npl/lbmodel"
 )
@@ -25,7 +26,7 @@ const (
 
 // serves reports whether the edge serves listeners of protocol p.
 func (e *Edge) serves(p lbmodel.Protocol) bool {
-	return served(p) || (p == lbmodel.UDP && e.cfg.UDP != nil)
+	return haproxy.Served(p) || (p == lbmodel.UDP && e.cfg.UDP != nil)
 }
 
 // conflicting reports whether two served listeners of protocols a and b on
@@ -35,7 +36,7 @@ func (e *Edge) conflicting(a, b lbmodel.Protocol) bool {
 	if a == lbmodel.UDP || b == lbmodel.UDP {
 		return a == b && e.serves(a)
 	}
-	return served(a) && served(b)
+	return haproxy.Served(a) && haproxy.Served(b)
 }
 
 // unserved says why the edge does not serve a listener of protocol p on
@@ -43,7 +44,7 @@ func (e *Edge) conflicting(a, b lbmodel.Protocol) bool {
 // (udp.Table.Unserved).
 func (e *Edge) unserved(p lbmodel.Protocol, vip netip.Addr) string {
 	switch {
-	case served(p):
+	case haproxy.Served(p):
 		return ""
 	case p != lbmodel.UDP || e.cfg.UDP == nil:
 		return api.ReasonNoUDP

@@ -1,4 +1,5 @@
-// Package haproxy holds what npl-edge knows of HAProxy itself: the
+// Package haproxy holds what npl-edge knows of HAProxy itself: the load
+// balancer model as HAProxy's proxies and back (model.go), the
 // configuration it renders (and reads back), the runtime API of the admin
 // socket and the master CLI, and the master-worker process it supervises.
 // It knows nothing of HTTP or of npl-lbsync; package edge drives it.
@@ -167,6 +168,17 @@ func (b Backend) ServerOptions(c Checks) string {
 	return s
 }
 
+// ServerArgs are the words after the name of member m's server in backend
+// b, the same in the configuration and in a runtime "add server": its
+// address, ServerOptions, and its weight unless it is the default.
+func (b Backend) ServerArgs(m lbmodel.Member, c Checks) string {
+	s := Address(m.IP, m.Port) + " " + b.ServerOptions(c)
+	if m.Weight != 0 {
+		s += " weight " + strconv.Itoa(int(m.Weight))
+	}
+	return s
+}
+
 // Proxies are the frontends and backends of a configuration.
 type Proxies struct {
 	Frontends []Frontend
@@ -311,10 +323,7 @@ func Render(g Globals, p Proxies) Rendered {
 		}
 		emit(obj, "    balance roundrobin", false)
 		for _, m := range b.Members {
-			s := fmt.Sprintf("    server %s %s %s", ServerName(m), Address(m.IP, m.Port), b.ServerOptions(g.Checks))
-			if m.Weight != 0 {
-				s += " weight " + strconv.Itoa(int(m.Weight))
-			}
+			s := "    server " + ServerName(m) + " " + b.ServerArgs(m, g.Checks)
 			if !m.Enabled {
 				s += " disabled"
 			}
