@@ -37,50 +37,14 @@ func (e *InvalidModelError) Unwrap() error { return e.Err }
 // applying it would empty or remove a working load balancer.
 var ErrNoListeners = errors.New("no listeners: nothing to serve")
 
-// Normalize checks lb against the rules of the model and returns a copy of
-// it in canonical form; lb itself is not modified. It is the one check of
-// a model: Validated runs it before every Ensure, so a provider receives
-// only models that passed it. The rules:
-//
-//   - a name, a Kind of L4 (or empty) or L7, a requested VIP that is an IP
-//     address, and at least one listener (ErrNoListeners);
-//   - L4: TCP or UDP listeners, each port 1-65535 once per protocol, each
-//     with a pool of its own name; no HTTP routes, shared pools or Ingress;
-//   - L7: HTTP and HTTPS listeners without pools, one per port; every HTTPS
-//     listener served by a certificate, certificates only with HTTPS
-//     listeners, with their PEM data and its fingerprint, their Ports
-//     HTTPS listener ports; a default pool that names an existing pool;
-//     pools' AppProtocol empty or AppProtocolH2C;
-//   - a Gateway's L7 (Gateway set) may also have TCP and UDP listeners,
-//     each with a pool of its own name (not a shared pool's) checked as
-//     an L4 listener's, and TLS listeners without pools whose SNI routes
-//     have valid hosts, each once, and name existing pools; a terminating
-//     TLS listener is served by a certificate as an HTTPS listener is. A
-//     port is one listener's among HTTP, HTTPS, TLS and TCP, and one UDP
-//     listener's; only TLS listeners have SNI routes or Terminate;
-//   - L7 rules: hosts and paths as Rule documents (a RegularExpression path
-//     compiles); exactly one of Pool (an existing pool), Redirect and
-//     FixedStatus (200-599); Rewrite and RequestHeaders only with a Pool;
-//     Ports listener ports, given once; Method, header and query parameter
-//     names, and the header names of filters HTTP tokens, each named once
-//     in its list (header names case-insensitively); regular expressions
-//     that compile; no control characters in values; redirects with status
-//     301, 302, 303, 307 or 308, scheme http or https, a host name, a port 1-65535; path
-//     modifiers ReplaceFullPath (a path) or ReplacePrefixMatch (empty or a
-//     path, on Prefix rules only); no two rules that match the same
-//     requests (MatchKey);
-//   - members: IP addresses without zone, ports 1-65535, weights 0-256;
-//   - a pool's invalid weight 0-256, and not 0 only on the shared pools of
-//     a Gateway's L7 that no SNI route names.
-//
-// The canonical form: Kind empty for L4, IP addresses in their shortest
-// form (IPv4-mapped IPv6 as IPv4), listeners, pools, members, rules and
-// certificates sorted (SortListeners, SortPools, SortMembers, SortRules,
-// SortSNI, TLS by Secret, hosts by name), duplicate members merged, and a named
-// pool's members never nil; member weight 1 as 0 (the same); in rules and
-// certificates, ports sorted, header and query matches and filter headers
-// sorted by name, and empty lists and filters nil. Equal normalized rules
-// are Rule.Equal. The error is an *InvalidModelError.
+// Normalize checks lb against the rules of the model (normalize and the
+// checks it calls, one per part) and returns a copy of it in canonical
+// form: sorted, addresses in their shortest form, duplicate members merged,
+// defaults and empty lists spelled one way, so that two models that mean
+// the same compare equal (SameModel). lb itself is not modified. It is the
+// one check of a model: Validated runs it before every Ensure, so a
+// provider receives only models that passed it. The error is an
+// *InvalidModelError.
 func Normalize(lb *LoadBalancer) (*LoadBalancer, error) {
 	if lb == nil {
 		return nil, &InvalidModelError{Err: errors.New("no load balancer")}
