@@ -326,6 +326,19 @@ type Member struct {
 	Weight int32 `json:"weight,omitempty"`
 }
 
+// WeightGCD returns the greatest common divisor of weights (0 when all are
+// 0): dividing every weight of a set by it keeps their proportions in the
+// smallest numbers, as the providers and the builder that scale weights do.
+func WeightGCD(weights ...int32) int32 {
+	g := int32(0)
+	for _, w := range weights {
+		for w != 0 {
+			g, w = w, g%w
+		}
+	}
+	return g
+}
+
 // SortMembers sorts members by IP (numerically) then port, and drops
 // duplicates; an enabled duplicate wins over a disabled one.
 func SortMembers(members []Member) []Member {

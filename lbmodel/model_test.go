@@ -134,3 +134,21 @@ func TestNaming_l7NamesNeverTakeL4Names(t *testing.T) {
 		t.Errorf("CertificateName = %q, want %q", got, want)
 	}
 }
+
+func TestWeightGCD(t *testing.T) {
+	for _, c := range []struct {
+		weights []int32
+		want    int32
+	}{
+		{nil, 0},
+		{[]int32{0, 0}, 0},
+		{[]int32{0, 6}, 6},
+		{[]int32{256, 128, 64}, 64},
+		{[]int32{6, 4, 9}, 1},
+		{[]int32{70, 30, 0}, 10},
+	} {
+		if got := WeightGCD(c.weights...); got != c.want {
+			t.Errorf("WeightGCD(%v) = %d, want %d", c.weights, got, c.want)
+		}
+	}
+}

@@ -93,7 +93,7 @@ func (k Key) String() string { return netip.AddrPortFrom(k.VIP, uint16(k.Port)).
 // member is a member as the table holds it.
 type member struct {
 	addr    netip.AddrPort
-	weight  int // 1-256
+	weight  int32 // 1-256
 	enabled bool
 }
 
@@ -356,7 +356,7 @@ func (t *Table) Served(ctx context.Context) (map[Key][]lbmodel.Member, error) {
 	for k, l := range st.listeners {
 		members := []lbmodel.Member{}
 		for _, m := range l.members {
-			w := int32(m.weight)
+			w := m.weight
 			if w == 1 {
 				w = 0
 			}
@@ -386,7 +386,7 @@ func contentOf(members []lbmodel.Member) content {
 	c := make(content, 0, len(members))
 	for _, m := range members {
 		a := netip.MustParseAddr(m.IP).Unmap()
-		w := int(m.Weight)
+		w := m.Weight
 		if w == 0 {
 			w = 1
 		}
@@ -400,10 +400,10 @@ func contentOf(members []lbmodel.Member) content {
 // enabled member weight/g times, g the greatest common divisor of the
 // enabled members' weights.
 func (c content) slots() []netip.AddrPort {
-	g := 0
+	g := int32(0)
 	for _, m := range c {
 		if m.enabled {
-			g = gcd(g, m.weight)
+			g = lbmodel.WeightGCD(g, m.weight)
 		}
 	}
 	var out []netip.AddrPort
@@ -415,13 +415,6 @@ func (c content) slots() []netip.AddrPort {
 		}
 	}
 	return out
-}
-
-func gcd(a, b int) int {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
 }
 
 // chainName is the chain of listener k: u4-<VIP in hex>-<port>, or u6-.
@@ -505,7 +498,7 @@ func addListener(tx *knftables.Transaction, k Key, c content) {
 	tx.Flush(&knftables.Map{Name: slotsMap(chain)})
 	for _, m := range c {
 		tx.Add(&knftables.Element{Map: membersMap(chain), Key: []string{m.addr.Addr().String(), strconv.Itoa(int(m.addr.Port()))},
-			Value: []string{strconv.Itoa(m.weight)}})
+			Value: []string{strconv.Itoa(int(m.weight))}})
 	}
 	slots := c.slots()
 	for i, a := range slots {
@@ -667,11 +660,11 @@ func parseState(data []byte) (state, error) {
 				if err != nil {
 					return state{}, fmt.Errorf("map %s: %w", membersMap(chain), err)
 				}
-				w, err := strconv.Atoi(strings.Join(me[1], ""))
+				w, err := strconv.ParseInt(strings.Join(me[1], ""), 10, 32)
 				if err != nil {
 					return state{}, fmt.Errorf("%w: map %s: weight %q", errParse, membersMap(chain), me[1])
 				}
-				l.members = append(l.members, member{addr: a, weight: w, enabled: enabled[a]})
+				l.members = append(l.members, member{addr: a, weight: int32(w), enabled: enabled[a]})
 			}
 			slices.SortFunc(l.members, func(a, b member) int { return a.addr.Compare(b.addr) })
 			s.listeners[k] = l

@@ -48,7 +48,7 @@ func weighted(valid []backend, groups [][]lbmodel.Member, invalid int32) ([]lbmo
 	if !same {
 		g := invalidWeight
 		for _, m := range out {
-			g = gcd(g, m.Weight)
+			g = lbmodel.WeightGCD(g, m.Weight)
 		}
 		for i := range out {
 			out[i].Weight /= g
@@ -56,11 +56,4 @@ func weighted(valid []backend, groups [][]lbmodel.Member, invalid int32) ([]lbmo
 		invalidWeight /= g
 	}
 	return lbmodel.SortMembers(out), invalidWeight
-}
-
-func gcd(a, b int32) int32 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
 }

@@ -218,7 +218,7 @@ func splitPool(p lbmodel.Pool) ([]subPool, error) {
 			}
 		}
 		sp := subPool{name: lbmodel.Shorten(name, maxNameLength), weight: w, members: ms, ratio: w * enabled}
-		most, g = max(most, sp.ratio), gcd(g, sp.ratio)
+		most, g = max(most, sp.ratio), lbmodel.WeightGCD(g, sp.ratio)
 		out = append(out, sp)
 	}
 	if most > maxRatio {
@@ -232,13 +232,6 @@ func splitPool(p lbmodel.Pool) ([]subPool, error) {
 	}
 	slices.SortFunc(out, func(a, b subPool) int { return cmp.Compare(a.name, b.name) })
 	return out, nil
-}
-
-func gcd(a, b int32) int32 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
 }
 
 // planGatewayPools lays out the pools of a Gateway's load balancer as pool
