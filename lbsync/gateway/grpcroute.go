@@ -46,15 +46,9 @@ func checkGRPCRule(rule *gatewayv1.GRPCRouteRule) (gatewayv1.RouteConditionReaso
 // grpcFilters returns the header filters of a GRPCRoute rule (and of its
 // single backendRef), or says which npl-lbsync cannot serve.
 func grpcFilters(rule *gatewayv1.GRPCRouteRule) (request, response *lbmodel.HeaderFilter, err error) {
-	all := slices.Clone(rule.Filters)
-	for _, br := range rule.BackendRefs {
-		if len(br.Filters) == 0 {
-			continue
-		}
-		if len(rule.BackendRefs) > 1 {
-			return nil, nil, fmt.Errorf("filters of one backendRef among several are not supported")
-		}
-		all = append(all, br.Filters...)
+	all, err := backendFilters(rule.Filters, rule.BackendRefs, func(br gatewayv1.GRPCBackendRef) []gatewayv1.GRPCRouteFilter { return br.Filters })
+	if err != nil {
+		return nil, nil, err
 	}
 	seen := map[gatewayv1.GRPCRouteFilterType]bool{}
 	for _, f := range all {

@@ -71,15 +71,9 @@ type filters struct {
 // into the model's, or says which npl-lbsync cannot serve.
 func ruleFilters(rule *gatewayv1.HTTPRouteRule) (filters, error) {
 	var f filters
-	all := slices.Clone(rule.Filters)
-	for _, br := range rule.BackendRefs {
-		if len(br.Filters) == 0 {
-			continue
-		}
-		if len(rule.BackendRefs) > 1 {
-			return f, fmt.Errorf("filters of one backendRef among several are not supported")
-		}
-		all = append(all, br.Filters...)
+	all, err := backendFilters(rule.Filters, rule.BackendRefs, func(br gatewayv1.HTTPBackendRef) []gatewayv1.HTTPRouteFilter { return br.Filters })
+	if err != nil {
+		return f, err
 	}
 	seen := map[gatewayv1.HTTPRouteFilterType]bool{}
 	for _, flt := range all {

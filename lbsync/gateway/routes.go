@@ -3,6 +3,7 @@ package gateway
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,62 +56,93 @@ func (r *routeView) hasHostnames() bool { return r.kind != KindTCPRoute && r.kin
 // routeOf returns the route of one of the route objects npl-lbsync reads,
 // nil for anything else.
 func routeOf(obj any) *routeView {
+	var r *routeView
 	switch o := obj.(type) {
 	case *gatewayv1.HTTPRoute:
 		if o == nil {
 			return nil
 		}
-		r := &routeView{kind: KindHTTPRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, hostnames: o.Spec.Hostnames, http: o, status: &o.Status.RouteStatus}
+		r = &routeView{kind: KindHTTPRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, hostnames: o.Spec.Hostnames, http: o, status: &o.Status.RouteStatus}
 		for _, rule := range o.Spec.Rules {
-			refs := make([]gatewayv1.BackendRef, 0, len(rule.BackendRefs))
-			for _, br := range rule.BackendRefs {
-				refs = append(refs, br.BackendRef)
-			}
-			r.backendRefs = append(r.backendRefs, refs)
+			r.backendRefs = append(r.backendRefs, backendRefs(rule.BackendRefs))
 		}
-		return r
 	case *gatewayv1.GRPCRoute:
 		if o == nil {
 			return nil
 		}
-		r := &routeView{kind: KindGRPCRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, hostnames: o.Spec.Hostnames, grpc: o, status: &o.Status.RouteStatus}
+		r = &routeView{kind: KindGRPCRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, hostnames: o.Spec.Hostnames, grpc: o, status: &o.Status.RouteStatus}
 		for _, rule := range o.Spec.Rules {
-			refs := make([]gatewayv1.BackendRef, 0, len(rule.BackendRefs))
-			for _, br := range rule.BackendRefs {
-				refs = append(refs, br.BackendRef)
-			}
-			r.backendRefs = append(r.backendRefs, refs)
+			r.backendRefs = append(r.backendRefs, backendRefs(rule.BackendRefs))
 		}
-		return r
 	case *gatewayv1.TCPRoute:
 		if o == nil {
 			return nil
 		}
-		r := &routeView{kind: KindTCPRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, tcp: o, status: &o.Status.RouteStatus}
+		r = &routeView{kind: KindTCPRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, tcp: o, status: &o.Status.RouteStatus}
 		for _, rule := range o.Spec.Rules {
-			r.backendRefs = append(r.backendRefs, rule.BackendRefs)
+			r.backendRefs = append(r.backendRefs, backendRefs(rule.BackendRefs))
 		}
-		return r
 	case *gatewayv1.UDPRoute:
 		if o == nil {
 			return nil
 		}
-		r := &routeView{kind: KindUDPRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, udp: o, status: &o.Status.RouteStatus}
+		r = &routeView{kind: KindUDPRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, udp: o, status: &o.Status.RouteStatus}
 		for _, rule := range o.Spec.Rules {
-			r.backendRefs = append(r.backendRefs, rule.BackendRefs)
+			r.backendRefs = append(r.backendRefs, backendRefs(rule.BackendRefs))
 		}
-		return r
 	case *gatewayv1.TLSRoute:
 		if o == nil {
 			return nil
 		}
-		r := &routeView{kind: KindTLSRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, hostnames: o.Spec.Hostnames, tls: o, status: &o.Status.RouteStatus}
+		r = &routeView{kind: KindTLSRoute, meta: &o.ObjectMeta, parents: o.Spec.ParentRefs, hostnames: o.Spec.Hostnames, tls: o, status: &o.Status.RouteStatus}
 		for _, rule := range o.Spec.Rules {
-			r.backendRefs = append(r.backendRefs, rule.BackendRefs)
+			r.backendRefs = append(r.backendRefs, backendRefs(rule.BackendRefs))
 		}
-		return r
 	}
-	return nil
+	return r
+}
+
+// backendRef is a backendRef of any route kind: HTTPRoute's and
+// GRPCRoute's hold a BackendRef and filters of their kind.
+type backendRef interface {
+	gatewayv1.HTTPBackendRef | gatewayv1.GRPCBackendRef | gatewayv1.BackendRef
+}
+
+// backendRefs returns the BackendRef of each of refs, the backendRefs of
+// one rule of any route kind: what attachment, backend resolution and
+// Backends read of them. The filters of an HTTPRoute's or GRPCRoute's are
+// its rule's (backendFilters).
+func backendRefs[Ref backendRef](refs []Ref) []gatewayv1.BackendRef {
+	out := make([]gatewayv1.BackendRef, 0, len(refs))
+	for _, ref := range refs {
+		switch r := any(ref).(type) {
+		case gatewayv1.HTTPBackendRef:
+			out = append(out, r.BackendRef)
+		case gatewayv1.GRPCBackendRef:
+			out = append(out, r.BackendRef)
+		case gatewayv1.BackendRef:
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// backendFilters returns the filters of a rule followed by those of its
+// backendRefs (filtersOf reads them): npl-lbsync serves a backendRef's
+// filters as its rule's, so only on a rule with one backendRef.
+func backendFilters[Filter, Ref any](filters []Filter, refs []Ref, filtersOf func(Ref) []Filter) ([]Filter, error) {
+	all := slices.Clone(filters)
+	for _, ref := range refs {
+		f := filtersOf(ref)
+		if len(f) == 0 {
+			continue
+		}
+		if len(refs) > 1 {
+			return nil, fmt.Errorf("filters of one backendRef among several are not supported")
+		}
+		all = append(all, f...)
+	}
+	return all, nil
 }
 
 // RouteKind returns the kind of a route object npl-lbsync reads
