@@ -547,14 +547,12 @@ func TestProvider_gatewayRepairsRulesChangedByHand(t *testing.T) {
 	ps.HTTPRequestPolicy.Rules[0].Match.Query = &models.QueryMatch{MatchCriteria: ptr("QUERY_MATCH_CONTAINS"), MatchStr: []string{"a=b"}}
 	ps.HTTPRequestPolicy.Rules[5].Enable = ptr(false)
 	ctx := context.Background()
-	s, err := f.p.acquire(ctx)
+	s, done, err := f.p.session(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	unbind := s.auth.bind(ctx)
 	_, err = update(s, httpPolicyKind.typ, deref(ps.UUID), ps)
-	unbind()
-	f.p.release(s)
+	done()
 	if err != nil {
 		t.Fatalf("change the policy set by hand: %v", err)
 	}

@@ -145,12 +145,11 @@ func (p *Provider) ensureL7(ctx context.Context, lb *lbmodel.LoadBalancer) (prov
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
 	}
-	s, err := p.acquire(ctx)
+	s, done, err := p.session(ctx)
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
 	}
-	defer p.release(s)
-	defer s.auth.bind(ctx)()
+	defer done()
 	log := klog.FromContext(ctx).WithValues("loadBalancer", lb.Name)
 
 	var wantGroups map[string]bool

@@ -144,6 +144,16 @@ func (p *Provider) acquire(ctx context.Context) (*aviSession, error) {
 
 func (p *Provider) release(s *aviSession) { p.idle <- s }
 
+// session takes a session for one operation (acquire) and binds ctx to its
+// requests; done unbinds it and gives it back.
+func (p *Provider) session(ctx context.Context) (s *aviSession, done func(), err error) {
+	if s, err = p.acquire(ctx); err != nil {
+		return nil, nil, err
+	}
+	unbind := s.auth.bind(ctx)
+	return s, func() { unbind(); p.release(s) }, nil
+}
+
 // Close logs the idle sessions out and closes idle connections.
 func (p *Provider) Close() error {
 	for {
@@ -343,12 +353,11 @@ func (p *Provider) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (provid
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
 	}
-	s, err := p.acquire(ctx)
+	s, done, err := p.session(ctx)
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
 	}
-	defer p.release(s)
-	defer s.auth.bind(ctx)()
+	defer done()
 	log := klog.FromContext(ctx).WithValues("loadBalancer", lb.Name)
 
 	cur, err := p.read(s, want.name, want.poolNames())
@@ -439,12 +448,11 @@ func removePools(s *aviSession, log klog.Logger, pools []*models.Pool) error {
 // load balancer name, in that order, and for an L7 load balancer its HTTP
 // policy set and certificates too; what does not exist is skipped.
 func (p *Provider) Delete(ctx context.Context, name string, kind lbmodel.Kind) error {
-	s, err := p.acquire(ctx)
+	s, done, err := p.session(ctx)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
-	defer p.release(s)
-	defer s.auth.bind(ctx)()
+	defer done()
 	log := klog.FromContext(ctx).WithValues("loadBalancer", name)
 
 	var victims []victim
@@ -497,12 +505,11 @@ func (p *Provider) l4Victims(s *aviSession, name string) ([]victim, error) {
 // cluster). Objects left without their virtual service (after a failed
 // delete) still form a load balancer, so that garbage collection finds them.
 func (p *Provider) List(ctx context.Context) ([]lbmodel.LoadBalancer, error) {
-	s, err := p.acquire(ctx)
+	s, done, err := p.session(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list: %w", err)
 	}
-	defer p.release(s)
-	defer s.auth.bind(ctx)()
+	defer done()
 
 	ours := url.Values{"created_by": {p.owner}}
 	vss, err := list[models.VirtualService](s, vsKind.typ, ours)
