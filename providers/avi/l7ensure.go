@@ -1,7 +1,6 @@
 package avi
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"net"
@@ -137,21 +136,10 @@ func readParts[T any](s *aviSession, k objKind[T], lbName string, query url.Valu
 	return current, stale, nil
 }
 
-// ensureL7 makes the controller's objects match an L7 load balancer: VsVip,
-// pools, certificates, HTTP policy set, virtual service, then it deletes the
-// certificates and pools no longer wanted. Objects in sync cost no write.
-func (p *Provider) ensureL7(ctx context.Context, lb *lbmodel.LoadBalancer) (providers.Status, error) {
-	want, err := p.planL7(lb)
-	if err != nil {
-		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
-	}
-	s, done, err := p.session(ctx)
-	if err != nil {
-		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
-	}
-	defer done()
-	log := klog.FromContext(ctx).WithValues("loadBalancer", lb.Name)
-
+// ensureL7 makes the objects of L7 load balancer lb match want, its plan:
+// VsVip, pools, certificates, HTTP policy set, virtual service, then it
+// deletes the certificates and pools no longer wanted.
+func (p *Provider) ensureL7(s *aviSession, log klog.Logger, lb *lbmodel.LoadBalancer, want *l7Layout) (providers.Status, error) {
 	var wantGroups map[string]bool
 	if lb.Gateway != "" {
 		wantGroups = want.groupNames()

@@ -337,29 +337,42 @@ func (p *Provider) read(s *aviSession, name string, wanted map[string]bool) (*cu
 	return cur, nil
 }
 
-// Ensure makes the controller's objects match lb: VsVip, then pools, policy
-// set and virtual service, then it deletes pools no longer wanted. Objects
-// already in sync cost no write, so a membership change is one PUT of the
-// pool. An error leaves everything else as it was; calling again converges.
+// Ensure makes the controller's objects match lb (ensureL4, ensureL7).
+// Objects already in sync cost no write, so a membership change is one PUT
+// of a pool. An error leaves everything else as it was; calling again
+// converges.
 func (p *Provider) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (providers.Status, error) {
-	// Nothing is written of a model it cannot express whole.
+	// Nothing is written of a model it cannot express whole, and the plan
+	// makes no call: a model refused costs no session.
 	if err := supported(lb); err != nil {
 		return providers.Status{}, fmt.Errorf("ensure %s: Avi: %w", lb.Name, err)
 	}
+	var ensure func(*aviSession, klog.Logger) (providers.Status, error)
 	if lb.IsL7() {
-		return p.ensureL7(ctx, lb)
-	}
-	want, err := p.plan(lb)
-	if err != nil {
-		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
+		want, err := p.planL7(lb)
+		if err != nil {
+			return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
+		}
+		ensure = func(s *aviSession, log klog.Logger) (providers.Status, error) { return p.ensureL7(s, log, lb, want) }
+	} else {
+		want, err := p.plan(lb)
+		if err != nil {
+			return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
+		}
+		ensure = func(s *aviSession, log klog.Logger) (providers.Status, error) { return p.ensureL4(s, log, want) }
 	}
 	s, done, err := p.session(ctx)
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
 	}
 	defer done()
-	log := klog.FromContext(ctx).WithValues("loadBalancer", lb.Name)
+	return ensure(s, klog.FromContext(ctx).WithValues("loadBalancer", lb.Name))
+}
 
+// ensureL4 makes the objects of an L4 load balancer match want: VsVip, then
+// pools, policy set and virtual service, then it deletes pools no longer
+// wanted.
+func (p *Provider) ensureL4(s *aviSession, log klog.Logger, want *layout) (providers.Status, error) {
 	cur, err := p.read(s, want.name, want.poolNames())
 	if err != nil {
 		return providers.Status{}, err
