@@ -7,12 +7,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,7 +22,6 @@ import (
 	"github.com/nodeportlocal/npl/agent/portalloc"
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/internal/cli"
-	"github.com/nodeportlocal/npl/internal/serve"
 )
 
 func main() {
@@ -126,27 +122,19 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	logger := klog.FromContext(ctx).WithValues("node", o.nodeName)
-	ctx = klog.NewContext(ctx, logger)
+	d := cli.StartDaemon(ctx, "node", o.nodeName)
+	defer d.Stop()
+	ctx, reg := d.Ctx, d.Registry
 
-	restCfg, err := cli.RESTConfig(*o.kubeconfig, "npl-agent/"+o.nodeName)
+	_, client, err := cli.KubeClient(*o.kubeconfig, "npl-agent/"+o.nodeName, o.apiQPS, o.apiBurst)
 	if err != nil {
-		return cli.Usagef("%v", err)
-	}
-	restCfg.QPS, restCfg.Burst = o.apiQPS, o.apiBurst
-	client, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		return cli.Usagef("kubernetes client: %v", err)
+		return err
 	}
 	families, err := nodeFamilies(ctx, client, o.nodeName, pref)
 	if err != nil {
 		return err
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := controller.NewMetrics(reg)
 
 	alloc, err := portalloc.New(rng, portalloc.SocketReserver{})
@@ -172,22 +160,19 @@ func run(ctx context.Context, o *options) error {
 		NodeName: o.nodeName, PortRange: rng, NodeIPPreference: pref, Workers: o.workers, RetiredPortGrace: o.retiredGrace,
 	}, client, alloc, paths, metrics)
 
-	if err := serve.Listen(ctx, "metrics", o.metricsAddr, serve.Metrics(reg)); err != nil {
-		return cli.Usagef("%v", err)
-	}
 	ready := func() error {
 		if !ctrl.Ready() {
 			return fmt.Errorf("restoring mappings")
 		}
 		return nil
 	}
-	if err := serve.Listen(ctx, "health", o.healthAddr, serve.Probes(nil, ready)); err != nil {
-		return cli.Usagef("%v", err)
+	if err := d.Serve(o.metricsAddr, nil, o.healthAddr, ready); err != nil {
+		return err
 	}
 	for _, s := range syncers {
 		go s.Run(ctx)
 	}
-	logger.Info("Starting npl-agent", "portRange", rng.String(), "families", families)
+	d.Log.Info("Starting npl-agent", "portRange", rng.String(), "families", families)
 	// Rules stay in place on exit, so traffic keeps flowing while the agent
 	// restarts; `npl-agent cleanup` removes them on uninstall.
 	return ctrl.Run(ctx)

@@ -10,13 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
-	"os/signal"
-	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
@@ -141,28 +138,23 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return cli.Usagef("listen on %s: %v", o.listen, err)
 	}
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	e.Register(reg)
-	mux := serve.Metrics(reg)
-	mux.Handle("/healthz", serve.Probes(nil, nil))
-	if err := serve.Listen(ctx, "metrics", o.metricsAddr, mux); err != nil {
-		return cli.Usagef("%v", err)
+	d := cli.StartDaemon(ctx)
+	defer d.Stop()
+	ctx = d.Ctx
+	e.Register(d.Registry)
+	// One listener: /healthz beside the metrics.
+	if err := d.Serve(o.metricsAddr, map[string]http.Handler{"/healthz": serve.Probes(nil, nil)}, "", nil); err != nil {
+		return err
 	}
-	klog.FromContext(ctx).Info("Starting npl-edge", "listen", ln.Addr().String(), "stateDir", o.dir, "udp", e.Status(ctx).UDP, "attached", host != nil)
+	d.Log.Info("Starting npl-edge", "listen", ln.Addr().String(), "stateDir", o.dir, "udp", e.Status(ctx).UDP, "attached", host != nil)
 	runDone := make(chan error, 1)
 	go func() { runDone <- e.Run(ctx) }()
 	serveErr := e.Serve(ctx, ln, tlsConfig)
-	stop()
+	d.Stop()
 	runErr := <-runDone
 	return errors.Join(serveErr, runErr)
 }
 
-// udpTable returns the table that serves UDP listeners, or nil when they
-// are not served (mode off, or auto where nftables cannot work: said in
-// the log).
 // checkListen refuses an API address without a host: an API on every
 // address would take its port on the VIPs too, where HAProxy binds them.
 func checkListen(addr string) error {
@@ -176,6 +168,9 @@ func checkListen(addr string) error {
 	return nil
 }
 
+// udpTable returns the table that serves UDP listeners, or nil when they
+// are not served (mode off, or auto where nftables cannot work: said in
+// the log).
 func udpTable(ctx context.Context, mode string, resync time.Duration) (*udp.Table, error) {
 	log := klog.FromContext(ctx)
 	switch mode {

@@ -9,15 +9,12 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/signal"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -29,7 +26,6 @@ import (
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/nodeportlocal/npl/internal/cli"
-	"github.com/nodeportlocal/npl/internal/serve"
 	"github.com/nodeportlocal/npl/lbsync/config"
 	"github.com/nodeportlocal/npl/lbsync/controller"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
@@ -111,22 +107,15 @@ func run(ctx context.Context, o *options) error {
 	if o.leaderElect && (o.leaseDuration <= o.renewDeadline || o.renewDeadline <= o.retryPeriod || o.retryPeriod <= 0) {
 		return cli.Usagef("leader election needs lease duration > renew deadline > retry period > 0")
 	}
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	logger := klog.FromContext(ctx)
+	d := cli.StartDaemon(ctx)
+	defer d.Stop()
+	ctx, logger, reg := d.Ctx, d.Log, d.Registry
 
-	restCfg, err := cli.RESTConfig(*o.kubeconfig, "npl-lbsync")
+	restCfg, client, err := cli.KubeClient(*o.kubeconfig, "npl-lbsync", o.apiQPS, o.apiBurst)
 	if err != nil {
-		return cli.Usagef("%v", err)
-	}
-	restCfg.QPS, restCfg.Burst = o.apiQPS, o.apiBurst
-	client, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		return cli.Usagef("kubernetes client: %v", err)
+		return err
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := controller.NewMetrics(reg)
 	var leading sync.Map
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "npl_lbsync_leader", Help: "1 when this replica is the leader."},
@@ -161,12 +150,9 @@ func run(ctx context.Context, o *options) error {
 		}
 	}
 
-	metricsMux := serve.Metrics(reg)
+	handlers := map[string]http.Handler{}
 	if h, ok := providers.Unwrap(provider).(interface{ Handler() http.Handler }); ok {
-		metricsMux.Handle("/providers/", h.Handler())
-	}
-	if err := serve.Listen(ctx, "metrics", o.metricsAddr, metricsMux); err != nil {
-		return cli.Usagef("%v", err)
+		handlers["/providers/"] = h.Handler()
 	}
 	var webhookServing atomic.Bool
 	ready := func() error {
@@ -184,8 +170,8 @@ func run(ctx context.Context, o *options) error {
 		}
 		return nil
 	}
-	if err := serve.Listen(ctx, "health", o.healthAddr, serve.Probes(nil, ready)); err != nil {
-		return cli.Usagef("%v", err)
+	if err := d.Serve(o.metricsAddr, handlers, o.healthAddr, ready); err != nil {
+		return err
 	}
 
 	logger.Info("Starting npl-lbsync", "cluster", cfg.ClusterName(), "provider", cfg.ProviderName(), "serviceType", cfg.ServiceType())

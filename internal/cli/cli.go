@@ -1,6 +1,7 @@
-// Package cli holds the command-line plumbing the three binaries share: the
-// --version, --kubeconfig and -v flags, and the exit codes (2 for a bad flag
-// or configuration, with one clear line).
+// Package cli holds the command-line plumbing the binaries share: the
+// --version, --kubeconfig and -v flags, the exit codes (2 for a bad flag or
+// configuration, with one clear line), the Kubernetes client, and the start
+// of the long-running ones (Daemon: signals, logger, metrics and probes).
 package cli
 
 import (
