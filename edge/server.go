@@ -44,7 +44,7 @@ func (e *Edge) handlePut(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("%w: load balancer %s: body: %v", ErrInvalid, name, err))
 		return
 	}
-	lb := req.LoadBalancer.Model()
+	lb := req.Model()
 	if err := AttachCertificates(lb, req.Certificates); err != nil {
 		writeError(w, err)
 		return
