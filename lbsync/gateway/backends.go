@@ -18,22 +18,12 @@ import (
 // backendRef resolves one backendRef to its Service port, or says why it
 // is invalid.
 func (b *build) backendRef(rt *routeView, ref gatewayv1.BackendRef) (backend, gatewayv1.RouteConditionReason, string) {
-	group, kind := "", KindService
-	if ref.Group != nil {
-		group = string(*ref.Group)
+	r := refOf(ref.Group, ref.Kind, ref.Namespace, ref.Name, KindService, rt.meta.Namespace)
+	id := r.String()
+	if !r.is(KindService) {
+		return backend{}, gatewayv1.RouteReasonInvalidKind, fmt.Sprintf("backendRef %s: kind %s/%s is not a Service", id, r.group, r.kind)
 	}
-	if ref.Kind != nil {
-		kind = string(*ref.Kind)
-	}
-	ns := rt.meta.Namespace
-	if ref.Namespace != nil {
-		ns = string(*ref.Namespace)
-	}
-	id := ns + "/" + string(ref.Name)
-	if (group != "" && group != "core") || kind != KindService {
-		return backend{}, gatewayv1.RouteReasonInvalidKind, fmt.Sprintf("backendRef %s: kind %s/%s is not a Service", id, group, kind)
-	}
-	if ns != rt.meta.Namespace && !b.granted(Group, rt.kind, rt.meta.Namespace, "", KindService, ns, string(ref.Name)) {
+	if !b.allowed(rt.kind, rt.meta.Namespace, r) {
 		return backend{}, gatewayv1.RouteReasonRefNotPermitted, fmt.Sprintf("backendRef %s: no ReferenceGrant allows it", id)
 	}
 	svc := b.services[id]

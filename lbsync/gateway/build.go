@@ -298,17 +298,52 @@ func (b *build) acceptedCondition(ls []*listener, addrErr string) metav1.Conditi
 	return b.cond(typ, true, string(gatewayv1.GatewayReasonAccepted), "Accepted by npl-lbsync", gen)
 }
 
-// granted reports whether a ReferenceGrant in toNS allows the reference.
-func (b *build) granted(fromGroup, fromKind, fromNS, toGroup, toKind, toNS, toName string) bool {
+// objectRef is a reference of a route or a Gateway to an object (a
+// backendRef, a certificateRef), what it leaves out defaulted.
+type objectRef struct {
+	group, kind, namespace, name string
+}
+
+// refOf returns the reference of these fields of a backendRef or
+// certificateRef: of kind and in namespace (the referrer's) unless they
+// say otherwise.
+func refOf(group *gatewayv1.Group, kind *gatewayv1.Kind, namespace *gatewayv1.Namespace, name gatewayv1.ObjectName,
+	defaultKind, defaultNamespace string) objectRef {
+	r := objectRef{kind: defaultKind, namespace: defaultNamespace, name: string(name)}
+	if group != nil {
+		r.group = string(*group)
+	}
+	if kind != nil {
+		r.kind = string(*kind)
+	}
+	if namespace != nil {
+		r.namespace = string(*namespace)
+	}
+	return r
+}
+
+// String is "namespace/name".
+func (r objectRef) String() string { return r.namespace + "/" + r.name }
+
+// is reports whether r names an object of kind of the core group.
+func (r objectRef) is(kind string) bool { return (r.group == "" || r.group == "core") && r.kind == kind }
+
+// allowed reports whether an object of fromKind (of the Gateway API group)
+// in fromNS may refer to r: r is in fromNS, or a ReferenceGrant in r's
+// namespace allows it.
+func (b *build) allowed(fromKind, fromNS string, r objectRef) bool {
+	if r.namespace == fromNS {
+		return true
+	}
 	for _, g := range b.in.ReferenceGrants {
-		if g == nil || g.Namespace != toNS {
+		if g == nil || g.Namespace != r.namespace {
 			continue
 		}
 		from := slices.ContainsFunc(g.Spec.From, func(f gatewayv1.ReferenceGrantFrom) bool {
-			return string(f.Group) == fromGroup && string(f.Kind) == fromKind && string(f.Namespace) == fromNS
+			return string(f.Group) == Group && string(f.Kind) == fromKind && string(f.Namespace) == fromNS
 		})
 		to := slices.ContainsFunc(g.Spec.To, func(t gatewayv1.ReferenceGrantTo) bool {
-			return string(t.Group) == toGroup && string(t.Kind) == toKind && (t.Name == nil || string(*t.Name) == toName)
+			return string(t.Group) == "" && string(t.Kind) == r.kind && (t.Name == nil || string(*t.Name) == r.name)
 		})
 		if from && to {
 			return true

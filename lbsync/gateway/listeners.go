@@ -208,23 +208,13 @@ func (b *build) listenerCerts(l *listener) {
 		return
 	}
 	for _, ref := range l.spec.TLS.CertificateRefs {
-		group, kind := "", KindSecret
-		if ref.Group != nil {
-			group = string(*ref.Group)
-		}
-		if ref.Kind != nil {
-			kind = string(*ref.Kind)
-		}
-		ns := b.gw.Namespace
-		if ref.Namespace != nil {
-			ns = string(*ref.Namespace)
-		}
-		id := ns + "/" + string(ref.Name)
-		if (group != "" && group != "core") || kind != KindSecret {
-			fail(gatewayv1.ListenerReasonInvalidCertificateRef, fmt.Sprintf("certificateRef %s %s/%s is not a Secret", id, group, kind))
+		r := refOf(ref.Group, ref.Kind, ref.Namespace, ref.Name, KindSecret, b.gw.Namespace)
+		id := r.String()
+		if !r.is(KindSecret) {
+			fail(gatewayv1.ListenerReasonInvalidCertificateRef, fmt.Sprintf("certificateRef %s %s/%s is not a Secret", id, r.group, r.kind))
 			continue
 		}
-		if ns != b.gw.Namespace && !b.granted(Group, KindGateway, b.gw.Namespace, "", KindSecret, ns, string(ref.Name)) {
+		if !b.allowed(KindGateway, b.gw.Namespace, r) {
 			fail(gatewayv1.ListenerReasonRefNotPermitted, fmt.Sprintf("Secret %s: no ReferenceGrant allows it", id))
 			continue
 		}

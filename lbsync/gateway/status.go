@@ -134,14 +134,9 @@ func Backends(obj any) []ServiceRef {
 	seen := map[ServiceRef]bool{}
 	for _, refs := range rt.backendRefs {
 		for _, br := range refs {
-			if (br.Group != nil && *br.Group != "" && *br.Group != "core") || (br.Kind != nil && *br.Kind != KindService) {
-				continue
+			if r := refOf(br.Group, br.Kind, br.Namespace, br.Name, KindService, rt.meta.Namespace); r.is(KindService) {
+				seen[ServiceRef{Namespace: r.namespace, Name: r.name}] = true
 			}
-			ns := rt.meta.Namespace
-			if br.Namespace != nil {
-				ns = string(*br.Namespace)
-			}
-			seen[ServiceRef{Namespace: ns, Name: string(br.Name)}] = true
 		}
 	}
 	out := make([]ServiceRef, 0, len(seen))
