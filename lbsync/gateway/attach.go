@@ -16,17 +16,21 @@ import (
 // NamesGateway reports whether a parentRef of a route in routeNamespace
 // names the Gateway namespace/name.
 func NamesGateway(routeNamespace string, ref gatewayv1.ParentReference, namespace, name string) bool {
-	if ref.Group != nil && string(*ref.Group) != Group {
-		return false
+	ns, n, ok := gatewayOf(routeNamespace, ref)
+	return ok && ns == namespace && n == name
+}
+
+// gatewayOf returns the Gateway a parentRef of a route in routeNamespace
+// names; ok is false when it names no Gateway.
+func gatewayOf(routeNamespace string, ref gatewayv1.ParentReference) (namespace, name string, ok bool) {
+	if (ref.Group != nil && string(*ref.Group) != Group) || (ref.Kind != nil && string(*ref.Kind) != KindGateway) {
+		return "", "", false
 	}
-	if ref.Kind != nil && string(*ref.Kind) != KindGateway {
-		return false
-	}
-	ns := routeNamespace
+	namespace = routeNamespace
 	if ref.Namespace != nil {
-		ns = string(*ref.Namespace)
+		namespace = string(*ref.Namespace)
 	}
-	return ns == namespace && string(ref.Name) == name
+	return namespace, string(ref.Name), true
 }
 
 // attachment is where a route is served: per listener port, its hosts.

@@ -156,14 +156,8 @@ func Gateways(obj any) []string {
 	}
 	var out []string
 	for _, ref := range rt.parents {
-		if (ref.Group != nil && string(*ref.Group) != Group) || (ref.Kind != nil && string(*ref.Kind) != KindGateway) {
-			continue
-		}
-		ns := rt.meta.Namespace
-		if ref.Namespace != nil {
-			ns = string(*ref.Namespace)
-		}
-		if k := ns + "/" + string(ref.Name); !slices.Contains(out, k) {
+		ns, name, ok := gatewayOf(rt.meta.Namespace, ref)
+		if k := ns + "/" + name; ok && !slices.Contains(out, k) {
 			out = append(out, k)
 		}
 	}
