@@ -113,27 +113,15 @@ type l7Layout struct {
 }
 
 func (l *l7Layout) poolNames() map[string]bool {
-	out := make(map[string]bool, len(l.pools))
-	for _, p := range l.pools {
-		out[p.Name] = true
-	}
-	return out
+	return nameSet(l.pools, func(s poolSpec) string { return s.Name })
 }
 
 func (l *l7Layout) groupNames() map[string]bool {
-	out := make(map[string]bool, len(l.groups))
-	for _, g := range l.groups {
-		out[g.Name] = true
-	}
-	return out
+	return nameSet(l.groups, func(s poolGroupSpec) string { return s.Name })
 }
 
 func (l *l7Layout) certNames() map[string]bool {
-	out := make(map[string]bool, len(l.certs))
-	for _, c := range l.certs {
-		out[c.Name] = true
-	}
-	return out
+	return nameSet(l.certs, func(s certSpec) string { return s.Name })
 }
 
 // planL7 lays an L7 load balancer out, a model that passed

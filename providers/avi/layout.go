@@ -161,9 +161,15 @@ type layout struct {
 }
 
 func (l *layout) poolNames() map[string]bool {
-	out := make(map[string]bool, len(l.pools))
-	for _, p := range l.pools {
-		out[p.Name] = true
+	return nameSet(l.pools, func(s poolSpec) string { return s.Name })
+}
+
+// nameSet is the set of the names of specs, as the reads of wanted objects
+// take them.
+func nameSet[Spec any](specs []Spec, name func(Spec) string) map[string]bool {
+	out := make(map[string]bool, len(specs))
+	for _, s := range specs {
+		out[name(s)] = true
 	}
 	return out
 }
