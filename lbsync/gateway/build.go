@@ -326,7 +326,9 @@ func refOf(group *gatewayv1.Group, kind *gatewayv1.Kind, namespace *gatewayv1.Na
 func (r objectRef) String() string { return r.namespace + "/" + r.name }
 
 // is reports whether r names an object of kind of the core group.
-func (r objectRef) is(kind string) bool { return (r.group == "" || r.group == "core") && r.kind == kind }
+func (r objectRef) is(kind string) bool {
+	return (r.group == "" || r.group == "core") && r.kind == kind
+}
 
 // allowed reports whether an object of fromKind (of the Gateway API group)
 // in fromNS may refer to r: r is in fromNS, or a ReferenceGrant in r's

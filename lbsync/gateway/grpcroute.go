@@ -3,8 +3,6 @@ package gateway
 import (
 	"fmt"
 	"regexp"
-	"slices"
-	"strings"
 
 	"github.com/nodeportlocal/npl/lbmodel"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -90,10 +88,8 @@ func (b *build) addGRPCRules(at *attachment, lb *lbmodel.LoadBalancer) {
 			r := base
 			r.Path, r.PathType = grpcPath(m.Method)
 			for _, h := range m.Headers {
-				if !slices.ContainsFunc(r.Headers, func(v lbmodel.ValueMatch) bool { return strings.EqualFold(v.Name, string(h.Name)) }) {
-					r.Headers = append(r.Headers, lbmodel.ValueMatch{Name: string(h.Name), Value: h.Value,
-						Regex: h.Type != nil && *h.Type == gatewayv1.GRPCHeaderMatchRegularExpression})
-				}
+				r.Headers = addHeaderMatch(r.Headers, lbmodel.ValueMatch{Name: string(h.Name), Value: h.Value,
+					Regex: h.Type != nil && *h.Type == gatewayv1.GRPCHeaderMatchRegularExpression})
 			}
 			b.addRule(lb, r, at.hosts, rt, i)
 		}

@@ -198,12 +198,9 @@ func (b *build) addRules(at *attachment, lb *lbmodel.LoadBalancer) {
 			if m.Method != nil {
 				r.Method = string(*m.Method)
 			}
-			// Gateway API: of matches of the same name, the first counts.
 			for _, h := range m.Headers {
-				if !slices.ContainsFunc(r.Headers, func(v lbmodel.ValueMatch) bool { return strings.EqualFold(v.Name, string(h.Name)) }) {
-					r.Headers = append(r.Headers, lbmodel.ValueMatch{Name: string(h.Name), Value: h.Value,
-						Regex: h.Type != nil && *h.Type == gatewayv1.HeaderMatchRegularExpression})
-				}
+				r.Headers = addHeaderMatch(r.Headers, lbmodel.ValueMatch{Name: string(h.Name), Value: h.Value,
+					Regex: h.Type != nil && *h.Type == gatewayv1.HeaderMatchRegularExpression})
 			}
 			for _, q := range m.QueryParams {
 				if !slices.ContainsFunc(r.Query, func(v lbmodel.ValueMatch) bool { return v.Name == string(q.Name) }) {
@@ -214,6 +211,16 @@ func (b *build) addRules(at *attachment, lb *lbmodel.LoadBalancer) {
 			b.addRule(lb, r, at.hosts, rt, i)
 		}
 	}
+}
+
+// addHeaderMatch adds m to the header matches ms of a rule unless one has
+// its name (case-insensitively): Gateway API counts the first match of a
+// name, in an HTTPRoute's matches as in a GRPCRoute's.
+func addHeaderMatch(ms []lbmodel.ValueMatch, m lbmodel.ValueMatch) []lbmodel.ValueMatch {
+	if slices.ContainsFunc(ms, func(v lbmodel.ValueMatch) bool { return strings.EqualFold(v.Name, m.Name) }) {
+		return ms
+	}
+	return append(ms, m)
 }
 
 // matchPath returns the model path of a path match: Prefix paths lose a
