@@ -3,7 +3,6 @@ module github.com/nodeportlocal/npl
 go 1.26.0
 
 require (
-	github.com/coreos/go-iptables v0.8.0
 	github.com/f5devcentral/go-bigip v0.0.0-20260303071915-79fc4d8a2250
 	github.com/go-logr/logr v1.4.3
 	github.com/google/go-cmp v0.7.0

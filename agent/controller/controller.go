@@ -129,7 +129,10 @@ type Controller struct {
 	svcIndexer  cache.Indexer
 	epsIndexer  cache.Indexer
 	nodeLister  corelisters.NodeLister
-	synced      []cache.InformerSynced
+	// synced are done once the caches hold their first lists: waited for
+	// without polling (cache.WaitForCacheSync looks every 100 ms, a third of
+	// a restart).
+	synced []cache.DoneChecker
 
 	queue workqueue.TypedRateLimitingInterface[string]
 	// queuedMu guards queuedAt: when each queued Pod was first queued since
@@ -221,8 +224,8 @@ func New(cfg Config, client kubernetes.Interface, alloc Allocator, paths map[con
 		AddFunc:    func(obj any) { c.nodeChanged(obj) },
 		UpdateFunc: func(_, obj any) { c.nodeChanged(obj) },
 	})
-	c.synced = []cache.InformerSynced{podInformer.Informer().HasSynced, svcInformer.Informer().HasSynced,
-		nodeInformer.Informer().HasSynced, epsInformer.Informer().HasSynced}
+	c.synced = []cache.DoneChecker{podInformer.Informer().HasSyncedChecker(), svcInformer.Informer().HasSyncedChecker(),
+		nodeInformer.Informer().HasSyncedChecker(), epsInformer.Informer().HasSyncedChecker()}
 	c.nodeFactory = nodeFactory
 	c.epsFactory = epsFactory
 	return c
@@ -246,7 +249,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.svcFactory.Start(ctx.Done())
 	c.nodeFactory.Start(ctx.Done())
 	c.epsFactory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+	if !cache.WaitFor(ctx, "", c.synced...) {
 		return fmt.Errorf("wait for informer caches: %w", ctx.Err())
 	}
 	if err := c.waitForNodeIP(ctx); err != nil {
@@ -482,8 +485,12 @@ func (c *Controller) slicesInNamespace(ns string) []*discoveryv1.EndpointSlice {
 	return out
 }
 
-// annotationEntries renders a Pod's mappings as annotation entries.
+// annotationEntries renders a Pod's mappings as annotation entries; none
+// when st is nil.
 func (c *Controller) annotationEntries(st *podState) []contract.Entry {
+	if st == nil {
+		return nil
+	}
 	entries := make([]contract.Entry, 0, len(st.mappings))
 	for _, m := range st.mappings {
 		nodeIP, ok := c.nodeIPs[m.target.Family]

@@ -51,6 +51,12 @@ type reallocation struct {
 // restored first, so the TCP mapping keeps the number and the UDP one moves;
 // the new port is allocated only after every other entry was restored, so
 // exactly one port changes, and the Pod gets an Event naming both ports.
+//
+// Then every Pod present gets the node ports its Services ask for (a cold
+// start: none restored), and the whole state is programmed in one datapath
+// write, rather than one write per few Pods as the workers would make it.
+// The workers then find each Pod's mappings in place and only write the
+// annotations (and the Events).
 func (c *Controller) restore(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	pods, err := c.podLister.List(everything)
@@ -104,6 +110,24 @@ func (c *Controller) restore(ctx context.Context) error {
 		m.newPort = port
 		moved = append(moved, m)
 	}
+	c.mu.Unlock()
+
+	// Targets reads the Service and slice caches: outside the lock, as in
+	// syncPod.
+	targets := make([][]Target, len(pods))
+	for i, pod := range pods {
+		targets[i], _ = c.targetsOf(pod)
+	}
+	c.mu.Lock()
+	var flush []flushPort
+	added := 0
+	for i, pod := range pods {
+		key := keyOf(pod)
+		had := len(c.pods[key].mappingsOrNil())
+		_, _, f, _ := c.reconcilePodLocked(logger, key, pod, targets[i])
+		flush = append(flush, f...)
+		added += max(len(c.pods[key].mappingsOrNil())-had, 0)
+	}
 	gens := c.updateDatapathLocked()
 	retired := len(c.retired)
 	c.mu.Unlock()
@@ -111,6 +135,11 @@ func (c *Controller) restore(ctx context.Context) error {
 	for fam, gen := range gens {
 		if err := c.paths[fam].Wait(ctx, gen); err != nil {
 			return fmt.Errorf("restore datapath %s: %w", fam, err)
+		}
+	}
+	for _, f := range flush {
+		if err := c.paths[f.family].FlushUDP(ctx, f.port); err != nil {
+			logger.Error(err, "Flush UDP conntrack entries", "nodePort", f.port)
 		}
 	}
 	for _, m := range moved {
@@ -131,7 +160,8 @@ func (c *Controller) restore(ctx context.Context) error {
 		c.recorder.Eventf(m.pod, corev1.EventTypeWarning, "NodePortReallocated",
 			"Node port of %s/%d (%s) moved from %d to %d: %v", t.Protocol, t.PodPort, t.Family, m.nodePort, m.newPort, m.cause)
 	}
-	logger.Info("Restored mappings from Pod annotations", "restored", restored, "moved", len(moved), "dropped", dropped, "pods", len(pods))
+	logger.Info("Restored mappings from Pod annotations", "restored", restored, "moved", len(moved), "dropped", dropped,
+		"added", added, "pods", len(pods))
 	if retired > 0 {
 		logger.Info("Keeping the rules of node ports outside the range until the load balancers follow the new ones",
 			"mappings", retired, "range", c.cfg.PortRange, "for", c.cfg.RetiredPortGrace)
@@ -228,4 +258,12 @@ func (c *Controller) addRestoredLocked(key string, m mapping) {
 	}
 	st.mappings = append(st.mappings, m)
 	slices.SortFunc(st.mappings, compareMappings)
+}
+
+// mappingsOrNil returns the mappings of a Pod's state, none for nil.
+func (st *podState) mappingsOrNil() []mapping {
+	if st == nil {
+		return nil
+	}
+	return st.mappings
 }

@@ -43,14 +43,7 @@ func (c *Controller) syncPod(ctx context.Context, key string, queued time.Durati
 	var targets []Target
 	var skips []Skip
 	if pod != nil {
-		c.mu.Lock()
-		families := make([]contract.Family, 0, len(c.nodeIPs))
-		for f := range c.nodeIPs {
-			families = append(families, f)
-		}
-		c.mu.Unlock()
-		slices.Sort(families)
-		targets, skips = Targets(pod, c.servicesInNamespace(ns), c.slicesInNamespace(ns), families)
+		targets, skips = c.targetsOf(pod)
 	}
 	for _, s := range skips {
 		c.recorder.Eventf(s.Service, corev1.EventTypeWarning, "NodePortLocalSkipped", "Port %s/%d not mapped: %s", s.Port.Protocol, s.Port.Port, s.Reason)
@@ -58,30 +51,7 @@ func (c *Controller) syncPod(ctx context.Context, key string, queued time.Durati
 
 	c.mu.Lock()
 	locked := time.Now()
-	st := c.pods[key]
-	if st == nil {
-		st = &podState{}
-	}
-	var podIPs map[contract.Family]netip.Addr
-	if pod != nil {
-		podIPs = PodIPs(pod)
-	}
-	next, released, flush, allocErr := c.reconcileMappings(key, st.mappings, targets, podIPs)
-	changed := !slices.Equal(next, st.mappings)
-	if c.dropRetiredOfLocked(logger, key, podIPs) {
-		changed = true
-	}
-	st.mappings = next
-	if len(next) == 0 {
-		delete(c.pods, key)
-	} else {
-		c.pods[key] = st
-	}
-	if allocErr != nil {
-		c.starved[key] = true
-	} else {
-		delete(c.starved, key)
-	}
+	changed, released, flush, allocErr := c.reconcilePodLocked(logger, key, pod, targets)
 	var wake []string
 	if released > 0 {
 		for k := range c.starved {
@@ -94,7 +64,7 @@ func (c *Controller) syncPod(ctx context.Context, key string, queued time.Durati
 	if changed {
 		gens = c.updateDatapathLocked()
 	}
-	entries := c.annotationEntries(st)
+	entries := c.annotationEntries(c.pods[key])
 	c.mu.Unlock()
 
 	for _, k := range wake {
@@ -136,6 +106,52 @@ func (c *Controller) syncPod(ctx context.Context, key string, queued time.Durati
 		return allocErr
 	}
 	return nil
+}
+
+// targetsOf returns the Pod ports its Services ask to publish, in the
+// families the node has an address of, and the ports skipped.
+func (c *Controller) targetsOf(pod *corev1.Pod) ([]Target, []Skip) {
+	c.mu.Lock()
+	families := make([]contract.Family, 0, len(c.nodeIPs))
+	for f := range c.nodeIPs {
+		families = append(families, f)
+	}
+	c.mu.Unlock()
+	slices.Sort(families)
+	return Targets(pod, c.servicesInNamespace(pod.Namespace), c.slicesInNamespace(pod.Namespace), families)
+}
+
+// reconcilePodLocked makes the state of the Pod of key (nil when it is
+// gone) hold the mappings targets ask for, and reports whether its mappings
+// changed, how many node ports it released, the UDP ports whose conntrack
+// entries must go, and why a port could not be allocated. The datapath is
+// left to the caller. Called with c.mu held.
+func (c *Controller) reconcilePodLocked(logger klog.Logger, key string, pod *corev1.Pod, targets []Target) (changed bool, released int, flush []flushPort, allocErr error) {
+	st := c.pods[key]
+	if st == nil {
+		st = &podState{}
+	}
+	var podIPs map[contract.Family]netip.Addr
+	if pod != nil {
+		podIPs = PodIPs(pod)
+	}
+	next, released, flush, allocErr := c.reconcileMappings(key, st.mappings, targets, podIPs)
+	changed = !slices.Equal(next, st.mappings)
+	if c.dropRetiredOfLocked(logger, key, podIPs) {
+		changed = true
+	}
+	st.mappings = next
+	if len(next) == 0 {
+		delete(c.pods, key)
+	} else {
+		c.pods[key] = st
+	}
+	if allocErr != nil {
+		c.starved[key] = true
+	} else {
+		delete(c.starved, key)
+	}
+	return changed, released, flush, allocErr
 }
 
 type flushPort struct {

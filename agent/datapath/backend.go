@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
+	"strings"
 
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
@@ -80,24 +82,60 @@ const KubeProxyTable = "kube-proxy"
 //
 // A concrete backend is returned as it is.
 func Choose(ctx context.Context, requested Backend) (Backend, string) {
+	backend, reason, _ := choose(ctx, requested)
+	return backend, reason
+}
+
+// choose is Choose, and returns the nftables tables it listed (nil when it
+// listed none), so that OpenFamilies need not list them again.
+func choose(ctx context.Context, requested Backend) (Backend, string, map[string]bool) {
 	if requested != BackendAuto {
-		return requested, "requested by --datapath"
+		return requested, "requested by --datapath", nil
 	}
+	tables, _ := nftTables(ctx)
 	for _, fam := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
-		if nft, err := knftables.New(fam, KubeProxyTable); err == nil {
-			if _, err := nft.List(ctx, "chain"); err == nil {
-				return BackendNFTables, "kube-proxy runs in nftables mode (table " + string(fam) + " " + KubeProxyTable + " exists)"
-			}
+		if tables[string(fam)+" "+KubeProxyTable] {
+			return BackendNFTables, "kube-proxy runs in nftables mode (table " + string(fam) + " " + KubeProxyTable + " exists)", tables
 		}
 	}
-	_, iptErr := NewIPTables(contract.FamilyIPv4, Options{})
+	ipt, iptErr := NewIPTables(contract.FamilyIPv4, Options{})
 	if iptErr == nil {
-		return BackendIPTables, "iptables works and kube-proxy does not run in nftables mode"
+		iptErr = ipt.Probe()
+	}
+	if iptErr == nil {
+		return BackendIPTables, "iptables works and kube-proxy does not run in nftables mode", tables
 	}
 	if _, err := NewNFTables(contract.FamilyIPv4); err == nil {
-		return BackendNFTables, "iptables does not work here: " + iptErr.Error()
+		return BackendNFTables, "iptables does not work here: " + iptErr.Error(), tables
 	}
-	return BackendIPTables, "neither iptables nor nftables works here; iptables reports: " + iptErr.Error()
+	return BackendIPTables, "neither iptables nor nftables works here; iptables reports: " + iptErr.Error(), tables
+}
+
+// nftTables lists the nftables tables of every family, as "ip npl" or "ip6
+// kube-proxy", with one `nft list tables`. It fails when nft is missing or
+// does not run here.
+func nftTables(ctx context.Context) (map[string]bool, error) {
+	path, err := exec.LookPath("nft")
+	if err != nil {
+		return nil, fmt.Errorf("list nftables tables: %w", err)
+	}
+	processExecs.Add(1)
+	out, err := exec.CommandContext(ctx, path, "list", "tables").Output()
+	if err != nil {
+		return nil, fmt.Errorf("nft list tables: %w", err)
+	}
+	return parseTables(string(out)), nil
+}
+
+// parseTables reads the output of `nft list tables`.
+func parseTables(out string) map[string]bool {
+	tables := map[string]bool{}
+	for line := range strings.Lines(out) {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "table" {
+			tables[f[1]+" "+f[2]] = true
+		}
+	}
+	return tables
 }
 
 // OpenFamilies resolves requested (see Choose), logs the choice and why, and
@@ -106,9 +144,11 @@ func Choose(ctx context.Context, requested Backend) (Backend, string) {
 // upgrade, or auto deciding otherwise) leaves one set of rules; a failure
 // there is logged, not fatal: our nftables chains run before the iptables nat
 // chains, so a stale iptables rule cannot take a connection from them.
+// Leftovers of the nftables backend are looked for with one listing of the
+// tables, and only a family whose npl table exists is opened.
 func OpenFamilies(ctx context.Context, requested Backend, families []contract.Family) ([]Instance, error) {
 	logger := klog.FromContext(ctx)
-	backend, reason := Choose(ctx, requested)
+	backend, reason, tables := choose(ctx, requested)
 	var out []Instance
 	for _, fam := range families {
 		dp, err := Open(backend, fam)
@@ -122,7 +162,17 @@ func OpenFamilies(ctx context.Context, requested Backend, families []contract.Fa
 		if other == backend {
 			continue
 		}
+		if other == BackendNFTables && tables == nil {
+			var err error
+			if tables, err = nftTables(ctx); err != nil {
+				logger.V(2).Info("No datapath of another backend to remove", "backend", other, "err", err)
+				continue
+			}
+		}
 		for _, fam := range []contract.Family{contract.FamilyIPv4, contract.FamilyIPv6} {
+			if other == BackendNFTables && !tables[nftFamily(fam)+" "+TableName] {
+				continue
+			}
 			dp, err := Open(other, fam)
 			if err != nil {
 				logger.V(2).Info("No datapath of another backend to remove", "backend", other, "family", fam, "err", err)
@@ -134,6 +184,14 @@ func OpenFamilies(ctx context.Context, requested Backend, families []contract.Fa
 		}
 	}
 	return out, nil
+}
+
+// nftFamily is the nftables family of an IP family: "ip" or "ip6".
+func nftFamily(fam contract.Family) string {
+	if fam == contract.FamilyIPv6 {
+		return string(knftables.IPv6Family)
+	}
+	return string(knftables.IPv4Family)
 }
 
 // CleanupAll removes the rules of every backend in both families (npl-agent

@@ -155,12 +155,28 @@ type Stats struct {
 	Execs  int // every command run: iptables, iptables-restore, iptables-save, nft, conntrack
 }
 
+// processExecs counts every command the package ran in this process.
+var processExecs atomic.Int64
+
+// Execs returns the commands the datapath package ran in this process: every
+// family's and backend's, the probes that chose the backend and the removal
+// of the other backend's rules included.
+func Execs() int { return int(processExecs.Load()) }
+
+// execCount counts the commands of one datapath, each also in Execs.
+type execCount struct{ atomic.Int64 }
+
+func (c *execCount) add(n int64) {
+	c.Add(n)
+	processExecs.Add(n)
+}
+
 // flushUDPConntrack deletes the conntrack entries of family's UDP flows whose
 // original destination port is nodePort, counting the exec in execs. Both
 // backends need it: conntrack keeps a UDP flow's NAT binding after its
 // mapping moved.
-func flushUDPConntrack(ctx context.Context, family contract.Family, nodePort int, execs *atomic.Int64) error {
-	execs.Add(1)
+func flushUDPConntrack(ctx context.Context, family contract.Family, nodePort int, execs *execCount) error {
+	execs.add(1)
 	if err := conntrack.DeleteUDP(ctx, conntrack.UDPFlows{IPv6: family == contract.FamilyIPv6, DstPort: nodePort}); err != nil {
 		return fmt.Errorf("flush UDP conntrack entries of node port %d: %w", nodePort, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -14,7 +15,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/coreos/go-iptables/iptables"
 	"k8s.io/klog/v2"
 
 	"github.com/nodeportlocal/npl/contract"
@@ -42,9 +42,8 @@ type Options struct {
 type IPTables struct {
 	family  contract.Family
 	mode    string
-	version string
 	wait    int
-	ipt     *iptables.IPTables
+	cmd     string // path of iptables (or ip6tables) for the mode
 	restore string // path of iptables-restore for the mode and family
 	save    string // path of iptables-save for the mode and family
 
@@ -57,25 +56,29 @@ type IPTables struct {
 	mu sync.Mutex
 	// jumpsOK is set once Sync has seen or inserted every jump, and cleared
 	// when a Check finds drift, a Sync fails or Cleanup runs: a jump deleted
-	// meanwhile is found by the periodic Check, and the checks (one exec each,
-	// 10-30 ms on a large nft table) stay off the path of every update.
+	// meanwhile is found by the periodic Check. Until it is set, Sync reads
+	// the nat table first (one iptables-save), and writes the missing jumps
+	// in the same iptables-restore as the chains.
 	jumpsOK  bool
 	restores atomic.Int64
 	bytes    atomic.Int64
-	execs    atomic.Int64
+	execs    execCount
 }
 
 var _ Datapath = (*IPTables)(nil)
 
 // NewIPTables detects the iptables backend of family (contract.FamilyIPv4
 // or contract.FamilyIPv6) and returns a datapath that uses the matching
-// iptables, iptables-restore and iptables-save binaries.
+// iptables, iptables-restore and iptables-save binaries. It runs no command
+// when the mode is given or the iptables command is a link to xtables'
+// multi-call binary (its name tells the mode); otherwise it runs
+// `iptables --version` once for the life of the process.
 func NewIPTables(family contract.Family, opts Options) (*IPTables, error) {
-	base, proto := "iptables", iptables.ProtocolIPv4
+	base := "iptables"
 	switch family {
 	case contract.FamilyIPv4:
 	case contract.FamilyIPv6:
-		base, proto = "ip6tables", iptables.ProtocolIPv6
+		base = "ip6tables"
 	default:
 		return nil, fmt.Errorf("new iptables datapath: unknown IP family %q", family)
 	}
@@ -87,35 +90,77 @@ func NewIPTables(family contract.Family, opts Options) (*IPTables, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new %s datapath: %w", family, err)
 	}
-	t.execs.Add(1) // go-iptables runs --version
-	t.ipt, err = iptables.New(iptables.IPFamily(proto), iptables.Path(cmd), iptables.Timeout(t.wait))
-	if err != nil {
-		return nil, fmt.Errorf("new %s datapath: %s: %w", family, cmd, err)
-	}
-	v1, v2, v3 := t.ipt.GetIptablesVersion()
-	t.version = fmt.Sprintf("%d.%d.%d", v1, v2, v3)
+	t.cmd = cmd
 	return t, nil
 }
 
-var modePattern = regexp.MustCompile(`v\d+\.\d+(?:\.\d+)?(?:\s+\((\w+)\))?`)
+var modePattern = regexp.MustCompile(`v(\d+\.\d+(?:\.\d+)?)(?:\s+\((\w+)\))?`)
 
-// modeOf runs `cmd --version` and returns its backend mode.
-func (t *IPTables) modeOf(cmd string) (string, error) {
-	t.execs.Add(1)
+// versionProbe is what `iptables --version` said of one command.
+type versionProbe struct {
+	once          sync.Once
+	mode, version string
+	err           error
+}
+
+// versionProbes caches the probe of each iptables command (by path) for the
+// life of the process: the binary does not change under a running agent,
+// and every family, backend choice and cleanup asks it again.
+var versionProbes sync.Map
+
+// probe returns the mode and version of cmd from `cmd --version`, running
+// it only the first time the process asks; that exec is counted in execs.
+func probe(cmd string, execs *execCount) (mode, version string, err error) {
+	v, _ := versionProbes.LoadOrStore(cmd, &versionProbe{})
+	p := v.(*versionProbe)
+	p.once.Do(func() {
+		execs.add(1)
+		p.mode, p.version, p.err = parseVersion(cmd)
+	})
+	return p.mode, p.version, p.err
+}
+
+func parseVersion(cmd string) (mode, version string, err error) {
 	out, err := exec.Command(cmd, "--version").Output()
 	if err != nil {
-		return "", fmt.Errorf("%s --version: %w", cmd, err)
+		return "", "", fmt.Errorf("%s --version: %w", cmd, err)
 	}
 	m := modePattern.FindStringSubmatch(string(out))
 	switch {
 	case m == nil:
-		return "", fmt.Errorf("%s --version: no version in %q", cmd, strings.TrimSpace(string(out)))
-	case m[1] == "nf_tables":
-		return ModeNFT, nil
-	case m[1] == "" || m[1] == "legacy":
-		return ModeLegacy, nil
+		return "", "", fmt.Errorf("%s --version: no version in %q", cmd, strings.TrimSpace(string(out)))
+	case m[2] == "nf_tables":
+		return ModeNFT, m[1], nil
+	case m[2] == "" || m[2] == "legacy":
+		return ModeLegacy, m[1], nil
 	}
-	return "", fmt.Errorf("%s --version: unknown mode %q", cmd, m[1])
+	return "", "", fmt.Errorf("%s --version: unknown mode %q", cmd, m[2])
+}
+
+// linkedMode returns the mode of an iptables command that links to xtables'
+// multi-call binary, whose name tells it, or "" for any other file.
+func linkedMode(cmd string) string {
+	target, err := filepath.EvalSymlinks(cmd)
+	if err != nil {
+		return ""
+	}
+	switch filepath.Base(target) {
+	case "xtables-nft-multi":
+		return ModeNFT
+	case "xtables-legacy-multi":
+		return ModeLegacy
+	}
+	return ""
+}
+
+// modeOf returns the backend mode of cmd: from its link when it has one,
+// else from its --version.
+func (t *IPTables) modeOf(cmd string) (string, error) {
+	if mode := linkedMode(cmd); mode != "" {
+		return mode, nil
+	}
+	mode, _, err := probe(cmd, &t.execs)
+	return mode, err
 }
 
 // binaries picks the iptables command of base for mode and sets the
@@ -168,8 +213,19 @@ func (t *IPTables) Family() contract.Family { return t.family }
 // Mode returns the iptables backend in use: ModeNFT or ModeLegacy.
 func (t *IPTables) Mode() string { return t.mode }
 
-// Version returns the iptables version, e.g. "1.8.9".
-func (t *IPTables) Version() string { return t.version }
+// Version returns the iptables version, e.g. "1.8.9", or "" when the
+// iptables command does not run.
+func (t *IPTables) Version() string {
+	_, v, _ := probe(t.cmd, &t.execs)
+	return v
+}
+
+// Probe reports whether the iptables command runs here (its --version,
+// asked once in the life of the process).
+func (t *IPTables) Probe() error {
+	_, _, err := probe(t.cmd, &t.execs)
+	return err
+}
 
 // Stats returns the commands run so far.
 func (t *IPTables) Stats() Stats {
@@ -180,18 +236,21 @@ func (t *IPTables) Stats() Stats {
 // last and no drift was seen since, it writes only the difference (deleted
 // rules, then appended ones), which costs far less than the whole chains on a
 // busy node; otherwise, and when the difference fails to apply or is empty,
-// it writes both chains whole, in Render's order. Then, unless it has
-// already seen them since the last drift, it makes sure the jumps to the
-// chains exist, inserting a missing one at the top of its built-in chain so
-// that no rule of another component shadows it.
+// it writes both chains whole, in Render's order. Unless it has seen the
+// jumps to the chains since the last drift, it first reads the nat table
+// (one iptables-save): a table that already holds d and the jumps (an agent restarted with its
+// rules in place) is not written at all, and a missing jump is inserted,
+// at the top of its built-in chain so that no rule of another component
+// shadows it, by the same iptables-restore that writes the chains.
 func (t *IPTables) Sync(ctx context.Context, d Desired) error {
 	if err := d.Validate(); err != nil {
 		return fmt.Errorf("sync %s datapath: %w", t.family, err)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	lines := map[string]bool{}
-	for _, r := range desiredRules(t.family, d) {
+	want := desiredRules(t.family, d)
+	lines := make(map[string]bool, len(want))
+	for _, r := range want {
 		lines[formatRule("-A", r.chain, r.args)] = true
 	}
 	if t.partialOK && t.jumpsOK {
@@ -203,42 +262,42 @@ func (t *IPTables) Sync(ctx context.Context, d Desired) error {
 			// A rule to delete was not there (drift): write whole.
 		}
 	}
-	if err := t.runRestore(ctx, Render(t.family, d)); err != nil {
+	var missing []jump
+	if !t.jumpsOK {
+		got, err := t.readNAT(ctx)
+		if err != nil {
+			return fmt.Errorf("sync %s datapath: %w", t.family, err)
+		}
+		if drift(got, want) == "" {
+			t.written, t.partialOK, t.jumpsOK = lines, true, true
+			return nil
+		}
+		missing = missingJumps(got)
+	}
+	if err := t.runRestore(ctx, render(want, missing)); err != nil {
 		t.jumpsOK, t.partialOK = false, false
 		return fmt.Errorf("sync %s datapath: %w", t.family, err)
 	}
-	t.written, t.partialOK = lines, true
-	if t.jumpsOK {
-		return nil
+	for _, j := range missing {
+		klog.FromContext(ctx).V(2).Info("Inserted jump", "family", t.family, "chain", j.chain)
 	}
-	if err := t.ensureJumps(ctx); err != nil {
-		return fmt.Errorf("sync %s datapath: %w", t.family, err)
-	}
-	t.jumpsOK = true
+	t.written, t.partialOK, t.jumpsOK = lines, true, true
 	return nil
 }
 
-func (t *IPTables) ensureJumps(ctx context.Context) error {
+// missingJumps returns the jumps the nat table lacks.
+func missingJumps(got natState) []jump {
+	var out []jump
 	for _, j := range jumps {
-		t.execs.Add(1)
-		ok, err := t.ipt.Exists("nat", j.chain, j.spec...)
-		if err != nil {
-			return fmt.Errorf("check jump from %s: %w", j.chain, err)
+		if !slices.Contains(got.rules[j.chain], joinArgs(j.spec)) {
+			out = append(out, j)
 		}
-		if ok {
-			continue
-		}
-		t.execs.Add(1)
-		if err := t.ipt.Insert("nat", j.chain, 1, j.spec...); err != nil {
-			return fmt.Errorf("insert jump from %s: %w", j.chain, err)
-		}
-		klog.FromContext(ctx).V(2).Info("Inserted jump", "family", t.family, "chain", j.chain)
 	}
-	return nil
+	return out
 }
 
 func (t *IPTables) runRestore(ctx context.Context, input []byte) error {
-	t.execs.Add(1)
+	t.execs.add(1)
 	t.restores.Add(1)
 	t.bytes.Add(int64(len(input)))
 	cmd := exec.CommandContext(ctx, t.restore, "--noflush", "-w", strconv.Itoa(t.wait))
@@ -258,7 +317,7 @@ type natState struct {
 }
 
 func (t *IPTables) readNAT(ctx context.Context) (natState, error) {
-	t.execs.Add(1)
+	t.execs.add(1)
 	cmd := exec.CommandContext(ctx, t.save, "-t", "nat")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -327,10 +386,8 @@ func drift(got natState, want []rule) string {
 			return fmt.Sprintf("chain %s has %d rules, want %d%s", chain, len(have), len(rules), firstDiff(have, rules))
 		}
 	}
-	for _, j := range jumps {
-		if !slices.Contains(got.rules[j.chain], joinArgs(j.spec)) {
-			return "jump from " + j.chain + " is missing"
-		}
+	if missing := missingJumps(got); len(missing) > 0 {
+		return "jump from " + missing[0].chain + " is missing"
 	}
 	return ""
 }

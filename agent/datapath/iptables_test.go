@@ -181,7 +181,11 @@ func TestIPTables_syncWritesChainsAndJumps(t *testing.T) {
 	}
 }
 
-func TestIPTables_syncChecksJumpsUntilSeenAndAfterDrift(t *testing.T) {
+// TestIPTables_syncReadsTheJumpsUntilSeenAndAfterDrift: the first Sync
+// reads the nat table once and writes the chains and the missing jumps in
+// one restore (no per-jump check); later Syncs only write; the Sync after a
+// Check that found drift reads again and reinserts the missing jump.
+func TestIPTables_syncReadsTheJumpsUntilSeenAndAfterDrift(t *testing.T) {
 	ipt := newIPTables(t, v4, "")
 	ctx := context.Background()
 	d := desired(2)
@@ -202,13 +206,84 @@ func TestIPTables_syncChecksJumpsUntilSeenAndAfterDrift(t *testing.T) {
 			t.Fatalf("Check = %v, %v; want drift", drift, err)
 		}
 	}), execs(sync), execs(sync))
-	// First Sync: restore, 3 checks, 3 inserts. Then the restore alone. The
-	// Check that finds drift (one save) makes the next Sync check the jumps
-	// again and reinsert the missing one.
-	if diff := cmp.Diff([]int{7, 1, 1, 5, 1}, got); diff != "" {
+	// First Sync: save, then one restore with the chains and the 3 jumps.
+	// Then the restore alone. After the Check that finds drift (one save),
+	// the next Sync reads again and reinserts the missing jump in its restore.
+	if diff := cmp.Diff([]int{2, 1, 1, 2, 1}, got); diff != "" {
 		t.Errorf("execs of Sync, Sync, Check, Sync, Sync (-want +got):\n%s", diff)
 	}
 	assertNoDrift(t, ipt, d)
+	want := append(slices.Clone(jumpLines), renderedRules(v4, d)...)
+	if diff := cmp.Diff(want, nplLines(t, v4, ipt.Mode())); diff != "" {
+		t.Errorf("iptables-save (-want +got):\n%s", diff)
+	}
+}
+
+// TestIPTables_syncOfARestartedAgentWritesNothingWhenTheRulesAreKept: a new
+// datapath (an agent restarted) whose first Sync finds the chains and jumps
+// as d wants them reads once and writes nothing; with a chain flushed
+// meanwhile, it reads once and writes once.
+func TestIPTables_syncOfARestartedAgentWritesNothingWhenTheRulesAreKept(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			ctx := context.Background()
+			d := desired(5)
+			if err := newIPTables(t, v4, mode).Sync(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+			for _, tc := range []struct {
+				name              string
+				breakArgs         []string
+				wantExecs, writes int
+			}{
+				{"rules kept", nil, 1, 0},
+				{"chain flushed", []string{"-F", "NPL-NODE-PORT-LOCAL"}, 2, 1},
+			} {
+				if tc.breakArgs != nil {
+					run(t, command(v4, mode, ""), append([]string{"-w", "5", "-t", "nat"}, tc.breakArgs...)...)
+				}
+				restarted, err := datapath.NewIPTables(v4, datapath.Options{Mode: mode})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := restarted.Sync(ctx, d); err != nil {
+					t.Fatal(err)
+				}
+				if got := restarted.Stats(); got.Execs != tc.wantExecs || got.Writes != tc.writes {
+					t.Errorf("%s: first Sync of a restarted agent ran %d commands and %d writes, want %d and %d",
+						tc.name, got.Execs, got.Writes, tc.wantExecs, tc.writes)
+				}
+				assertNoDrift(t, restarted, d)
+				want := append(slices.Clone(jumpLines), renderedRules(v4, d)...)
+				if diff := cmp.Diff(want, nplLines(t, v4, mode)); diff != "" {
+					t.Errorf("%s: iptables-save (-want +got):\n%s", tc.name, diff)
+				}
+			}
+		})
+	}
+}
+
+// TestNewIPTables_probesTheVersionOncePerProcess: the mode of an iptables
+// that links to xtables' multi-call binary is read from the link, and
+// `iptables --version` runs at most once whatever the datapaths asking.
+func TestNewIPTables_probesTheVersionOncePerProcess(t *testing.T) {
+	requirePrivateNetNS(t)
+	var versions []string
+	execs := 0
+	for range 3 {
+		ipt, err := datapath.NewIPTables(v4, datapath.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		versions = append(versions, ipt.Version())
+		execs += ipt.Stats().Execs
+	}
+	if got := execs; got > 1 {
+		t.Errorf("3 datapaths and their versions ran %d commands, want at most 1", got)
+	}
+	if versions[0] == "" || versions[1] != versions[0] || versions[2] != versions[0] {
+		t.Errorf("versions = %q, want one version thrice", versions)
+	}
 }
 
 func TestIPTables_syncRemovesStaleRules(t *testing.T) {

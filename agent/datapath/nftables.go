@@ -59,7 +59,7 @@ type NFTables struct {
 	written *nftContent
 	writes  atomic.Int64
 	bytes   atomic.Int64
-	execs   atomic.Int64
+	execs   execCount
 }
 
 var _ Datapath = (*NFTables)(nil)
@@ -78,13 +78,37 @@ func NewNFTables(family contract.Family) (*NFTables, error) {
 	default:
 		return nil, fmt.Errorf("new nftables datapath: unknown IP family %q", family)
 	}
-	t.execs.Add(2) // nft --version, nft --check
-	nft, err := knftables.New(fam, TableName)
+	nft, err := openNFT(fam, &t.execs)
 	if err != nil {
 		return nil, fmt.Errorf("new %s nftables datapath (apt-get install nftables; needs nft 1.0.1 or later and nf_tables): %w", family, err)
 	}
 	t.nft = nft
 	return t, nil
+}
+
+// nftProbe is knftables' interface to the npl table of one family.
+type nftProbe struct {
+	once sync.Once
+	nft  knftables.Interface
+	err  error
+}
+
+// nftProbes caches, per family, knftables' interface to the npl table for
+// the life of the process: making one runs nft twice (--version, --check),
+// and the backend choice, each family's datapath and the removal of another
+// backend's rules all ask for it.
+var nftProbes sync.Map
+
+// openNFT returns the cached interface to family's npl table, making it on
+// first use; the two commands that costs are counted in execs.
+func openNFT(family knftables.Family, execs *execCount) (knftables.Interface, error) {
+	v, _ := nftProbes.LoadOrStore(family, &nftProbe{})
+	p := v.(*nftProbe)
+	p.once.Do(func() {
+		execs.add(2) // nft --version, nft --check
+		p.nft, p.err = knftables.New(family, TableName)
+	})
+	return p.nft, p.err
 }
 
 // Family returns the IP family this datapath programs.
@@ -218,7 +242,7 @@ func (t *NFTables) Sync(ctx context.Context, d Desired) error {
 }
 
 func (t *NFTables) run(ctx context.Context, tx *knftables.Transaction) error {
-	t.execs.Add(1)
+	t.execs.add(1)
 	t.writes.Add(1)
 	t.bytes.Add(int64(len(tx.String())))
 	return t.nft.Run(ctx, tx)
@@ -327,7 +351,7 @@ func (t *NFTables) Check(ctx context.Context, d Desired) (bool, error) {
 // drift describes the first difference between the table and want, or
 // returns "" when there is none.
 func (t *NFTables) drift(ctx context.Context, want nftContent) (string, error) {
-	t.execs.Add(1)
+	t.execs.add(1)
 	objects, err := t.nft.ListAll(ctx)
 	if knftables.IsNotFound(err) {
 		return "table " + TableName + " is missing", nil
@@ -346,7 +370,7 @@ func (t *NFTables) drift(ctx context.Context, want nftContent) (string, error) {
 		}
 	}
 
-	t.execs.Add(1)
+	t.execs.add(1)
 	rules, err := t.nft.ListRules(ctx, "")
 	if err != nil {
 		return "", fmt.Errorf("list rules: %w", err)
@@ -383,7 +407,7 @@ func (t *NFTables) drift(ctx context.Context, want nftContent) (string, error) {
 // elementsDrift lists a map or set and describes how it differs from the n
 // elements wanted, each of which wanted recognises, or returns "".
 func (t *NFTables) elementsDrift(ctx context.Context, kind, name string, n int, wanted func(*knftables.Element) bool) (string, error) {
-	t.execs.Add(1)
+	t.execs.add(1)
 	elements, err := t.nft.ListElements(ctx, kind, name)
 	if err != nil {
 		return "", fmt.Errorf("list %s %s: %w", kind, name, err)
@@ -428,7 +452,7 @@ func (t *NFTables) Cleanup(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.written = nil
-	t.execs.Add(1)
+	t.execs.add(1)
 	if _, err := t.nft.List(ctx, "chain"); knftables.IsNotFound(err) {
 		return nil
 	} else if err != nil {

@@ -360,3 +360,35 @@ func TestOpenFamilies_removesTheOtherBackend(t *testing.T) {
 		t.Errorf("the npl table is still there after switching to iptables:\n%s", tables)
 	}
 }
+
+// TestNewNFTables_probesNftOncePerProcess: making knftables' interface
+// runs nft twice (--version, --check); every later datapath of the family
+// reuses it.
+func TestNewNFTables_probesNftOncePerProcess(t *testing.T) {
+	requirePrivateNetNS(t)
+	execs := 0
+	for range 3 {
+		nft, err := datapath.NewNFTables(v4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		execs += nft.Stats().Execs
+	}
+	if execs > 2 {
+		t.Errorf("3 nftables datapaths of one family ran %d commands, want at most 2", execs)
+	}
+}
+
+// TestOpenFamilies_looksForTheOtherBackendWithOneCommand: with no npl table
+// in nftables, opening the iptables backend costs one `nft list tables`
+// (and no command for iptables, whose mode its link tells).
+func TestOpenFamilies_looksForTheOtherBackendWithOneCommand(t *testing.T) {
+	requirePrivateNetNS(t)
+	before := datapath.Execs()
+	if _, err := datapath.OpenFamilies(context.Background(), datapath.BackendIPTables, []contract.Family{v4}); err != nil {
+		t.Fatal(err)
+	}
+	if got := datapath.Execs() - before; got > 1 {
+		t.Errorf("OpenFamilies(iptables) ran %d commands, want at most 1", got)
+	}
+}

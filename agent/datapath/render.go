@@ -61,12 +61,22 @@ type rule struct {
 // exposes services bound to localhost to the node's neighbours
 // (CVE-2020-8558). Node-local clients dial nodeIP:nodePort instead.
 func Render(family contract.Family, d Desired) []byte {
+	return render(desiredRules(family, d), nil)
+}
+
+// render is Render of rules, with the jumps to insert at the top of their
+// built-in chains (nothing else of those chains is touched).
+func render(rules []rule, insert []jump) []byte {
 	var b bytes.Buffer
 	b.WriteString("*nat\n")
 	b.WriteString(":" + ChainNodePortLocal + " - [0:0]\n")
 	b.WriteString(":" + ChainPostrouting + " - [0:0]\n")
-	for _, r := range desiredRules(family, d) {
+	for _, r := range rules {
 		b.WriteString(formatRule("-A", r.chain, r.args))
+		b.WriteByte('\n')
+	}
+	for _, j := range insert {
+		b.WriteString(formatRule("-I", j.chain, append([]string{"1"}, j.spec...)))
 		b.WriteByte('\n')
 	}
 	b.WriteString("COMMIT\n")

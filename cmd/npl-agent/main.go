@@ -155,6 +155,7 @@ func run(ctx context.Context, o *options) error {
 		registerDatapathMetrics(reg, dp, s)
 	}
 	registerAllocatorMetrics(reg, alloc, families)
+	registerCommandsMetric(reg)
 
 	ctrl := controller.New(controller.Config{
 		NodeName: o.nodeName, PortRange: rng, NodeIPPreference: pref, Workers: o.workers, RetiredPortGrace: o.retiredGrace,
@@ -214,6 +215,16 @@ func registerDatapathMetrics(reg prometheus.Registerer, dp datapath.Instance, s 
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "npl_agent_datapath_failures_total", Help: "Failed datapath writes or checks (each retried).", ConstLabels: labels},
 			func() float64 { return float64(s.Stats().Failures) }),
 	)
+}
+
+// registerCommandsMetric counts every command the datapath package ran:
+// the probes that chose the backend and the removal of the other backend's
+// rules included, which no family's counter holds.
+func registerCommandsMetric(reg prometheus.Registerer) {
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "npl_agent_datapath_commands_total",
+		Help: "Commands the datapath ran since the agent started, the backend choice and the removal of another backend's rules included.",
+	}, func() float64 { return float64(datapath.Execs()) }))
 }
 
 func registerAllocatorMetrics(reg prometheus.Registerer, alloc *portalloc.Allocator, families []contract.Family) {

@@ -2,7 +2,10 @@ package bench
 
 import (
 	"math"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -33,6 +36,32 @@ func reportLatency(b *testing.B, prefix string, samples []time.Duration) {
 func median(samples []time.Duration) time.Duration { return percentile(samples, 50) }
 
 const mib = 1 << 20
+
+// medianFloat returns the median of values (the lower middle one of an
+// even count), 0 when there are none.
+func medianFloat(values []float64) float64 {
+	if len(values) == 0 {
+		return 0
+	}
+	s := slices.Clone(values)
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
+}
+
+// loadAverage is the machine's 1-minute load average, reported beside the
+// figures measured on a shared machine; 0 when it cannot be read.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
 
 func TestPercentile_nearestRank(t *testing.T) {
 	hundred := make([]time.Duration, 100)
