@@ -15,52 +15,6 @@ import (
 	"github.com/nodeportlocal/npl/providers"
 )
 
-// kind says what a queue key names.
-type kind uint8
-
-const (
-	kindService kind = iota
-	// kindIngress is an Ingress with a load balancer of its own.
-	kindIngress
-	// kindSharedIngress is the load balancer that all our Ingresses share
-	// (ingressSharedVIP); it has no namespace or name.
-	kindSharedIngress
-	// kindGateway is a Gateway API Gateway and its load balancer.
-	kindGateway
-	// kindGatewayClass is a GatewayClass, whose status npl-lbsync writes
-	// when it is npl's.
-	kindGatewayClass
-)
-
-// queueKey is an item of the work queue, and the key of what the
-// controller remembers per load balancer (applied models, drains).
-type queueKey struct {
-	kind      kind
-	namespace string
-	name      string
-}
-
-func serviceKey(namespace, name string) queueKey { return queueKey{kindService, namespace, name} }
-func ingressKey(namespace, name string) queueKey { return queueKey{kindIngress, namespace, name} }
-
-// sharedIngressKey is the key of the shared Ingress load balancer.
-var sharedIngressKey = queueKey{kind: kindSharedIngress}
-
-func (k queueKey) String() string {
-	switch k.kind {
-	case kindIngress:
-		return "ingress " + k.namespace + "/" + k.name
-	case kindSharedIngress:
-		return "shared ingress load balancer"
-	case kindGateway:
-		return "gateway " + k.namespace + "/" + k.name
-	case kindGatewayClass:
-		return "gatewayclass " + k.name
-	default:
-		return "service " + k.namespace + "/" + k.name
-	}
-}
-
 // model is one built load balancer and the objects it is applied for: a
 // Service, an Ingress, or the Ingresses that share a VIP.
 type model struct {
@@ -103,8 +57,9 @@ type failure struct {
 // A model that breaks the rules (a Service whose only ports are SCTP has
 // nothing to serve) reaches no provider: the objects get a Warning Event
 // and condition naming the skipped ports, and the existing load balancer
-// stays as it is. It returns the model as applied, nil when it was not.
-func (c *Controller) apply(ctx context.Context, m model) (*lbmodel.LoadBalancer, error) {
+// stays as it is: the key is not retried. It returns the model as applied,
+// nil when it was not.
+func (c *Controller) apply(ctx context.Context, m model) (*lbmodel.LoadBalancer, syncResult) {
 	lb := m.lb
 	c.applyDrains(m.key, lb)
 	hash := modelHash(lb)
@@ -112,7 +67,7 @@ func (c *Controller) apply(ctx context.Context, m model) (*lbmodel.LoadBalancer,
 	unchanged := c.applied[m.key] == hash
 	c.mu.Unlock()
 	if unchanged && !m.needsStatus {
-		return lb, nil // applied, so it passed the check then
+		return lb, synced() // applied, so it passed the check then
 	}
 	// The provider is behind providers.Validated: the one check of the
 	// model runs there, before any call to the load balancer.
@@ -131,7 +86,7 @@ func (c *Controller) apply(ctx context.Context, m model) (*lbmodel.LoadBalancer,
 				klog.FromContext(ctx).Error(cerr, "Set condition", "key", m.key)
 			}
 		}
-		return nil, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
+		return nil, retryOn(fmt.Errorf("ensure load balancer %s: %w", lb.Name, err))
 	}
 	c.mu.Lock()
 	first := c.applied[m.key] == ""
@@ -148,7 +103,7 @@ func (c *Controller) apply(ctx context.Context, m model) (*lbmodel.LoadBalancer,
 		}
 	}
 	if err := m.setStatus(ctx, status); err != nil {
-		return lb, err
+		return nil, retryOn(err)
 	}
 	switch {
 	case first:
@@ -158,13 +113,13 @@ func (c *Controller) apply(ctx context.Context, m model) (*lbmodel.LoadBalancer,
 			c.recorder.Eventf(o, corev1.EventTypeNormal, "Synced", "Load balancer %s applied: %d ready backend(s)", lb.Name, m.report.ReadyBackends)
 		}
 	}
-	return lb, nil
+	return lb, synced()
 }
 
 // rejectModel reports a model that breaks the rules, once per distinct
-// reason, and records it in the condition. It returns nil: retrying cannot
-// help until the objects change, which queues them again.
-func (c *Controller) rejectModel(ctx context.Context, m model, err error) error {
+// reason, and records it in the condition. Retrying cannot help until the
+// objects change, which queues them again.
+func (c *Controller) rejectModel(ctx context.Context, m model, err error) syncResult {
 	reason, message := "InvalidModel", err.Error()
 	if errors.Is(err, lbmodel.ErrNoListeners) {
 		reason = "NothingToServe"
@@ -185,9 +140,9 @@ func (c *Controller) rejectModel(ctx context.Context, m model, err error) error 
 		klog.FromContext(ctx).Info("Model not applied", "key", m.key, "reason", reason, "message", message)
 	}
 	if m.setFailed != nil {
-		return m.setFailed(ctx, failure{reason: reason, message: message, refused: true})
+		return refused(m.setFailed(ctx, failure{reason: reason, message: message, refused: true}))
 	}
-	return nil
+	return refused(nil)
 }
 
 // skippedPorts names the ports the builder left out, with the reason.

@@ -96,6 +96,8 @@ type Controller struct {
 	synced    []cache.InformerSynced
 
 	queue workqueue.TypedRateLimitingInterface[queueKey]
+	// syncs holds the sync of each kind of key.
+	syncs map[kind]func(context.Context, queueKey) syncResult
 
 	// gwp holds the Gateway API part (gwState); nil until EnableGatewayAPI
 	// or ServeGatewayAPI. ServeGatewayAPI replaces it whole when CRDs
@@ -225,6 +227,14 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		gatewayGone:   map[queueKey]bool{},
 		forbiddenTold: map[queueKey]string{},
 		podEventAt:    map[queueKey]time.Time{},
+	}
+
+	c.syncs = map[kind]func(context.Context, queueKey) syncResult{
+		kindService:       c.syncService,
+		kindIngress:       c.syncIngress,
+		kindSharedIngress: func(ctx context.Context, _ queueKey) syncResult { return c.syncSharedIngresses(ctx) },
+		kindGateway:       c.syncGateway,
+		kindGatewayClass:  c.syncGatewayClass,
 	}
 
 	svcInformer := factory.Core().V1().Services()
@@ -399,27 +409,16 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	}
 	defer c.queue.Done(key)
 	start := time.Now()
-	var err error
-	switch key.kind {
-	case kindIngress:
-		err = c.syncIngress(ctx, key)
-	case kindSharedIngress:
-		err = c.syncSharedIngresses(ctx)
-	case kindGateway:
-		err = c.syncGateway(ctx, key)
-	case kindGatewayClass:
-		err = c.syncGatewayClass(ctx, key)
-	default:
-		err = c.syncService(ctx, key)
-	}
-	c.metrics.observeReconcile(time.Since(start), err)
+	res := c.syncs[key.kind](ctx, key)
+	c.metrics.observeReconcile(time.Since(start), res.err)
 	c.pending.synced(key)
-	if err != nil {
+	if res.state == syncRetry {
 		c.metrics.SyncFailures.Inc()
-		klog.FromContext(ctx).Error(err, "Sync failed; will retry", "key", key)
+		klog.FromContext(ctx).Error(res.err, "Sync failed; will retry", "key", key)
 		c.queue.AddRateLimited(key)
 		return true
 	}
+	// Done, or refused until the objects change: nothing to retry.
 	c.queue.Forget(key)
 	return true
 }
@@ -541,19 +540,19 @@ func nodeView(n *corev1.Node) string {
 }
 
 // syncService makes the load balancer of one Service match it.
-func (c *Controller) syncService(ctx context.Context, key queueKey) error {
+func (c *Controller) syncService(ctx context.Context, key queueKey) syncResult {
 	svc, err := c.svcLister.Services(key.namespace).Get(key.name)
 	if err != nil {
 		// Gone without our finalizer (or it was removed by hand): the
 		// garbage collector removes what may be left.
 		c.forget(key)
-		return nil
+		return synced()
 	}
 	if claim.Ours(svc, c.settings.Claim) && svc.DeletionTimestamp == nil {
 		return c.ensure(ctx, svc)
 	}
 	if claim.Releasable(svc, c.settings.ClusterName) {
-		return c.release(ctx, svc)
+		return retryOn(c.release(ctx, svc))
 	}
 	c.forget(key)
 	// An Ingress or route backend opted in that no npl Ingress or route
@@ -563,10 +562,10 @@ func (c *Controller) syncService(ctx context.Context, key queueKey) error {
 	if svc.DeletionTimestamp == nil && svc.Annotations[contract.AutoAnnotatedKey] == "true" &&
 		svc.Annotations[contract.ClaimedByKey] == "" && !claim.HasFinalizer(svc) && !c.referencedByNPLIngress(svc) &&
 		!c.referencedByNPLRoute(svc) {
-		return c.patchOptIn(ctx, svc, false)
+		return retryOn(c.patchOptIn(ctx, svc, false))
 	}
 	// Another installation's, or nobody's: not ours to touch.
-	return nil
+	return synced()
 }
 
 func (c *Controller) forget(key queueKey) {
@@ -582,18 +581,18 @@ func (c *Controller) forget(key queueKey) {
 }
 
 // ensure claims a Service and applies its model.
-func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) error {
+func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) syncResult {
 	key := serviceKey(svc.Namespace, svc.Name)
 	optIn := c.settings.ServiceType == builder.ServiceTypeNodePortLocal
 	if err := c.patchService(ctx, svc, claim.ClaimPatch(svc, c.settings.ClusterName, optIn)); err != nil {
-		return err
+		return retryOn(err)
 	}
 	lb, report := builder.Build(c.store.ServiceInput(c.inputSettings(), svc))
 	for _, e := range report.Errors {
 		c.recorder.Event(svc, corev1.EventTypeWarning, "InvalidService", e)
 	}
 	if lb == nil {
-		return c.setCondition(ctx, svc, claim.Condition{Reason: "InvalidService", Message: fmt.Sprint(report.Errors)})
+		return refused(c.setCondition(ctx, svc, claim.Condition{Reason: "InvalidService", Message: fmt.Sprint(report.Errors)}))
 	}
 	c.metrics.observeMembers(key.String(), lb)
 
@@ -605,7 +604,7 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) error {
 		c.recorder.Event(svc, corev1.EventTypeWarning, "NoReadyBackends", "No ready backend for the load balancer: its pools are empty")
 	}
 
-	applied, err := c.apply(ctx, model{
+	applied, res := c.apply(ctx, model{
 		key: key, lb: lb, report: report, objects: []runtime.Object{svc},
 		needsStatus: len(svc.Status.LoadBalancer.Ingress) == 0, syncedEvents: true,
 		setStatus: func(ctx context.Context, status providers.Status) error {
@@ -623,10 +622,10 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) error {
 			return c.setCondition(ctx, svc, claim.Condition{Reason: f.reason, Message: f.message})
 		},
 	})
-	if err != nil || applied == nil {
-		return err
+	if applied == nil {
+		return res
 	}
-	return c.updateRegistrations(ctx, svc, applied)
+	return retryOn(c.updateRegistrations(ctx, svc, applied))
 }
 
 // release undoes ensure for a Service that is no longer ours or is being

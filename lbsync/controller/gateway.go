@@ -223,9 +223,6 @@ func routeBackends(obj any) ([]string, error) {
 	return out, nil
 }
 
-func gatewayKey(namespace, name string) queueKey { return queueKey{kindGateway, namespace, name} }
-func gatewayClassKey(name string) queueKey       { return queueKey{kind: kindGatewayClass, name: name} }
-
 func (c *Controller) gatewayClassChanged(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
@@ -359,7 +356,13 @@ func (c *Controller) referencedByNPLRoute(svc *corev1.Service) bool {
 }
 
 // syncGatewayClass writes the status of one of npl's GatewayClasses.
-func (c *Controller) syncGatewayClass(ctx context.Context, key queueKey) error {
+func (c *Controller) syncGatewayClass(ctx context.Context, key queueKey) syncResult {
+	return retryOn(c.writeGatewayClassStatus(ctx, key))
+}
+
+// writeGatewayClassStatus writes the status of the GatewayClass of key
+// when it is npl's and its status changes.
+func (c *Controller) writeGatewayClassStatus(ctx context.Context, key queueKey) error {
 	if c.gwState() == nil {
 		return nil // ServeGatewayAPI's informers sync; it queues every class once they have
 	}
@@ -405,9 +408,9 @@ func statusPatch(st any, nullable ...string) ([]byte, error) {
 // syncGateway makes the load balancer of one Gateway match it and its
 // routes, and writes the statuses of the Gateway and of the routes'
 // parentRefs to it.
-func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
+func (c *Controller) syncGateway(ctx context.Context, key queueKey) syncResult {
 	if c.gwState() == nil {
-		return nil // ServeGatewayAPI's informers sync; it queues every Gateway once they have
+		return synced() // ServeGatewayAPI's informers sync; it queues every Gateway once they have
 	}
 	name := lbmodel.GatewayLoadBalancerName(c.settings.ClusterName, key.namespace, key.name)
 	gw, err := c.gwState().gateways.Gateways(key.namespace).Get(key.name)
@@ -419,7 +422,7 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
 		c.mu.Unlock()
 		if had || err != nil {
 			if derr := c.provider.Delete(ctx, name, lbmodel.L7); derr != nil {
-				return fmt.Errorf("delete load balancer %s: %w", name, derr)
+				return retryOn(fmt.Errorf("delete load balancer %s: %w", name, derr))
 			}
 			if had {
 				klog.FromContext(ctx).Info("Deleted the load balancer of a Gateway", "gateway", key.namespace+"/"+key.name, "lb", name)
@@ -429,12 +432,12 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
 		c.mu.Lock()
 		delete(c.forbiddenTold, key)
 		c.mu.Unlock()
-		return c.writeRouteStatuses(ctx, key, nil)
+		return retryOn(c.writeRouteStatuses(ctx, key, nil))
 	}
 
 	in, err := c.gatewayInput(ctx, gw)
 	if err != nil {
-		return err
+		return retryOn(err)
 	}
 	res := gateway.Build(in)
 	for _, e := range res.Report.Errors {
@@ -447,7 +450,7 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
 		for _, ref := range res.Backends {
 			if svc := c.store.Service(ref.Namespace, ref.Name); ingress.WantsOptIn(svc) {
 				if err := c.patchOptIn(ctx, svc, true); err != nil {
-					return err
+					return retryOn(err)
 				}
 			}
 		}
@@ -458,6 +461,7 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
 		c.queue.AddAfter(key, d)
 	}
 	var prog gateway.Programmed
+	var applied syncResult
 	if res.LB == nil {
 		// Nothing to serve: no load balancer, deleted once.
 		c.mu.Lock()
@@ -465,8 +469,8 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
 		gone := c.gatewayGone[key]
 		c.mu.Unlock()
 		if had || !gone {
-			if err = c.provider.Delete(ctx, name, lbmodel.L7); err != nil {
-				err = fmt.Errorf("delete load balancer %s: %w", name, err)
+			if err := c.provider.Delete(ctx, name, lbmodel.L7); err != nil {
+				applied = retryOn(fmt.Errorf("delete load balancer %s: %w", name, err))
 			} else {
 				if had {
 					c.recorder.Eventf(gw, corev1.EventTypeNormal, "Deleted", "Load balancer %s deleted: nothing to serve", name)
@@ -478,28 +482,31 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) error {
 			}
 		}
 	} else {
-		prog, err = c.applyGateway(ctx, key, gw, res)
+		prog, applied = c.applyGateway(ctx, key, gw, res)
 	}
 	// The statuses are written after the apply, also when it failed (the
 	// routes' do not depend on it; the Gateway's says why): a route that
 	// reads Accepted is on the load balancer once the Gateway reads
 	// Programmed, so waiting for both is waiting for its traffic.
 	serr := errors.Join(c.writeRouteStatuses(ctx, key, res.Routes), c.writeGatewayStatus(ctx, gw, res, prog))
-	if err != nil {
+	if applied.state == syncRetry {
 		if serr != nil {
 			klog.FromContext(ctx).Error(serr, "Write statuses", "gateway", keyOf(gw))
 		}
-		return err // the retry may succeed
+		return applied // the retry may succeed
 	}
-	return serr
+	if serr != nil {
+		return retryOn(serr)
+	}
+	return applied
 }
 
 // applyGateway applies a Gateway's model through the one apply path and
 // returns what the Gateway's Programmed condition says.
-func (c *Controller) applyGateway(ctx context.Context, key queueKey, gw *gatewayv1.Gateway, res gateway.Result) (gateway.Programmed, error) {
+func (c *Controller) applyGateway(ctx context.Context, key queueKey, gw *gatewayv1.Gateway, res gateway.Result) (gateway.Programmed, syncResult) {
 	var prog gateway.Programmed
 	told := false
-	_, err := c.apply(ctx, model{
+	_, applied := c.apply(ctx, model{
 		key: key, lb: res.LB, report: res.Report, objects: []runtime.Object{gw},
 		needsStatus: len(gw.Status.Addresses) == 0, syncedEvents: true,
 		setStatus: func(_ context.Context, status providers.Status) error {
@@ -515,14 +522,14 @@ func (c *Controller) applyGateway(ctx context.Context, key queueKey, gw *gateway
 			return nil
 		},
 	})
-	if err == nil && !told {
+	if applied.state != syncRetry && !told {
 		// Unchanged and applied before: the VIPs are those last learnt.
 		c.mu.Lock()
 		vips := c.gatewayVIPs[key]
 		c.mu.Unlock()
 		prog = gateway.Programmed{OK: true, VIPs: vips}
 	}
-	return prog, err
+	return prog, applied
 }
 
 // programmedAfter is the Programmed condition of a Gateway whose model

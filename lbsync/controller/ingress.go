@@ -98,14 +98,14 @@ func (c *Controller) referencedByIngress(svc *corev1.Service, cfg ingress.Config
 }
 
 // syncIngress makes the load balancer of one Ingress match it.
-func (c *Controller) syncIngress(ctx context.Context, key queueKey) error {
+func (c *Controller) syncIngress(ctx context.Context, key queueKey) syncResult {
 	ing, err := c.ingLister.Ingresses(key.namespace).Get(key.name)
 	if err != nil {
 		c.forget(key)
 		if c.settings.IngressSharedVIP {
 			return c.syncSharedIngresses(ctx)
 		}
-		return nil
+		return synced()
 	}
 	if c.settings.IngressSharedVIP {
 		return c.syncSharedIngress(ctx, key, ing)
@@ -114,10 +114,10 @@ func (c *Controller) syncIngress(ctx context.Context, key queueKey) error {
 		return c.ensureIngress(ctx, key, ing)
 	}
 	if c.claimedIngress(ing) {
-		return c.releaseIngress(ctx, key, ing)
+		return retryOn(c.releaseIngress(ctx, key, ing))
 	}
 	c.forget(key)
-	return nil
+	return synced()
 }
 
 func (c *Controller) ingressLBName(ing *networkingv1.Ingress) string {
@@ -133,31 +133,28 @@ func (c *Controller) claimedIngress(ing *networkingv1.Ingress) bool {
 // syncSharedIngress handles one Ingress when all Ingresses of our class
 // share a VIP: it claims or releases the Ingress and syncs the shared load
 // balancer, which holds the rules of every Ingress we serve.
-func (c *Controller) syncSharedIngress(ctx context.Context, key queueKey, ing *networkingv1.Ingress) error {
+func (c *Controller) syncSharedIngress(ctx context.Context, key queueKey, ing *networkingv1.Ingress) syncResult {
 	ours := c.ingressOurs(ing, c.ingressClasses())
 	if ours {
 		if err := c.patchIngress(ctx, ing, claim.ClaimPatch(ing, c.settings.ClusterName, false)); err != nil {
-			return err
+			return retryOn(err)
 		}
 	}
-	if err := c.syncSharedIngresses(ctx); err != nil {
-		return err
-	}
-	if ours || !c.claimedIngress(ing) {
-		return nil
+	if res := c.syncSharedIngresses(ctx); res.state == syncRetry || ours || !c.claimedIngress(ing) {
+		return res
 	}
 	// It left the shared load balancer (built without it just above).
-	return c.unclaimIngress(ctx, key, ing)
+	return retryOn(c.unclaimIngress(ctx, key, ing))
 }
 
 // syncSharedIngresses makes the shared load balancer hold the rules of every
 // Ingress we serve, and deletes it when there is none.
-func (c *Controller) syncSharedIngresses(ctx context.Context) error {
+func (c *Controller) syncSharedIngresses(ctx context.Context) syncResult {
 	c.sharedMu.Lock()
 	defer c.sharedMu.Unlock()
 	all, err := c.ingLister.List(labels.Everything())
 	if err != nil {
-		return err
+		return retryOn(err)
 	}
 	classes := c.ingressClasses()
 	var ings []*networkingv1.Ingress
@@ -169,17 +166,20 @@ func (c *Controller) syncSharedIngresses(ctx context.Context) error {
 	name := lbmodel.SharedIngressLoadBalancerName(c.settings.ClusterName, c.settings.IngressClass)
 	if len(ings) == 0 {
 		c.forget(sharedIngressKey)
-		return c.provider.Delete(ctx, name, lbmodel.L7)
+		return retryOn(c.provider.Delete(ctx, name, lbmodel.L7))
 	}
 	lb, report, err := c.buildIngresses(ctx, ings, true)
-	if err != nil || lb == nil {
-		return err
+	if err != nil {
+		return retryOn(err)
+	}
+	if lb == nil {
+		return refused(nil) // the Events of the build say why
 	}
 	objects := make([]runtime.Object, 0, len(ings))
 	for _, ing := range ings {
 		objects = append(objects, ing)
 	}
-	_, err = c.apply(ctx, model{
+	_, res := c.apply(ctx, model{
 		key: sharedIngressKey, lb: lb, report: report, objects: objects,
 		needsStatus: slices.ContainsFunc(ings, func(i *networkingv1.Ingress) bool { return len(i.Status.LoadBalancer.Ingress) == 0 }),
 		setStatus: func(ctx context.Context, status providers.Status) error {
@@ -192,7 +192,7 @@ func (c *Controller) syncSharedIngresses(ctx context.Context) error {
 			return nil
 		},
 	})
-	return err
+	return res
 }
 
 // buildIngresses opts the backends of ings in and builds their load
@@ -236,22 +236,25 @@ func (c *Controller) buildIngresses(ctx context.Context, ings []*networkingv1.In
 	return lb, report, nil
 }
 
-func (c *Controller) ensureIngress(ctx context.Context, key queueKey, ing *networkingv1.Ingress) error {
+func (c *Controller) ensureIngress(ctx context.Context, key queueKey, ing *networkingv1.Ingress) syncResult {
 	if err := c.patchIngress(ctx, ing, claim.ClaimPatch(ing, c.settings.ClusterName, false)); err != nil {
-		return err
+		return retryOn(err)
 	}
 	lb, report, err := c.buildIngresses(ctx, []*networkingv1.Ingress{ing}, false)
-	if err != nil || lb == nil {
-		return err
+	if err != nil {
+		return retryOn(err)
 	}
-	_, err = c.apply(ctx, model{
+	if lb == nil {
+		return refused(nil) // the Events of the build say why
+	}
+	_, res := c.apply(ctx, model{
 		key: key, lb: lb, report: report, objects: []runtime.Object{ing},
 		needsStatus: len(ing.Status.LoadBalancer.Ingress) == 0, syncedEvents: true,
 		setStatus: func(ctx context.Context, status providers.Status) error {
 			return c.setIngressStatus(ctx, ing, status.VIPs)
 		},
 	})
-	return err
+	return res
 }
 
 func (c *Controller) releaseIngress(ctx context.Context, key queueKey, ing *networkingv1.Ingress) error {

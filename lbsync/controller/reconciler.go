@@ -1,0 +1,97 @@
+package controller
+
+// kind says what a queue key names; it selects the sync of the key.
+type kind uint8
+
+const (
+	kindService kind = iota
+	// kindIngress is an Ingress with a load balancer of its own.
+	kindIngress
+	// kindSharedIngress is the load balancer that all our Ingresses share
+	// (ingressSharedVIP); it has no namespace or name.
+	kindSharedIngress
+	// kindGateway is a Gateway API Gateway and its load balancer.
+	kindGateway
+	// kindGatewayClass is a GatewayClass, whose status npl-lbsync writes
+	// when it is npl's.
+	kindGatewayClass
+)
+
+// kindNames name the kinds in keys and logs.
+var kindNames = [...]string{
+	kindService:       "service",
+	kindIngress:       "ingress",
+	kindSharedIngress: "shared ingress load balancer",
+	kindGateway:       "gateway",
+	kindGatewayClass:  "gatewayclass",
+}
+
+// queueKey is an item of the work queue, and the key of what the
+// controller remembers per load balancer (applied models, drains).
+type queueKey struct {
+	kind      kind
+	namespace string
+	name      string
+}
+
+func serviceKey(namespace, name string) queueKey { return queueKey{kindService, namespace, name} }
+func ingressKey(namespace, name string) queueKey { return queueKey{kindIngress, namespace, name} }
+func gatewayKey(namespace, name string) queueKey { return queueKey{kindGateway, namespace, name} }
+func gatewayClassKey(name string) queueKey       { return queueKey{kind: kindGatewayClass, name: name} }
+
+// sharedIngressKey is the key of the shared Ingress load balancer.
+var sharedIngressKey = queueKey{kind: kindSharedIngress}
+
+func (k queueKey) String() string {
+	switch {
+	case k.namespace != "":
+		return kindNames[k.kind] + " " + k.namespace + "/" + k.name
+	case k.name != "":
+		return kindNames[k.kind] + " " + k.name
+	}
+	return kindNames[k.kind]
+}
+
+// syncState is how a sync ended: it tells the work queue what to do with
+// the key.
+type syncState uint8
+
+const (
+	// syncDone: the objects are in sync; the key's backoff is reset.
+	syncDone syncState = iota
+	// syncNoRetry: the objects are at fault (an invalid Service, a model
+	// that breaks the rules), and their condition or Events say why.
+	// Retrying cannot help until they change, which queues them again: the
+	// key's backoff is reset as after syncDone.
+	syncNoRetry
+	// syncRetry: the sync failed (the provider, an API write); the key is
+	// queued again with backoff.
+	syncRetry
+)
+
+// syncResult is the end of one sync: its state and, for syncRetry, why.
+type syncResult struct {
+	state syncState
+	err   error
+}
+
+// synced is the result of a sync that brought its objects in line.
+func synced() syncResult { return syncResult{state: syncDone} }
+
+// retryOn retries the key when err is set, and is synced otherwise: a
+// sync ends with retryOn(its last step).
+func retryOn(err error) syncResult {
+	if err == nil {
+		return synced()
+	}
+	return syncResult{state: syncRetry, err: err}
+}
+
+// refused leaves a key whose objects are at fault until they change; err
+// is the failure to record why (a condition write), which is retried.
+func refused(err error) syncResult {
+	if err != nil {
+		return retryOn(err)
+	}
+	return syncResult{state: syncNoRetry}
+}
