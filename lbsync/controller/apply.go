@@ -2,9 +2,13 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -14,6 +18,38 @@ import (
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/providers"
 )
+
+// applier is the one path from built models to the provider: it owns what
+// npl-lbsync knows of the load balancers (the models applied, those
+// refused, the draining members), behind its own lock, the first pass over
+// every key and the garbage collection of the load balancers nothing
+// claims. The reconcilers reach the provider only through it.
+type applier struct {
+	*cluster
+	provider providers.Provider
+	// pending is the first pass over every key, which the first garbage
+	// collection waits for.
+	pending firstPass
+
+	mu sync.Mutex
+	// applied holds the hash of the model last applied per key, to skip
+	// no-op provider calls.
+	applied map[queueKey]string
+	// rejected holds, per key, why its last model broke the rules, so the
+	// Warning Event fires once per reason.
+	rejected map[queueKey]string
+	// drains holds each load balancer's draining members (drain.go).
+	drains map[queueKey]*drainTracker
+	// moved holds when each member's Pod mapping moved to another node
+	// port (drain.go), for the drain period.
+	moved map[memberAddr]time.Time
+}
+
+func newApplier(cl *cluster, provider providers.Provider) *applier {
+	return &applier{cluster: cl, provider: provider,
+		applied: map[queueKey]string{}, rejected: map[queueKey]string{},
+		drains: map[queueKey]*drainTracker{}, moved: map[memberAddr]time.Time{}}
+}
 
 // model is one built load balancer and the objects it is applied for: a
 // Service, an Ingress, or the Ingresses that share a VIP.
@@ -59,26 +95,26 @@ type failure struct {
 // and condition naming the skipped ports, and the existing load balancer
 // stays as it is: the key is not retried. It returns the model as applied,
 // nil when it was not.
-func (c *Controller) apply(ctx context.Context, m model) (*lbmodel.LoadBalancer, syncResult) {
+func (a *applier) apply(ctx context.Context, m model) (*lbmodel.LoadBalancer, syncResult) {
 	lb := m.lb
-	c.applyDrains(m.key, lb)
+	a.applyDrains(m.key, lb)
 	hash := modelHash(lb)
-	c.mu.Lock()
-	unchanged := c.applied[m.key] == hash
-	c.mu.Unlock()
+	a.mu.Lock()
+	unchanged := a.applied[m.key] == hash
+	a.mu.Unlock()
 	if unchanged && !m.needsStatus {
 		return lb, synced() // applied, so it passed the check then
 	}
 	// The provider is behind providers.Validated: the one check of the
 	// model runs there, before any call to the load balancer.
-	status, err := c.provider.Ensure(ctx, lb)
+	status, err := a.provider.Ensure(ctx, lb)
 	var invalid *lbmodel.InvalidModelError
 	if errors.As(err, &invalid) {
-		return nil, c.rejectModel(ctx, m, err)
+		return nil, a.rejectModel(ctx, m, err)
 	}
 	if err != nil {
 		for _, o := range m.objects {
-			c.recorder.Eventf(o, corev1.EventTypeWarning, "SyncFailed", "Load balancer %s: %v", lb.Name, err)
+			a.recorder.Eventf(o, corev1.EventTypeWarning, "SyncFailed", "Load balancer %s: %v", lb.Name, err)
 		}
 		if m.setFailed != nil {
 			f := failure{reason: "SyncFailed", message: err.Error(), refused: errors.Is(err, lbmodel.ErrUnsupported)}
@@ -88,17 +124,17 @@ func (c *Controller) apply(ctx context.Context, m model) (*lbmodel.LoadBalancer,
 		}
 		return nil, retryOn(fmt.Errorf("ensure load balancer %s: %w", lb.Name, err))
 	}
-	c.mu.Lock()
-	first := c.applied[m.key] == ""
-	c.applied[m.key] = hash
-	delete(c.rejected, m.key)
-	c.mu.Unlock()
+	a.mu.Lock()
+	first := a.applied[m.key] == ""
+	a.applied[m.key] = hash
+	delete(a.rejected, m.key)
+	a.mu.Unlock()
 	if !unchanged {
 		// What the load balancer does not serve of the model (UDP on
 		// HAProxy): said once per applied change.
 		for _, w := range status.Warnings {
 			for _, o := range m.objects {
-				c.recorder.Eventf(o, corev1.EventTypeWarning, "NotServed", "Load balancer %s: %s", lb.Name, w)
+				a.recorder.Eventf(o, corev1.EventTypeWarning, "NotServed", "Load balancer %s: %s", lb.Name, w)
 			}
 		}
 	}
@@ -110,7 +146,7 @@ func (c *Controller) apply(ctx context.Context, m model) (*lbmodel.LoadBalancer,
 		klog.FromContext(ctx).V(2).Info("Applied load balancer", "key", m.key, "lb", lb.Name, "readyBackends", m.report.ReadyBackends)
 	case !unchanged && m.syncedEvents:
 		for _, o := range m.objects {
-			c.recorder.Eventf(o, corev1.EventTypeNormal, "Synced", "Load balancer %s applied: %d ready backend(s)", lb.Name, m.report.ReadyBackends)
+			a.recorder.Eventf(o, corev1.EventTypeNormal, "Synced", "Load balancer %s applied: %d ready backend(s)", lb.Name, m.report.ReadyBackends)
 		}
 	}
 	return lb, synced()
@@ -119,7 +155,7 @@ func (c *Controller) apply(ctx context.Context, m model) (*lbmodel.LoadBalancer,
 // rejectModel reports a model that breaks the rules, once per distinct
 // reason, and records it in the condition. Retrying cannot help until the
 // objects change, which queues them again.
-func (c *Controller) rejectModel(ctx context.Context, m model, err error) syncResult {
+func (a *applier) rejectModel(ctx context.Context, m model, err error) syncResult {
 	reason, message := "InvalidModel", err.Error()
 	if errors.Is(err, lbmodel.ErrNoListeners) {
 		reason = "NothingToServe"
@@ -129,13 +165,13 @@ func (c *Controller) rejectModel(ctx context.Context, m model, err error) syncRe
 		}
 		message += "; the load balancer is left as it is"
 	}
-	c.mu.Lock()
-	repeated := c.rejected[m.key] == message
-	c.rejected[m.key] = message
-	c.mu.Unlock()
+	a.mu.Lock()
+	repeated := a.rejected[m.key] == message
+	a.rejected[m.key] = message
+	a.mu.Unlock()
 	if !repeated {
 		for _, o := range m.objects {
-			c.recorder.Event(o, corev1.EventTypeWarning, reason, message)
+			a.recorder.Event(o, corev1.EventTypeWarning, reason, message)
 		}
 		klog.FromContext(ctx).Info("Model not applied", "key", m.key, "reason", reason, "message", message)
 	}
@@ -154,4 +190,95 @@ func skippedPorts(r builder.Report) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// delete deletes a load balancer.
+func (a *applier) delete(ctx context.Context, name string, kind lbmodel.Kind) error {
+	return a.provider.Delete(ctx, name, kind)
+}
+
+// hasApplied reports whether a model of key was applied since it was last
+// forgotten (or since the last resync).
+func (a *applier) hasApplied(key queueKey) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.applied[key]
+	return ok
+}
+
+// forget drops what is known of key's load balancer: it is deleted, or no
+// longer ours.
+func (a *applier) forget(key queueKey) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.applied, key)
+	delete(a.rejected, key)
+	delete(a.drains, key)
+}
+
+// forceAll disables the no-op skip until each key is applied again, so the
+// provider compares every model with what the load balancer has.
+func (a *applier) forceAll() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	clear(a.applied)
+}
+
+// collectGarbage deletes this cluster's load balancers whose names claimed
+// does not return. It runs only after the caches synced and the first
+// pass, and does nothing when List fails: an error never deletes anything.
+// claimed is asked after List, so that a load balancer applied in between
+// is claimed.
+func (a *applier) collectGarbage(ctx context.Context, claimed func() map[string]bool) {
+	logger := klog.FromContext(ctx)
+	lbs, err := a.provider.List(ctx)
+	if err != nil {
+		logger.Error(err, "Garbage collection skipped: list load balancers")
+		return
+	}
+	names := claimed()
+	for _, lb := range lbs {
+		if names[lb.Name] {
+			continue
+		}
+		logger.Info("Deleting orphaned load balancer", "lb", lb.Name, "service", lb.Service)
+		if err := a.provider.Delete(ctx, lb.Name, lb.Kind); err != nil {
+			logger.Error(err, "Delete orphaned load balancer", "lb", lb.Name)
+		}
+	}
+}
+
+func modelHash(lb *lbmodel.LoadBalancer) string {
+	b, _ := json.Marshal(lb)
+	sum := sha256.Sum256(b)
+	return string(sum[:])
+}
+
+// firstPass holds the keys the first pass queued that have not been synced
+// once yet: events sync other keys, or the same ones again, meanwhile, so
+// a count of syncs cannot say when the pass is done.
+type firstPass struct {
+	mu   sync.Mutex
+	keys map[queueKey]bool
+}
+
+func (f *firstPass) start(keys []queueKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.keys = make(map[queueKey]bool, len(keys))
+	for _, k := range keys {
+		f.keys[k] = true
+	}
+}
+
+func (f *firstPass) synced(key queueKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.keys, key)
+}
+
+func (f *firstPass) done() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.keys) == 0
 }

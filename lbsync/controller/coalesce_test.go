@@ -6,7 +6,8 @@ import (
 )
 
 func TestCoalesceDelay_firstEventAtOnceBurstAfterTheWindow(t *testing.T) {
-	c := &Controller{settings: Settings{CoalesceWindow: 20 * time.Millisecond}, podEventAt: map[queueKey]time.Time{}}
+	cl := &cluster{settings: Settings{CoalesceWindow: 20 * time.Millisecond}}
+	c := &Controller{cluster: cl, applier: newApplier(cl, nil), podEventAt: map[queueKey]time.Time{}}
 	web, api := serviceKey("ns", "web"), serviceKey("ns", "api")
 	t0 := time.Now()
 	for _, step := range []struct {

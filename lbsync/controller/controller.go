@@ -8,7 +8,6 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -77,25 +76,19 @@ type Settings struct {
 
 // Controller reconciles load balancers with Services.
 type Controller struct {
-	settings Settings
-	client   kubernetes.Interface
-	provider providers.Provider
+	*cluster
 	// checker is the provider's check of a Gateway's listeners and rules
 	// (nil: it serves them all): the Gateway builder leaves out the
 	// listeners and routes it refuses.
-	checker  providers.ModelChecker
-	recorder record.EventRecorder
-	metrics  *Metrics
+	checker providers.ModelChecker
+	metrics *Metrics
+	applier *applier
 
 	factory   informers.SharedInformerFactory
 	svcLister corelisters.ServiceLister
-	// store holds the caches builds read (package inputs, shared with
-	// nplctl).
-	store     inputs.Store
 	ingLister networkinglisters.IngressLister
 	synced    []cache.InformerSynced
 
-	queue workqueue.TypedRateLimitingInterface[queueKey]
 	// syncs holds the sync of each kind of key.
 	syncs map[kind]func(context.Context, queueKey) syncResult
 
@@ -111,20 +104,9 @@ type Controller struct {
 	sharedMu sync.Mutex
 
 	mu sync.Mutex
-	// applied holds the hash of the model last applied per key, to skip
-	// no-op provider calls.
-	applied map[queueKey]string
-	// rejected holds, per key, why its last model broke the rules, so the
-	// Warning Event fires once per reason.
-	rejected map[queueKey]string
 	// noBackends remembers which Services had no ready backend, so the
 	// NoReadyBackends Event fires on the transition only.
 	noBackends map[queueKey]bool
-	// drains holds each load balancer's draining members (drain.go).
-	drains map[queueKey]*drainTracker
-	// moved holds when each member's Pod mapping moved to another node
-	// port (drain.go), for the drain period.
-	moved map[memberAddr]time.Time
 	// registered records, per gated Pod, which Services have it applied
 	// on the load balancer (readiness.go).
 	registered map[string]map[string]bool
@@ -143,36 +125,6 @@ type Controller struct {
 
 	cachesSynced atomic.Bool
 	firstSync    atomic.Bool
-	pending      firstPass
-}
-
-// firstPass holds the keys the first pass queued that have not been synced
-// once yet: events sync other keys, or the same ones again, meanwhile, so
-// a count of syncs cannot say when the pass is done.
-type firstPass struct {
-	mu   sync.Mutex
-	keys map[queueKey]bool
-}
-
-func (f *firstPass) start(keys []queueKey) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.keys = make(map[queueKey]bool, len(keys))
-	for _, k := range keys {
-		f.keys[k] = true
-	}
-}
-
-func (f *firstPass) synced(key queueKey) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.keys, key)
-}
-
-func (f *firstPass) done() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.keys) == 0
 }
 
 // New builds the controller and its informers. Nothing runs until Start.
@@ -192,7 +144,7 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	var c *Controller
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(func(obj any) (any, error) {
 		if pod, ok := obj.(*corev1.Pod); ok {
-			c.recordMovesOf(pod)
+			c.applier.recordMovesOf(pod)
 		}
 		return trim(obj)
 	}))
@@ -206,22 +158,21 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	utilruntime.Must(gatewayv1.Install(eventScheme))
 	recorder := broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: "npl-lbsync"})
 
-	c = &Controller{
+	cl := &cluster{
 		settings: settings,
 		client:   client,
-		provider: metrics.instrument(providers.Validated(provider)),
-		checker:  providers.ModelCheckerOf(provider),
 		recorder: recorder,
-		metrics:  metrics,
-		factory:  factory,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[queueKey](200*time.Millisecond, settings.MaxBackoff),
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "npl-lbsync"}),
-		applied:       map[queueKey]string{},
-		rejected:      map[queueKey]string{},
+	}
+	c = &Controller{
+		cluster:       cl,
+		checker:       providers.ModelCheckerOf(provider),
+		metrics:       metrics,
+		applier:       newApplier(cl, metrics.instrument(providers.Validated(provider))),
+		factory:       factory,
 		noBackends:    map[queueKey]bool{},
-		drains:        map[queueKey]*drainTracker{},
-		moved:         map[memberAddr]time.Time{},
 		registered:    map[string]map[string]bool{},
 		gatewayVIPs:   map[queueKey][]string{},
 		gatewayGone:   map[queueKey]bool{},
@@ -330,7 +281,7 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 	defer c.queue.ShutDown()
 
 	initial := c.queueAll(false)
-	c.pending.start(initial)
+	c.applier.pending.start(initial)
 	logger.Info("Starting workers", "workers", c.settings.Workers, "keys", len(initial))
 	var wg sync.WaitGroup
 	for range c.settings.Workers {
@@ -340,12 +291,12 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 		// The first garbage collection waits for the first pass, so that
 		// nothing a Service still claims is ever deleted.
 		_ = wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-			return c.pending.done(), nil
+			return c.applier.pending.done(), nil
 		})
 		if ctx.Err() != nil {
 			return
 		}
-		c.collectGarbage(ctx)
+		c.applier.collectGarbage(ctx, c.claimedNames)
 		c.firstSync.Store(true)
 		logger.Info("First sync done")
 		ticker := time.NewTicker(c.settings.ResyncPeriod)
@@ -356,7 +307,7 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 				return
 			case <-ticker.C:
 				c.queueAll(true)
-				c.collectGarbage(ctx)
+				c.applier.collectGarbage(ctx, c.claimedNames)
 			}
 		}
 	})
@@ -374,9 +325,7 @@ func (c *Controller) queueAll(force bool) []queueKey {
 		return nil
 	}
 	if force {
-		c.mu.Lock()
-		clear(c.applied)
-		c.mu.Unlock()
+		c.applier.forceAll()
 	}
 	var keys []queueKey
 	for _, s := range services {
@@ -411,7 +360,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	start := time.Now()
 	res := c.syncs[key.kind](ctx, key)
 	c.metrics.observeReconcile(time.Since(start), res.err)
-	c.pending.synced(key)
+	c.applier.pending.synced(key)
 	if res.state == syncRetry {
 		c.metrics.SyncFailures.Inc()
 		klog.FromContext(ctx).Error(res.err, "Sync failed; will retry", "key", key)
@@ -569,11 +518,9 @@ func (c *Controller) syncService(ctx context.Context, key queueKey) syncResult {
 }
 
 func (c *Controller) forget(key queueKey) {
+	c.applier.forget(key)
 	c.mu.Lock()
-	delete(c.applied, key)
-	delete(c.rejected, key)
 	delete(c.noBackends, key)
-	delete(c.drains, key)
 	delete(c.gatewayVIPs, key)
 	delete(c.gatewayGone, key)
 	delete(c.podEventAt, key)
@@ -604,7 +551,7 @@ func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) syncResult
 		c.recorder.Event(svc, corev1.EventTypeWarning, "NoReadyBackends", "No ready backend for the load balancer: its pools are empty")
 	}
 
-	applied, res := c.apply(ctx, model{
+	applied, res := c.applier.apply(ctx, model{
 		key: key, lb: lb, report: report, objects: []runtime.Object{svc},
 		needsStatus: len(svc.Status.LoadBalancer.Ingress) == 0, syncedEvents: true,
 		setStatus: func(ctx context.Context, status providers.Status) error {
@@ -634,7 +581,7 @@ func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 	key := serviceKey(svc.Namespace, svc.Name)
 	if claim.HasFinalizer(svc) || svc.Annotations[contract.ClaimedByKey] != "" {
 		name := lbmodel.LoadBalancerName(c.settings.ClusterName, svc.Namespace, svc.Name)
-		if err := c.provider.Delete(ctx, name, lbmodel.L4); err != nil {
+		if err := c.applier.delete(ctx, name, lbmodel.L4); err != nil {
 			c.recorder.Eventf(svc, corev1.EventTypeWarning, "DeleteFailed", "Load balancer %s: %v", name, err)
 			return fmt.Errorf("delete load balancer %s: %w", name, err)
 		}
@@ -657,31 +604,9 @@ func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 	return nil
 }
 
-// collectGarbage deletes this cluster's load balancers that no Service
-// claims. It runs only after the caches synced and the first pass, and does
-// nothing when List fails: an error never deletes anything.
-func (c *Controller) collectGarbage(ctx context.Context) {
-	logger := klog.FromContext(ctx)
-	lbs, err := c.provider.List(ctx)
-	if err != nil {
-		logger.Error(err, "Garbage collection skipped: list load balancers")
-		return
-	}
-	claimed := c.claimedNames()
-	for _, lb := range lbs {
-		if claimed[lb.Name] {
-			continue
-		}
-		logger.Info("Deleting orphaned load balancer", "lb", lb.Name, "service", lb.Service)
-		if err := c.provider.Delete(ctx, lb.Name, lb.Kind); err != nil {
-			logger.Error(err, "Delete orphaned load balancer", "lb", lb.Name)
-		}
-	}
-}
-
-// claimedNames returns the names of the load balancers that a Service or
-// an Ingress we serve (or still have to clean up) owns, computed once per
-// garbage collection from the caches.
+// claimedNames returns the names of the load balancers that a Service,
+// an Ingress or a Gateway we serve (or still have to clean up) owns,
+// computed once per garbage collection from the caches.
 func (c *Controller) claimedNames() map[string]bool {
 	names := map[string]bool{}
 	services, _ := c.svcLister.List(labels.Everything())
@@ -697,16 +622,4 @@ func (c *Controller) claimedNames() map[string]bool {
 		names[name] = true
 	}
 	return names
-}
-
-func modelHash(lb *lbmodel.LoadBalancer) string {
-	b, _ := json.Marshal(lb)
-	sum := sha256.Sum256(b)
-	return string(sum[:])
-}
-
-// inputSettings are the settings builds read their inputs with.
-func (c *Controller) inputSettings() inputs.Settings {
-	return inputs.Settings{ClusterName: c.settings.ClusterName, ServiceType: c.settings.ServiceType,
-		Family: c.settings.Family, IngressClass: c.settings.IngressClass}
 }

@@ -417,11 +417,9 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) syncResult {
 	if err != nil || !gateway.Ours(gw, c.gatewayClasses()) || gw.DeletionTimestamp != nil {
 		// Gone, or not ours (any more): no load balancer, and no status of
 		// ours on its routes.
-		c.mu.Lock()
-		_, had := c.applied[key]
-		c.mu.Unlock()
+		had := c.applier.hasApplied(key)
 		if had || err != nil {
-			if derr := c.provider.Delete(ctx, name, lbmodel.L7); derr != nil {
+			if derr := c.applier.delete(ctx, name, lbmodel.L7); derr != nil {
 				return retryOn(fmt.Errorf("delete load balancer %s: %w", name, derr))
 			}
 			if had {
@@ -464,12 +462,12 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) syncResult {
 	var applied syncResult
 	if res.LB == nil {
 		// Nothing to serve: no load balancer, deleted once.
+		had := c.applier.hasApplied(key)
 		c.mu.Lock()
-		_, had := c.applied[key]
 		gone := c.gatewayGone[key]
 		c.mu.Unlock()
 		if had || !gone {
-			if err := c.provider.Delete(ctx, name, lbmodel.L7); err != nil {
+			if err := c.applier.delete(ctx, name, lbmodel.L7); err != nil {
 				applied = retryOn(fmt.Errorf("delete load balancer %s: %w", name, err))
 			} else {
 				if had {
@@ -506,7 +504,7 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) syncResult {
 func (c *Controller) applyGateway(ctx context.Context, key queueKey, gw *gatewayv1.Gateway, res gateway.Result) (gateway.Programmed, syncResult) {
 	var prog gateway.Programmed
 	told := false
-	_, applied := c.apply(ctx, model{
+	_, applied := c.applier.apply(ctx, model{
 		key: key, lb: res.LB, report: res.Report, objects: []runtime.Object{gw},
 		needsStatus: len(gw.Status.Addresses) == 0, syncedEvents: true,
 		setStatus: func(_ context.Context, status providers.Status) error {

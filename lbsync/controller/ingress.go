@@ -166,7 +166,7 @@ func (c *Controller) syncSharedIngresses(ctx context.Context) syncResult {
 	name := lbmodel.SharedIngressLoadBalancerName(c.settings.ClusterName, c.settings.IngressClass)
 	if len(ings) == 0 {
 		c.forget(sharedIngressKey)
-		return retryOn(c.provider.Delete(ctx, name, lbmodel.L7))
+		return retryOn(c.applier.delete(ctx, name, lbmodel.L7))
 	}
 	lb, report, err := c.buildIngresses(ctx, ings, true)
 	if err != nil {
@@ -179,7 +179,7 @@ func (c *Controller) syncSharedIngresses(ctx context.Context) syncResult {
 	for _, ing := range ings {
 		objects = append(objects, ing)
 	}
-	_, res := c.apply(ctx, model{
+	_, res := c.applier.apply(ctx, model{
 		key: sharedIngressKey, lb: lb, report: report, objects: objects,
 		needsStatus: slices.ContainsFunc(ings, func(i *networkingv1.Ingress) bool { return len(i.Status.LoadBalancer.Ingress) == 0 }),
 		setStatus: func(ctx context.Context, status providers.Status) error {
@@ -247,7 +247,7 @@ func (c *Controller) ensureIngress(ctx context.Context, key queueKey, ing *netwo
 	if lb == nil {
 		return refused(nil) // the Events of the build say why
 	}
-	_, res := c.apply(ctx, model{
+	_, res := c.applier.apply(ctx, model{
 		key: key, lb: lb, report: report, objects: []runtime.Object{ing},
 		needsStatus: len(ing.Status.LoadBalancer.Ingress) == 0, syncedEvents: true,
 		setStatus: func(ctx context.Context, status providers.Status) error {
@@ -259,7 +259,7 @@ func (c *Controller) ensureIngress(ctx context.Context, key queueKey, ing *netwo
 
 func (c *Controller) releaseIngress(ctx context.Context, key queueKey, ing *networkingv1.Ingress) error {
 	name := c.ingressLBName(ing)
-	if err := c.provider.Delete(ctx, name, lbmodel.L7); err != nil {
+	if err := c.applier.delete(ctx, name, lbmodel.L7); err != nil {
 		c.recorder.Eventf(ing, corev1.EventTypeWarning, "DeleteFailed", "Load balancer %s: %v", name, err)
 		return fmt.Errorf("delete load balancer %s: %w", name, err)
 	}
