@@ -10,8 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,7 +35,6 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/lbsync/inputs"
@@ -92,10 +89,6 @@ type Controller struct {
 	// syncs holds the sync of each kind of key.
 	syncs map[kind]func(context.Context, queueKey) syncResult
 
-	// gwp holds the Gateway API part (gwState); nil until EnableGatewayAPI
-	// or ServeGatewayAPI. ServeGatewayAPI replaces it whole when CRDs
-	// appear after the start.
-	gwp atomic.Pointer[gatewayState]
 	// nsHandler registers the Namespace handler of the Gateway API once.
 	nsHandler sync.Once
 
@@ -103,13 +96,9 @@ type Controller struct {
 	// which any Ingress's key may trigger.
 	sharedMu sync.Mutex
 
+	services *serviceReconciler
+
 	mu sync.Mutex
-	// noBackends remembers which Services had no ready backend, so the
-	// NoReadyBackends Event fires on the transition only.
-	noBackends map[queueKey]bool
-	// registered records, per gated Pod, which Services have it applied
-	// on the load balancer (readiness.go).
-	registered map[string]map[string]bool
 	// gatewayVIPs holds the VIPs last learnt per Gateway, for its status
 	// when an unchanged model is not applied again.
 	gatewayVIPs map[queueKey][]string
@@ -120,8 +109,6 @@ type Controller struct {
 	// npl-lbsync may not read, as last told in a Warning Event, so that
 	// the Event fires when they change, not on every poll.
 	forbiddenTold map[queueKey]string
-	// podEventAt is when a Pod event last opened a key's coalescing window.
-	podEventAt map[queueKey]time.Time
 
 	cachesSynced atomic.Bool
 	firstSync    atomic.Bool
@@ -172,20 +159,9 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		metrics:       metrics,
 		applier:       newApplier(cl, metrics.instrument(providers.Validated(provider))),
 		factory:       factory,
-		noBackends:    map[queueKey]bool{},
-		registered:    map[string]map[string]bool{},
 		gatewayVIPs:   map[queueKey][]string{},
 		gatewayGone:   map[queueKey]bool{},
 		forbiddenTold: map[queueKey]string{},
-		podEventAt:    map[queueKey]time.Time{},
-	}
-
-	c.syncs = map[kind]func(context.Context, queueKey) syncResult{
-		kindService:       c.syncService,
-		kindIngress:       c.syncIngress,
-		kindSharedIngress: func(ctx context.Context, _ queueKey) syncResult { return c.syncSharedIngresses(ctx) },
-		kindGateway:       c.syncGateway,
-		kindGatewayClass:  c.syncGatewayClass,
 	}
 
 	svcInformer := factory.Core().V1().Services()
@@ -208,6 +184,7 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	utilruntime.Must(svcInformer.Informer().AddIndexers(inputs.ServiceIndexers()))
 	utilruntime.Must(podInformer.Informer().AddIndexers(inputs.PodIndexers()))
 	c.svcLister = svcInformer.Lister()
+	c.services = newServiceReconciler(cl, c.applier, metrics, c.svcLister)
 	// Only the slices the EndpointSlice controller does not write: they
 	// choose the Pods of Services without a selector.
 	sliceInformer := factory.InformerFor(&discoveryv1.EndpointSlice{}, func(cl kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
@@ -221,26 +198,34 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		EndpointSlices: sliceInformer.GetIndexer(),
 	}
 	_, _ = sliceInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.enqueueSliceService(nil, obj) },
-		UpdateFunc: func(old, obj any) { c.enqueueSliceService(old, obj) },
-		DeleteFunc: func(obj any) { c.enqueueSliceService(nil, obj) },
+		AddFunc:    func(obj any) { c.services.sliceChanged(nil, obj) },
+		UpdateFunc: c.services.sliceChanged,
+		DeleteFunc: func(obj any) { c.services.sliceChanged(nil, obj) },
 	})
 
 	_, _ = svcInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.enqueueService(obj, 0) },
-		UpdateFunc: func(_, obj any) { c.enqueueService(obj, 0) },
-		DeleteFunc: func(obj any) { c.enqueueService(obj, 0) },
+		AddFunc:    c.services.serviceChanged,
+		UpdateFunc: func(_, obj any) { c.services.serviceChanged(obj) },
+		DeleteFunc: c.services.serviceChanged,
 	})
 	_, _ = podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.enqueuePodServices(nil, obj) },
-		UpdateFunc: func(old, obj any) { c.enqueuePodServices(old, obj) },
-		DeleteFunc: func(obj any) { c.enqueuePodServices(nil, obj) },
+		AddFunc:    func(obj any) { c.services.podChanged(nil, obj) },
+		UpdateFunc: c.services.podChanged,
+		DeleteFunc: func(obj any) { c.services.podChanged(nil, obj) },
 	})
 	_, _ = nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.nodesChanged() },
 		UpdateFunc: func(old, obj any) { c.nodeUpdated(old, obj) },
 		DeleteFunc: func(any) { c.nodesChanged() },
 	})
+	c.syncs = map[kind]func(context.Context, queueKey) syncResult{
+		kindService:       c.services.sync,
+		kindIngress:       c.syncIngress,
+		kindSharedIngress: func(ctx context.Context, _ queueKey) syncResult { return c.syncSharedIngresses(ctx) },
+		kindGateway:       c.syncGateway,
+		kindGatewayClass:  c.syncGatewayClass,
+	}
+
 	c.synced = []cache.InformerSynced{svcInformer.Informer().HasSynced, podInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced,
 		ingInformer.Informer().HasSynced, classInformer.Informer().HasSynced, sliceInformer.HasSynced}
 	metrics.setQueueDepth(func() float64 { return float64(c.queue.Len()) })
@@ -320,17 +305,10 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 // returns their keys; with force, the no-op skip is disabled for this pass
 // so the provider compares with what the load balancer has.
 func (c *Controller) queueAll(force bool) []queueKey {
-	services, err := c.svcLister.List(labels.Everything())
-	if err != nil {
-		return nil
-	}
 	if force {
 		c.applier.forceAll()
 	}
-	var keys []queueKey
-	for _, s := range services {
-		keys = append(keys, serviceKey(s.Namespace, s.Name))
-	}
+	keys := c.services.keys()
 	ings, _ := c.ingLister.List(labels.Everything())
 	for _, ing := range ings {
 		keys = append(keys, ingressKey(ing.Namespace, ing.Name))
@@ -379,83 +357,6 @@ func keyOf(obj metav1.Object) string {
 	return obj.GetNamespace() + "/" + obj.GetName()
 }
 
-func (c *Controller) enqueueService(obj any, delay time.Duration) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	if s, ok := obj.(*corev1.Service); ok {
-		c.queue.AddAfter(serviceKey(s.Namespace, s.Name), delay)
-		c.enqueueIngressesOf(keyOf(s), delay)
-		c.enqueueGatewaysOf(keyOf(s), delay)
-	}
-}
-
-// enqueueSliceService queues the Service of an EndpointSlice, before and
-// after the change, as a change of the Service itself: for a Service
-// without a selector the slice chooses its Pods.
-func (c *Controller) enqueueSliceService(oldObj, obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	for _, o := range []any{oldObj, obj} {
-		s, ok := o.(*discoveryv1.EndpointSlice)
-		if !ok || contract.SliceService(s) == "" {
-			continue
-		}
-		if svc := c.store.Service(s.Namespace, contract.SliceService(s)); svc != nil {
-			c.enqueueService(svc, 0)
-		}
-	}
-}
-
-// enqueuePodServices queues the Services that select the Pod, before and
-// after the change, found through the selector index rather than a scan.
-func (c *Controller) enqueuePodServices(oldObj, obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
-	}
-	if oldObj == nil && hasRegistrationGate(pod) {
-		// A delete (or an add): forget what an earlier Pod of this name had.
-		c.mu.Lock()
-		delete(c.registered, keyOf(pod))
-		c.mu.Unlock()
-	}
-	keys := map[queueKey]bool{}
-	for _, s := range c.store.ServicesSelecting(pod) {
-		keys[serviceKey(s.Namespace, s.Name)] = true
-	}
-	if old, ok := oldObj.(*corev1.Pod); ok && !maps.Equal(old.Labels, pod.Labels) {
-		for _, s := range c.store.ServicesSelecting(old) {
-			keys[serviceKey(s.Namespace, s.Name)] = true
-		}
-	}
-	now := time.Now()
-	for k := range keys {
-		delay := c.coalesceDelay(k, now)
-		c.queue.AddAfter(k, delay)
-		c.enqueueIngressesOf(k.namespace+"/"+k.name, delay)
-		c.enqueueGatewaysOf(k.namespace+"/"+k.name, delay)
-	}
-}
-
-// coalesceDelay is how long a Pod event at now waits before it queues key:
-// nothing when no Pod event opened a window for key within
-// CoalesceWindow (this one opens it), else until that window ends.
-func (c *Controller) coalesceDelay(key queueKey, now time.Time) time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	opened, ok := c.podEventAt[key]
-	if ok && now.Sub(opened) < c.settings.CoalesceWindow && !now.Before(opened) {
-		return c.settings.CoalesceWindow - now.Sub(opened)
-	}
-	c.podEventAt[key] = now
-	return 0
-}
-
 func (c *Controller) nodesChanged() {
 	if c.settings.ServiceType != builder.ServiceTypeNodePort {
 		return
@@ -488,120 +389,12 @@ func nodeView(n *corev1.Node) string {
 	return string(b)
 }
 
-// syncService makes the load balancer of one Service match it.
-func (c *Controller) syncService(ctx context.Context, key queueKey) syncResult {
-	svc, err := c.svcLister.Services(key.namespace).Get(key.name)
-	if err != nil {
-		// Gone without our finalizer (or it was removed by hand): the
-		// garbage collector removes what may be left.
-		c.forget(key)
-		return synced()
-	}
-	if claim.Ours(svc, c.settings.Claim) && svc.DeletionTimestamp == nil {
-		return c.ensure(ctx, svc)
-	}
-	if claim.Releasable(svc, c.settings.ClusterName) {
-		return retryOn(c.release(ctx, svc))
-	}
-	c.forget(key)
-	// An Ingress or route backend opted in that no npl Ingress or route
-	// uses any more. A
-	// Service claimed as a load balancer (by any installation) keeps the
-	// opt-in its claimer manages.
-	if svc.DeletionTimestamp == nil && svc.Annotations[contract.AutoAnnotatedKey] == "true" &&
-		svc.Annotations[contract.ClaimedByKey] == "" && !claim.HasFinalizer(svc) && !c.referencedByNPLIngress(svc) &&
-		!c.referencedByNPLRoute(svc) {
-		return retryOn(c.patchOptIn(ctx, svc, false))
-	}
-	// Another installation's, or nobody's: not ours to touch.
-	return synced()
-}
-
 func (c *Controller) forget(key queueKey) {
 	c.applier.forget(key)
 	c.mu.Lock()
-	delete(c.noBackends, key)
 	delete(c.gatewayVIPs, key)
 	delete(c.gatewayGone, key)
-	delete(c.podEventAt, key)
 	c.mu.Unlock()
-}
-
-// ensure claims a Service and applies its model.
-func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) syncResult {
-	key := serviceKey(svc.Namespace, svc.Name)
-	optIn := c.settings.ServiceType == builder.ServiceTypeNodePortLocal
-	if err := c.patchService(ctx, svc, claim.ClaimPatch(svc, c.settings.ClusterName, optIn)); err != nil {
-		return retryOn(err)
-	}
-	lb, report := builder.Build(c.store.ServiceInput(c.inputSettings(), svc))
-	for _, e := range report.Errors {
-		c.recorder.Event(svc, corev1.EventTypeWarning, "InvalidService", e)
-	}
-	if lb == nil {
-		return refused(c.setCondition(ctx, svc, claim.Condition{Reason: "InvalidService", Message: fmt.Sprint(report.Errors)}))
-	}
-	c.metrics.observeMembers(key.String(), lb)
-
-	c.mu.Lock()
-	hadNoBackends, seen := c.noBackends[key]
-	c.noBackends[key] = report.ReadyBackends == 0
-	c.mu.Unlock()
-	if report.ReadyBackends == 0 && (!seen || !hadNoBackends) {
-		c.recorder.Event(svc, corev1.EventTypeWarning, "NoReadyBackends", "No ready backend for the load balancer: its pools are empty")
-	}
-
-	applied, res := c.applier.apply(ctx, model{
-		key: key, lb: lb, report: report, objects: []runtime.Object{svc},
-		needsStatus: len(svc.Status.LoadBalancer.Ingress) == 0, syncedEvents: true,
-		setStatus: func(ctx context.Context, status providers.Status) error {
-			// No member count in the message: it would change with every
-			// Pod, and the status write it costs would hold back the next
-			// Pod's member (the Synced Event carries the count).
-			cond := claim.Condition{OK: true, Reason: "Synced", Message: fmt.Sprintf("%d listener(s)", len(lb.Listeners))}
-			if len(status.Warnings) > 0 {
-				cond.Reason = "SyncedWithWarnings"
-				cond.Message += "; " + strings.Join(status.Warnings, "; ")
-			}
-			return c.setStatus(ctx, svc, status.VIPs, cond)
-		},
-		setFailed: func(ctx context.Context, f failure) error {
-			return c.setCondition(ctx, svc, claim.Condition{Reason: f.reason, Message: f.message})
-		},
-	})
-	if applied == nil {
-		return res
-	}
-	return retryOn(c.updateRegistrations(ctx, svc, applied))
-}
-
-// release undoes ensure for a Service that is no longer ours or is being
-// deleted: the load balancer, the status, the opt-in we added, the finalizer.
-func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
-	key := serviceKey(svc.Namespace, svc.Name)
-	if claim.HasFinalizer(svc) || svc.Annotations[contract.ClaimedByKey] != "" {
-		name := lbmodel.LoadBalancerName(c.settings.ClusterName, svc.Namespace, svc.Name)
-		if err := c.applier.delete(ctx, name, lbmodel.L4); err != nil {
-			c.recorder.Eventf(svc, corev1.EventTypeWarning, "DeleteFailed", "Load balancer %s: %v", name, err)
-			return fmt.Errorf("delete load balancer %s: %w", name, err)
-		}
-		c.recorder.Eventf(svc, corev1.EventTypeNormal, "Deleted", "Load balancer %s deleted", name)
-		if svc.DeletionTimestamp == nil {
-			if err := c.patchService(ctx, svc, claim.ClearServiceStatusPatch(svc, true), "status"); err != nil {
-				return err
-			}
-		}
-	}
-	if svc.DeletionTimestamp == nil {
-		if err := c.patchOptIn(ctx, svc, false); err != nil {
-			return err
-		}
-	}
-	if err := c.patchService(ctx, svc, claim.ReleasePatch(svc)); err != nil {
-		return err
-	}
-	c.forget(key)
-	return nil
 }
 
 // claimedNames returns the names of the load balancers that a Service,
@@ -609,12 +402,7 @@ func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
 // computed once per garbage collection from the caches.
 func (c *Controller) claimedNames() map[string]bool {
 	names := map[string]bool{}
-	services, _ := c.svcLister.List(labels.Everything())
-	for _, s := range services {
-		if (claim.Ours(s, c.settings.Claim) && s.DeletionTimestamp == nil) || claim.Releasable(s, c.settings.ClusterName) {
-			names[lbmodel.LoadBalancerName(c.settings.ClusterName, s.Namespace, s.Name)] = true
-		}
-	}
+	c.services.claimed(names)
 	for name := range c.claimedIngressNames() {
 		names[name] = true
 	}

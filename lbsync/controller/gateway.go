@@ -25,9 +25,7 @@ import (
 	gatewaylisters "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
 
 	"github.com/nodeportlocal/npl/lbmodel"
-	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
-	"github.com/nodeportlocal/npl/lbsync/ingress"
 	"github.com/nodeportlocal/npl/lbsync/inputs"
 	"github.com/nodeportlocal/npl/providers"
 )
@@ -126,7 +124,7 @@ func (c *Controller) GatewayRouteKinds() []string {
 }
 
 // gwState returns the Gateway API part, nil when it is not served.
-func (c *Controller) gwState() *gatewayState { return c.gwp.Load() }
+func (c *cluster) gwState() *gatewayState { return c.gwp.Load() }
 
 // newGatewayState makes the informers of the Gateway API and the route
 // kinds given (HTTPRoute always), with their handlers, and returns them
@@ -306,7 +304,7 @@ func (c *Controller) routeChanged(oldObj, obj any) {
 }
 
 // enqueueGatewaysOf queues the Gateways of the routes that name a Service.
-func (c *Controller) enqueueGatewaysOf(svcKey string, delay time.Duration) {
+func (c *cluster) enqueueGatewaysOf(svcKey string, delay time.Duration) {
 	if c.gwState() == nil {
 		return
 	}
@@ -332,14 +330,14 @@ func (c *Controller) queueAllGateways() []queueKey {
 	return append(c.queueKeys(keys), c.enqueueAllGateways()...)
 }
 
-func (c *Controller) gatewayClasses() []*gatewayv1.GatewayClass {
+func (c *cluster) gatewayClasses() []*gatewayv1.GatewayClass {
 	classes, _ := c.gwState().classes.List(labels.Everything())
 	return classes
 }
 
 // referencedByNPLRoute reports whether a route (of any kind served) that
 // names a Gateway of an npl GatewayClass sends requests to the Service.
-func (c *Controller) referencedByNPLRoute(svc *corev1.Service) bool {
+func (c *cluster) referencedByNPLRoute(svc *corev1.Service) bool {
 	if c.gwState() == nil {
 		return false
 	}
@@ -444,14 +442,12 @@ func (c *Controller) syncGateway(ctx context.Context, key queueKey) syncResult {
 	for _, w := range res.Report.Warnings {
 		c.recorder.Event(gw, corev1.EventTypeWarning, "GatewayWarning", w)
 	}
-	if c.settings.ServiceType == builder.ServiceTypeNodePortLocal {
-		for _, ref := range res.Backends {
-			if svc := c.store.Service(ref.Namespace, ref.Name); ingress.WantsOptIn(svc) {
-				if err := c.patchOptIn(ctx, svc, true); err != nil {
-					return retryOn(err)
-				}
-			}
-		}
+	backends := make([]*corev1.Service, 0, len(res.Backends))
+	for _, ref := range res.Backends {
+		backends = append(backends, c.store.Service(ref.Namespace, ref.Name))
+	}
+	if err := c.optIn(ctx, backends); err != nil {
+		return retryOn(err)
 	}
 
 	if d := secretRetry(res.MissingSecrets, in.ForbiddenSecrets); d > 0 {

@@ -9,8 +9,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodeportlocal/npl/lbmodel"
@@ -70,13 +72,13 @@ func (c *Controller) enqueueAllIngresses() {
 }
 
 // enqueueIngressesOf queues the Ingresses that reference a Service.
-func (c *Controller) enqueueIngressesOf(svcKey string, delay time.Duration) {
+func (c *cluster) enqueueIngressesOf(svcKey string, delay time.Duration) {
 	for _, ing := range c.store.IngressesOf(svcKey) {
 		c.queue.AddAfter(ingressKey(ing.Namespace, ing.Name), delay)
 	}
 }
 
-func (c *Controller) ingressClasses() []*networkingv1.IngressClass { return c.store.Classes() }
+func (c *cluster) ingressClasses() []*networkingv1.IngressClass { return c.store.Classes() }
 
 // ingressOurs reports whether we serve ing now.
 func (c *Controller) ingressOurs(ing *networkingv1.Ingress, classes []*networkingv1.IngressClass) bool {
@@ -86,11 +88,11 @@ func (c *Controller) ingressOurs(ing *networkingv1.Ingress, classes []*networkin
 // referencedByNPLIngress reports whether an Ingress of any npl IngressClass
 // (ours or another installation's) sends requests to the Service: only then
 // may nobody remove its opt-in.
-func (c *Controller) referencedByNPLIngress(svc *corev1.Service) bool {
+func (c *cluster) referencedByNPLIngress(svc *corev1.Service) bool {
 	return c.referencedByIngress(svc, ingress.Config{})
 }
 
-func (c *Controller) referencedByIngress(svc *corev1.Service, cfg ingress.Config) bool {
+func (c *cluster) referencedByIngress(svc *corev1.Service, cfg ingress.Config) bool {
 	classes := c.ingressClasses()
 	return slices.ContainsFunc(c.store.IngressesOf(keyOf(svc)), func(ing *networkingv1.Ingress) bool {
 		return ing.DeletionTimestamp == nil && ingress.Ours(ing, classes, cfg)
@@ -203,14 +205,8 @@ func (c *Controller) buildIngresses(ctx context.Context, ings []*networkingv1.In
 	if err != nil {
 		return nil, builder.Report{}, err
 	}
-	if c.settings.ServiceType == builder.ServiceTypeNodePortLocal {
-		for _, svc := range in.Services {
-			if ingress.WantsOptIn(svc) {
-				if err := c.patchOptIn(ctx, svc, true); err != nil {
-					return nil, builder.Report{}, err
-				}
-			}
-		}
+	if err := c.optIn(ctx, in.Services); err != nil {
+		return nil, builder.Report{}, err
 	}
 	target := func(msg string) *networkingv1.Ingress {
 		for _, ing := range ings {
@@ -299,4 +295,22 @@ func (c *Controller) claimedIngressNames() map[string]bool {
 		}
 	}
 	return names
+}
+
+// patchIngress sends a merge patch of an Ingress built by package claim; a
+// nil patch means nothing to change.
+func (c *Controller) patchIngress(ctx context.Context, ing *networkingv1.Ingress, patch []byte, subresources ...string) error {
+	if patch == nil {
+		return nil
+	}
+	_, err := c.client.NetworkingV1().Ingresses(ing.Namespace).Patch(ctx, ing.Name, types.MergePatchType, patch, metav1.PatchOptions{}, subresources...)
+	if err != nil {
+		return fmt.Errorf("patch ingress %s/%s: %w", ing.Namespace, ing.Name, err)
+	}
+	return nil
+}
+
+// setIngressStatus writes the VIPs into the Ingress's status.
+func (c *Controller) setIngressStatus(ctx context.Context, ing *networkingv1.Ingress, vips []string) error {
+	return c.patchIngress(ctx, ing, claim.IngressStatusPatch(ing, vips), "status")
 }
