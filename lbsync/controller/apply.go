@@ -197,6 +197,17 @@ func (a *applier) delete(ctx context.Context, name string, kind lbmodel.Kind) er
 	return a.provider.Delete(ctx, name, kind)
 }
 
+// deleteFor deletes the load balancer of obj, which we stop serving, and
+// tells obj in an Event.
+func (a *applier) deleteFor(ctx context.Context, obj runtime.Object, name string, kind lbmodel.Kind) error {
+	if err := a.provider.Delete(ctx, name, kind); err != nil {
+		a.recorder.Eventf(obj, corev1.EventTypeWarning, "DeleteFailed", "Load balancer %s: %v", name, err)
+		return fmt.Errorf("delete load balancer %s: %w", name, err)
+	}
+	a.recorder.Eventf(obj, corev1.EventTypeNormal, "Deleted", "Load balancer %s deleted", name)
+	return nil
+}
+
 // hasApplied reports whether a model of key was applied since it was last
 // forgotten (or since the last resync).
 func (a *applier) hasApplied(key queueKey) bool {

@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -27,7 +26,6 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -83,7 +81,6 @@ type Controller struct {
 
 	factory   informers.SharedInformerFactory
 	svcLister corelisters.ServiceLister
-	ingLister networkinglisters.IngressLister
 	synced    []cache.InformerSynced
 
 	// syncs holds the sync of each kind of key.
@@ -92,11 +89,8 @@ type Controller struct {
 	// nsHandler registers the Namespace handler of the Gateway API once.
 	nsHandler sync.Once
 
-	// sharedMu serialises the syncs of the shared Ingress load balancer,
-	// which any Ingress's key may trigger.
-	sharedMu sync.Mutex
-
-	services *serviceReconciler
+	services  *serviceReconciler
+	ingresses *ingressReconciler
 
 	mu sync.Mutex
 	// gatewayVIPs holds the VIPs last learnt per Gateway, for its status
@@ -170,16 +164,16 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	ingInformer := factory.Networking().V1().Ingresses()
 	classInformer := factory.Networking().V1().IngressClasses()
 	utilruntime.Must(ingInformer.Informer().AddIndexers(inputs.IngressIndexers()))
-	c.ingLister = ingInformer.Lister()
+	c.ingresses = &ingressReconciler{cluster: cl, applier: c.applier, lister: ingInformer.Lister()}
 	_, _ = ingInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueueIngress,
-		UpdateFunc: c.ingressUpdated,
-		DeleteFunc: c.ingressDeleted,
+		AddFunc:    c.ingresses.ingressChanged,
+		UpdateFunc: c.ingresses.ingressUpdated,
+		DeleteFunc: c.ingresses.ingressDeleted,
 	})
 	_, _ = classInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.enqueueAllIngresses() },
-		UpdateFunc: func(any, any) { c.enqueueAllIngresses() },
-		DeleteFunc: func(any) { c.enqueueAllIngresses() },
+		AddFunc:    func(any) { c.ingresses.classChanged() },
+		UpdateFunc: func(any, any) { c.ingresses.classChanged() },
+		DeleteFunc: func(any) { c.ingresses.classChanged() },
 	})
 	utilruntime.Must(svcInformer.Informer().AddIndexers(inputs.ServiceIndexers()))
 	utilruntime.Must(podInformer.Informer().AddIndexers(inputs.PodIndexers()))
@@ -220,8 +214,8 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	})
 	c.syncs = map[kind]func(context.Context, queueKey) syncResult{
 		kindService:       c.services.sync,
-		kindIngress:       c.syncIngress,
-		kindSharedIngress: func(ctx context.Context, _ queueKey) syncResult { return c.syncSharedIngresses(ctx) },
+		kindIngress:       c.ingresses.sync,
+		kindSharedIngress: c.ingresses.sync,
 		kindGateway:       c.syncGateway,
 		kindGatewayClass:  c.syncGatewayClass,
 	}
@@ -308,11 +302,7 @@ func (c *Controller) queueAll(force bool) []queueKey {
 	if force {
 		c.applier.forceAll()
 	}
-	keys := c.services.keys()
-	ings, _ := c.ingLister.List(labels.Everything())
-	for _, ing := range ings {
-		keys = append(keys, ingressKey(ing.Namespace, ing.Name))
-	}
+	keys := append(c.services.keys(), c.ingresses.keys()...)
 	return append(c.queueKeys(keys), c.queueAllGateways()...)
 }
 
@@ -403,9 +393,7 @@ func (c *Controller) forget(key queueKey) {
 func (c *Controller) claimedNames() map[string]bool {
 	names := map[string]bool{}
 	c.services.claimed(names)
-	for name := range c.claimedIngressNames() {
-		names[name] = true
-	}
+	c.ingresses.claimed(names)
 	for name := range c.claimedGatewayNames() {
 		names[name] = true
 	}

@@ -240,11 +240,9 @@ func (r *serviceReconciler) release(ctx context.Context, svc *corev1.Service) er
 	key := serviceKey(svc.Namespace, svc.Name)
 	if claim.HasFinalizer(svc) || svc.Annotations[contract.ClaimedByKey] != "" {
 		name := lbmodel.LoadBalancerName(r.settings.ClusterName, svc.Namespace, svc.Name)
-		if err := r.applier.delete(ctx, name, lbmodel.L4); err != nil {
-			r.recorder.Eventf(svc, corev1.EventTypeWarning, "DeleteFailed", "Load balancer %s: %v", name, err)
-			return fmt.Errorf("delete load balancer %s: %w", name, err)
+		if err := r.applier.deleteFor(ctx, svc, name, lbmodel.L4); err != nil {
+			return err
 		}
-		r.recorder.Eventf(svc, corev1.EventTypeNormal, "Deleted", "Load balancer %s deleted", name)
 		if svc.DeletionTimestamp == nil {
 			if err := r.patchService(ctx, svc, claim.ClearServiceStatusPatch(svc, true), "status"); err != nil {
 				return err
