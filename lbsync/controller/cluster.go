@@ -42,6 +42,14 @@ type cluster struct {
 // all; the client's rate limit still applies.
 const statusWriters = 8
 
+// queueKeys queues keys and returns them.
+func (c *cluster) queueKeys(keys []queueKey) []queueKey {
+	for _, k := range keys {
+		c.queue.Add(k)
+	}
+	return keys
+}
+
 // inputSettings are the settings builds read their inputs with.
 func (c *cluster) inputSettings() inputs.Settings {
 	return inputs.Settings{ClusterName: c.settings.ClusterName, ServiceType: c.settings.ServiceType,

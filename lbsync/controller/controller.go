@@ -1,9 +1,12 @@
-// Package controller is npl-lbsync's reconcile shell: informers on Services,
-// Pods and Nodes, a rate-limited queue keyed by Service, and the Kubernetes
-// writes (opt-in annotation, finalizer, status, condition, Events) around the
-// pure model builder and a providers.Provider. It also garbage-collects load
-// balancers that no Service claims. Only the leader runs it; followers keep
-// warm caches (Start without RunWorkers).
+// Package controller is npl-lbsync's reconcile loop: a shell (Controller)
+// that wires the informers to one reconciler per kind (Services, Ingresses,
+// Gateways, GatewayClasses) through a rate-limited queue of typed keys, and
+// one applier that alone talks to the providers.Provider. The reconcilers
+// make the Kubernetes writes (opt-in annotation, finalizer, status,
+// condition, Events) around the pure model builders; the applier skips
+// no-op calls, keeps draining members and garbage-collects the load
+// balancers nothing claims. Only the leader runs the workers; followers
+// keep warm caches (Start without RunWorkers).
 package controller
 
 import (
@@ -69,13 +72,11 @@ type Settings struct {
 	GatewayFeatures []gatewayv1.FeatureName
 }
 
-// Controller reconciles load balancers with Services.
+// Controller reconciles load balancers with Services, Ingresses and
+// Gateways: the shell that wires the informers to one reconciler per kind
+// and runs them.
 type Controller struct {
 	*cluster
-	// checker is the provider's check of a Gateway's listeners and rules
-	// (nil: it serves them all): the Gateway builder leaves out the
-	// listeners and routes it refuses.
-	checker providers.ModelChecker
 	metrics *Metrics
 	applier *applier
 
@@ -83,26 +84,17 @@ type Controller struct {
 	svcLister corelisters.ServiceLister
 	synced    []cache.InformerSynced
 
-	// syncs holds the sync of each kind of key.
-	syncs map[kind]func(context.Context, queueKey) syncResult
+	services  *serviceReconciler
+	ingresses *ingressReconciler
+	gateways  *gatewayReconciler
+	classes   *gatewayClassReconciler
+	// reconcilers are all of them, in the order of a full pass; byKind
+	// selects the one that syncs a key.
+	reconcilers []reconciler
+	byKind      map[kind]reconciler
 
 	// nsHandler registers the Namespace handler of the Gateway API once.
 	nsHandler sync.Once
-
-	services  *serviceReconciler
-	ingresses *ingressReconciler
-
-	mu sync.Mutex
-	// gatewayVIPs holds the VIPs last learnt per Gateway, for its status
-	// when an unchanged model is not applied again.
-	gatewayVIPs map[queueKey][]string
-	// gatewayGone records the Gateways whose load balancer was deleted
-	// because they have nothing to serve, so it is deleted once.
-	gatewayGone map[queueKey]bool
-	// forbiddenTold holds, per Gateway, the TLS Secrets it names that
-	// npl-lbsync may not read, as last told in a Warning Event, so that
-	// the Event fires when they change, not on every poll.
-	forbiddenTold map[queueKey]string
 
 	cachesSynced atomic.Bool
 	firstSync    atomic.Bool
@@ -122,80 +114,63 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	if settings.ResyncPeriod <= 0 {
 		settings.ResyncPeriod = 10 * time.Minute
 	}
-	var c *Controller
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(func(obj any) (any, error) {
-		if pod, ok := obj.(*corev1.Pod); ok {
-			c.applier.recordMovesOf(pod)
-		}
-		return trim(obj)
-	}))
-
-	broadcaster := record.NewBroadcaster()
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	// Events name their objects by kind: the scheme knows Kubernetes' and
-	// Gateway API's.
-	eventScheme := runtime.NewScheme()
-	utilruntime.Must(scheme.AddToScheme(eventScheme))
-	utilruntime.Must(gatewayv1.Install(eventScheme))
-	recorder := broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: "npl-lbsync"})
-
 	cl := &cluster{
 		settings: settings,
 		client:   client,
-		recorder: recorder,
+		recorder: newRecorder(client),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[queueKey](200*time.Millisecond, settings.MaxBackoff),
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "npl-lbsync"}),
 	}
-	c = &Controller{
-		cluster:       cl,
-		checker:       providers.ModelCheckerOf(provider),
-		metrics:       metrics,
-		applier:       newApplier(cl, metrics.instrument(providers.Validated(provider))),
-		factory:       factory,
-		gatewayVIPs:   map[queueKey][]string{},
-		gatewayGone:   map[queueKey]bool{},
-		forbiddenTold: map[queueKey]string{},
-	}
+	a := newApplier(cl, metrics.instrument(providers.Validated(provider)))
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(func(obj any) (any, error) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			a.recordMovesOf(pod)
+		}
+		return trim(obj)
+	}))
 
 	svcInformer := factory.Core().V1().Services()
 	podInformer := factory.Core().V1().Pods()
 	nodeInformer := factory.Core().V1().Nodes()
 	ingInformer := factory.Networking().V1().Ingresses()
 	classInformer := factory.Networking().V1().IngressClasses()
-	utilruntime.Must(ingInformer.Informer().AddIndexers(inputs.IngressIndexers()))
-	c.ingresses = &ingressReconciler{cluster: cl, applier: c.applier, lister: ingInformer.Lister()}
-	_, _ = ingInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.ingresses.ingressChanged,
-		UpdateFunc: c.ingresses.ingressUpdated,
-		DeleteFunc: c.ingresses.ingressDeleted,
-	})
-	_, _ = classInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.ingresses.classChanged() },
-		UpdateFunc: func(any, any) { c.ingresses.classChanged() },
-		DeleteFunc: func(any) { c.ingresses.classChanged() },
-	})
-	utilruntime.Must(svcInformer.Informer().AddIndexers(inputs.ServiceIndexers()))
-	utilruntime.Must(podInformer.Informer().AddIndexers(inputs.PodIndexers()))
-	c.svcLister = svcInformer.Lister()
-	c.services = newServiceReconciler(cl, c.applier, metrics, c.svcLister)
 	// Only the slices the EndpointSlice controller does not write: they
 	// choose the Pods of Services without a selector.
 	sliceInformer := factory.InformerFor(&discoveryv1.EndpointSlice{}, func(cl kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return discoveryinformers.NewFilteredEndpointSliceInformer(cl, metav1.NamespaceAll, resync, inputs.EndpointSliceIndexers(),
 			func(o *metav1.ListOptions) { o.LabelSelector = contract.HandWrittenSlices })
 	})
-	c.store = inputs.Store{
+	utilruntime.Must(svcInformer.Informer().AddIndexers(inputs.ServiceIndexers()))
+	utilruntime.Must(podInformer.Informer().AddIndexers(inputs.PodIndexers()))
+	utilruntime.Must(ingInformer.Informer().AddIndexers(inputs.IngressIndexers()))
+	cl.store = inputs.Store{
 		Services: svcInformer.Informer().GetIndexer(), Pods: podInformer.Informer().GetIndexer(),
 		Nodes:     nodeInformer.Informer().GetIndexer(),
 		Ingresses: ingInformer.Informer().GetIndexer(), IngressClasses: classInformer.Informer().GetIndexer(),
 		EndpointSlices: sliceInformer.GetIndexer(),
 	}
-	_, _ = sliceInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.services.sliceChanged(nil, obj) },
-		UpdateFunc: c.services.sliceChanged,
-		DeleteFunc: func(obj any) { c.services.sliceChanged(nil, obj) },
-	})
+
+	c := &Controller{
+		cluster:   cl,
+		metrics:   metrics,
+		applier:   a,
+		factory:   factory,
+		svcLister: svcInformer.Lister(),
+		services:  newServiceReconciler(cl, a, metrics, svcInformer.Lister()),
+		ingresses: &ingressReconciler{cluster: cl, applier: a, lister: ingInformer.Lister()},
+		gateways:  newGatewayReconciler(cl, a, providers.ModelCheckerOf(provider)),
+		classes:   &gatewayClassReconciler{cluster: cl},
+		synced: []cache.InformerSynced{svcInformer.Informer().HasSynced, podInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced,
+			ingInformer.Informer().HasSynced, classInformer.Informer().HasSynced, sliceInformer.HasSynced},
+	}
+	c.reconcilers = []reconciler{c.services, c.ingresses, c.classes, c.gateways}
+	c.byKind = map[kind]reconciler{}
+	for _, r := range c.reconcilers {
+		for _, k := range r.kinds() {
+			c.byKind[k] = r
+		}
+	}
 
 	_, _ = svcInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.services.serviceChanged,
@@ -207,23 +182,39 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		UpdateFunc: c.services.podChanged,
 		DeleteFunc: func(obj any) { c.services.podChanged(nil, obj) },
 	})
+	_, _ = sliceInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.services.sliceChanged(nil, obj) },
+		UpdateFunc: c.services.sliceChanged,
+		DeleteFunc: func(obj any) { c.services.sliceChanged(nil, obj) },
+	})
 	_, _ = nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.nodesChanged() },
-		UpdateFunc: func(old, obj any) { c.nodeUpdated(old, obj) },
+		UpdateFunc: c.nodeUpdated,
 		DeleteFunc: func(any) { c.nodesChanged() },
 	})
-	c.syncs = map[kind]func(context.Context, queueKey) syncResult{
-		kindService:       c.services.sync,
-		kindIngress:       c.ingresses.sync,
-		kindSharedIngress: c.ingresses.sync,
-		kindGateway:       c.syncGateway,
-		kindGatewayClass:  c.syncGatewayClass,
-	}
-
-	c.synced = []cache.InformerSynced{svcInformer.Informer().HasSynced, podInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced,
-		ingInformer.Informer().HasSynced, classInformer.Informer().HasSynced, sliceInformer.HasSynced}
+	_, _ = ingInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.ingresses.ingressChanged,
+		UpdateFunc: c.ingresses.ingressUpdated,
+		DeleteFunc: c.ingresses.ingressDeleted,
+	})
+	_, _ = classInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.ingresses.classChanged() },
+		UpdateFunc: func(any, any) { c.ingresses.classChanged() },
+		DeleteFunc: func(any) { c.ingresses.classChanged() },
+	})
 	metrics.setQueueDepth(func() float64 { return float64(c.queue.Len()) })
 	return c
+}
+
+// newRecorder makes the Event recorder. Events name their objects by
+// kind: its scheme knows Kubernetes' and Gateway API's.
+func newRecorder(client kubernetes.Interface) record.EventRecorder {
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	eventScheme := runtime.NewScheme()
+	utilruntime.Must(scheme.AddToScheme(eventScheme))
+	utilruntime.Must(gatewayv1.Install(eventScheme))
+	return broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: "npl-lbsync"})
 }
 
 // Start runs the informers and waits for their caches. Followers call only
@@ -302,16 +293,11 @@ func (c *Controller) queueAll(force bool) []queueKey {
 	if force {
 		c.applier.forceAll()
 	}
-	keys := append(c.services.keys(), c.ingresses.keys()...)
-	return append(c.queueKeys(keys), c.queueAllGateways()...)
-}
-
-// queueKeys queues keys and returns them.
-func (c *Controller) queueKeys(keys []queueKey) []queueKey {
-	for _, k := range keys {
-		c.queue.Add(k)
+	var keys []queueKey
+	for _, r := range c.reconcilers {
+		keys = append(keys, r.keys()...)
 	}
-	return keys
+	return c.queueKeys(keys)
 }
 
 func (c *Controller) worker(ctx context.Context) {
@@ -326,7 +312,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	}
 	defer c.queue.Done(key)
 	start := time.Now()
-	res := c.syncs[key.kind](ctx, key)
+	res := c.byKind[key.kind].sync(ctx, key)
 	c.metrics.observeReconcile(time.Since(start), res.err)
 	c.applier.pending.synced(key)
 	if res.state == syncRetry {
@@ -379,23 +365,13 @@ func nodeView(n *corev1.Node) string {
 	return string(b)
 }
 
-func (c *Controller) forget(key queueKey) {
-	c.applier.forget(key)
-	c.mu.Lock()
-	delete(c.gatewayVIPs, key)
-	delete(c.gatewayGone, key)
-	c.mu.Unlock()
-}
-
 // claimedNames returns the names of the load balancers that a Service,
 // an Ingress or a Gateway we serve (or still have to clean up) owns,
 // computed once per garbage collection from the caches.
 func (c *Controller) claimedNames() map[string]bool {
 	names := map[string]bool{}
-	c.services.claimed(names)
-	c.ingresses.claimed(names)
-	for name := range c.claimedGatewayNames() {
-		names[name] = true
+	for _, r := range c.reconcilers {
+		r.claimed(names)
 	}
 	return names
 }

@@ -38,6 +38,8 @@ type ingressReconciler struct {
 	sharedMu sync.Mutex
 }
 
+func (r *ingressReconciler) kinds() []kind { return []kind{kindIngress, kindSharedIngress} }
+
 func (r *ingressReconciler) ingressChanged(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
@@ -77,20 +79,12 @@ func (r *ingressReconciler) ingressDeleted(obj any) {
 }
 
 // classChanged queues every Ingress: an IngressClass decides which are ours.
-func (r *ingressReconciler) classChanged() {
-	for _, k := range r.keys() {
-		r.queue.Add(k)
-	}
-}
+func (r *ingressReconciler) classChanged() { r.queueKeys(r.keys()) }
 
 // keys returns the key of every Ingress.
 func (r *ingressReconciler) keys() []queueKey {
 	ings, _ := r.lister.List(labels.Everything())
-	keys := make([]queueKey, 0, len(ings))
-	for _, ing := range ings {
-		keys = append(keys, ingressKey(ing.Namespace, ing.Name))
-	}
-	return keys
+	return keysOf(ings, ingressKey)
 }
 
 // claimed adds the names of the L7 load balancers that an Ingress we serve

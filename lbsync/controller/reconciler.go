@@ -1,5 +1,26 @@
 package controller
 
+import (
+	"context"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// reconciler syncs the keys of some kinds: each owns the state it keeps
+// of its objects, and reaches the provider through the applier.
+type reconciler interface {
+	// kinds are the kinds of key it syncs.
+	kinds() []kind
+	// sync makes the load balancer (or status) of key match its objects.
+	sync(ctx context.Context, key queueKey) syncResult
+	// keys returns the key of every object of its kinds in the caches,
+	// for the full passes.
+	keys() []queueKey
+	// claimed adds to names the load balancers that its objects own, or
+	// that it still has to clean up, for the garbage collection.
+	claimed(names map[string]bool)
+}
+
 // kind says what a queue key names; it selects the sync of the key.
 type kind uint8
 
@@ -38,6 +59,15 @@ func serviceKey(namespace, name string) queueKey { return queueKey{kindService, 
 func ingressKey(namespace, name string) queueKey { return queueKey{kindIngress, namespace, name} }
 func gatewayKey(namespace, name string) queueKey { return queueKey{kindGateway, namespace, name} }
 func gatewayClassKey(name string) queueKey       { return queueKey{kind: kindGatewayClass, name: name} }
+
+// keysOf returns the keys that key makes of objs.
+func keysOf[T metav1.Object](objs []T, key func(namespace, name string) queueKey) []queueKey {
+	keys := make([]queueKey, 0, len(objs))
+	for _, o := range objs {
+		keys = append(keys, key(o.GetNamespace(), o.GetName()))
+	}
+	return keys
+}
 
 // sharedIngressKey is the key of the shared Ingress load balancer.
 var sharedIngressKey = queueKey{kind: kindSharedIngress}

@@ -26,7 +26,7 @@ func TestProcessNext_retriesFailedSyncsOnly(t *testing.T) {
 		serviceKey("ns", "unreachable"):     2,
 		serviceKey("ns", "condition-write"): 2,
 	}
-	c.syncs[kindService] = func(_ context.Context, key queueKey) syncResult { return results[key] }
+	c.byKind[kindService] = scripted(results)
 	for key := range results {
 		c.queue.AddRateLimited(key) // an earlier failure: a backoff to reset or extend
 	}
@@ -61,6 +61,14 @@ func TestProcessNext_retriesFailedSyncsOnly(t *testing.T) {
 		t.Errorf("reconciles timed by result %v, want %v", reconciles, want)
 	}
 }
+
+// scripted is a reconciler whose syncs end as its map says.
+type scripted map[queueKey]syncResult
+
+func (scripted) kinds() []kind                                     { return []kind{kindService} }
+func (s scripted) sync(_ context.Context, key queueKey) syncResult { return s[key] }
+func (scripted) keys() []queueKey                                  { return nil }
+func (scripted) claimed(map[string]bool)                           {}
 
 func TestQueueKey_String(t *testing.T) {
 	for key, want := range map[queueKey]string{

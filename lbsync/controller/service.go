@@ -48,6 +48,8 @@ func newServiceReconciler(cl *cluster, a *applier, metrics *Metrics, lister core
 		noBackends: map[queueKey]bool{}, podEventAt: map[queueKey]time.Time{}, registered: map[string]map[string]bool{}}
 }
 
+func (r *serviceReconciler) kinds() []kind { return []kind{kindService} }
+
 // serviceChanged queues a Service.
 func (r *serviceReconciler) serviceChanged(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -132,11 +134,7 @@ func (r *serviceReconciler) coalesceDelay(key queueKey, now time.Time) time.Dura
 // keys returns the key of every Service.
 func (r *serviceReconciler) keys() []queueKey {
 	services, _ := r.lister.List(labels.Everything())
-	keys := make([]queueKey, 0, len(services))
-	for _, s := range services {
-		keys = append(keys, serviceKey(s.Namespace, s.Name))
-	}
-	return keys
+	return keysOf(services, serviceKey)
 }
 
 // claimed adds the names of the load balancers of the Services we serve,
