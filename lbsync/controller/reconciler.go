@@ -21,7 +21,7 @@ type reconciler interface {
 	claimed(names map[string]bool)
 }
 
-// kind says what a queue key names; it selects the sync of the key.
+// kind says what a queue key names; it selects the reconciler of the key.
 type kind uint8
 
 const (

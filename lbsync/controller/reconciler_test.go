@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -80,6 +81,18 @@ func TestQueueKey_String(t *testing.T) {
 	} {
 		if got := key.String(); got != want {
 			t.Errorf("%#v: %q, want %q", key, got, want)
+		}
+	}
+}
+
+// Every kind of key has its reconciler, which syncs it: none would crash
+// the worker that took the key.
+func TestNew_everyKindHasAReconciler(t *testing.T) {
+	c := New(Settings{ClusterName: "c1"}, fake.NewClientset(), failing{}, NewMetrics(prometheus.NewRegistry()))
+	for k := range kindNames {
+		r := c.byKind[kind(k)]
+		if r == nil || !slices.Contains(r.kinds(), kind(k)) {
+			t.Errorf("kind %s: reconciler %T", kindNames[k], r)
 		}
 	}
 }
