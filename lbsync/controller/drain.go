@@ -21,7 +21,8 @@ type drainKey struct {
 // gone: a member is removed after drainSeconds or when the Pod is gone,
 // whichever is later. A member that a port move took out of the model
 // (builder.MovedMembers) drains the same way, from the sync that no longer
-// has it. It is owned by the Service's sync (one worker).
+// has it. The applier keeps one per key; only that key's sync (one
+// worker at a time) uses it, so it has no lock of its own.
 type drainTracker struct {
 	// until is when each draining member's period ends.
 	until map[drainKey]time.Time

@@ -48,7 +48,8 @@ var kindNames = [...]string{
 }
 
 // queueKey is an item of the work queue, and the key of what the
-// controller remembers per load balancer (applied models, drains).
+// reconcilers and the applier remember per object (applied models,
+// drains, Gateway VIPs).
 type queueKey struct {
 	kind      kind
 	namespace string
