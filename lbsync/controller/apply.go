@@ -2,9 +2,13 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -15,50 +19,36 @@ import (
 	"github.com/nodeportlocal/npl/providers"
 )
 
-// kind says what a queue key names.
-type kind uint8
+// applier is the one path from built models to the provider: it owns what
+// npl-lbsync knows of the load balancers (the models applied, those
+// refused, the draining members), behind its own lock, the first pass over
+// every key and the garbage collection of the load balancers nothing
+// claims. The reconcilers reach the provider only through it.
+type applier struct {
+	*cluster
+	provider providers.Provider
+	// pending is the first pass over every key, which the first garbage
+	// collection waits for.
+	pending firstPass
 
-const (
-	kindService kind = iota
-	// kindIngress is an Ingress with a load balancer of its own.
-	kindIngress
-	// kindSharedIngress is the load balancer that all our Ingresses share
-	// (ingressSharedVIP); it has no namespace or name.
-	kindSharedIngress
-	// kindGateway is a Gateway API Gateway and its load balancer.
-	kindGateway
-	// kindGatewayClass is a GatewayClass, whose status npl-lbsync writes
-	// when it is npl's.
-	kindGatewayClass
-)
-
-// queueKey is an item of the work queue, and the key of what the
-// controller remembers per load balancer (applied models, drains).
-type queueKey struct {
-	kind      kind
-	namespace string
-	name      string
+	mu sync.Mutex
+	// applied holds the hash of the model last applied per key, to skip
+	// no-op provider calls.
+	applied map[queueKey]string
+	// rejected holds, per key, why its last model broke the rules, so the
+	// Warning Event fires once per reason.
+	rejected map[queueKey]string
+	// drains holds each load balancer's draining members (drain.go).
+	drains map[queueKey]*drainTracker
+	// moved holds when each member's Pod mapping moved to another node
+	// port (drain.go), for the drain period.
+	moved map[memberAddr]time.Time
 }
 
-func serviceKey(namespace, name string) queueKey { return queueKey{kindService, namespace, name} }
-func ingressKey(namespace, name string) queueKey { return queueKey{kindIngress, namespace, name} }
-
-// sharedIngressKey is the key of the shared Ingress load balancer.
-var sharedIngressKey = queueKey{kind: kindSharedIngress}
-
-func (k queueKey) String() string {
-	switch k.kind {
-	case kindIngress:
-		return "ingress " + k.namespace + "/" + k.name
-	case kindSharedIngress:
-		return "shared ingress load balancer"
-	case kindGateway:
-		return "gateway " + k.namespace + "/" + k.name
-	case kindGatewayClass:
-		return "gatewayclass " + k.name
-	default:
-		return "service " + k.namespace + "/" + k.name
-	}
+func newApplier(cl *cluster, provider providers.Provider) *applier {
+	return &applier{cluster: cl, provider: provider,
+		applied: map[queueKey]string{}, rejected: map[queueKey]string{},
+		drains: map[queueKey]*drainTracker{}, moved: map[memberAddr]time.Time{}}
 }
 
 // model is one built load balancer and the objects it is applied for: a
@@ -103,27 +93,28 @@ type failure struct {
 // A model that breaks the rules (a Service whose only ports are SCTP has
 // nothing to serve) reaches no provider: the objects get a Warning Event
 // and condition naming the skipped ports, and the existing load balancer
-// stays as it is. It returns the model as applied, nil when it was not.
-func (c *Controller) apply(ctx context.Context, m model) (*lbmodel.LoadBalancer, error) {
+// stays as it is: the key is not retried. It returns the model as applied,
+// nil when it was not.
+func (a *applier) apply(ctx context.Context, m model) (*lbmodel.LoadBalancer, syncResult) {
 	lb := m.lb
-	c.applyDrains(m.key, lb)
+	a.applyDrains(m.key, lb)
 	hash := modelHash(lb)
-	c.mu.Lock()
-	unchanged := c.applied[m.key] == hash
-	c.mu.Unlock()
+	a.mu.Lock()
+	unchanged := a.applied[m.key] == hash
+	a.mu.Unlock()
 	if unchanged && !m.needsStatus {
-		return lb, nil // applied, so it passed the check then
+		return lb, synced() // applied, so it passed the check then
 	}
 	// The provider is behind providers.Validated: the one check of the
 	// model runs there, before any call to the load balancer.
-	status, err := c.provider.Ensure(ctx, lb)
+	status, err := a.provider.Ensure(ctx, lb)
 	var invalid *lbmodel.InvalidModelError
 	if errors.As(err, &invalid) {
-		return nil, c.rejectModel(ctx, m, err)
+		return nil, a.rejectModel(ctx, m, err)
 	}
 	if err != nil {
 		for _, o := range m.objects {
-			c.recorder.Eventf(o, corev1.EventTypeWarning, "SyncFailed", "Load balancer %s: %v", lb.Name, err)
+			a.recorder.Eventf(o, corev1.EventTypeWarning, "SyncFailed", "Load balancer %s: %v", lb.Name, err)
 		}
 		if m.setFailed != nil {
 			f := failure{reason: "SyncFailed", message: err.Error(), refused: errors.Is(err, lbmodel.ErrUnsupported)}
@@ -131,40 +122,40 @@ func (c *Controller) apply(ctx context.Context, m model) (*lbmodel.LoadBalancer,
 				klog.FromContext(ctx).Error(cerr, "Set condition", "key", m.key)
 			}
 		}
-		return nil, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
+		return nil, retryOn(fmt.Errorf("ensure load balancer %s: %w", lb.Name, err))
 	}
-	c.mu.Lock()
-	first := c.applied[m.key] == ""
-	c.applied[m.key] = hash
-	delete(c.rejected, m.key)
-	c.mu.Unlock()
+	a.mu.Lock()
+	first := a.applied[m.key] == ""
+	a.applied[m.key] = hash
+	delete(a.rejected, m.key)
+	a.mu.Unlock()
 	if !unchanged {
 		// What the load balancer does not serve of the model (UDP on
 		// HAProxy): said once per applied change.
 		for _, w := range status.Warnings {
 			for _, o := range m.objects {
-				c.recorder.Eventf(o, corev1.EventTypeWarning, "NotServed", "Load balancer %s: %s", lb.Name, w)
+				a.recorder.Eventf(o, corev1.EventTypeWarning, "NotServed", "Load balancer %s: %s", lb.Name, w)
 			}
 		}
 	}
 	if err := m.setStatus(ctx, status); err != nil {
-		return lb, err
+		return nil, retryOn(err)
 	}
 	switch {
 	case first:
 		klog.FromContext(ctx).V(2).Info("Applied load balancer", "key", m.key, "lb", lb.Name, "readyBackends", m.report.ReadyBackends)
 	case !unchanged && m.syncedEvents:
 		for _, o := range m.objects {
-			c.recorder.Eventf(o, corev1.EventTypeNormal, "Synced", "Load balancer %s applied: %d ready backend(s)", lb.Name, m.report.ReadyBackends)
+			a.recorder.Eventf(o, corev1.EventTypeNormal, "Synced", "Load balancer %s applied: %d ready backend(s)", lb.Name, m.report.ReadyBackends)
 		}
 	}
-	return lb, nil
+	return lb, synced()
 }
 
 // rejectModel reports a model that breaks the rules, once per distinct
-// reason, and records it in the condition. It returns nil: retrying cannot
-// help until the objects change, which queues them again.
-func (c *Controller) rejectModel(ctx context.Context, m model, err error) error {
+// reason, and records it in the condition. Retrying cannot help until the
+// objects change, which queues them again.
+func (a *applier) rejectModel(ctx context.Context, m model, err error) syncResult {
 	reason, message := "InvalidModel", err.Error()
 	if errors.Is(err, lbmodel.ErrNoListeners) {
 		reason = "NothingToServe"
@@ -174,20 +165,20 @@ func (c *Controller) rejectModel(ctx context.Context, m model, err error) error 
 		}
 		message += "; the load balancer is left as it is"
 	}
-	c.mu.Lock()
-	repeated := c.rejected[m.key] == message
-	c.rejected[m.key] = message
-	c.mu.Unlock()
+	a.mu.Lock()
+	repeated := a.rejected[m.key] == message
+	a.rejected[m.key] = message
+	a.mu.Unlock()
 	if !repeated {
 		for _, o := range m.objects {
-			c.recorder.Event(o, corev1.EventTypeWarning, reason, message)
+			a.recorder.Event(o, corev1.EventTypeWarning, reason, message)
 		}
 		klog.FromContext(ctx).Info("Model not applied", "key", m.key, "reason", reason, "message", message)
 	}
 	if m.setFailed != nil {
-		return m.setFailed(ctx, failure{reason: reason, message: message, refused: true})
+		return refused(m.setFailed(ctx, failure{reason: reason, message: message, refused: true}))
 	}
-	return nil
+	return refused(nil)
 }
 
 // skippedPorts names the ports the builder left out, with the reason.
@@ -199,4 +190,106 @@ func skippedPorts(r builder.Report) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// delete deletes a load balancer.
+func (a *applier) delete(ctx context.Context, name string, kind lbmodel.Kind) error {
+	return a.provider.Delete(ctx, name, kind)
+}
+
+// deleteFor deletes the load balancer of obj, which we stop serving, and
+// tells obj in an Event.
+func (a *applier) deleteFor(ctx context.Context, obj runtime.Object, name string, kind lbmodel.Kind) error {
+	if err := a.provider.Delete(ctx, name, kind); err != nil {
+		a.recorder.Eventf(obj, corev1.EventTypeWarning, "DeleteFailed", "Load balancer %s: %v", name, err)
+		return fmt.Errorf("delete load balancer %s: %w", name, err)
+	}
+	a.recorder.Eventf(obj, corev1.EventTypeNormal, "Deleted", "Load balancer %s deleted", name)
+	return nil
+}
+
+// hasApplied reports whether a model of key was applied since it was last
+// forgotten (or since the last resync).
+func (a *applier) hasApplied(key queueKey) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.applied[key]
+	return ok
+}
+
+// forget drops what is known of key's load balancer: it is deleted, or no
+// longer ours.
+func (a *applier) forget(key queueKey) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.applied, key)
+	delete(a.rejected, key)
+	delete(a.drains, key)
+}
+
+// forceAll disables the no-op skip until each key is applied again, so the
+// provider compares every model with what the load balancer has.
+func (a *applier) forceAll() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	clear(a.applied)
+}
+
+// collectGarbage deletes this cluster's load balancers whose names claimed
+// does not return. It runs only after the caches synced and the first
+// pass, and does nothing when List fails: an error never deletes anything.
+// claimed is asked after List, so that a load balancer applied in between
+// is claimed.
+func (a *applier) collectGarbage(ctx context.Context, claimed func() map[string]bool) {
+	logger := klog.FromContext(ctx)
+	lbs, err := a.provider.List(ctx)
+	if err != nil {
+		logger.Error(err, "Garbage collection skipped: list load balancers")
+		return
+	}
+	names := claimed()
+	for _, lb := range lbs {
+		if names[lb.Name] {
+			continue
+		}
+		logger.Info("Deleting orphaned load balancer", "lb", lb.Name, "service", lb.Service)
+		if err := a.provider.Delete(ctx, lb.Name, lb.Kind); err != nil {
+			logger.Error(err, "Delete orphaned load balancer", "lb", lb.Name)
+		}
+	}
+}
+
+func modelHash(lb *lbmodel.LoadBalancer) string {
+	b, _ := json.Marshal(lb)
+	sum := sha256.Sum256(b)
+	return string(sum[:])
+}
+
+// firstPass holds the keys the first pass queued that have not been synced
+// once yet: events sync other keys, or the same ones again, meanwhile, so
+// a count of syncs cannot say when the pass is done.
+type firstPass struct {
+	mu   sync.Mutex
+	keys map[queueKey]bool
+}
+
+func (f *firstPass) start(keys []queueKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.keys = make(map[queueKey]bool, len(keys))
+	for _, k := range keys {
+		f.keys[k] = true
+	}
+}
+
+func (f *firstPass) synced(key queueKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.keys, key)
+}
+
+func (f *firstPass) done() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.keys) == 0
 }

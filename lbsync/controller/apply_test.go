@@ -58,7 +58,7 @@ func TestApplyGateway_pendingUnlessTheModelIsAtFault(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := New(Settings{ClusterName: "c1"}, fake.NewClientset(), failing{tt.err}, NewMetrics(prometheus.NewRegistry()))
-			prog, _ := c.applyGateway(context.Background(), gatewayKey("shop", "gw"), gw, gateway.Result{LB: tt.lb})
+			prog, _ := c.gateways.apply(context.Background(), gatewayKey("shop", "gw"), gw, gateway.Result{LB: tt.lb})
 			if prog.OK || prog.Reason != tt.reason || !strings.Contains(prog.Message, tt.msg) {
 				t.Errorf("Programmed %+v, want reason %s with %q", prog, tt.reason, tt.msg)
 			}

@@ -6,7 +6,8 @@ import (
 )
 
 func TestCoalesceDelay_firstEventAtOnceBurstAfterTheWindow(t *testing.T) {
-	c := &Controller{settings: Settings{CoalesceWindow: 20 * time.Millisecond}, podEventAt: map[queueKey]time.Time{}}
+	cl := &cluster{settings: Settings{CoalesceWindow: 20 * time.Millisecond}}
+	r := newServiceReconciler(cl, newApplier(cl, nil), nil, nil)
 	web, api := serviceKey("ns", "web"), serviceKey("ns", "api")
 	t0 := time.Now()
 	for _, step := range []struct {
@@ -22,12 +23,12 @@ func TestCoalesceDelay_firstEventAtOnceBurstAfterTheWindow(t *testing.T) {
 		{web, 30 * time.Millisecond, 10 * time.Millisecond},
 		{web, time.Second, 0},
 	} {
-		if got := c.coalesceDelay(step.key, t0.Add(step.at)); got != step.want {
+		if got := r.coalesceDelay(step.key, t0.Add(step.at)); got != step.want {
 			t.Errorf("event for %s at +%v: delay %v, want %v", step.key, step.at, got, step.want)
 		}
 	}
-	c.forget(web)
-	if got := c.coalesceDelay(web, t0.Add(time.Second+time.Millisecond)); got != 0 {
+	r.forget(web)
+	if got := r.coalesceDelay(web, t0.Add(time.Second+time.Millisecond)); got != 0 {
 		t.Errorf("after forget: delay %v, want 0", got)
 	}
 }

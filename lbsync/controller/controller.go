@@ -1,18 +1,18 @@
-// Package controller is npl-lbsync's reconcile shell: informers on Services,
-// Pods and Nodes, a rate-limited queue keyed by Service, and the Kubernetes
-// writes (opt-in annotation, finalizer, status, condition, Events) around the
-// pure model builder and a providers.Provider. It also garbage-collects load
-// balancers that no Service claims. Only the leader runs it; followers keep
-// warm caches (Start without RunWorkers).
+// Package controller is npl-lbsync's reconcile loop: a shell (Controller)
+// that wires the informers to one reconciler per kind (Services, Ingresses,
+// Gateways, GatewayClasses) through a rate-limited queue of typed keys, and
+// one applier that alone talks to the providers.Provider. The reconcilers
+// make the Kubernetes writes (opt-in annotation, finalizer, status,
+// condition, Events) around the pure model builders; the applier skips
+// no-op calls, keeps draining members and garbage-collects the load
+// balancers nothing claims. Only the leader runs the workers; followers
+// keep warm caches (Start without RunWorkers).
 package controller
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"maps"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,7 +20,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -30,7 +29,6 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -38,7 +36,6 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/lbsync/inputs"
@@ -75,102 +72,32 @@ type Settings struct {
 	GatewayFeatures []gatewayv1.FeatureName
 }
 
-// Controller reconciles load balancers with Services.
+// Controller reconciles load balancers with Services, Ingresses and
+// Gateways: the shell that wires the informers to one reconciler per kind
+// and runs them.
 type Controller struct {
-	settings Settings
-	client   kubernetes.Interface
-	provider providers.Provider
-	// checker is the provider's check of a Gateway's listeners and rules
-	// (nil: it serves them all): the Gateway builder leaves out the
-	// listeners and routes it refuses.
-	checker  providers.ModelChecker
-	recorder record.EventRecorder
-	metrics  *Metrics
+	*cluster
+	metrics *Metrics
+	applier *applier
 
 	factory   informers.SharedInformerFactory
 	svcLister corelisters.ServiceLister
-	// store holds the caches builds read (package inputs, shared with
-	// nplctl).
-	store     inputs.Store
-	ingLister networkinglisters.IngressLister
 	synced    []cache.InformerSynced
 
-	queue workqueue.TypedRateLimitingInterface[queueKey]
+	services  *serviceReconciler
+	ingresses *ingressReconciler
+	gateways  *gatewayReconciler
+	classes   *gatewayClassReconciler
+	// reconcilers are all of them, in the order of a full pass; byKind
+	// selects the one that syncs a key.
+	reconcilers []reconciler
+	byKind      map[kind]reconciler
 
-	// gwp holds the Gateway API part (gwState); nil until EnableGatewayAPI
-	// or ServeGatewayAPI. ServeGatewayAPI replaces it whole when CRDs
-	// appear after the start.
-	gwp atomic.Pointer[gatewayState]
 	// nsHandler registers the Namespace handler of the Gateway API once.
 	nsHandler sync.Once
 
-	// sharedMu serialises the syncs of the shared Ingress load balancer,
-	// which any Ingress's key may trigger.
-	sharedMu sync.Mutex
-
-	mu sync.Mutex
-	// applied holds the hash of the model last applied per key, to skip
-	// no-op provider calls.
-	applied map[queueKey]string
-	// rejected holds, per key, why its last model broke the rules, so the
-	// Warning Event fires once per reason.
-	rejected map[queueKey]string
-	// noBackends remembers which Services had no ready backend, so the
-	// NoReadyBackends Event fires on the transition only.
-	noBackends map[queueKey]bool
-	// drains holds each load balancer's draining members (drain.go).
-	drains map[queueKey]*drainTracker
-	// moved holds when each member's Pod mapping moved to another node
-	// port (drain.go), for the drain period.
-	moved map[memberAddr]time.Time
-	// registered records, per gated Pod, which Services have it applied
-	// on the load balancer (readiness.go).
-	registered map[string]map[string]bool
-	// gatewayVIPs holds the VIPs last learnt per Gateway, for its status
-	// when an unchanged model is not applied again.
-	gatewayVIPs map[queueKey][]string
-	// gatewayGone records the Gateways whose load balancer was deleted
-	// because they have nothing to serve, so it is deleted once.
-	gatewayGone map[queueKey]bool
-	// forbiddenTold holds, per Gateway, the TLS Secrets it names that
-	// npl-lbsync may not read, as last told in a Warning Event, so that
-	// the Event fires when they change, not on every poll.
-	forbiddenTold map[queueKey]string
-	// podEventAt is when a Pod event last opened a key's coalescing window.
-	podEventAt map[queueKey]time.Time
-
 	cachesSynced atomic.Bool
 	firstSync    atomic.Bool
-	pending      firstPass
-}
-
-// firstPass holds the keys the first pass queued that have not been synced
-// once yet: events sync other keys, or the same ones again, meanwhile, so
-// a count of syncs cannot say when the pass is done.
-type firstPass struct {
-	mu   sync.Mutex
-	keys map[queueKey]bool
-}
-
-func (f *firstPass) start(keys []queueKey) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.keys = make(map[queueKey]bool, len(keys))
-	for _, k := range keys {
-		f.keys[k] = true
-	}
-}
-
-func (f *firstPass) synced(key queueKey) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.keys, key)
-}
-
-func (f *firstPass) done() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.keys) == 0
 }
 
 // New builds the controller and its informers. Nothing runs until Start.
@@ -187,103 +114,107 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	if settings.ResyncPeriod <= 0 {
 		settings.ResyncPeriod = 10 * time.Minute
 	}
-	var c *Controller
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(func(obj any) (any, error) {
-		if pod, ok := obj.(*corev1.Pod); ok {
-			c.recordMovesOf(pod)
-		}
-		return trim(obj)
-	}))
-
-	broadcaster := record.NewBroadcaster()
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	// Events name their objects by kind: the scheme knows Kubernetes' and
-	// Gateway API's.
-	eventScheme := runtime.NewScheme()
-	utilruntime.Must(scheme.AddToScheme(eventScheme))
-	utilruntime.Must(gatewayv1.Install(eventScheme))
-	recorder := broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: "npl-lbsync"})
-
-	c = &Controller{
+	cl := &cluster{
 		settings: settings,
 		client:   client,
-		provider: metrics.instrument(providers.Validated(provider)),
-		checker:  providers.ModelCheckerOf(provider),
-		recorder: recorder,
-		metrics:  metrics,
-		factory:  factory,
+		recorder: newRecorder(client),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[queueKey](200*time.Millisecond, settings.MaxBackoff),
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "npl-lbsync"}),
-		applied:       map[queueKey]string{},
-		rejected:      map[queueKey]string{},
-		noBackends:    map[queueKey]bool{},
-		drains:        map[queueKey]*drainTracker{},
-		moved:         map[memberAddr]time.Time{},
-		registered:    map[string]map[string]bool{},
-		gatewayVIPs:   map[queueKey][]string{},
-		gatewayGone:   map[queueKey]bool{},
-		forbiddenTold: map[queueKey]string{},
-		podEventAt:    map[queueKey]time.Time{},
 	}
+	a := newApplier(cl, metrics.instrument(providers.Validated(provider)))
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(func(obj any) (any, error) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			a.recordMovesOf(pod)
+		}
+		return trim(obj)
+	}))
 
 	svcInformer := factory.Core().V1().Services()
 	podInformer := factory.Core().V1().Pods()
 	nodeInformer := factory.Core().V1().Nodes()
 	ingInformer := factory.Networking().V1().Ingresses()
 	classInformer := factory.Networking().V1().IngressClasses()
-	utilruntime.Must(ingInformer.Informer().AddIndexers(inputs.IngressIndexers()))
-	c.ingLister = ingInformer.Lister()
-	_, _ = ingInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueueIngress,
-		UpdateFunc: c.ingressUpdated,
-		DeleteFunc: c.ingressDeleted,
-	})
-	_, _ = classInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.enqueueAllIngresses() },
-		UpdateFunc: func(any, any) { c.enqueueAllIngresses() },
-		DeleteFunc: func(any) { c.enqueueAllIngresses() },
-	})
-	utilruntime.Must(svcInformer.Informer().AddIndexers(inputs.ServiceIndexers()))
-	utilruntime.Must(podInformer.Informer().AddIndexers(inputs.PodIndexers()))
-	c.svcLister = svcInformer.Lister()
 	// Only the slices the EndpointSlice controller does not write: they
 	// choose the Pods of Services without a selector.
 	sliceInformer := factory.InformerFor(&discoveryv1.EndpointSlice{}, func(cl kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return discoveryinformers.NewFilteredEndpointSliceInformer(cl, metav1.NamespaceAll, resync, inputs.EndpointSliceIndexers(),
 			func(o *metav1.ListOptions) { o.LabelSelector = contract.HandWrittenSlices })
 	})
-	c.store = inputs.Store{
+	utilruntime.Must(svcInformer.Informer().AddIndexers(inputs.ServiceIndexers()))
+	utilruntime.Must(podInformer.Informer().AddIndexers(inputs.PodIndexers()))
+	utilruntime.Must(ingInformer.Informer().AddIndexers(inputs.IngressIndexers()))
+	cl.store = inputs.Store{
 		Services: svcInformer.Informer().GetIndexer(), Pods: podInformer.Informer().GetIndexer(),
 		Nodes:     nodeInformer.Informer().GetIndexer(),
 		Ingresses: ingInformer.Informer().GetIndexer(), IngressClasses: classInformer.Informer().GetIndexer(),
 		EndpointSlices: sliceInformer.GetIndexer(),
 	}
-	_, _ = sliceInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.enqueueSliceService(nil, obj) },
-		UpdateFunc: func(old, obj any) { c.enqueueSliceService(old, obj) },
-		DeleteFunc: func(obj any) { c.enqueueSliceService(nil, obj) },
-	})
+
+	c := &Controller{
+		cluster:   cl,
+		metrics:   metrics,
+		applier:   a,
+		factory:   factory,
+		svcLister: svcInformer.Lister(),
+		services:  newServiceReconciler(cl, a, metrics, svcInformer.Lister()),
+		ingresses: &ingressReconciler{cluster: cl, applier: a, lister: ingInformer.Lister()},
+		gateways:  newGatewayReconciler(cl, a, providers.ModelCheckerOf(provider)),
+		classes:   &gatewayClassReconciler{cluster: cl},
+		synced: []cache.InformerSynced{svcInformer.Informer().HasSynced, podInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced,
+			ingInformer.Informer().HasSynced, classInformer.Informer().HasSynced, sliceInformer.HasSynced},
+	}
+	c.reconcilers = []reconciler{c.services, c.ingresses, c.classes, c.gateways}
+	c.byKind = map[kind]reconciler{}
+	for _, r := range c.reconcilers {
+		for _, k := range r.kinds() {
+			c.byKind[k] = r
+		}
+	}
 
 	_, _ = svcInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.enqueueService(obj, 0) },
-		UpdateFunc: func(_, obj any) { c.enqueueService(obj, 0) },
-		DeleteFunc: func(obj any) { c.enqueueService(obj, 0) },
+		AddFunc:    c.services.serviceChanged,
+		UpdateFunc: func(_, obj any) { c.services.serviceChanged(obj) },
+		DeleteFunc: c.services.serviceChanged,
 	})
 	_, _ = podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.enqueuePodServices(nil, obj) },
-		UpdateFunc: func(old, obj any) { c.enqueuePodServices(old, obj) },
-		DeleteFunc: func(obj any) { c.enqueuePodServices(nil, obj) },
+		AddFunc:    func(obj any) { c.services.podChanged(nil, obj) },
+		UpdateFunc: c.services.podChanged,
+		DeleteFunc: func(obj any) { c.services.podChanged(nil, obj) },
+	})
+	_, _ = sliceInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.services.sliceChanged(nil, obj) },
+		UpdateFunc: c.services.sliceChanged,
+		DeleteFunc: func(obj any) { c.services.sliceChanged(nil, obj) },
 	})
 	_, _ = nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.nodesChanged() },
-		UpdateFunc: func(old, obj any) { c.nodeUpdated(old, obj) },
+		UpdateFunc: c.nodeUpdated,
 		DeleteFunc: func(any) { c.nodesChanged() },
 	})
-	c.synced = []cache.InformerSynced{svcInformer.Informer().HasSynced, podInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced,
-		ingInformer.Informer().HasSynced, classInformer.Informer().HasSynced, sliceInformer.HasSynced}
+	_, _ = ingInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.ingresses.ingressChanged,
+		UpdateFunc: c.ingresses.ingressUpdated,
+		DeleteFunc: c.ingresses.ingressDeleted,
+	})
+	_, _ = classInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.ingresses.classChanged() },
+		UpdateFunc: func(any, any) { c.ingresses.classChanged() },
+		DeleteFunc: func(any) { c.ingresses.classChanged() },
+	})
 	metrics.setQueueDepth(func() float64 { return float64(c.queue.Len()) })
 	return c
+}
+
+// newRecorder makes the Event recorder. Events name their objects by
+// kind: its scheme knows Kubernetes' and Gateway API's.
+func newRecorder(client kubernetes.Interface) record.EventRecorder {
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	eventScheme := runtime.NewScheme()
+	utilruntime.Must(scheme.AddToScheme(eventScheme))
+	utilruntime.Must(gatewayv1.Install(eventScheme))
+	return broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: "npl-lbsync"})
 }
 
 // Start runs the informers and waits for their caches. Followers call only
@@ -320,7 +251,7 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 	defer c.queue.ShutDown()
 
 	initial := c.queueAll(false)
-	c.pending.start(initial)
+	c.applier.pending.start(initial)
 	logger.Info("Starting workers", "workers", c.settings.Workers, "keys", len(initial))
 	var wg sync.WaitGroup
 	for range c.settings.Workers {
@@ -330,12 +261,12 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 		// The first garbage collection waits for the first pass, so that
 		// nothing a Service still claims is ever deleted.
 		_ = wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-			return c.pending.done(), nil
+			return c.applier.pending.done(), nil
 		})
 		if ctx.Err() != nil {
 			return
 		}
-		c.collectGarbage(ctx)
+		c.applier.collectGarbage(ctx, c.claimedNames)
 		c.firstSync.Store(true)
 		logger.Info("First sync done")
 		ticker := time.NewTicker(c.settings.ResyncPeriod)
@@ -346,7 +277,7 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 				return
 			case <-ticker.C:
 				c.queueAll(true)
-				c.collectGarbage(ctx)
+				c.applier.collectGarbage(ctx, c.claimedNames)
 			}
 		}
 	})
@@ -359,32 +290,14 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 // returns their keys; with force, the no-op skip is disabled for this pass
 // so the provider compares with what the load balancer has.
 func (c *Controller) queueAll(force bool) []queueKey {
-	services, err := c.svcLister.List(labels.Everything())
-	if err != nil {
-		return nil
-	}
 	if force {
-		c.mu.Lock()
-		clear(c.applied)
-		c.mu.Unlock()
+		c.applier.forceAll()
 	}
 	var keys []queueKey
-	for _, s := range services {
-		keys = append(keys, serviceKey(s.Namespace, s.Name))
+	for _, r := range c.reconcilers {
+		keys = append(keys, r.keys()...)
 	}
-	ings, _ := c.ingLister.List(labels.Everything())
-	for _, ing := range ings {
-		keys = append(keys, ingressKey(ing.Namespace, ing.Name))
-	}
-	return append(c.queueKeys(keys), c.queueAllGateways()...)
-}
-
-// queueKeys queues keys and returns them.
-func (c *Controller) queueKeys(keys []queueKey) []queueKey {
-	for _, k := range keys {
-		c.queue.Add(k)
-	}
-	return keys
+	return c.queueKeys(keys)
 }
 
 func (c *Controller) worker(ctx context.Context) {
@@ -399,27 +312,16 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	}
 	defer c.queue.Done(key)
 	start := time.Now()
-	var err error
-	switch key.kind {
-	case kindIngress:
-		err = c.syncIngress(ctx, key)
-	case kindSharedIngress:
-		err = c.syncSharedIngresses(ctx)
-	case kindGateway:
-		err = c.syncGateway(ctx, key)
-	case kindGatewayClass:
-		err = c.syncGatewayClass(ctx, key)
-	default:
-		err = c.syncService(ctx, key)
-	}
-	c.metrics.observeReconcile(time.Since(start), err)
-	c.pending.synced(key)
-	if err != nil {
+	res := c.byKind[key.kind].sync(ctx, key)
+	c.metrics.observeReconcile(time.Since(start), res.err)
+	c.applier.pending.synced(key)
+	if res.state == syncRetry {
 		c.metrics.SyncFailures.Inc()
-		klog.FromContext(ctx).Error(err, "Sync failed; will retry", "key", key)
+		klog.FromContext(ctx).Error(res.err, "Sync failed; will retry", "key", key)
 		c.queue.AddRateLimited(key)
 		return true
 	}
+	// Done, or refused until the objects change: nothing to retry.
 	c.queue.Forget(key)
 	return true
 }
@@ -429,83 +331,6 @@ func keyOf(obj metav1.Object) string {
 		return obj.GetName()
 	}
 	return obj.GetNamespace() + "/" + obj.GetName()
-}
-
-func (c *Controller) enqueueService(obj any, delay time.Duration) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	if s, ok := obj.(*corev1.Service); ok {
-		c.queue.AddAfter(serviceKey(s.Namespace, s.Name), delay)
-		c.enqueueIngressesOf(keyOf(s), delay)
-		c.enqueueGatewaysOf(keyOf(s), delay)
-	}
-}
-
-// enqueueSliceService queues the Service of an EndpointSlice, before and
-// after the change, as a change of the Service itself: for a Service
-// without a selector the slice chooses its Pods.
-func (c *Controller) enqueueSliceService(oldObj, obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	for _, o := range []any{oldObj, obj} {
-		s, ok := o.(*discoveryv1.EndpointSlice)
-		if !ok || contract.SliceService(s) == "" {
-			continue
-		}
-		if svc := c.store.Service(s.Namespace, contract.SliceService(s)); svc != nil {
-			c.enqueueService(svc, 0)
-		}
-	}
-}
-
-// enqueuePodServices queues the Services that select the Pod, before and
-// after the change, found through the selector index rather than a scan.
-func (c *Controller) enqueuePodServices(oldObj, obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
-	}
-	if oldObj == nil && hasRegistrationGate(pod) {
-		// A delete (or an add): forget what an earlier Pod of this name had.
-		c.mu.Lock()
-		delete(c.registered, keyOf(pod))
-		c.mu.Unlock()
-	}
-	keys := map[queueKey]bool{}
-	for _, s := range c.store.ServicesSelecting(pod) {
-		keys[serviceKey(s.Namespace, s.Name)] = true
-	}
-	if old, ok := oldObj.(*corev1.Pod); ok && !maps.Equal(old.Labels, pod.Labels) {
-		for _, s := range c.store.ServicesSelecting(old) {
-			keys[serviceKey(s.Namespace, s.Name)] = true
-		}
-	}
-	now := time.Now()
-	for k := range keys {
-		delay := c.coalesceDelay(k, now)
-		c.queue.AddAfter(k, delay)
-		c.enqueueIngressesOf(k.namespace+"/"+k.name, delay)
-		c.enqueueGatewaysOf(k.namespace+"/"+k.name, delay)
-	}
-}
-
-// coalesceDelay is how long a Pod event at now waits before it queues key:
-// nothing when no Pod event opened a window for key within
-// CoalesceWindow (this one opens it), else until that window ends.
-func (c *Controller) coalesceDelay(key queueKey, now time.Time) time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	opened, ok := c.podEventAt[key]
-	if ok && now.Sub(opened) < c.settings.CoalesceWindow && !now.Before(opened) {
-		return c.settings.CoalesceWindow - now.Sub(opened)
-	}
-	c.podEventAt[key] = now
-	return 0
 }
 
 func (c *Controller) nodesChanged() {
@@ -540,174 +365,13 @@ func nodeView(n *corev1.Node) string {
 	return string(b)
 }
 
-// syncService makes the load balancer of one Service match it.
-func (c *Controller) syncService(ctx context.Context, key queueKey) error {
-	svc, err := c.svcLister.Services(key.namespace).Get(key.name)
-	if err != nil {
-		// Gone without our finalizer (or it was removed by hand): the
-		// garbage collector removes what may be left.
-		c.forget(key)
-		return nil
-	}
-	if claim.Ours(svc, c.settings.Claim) && svc.DeletionTimestamp == nil {
-		return c.ensure(ctx, svc)
-	}
-	if claim.Releasable(svc, c.settings.ClusterName) {
-		return c.release(ctx, svc)
-	}
-	c.forget(key)
-	// An Ingress or route backend opted in that no npl Ingress or route
-	// uses any more. A
-	// Service claimed as a load balancer (by any installation) keeps the
-	// opt-in its claimer manages.
-	if svc.DeletionTimestamp == nil && svc.Annotations[contract.AutoAnnotatedKey] == "true" &&
-		svc.Annotations[contract.ClaimedByKey] == "" && !claim.HasFinalizer(svc) && !c.referencedByNPLIngress(svc) &&
-		!c.referencedByNPLRoute(svc) {
-		return c.patchOptIn(ctx, svc, false)
-	}
-	// Another installation's, or nobody's: not ours to touch.
-	return nil
-}
-
-func (c *Controller) forget(key queueKey) {
-	c.mu.Lock()
-	delete(c.applied, key)
-	delete(c.rejected, key)
-	delete(c.noBackends, key)
-	delete(c.drains, key)
-	delete(c.gatewayVIPs, key)
-	delete(c.gatewayGone, key)
-	delete(c.podEventAt, key)
-	c.mu.Unlock()
-}
-
-// ensure claims a Service and applies its model.
-func (c *Controller) ensure(ctx context.Context, svc *corev1.Service) error {
-	key := serviceKey(svc.Namespace, svc.Name)
-	optIn := c.settings.ServiceType == builder.ServiceTypeNodePortLocal
-	if err := c.patchService(ctx, svc, claim.ClaimPatch(svc, c.settings.ClusterName, optIn)); err != nil {
-		return err
-	}
-	lb, report := builder.Build(c.store.ServiceInput(c.inputSettings(), svc))
-	for _, e := range report.Errors {
-		c.recorder.Event(svc, corev1.EventTypeWarning, "InvalidService", e)
-	}
-	if lb == nil {
-		return c.setCondition(ctx, svc, claim.Condition{Reason: "InvalidService", Message: fmt.Sprint(report.Errors)})
-	}
-	c.metrics.observeMembers(key.String(), lb)
-
-	c.mu.Lock()
-	hadNoBackends, seen := c.noBackends[key]
-	c.noBackends[key] = report.ReadyBackends == 0
-	c.mu.Unlock()
-	if report.ReadyBackends == 0 && (!seen || !hadNoBackends) {
-		c.recorder.Event(svc, corev1.EventTypeWarning, "NoReadyBackends", "No ready backend for the load balancer: its pools are empty")
-	}
-
-	applied, err := c.apply(ctx, model{
-		key: key, lb: lb, report: report, objects: []runtime.Object{svc},
-		needsStatus: len(svc.Status.LoadBalancer.Ingress) == 0, syncedEvents: true,
-		setStatus: func(ctx context.Context, status providers.Status) error {
-			// No member count in the message: it would change with every
-			// Pod, and the status write it costs would hold back the next
-			// Pod's member (the Synced Event carries the count).
-			cond := claim.Condition{OK: true, Reason: "Synced", Message: fmt.Sprintf("%d listener(s)", len(lb.Listeners))}
-			if len(status.Warnings) > 0 {
-				cond.Reason = "SyncedWithWarnings"
-				cond.Message += "; " + strings.Join(status.Warnings, "; ")
-			}
-			return c.setStatus(ctx, svc, status.VIPs, cond)
-		},
-		setFailed: func(ctx context.Context, f failure) error {
-			return c.setCondition(ctx, svc, claim.Condition{Reason: f.reason, Message: f.message})
-		},
-	})
-	if err != nil || applied == nil {
-		return err
-	}
-	return c.updateRegistrations(ctx, svc, applied)
-}
-
-// release undoes ensure for a Service that is no longer ours or is being
-// deleted: the load balancer, the status, the opt-in we added, the finalizer.
-func (c *Controller) release(ctx context.Context, svc *corev1.Service) error {
-	key := serviceKey(svc.Namespace, svc.Name)
-	if claim.HasFinalizer(svc) || svc.Annotations[contract.ClaimedByKey] != "" {
-		name := lbmodel.LoadBalancerName(c.settings.ClusterName, svc.Namespace, svc.Name)
-		if err := c.provider.Delete(ctx, name, lbmodel.L4); err != nil {
-			c.recorder.Eventf(svc, corev1.EventTypeWarning, "DeleteFailed", "Load balancer %s: %v", name, err)
-			return fmt.Errorf("delete load balancer %s: %w", name, err)
-		}
-		c.recorder.Eventf(svc, corev1.EventTypeNormal, "Deleted", "Load balancer %s deleted", name)
-		if svc.DeletionTimestamp == nil {
-			if err := c.patchService(ctx, svc, claim.ClearServiceStatusPatch(svc, true), "status"); err != nil {
-				return err
-			}
-		}
-	}
-	if svc.DeletionTimestamp == nil {
-		if err := c.patchOptIn(ctx, svc, false); err != nil {
-			return err
-		}
-	}
-	if err := c.patchService(ctx, svc, claim.ReleasePatch(svc)); err != nil {
-		return err
-	}
-	c.forget(key)
-	return nil
-}
-
-// collectGarbage deletes this cluster's load balancers that no Service
-// claims. It runs only after the caches synced and the first pass, and does
-// nothing when List fails: an error never deletes anything.
-func (c *Controller) collectGarbage(ctx context.Context) {
-	logger := klog.FromContext(ctx)
-	lbs, err := c.provider.List(ctx)
-	if err != nil {
-		logger.Error(err, "Garbage collection skipped: list load balancers")
-		return
-	}
-	claimed := c.claimedNames()
-	for _, lb := range lbs {
-		if claimed[lb.Name] {
-			continue
-		}
-		logger.Info("Deleting orphaned load balancer", "lb", lb.Name, "service", lb.Service)
-		if err := c.provider.Delete(ctx, lb.Name, lb.Kind); err != nil {
-			logger.Error(err, "Delete orphaned load balancer", "lb", lb.Name)
-		}
-	}
-}
-
-// claimedNames returns the names of the load balancers that a Service or
-// an Ingress we serve (or still have to clean up) owns, computed once per
-// garbage collection from the caches.
+// claimedNames returns the names of the load balancers that a Service,
+// an Ingress or a Gateway we serve (or still have to clean up) owns,
+// computed once per garbage collection from the caches.
 func (c *Controller) claimedNames() map[string]bool {
 	names := map[string]bool{}
-	services, _ := c.svcLister.List(labels.Everything())
-	for _, s := range services {
-		if (claim.Ours(s, c.settings.Claim) && s.DeletionTimestamp == nil) || claim.Releasable(s, c.settings.ClusterName) {
-			names[lbmodel.LoadBalancerName(c.settings.ClusterName, s.Namespace, s.Name)] = true
-		}
-	}
-	for name := range c.claimedIngressNames() {
-		names[name] = true
-	}
-	for name := range c.claimedGatewayNames() {
-		names[name] = true
+	for _, r := range c.reconcilers {
+		r.claimed(names)
 	}
 	return names
-}
-
-func modelHash(lb *lbmodel.LoadBalancer) string {
-	b, _ := json.Marshal(lb)
-	sum := sha256.Sum256(b)
-	return string(sum[:])
-}
-
-// inputSettings are the settings builds read their inputs with.
-func (c *Controller) inputSettings() inputs.Settings {
-	return inputs.Settings{ClusterName: c.settings.ClusterName, ServiceType: c.settings.ServiceType,
-		Family: c.settings.Family, IngressClass: c.settings.IngressClass}
 }

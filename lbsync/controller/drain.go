@@ -21,7 +21,8 @@ type drainKey struct {
 // gone: a member is removed after drainSeconds or when the Pod is gone,
 // whichever is later. A member that a port move took out of the model
 // (builder.MovedMembers) drains the same way, from the sync that no longer
-// has it. It is owned by the Service's sync (one worker).
+// has it. The applier keeps one per key; only that key's sync (one
+// worker at a time) uses it, so it has no lock of its own.
 type drainTracker struct {
 	// until is when each draining member's period ends.
 	until map[drainKey]time.Time
@@ -112,25 +113,25 @@ func poolsOf(lb *lbmodel.LoadBalancer) []*lbmodel.Pool {
 
 // applyDrains keeps the draining members of one queue key's load balancer
 // (drainTracker.apply) and syncs the key again when the next is due.
-func (c *Controller) applyDrains(key queueKey, lb *lbmodel.LoadBalancer) {
+func (a *applier) applyDrains(key queueKey, lb *lbmodel.LoadBalancer) {
 	now := time.Now()
-	c.mu.Lock()
-	drains := c.drains[key]
+	a.mu.Lock()
+	drains := a.drains[key]
 	if drains == nil {
 		drains = newDrainTracker()
-		c.drains[key] = drains
+		a.drains[key] = drains
 	}
-	c.mu.Unlock()
+	a.mu.Unlock()
 	// Asked only of the members a sync no longer has: rare.
 	moved := func(m lbmodel.Member) bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		at, ok := c.moved[memberAddr{m.IP, m.Port}]
-		return ok && now.Sub(at) < c.settings.DrainPeriod
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		at, ok := a.moved[memberAddr{m.IP, m.Port}]
+		return ok && now.Sub(at) < a.settings.DrainPeriod
 	}
-	next := drains.apply(lb, c.settings.DrainPeriod, now, moved)
+	next := drains.apply(lb, a.settings.DrainPeriod, now, moved)
 	if !next.IsZero() {
-		c.queue.AddAfter(key, time.Until(next)+10*time.Millisecond)
+		a.queue.AddAfter(key, time.Until(next)+10*time.Millisecond)
 	}
 }
 
@@ -144,29 +145,29 @@ type memberAddr struct {
 // to cur moved (builder.MovedMembers), for the drain period, and forgets
 // older moves when it records new ones. The informer's transform calls it before its cache holds
 // cur, so that no sync sees the new annotation without the move.
-func (c *Controller) recordMovesOf(cur *corev1.Pod) {
-	if c.settings.DrainPeriod <= 0 || c.store.Pods == nil {
+func (a *applier) recordMovesOf(cur *corev1.Pod) {
+	if a.settings.DrainPeriod <= 0 || a.store.Pods == nil {
 		return
 	}
-	obj, ok, err := c.store.Pods.GetByKey(cur.Namespace + "/" + cur.Name)
+	obj, ok, err := a.store.Pods.GetByKey(cur.Namespace + "/" + cur.Name)
 	old, isPod := obj.(*corev1.Pod)
 	if err != nil || !ok || !isPod {
 		return
 	}
 	ms := builder.MovedMembers(old, cur)
 	if len(ms) == 0 {
-		// Nearly every Pod event: the controller's lock is not taken.
+		// Nearly every Pod event: the applier's lock is not taken.
 		return
 	}
 	now := time.Now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for a, at := range c.moved {
-		if now.Sub(at) >= c.settings.DrainPeriod {
-			delete(c.moved, a)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for addr, at := range a.moved {
+		if now.Sub(at) >= a.settings.DrainPeriod {
+			delete(a.moved, addr)
 		}
 	}
 	for _, m := range ms {
-		c.moved[memberAddr{m.IP, m.Port}] = now
+		a.moved[memberAddr{m.IP, m.Port}] = now
 	}
 }

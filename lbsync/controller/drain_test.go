@@ -122,30 +122,30 @@ func TestRecordMovesOf(t *testing.T) {
 		}
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", Annotations: map[string]string{contract.PodKey: value}}}
 	}
-	newController := func(period time.Duration) *Controller {
-		c := &Controller{settings: Settings{DrainPeriod: period}, moved: map[memberAddr]time.Time{}}
-		c.store.Pods = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-		return c
+	newApplierWith := func(period time.Duration) *applier {
+		a := newApplier(&cluster{settings: Settings{DrainPeriod: period}}, nil)
+		a.store.Pods = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+		return a
 	}
-	c := newController(time.Minute)
-	c.recordMovesOf(annotated(61000)) // first seen: nothing cached
-	if len(c.moved) != 0 {
-		t.Fatalf("moves of a Pod not cached: %v", c.moved)
+	a := newApplierWith(time.Minute)
+	a.recordMovesOf(annotated(61000)) // first seen: nothing cached
+	if len(a.moved) != 0 {
+		t.Fatalf("moves of a Pod not cached: %v", a.moved)
 	}
-	if err := c.store.Pods.Add(annotated(61000)); err != nil {
+	if err := a.store.Pods.Add(annotated(61000)); err != nil {
 		t.Fatal(err)
 	}
-	c.recordMovesOf(annotated(61900))
-	if _, ok := c.moved[memberAddr{"198.18.0.10", 61000}]; !ok || len(c.moved) != 1 {
-		t.Errorf("moves %v, want the old member 198.18.0.10:61000", c.moved)
+	a.recordMovesOf(annotated(61900))
+	if _, ok := a.moved[memberAddr{"198.18.0.10", 61000}]; !ok || len(a.moved) != 1 {
+		t.Errorf("moves %v, want the old member 198.18.0.10:61000", a.moved)
 	}
 
-	c = newController(0)
-	if err := c.store.Pods.Add(annotated(61000)); err != nil {
+	a = newApplierWith(0)
+	if err := a.store.Pods.Add(annotated(61000)); err != nil {
 		t.Fatal(err)
 	}
-	c.recordMovesOf(annotated(61900))
-	if len(c.moved) != 0 {
-		t.Errorf("moves with drain period 0: %v, want none", c.moved)
+	a.recordMovesOf(annotated(61900))
+	if len(a.moved) != 0 {
+		t.Errorf("moves with drain period 0: %v, want none", a.moved)
 	}
 }

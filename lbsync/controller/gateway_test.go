@@ -108,7 +108,7 @@ func TestTellForbidden_oncePerChange(t *testing.T) {
 		{[]string{"shop/tls", "shop/other"}, 2},
 		{[]string{"shop/tls", "shop/other"}, 0},
 	} {
-		c.tellForbidden(gw, step.forbidden)
+		c.gateways.tellForbidden(gw, step.forbidden)
 		if got := len(rec.Events); got != step.events {
 			t.Errorf("forbidden %v: %d Events, want %d", step.forbidden, got, step.events)
 		}

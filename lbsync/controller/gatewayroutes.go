@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -12,6 +13,47 @@ import (
 
 	"github.com/nodeportlocal/npl/lbsync/gateway"
 )
+
+// The indexes of the route informers.
+const (
+	// routeParentIndex indexes routes by the "namespace/name" of each
+	// Gateway their parentRefs name.
+	routeParentIndex = "parentGateway"
+	// routeBackendIndex indexes routes by the "namespace/name" of each
+	// Service their backendRefs name.
+	routeBackendIndex = "backendService"
+)
+
+func routeParents(obj any) ([]string, error) {
+	rt, ok := obj.(metav1.Object)
+	if !ok || gateway.RouteKind(obj) == "" {
+		return nil, nil
+	}
+	keys := gateway.Gateways(obj)
+	// A Gateway whose entry the route's status still holds must hear of
+	// the route, to remove it.
+	for _, p := range gateway.StatusParents(obj) {
+		if p.ControllerName != gateway.ControllerName {
+			continue
+		}
+		ns := rt.GetNamespace()
+		if p.ParentRef.Namespace != nil {
+			ns = string(*p.ParentRef.Namespace)
+		}
+		if k := ns + "/" + string(p.ParentRef.Name); !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
+}
+
+func routeBackends(obj any) ([]string, error) {
+	var out []string
+	for _, b := range gateway.Backends(obj) {
+		out = append(out, b.String())
+	}
+	return out, nil
+}
 
 // routeKind is the informer of one route kind and how its status is
 // written.

@@ -84,25 +84,25 @@ type registration struct {
 // from Ready, and one after another a Deployment's tenth new Pod would wait
 // for the nine patches before it, and the Service's next sync (the next
 // Pods' members) behind them all.
-func (c *Controller) updateRegistrations(ctx context.Context, svc *corev1.Service, lb *lbmodel.LoadBalancer) error {
+func (r *serviceReconciler) updateRegistrations(ctx context.Context, svc *corev1.Service, lb *lbmodel.LoadBalancer) error {
 	key := keyOf(svc)
 	var regs []registration
-	for _, pod := range c.store.PodsFor(svc) {
+	for _, pod := range r.store.PodsFor(svc) {
 		if !hasRegistrationGate(pod) || pod.DeletionTimestamp != nil {
 			continue
 		}
-		reg := registeredIn(c.settings, svc, pod, lb)
+		reg := registeredIn(r.settings, svc, pod, lb)
 		podKey := keyOf(pod)
-		c.mu.Lock()
-		byService := c.registered[podKey]
+		r.mu.Lock()
+		byService := r.registered[podKey]
 		if byService == nil {
 			byService = map[string]bool{}
-			c.registered[podKey] = byService
+			r.registered[podKey] = byService
 		}
 		byService[key] = reg
 		ok, waiting := true, ""
-		for _, other := range c.store.ServicesSelecting(pod) {
-			if !claim.Ours(other, c.settings.Claim) || other.DeletionTimestamp != nil {
+		for _, other := range r.store.ServicesSelecting(pod) {
+			if !claim.Ours(other, r.settings.Claim) || other.DeletionTimestamp != nil {
 				continue
 			}
 			if !byService[keyOf(other)] {
@@ -110,7 +110,7 @@ func (c *Controller) updateRegistrations(ctx context.Context, svc *corev1.Servic
 				break
 			}
 		}
-		c.mu.Unlock()
+		r.mu.Unlock()
 		message := "a member of every pool that should hold it"
 		if !ok {
 			message = "not yet a member of the pools of Service " + waiting
@@ -129,9 +129,9 @@ func (c *Controller) updateRegistrations(ctx context.Context, svc *corev1.Servic
 	var g errgroup.Group
 	g.SetLimit(statusWriters)
 	var failed atomic.Int32
-	for _, r := range regs {
+	for _, reg := range regs {
 		g.Go(func() error {
-			err := c.setRegistered(ctx, r.pod, r.ok, r.message)
+			err := r.setRegistered(ctx, reg.pod, reg.ok, reg.message)
 			if err != nil {
 				failed.Add(1)
 			}
@@ -145,7 +145,7 @@ func (c *Controller) updateRegistrations(ctx context.Context, svc *corev1.Servic
 }
 
 // setRegistered patches the Pod condition through pods/status when it changes.
-func (c *Controller) setRegistered(ctx context.Context, pod *corev1.Pod, ok bool, message string) error {
+func (r *serviceReconciler) setRegistered(ctx context.Context, pod *corev1.Pod, ok bool, message string) error {
 	status, reason := corev1.ConditionFalse, reasonNotRegistered
 	if ok {
 		status, reason = corev1.ConditionTrue, reasonRegistered
@@ -164,11 +164,11 @@ func (c *Controller) setRegistered(ctx context.Context, pod *corev1.Pod, ok bool
 	}
 	// Conditions merge by type in a strategic merge patch: the kubelet's
 	// own conditions are kept.
-	_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	_, err = r.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
 		return fmt.Errorf("patch %s of pod %s/%s: %w", contract.RegisteredReadinessGate, pod.Namespace, pod.Name, err)
 	}
-	c.metrics.ReadinessGatePatches.WithLabelValues(string(status)).Inc()
+	r.metrics.ReadinessGatePatches.WithLabelValues(string(status)).Inc()
 	klog.FromContext(ctx).V(2).Info("Set the registration condition", "pod", klog.KObj(pod), "status", status)
 	return nil
 }

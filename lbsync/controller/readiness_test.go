@@ -162,7 +162,7 @@ func TestUpdateRegistrations_patchesAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := c.updateRegistrations(context.Background(), svc, lb); err != nil {
+	if err := c.services.updateRegistrations(context.Background(), svc, lb); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()

@@ -1,0 +1,191 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+	gatewayinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
+	gatewaylisters "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
+
+	"github.com/nodeportlocal/npl/lbsync/gateway"
+)
+
+// gatewayState is the Gateway API part of the controller, set by
+// EnableGatewayAPI or ServeGatewayAPI: its client and informers, whose
+// caches the reconcilers read through cluster.gwState.
+type gatewayState struct {
+	client   gatewayclient.Interface
+	factory  gatewayinformers.SharedInformerFactory
+	classes  gatewaylisters.GatewayClassLister
+	gateways gatewaylisters.GatewayLister
+	// routeKinds are the route kinds served, HTTPRoute first.
+	routeKinds []routeKind
+	grants     gatewaylisters.ReferenceGrantLister
+	// cancel stops the informers of a state ServeGatewayAPI started.
+	cancel    context.CancelFunc
+	namespace cache.Indexer
+}
+
+// EnableGatewayAPI makes the controller serve the Gateways of npl's
+// GatewayClasses with client, with their HTTPRoutes and the routes of
+// routeKinds (of inputs.GatewayRouteKindsServed); call it before Start, once the
+// Gateway API CRDs are known to be served (inputs.GatewayAPIServed).
+func (c *Controller) EnableGatewayAPI(client gatewayclient.Interface, routeKinds ...string) {
+	g, synced := c.newGatewayState(client, routeKinds)
+	c.synced = append(c.synced, synced...)
+	c.gwp.Store(g)
+}
+
+// ServeGatewayAPI makes a started controller serve the Gateway API with
+// the route kinds given, HTTPRoute always: when the CRDs appear after the
+// start (WatchGatewayCRDs). It starts new informers, waits for their
+// caches, then replaces the Gateway API part, if any, stops its informers
+// and queues every GatewayClass and Gateway.
+func (c *Controller) ServeGatewayAPI(ctx context.Context, client gatewayclient.Interface, routeKinds ...string) error {
+	g, synced := c.newGatewayState(client, routeKinds)
+	gctx, cancel := context.WithCancel(ctx)
+	g.cancel = cancel
+	c.factory.Start(ctx.Done()) // the Namespace informer, new unless the Gateway API was served before
+	g.factory.Start(gctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		cancel()
+		return fmt.Errorf("wait for the Gateway API informer caches: %w", ctx.Err())
+	}
+	if old := c.gwp.Swap(g); old != nil && old.cancel != nil {
+		old.cancel()
+	}
+	c.queueKeys(append(c.classes.keys(), c.gateways.keys()...))
+	return nil
+}
+
+// GatewayRouteKinds returns the route kinds served, HTTPRoute first; none
+// when the Gateway API is not served.
+func (c *Controller) GatewayRouteKinds() []string {
+	g := c.gwState()
+	if g == nil {
+		return nil
+	}
+	out := make([]string, 0, len(g.routeKinds))
+	for _, rk := range g.routeKinds {
+		out = append(out, rk.kind)
+	}
+	return out
+}
+
+// gwState returns the Gateway API part, nil when it is not served.
+func (c *cluster) gwState() *gatewayState { return c.gwp.Load() }
+
+// newGatewayState makes the informers of the Gateway API and the route
+// kinds given (HTTPRoute always), with their handlers, and returns them
+// with what tells that their caches are synced.
+func (c *Controller) newGatewayState(client gatewayclient.Interface, routeKinds []string) (*gatewayState, []cache.InformerSynced) {
+	factory := gatewayinformers.NewSharedInformerFactoryWithOptions(client, 0, gatewayinformers.WithTransform(trimGatewayObject))
+	v1 := factory.Gateway().V1()
+	g := &gatewayState{client: client, factory: factory}
+	classInf, gwInf, grantInf := v1.GatewayClasses(), v1.Gateways(), v1.ReferenceGrants()
+	nsInf := c.factory.Core().V1().Namespaces()
+	for _, kind := range append([]string{gateway.KindHTTPRoute}, routeKinds...) {
+		if kind == gateway.KindHTTPRoute && len(g.routeKinds) > 0 {
+			continue
+		}
+		g.routeKinds = append(g.routeKinds, newRouteKind(kind, factory, client))
+	}
+	g.classes, g.gateways, g.grants = classInf.Lister(), gwInf.Lister(), grantInf.Lister()
+	g.namespace = nsInf.Informer().GetIndexer()
+
+	_, _ = classInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.gatewayClassChanged,
+		UpdateFunc: func(_, obj any) { c.gatewayClassChanged(obj) },
+		DeleteFunc: c.gatewayClassChanged,
+	})
+	_, _ = gwInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.gateways.gatewayChanged,
+		UpdateFunc: c.gateways.gatewayUpdated,
+		DeleteFunc: c.gateways.gatewayChanged,
+	})
+	synced := []cache.InformerSynced{classInf.Informer().HasSynced, gwInf.Informer().HasSynced,
+		grantInf.Informer().HasSynced, nsInf.Informer().HasSynced}
+	for _, rk := range g.routeKinds {
+		_, _ = rk.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.gateways.routeChanged(nil, obj) },
+			UpdateFunc: c.gateways.routeChanged,
+			DeleteFunc: func(obj any) { c.gateways.routeChanged(obj, nil) },
+		})
+		synced = append(synced, rk.informer.HasSynced)
+	}
+	all := func(any) { c.gateways.queueAll() }
+	_, _ = grantInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: all, UpdateFunc: func(_, obj any) { all(obj) }, DeleteFunc: all,
+	})
+	c.nsHandler.Do(func() {
+		_, _ = nsInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			UpdateFunc: func(old, obj any) {
+				o, ok1 := old.(*corev1.Namespace)
+				n, ok2 := obj.(*corev1.Namespace)
+				if ok1 && ok2 && !labels.Equals(o.Labels, n.Labels) {
+					c.gateways.queueAll()
+				}
+			},
+		})
+	})
+	return g, synced
+}
+
+// gatewayClassChanged queues a GatewayClass, and every Gateway: the class
+// decides which are ours.
+func (c *Controller) gatewayClassChanged(obj any) {
+	c.classes.classChanged(obj)
+	c.gateways.queueAll()
+}
+
+// trimGatewayObject drops the managed fields of Gateway API objects.
+func trimGatewayObject(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// enqueueGatewaysOf queues the Gateways of the routes that name a Service.
+func (c *cluster) enqueueGatewaysOf(svcKey string, delay time.Duration) {
+	if c.gwState() == nil {
+		return
+	}
+	for _, o := range c.gwState().routesByIndex(routeBackendIndex, svcKey) {
+		ks, _ := routeParents(o)
+		for _, k := range ks {
+			ns, name, _ := cache.SplitMetaNamespaceKey(k)
+			c.queue.AddAfter(gatewayKey(ns, name), delay)
+		}
+	}
+}
+
+func (c *cluster) gatewayClasses() []*gatewayv1.GatewayClass {
+	classes, _ := c.gwState().classes.List(labels.Everything())
+	return classes
+}
+
+// referencedByNPLRoute reports whether a route (of any kind served) that
+// names a Gateway of an npl GatewayClass sends requests to the Service.
+func (c *cluster) referencedByNPLRoute(svc *corev1.Service) bool {
+	if c.gwState() == nil {
+		return false
+	}
+	classes := c.gatewayClasses()
+	for _, o := range c.gwState().routesByIndex(routeBackendIndex, keyOf(svc)) {
+		for _, k := range gateway.Gateways(o) {
+			ns, name, _ := cache.SplitMetaNamespaceKey(k)
+			if gw, err := c.gwState().gateways.Gateways(ns).Get(name); err == nil && gateway.Ours(gw, classes) {
+				return true
+			}
+		}
+	}
+	return false
+}
