@@ -312,6 +312,9 @@ type Pool struct {
 	// UDP or TLS connection cannot be answered a status. A pool with it
 	// and no members answers 500 to every request.
 	InvalidWeight int32 `json:"invalidWeight,omitempty"`
+	// Policy is how the load balancer treats the members; nil: its
+	// defaults.
+	Policy *Policy `json:"policy,omitempty"`
 }
 
 // Member is one backend: nodeIP:nodePort in NodePortLocal mode.

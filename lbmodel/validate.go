@@ -105,7 +105,7 @@ func (lb *LoadBalancer) normalizeL4() error {
 			return fmt.Errorf("listener %s/%d: pool %s: an L4 pool has no appProtocol", l.Protocol, l.Port, l.Pool.Name)
 		}
 		pools[l.Pool.Name] = true
-		if err := normalizePool(&l.Pool, false); err != nil {
+		if err := normalizePool(&l.Pool, false, false); err != nil {
 			return err
 		}
 	}
@@ -150,7 +150,7 @@ func (lb *LoadBalancer) normalizeL7() error {
 			if l.Pool.AppProtocol != "" {
 				return fmt.Errorf("listener %s/%d: pool %s: a %s listener's pool has no appProtocol", l.Protocol, l.Port, l.Pool.Name, l.Protocol)
 			}
-			if err := normalizePool(&l.Pool, false); err != nil {
+			if err := normalizePool(&l.Pool, false, false); err != nil {
 				return err
 			}
 		default:
@@ -175,7 +175,7 @@ func (lb *LoadBalancer) normalizeL7() error {
 		case p.AppProtocol != "" && p.AppProtocol != AppProtocolH2C:
 			return fmt.Errorf("pool %s: appProtocol %q is not empty or %s", p.Name, p.AppProtocol, AppProtocolH2C)
 		}
-		if err := normalizePool(p, lb.Gateway != ""); err != nil {
+		if err := normalizePool(p, lb.Gateway != "", true); err != nil {
 			return err
 		}
 	}
@@ -244,6 +244,9 @@ func (lb *LoadBalancer) normalizeListenerRoutes(pool func(string) *Pool) error {
 					return fmt.Errorf("listener TLS/%d: SNI host %q: pool %s is not one of the pools", l.Port, r.Host, r.Pool)
 				case pool(r.Pool).InvalidWeight != 0:
 					return fmt.Errorf("listener TLS/%d: SNI host %q: pool %s has an invalid share: a TLS connection cannot be answered 500",
+						l.Port, r.Host, r.Pool)
+				case pool(r.Pool).Policy.httpOnly():
+					return fmt.Errorf("listener TLS/%d: SNI host %q: pool %s has a policy for HTTP only (cookie or header persistence or hash, timeouts, retries, backend TLS)",
 						l.Port, r.Host, r.Pool)
 				}
 			}
@@ -619,8 +622,8 @@ func printable(what, v string) error {
 // normalizePool checks pool p and sets its members canonical and sorted,
 // never nil. Its invalid share (InvalidWeight) is in the range of member
 // weights, and only the pools of a Gateway's HTTP rules (httpShare) have
-// one.
-func normalizePool(p *Pool, httpShare bool) error {
+// one. Only the pools of HTTP rules (http) have a policy for HTTP.
+func normalizePool(p *Pool, httpShare, http bool) error {
 	switch {
 	case p.InvalidWeight != 0 && !httpShare:
 		return fmt.Errorf("pool %s: invalid weight %d: only a pool of a Gateway's HTTP rules answers a share of its requests 500", p.Name, p.InvalidWeight)
@@ -632,7 +635,8 @@ func normalizePool(p *Pool, httpShare bool) error {
 		return err
 	}
 	p.Members = members
-	return nil
+	p.Policy, err = normalizePolicy(p.Name, p.Policy, http)
+	return err
 }
 
 // normalizeMembers checks the members of pool and returns them canonical
@@ -686,11 +690,13 @@ func (lb *LoadBalancer) Clone() *LoadBalancer {
 	out.Listeners = slices.Clone(lb.Listeners)
 	for i := range out.Listeners {
 		out.Listeners[i].Pool.Members = slices.Clone(out.Listeners[i].Pool.Members)
+		out.Listeners[i].Pool.Policy = out.Listeners[i].Pool.Policy.clone()
 		out.Listeners[i].SNI = slices.Clone(out.Listeners[i].SNI)
 	}
 	out.Pools = slices.Clone(lb.Pools)
 	for i := range out.Pools {
 		out.Pools[i].Members = slices.Clone(out.Pools[i].Members)
+		out.Pools[i].Policy = out.Pools[i].Policy.clone()
 	}
 	if lb.HTTP != nil {
 		h := *lb.HTTP

@@ -33,11 +33,33 @@ func ModelCheckerOf(p Provider) ModelChecker {
 	return mc
 }
 
+// PolicyCapable is implemented by a provider that expresses some of a
+// pool's traffic policy. A provider that does not implement it expresses
+// none: every policy field is reported, the members are served.
+type PolicyCapable interface {
+	PolicyCapabilities() lbmodel.PolicyCapabilities
+}
+
+// PolicyCapabilitiesOf returns what p expresses of pools' policies, behind
+// Validated when it is.
+func PolicyCapabilitiesOf(p Provider) lbmodel.PolicyCapabilities {
+	if v, ok := p.(*validated); ok {
+		p = v.next
+	}
+	if pc, ok := p.(PolicyCapable); ok {
+		return pc.PolicyCapabilities()
+	}
+	return lbmodel.PolicyCapabilities{}
+}
+
 // Validated returns p behind the one check of the model: its Ensure runs
 // lbmodel.Normalize and hands p the canonical copy, or returns the
 // *lbmodel.InvalidModelError without calling p, so a model that breaks a rule (one
-// with nothing to serve, say) never changes a load balancer. The registry
-// applies it to every provider it opens; applying it again returns p as is.
+// with nothing to serve, say) never changes a load balancer. The policy
+// fields p cannot express (PolicyCapable) are left out of what it gets and
+// named in the Status's warnings, so that none disappears silently and the
+// rest is applied. The registry applies it to every provider it opens;
+// applying it again returns p as is.
 func Validated(p Provider) Provider {
 	if _, done := p.(*validated); done {
 		return p
@@ -52,7 +74,15 @@ func (v *validated) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (Statu
 	if err != nil {
 		return Status{}, err
 	}
-	return v.next.Ensure(ctx, n)
+	n, gaps := PolicyCapabilitiesOf(v.next).StripPolicies(n)
+	st, err := v.next.Ensure(ctx, n)
+	if err != nil {
+		return st, err
+	}
+	for _, g := range gaps {
+		st.Warnings = append(st.Warnings, g.String())
+	}
+	return st, nil
 }
 
 // Delete checks the name and kind, and hands p the kind in canonical form

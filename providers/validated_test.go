@@ -81,3 +81,35 @@ func TestValidated_deleteChecksTheKindAndGivesItCanonical(t *testing.T) {
 		t.Errorf("kinds the provider got (-want +got):\n%s", diff)
 	}
 }
+
+// capable is a recorder that expresses source-address persistence only.
+type capable struct{ recorder }
+
+func (c *capable) PolicyCapabilities() lbmodel.PolicyCapabilities {
+	return lbmodel.PolicyCapabilities{Provider: "capable", TCP: lbmodel.PolicySupport{Persistence: []lbmodel.PersistenceType{lbmodel.PersistSourceIP}}}
+}
+
+func TestValidated_givesTheProviderOnlyThePolicyItExpressesAndWarnsOfTheRest(t *testing.T) {
+	lb := validL4()
+	lb.Listeners[0].Pool.Policy = &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistSourceIP, TimeoutSeconds: 60}, SlowStartSeconds: 5}
+	c := &capable{}
+	st, err := Validated(c).Ensure(context.Background(), lb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.ensured[0].Listeners[0].Pool.Policy
+	if got == nil || got.Persistence == nil || got.SlowStartSeconds != 0 {
+		t.Errorf("the provider got policy %+v, want the persistence alone", got)
+	}
+	want := []string{"pool c1--shop-web-TCP-80: policy slowStartSeconds is not supported by the capable provider"}
+	if diff := cmp.Diff(want, st.Warnings); diff != "" {
+		t.Errorf("warnings (-want +got):\n%s", diff)
+	}
+
+	// A provider that expresses no policy gets none, and every field is named.
+	rec := &recorder{}
+	st, err = Validated(rec).Ensure(context.Background(), lb)
+	if err != nil || rec.ensured[0].Listeners[0].Pool.Policy != nil || len(st.Warnings) != 2 {
+		t.Errorf("no policy support: %v, policy %+v, warnings %v", err, rec.ensured[0].Listeners[0].Pool.Policy, st.Warnings)
+	}
+}

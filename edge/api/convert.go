@@ -37,12 +37,86 @@ func (l Listener) model() lbmodel.Listener {
 
 func fromPool(p lbmodel.Pool) Pool {
 	return Pool{Name: p.Name, AppProtocol: p.AppProtocol, InvalidWeight: p.InvalidWeight,
-		Members: mapSlice(p.Members, func(m lbmodel.Member) Member { return Member(m) })}
+		Members: mapSlice(p.Members, func(m lbmodel.Member) Member { return Member(m) }), Policy: fromPolicy(p.Policy)}
 }
 
 func (p Pool) model() lbmodel.Pool {
 	return lbmodel.Pool{Name: p.Name, AppProtocol: p.AppProtocol, InvalidWeight: p.InvalidWeight,
-		Members: mapSlice(p.Members, func(m Member) lbmodel.Member { return lbmodel.Member(m) })}
+		Members: mapSlice(p.Members, func(m Member) lbmodel.Member { return lbmodel.Member(m) }), Policy: p.Policy.model()}
+}
+
+func fromPolicy(p *lbmodel.Policy) *Policy {
+	if p == nil {
+		return nil
+	}
+	out := &Policy{SlowStartSeconds: p.SlowStartSeconds, DrainSeconds: clonePtr(p.DrainSeconds),
+		MaxConnectionsPerMember: p.MaxConnectionsPerMember}
+	if s := p.Persistence; s != nil {
+		out.Persistence = &Persistence{Type: string(s.Type), Name: s.Name, TimeoutSeconds: s.TimeoutSeconds,
+			IdleTimeoutSeconds: s.IdleTimeoutSeconds, Permanent: s.Permanent}
+	}
+	if c := p.HealthCheck; c != nil {
+		out.HealthCheck = &HealthCheck{Type: string(c.Type), Path: c.Path, Host: c.Host,
+			ExpectedStatuses: mapSlice(c.ExpectedStatuses, func(r lbmodel.StatusRange) StatusRange { return StatusRange(r) }),
+			IntervalSeconds:  c.IntervalSeconds, TimeoutSeconds: c.TimeoutSeconds, Rise: c.Rise, Fall: c.Fall}
+	}
+	if a := p.Algorithm; a != nil {
+		out.Algorithm = &Algorithm{Type: string(a.Type), HashOn: string(a.HashOn), HashName: a.HashName}
+	}
+	if t := p.Timeouts; t != nil {
+		out.Timeouts = &Timeouts{RequestMillis: t.RequestMillis, BackendRequestMillis: t.BackendRequestMillis}
+	}
+	if r := p.Retry; r != nil {
+		out.Retry = &Retry{Attempts: r.Attempts, Codes: clone(r.Codes), BackoffMillis: r.BackoffMillis}
+	}
+	if t := p.BackendTLS; t != nil {
+		out.BackendTLS = &BackendTLS{Hostname: t.Hostname, CACertPEM: t.CACertPEM, SystemCAs: t.SystemCAs,
+			SubjectAltNames: mapSlice(t.SubjectAltNames, func(n lbmodel.SubjectAltName) SubjectAltName {
+				return SubjectAltName{Type: string(n.Type), Value: n.Value}
+			})}
+	}
+	return out
+}
+
+func (p *Policy) model() *lbmodel.Policy {
+	if p == nil {
+		return nil
+	}
+	out := &lbmodel.Policy{SlowStartSeconds: p.SlowStartSeconds, DrainSeconds: clonePtr(p.DrainSeconds),
+		MaxConnectionsPerMember: p.MaxConnectionsPerMember}
+	if s := p.Persistence; s != nil {
+		out.Persistence = &lbmodel.Persistence{Type: lbmodel.PersistenceType(s.Type), Name: s.Name, TimeoutSeconds: s.TimeoutSeconds,
+			IdleTimeoutSeconds: s.IdleTimeoutSeconds, Permanent: s.Permanent}
+	}
+	if c := p.HealthCheck; c != nil {
+		out.HealthCheck = &lbmodel.HealthCheck{Type: lbmodel.HealthCheckType(c.Type), Path: c.Path, Host: c.Host,
+			ExpectedStatuses: mapSlice(c.ExpectedStatuses, func(r StatusRange) lbmodel.StatusRange { return lbmodel.StatusRange(r) }),
+			IntervalSeconds:  c.IntervalSeconds, TimeoutSeconds: c.TimeoutSeconds, Rise: c.Rise, Fall: c.Fall}
+	}
+	if a := p.Algorithm; a != nil {
+		out.Algorithm = &lbmodel.Algorithm{Type: lbmodel.AlgorithmType(a.Type), HashOn: lbmodel.HashKey(a.HashOn), HashName: a.HashName}
+	}
+	if t := p.Timeouts; t != nil {
+		out.Timeouts = &lbmodel.Timeouts{RequestMillis: t.RequestMillis, BackendRequestMillis: t.BackendRequestMillis}
+	}
+	if r := p.Retry; r != nil {
+		out.Retry = &lbmodel.Retry{Attempts: r.Attempts, Codes: clone(r.Codes), BackoffMillis: r.BackoffMillis}
+	}
+	if t := p.BackendTLS; t != nil {
+		out.BackendTLS = &lbmodel.BackendTLS{Hostname: t.Hostname, CACertPEM: t.CACertPEM, SystemCAs: t.SystemCAs,
+			SubjectAltNames: mapSlice(t.SubjectAltNames, func(n SubjectAltName) lbmodel.SubjectAltName {
+				return lbmodel.SubjectAltName{Type: lbmodel.SubjectAltNameType(n.Type), Value: n.Value}
+			})}
+	}
+	return out
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
 }
 
 func fromRule(r lbmodel.Rule) Rule {

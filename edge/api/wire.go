@@ -176,6 +176,108 @@ type Pool struct {
 	// InvalidWeight is the share of requests answered 500, in the unit of
 	// the members' weights.
 	InvalidWeight int32 `json:"invalidWeight,omitempty"`
+	// Policy is how the members are picked, kept, checked and ramped up;
+	// absent: HAProxy's defaults (round robin, a TCP check).
+	Policy *Policy `json:"policy,omitempty"`
+}
+
+// Policy is a pool's traffic policy. Durations are in the unit their
+// name says.
+type Policy struct {
+	// Persistence keeps a client on a member.
+	Persistence *Persistence `json:"persistence,omitempty"`
+	// HealthCheck is every member's check.
+	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
+	// Algorithm picks the member.
+	Algorithm *Algorithm `json:"algorithm,omitempty"`
+	// SlowStartSeconds ramps a member that comes up over this long.
+	SlowStartSeconds int32 `json:"slowStartSeconds,omitempty"`
+	// DrainSeconds is how long a terminating member stays, disabled.
+	DrainSeconds *int32 `json:"drainSeconds,omitempty"`
+	// MaxConnectionsPerMember caps each member's connections; 0: no cap.
+	MaxConnectionsPerMember int32 `json:"maxConnectionsPerMember,omitempty"`
+	// Timeouts, Retry and BackendTLS: pools of HTTP rules only.
+	Timeouts   *Timeouts   `json:"timeouts,omitempty"`
+	Retry      *Retry      `json:"retry,omitempty"`
+	BackendTLS *BackendTLS `json:"backendTLS,omitempty"`
+}
+
+// Persistence keeps a client on a member.
+type Persistence struct {
+	// Type is "SourceIP", "Cookie" or "Header".
+	Type string `json:"type"`
+	// Name is the cookie's or header's name.
+	Name string `json:"name,omitempty"`
+	// TimeoutSeconds: a source address's idle time, a cookie's or header
+	// session's lifetime; 0: none.
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+	// IdleTimeoutSeconds ends an idle cookie or header session.
+	IdleTimeoutSeconds int32 `json:"idleTimeoutSeconds,omitempty"`
+	// Permanent gives the cookie an expiry of TimeoutSeconds.
+	Permanent bool `json:"permanent,omitempty"`
+}
+
+// HealthCheck is the active check of every member.
+type HealthCheck struct {
+	// Type is "TCP" or "HTTP".
+	Type string `json:"type"`
+	// Path and Host of an HTTP check's GET.
+	Path string `json:"path,omitempty"`
+	Host string `json:"host,omitempty"`
+	// ExpectedStatuses are the healthy answers; absent: 200-399.
+	ExpectedStatuses []StatusRange `json:"expectedStatuses,omitempty"`
+	// IntervalSeconds, TimeoutSeconds, Rise and Fall; 0: the default.
+	IntervalSeconds int32 `json:"intervalSeconds,omitempty"`
+	TimeoutSeconds  int32 `json:"timeoutSeconds,omitempty"`
+	Rise            int32 `json:"rise,omitempty"`
+	Fall            int32 `json:"fall,omitempty"`
+}
+
+// StatusRange is the HTTP statuses Min to Max, both included.
+type StatusRange struct {
+	Min int32 `json:"min"`
+	Max int32 `json:"max"`
+}
+
+// Algorithm picks a member.
+type Algorithm struct {
+	// Type is "RoundRobin", "LeastConnections" or "ConsistentHash".
+	Type string `json:"type"`
+	// HashOn ("SourceIP", "Header", "Cookie") and HashName of a hash.
+	HashOn   string `json:"hashOn,omitempty"`
+	HashName string `json:"hashName,omitempty"`
+}
+
+// Timeouts of an HTTP request, in milliseconds; 0: none.
+type Timeouts struct {
+	RequestMillis        int32 `json:"requestMillis,omitempty"`
+	BackendRequestMillis int32 `json:"backendRequestMillis,omitempty"`
+}
+
+// Retry of a failed HTTP request.
+type Retry struct {
+	// Attempts is how many retries, Codes the answers retried besides a
+	// failed connection, BackoffMillis the wait before each.
+	Attempts      int32   `json:"attempts"`
+	Codes         []int32 `json:"codes,omitempty"`
+	BackoffMillis int32   `json:"backoffMillis,omitempty"`
+}
+
+// BackendTLS is TLS to the members, verified.
+type BackendTLS struct {
+	// Hostname is the SNI and, without SubjectAltNames, the verified name.
+	Hostname string `json:"hostname"`
+	// SubjectAltNames are the names one of which the certificate carries.
+	SubjectAltNames []SubjectAltName `json:"subjectAltNames,omitempty"`
+	// CACertPEM are the CA certificates; SystemCAs the host's trust store.
+	CACertPEM string `json:"caCertPEM,omitempty"`
+	SystemCAs bool   `json:"systemCAs,omitempty"`
+}
+
+// SubjectAltName is a certificate name: Type "Hostname" or "URI".
+type SubjectAltName struct {
+	Type  string `json:"type"`
+	Value string `json:"value"`
 }
 
 // Member is one backend, nodeIP:nodePort in NodePortLocal mode.

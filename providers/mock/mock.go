@@ -529,3 +529,18 @@ func (m *Mock) load() error {
 	}
 	return nil
 }
+
+// PolicyCapabilities: the mock records every policy field, so that tests
+// and nplctl read what npl-lbsync asked for.
+func (m *Mock) PolicyCapabilities() lbmodel.PolicyCapabilities {
+	all := lbmodel.PolicySupport{
+		Persistence:            []lbmodel.PersistenceType{lbmodel.PersistSourceIP, lbmodel.PersistCookie, lbmodel.PersistHeader},
+		PersistenceIdleTimeout: true,
+		HealthChecks:           []lbmodel.HealthCheckType{lbmodel.CheckTCP, lbmodel.CheckHTTP},
+		HealthCheckHost:        true,
+		Algorithms:             []lbmodel.AlgorithmType{lbmodel.RoundRobin, lbmodel.LeastConnections, lbmodel.ConsistentHash},
+		HashKeys:               []lbmodel.HashKey{lbmodel.HashSourceIP, lbmodel.HashHeader, lbmodel.HashCookie},
+		SlowStart:              true, MaxConnections: true, Timeouts: true, Retry: true, BackendTLS: true, BackendTLSURI: true,
+	}
+	return lbmodel.PolicyCapabilities{Provider: Name, TCP: all, UDP: all, HTTP: all}
+}

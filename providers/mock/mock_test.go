@@ -608,3 +608,30 @@ func TestMock_reloadsStateWrittenByAnotherReplica(t *testing.T) {
 		t.Errorf("b gave api the VIP %s that web holds", got[0])
 	}
 }
+
+func TestMock_recordsEveryPolicyField(t *testing.T) {
+	m, err := New(Config{Common: providers.Common{ClusterName: "c1", VIPPool: []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &lbmodel.Policy{
+		Persistence:             &lbmodel.Persistence{Type: lbmodel.PersistSourceIP, TimeoutSeconds: 10800},
+		HealthCheck:             &lbmodel.HealthCheck{Type: lbmodel.CheckTCP, IntervalSeconds: 2},
+		Algorithm:               &lbmodel.Algorithm{Type: lbmodel.ConsistentHash, HashOn: lbmodel.HashSourceIP},
+		SlowStartSeconds:        30,
+		MaxConnectionsPerMember: 100,
+	}
+	lb := &lbmodel.LoadBalancer{Name: "c1--ns-web", Service: "ns/web", Listeners: []lbmodel.Listener{
+		{Port: 80, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: "c1--ns-web-TCP-80", Policy: p}}}}
+	st, err := providers.Validated(m).Ensure(context.Background(), lb)
+	if err != nil || len(st.Warnings) != 0 {
+		t.Fatalf("Ensure: %v, warnings %v", err, st.Warnings)
+	}
+	lbs, err := m.List(context.Background())
+	if err != nil || len(lbs) != 1 {
+		t.Fatalf("List: %v %v", lbs, err)
+	}
+	if diff := cmp.Diff(p, lbs[0].Listeners[0].Pool.Policy); diff != "" {
+		t.Errorf("recorded policy (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,63 @@
+package lbmodel
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestStripPolicies_leavesOutAndNamesWhatTheProviderCannotExpress(t *testing.T) {
+	full := &Policy{
+		Persistence:             &Persistence{Type: PersistCookie, Name: "s", IdleTimeoutSeconds: 60},
+		HealthCheck:             &HealthCheck{Type: CheckHTTP, Path: "/h", Host: "web.example"},
+		Algorithm:               &Algorithm{Type: ConsistentHash, HashOn: HashHeader, HashName: "x-user"},
+		SlowStartSeconds:        5,
+		MaxConnectionsPerMember: 10,
+		Timeouts:                &Timeouts{RequestMillis: 1000},
+		Retry:                   &Retry{Attempts: 2},
+		BackendTLS:              &BackendTLS{Hostname: "web.example", SystemCAs: true, SubjectAltNames: []SubjectAltName{{SANURI, "spiffe://x"}}},
+	}
+	lb, err := Normalize(withPolicy(true, full))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := PolicyCapabilities{Provider: "test", HTTP: PolicySupport{
+		Persistence: []PersistenceType{PersistCookie}, HealthChecks: []HealthCheckType{CheckHTTP},
+		Algorithms: []AlgorithmType{ConsistentHash}, HashKeys: []HashKey{HashSourceIP}, Timeouts: true, BackendTLS: true,
+	}}
+	got, gaps := caps.StripPolicies(lb)
+	want := &Policy{
+		Persistence: &Persistence{Type: PersistCookie, Name: "s"},
+		HealthCheck: &HealthCheck{Type: CheckHTTP, Path: "/h"},
+		Timeouts:    &Timeouts{RequestMillis: 1000},
+	}
+	if diff := cmp.Diff(want, got.Pools[0].Policy); diff != "" {
+		t.Errorf("stripped policy (-want +got):\n%s", diff)
+	}
+	var fields []string
+	for _, g := range gaps {
+		if g.Pool != "p" || g.Provider != "test" {
+			t.Errorf("gap %+v", g)
+		}
+		fields = append(fields, g.Field)
+	}
+	wantFields := []string{"persistence.idleTimeoutSeconds", "healthCheck.host", "algorithm.hashOn=Header",
+		"slowStartSeconds", "maxConnectionsPerMember", "retry", "backendTLS.subjectAltNames type=URI"}
+	if diff := cmp.Diff(wantFields, fields); diff != "" {
+		t.Errorf("gaps (-want +got):\n%s", diff)
+	}
+	if lb.Pools[0].Policy.SlowStartSeconds != 5 {
+		t.Error("StripPolicies modified its argument")
+	}
+	if s := gaps[0].String(); s != "pool p: policy persistence.idleTimeoutSeconds is not supported by the test provider" {
+		t.Errorf("gap wording %q", s)
+	}
+
+	// Nothing supported: an L4 pool keeps its members and loses its policy.
+	l4, _ := Normalize(withPolicy(false, &Policy{Persistence: &Persistence{Type: PersistSourceIP, TimeoutSeconds: 10800}}))
+	got, gaps = PolicyCapabilities{}.StripPolicies(l4)
+	if got.Listeners[0].Pool.Policy != nil || len(gaps) != 1 || gaps[0].Field != "persistence.type=SourceIP" ||
+		len(got.Listeners[0].Pool.Members) != 1 {
+		t.Errorf("no support: policy %+v, gaps %v", got.Listeners[0].Pool.Policy, gaps)
+	}
+}
