@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/test/cluster"
-	"github.com/nodeportlocal/npl/test/stack"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
 // Backends of npl-agent's --datapath that every agent test runs against.

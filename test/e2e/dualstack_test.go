@@ -21,8 +21,8 @@ import (
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/inspect"
-	"github.com/nodeportlocal/npl/test/cluster"
-	"github.com/nodeportlocal/npl/test/stack"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
 // TestDualStack runs npl on a dual-stack cluster (IPv4 and IPv6 on every

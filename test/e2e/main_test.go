@@ -6,7 +6,7 @@ package e2e
 import (
 	"testing"
 
-	"github.com/nodeportlocal/npl/test/cluster"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
 )
 
 func TestMain(m *testing.M) { cluster.RunMain(m) }

@@ -21,8 +21,8 @@ import (
 
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/inspect"
-	"github.com/nodeportlocal/npl/test/cluster"
-	"github.com/nodeportlocal/npl/test/stack"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
 // nplctl runs bin/nplctl and returns its stdout, stderr and exit code.

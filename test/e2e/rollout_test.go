@@ -19,7 +19,7 @@ import (
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbmodel"
-	"github.com/nodeportlocal/npl/test/cluster"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
 )
 
 // rolloutResult is what one rolling update under load measured.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodeportlocal/npl/edge/haproxy"
 	"github.com/nodeportlocal/npl/lbmodel"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
 )
 
 // TestEdge_attachedToTheHostsHAProxy: npl-edge drives an HAProxy the edge
@@ -26,11 +27,11 @@ import (
 // chroot: the invalid share's socket is inside it, or in the state
 // directory.
 func TestEdge_attachedToTheHostsHAProxy(t *testing.T) {
-	t.Run("chroot", func(t *testing.T) { testAttached(t, Options{Attach: true}) })
-	t.Run("no chroot", func(t *testing.T) { testAttached(t, Options{Attach: true, HostNoChroot: true}) })
+	t.Run("chroot", func(t *testing.T) { testAttached(t, edgebed.Options{Attach: true}) })
+	t.Run("no chroot", func(t *testing.T) { testAttached(t, edgebed.Options{Attach: true, HostNoChroot: true}) })
 }
 
-func testAttached(t *testing.T, o Options) {
+func testAttached(t *testing.T, o edgebed.Options) {
 	b, bs := newBedOptions(t, o)
 	host := b.Edges[0]
 	t.Cleanup(func() {
@@ -40,11 +41,11 @@ func testAttached(t *testing.T, o Options) {
 	})
 	p := openProvider(t, b, b.ProviderSection())
 	ctx := context.Background()
-	hostOwn := URL(HostVIP, 80)
+	hostOwn := edgebed.URL(edgebed.HostVIP, 80)
 	checkHostOwn := func(when string) {
 		t.Helper()
-		if got, err := Get(ctx, b.ClientHTTP(3*time.Second), hostOwn); err != nil || got != HostAnswer {
-			t.Fatalf("%s: the host's own frontend answers %q, %v; want %q", when, got, err, HostAnswer)
+		if got, err := edgebed.Get(ctx, b.ClientHTTP(3*time.Second), hostOwn); err != nil || got != edgebed.HostAnswer {
+			t.Fatalf("%s: the host's own frontend answers %q, %v; want %q", when, got, err, edgebed.HostAnswer)
 		}
 	}
 	checkHostOwn("attached")
@@ -62,7 +63,7 @@ func testAttached(t *testing.T, o Options) {
 	if err != nil {
 		t.Fatalf("Ensure: %v", err)
 	}
-	url := URL(st.VIPs[0], 80)
+	url := edgebed.URL(st.VIPs[0], 80)
 	waitAnswers(t, b, url, []string{"web-1", "web-2"})
 	pool, drained := lb.Listeners[0].Pool.Name, haproxy.ServerName(members[0])
 	checkDraining := func(when string) {
@@ -76,7 +77,7 @@ func testAttached(t *testing.T, o Options) {
 	checkDraining("after the reload of a new listener")
 	// The operator's own reload (systemctl reload haproxy) loads the
 	// member disabled, in maintenance; the edge's next resync drains it.
-	if err := (&haproxy.Attached{MasterSocket: host.hostMasterSocket()}).Reload(ctx); err != nil {
+	if err := (&haproxy.Attached{MasterSocket: host.HostMasterSocket()}).Reload(ctx); err != nil {
 		t.Fatalf("the operator's reload: %v", err)
 	}
 	s, _ := serverState(ctx, host, pool, drained)
@@ -113,8 +114,8 @@ func testAttached(t *testing.T, o Options) {
 
 	// Reloads of the host's master under a stream: 0 failed, on the
 	// edge's VIP and on the host's own frontend.
-	stream := StartStream(ctx, b.ClientHTTP(3*time.Second), url, 2, 60*time.Second)
-	own := StartStream(ctx, b.ClientHTTP(3*time.Second), hostOwn, 2, 60*time.Second)
+	stream := edgebed.StartStream(ctx, b.ClientHTTP(3*time.Second), url, 2, 60*time.Second)
+	own := edgebed.StartStream(ctx, b.ClientHTTP(3*time.Second), hostOwn, 2, 60*time.Second)
 	other := startBackends(t, bs, "other", 1)
 	const reloads = 4
 	if err := reloadByNewServices(ctx, p, reloads, other); err != nil {
@@ -209,7 +210,7 @@ func testAttached(t *testing.T, o Options) {
 			t.Fatalf("the change saved while HAProxy did not load npl.cfg is not served once it does: %v, %v", lbs, err)
 		}
 	}
-	lateURL := URL(lateVIP, 8081)
+	lateURL := edgebed.URL(lateVIP, 8081)
 	waitAnswers(t, b, lateURL, []string{"other-0"})
 
 	// npl-edge stopped: the host's HAProxy serves on.

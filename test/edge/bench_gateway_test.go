@@ -15,7 +15,8 @@ import (
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/nodeportlocal/npl/lbsync/gateway"
-	"github.com/nodeportlocal/npl/test/stack"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
 // BenchmarkGateway_routeChangeToFirstRequest measures, end to end on the
@@ -106,7 +107,7 @@ func BenchmarkGateway_routeChangeToFirstRequest(b *testing.B) {
 		deadline := time.Now().Add(30 * time.Second)
 		var last error
 		for time.Now().Before(deadline) {
-			body, err := Get(ctx, hc, URL(vip, 80)+strings.TrimPrefix(path, "/"))
+			body, err := edgebed.Get(ctx, hc, edgebed.URL(vip, 80)+strings.TrimPrefix(path, "/"))
 			now := time.Now()
 			if err == nil && strings.HasPrefix(strings.TrimSpace(body), "web-") {
 				return now
@@ -150,9 +151,9 @@ func BenchmarkGateway_routeChangeToFirstRequest(b *testing.B) {
 	b.StopTimer()
 	slices.Sort(lat)
 	slices.Sort(changed)
-	b.ReportMetric(Percentile(lat, 50), "p50-ms")
-	b.ReportMetric(Percentile(lat, 99), "p99-ms")
-	b.ReportMetric(Percentile(changed, 50), "change-p50-ms")
-	b.ReportMetric(Percentile(changed, 99), "change-p99-ms")
+	b.ReportMetric(edgebed.Percentile(lat, 50), "p50-ms")
+	b.ReportMetric(edgebed.Percentile(lat, 99), "p99-ms")
+	b.ReportMetric(edgebed.Percentile(changed, 50), "change-p50-ms")
+	b.ReportMetric(edgebed.Percentile(changed, 99), "change-p99-ms")
 	b.ReportMetric(float64(len(lat)), "routes")
 }

@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/nodeportlocal/npl/lbmodel"
-	"github.com/nodeportlocal/npl/test/cluster"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
 )
 
 // BenchmarkEdge_memberChange measures a membership change from the
@@ -28,7 +29,7 @@ func BenchmarkEdge_memberChange(b *testing.B) {
 		bin = d
 	}
 	ctx := context.Background()
-	bed, err := Start(ctx, b.TempDir(), Options{BridgeIP: bridgeIP, EdgeIP: netip.MustParseAddr("198.18.2.2"),
+	bed, err := edgebed.Start(ctx, b.TempDir(), edgebed.Options{BridgeIP: bridgeIP, EdgeIP: netip.MustParseAddr("198.18.2.2"),
 		ClientIP: netip.MustParseAddr("198.18.2.3"), BinDir: bin, Name: "b"})
 	if err != nil {
 		b.Fatal(err)
@@ -41,7 +42,7 @@ func BenchmarkEdge_memberChange(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bs := &Backends{IP: bridgeIP}
+	bs := &edgebed.Backends{IP: bridgeIP}
 	defer bs.Close()
 	var members []lbmodel.Member
 	for i := range 10 {

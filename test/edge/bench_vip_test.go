@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbmodel"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
 )
 
 // BenchmarkEdge_podReadyToVIP measures, end to end (npl-agent on 3 nodes,
@@ -64,32 +65,32 @@ func podReadyToVIP(b *testing.B, lbsync string, gate bool) {
 		b.Fatal(err)
 	}
 	vip := waitForVIP(b, client, ns, "web", 90*time.Second)
-	url := URL(vip, 80)
+	url := edgebed.URL(vip, 80)
 	scaleAndConverge(b, client, bed, ns, "web", url, 1)
-	rw, err := WatchReady(ctx, client, ns, "app=web")
+	rw, err := edgebed.WatchReady(ctx, client, ns, "app=web")
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer rw.Stop()
 
-	var timelines []PodTimeline
+	var timelines []edgebed.PodTimeline
 	pool := lbmodel.PoolName(lbmodel.LoadBalancerName(lbsync, ns, "web"), lbmodel.TCP, 80)
 	var requests, failed int
 	var streamTime time.Duration
-	var load LoadWindow
+	var load edgebed.LoadWindow
 	b.ResetTimer()
 	for range b.N {
 		before, err := readyPods(ctx, client, ns, "web")
 		if err != nil {
 			b.Fatal(err)
 		}
-		from, err := SampleLoad(ctx, client, l.MetricsURL())
+		from, err := edgebed.SampleLoad(ctx, client, l.MetricsURL())
 		if err != nil {
 			b.Fatal(err)
 		}
 		start := time.Now()
-		su := StartServersUp(ctx, bed.Edges[0], pool)
-		fa := StartFirstAnswers(ctx, bed, url, 8, 5*time.Minute)
+		su := edgebed.StartServersUp(ctx, bed.Edges[0], pool)
+		fa := edgebed.StartFirstAnswers(ctx, bed, url, 8, 5*time.Minute)
 		for n := 1 + step; n <= 1+pods; n += step {
 			patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n)
 			if _, err := client.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -113,7 +114,7 @@ func podReadyToVIP(b *testing.B, lbsync string, gate bool) {
 		fa.Stop()
 		su.Stop()
 		streamTime += time.Since(start)
-		to, err := SampleLoad(ctx, client, l.MetricsURL())
+		to, err := edgebed.SampleLoad(ctx, client, l.MetricsURL())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -128,7 +129,7 @@ func podReadyToVIP(b *testing.B, lbsync string, gate bool) {
 			if slices.Contains(before, p.Name) || p.DeletionTimestamp != nil {
 				continue
 			}
-			t, err := Timeline(&p, rw, su, fa)
+			t, err := edgebed.Timeline(&p, rw, su, fa)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -139,7 +140,7 @@ func podReadyToVIP(b *testing.B, lbsync string, gate bool) {
 		b.StartTimer()
 	}
 	b.StopTimer()
-	ReportReadyToVIP(b, timelines, gate)
+	edgebed.ReportReadyToVIP(b, timelines, gate)
 	load.Report(b)
 	b.ReportMetric(float64(requests)/streamTime.Seconds(), "stream-req/s")
 	b.ReportMetric(float64(failed), "failed")
@@ -217,7 +218,7 @@ func BenchmarkEdge_vipNodePortLocalVsNodePort(b *testing.B) {
 		if len(st.VIPs) != 1 {
 			b.Fatalf("%s: VIPs %v", mode, st.VIPs)
 		}
-		urls[mode], pools[mode] = URL(st.VIPs[0], 80), pool
+		urls[mode], pools[mode] = edgebed.URL(st.VIPs[0], 80), pool
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		err = bed.Edges[0].WaitUp(wctx, pool, len(ms))
 		cancel()
@@ -251,7 +252,7 @@ func BenchmarkEdge_vipNodePortLocalVsNodePort(b *testing.B) {
 					defer wg.Done()
 					for range next {
 						t0 := time.Now()
-						_, err := Get(ctx, c0, urls[mode])
+						_, err := edgebed.Get(ctx, c0, urls[mode])
 						d := time.Since(t0)
 						mu.Lock()
 						if err != nil {
@@ -270,8 +271,8 @@ func BenchmarkEdge_vipNodePortLocalVsNodePort(b *testing.B) {
 	b.StopTimer()
 	for _, mode := range []string{"npl", "nodeport"} {
 		slices.Sort(lat[mode])
-		b.ReportMetric(Percentile(lat[mode], 50), mode+"-p50-ms")
-		b.ReportMetric(Percentile(lat[mode], 99), mode+"-p99-ms")
+		b.ReportMetric(edgebed.Percentile(lat[mode], 50), mode+"-p50-ms")
+		b.ReportMetric(edgebed.Percentile(lat[mode], 99), mode+"-p99-ms")
 		b.ReportMetric(float64(len(lat[mode]))/elapsed[mode].Seconds(), mode+"-req/s")
 	}
 	b.ReportMetric(float64(failed), "failed")

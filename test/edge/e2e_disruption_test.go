@@ -19,13 +19,14 @@ import (
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/edge/haproxy"
-	"github.com/nodeportlocal/npl/test/cluster"
-	"github.com/nodeportlocal/npl/test/stack"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
 // serviceVIP creates the Deployment and its Service and waits for the VIP
 // and for requests through it to reach every ready Pod.
-func serviceVIP(t *testing.T, client kubernetes.Interface, b *Bed, ns, lbsync string, d *appsv1.Deployment) string {
+func serviceVIP(t *testing.T, client kubernetes.Interface, b *edgebed.Bed, ns, lbsync string, d *appsv1.Deployment) string {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
@@ -35,7 +36,7 @@ func serviceVIP(t *testing.T, client kubernetes.Interface, b *Bed, ns, lbsync st
 		t.Fatal(err)
 	}
 	vip := waitForVIP(t, client, ns, d.Name, 90*time.Second)
-	url := URL(vip, 80)
+	url := edgebed.URL(vip, 80)
 	scaleAndConverge(t, client, b, ns, d.Name, url, *d.Spec.Replicas)
 	return url
 }
@@ -56,7 +57,7 @@ func TestEndToEnd_agentRestartAndLeaderChangeFailNoRequest(t *testing.T) {
 	ns := c.TestNamespace(t)
 	url := serviceVIP(t, client, b, ns, name, webDeployment(ns, "web", 3))
 
-	stream := StartStream(ctx, b.ClientHTTP(3*time.Second), url, 4, 4*time.Minute)
+	stream := edgebed.StartStream(ctx, b.ClientHTTP(3*time.Second), url, 4, 4*time.Minute)
 	defer func() { _ = stream.Stop() }() // on a failure; the test stops it itself otherwise
 	for _, a := range agents {
 		if err := a.Stop(); err != nil {
@@ -106,7 +107,7 @@ func TestEndToEnd_agentRestartAndLeaderChangeFailNoRequest(t *testing.T) {
 // rollout rolls a 4-replica Deployment (maxUnavailable 0, maxSurge 1; a
 // deleted Pod serves 5 s more, as a preStop sleep makes it) under a stream
 // of requests through the VIP and returns the stream.
-func rollout(t *testing.T, gate bool) *Stream {
+func rollout(t *testing.T, gate bool) *edgebed.Stream {
 	t.Helper()
 	c, b := clusterBed(t)
 	name := fmt.Sprintf("e2e-haproxy-rollout-%v", gate)
@@ -127,7 +128,7 @@ func rollout(t *testing.T, gate bool) *Stream {
 	}
 	url := serviceVIP(t, client, b, ns, name, d)
 
-	stream := StartStream(ctx, b.ClientHTTP(3*time.Second), url, 4, 4*time.Minute)
+	stream := edgebed.StartStream(ctx, b.ClientHTTP(3*time.Second), url, 4, 4*time.Minute)
 	start := time.Now()
 	dep, err := client.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType,
 		[]byte(`{"spec":{"template":{"metadata":{"labels":{"rev":"2"}}}}}`), metav1.PatchOptions{})
@@ -200,7 +201,7 @@ func TestEndToEnd_restartedLBSyncChangesNothingOnHAProxy(t *testing.T) {
 	}
 	before := status(t, b)
 
-	stream := StartStream(ctx, b.ClientHTTP(3*time.Second), url, 2, 2*time.Minute)
+	stream := edgebed.StartStream(ctx, b.ClientHTTP(3*time.Second), url, 2, 2*time.Minute)
 	defer func() { _ = stream.Stop() }() // on a failure; the test stops it itself otherwise
 	if err := l.Stop(); err != nil {
 		t.Fatal(err)

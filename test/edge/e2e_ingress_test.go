@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
 )
 
 // TestEndToEnd_ingressThroughTheVIP: an Ingress of our class with two hosts
@@ -69,7 +70,7 @@ func TestEndToEnd_ingressThroughTheVIP(t *testing.T) {
 		vip = i.Status.LoadBalancer.Ingress[0].IP
 		return true, nil
 	})
-	url := URL(vip, 80)
+	url := edgebed.URL(vip, 80)
 	hc := b.ClientHTTP(3 * time.Second)
 	for _, app := range []string{"alpha", "beta"} {
 		waitForCond(t, 60*time.Second, "requests for "+app+".example reach both "+app+" Pods only", func() (bool, error) {

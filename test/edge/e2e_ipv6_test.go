@@ -17,8 +17,9 @@ import (
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbmodel"
-	"github.com/nodeportlocal/npl/test/cluster"
-	"github.com/nodeportlocal/npl/test/stack"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
 // TestEndToEnd_ipv6VIP: on a dual-stack cluster, npl-lbsync with
@@ -57,7 +58,7 @@ func TestEndToEnd_ipv6VIP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Start(ctx, t.TempDir(), Options{
+	b, err := edgebed.Start(ctx, t.TempDir(), edgebed.Options{
 		Bridge: "npl-br0", BridgeIP: netip.MustParseAddr("198.18.0.1"),
 		EdgeIP: netip.MustParseAddr("198.18.0.200"), ClientIP: netip.MustParseAddr("198.18.0.201"),
 		BridgeIPv6: netip.MustParseAddr("fd00:198:18::1"),
@@ -84,7 +85,7 @@ func TestEndToEnd_ipv6VIP(t *testing.T) {
 	}
 	sec, _ := json.Marshal(map[string]any{"name": "haproxy", "haproxy": section})
 	cfg := fmt.Sprintf("clusterName: v6\nloadBalancerClass: npl.io/v6\nipFamily: IPv6\nresyncPeriod: 1m\ndrainSeconds: 5\nvipPool: [%q]\nprovider: %s\n",
-		VIPRange6, sec)
+		edgebed.VIPRange6, sec)
 	l, err := stack.StartLBSync(ctx, c, stack.LBSyncOptions{Name: "npl-lbsync-v6", Config: cfg})
 	if err != nil {
 		t.Fatal(err)
@@ -115,11 +116,11 @@ func TestEndToEnd_ipv6VIP(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the Service's VIP: %v", err)
 	}
-	if !VIPRange6.Contains(vip) || vip == VIPRange6.Masked().Addr() {
-		t.Fatalf("VIP %s is not a usable address of %s (its first, the subnet-router anycast address, is not)", vip, VIPRange6)
+	if !edgebed.VIPRange6.Contains(vip) || vip == edgebed.VIPRange6.Masked().Addr() {
+		t.Fatalf("VIP %s is not a usable address of %s (its first, the subnet-router anycast address, is not)", vip, edgebed.VIPRange6)
 	}
 	// The members HAProxy serves are the Pods' IPv6 mappings.
-	p, err := b.OpenProviderPool(ctx, "v6", []netip.Prefix{VIPRange6}, b.ProviderSection())
+	p, err := b.OpenProviderPool(ctx, "v6", []netip.Prefix{edgebed.VIPRange6}, b.ProviderSection())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +172,7 @@ func TestEndToEnd_ipv6VIP(t *testing.T) {
 		t.Errorf("the edge serves VIPs %v, want [%s]", lb.VIPs, vip)
 	}
 
-	url := URL(vip.String(), 80)
+	url := edgebed.URL(vip.String(), 80)
 	pods := scaleAndConverge(t, client, b, ns, "web", url, 3)
 	const n = 60
 	got := answers(t, b, url, n)
@@ -199,7 +200,7 @@ func TestEndToEnd_ipv6VIP(t *testing.T) {
 	forwarding := func(on string) {
 		t.Helper()
 		// Not ctx: the cleanup runs after it ends.
-		if err := run(context.Background(), "ip", "netns", "exec", b.Edges[0].Netns, "sysctl", "-qw", "net.ipv6.conf.all.forwarding="+on); err != nil {
+		if err := edgebed.Run(context.Background(), "ip", "netns", "exec", b.Edges[0].Netns, "sysctl", "-qw", "net.ipv6.conf.all.forwarding="+on); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -16,7 +16,8 @@ import (
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbmodel"
-	"github.com/nodeportlocal/npl/test/stack"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
 // keepAlive is one HTTP/1.1 connection from the client namespace through
@@ -28,7 +29,7 @@ type keepAlive struct {
 	url    string
 }
 
-func openKeepAlive(ctx context.Context, b *Bed, rawURL string) (*keepAlive, error) {
+func openKeepAlive(ctx context.Context, b *edgebed.Bed, rawURL string) (*keepAlive, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, err

@@ -24,8 +24,9 @@ import (
 	"github.com/nodeportlocal/npl/edge/haproxy"
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/inspect"
-	"github.com/nodeportlocal/npl/test/cluster"
-	"github.com/nodeportlocal/npl/test/stack"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
 // syncedCondition returns the Service's npl.io/LoadBalancerSynced condition.
@@ -107,7 +108,7 @@ func TestEndToEnd_statusOfTheHAProxyProvider(t *testing.T) {
 		t.Fatal(err)
 	}
 	vip := waitForVIP(t, client, ns, "web", 90*time.Second)
-	url := URL(vip, 80)
+	url := edgebed.URL(vip, 80)
 	scaleAndConverge(t, client, b, ns, "web", url, 2)
 
 	// nplctl pools --config reads HAProxy's members through the edges.
@@ -162,7 +163,7 @@ func TestEndToEnd_statusOfTheHAProxyProvider(t *testing.T) {
 		t.Fatal(err)
 	}
 	otherVIP := waitForVIP(t, client, ns, "other", 60*time.Second)
-	otherURL := URL(otherVIP, 80)
+	otherURL := edgebed.URL(otherVIP, 80)
 	scaleAndConverge(t, client, b, ns, "web", url, 3)
 	waitForCond(t, 30*time.Second, "requests to other's VIP", func() (bool, error) {
 		_, err := answeredBy(ctx, b, otherURL, 3)
@@ -206,9 +207,9 @@ func TestEndToEnd_statusOfTheHAProxyProvider(t *testing.T) {
 	t.Cleanup(undrop)
 	// Bound by count and time: far more than the outage and convergence
 	// need at this rate, so a stream that ends by its bound fails the test.
-	stream := StartStreamN(ctx, b.ClientHTTP(3*time.Second), url, 2, 200000, 3*time.Minute)
+	stream := edgebed.StartStreamN(ctx, b.ClientHTTP(3*time.Second), url, 2, 200000, 3*time.Minute)
 	defer func() { _ = stream.Stop() }() // on a failure; the test stops it itself otherwise
-	otherStream := StartStreamN(ctx, b.ClientHTTP(3*time.Second), otherURL, 1, 100000, 3*time.Minute)
+	otherStream := edgebed.StartStreamN(ctx, b.ClientHTTP(3*time.Second), otherURL, 1, 100000, 3*time.Minute)
 	defer func() { _ = otherStream.Stop() }()
 	// The Pods the scale-down removes serve through the outage and beyond
 	// (a grace period longer than it, as a preStop sleep makes it): npl
@@ -335,7 +336,7 @@ func serviceGone(ctx context.Context, client kubernetes.Interface, ns, name stri
 // serversOf reads, from HAProxy's admin socket on edge e, the servers of
 // each of the backends, and under "<backend> enabled" those not drained
 // nor in maintenance.
-func serversOf(ctx context.Context, e *EdgeHost, backends ...string) (map[string][]string, error) {
+func serversOf(ctx context.Context, e *edgebed.EdgeHost, backends ...string) (map[string][]string, error) {
 	sts, err := haproxy.ShowServersState(ctx, e.AdminSocket())
 	if err != nil {
 		return nil, err

@@ -18,21 +18,22 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodeportlocal/npl/test/cluster"
-	"github.com/nodeportlocal/npl/test/stack"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
 // clusterBed starts (once per package) the local cluster with an agent on
 // every node, and for the test a bed on the cluster's bridge npl-br0 with
 // npl-edge running.
-func clusterBed(t testing.TB) (*cluster.Cluster, *Bed) {
+func clusterBed(t testing.TB) (*cluster.Cluster, *edgebed.Bed) {
 	t.Helper()
 	return clusterBedUDP(t, "")
 }
 
 // clusterBedUDP is clusterBed with npl-edge's --udp set to udp ("" for its
 // default).
-func clusterBedUDP(t testing.TB, udp string) (*cluster.Cluster, *Bed) {
+func clusterBedUDP(t testing.TB, udp string) (*cluster.Cluster, *edgebed.Bed) {
 	t.Helper()
 	c := cluster.Shared(t, cluster.Options{Nodes: 3, KubeProxy: true})
 	if agents == nil {
@@ -48,9 +49,9 @@ func clusterBedUDP(t testing.TB, udp string) (*cluster.Cluster, *Bed) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := ClusterOptions(bin, "e2e")
+	o := edgebed.ClusterOptions(bin, "e2e")
 	o.UDP = udp
-	b, err := Start(context.Background(), t.TempDir(), o)
+	b, err := edgebed.Start(context.Background(), t.TempDir(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ var agents []*stack.Agent
 // startLBSync runs npl-lbsync with the haproxy provider on the bed's edge,
 // for the Services of class npl.io/<name> (a class per test: Services an
 // earlier test left terminating are not this one's).
-func startLBSync(t testing.TB, c *cluster.Cluster, b *Bed, name string) *stack.LBSync {
+func startLBSync(t testing.TB, c *cluster.Cluster, b *edgebed.Bed, name string) *stack.LBSync {
 	t.Helper()
 	return startLBSyncReplica(t, c, b, name, "npl-lbsync-"+name, false)
 }
@@ -86,14 +87,14 @@ var extraConfig string
 
 // startLBSyncReplica starts one npl-lbsync replica named replica, with
 // leader election when leaderElect is set.
-func startLBSyncReplica(t testing.TB, c *cluster.Cluster, b *Bed, name, replica string, leaderElect bool) *stack.LBSync {
+func startLBSyncReplica(t testing.TB, c *cluster.Cluster, b *edgebed.Bed, name, replica string, leaderElect bool) *stack.LBSync {
 	t.Helper()
 	return startLBSyncTimed(t, c, b, name, replica, leaderElect, time.Minute, 5*time.Second)
 }
 
 // startLBSyncTimed is startLBSyncReplica with the given resyncPeriod and
 // drainSeconds.
-func startLBSyncTimed(t testing.TB, c *cluster.Cluster, b *Bed, name, replica string, leaderElect bool, resync, drain time.Duration) *stack.LBSync {
+func startLBSyncTimed(t testing.TB, c *cluster.Cluster, b *edgebed.Bed, name, replica string, leaderElect bool, resync, drain time.Duration) *stack.LBSync {
 	t.Helper()
 	cfg := fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/%s\nresyncPeriod: %v\ndrainSeconds: %d\n", name, name, resync, int(drain.Seconds())) +
 		b.LBSyncConfig() + extraConfig
@@ -157,7 +158,7 @@ func readyPods(ctx context.Context, client kubernetes.Interface, ns, app string)
 	if err != nil {
 		return nil, err
 	}
-	return ReadyNames(pods.Items), nil
+	return edgebed.ReadyNames(pods.Items), nil
 }
 
 // setReady makes the stand-in kubelet report the Pod's containers ready
@@ -172,11 +173,11 @@ func setReady(t testing.TB, client kubernetes.Interface, ns, pod string, ready b
 
 // answeredBy sends n requests to url and counts who answered (the Pod
 // names, trimmed); the first failure ends it.
-func answeredBy(ctx context.Context, b *Bed, url string, n int) (map[string]int, error) {
+func answeredBy(ctx context.Context, b *edgebed.Bed, url string, n int) (map[string]int, error) {
 	c := b.ClientHTTP(3 * time.Second)
 	got := map[string]int{}
 	for range n {
-		name, err := Get(ctx, c, url)
+		name, err := edgebed.Get(ctx, c, url)
 		if err != nil {
 			return got, err
 		}
@@ -218,7 +219,7 @@ func waitForCond(t testing.TB, d time.Duration, what string, cond func() (bool, 
 
 // scaleAndConverge scales the Deployment and waits until requests through
 // the VIP are answered by exactly its ready Pods.
-func scaleAndConverge(t testing.TB, client kubernetes.Interface, b *Bed, ns, name, url string, replicas int32) []string {
+func scaleAndConverge(t testing.TB, client kubernetes.Interface, b *edgebed.Bed, ns, name, url string, replicas int32) []string {
 	t.Helper()
 	ctx := context.Background()
 	// A patch, not Get and Update: the Deployment's controller writes it
@@ -237,7 +238,7 @@ func scaleAndConverge(t testing.TB, client kubernetes.Interface, b *Bed, ns, nam
 		}
 		got := map[string]bool{}
 		for range 4 * replicas {
-			name, err := Get(ctx, c, url)
+			name, err := edgebed.Get(ctx, c, url)
 			if err != nil {
 				return false, err
 			}
@@ -276,10 +277,10 @@ func TestEndToEnd_requestsThroughTheVIPReachEveryReadyPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	vip := waitForVIP(t, client, ns, "web", 90*time.Second)
-	if !VIPRange.Contains(netip.MustParseAddr(vip)) {
-		t.Fatalf("VIP %s is not from %s", vip, VIPRange)
+	if !edgebed.VIPRange.Contains(netip.MustParseAddr(vip)) {
+		t.Fatalf("VIP %s is not from %s", vip, edgebed.VIPRange)
 	}
-	url := URL(vip, 80)
+	url := edgebed.URL(vip, 80)
 	pods := scaleAndConverge(t, client, b, ns, "web", url, 3)
 
 	// N requests, each counted: every ready Pod answers, nothing fails.
@@ -323,7 +324,7 @@ func TestEndToEnd_requestsThroughTheVIPReachEveryReadyPod(t *testing.T) {
 	scaleAndConverge(t, client, b, ns, "web", url, 3)
 
 	before := status(t, b)
-	stream := StartStream(ctx, b.ClientHTTP(3*time.Second), url, 4, 4*time.Minute)
+	stream := edgebed.StartStream(ctx, b.ClientHTTP(3*time.Second), url, 4, 4*time.Minute)
 	scaleAndConverge(t, client, b, ns, "web", url, 6)
 	scaleAndConverge(t, client, b, ns, "web", url, 2)
 	time.Sleep(6 * time.Second) // the drained members' Pods go

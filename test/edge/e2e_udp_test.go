@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodeportlocal/npl/lbsync/inspect"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
 )
 
 // TestEndToEnd_udpServiceThroughTheVIP: a Service with a TCP and a UDP port
@@ -43,7 +44,7 @@ func TestEndToEnd_udpServiceThroughTheVIP(t *testing.T) {
 		t.Fatal(err)
 	}
 	vip := waitForVIP(t, client, ns, "dns", 90*time.Second)
-	url, addr := URL(vip, 80), net.JoinHostPort(vip, "53")
+	url, addr := edgebed.URL(vip, 80), net.JoinHostPort(vip, "53")
 	scaleAndConverge(t, client, b, ns, "dns", url, 3)
 
 	// UDP: 90 new flows reach exactly the ready Pods.
@@ -103,7 +104,7 @@ func TestEndToEnd_udpServiceThroughTheVIP(t *testing.T) {
 // udpFlowsReach waits until n new UDP flows to addr from the client
 // namespace are answered by exactly the Pods want names, and returns how
 // many each answered.
-func udpFlowsReach(t *testing.T, b *Bed, addr string, n int, want func() ([]string, error)) map[string]int {
+func udpFlowsReach(t *testing.T, b *edgebed.Bed, addr string, n int, want func() ([]string, error)) map[string]int {
 	t.Helper()
 	ctx := context.Background()
 	var counts map[string]int
@@ -130,7 +131,7 @@ func udpFlowsReach(t *testing.T, b *Bed, addr string, n int, want func() ([]stri
 
 // udpListenerGone waits until the edge's table has no listener chain left,
 // then checks that a new flow to addr gets no answer.
-func udpListenerGone(t *testing.T, b *Bed, addr, when string) {
+func udpListenerGone(t *testing.T, b *edgebed.Bed, addr, when string) {
 	t.Helper()
 	waitForCond(t, 60*time.Second, when+": the UDP listener gone from the edge's table", func() (bool, error) {
 		if chains := udpChains(t, b.Edges[0]); len(chains) != 0 {

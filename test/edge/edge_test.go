@@ -30,7 +30,8 @@ import (
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/inspect"
 	"github.com/nodeportlocal/npl/providers"
-	"github.com/nodeportlocal/npl/test/cluster"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
 )
 
 func TestMain(m *testing.M) { cluster.RunMain(m) }
@@ -41,20 +42,20 @@ var bridgeIP = netip.MustParseAddr("198.18.2.1")
 
 // newBed starts a bed on a bridge of its own with npl-edge running, and
 // backends in the test namespace.
-func newBed(t *testing.T) (*Bed, *Backends) {
+func newBed(t *testing.T) (*edgebed.Bed, *edgebed.Backends) {
 	t.Helper()
 	return newBedWith(t, netip.Addr{})
 }
 
 // newBedWith is newBed with a second edge address for AddEdge.
-func newBedWith(t *testing.T, secondEdge netip.Addr) (*Bed, *Backends) {
+func newBedWith(t *testing.T, secondEdge netip.Addr) (*edgebed.Bed, *edgebed.Backends) {
 	t.Helper()
-	return newBedOptions(t, Options{SecondEdgeIP: secondEdge})
+	return newBedOptions(t, edgebed.Options{SecondEdgeIP: secondEdge})
 }
 
 // newBedOptions is newBed with the second edge address, npl-edge's --udp
 // and the attached HAProxy of o.
-func newBedOptions(t *testing.T, o Options) (*Bed, *Backends) {
+func newBedOptions(t *testing.T, o edgebed.Options) (*edgebed.Bed, *edgebed.Backends) {
 	t.Helper()
 	bin, err := cluster.DefaultBinDir()
 	if err != nil {
@@ -64,7 +65,7 @@ func newBedOptions(t *testing.T, o Options) (*Bed, *Backends) {
 		bin = d
 	}
 	ctx := context.Background()
-	b, err := Start(ctx, t.TempDir(), Options{
+	b, err := edgebed.Start(ctx, t.TempDir(), edgebed.Options{
 		BridgeIP: bridgeIP, EdgeIP: netip.MustParseAddr("198.18.2.2"), ClientIP: netip.MustParseAddr("198.18.2.3"),
 		SecondEdgeIP: o.SecondEdgeIP, BinDir: bin, Name: "t", UDP: o.UDP, Attach: o.Attach, HostNoChroot: o.HostNoChroot,
 	})
@@ -84,7 +85,7 @@ func newBedOptions(t *testing.T, o Options) (*Bed, *Backends) {
 	if err := b.StartEdge(ctx); err != nil {
 		t.Fatal(err)
 	}
-	bs := &Backends{IP: bridgeIP}
+	bs := &edgebed.Backends{IP: bridgeIP}
 	t.Cleanup(bs.Close)
 	return b, bs
 }
@@ -99,7 +100,7 @@ func tail(s string, n int) string {
 
 // startBackends starts n backends named <prefix>-<i> and returns them as
 // enabled members.
-func startBackends(t *testing.T, bs *Backends, prefix string, n int) []lbmodel.Member {
+func startBackends(t *testing.T, bs *edgebed.Backends, prefix string, n int) []lbmodel.Member {
 	t.Helper()
 	var ms []lbmodel.Member
 	for i := range n {
@@ -121,7 +122,7 @@ func model(svc string, port int32, members []lbmodel.Member) *lbmodel.LoadBalanc
 	}}}
 }
 
-func openProvider(t *testing.T, b *Bed, section []byte) providers.Provider {
+func openProvider(t *testing.T, b *edgebed.Bed, section []byte) providers.Provider {
 	t.Helper()
 	p, err := b.OpenProvider(context.Background(), testCluster, section)
 	if err != nil {
@@ -130,7 +131,7 @@ func openProvider(t *testing.T, b *Bed, section []byte) providers.Provider {
 	return p
 }
 
-func status(t *testing.T, b *Bed) api.Status {
+func status(t *testing.T, b *edgebed.Bed) api.Status {
 	t.Helper()
 	st, err := b.Status(context.Background())
 	if err != nil {
@@ -141,12 +142,12 @@ func status(t *testing.T, b *Bed) api.Status {
 
 // answers sends n requests to url from the client namespace, each counted:
 // it fails the test on any failed request and returns who answered.
-func answers(t *testing.T, b *Bed, url string, n int) map[string]int {
+func answers(t *testing.T, b *edgebed.Bed, url string, n int) map[string]int {
 	t.Helper()
 	c := b.ClientHTTP(3 * time.Second)
 	got := map[string]int{}
 	for i := range n {
-		name, err := Get(context.Background(), c, url)
+		name, err := edgebed.Get(context.Background(), c, url)
 		if err != nil {
 			t.Fatalf("request %d/%d to %s: %v", i+1, n, url, err)
 		}
@@ -158,7 +159,7 @@ func answers(t *testing.T, b *Bed, url string, n int) map[string]int {
 // stopStream stops s and fails the test when s had reached its bound
 // before: its counts would cover less than the test claims. It logs the
 // requests Stop cut short.
-func stopStream(t testing.TB, s *Stream) {
+func stopStream(t testing.TB, s *edgebed.Stream) {
 	t.Helper()
 	err := s.Stop()
 	t.Logf("request stream stopped: %d ok, %d failed, %d in flight at Stop (not counted)", s.OK, s.Failed, s.InFlight)
@@ -178,7 +179,7 @@ func names(m map[string]int) []string {
 
 // waitAnswers waits until requests to url are answered by exactly the
 // backends want (health checks take a moment to mark new members up).
-func waitAnswers(t *testing.T, b *Bed, url string, want []string) {
+func waitAnswers(t *testing.T, b *edgebed.Bed, url string, want []string) {
 	t.Helper()
 	slices.Sort(want)
 	deadline := time.Now().Add(10 * time.Second)
@@ -222,7 +223,7 @@ func TestProvider_roundTrip(t *testing.T) {
 	if want := []string{"198.18.200.1"}; !slices.Equal(st.VIPs, want) || len(st.Warnings) != 0 {
 		t.Fatalf("Ensure status = %+v, want VIPs %v and no warning", st, want)
 	}
-	url := URL(st.VIPs[0], 80)
+	url := edgebed.URL(st.VIPs[0], 80)
 	got := answers(t, b, url, 60)
 	if want := []string{"web-0", "web-1", "web-2"}; !slices.Equal(names(got), want) {
 		t.Fatalf("60 requests answered by %v, want every member %v", got, want)
@@ -279,7 +280,7 @@ func TestProvider_roundTrip(t *testing.T) {
 	if err != nil || len(lbs) != 0 {
 		t.Fatalf("List after Delete = %v, %v; want nothing", lbs, err)
 	}
-	if _, err := Get(ctx, b.ClientHTTP(time.Second), url); err == nil {
+	if _, err := edgebed.Get(ctx, b.ClientHTTP(time.Second), url); err == nil {
 		t.Fatal("the deleted VIP still answers")
 	}
 }
@@ -292,12 +293,12 @@ func TestEdge_reloadUnderLoadFailsNoRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := URL(st.VIPs[0], 80)
+	url := edgebed.URL(st.VIPs[0], 80)
 	waitAnswers(t, b, url, []string{"web-0", "web-1", "web-2"})
 	before := status(t, b)
 
 	const reloads = 8
-	stream := StartStream(ctx, b.ClientHTTP(3*time.Second), url, 4, 60*time.Second)
+	stream := edgebed.StartStream(ctx, b.ClientHTTP(3*time.Second), url, 4, 60*time.Second)
 	other := startBackends(t, bs, "other", 1)
 	if err := reloadByNewServices(ctx, p, reloads, other); err != nil {
 		_ = stream.Stop()
@@ -325,7 +326,7 @@ func TestEdge_rejectedConfigurationKeepsTheOldOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := URL(st.VIPs[0], 80)
+	url := edgebed.URL(st.VIPs[0], 80)
 	waitAnswers(t, b, url, []string{"web-0", "web-1"})
 	before := status(t, b)
 
@@ -397,7 +398,7 @@ func TestProvider_unreachableEdgeFailsAndDeletesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := URL(st.VIPs[0], 80)
+	url := edgebed.URL(st.VIPs[0], 80)
 	waitAnswers(t, b, url, []string{"web-0", "web-1"})
 	listed := listOne(t, good, lb.Name)
 
@@ -432,7 +433,7 @@ func TestEdge_killedHAProxyIsRestoredWithItsState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := URL(st.VIPs[0], 80)
+	url := edgebed.URL(st.VIPs[0], 80)
 	waitAnswers(t, b, url, []string{"web-1", "web-2"})
 	before := listOne(t, p, lb.Name)
 	old := status(t, b)
@@ -445,7 +446,7 @@ func TestEdge_killedHAProxyIsRestoredWithItsState(t *testing.T) {
 	c := b.ClientHTTP(time.Second)
 	var restored time.Duration
 	for time.Since(killed) < 20*time.Second {
-		if _, err := Get(ctx, c, url); err == nil {
+		if _, err := edgebed.Get(ctx, c, url); err == nil {
 			if st, err := b.Status(ctx); err == nil && st.MasterPID != old.MasterPID && st.MasterPID != 0 {
 				restored = time.Since(killed)
 				break
@@ -492,7 +493,7 @@ func TestEdge_restartedEdgeServesItsDesiredState(t *testing.T) {
 	if diff := cmp.Diff(before, listOne(t, p, lb.Name)); diff != "" {
 		t.Fatalf("after the edge restarted (-before +after):\n%s", diff)
 	}
-	waitAnswers(t, b, URL(st.VIPs[0], 80), []string{"web-0", "web-1"})
+	waitAnswers(t, b, edgebed.URL(st.VIPs[0], 80), []string{"web-0", "web-1"})
 }
 
 // TestProvider_twoEdges: the provider keeps two edges identical; with one
@@ -520,7 +521,7 @@ func TestProvider_twoEdges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := URL(st.VIPs[0], 80)
+	url := edgebed.URL(st.VIPs[0], 80)
 	if diff := cmp.Diff(listOne(t, onA, lb.Name), listOne(t, onB, lb.Name)); diff != "" {
 		t.Fatalf("the edges differ (-A +B):\n%s", diff)
 	}
@@ -594,7 +595,7 @@ func TestEdge_reloadHAProxyCannotDoKeepsTheOldConfiguration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := URL(st.VIPs[0], 80)
+	url := edgebed.URL(st.VIPs[0], 80)
 	waitAnswers(t, b, url, []string{"web-0", "web-1"})
 	before := status(t, b)
 
@@ -618,7 +619,7 @@ func TestEdge_reloadHAProxyCannotDoKeepsTheOldConfiguration(t *testing.T) {
 	if _, err := p.Ensure(ctx, model("next", 81, startBackends(t, bs, "next", 1))); err != nil {
 		t.Fatalf("Ensure after the failed reload: %v", err)
 	}
-	waitAnswers(t, b, URL("198.18.200.2", 81), []string{"next-0"})
+	waitAnswers(t, b, edgebed.URL("198.18.200.2", 81), []string{"next-0"})
 	answers(t, b, url, 20)
 }
 
@@ -690,7 +691,7 @@ func TestProvider_l7HostAndPathRules(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Ensure: %v", err)
 	}
-	url := URL(st.VIPs[0], 80)
+	url := edgebed.URL(st.VIPs[0], 80)
 	c := b.ClientHTTP(3 * time.Second)
 	for _, tc := range []struct{ host, path, want string }{
 		{"shop.example.com", "/api", "api-0"},
@@ -849,5 +850,5 @@ func TestEdge_resyncRepairsRuntimeDrift(t *testing.T) {
 	if after := status(t, b); after.Reloads != before.Reloads || after.WorkerPID != before.WorkerPID {
 		t.Errorf("the repair reloaded HAProxy: %+v -> %+v", before, after)
 	}
-	waitAnswers(t, b, URL(want.VIPs[0], 80), []string{"web-0", "web-1"})
+	waitAnswers(t, b, edgebed.URL(want.VIPs[0], 80), []string{"web-0", "web-1"})
 }

@@ -14,13 +14,15 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/nodeportlocal/npl/lbmodel"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/nodeportlocal/npl/lbmodel"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
 )
 
 // ProtoHeader is the header in which the backends of these tests say the
@@ -52,7 +54,7 @@ func listenBridge(t *testing.T) net.Listener {
 // nameHandler answers with the backend's name and the HTTP version it got.
 func nameHandler(name string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(BackendHeader, name)
+		w.Header().Set(edgebed.BackendHeader, name)
 		w.Header().Set(ProtoHeader, r.Proto)
 		_, _ = io.WriteString(w, name)
 	})
@@ -118,7 +120,7 @@ func startBannerBackend(t *testing.T, name string) lbmodel.Member {
 // namespace to addr (through TLS with server name sni when sni is set)
 // and returns the backend that answered and the DNS name of the
 // certificate the peer served.
-func tcpGet(ctx context.Context, b *Bed, addr, sni string) (backend, cert string, err error) {
+func tcpGet(ctx context.Context, b *edgebed.Bed, addr, sni string) (backend, cert string, err error) {
 	conn, err := b.ClientDial(ctx, "tcp", addr, 3*time.Second)
 	if err != nil {
 		return "", "", err
@@ -141,7 +143,7 @@ func tcpGet(ctx context.Context, b *Bed, addr, sni string) (backend, cert string
 		return "", cert, err
 	}
 	defer resp.Body.Close()
-	return resp.Header.Get(BackendHeader), cert, nil
+	return resp.Header.Get(edgebed.BackendHeader), cert, nil
 }
 
 // TestProvider_gatewayStreamsDataPlane: a Gateway's load balancer with a
@@ -304,8 +306,8 @@ func TestProvider_gatewayStreamsDataPlane(t *testing.T) {
 		t.Errorf("HTTPS :443/h2c: %v", err)
 	} else {
 		_ = resp.Body.Close()
-		if resp.Proto != "HTTP/2.0" || resp.Header.Get(BackendHeader) != "h-0" {
-			t.Errorf("HTTPS :443/h2c: %s from %q, want HTTP/2.0 from h-0", resp.Proto, resp.Header.Get(BackendHeader))
+		if resp.Proto != "HTTP/2.0" || resp.Header.Get(edgebed.BackendHeader) != "h-0" {
+			t.Errorf("HTTPS :443/h2c: %s from %q, want HTTP/2.0 from h-0", resp.Proto, resp.Header.Get(edgebed.BackendHeader))
 		}
 	}
 

@@ -30,6 +30,7 @@ import (
 	"github.com/nodeportlocal/npl/edge/api"
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
 )
 
 // certFor is a self-signed certificate for host and its key, PEM.
@@ -80,8 +81,8 @@ func send(t *testing.T, c *http.Client, method, url, host string, h http.Header)
 		t.Fatalf("%s %s (Host %s): %v", method, url, host, err)
 	}
 	defer resp.Body.Close()
-	a := answer{status: resp.StatusCode, header: resp.Header, backend: resp.Header.Get(BackendHeader)}
-	if e := resp.Header.Get(EchoHeaders); e != "" {
+	a := answer{status: resp.StatusCode, header: resp.Header, backend: resp.Header.Get(edgebed.BackendHeader)}
+	if e := resp.Header.Get(edgebed.EchoHeaders); e != "" {
 		if err := json.Unmarshal([]byte(e), &a.sent); err != nil {
 			t.Fatal(err)
 		}
@@ -139,7 +140,7 @@ func TestProvider_gatewayL7DataPlane(t *testing.T) {
 					RequestHeaders: &lbmodel.HeaderFilter{Set: []lbmodel.Header{{Name: "X-Set", Value: `a b 'c' "d" 100%`}},
 						Add: []lbmodel.Header{{Name: "X-Add", Value: "v2"}}, Remove: []string{"X-Del"}},
 					ResponseHeaders: &lbmodel.HeaderFilter{Set: []lbmodel.Header{{Name: "X-Resp", Value: "r 'q'"}},
-						Remove: []string{BackendHeader}}},
+						Remove: []string{edgebed.BackendHeader}}},
 				{Path: "/rw", PathType: lbmodel.PathPrefix, Pool: pa, Ports: all, Rewrite: &lbmodel.Rewrite{Hostname: "internal.example",
 					Path: &lbmodel.PathModifier{Type: lbmodel.ReplacePrefixMatch, Value: "/new"}}},
 				{Path: "/strip", PathType: lbmodel.PathPrefix, Pool: pa, Ports: all, Rewrite: &lbmodel.Rewrite{
@@ -223,8 +224,8 @@ func TestProvider_gatewayL7DataPlane(t *testing.T) {
 		a.sent.Get("X-Del") != "" {
 		t.Errorf("/filter: the backend received %v (HTTP %d); want X-Set replaced, X-Add v1 and v2, no X-Del", a.sent, a.status)
 	}
-	if a.header.Get("X-Resp") != "r 'q'" || a.header.Get(BackendHeader) != "" {
-		t.Errorf("/filter: the client got headers %v; want X-Resp and no %s", a.header, BackendHeader)
+	if a.header.Get("X-Resp") != "r 'q'" || a.header.Get(edgebed.BackendHeader) != "" {
+		t.Errorf("/filter: the client got headers %v; want X-Resp and no %s", a.header, edgebed.BackendHeader)
 	}
 
 	// Rewrites: the Host and path the backend received; the query stays.
@@ -237,9 +238,9 @@ func TestProvider_gatewayL7DataPlane(t *testing.T) {
 		{"/full?z=1", "shop.example", "/replaced?z=1"},
 	} {
 		a := send(t, c, "GET", url(80, tc.path), "shop.example", nil)
-		if a.backend != "a-0" || a.header.Get(EchoHost) != tc.host || a.header.Get(EchoURI) != tc.uri {
-			t.Errorf("%s: backend %q received Host %q URI %q; want a-0, %q, %q", tc.path, a.backend, a.header.Get(EchoHost),
-				a.header.Get(EchoURI), tc.host, tc.uri)
+		if a.backend != "a-0" || a.header.Get(edgebed.EchoHost) != tc.host || a.header.Get(edgebed.EchoURI) != tc.uri {
+			t.Errorf("%s: backend %q received Host %q URI %q; want a-0, %q, %q", tc.path, a.backend, a.header.Get(edgebed.EchoHost),
+				a.header.Get(edgebed.EchoURI), tc.host, tc.uri)
 		}
 	}
 
@@ -323,7 +324,7 @@ func TestProvider_gatewayL7DataPlane(t *testing.T) {
 // normalized model lb that was applied, on vips and without key material,
 // and that applying it again is no write and no reload; it returns the
 // edge's status before that second apply.
-func listedAsAppliedAndIdempotent(ctx context.Context, t *testing.T, b *Bed, p providers.Provider, lb *lbmodel.LoadBalancer, vips []string) api.Status {
+func listedAsAppliedAndIdempotent(ctx context.Context, t *testing.T, b *edgebed.Bed, p providers.Provider, lb *lbmodel.LoadBalancer, vips []string) api.Status {
 	t.Helper()
 	n, err := lbmodel.Normalize(lb)
 	if err != nil {

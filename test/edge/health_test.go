@@ -3,20 +3,18 @@ package edge
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nodeportlocal/npl/edge/haproxy"
 	"github.com/nodeportlocal/npl/lbmodel"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
 )
 
 // serverState returns the state HAProxy's worker holds for server name of
 // backend on edge e ("show servers state").
-func serverState(ctx context.Context, e *EdgeHost, backend, name string) (haproxy.ServerState, error) {
+func serverState(ctx context.Context, e *edgebed.EdgeHost, backend, name string) (haproxy.ServerState, error) {
 	sts, err := haproxy.ShowServersState(ctx, e.AdminSocket())
 	if err != nil {
 		return haproxy.ServerState{}, err
@@ -31,7 +29,7 @@ func serverState(ctx context.Context, e *EdgeHost, backend, name string) (haprox
 
 // waitServerUp waits until HAProxy's health check says server name of
 // backend is up (want) or down.
-func waitServerUp(t *testing.T, e *EdgeHost, backend, name string, want bool) {
+func waitServerUp(t *testing.T, e *edgebed.EdgeHost, backend, name string, want bool) {
 	t.Helper()
 	waitForCond(t, 10*time.Second, fmt.Sprintf("HAProxy's check to mark %s/%s up=%v", backend, name, want), func() (bool, error) {
 		s, err := serverState(context.Background(), e, backend, name)
@@ -72,7 +70,7 @@ func TestEdge_healthCheckTakesAMemberThatStopsAnsweringOutAndBackIn(t *testing.T
 	if err := e.WaitUp(ctx, pool, 3); err != nil {
 		t.Fatal(err)
 	}
-	url := URL(st.VIPs[0], 80)
+	url := edgebed.URL(st.VIPs[0], 80)
 	before := status(t, b)
 	down := members[1]
 	downName := haproxy.ServerName(down)
@@ -125,50 +123,4 @@ func TestEdge_healthCheckTakesAMemberThatStopsAnsweringOutAndBackIn(t *testing.T
 	if lst := listOne(t, p, lb.Name); !slices.Equal(lst.Listeners[0].Pool.Members, lbmodel.SortMembers(slices.Clone(members))) {
 		t.Errorf("List after the check cycle: %+v, want the members as applied %+v", lst.Listeners[0].Pool.Members, members)
 	}
-}
-
-// TestStream_stopSaysTheStreamEndedByItsBound: a stream that reached its
-// bound (time or count) before Stop makes Stop fail, so that "0 failed"
-// never covers a shorter window than a test claims; one stopped within its
-// bound does not, and the requests Stop cut short are counted in flight.
-func TestStream_stopSaysTheStreamEndedByItsBound(t *testing.T) {
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/slow" {
-			select {
-			case <-release:
-			case <-r.Context().Done():
-			}
-		}
-		_, _ = w.Write([]byte("backend"))
-	}))
-	defer srv.Close()
-	defer close(release)
-	ctx := context.Background()
-	c := srv.Client()
-
-	s := StartStream(ctx, c, srv.URL+"/fast", 2, 200*time.Millisecond)
-	time.Sleep(500 * time.Millisecond)
-	if err := s.Stop(); err == nil || !strings.Contains(err.Error(), "reached its bound") {
-		t.Errorf("Stop of a stream past its time bound = %v, want an error", err)
-	}
-
-	s = StartStreamN(ctx, c, srv.URL+"/fast", 2, 10, time.Minute)
-	deadline := time.Now().Add(10 * time.Second)
-	for ok, _ := s.Snapshot(); ok < 10 && time.Now().Before(deadline); ok, _ = s.Snapshot() {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err := s.Stop(); err == nil {
-		t.Errorf("Stop of a stream past its count bound (%d ok) = nil, want an error", s.OK)
-	}
-
-	s = StartStream(ctx, c, srv.URL+"/slow", 3, time.Minute)
-	time.Sleep(200 * time.Millisecond)
-	if err := s.Stop(); err != nil {
-		t.Errorf("Stop within the bound = %v", err)
-	}
-	if s.InFlight != 3 || s.OK != 0 || s.Failed != 0 {
-		t.Errorf("stopped with 3 requests waiting: %d in flight, %d ok, %d failed; want 3, 0, 0", s.InFlight, s.OK, s.Failed)
-	}
-	t.Logf("stream stopped with %d requests in flight", s.InFlight)
 }

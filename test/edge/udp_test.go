@@ -14,6 +14,7 @@ import (
 	"github.com/nodeportlocal/npl/edge"
 	"github.com/nodeportlocal/npl/edge/udp"
 	"github.com/nodeportlocal/npl/lbmodel"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
 )
 
 // startUDPEcho starts a UDP echo named name in the test namespace on the
@@ -39,7 +40,7 @@ func startUDPEcho(t *testing.T, ip netip.Addr, name string) lbmodel.Member {
 }
 
 // askNew sends one datagram on a new flow and returns who answered.
-func askNew(ctx context.Context, b *Bed, addr string) (string, error) {
+func askNew(ctx context.Context, b *edgebed.Bed, addr string) (string, error) {
 	f, err := b.DialUDP(ctx, addr)
 	if err != nil {
 		return "", err
@@ -49,7 +50,7 @@ func askNew(ctx context.Context, b *Bed, addr string) (string, error) {
 }
 
 // udpChains lists the listener chains of the edge's nftables table.
-func udpChains(t *testing.T, e *EdgeHost) []string {
+func udpChains(t *testing.T, e *edgebed.EdgeHost) []string {
 	t.Helper()
 	out, err := exec.Command("ip", "netns", "exec", e.Netns, "nft", "list", "table", "inet", udp.TableName).CombinedOutput()
 	if err != nil {
@@ -85,7 +86,7 @@ func TestProvider_udpListenerThroughNFTablesWithWeightsAndDrain(t *testing.T) {
 		t.Fatalf("warnings %q; want none: the edge serves UDP", st.Warnings)
 	}
 	addr := net.JoinHostPort(st.VIPs[0], "53")
-	waitAnswers(t, b, URL(st.VIPs[0], 80), []string{"web-0"})
+	waitAnswers(t, b, edgebed.URL(st.VIPs[0], 80), []string{"web-0"})
 
 	// 500 new flows at weights 70/30.
 	counts := map[string]int{}
@@ -110,7 +111,7 @@ func TestProvider_udpListenerThroughNFTablesWithWeightsAndDrain(t *testing.T) {
 	}
 
 	// b drains: its flow lives on, new flows go to a only.
-	var onB *UDPFlow
+	var onB *edgebed.UDPFlow
 	for onB == nil {
 		f, err := b.DialUDP(ctx, addr)
 		if err != nil {
@@ -159,7 +160,7 @@ func TestProvider_udpListenerThroughNFTablesWithWeightsAndDrain(t *testing.T) {
 }
 
 func TestProvider_udpListenersAreWarnedAboutWhenTheEdgeServesNoUDP(t *testing.T) {
-	b, bs := newBedOptions(t, Options{UDP: "off"})
+	b, bs := newBedOptions(t, edgebed.Options{UDP: "off"})
 	if st := status(t, b); st.UDP != edge.UDPOff {
 		t.Fatalf("the edge says udp %q; want %q (--udp off)", st.UDP, edge.UDPOff)
 	}
@@ -176,7 +177,7 @@ func TestProvider_udpListenersAreWarnedAboutWhenTheEdgeServesNoUDP(t *testing.T)
 		t.Fatalf("warnings %q; want one naming UDP/53", st.Warnings)
 	}
 	t.Logf("warning: %s", st.Warnings[0])
-	waitAnswers(t, b, URL(st.VIPs[0], 80), []string{"dns-0"})
+	waitAnswers(t, b, edgebed.URL(st.VIPs[0], 80), []string{"dns-0"})
 	got := listOne(t, p, lb.Name)
 	if len(got.Listeners) != 1 || got.Listeners[0].Protocol != lbmodel.TCP {
 		t.Fatalf("listed listeners %+v; want the TCP one only", got.Listeners)
@@ -260,7 +261,7 @@ func TestProvider_gatewayUDPListener(t *testing.T) {
 	if len(st.Warnings) != 0 {
 		t.Fatalf("warnings %q; want none", st.Warnings)
 	}
-	waitAnswers(t, b, URL(st.VIPs[0], 80), []string{"web-0"})
+	waitAnswers(t, b, edgebed.URL(st.VIPs[0], 80), []string{"web-0"})
 	counts := map[string]int{}
 	for range 80 {
 		name, err := askNew(ctx, b, net.JoinHostPort(st.VIPs[0], "5353"))

@@ -14,7 +14,7 @@ import (
 	gatewayv1client "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/typed/apis/v1"
 
 	"github.com/nodeportlocal/npl/lbsync/gateway"
-	"github.com/nodeportlocal/npl/test/stack"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
 // gatewayBed is an npl-lbsync serving Gateway API on one provider's

@@ -16,7 +16,7 @@ import (
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers/mock"
-	"github.com/nodeportlocal/npl/test/stack"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
 // startExtra starts another npl-lbsync for its own class, stopped at the end.

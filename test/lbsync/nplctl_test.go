@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/nodeportlocal/npl/lbsync/inspect"
-	"github.com/nodeportlocal/npl/test/stack"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
 // nplctlPools runs `bin/nplctl pools -o json` with args and returns its

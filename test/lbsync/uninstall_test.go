@@ -18,7 +18,7 @@ import (
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/config"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
-	"github.com/nodeportlocal/npl/test/stack"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
 // nplMarks lists every npl.io key, finalizer and condition an object still
