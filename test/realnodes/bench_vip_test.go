@@ -19,26 +19,27 @@ import (
 	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
-// BenchmarkRealNodes_podReadyToVIP is test/edge's BenchmarkEdge_podReadyToVIP
-// on three real nodes: real kubelets, containerd and the CNI bridge run the
-// workload image, whose readiness probe (every second) makes a Pod Ready, and
-// a real kube-proxy runs beside npl-agent. npl-agent (this checkout's binary,
-// in each node's network namespace), npl-lbsync with the haproxy provider and
-// npl-edge with HAProxy on the cluster's bridge; a stream of 8 clients sends
-// requests to the VIP. Per iteration a Deployment scales from 1 to
-// 1+podsToVIP (100) Pods in steps of 10, then back to 1; it reports what
-// edgebed.ReportReadyToVIP and edgebed.LoadWindow do. A real kubelet reports
-// a Pod's IP before its containers start and the readiness probe passes, so
-// npl-agent's work may come before Ready (annotated-* negative).
+// BenchmarkRealNodes_podReadyToVIP is test/haproxy's
+// BenchmarkEdge_podReadyToVIP on three real nodes: real kubelets, containerd
+// and the CNI bridge run the workload image, whose readiness probe (every
+// second) makes a Pod Ready, and a real kube-proxy runs beside npl-agent.
+// npl-agent (this checkout's binary, in each node's network namespace),
+// npl-lbsync with the haproxy provider and npl-edge with HAProxy on the
+// cluster's bridge; a stream of 8 clients sends requests to the VIP. Per
+// iteration a Deployment scales from 1 to 1+podsToVIP (100) Pods in steps of
+// 10, then back to 1; it reports what edgebed.ReportReadyToVIP and
+// edgebed.LoadWindow do. A real kubelet reports a Pod's IP before its
+// containers start and the readiness probe passes, so npl-agent's work may
+// come before Ready (annotated-* negative).
 func BenchmarkRealNodes_podReadyToVIP(b *testing.B) { podReadyToVIP(b, "rn-vip", false) }
 
-// BenchmarkRealNodes_podReadyToVIPWithGate is BenchmarkRealNodes_podReadyToVIP
-// with the npl.io/lb-registered readiness gate on the Pods, as
-// test/edge's BenchmarkEdge_podReadyToVIPWithGate on the stand-in kubelets:
-// npl-lbsync adds a Pod's member once its containers are ready and sets the
-// gate's condition once the edge has applied it, and the kubelet turns the
-// Pod Ready only then, so Ready means "served by the VIP" (a first request
-// before Ready counts as 0).
+// BenchmarkRealNodes_podReadyToVIPWithGate is
+// BenchmarkRealNodes_podReadyToVIP with the npl.io/lb-registered readiness
+// gate on the Pods, as test/haproxy's BenchmarkEdge_podReadyToVIPWithGate on
+// the stand-in kubelets: npl-lbsync adds a Pod's member once its containers
+// are ready and sets the gate's condition once the edge has applied it, and
+// the kubelet turns the Pod Ready only then, so Ready means "served by the
+// VIP" (a first request before Ready counts as 0).
 func BenchmarkRealNodes_podReadyToVIPWithGate(b *testing.B) { podReadyToVIP(b, "rn-gate", true) }
 
 func podReadyToVIP(b *testing.B, name string, gate bool) {

@@ -1,4 +1,4 @@
-package edge
+package haproxy
 
 import (
 	"context"
@@ -33,8 +33,6 @@ import (
 	"github.com/nodeportlocal/npl/test/harness/cluster"
 	"github.com/nodeportlocal/npl/test/harness/edgebed"
 )
-
-func TestMain(m *testing.M) { cluster.RunMain(m) }
 
 const testCluster = "c1"
 
