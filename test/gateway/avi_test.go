@@ -1,4 +1,4 @@
-package lbsync
+package gateway
 
 import (
 	"encoding/json"
@@ -8,10 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeportlocal/npl/lbmodel"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/nodeportlocal/npl/lbmodel"
+	"github.com/nodeportlocal/npl/test/harness/lbsyncbed"
 )
 
 // aviObjects is the Avi simulator backend's view of its objects.
@@ -36,7 +39,7 @@ func TestLBSync_gatewayOnAvi(t *testing.T) {
 	backend := b.backend
 	sim := backend.(aviObjects)
 	certPEM, keyPEM := selfSigned(t, "shop.example.com")
-	if _, err := e.client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tls"},
+	if _, err := e.Client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tls"},
 		Type: corev1.SecretTypeTLS, Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +49,7 @@ func TestLBSync_gatewayOnAvi(t *testing.T) {
 			{Name: "https", Port: 443, Protocol: gatewayv1.HTTPSProtocolType,
 				TLS: &gatewayv1.ListenerTLSConfig{CertificateRefs: []gatewayv1.SecretObjectReference{{Name: "tls"}}}},
 			// Avi serves no TLS listener: this one is refused alone.
-			{Name: "db", Port: 5432, Protocol: gatewayv1.TLSProtocolType, TLS: &gatewayv1.ListenerTLSConfig{Mode: ptr(gatewayv1.TLSModePassthrough)}},
+			{Name: "db", Port: 5432, Protocol: gatewayv1.TLSProtocolType, TLS: &gatewayv1.ListenerTLSConfig{Mode: ptr.To(gatewayv1.TLSModePassthrough)}},
 		}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +91,7 @@ func TestLBSync_gatewayOnAvi(t *testing.T) {
 
 	programmed := func(what string, status metav1.ConditionStatus, reason, message string) {
 		t.Helper()
-		waitFor(t, 45*time.Second, what, func() (bool, error) {
+		lbsyncbed.WaitFor(t, 45*time.Second, what, func() (bool, error) {
 			g, err := gw1.Gateways(ns).Get(ctx, "gw", metav1.GetOptions{})
 			if err != nil {
 				return false, err
@@ -103,7 +106,7 @@ func TestLBSync_gatewayOnAvi(t *testing.T) {
 	}
 	programmed("the Gateway programmed", metav1.ConditionTrue, "Programmed", "")
 	listenerRefused(t, b.gw1, ns, "gw", "db", "UnsupportedProtocol", "a TLS listener of a Gateway is not supported")
-	waitFor(t, 30*time.Second, "route r1 accepted", func() (bool, error) {
+	lbsyncbed.WaitFor(t, 30*time.Second, "route r1 accepted", func() (bool, error) {
 		rt, err := gw1.HTTPRoutes(ns).Get(ctx, "r1", metav1.GetOptions{})
 		if err != nil || len(rt.Status.Parents) != 1 {
 			return false, err
@@ -149,7 +152,7 @@ func TestLBSync_gatewayOnAvi(t *testing.T) {
 				BackendRefs: []gatewayv1.HTTPBackendRef{ref("b", 1)}}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "route q not accepted", func() (bool, error) {
+	lbsyncbed.WaitFor(t, 30*time.Second, "route q not accepted", func() (bool, error) {
 		rt, err := gw1.HTTPRoutes(ns).Get(ctx, "q", metav1.GetOptions{})
 		if err != nil || len(rt.Status.Parents) != 1 {
 			return false, err
@@ -159,13 +162,13 @@ func TestLBSync_gatewayOnAvi(t *testing.T) {
 		return i >= 0 && c[i].Status == metav1.ConditionFalse && c[i].Reason == "UnsupportedValue" &&
 			strings.Contains(c[i].Message, "query (Avi matches a query only by substring) is not supported"), fmt.Errorf("parents %+v", rt.Status.Parents)
 	})
-	e.pod(t, ns, "a-2", e.nodeName(0), list(entry(8080, e.nodeIP(0), 61002, "tcp")), func(p *corev1.Pod) {
+	e.Pod(t, ns, "a-2", e.NodeName(0), lbsyncbed.List(lbsyncbed.Entry(8080, e.NodeIP(0), 61002, "tcp")), func(p *corev1.Pod) {
 		p.Labels = map[string]string{"app": "a"}
 	})
 	// a's two Pods share weight 3, b's one has 1: member weights 256 and
 	// 171, ratios 2 × 256 and 171.
 	wantGroup = []string{weighted + "-w171:171", weighted + "-w256:512", weighted + ":0"}
-	waitFor(t, 30*time.Second, "the pool group of r1 with a-2", func() (bool, error) {
+	lbsyncbed.WaitFor(t, 30*time.Second, "the pool group of r1 with a-2", func() (bool, error) {
 		got := poolGroupMembers(sim, weighted)
 		return slices.Equal(got, wantGroup), fmt.Errorf("pool group %v, want %v", got, wantGroup)
 	})
@@ -178,19 +181,19 @@ func TestLBSync_gatewayOnAvi(t *testing.T) {
 	}
 
 	// A restarted npl-lbsync writes nothing.
-	before := snapshot(t, backend, lbName)
+	before := lbsyncbed.Snapshot(t, backend, lbName)
 	if err := l.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	l2 := e.startSyncer(t, "npl-lbsync-gwavi-2", name, cfg, false)
-	waitFor(t, 30*time.Second, "the restarted npl-lbsync's first sync", func() (bool, error) { return l2.Ready(), nil })
-	before.unchanged(t, backend, l2, "a restart")
+	l2 := e.StartSyncer(t, "npl-lbsync-gwavi-2", name, cfg, false)
+	lbsyncbed.WaitFor(t, 30*time.Second, "the restarted npl-lbsync's first sync", func() (bool, error) { return l2.Ready(), nil })
+	before.Unchanged(t, backend, l2, "a restart")
 
 	// The Gateway deleted: every object of its load balancer goes.
 	if err := gw1.Gateways(ns).Delete(ctx, "gw", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the Gateway's objects deleted", func() (bool, error) {
+	lbsyncbed.WaitFor(t, 30*time.Second, "the Gateway's objects deleted", func() (bool, error) {
 		var left []string
 		for _, kind := range []string{"virtualservice", "httppolicyset", "poolgroup", "pool", "sslkeyandcertificate", "vsvip"} {
 			left = append(left, objectsNamed(sim, kind, lbName)...)

@@ -1,4 +1,4 @@
-package lbsync
+package gateway
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/nodeportlocal/npl/lbmodel"
+	"github.com/nodeportlocal/npl/test/harness/lbsyncbed"
 	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
 )
 
@@ -18,9 +19,7 @@ import (
 // backends weighted 3:1 gives a tcp virtual server whose pool weighs its
 // members by ratio (256/85, ratio-member), the UDP listener a udp virtual
 // server; the Gateway is Programmed; a sync of nothing new writes nothing;
-// the Gateway deleted, its objects go. (File name sorts after
-// gateway_test.go: the CRDs must not be there before
-// TestLBSync_gatewayAPIWithoutCRDs.)
+// the Gateway deleted, its objects go.
 func TestLBSync_gatewayStreamsOnBIGIP(t *testing.T) {
 	e := setup(t)
 	b := e.startGatewayBed(t, "bigip", "gwbigs", "198.18.115.0/28")
@@ -53,8 +52,8 @@ func TestLBSync_gatewayStreamsOnBIGIP(t *testing.T) {
 	p := "/npl-" + name + "/"
 	tcpV := p + lbmodel.ListenerName(lbName, lbmodel.TCP, 5000)
 	udpV := p + lbmodel.ListenerName(lbName, lbmodel.UDP, 5300)
-	ip0, ip1 := e.nodeIP(0), e.nodeIP(1)
-	waitFor(t, 60*time.Second, "the Gateway's virtuals on the BIG-IP", func() (bool, error) {
+	ip0, ip1 := e.NodeIP(0), e.NodeIP(1)
+	lbsyncbed.WaitFor(t, 60*time.Second, "the Gateway's virtuals on the BIG-IP", func() (bool, error) {
 		st := sim.Dump()
 		seen := fmt.Errorf("virtuals %+v, pools %+v", st.Virtuals, st.Pools)
 		i := slices.IndexFunc(st.Virtuals, func(v bigipsim.Virtual) bool { return v.FullPath == tcpV })
@@ -70,20 +69,20 @@ func TestLBSync_gatewayStreamsOnBIGIP(t *testing.T) {
 		}
 		return st.Pools[k].LoadBalancingMode == "ratio-member" && slices.Equal(st.Pools[k].Members, want), seen
 	})
-	waitFor(t, 30*time.Second, "the Gateway Programmed", func() (bool, error) {
+	lbsyncbed.WaitFor(t, 30*time.Second, "the Gateway Programmed", func() (bool, error) {
 		g, err := gw1.Gateways(ns).Get(ctx, "gw", metav1.GetOptions{})
 		return err == nil && hasCond(g.Status.Conditions, "Programmed", metav1.ConditionTrue, "Programmed"), fmt.Errorf("%+v", g.Status.Conditions)
 	})
-	e.syncedAfter(t, "services", ns, "a", l)
+	e.SyncedAfter(t, "services", ns, "a", l)
 	writes := sim.Writes()
-	e.syncedAfter(t, "services", ns, "b", l)
+	e.SyncedAfter(t, "services", ns, "b", l)
 	if w := sim.Writes(); w != writes {
 		t.Errorf("a sync of nothing new wrote %d times", w-writes)
 	}
 	if err := gw1.Gateways(ns).Delete(ctx, "gw", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the Gateway's objects deleted", func() (bool, error) {
+	lbsyncbed.WaitFor(t, 30*time.Second, "the Gateway's objects deleted", func() (bool, error) {
 		st := sim.Dump()
 		return len(st.Virtuals)+len(st.Pools)+len(st.Policies) == 0, fmt.Errorf("%+v", st)
 	})

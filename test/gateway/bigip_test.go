@@ -1,4 +1,4 @@
-package lbsync
+package gateway
 
 import (
 	"fmt"
@@ -9,9 +9,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/nodeportlocal/npl/lbmodel"
+	"github.com/nodeportlocal/npl/test/harness/lbsyncbed"
 	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
 )
 
@@ -22,9 +24,7 @@ import (
 // by ratio; a restarted npl-lbsync writes nothing; a route with a 301
 // redirect, which an LTM policy cannot answer, is not accepted and left
 // out, while the Gateway stays Programmed and its other route follows a
-// scale change; the Gateway deleted, its objects go. (File name sorts
-// after gateway_test.go: the CRDs must not be there before
-// TestLBSync_gatewayAPIWithoutCRDs.)
+// scale change; the Gateway deleted, its objects go.
 func TestLBSync_gatewayOnBIGIP(t *testing.T) {
 	e := setup(t)
 	b := e.startGatewayBed(t, "bigip", "gwbig", "198.18.113.0/28")
@@ -34,7 +34,7 @@ func TestLBSync_gatewayOnBIGIP(t *testing.T) {
 		GatewayClassName: gatewayv1.ObjectName(className),
 		Listeners: []gatewayv1.Listener{{Name: "http", Port: 80, Protocol: gatewayv1.HTTPProtocolType},
 			// BIG-IP serves no TLS listener: this one is refused alone.
-			{Name: "db", Port: 5432, Protocol: gatewayv1.TLSProtocolType, TLS: &gatewayv1.ListenerTLSConfig{Mode: ptr(gatewayv1.TLSModePassthrough)}}},
+			{Name: "db", Port: 5432, Protocol: gatewayv1.TLSProtocolType, TLS: &gatewayv1.ListenerTLSConfig{Mode: ptr.To(gatewayv1.TLSModePassthrough)}}},
 	}}
 	if _, err := gw1.Gateways(ns).Create(ctx, gw, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -65,7 +65,7 @@ func TestLBSync_gatewayOnBIGIP(t *testing.T) {
 			{
 				Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: &exact, Value: &oldPath}}},
 				Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestRedirect,
-					RequestRedirect: &gatewayv1.HTTPRequestRedirectFilter{Scheme: &https, StatusCode: ptr(302)}}},
+					RequestRedirect: &gatewayv1.HTTPRequestRedirectFilter{Scheme: &https, StatusCode: ptr.To(302)}}},
 			},
 		},
 	}}
@@ -85,12 +85,12 @@ func TestLBSync_gatewayOnBIGIP(t *testing.T) {
 		"rule-1.1: httpHost host equals [shop.example.com]; httpUri path startsWith [/shop/]; httpHeader name=X-Env equals [canary] -> " +
 			"header replace X-Set 1, forward " + pool + ", header insert X-Out 2 at response",
 	}
-	ip0, ip1 := e.nodeIP(0), e.nodeIP(1)
+	ip0, ip1 := e.NodeIP(0), e.NodeIP(1)
 	wantMembers := []bigipsim.Member{
 		{FullPath: p + ip0 + ":61000", Address: ip0, Session: "user-enabled", State: "unchecked", Ratio: 256},
 		{FullPath: p + ip1 + ":61001", Address: ip1, Session: "user-enabled", State: "unchecked", Ratio: 85},
 	}
-	waitFor(t, 60*time.Second, "the Gateway's objects on the BIG-IP", func() (bool, error) {
+	lbsyncbed.WaitFor(t, 60*time.Second, "the Gateway's objects on the BIG-IP", func() (bool, error) {
 		st := sim.Dump()
 		i := slices.IndexFunc(st.Policies, func(pol bigipsim.Policy) bool { return pol.FullPath == policy })
 		if i < 0 || !slices.Equal(st.Policies[i].Rules, wantRules) {
@@ -112,23 +112,23 @@ func TestLBSync_gatewayOnBIGIP(t *testing.T) {
 				fmt.Errorf("status %+v", g.Status.Conditions)
 		}
 	}
-	waitFor(t, 30*time.Second, "the Gateway Programmed", programmed(metav1.ConditionTrue, "Programmed"))
+	lbsyncbed.WaitFor(t, 30*time.Second, "the Gateway Programmed", programmed(metav1.ConditionTrue, "Programmed"))
 	listenerRefused(t, b.gw1, ns, "gw", "db", "UnsupportedProtocol", "a TLS listener (SNI routing, TLSRoute) is not supported")
-	waitFor(t, 30*time.Second, "the route accepted", func() (bool, error) {
+	lbsyncbed.WaitFor(t, 30*time.Second, "the route accepted", func() (bool, error) {
 		rt, err := gw1.HTTPRoutes(ns).Get(ctx, "web", metav1.GetOptions{})
 		return err == nil && len(rt.Status.Parents) == 1 && hasCond(rt.Status.Parents[0].Conditions, "Accepted", metav1.ConditionTrue, "Accepted") &&
 			hasCond(rt.Status.Parents[0].Conditions, "ResolvedRefs", metav1.ConditionTrue, "ResolvedRefs"), err
 	})
 
 	// A restarted npl-lbsync writes nothing.
-	e.syncedAfter(t, "services", ns, "a", l)
+	e.SyncedAfter(t, "services", ns, "a", l)
 	writes := sim.Writes()
 	if err := l.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	l2 := e.startSyncer(t, "npl-lbsync-gwbig-2", name, cfg, false)
-	e.syncedAfter(t, "services", ns, "a", l2)
-	e.syncedAfter(t, "services", ns, "b", l2)
+	l2 := e.StartSyncer(t, "npl-lbsync-gwbig-2", name, cfg, false)
+	e.SyncedAfter(t, "services", ns, "a", l2)
+	e.SyncedAfter(t, "services", ns, "b", l2)
 	if w := sim.Writes(); w != writes {
 		t.Errorf("the restarted npl-lbsync wrote %d times: %v", w-writes, sim.Calls())
 	}
@@ -138,12 +138,12 @@ func TestLBSync_gatewayOnBIGIP(t *testing.T) {
 	// out; the Gateway stays Programmed and web follows a scale change of a.
 	if _, err := gw1.HTTPRoutes(ns).Create(ctx, &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "moved"},
 		Spec: gatewayv1.HTTPRouteSpec{CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Name: "gw"}}},
-			Rules: []gatewayv1.HTTPRouteRule{{Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: &exact, Value: ptr("/moved")}}},
+			Rules: []gatewayv1.HTTPRouteRule{{Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: &exact, Value: ptr.To("/moved")}}},
 				Filters: []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestRedirect,
-					RequestRedirect: &gatewayv1.HTTPRequestRedirectFilter{Scheme: &https, StatusCode: ptr(301)}}}}}}}, metav1.CreateOptions{}); err != nil {
+					RequestRedirect: &gatewayv1.HTTPRequestRedirectFilter{Scheme: &https, StatusCode: ptr.To(301)}}}}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "route moved not accepted", func() (bool, error) {
+	lbsyncbed.WaitFor(t, 30*time.Second, "route moved not accepted", func() (bool, error) {
 		rt, err := gw1.HTTPRoutes(ns).Get(ctx, "moved", metav1.GetOptions{})
 		if err != nil || len(rt.Status.Parents) != 1 {
 			return false, err
@@ -153,7 +153,7 @@ func TestLBSync_gatewayOnBIGIP(t *testing.T) {
 		return i >= 0 && c[i].Status == metav1.ConditionFalse && c[i].Reason == "UnsupportedValue" &&
 			strings.Contains(c[i].Message, "redirect statusCode 301"), fmt.Errorf("parents %+v", rt.Status.Parents)
 	})
-	e.pod(t, ns, "a-2", e.nodeName(0), list(entry(8080, ip0, 61002, "tcp")), func(p *corev1.Pod) {
+	e.Pod(t, ns, "a-2", e.NodeName(0), lbsyncbed.List(lbsyncbed.Entry(8080, ip0, 61002, "tcp")), func(p *corev1.Pod) {
 		p.Labels = map[string]string{"app": "a"}
 	})
 	// a's two Pods share weight 3, b's one has 1: ratios 256, 256, 171.
@@ -162,7 +162,7 @@ func TestLBSync_gatewayOnBIGIP(t *testing.T) {
 		{FullPath: p + ip0 + ":61002", Address: ip0, Session: "user-enabled", State: "unchecked", Ratio: 256},
 		{FullPath: p + ip1 + ":61001", Address: ip1, Session: "user-enabled", State: "unchecked", Ratio: 171},
 	}
-	waitFor(t, 30*time.Second, "the pool of web with a-2", func() (bool, error) {
+	lbsyncbed.WaitFor(t, 30*time.Second, "the pool of web with a-2", func() (bool, error) {
 		st := sim.Dump()
 		j := slices.IndexFunc(st.Pools, func(pl bigipsim.Pool) bool { return pl.FullPath == pool })
 		if j < 0 || !slices.Equal(st.Pools[j].Members, wantMembers) {
@@ -171,13 +171,13 @@ func TestLBSync_gatewayOnBIGIP(t *testing.T) {
 		i := slices.IndexFunc(st.Policies, func(pol bigipsim.Policy) bool { return pol.FullPath == policy })
 		return i >= 0 && slices.Equal(st.Policies[i].Rules, wantRules), fmt.Errorf("policies %+v", st.Policies)
 	})
-	waitFor(t, 30*time.Second, "the Gateway still Programmed", programmed(metav1.ConditionTrue, "Programmed"))
+	lbsyncbed.WaitFor(t, 30*time.Second, "the Gateway still Programmed", programmed(metav1.ConditionTrue, "Programmed"))
 
 	// The Gateway deleted: its objects go.
 	if err := gw1.Gateways(ns).Delete(ctx, "gw", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the Gateway's objects deleted", func() (bool, error) {
+	lbsyncbed.WaitFor(t, 30*time.Second, "the Gateway's objects deleted", func() (bool, error) {
 		st := sim.Dump()
 		n := 0
 		for _, fp := range slices.Concat(objectPaths(st.Virtuals, func(v bigipsim.Virtual) string { return v.FullPath }),

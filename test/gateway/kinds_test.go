@@ -1,4 +1,4 @@
-package lbsync
+package gateway
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
+	"github.com/nodeportlocal/npl/test/harness/lbsyncbed"
 	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
@@ -29,22 +30,22 @@ import (
 // backends are opted in to NodePortLocal, and released when the routes go.
 func TestLBSync_gatewayRouteKinds(t *testing.T) {
 	e := setup(t)
-	ctx := ctxFor(t, 4*time.Minute)
-	if err := e.c.InstallGatewayAPI(ctx); err != nil {
+	ctx := lbsyncbed.Context(t, 4*time.Minute)
+	if err := e.Cluster.InstallGatewayAPI(ctx); err != nil {
 		t.Fatalf("install the Gateway API CRDs: %v", err)
 	}
-	if err := stack.GrantChartValues(ctx, e.c, map[string]any{"gatewayAPI.enabled": true}); err != nil {
+	if err := stack.GrantChartValues(ctx, e.Cluster, map[string]any{"gatewayAPI.enabled": true}); err != nil {
 		t.Fatal(err)
 	}
-	name := clusterName + "-gwkinds"
-	cfg := e.config(name, "NodePortLocal", "npl.io/gwkinds", "198.18.112.0/28") + "gatewayAPI:\n  enabled: true\n"
-	l := e.startSyncer(t, "npl-lbsync-gwkinds", name, cfg, false)
-	gc, err := gatewayclient.NewForConfig(e.c.RESTConfig())
+	name := lbsyncbed.ClusterName + "-gwkinds"
+	cfg := e.Config(name, "NodePortLocal", "npl.io/gwkinds", "198.18.112.0/28") + "gatewayAPI:\n  enabled: true\n"
+	l := e.StartSyncer(t, "npl-lbsync-gwkinds", name, cfg, false)
+	gc, err := gatewayclient.NewForConfig(e.Cluster.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	gw1 := gc.GatewayV1()
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 
 	className := "npl-kinds-" + ns
 	if _, err := gw1.GatewayClasses().Create(ctx, &gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: className},
@@ -57,14 +58,14 @@ func TestLBSync_gatewayRouteKinds(t *testing.T) {
 	// container port 5353, mapped to 62000+i), tls.
 	apps := []string{"grpc", "tcp", "udp", "tls"}
 	for i, app := range apps {
-		entries := []string{entry(8080, e.nodeIP(i%2), 61000+i, "tcp")}
+		entries := []string{lbsyncbed.Entry(8080, e.NodeIP(i%2), 61000+i, "tcp")}
 		ports := []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}}
 		if app == "udp" {
-			entries = append(entries, entry(5353, e.nodeIP(i%2), 62000+i, "udp"))
+			entries = append(entries, lbsyncbed.Entry(5353, e.NodeIP(i%2), 62000+i, "udp"))
 			ports = append(ports, corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromString("dns")})
 		}
-		e.pod(t, ns, app+"-1", e.nodeName(i%2), list(entries...), func(p *corev1.Pod) { p.Labels = map[string]string{"app": app} })
-		e.createService(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app},
+		e.Pod(t, ns, app+"-1", e.NodeName(i%2), lbsyncbed.List(entries...), func(p *corev1.Pod) { p.Labels = map[string]string{"app": app} })
+		e.CreateService(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app},
 			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": app}, Ports: ports}})
 	}
 	passthrough := gatewayv1.TLSModePassthrough
@@ -116,7 +117,7 @@ func TestLBSync_gatewayRouteKinds(t *testing.T) {
 	lbName := lbmodel.GatewayLoadBalancerName(name, ns, "gw")
 	grpcPool := lbmodel.GatewayRoutePoolName(lbName, gateway.KindGRPCRoute, ns, "g", 0)
 	tlsPool := lbmodel.GatewayRoutePoolName(lbName, gateway.KindTLSRoute, ns, "s", 0)
-	ip0, ip1 := e.nodeIP(0), e.nodeIP(1)
+	ip0, ip1 := e.NodeIP(0), e.NodeIP(1)
 	wantPools := []lbmodel.Pool{
 		{Name: grpcPool, AppProtocol: lbmodel.AppProtocolH2C, Members: []lbmodel.Member{{IP: ip0, Port: 61000, Enabled: true}}},
 		{Name: tlsPool, Members: []lbmodel.Member{{IP: ip1, Port: 61003, Enabled: true}}},
@@ -157,7 +158,7 @@ func TestLBSync_gatewayRouteKinds(t *testing.T) {
 		},
 	}
 	for what, get := range routeParents {
-		waitFor(t, 30*time.Second, "the status of "+what, func() (bool, error) {
+		lbsyncbed.WaitFor(t, 30*time.Second, "the status of "+what, func() (bool, error) {
 			ps, err := get()
 			if err != nil || len(ps) != 1 {
 				return false, fmt.Errorf("parents %+v: %v", ps, err)
@@ -167,7 +168,7 @@ func TestLBSync_gatewayRouteKinds(t *testing.T) {
 				hasCond(p.Conditions, "ResolvedRefs", metav1.ConditionTrue, "ResolvedRefs"), fmt.Errorf("parent %+v", p)
 		})
 	}
-	waitFor(t, 30*time.Second, "the Gateway status", func() (bool, error) {
+	lbsyncbed.WaitFor(t, 30*time.Second, "the Gateway status", func() (bool, error) {
 		g, err := gw1.Gateways(ns).Get(ctx, "gw", metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -184,11 +185,11 @@ func TestLBSync_gatewayRouteKinds(t *testing.T) {
 	})
 	// The backends are opted in to NodePortLocal.
 	optedIn := func(s string) bool {
-		svc := e.service(t, ns, s)
+		svc := e.Service(t, ns, s)
 		return svc.Annotations[contract.ServiceEnabledKey] == "true" && svc.Annotations[contract.AutoAnnotatedKey] == "true"
 	}
 	for _, s := range apps {
-		waitFor(t, 20*time.Second, "the opt-in of "+s, func() (bool, error) { return optedIn(s), nil })
+		lbsyncbed.WaitFor(t, 20*time.Second, "the opt-in of "+s, func() (bool, error) { return optedIn(s), nil })
 	}
 
 	// The routes deleted: their listeners lose their members and SNI
@@ -211,8 +212,8 @@ func TestLBSync_gatewayRouteKinds(t *testing.T) {
 		}
 	}
 	for _, s := range apps {
-		waitFor(t, 20*time.Second, "the opt-in of "+s+" removed", func() (bool, error) {
-			_, on := e.service(t, ns, s).Annotations[contract.ServiceEnabledKey]
+		lbsyncbed.WaitFor(t, 20*time.Second, "the opt-in of "+s+" removed", func() (bool, error) {
+			_, on := e.Service(t, ns, s).Annotations[contract.ServiceEnabledKey]
 			return !on, nil
 		})
 	}

@@ -1,4 +1,4 @@
-package lbsync
+package gateway
 
 import (
 	"bytes"

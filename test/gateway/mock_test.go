@@ -1,4 +1,4 @@
-package lbsync
+package gateway
 
 import (
 	"cmp"
@@ -32,73 +32,10 @@ import (
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
-	"github.com/nodeportlocal/npl/lbsync/inputs"
 	"github.com/nodeportlocal/npl/lbsync/inspect"
+	"github.com/nodeportlocal/npl/test/harness/lbsyncbed"
 	"github.com/nodeportlocal/npl/test/harness/stack"
 )
-
-// TestLBSync_gatewayAPIWithoutCRDs: gatewayAPI enabled on a cluster without
-// the Gateway API CRDs: npl-lbsync says so in one log line, becomes ready
-// and serves LoadBalancer Services as usual; once the CRDs are installed it
-// serves Gateways without a restart. It is the package's first test in
-// source order, so it runs on the shared cluster before the other Gateway
-// tests install the CRDs (a process holds one cluster).
-func TestLBSync_gatewayAPIWithoutCRDs(t *testing.T) {
-	e := setup(t)
-	if served, _, err := inputs.GatewayAPIServed(e.client.Discovery()); err != nil || served {
-		t.Fatalf("the Gateway API CRDs are already served (err %v): this test must run before TestLBSync_gatewayAPI installs them", err)
-	}
-	ctx := ctxFor(t, 4*time.Minute)
-	if err := stack.GrantChartValues(ctx, e.c, map[string]any{"gatewayAPI.enabled": true}); err != nil {
-		t.Fatal(err)
-	}
-	name := clusterName + "-nocrd"
-	l := e.startSyncer(t, "npl-lbsync-nocrd", name, e.config(name, "NodePortLocal", "npl.io/nocrd", "198.18.111.0/28")+"gatewayAPI:\n  enabled: true\n", false)
-	log, err := os.ReadFile(l.LogPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const line = "gatewayAPI.enabled is set but the Gateway API CRDs are not installed"
-	if n := strings.Count(string(log), line); n != 1 {
-		t.Errorf("the log says %d times %q, want once:\n%s", n, line, l.Tail(20))
-	}
-	ns := e.namespace(t)
-	e.pod(t, ns, "a", e.nodeName(0), list(entry(8080, e.nodeIP(0), 61000, "tcp")))
-	e.createService(t, lbService(ns, "web", ptr("npl.io/nocrd")))
-	waitPools(t, l, ns, "web", map[string][]lbmodel.Member{l.poolName(ns, "web", lbmodel.TCP, 80): {member(e.nodeIP(0), 61000, true)}})
-
-	// The CRDs installed: the same npl-lbsync, not restarted, serves a
-	// Gateway.
-	if err := e.c.InstallGatewayAPI(ctx); err != nil {
-		t.Fatalf("install the Gateway API CRDs: %v", err)
-	}
-	gc, err := gatewayclient.NewForConfig(e.c.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw1 := gc.GatewayV1()
-	className := "npl-late-" + ns
-	if _, err := gw1.GatewayClasses().Create(ctx, &gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: className},
-		Spec: gatewayv1.GatewayClassSpec{ControllerName: gateway.ControllerName}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gw1.GatewayClasses().Delete(context.Background(), className, metav1.DeleteOptions{}) })
-	if _, err := gw1.Gateways(ns).Create(ctx, &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "late"},
-		Spec: gatewayv1.GatewaySpec{GatewayClassName: gatewayv1.ObjectName(className),
-			Listeners: []gatewayv1.Listener{{Name: "http", Port: 80, Protocol: gatewayv1.HTTPProtocolType}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, time.Minute, "the Gateway programmed after the CRDs were installed", func() (bool, error) {
-		g, err := gw1.Gateways(ns).Get(ctx, "late", metav1.GetOptions{})
-		return err == nil && hasCond(g.Status.Conditions, "Programmed", metav1.ConditionTrue, "Programmed") && len(g.Status.Addresses) == 1, err
-	})
-	if log, err = os.ReadFile(l.LogPath); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(log), "Gateway API CRDs installed: serving Gateways") {
-		t.Errorf("the log does not say the Gateway API is served:\n%s", l.Tail(20))
-	}
-}
 
 // TestLBSync_gatewayAPI: an npl-lbsync with gatewayAPI enabled, as the
 // chart's ServiceAccount with the chart's gatewayAPI grants, serves a
@@ -109,22 +46,22 @@ func TestLBSync_gatewayAPIWithoutCRDs(t *testing.T) {
 // and the Gateway deleted are cleaned up, and the backends' opt-in goes.
 func TestLBSync_gatewayAPI(t *testing.T) {
 	e := setup(t)
-	ctx := ctxFor(t, 4*time.Minute)
-	if err := e.c.InstallGatewayAPI(ctx); err != nil {
+	ctx := lbsyncbed.Context(t, 4*time.Minute)
+	if err := e.Cluster.InstallGatewayAPI(ctx); err != nil {
 		t.Fatalf("install the Gateway API CRDs: %v", err)
 	}
-	if err := stack.GrantChartValues(ctx, e.c, map[string]any{"gatewayAPI.enabled": true, "gatewayAPI.readTLSSecrets": true}); err != nil {
+	if err := stack.GrantChartValues(ctx, e.Cluster, map[string]any{"gatewayAPI.enabled": true, "gatewayAPI.readTLSSecrets": true}); err != nil {
 		t.Fatal(err)
 	}
-	name := clusterName + "-gw"
-	cfg := e.config(name, "NodePortLocal", "npl.io/gw", "198.18.110.0/28") + "gatewayAPI:\n  enabled: true\n"
-	l := e.startSyncer(t, "npl-lbsync-gw", name, cfg, false)
-	gc, err := gatewayclient.NewForConfig(e.c.RESTConfig())
+	name := lbsyncbed.ClusterName + "-gw"
+	cfg := e.Config(name, "NodePortLocal", "npl.io/gw", "198.18.110.0/28") + "gatewayAPI:\n  enabled: true\n"
+	l := e.StartSyncer(t, "npl-lbsync-gw", name, cfg, false)
+	gc, err := gatewayclient.NewForConfig(e.Cluster.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	gw1 := gc.GatewayV1()
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 
 	className := "npl-" + ns
 	class := &gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: className},
@@ -136,16 +73,16 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 
 	// Backends: Service a (one Pod on node 0), b (one Pod on node 1).
 	for i, app := range []string{"a", "b"} {
-		e.pod(t, ns, app+"-1", e.nodeName(i), list(entry(8080, e.nodeIP(i), 61000+i, "tcp")), func(p *corev1.Pod) {
+		e.Pod(t, ns, app+"-1", e.NodeName(i), lbsyncbed.List(lbsyncbed.Entry(8080, e.NodeIP(i), 61000+i, "tcp")), func(p *corev1.Pod) {
 			p.Labels = map[string]string{"app": app}
 		})
-		e.createService(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app}, Spec: corev1.ServiceSpec{
+		e.CreateService(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app}, Spec: corev1.ServiceSpec{
 			Selector: map[string]string{"app": app},
 			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}},
 		}})
 	}
 	certPEM, keyPEM := selfSigned(t, "*.example.com")
-	if _, err := e.client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tls"},
+	if _, err := e.Client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tls"},
 		Type: corev1.SecretTypeTLS, Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +129,7 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 
 	lbName := lbmodel.GatewayLoadBalancerName(name, ns, "gw")
 	pool := func(route string, rule int) string { return lbmodel.GatewayPoolName(lbName, ns, route, rule) }
-	ip0, ip1 := e.nodeIP(0), e.nodeIP(1)
+	ip0, ip1 := e.NodeIP(0), e.NodeIP(1)
 	wantPools := []lbmodel.Pool{
 		{Name: pool("r1", 0), Members: []lbmodel.Member{{IP: ip0, Port: 61000, Enabled: true}}},
 		{Name: pool("r1", 1), Members: []lbmodel.Member{{IP: ip0, Port: 61000, Enabled: true, Weight: 256}, {IP: ip1, Port: 61001, Enabled: true, Weight: 85}}},
@@ -219,12 +156,12 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 	}
 
 	// Statuses.
-	waitFor(t, 30*time.Second, "the GatewayClass status", func() (bool, error) {
+	lbsyncbed.WaitFor(t, 30*time.Second, "the GatewayClass status", func() (bool, error) {
 		c, err := gw1.GatewayClasses().Get(ctx, className, metav1.GetOptions{})
 		return err == nil && hasCond(c.Status.Conditions, "Accepted", metav1.ConditionTrue, "Accepted") &&
 			len(c.Status.SupportedFeatures) == len(gateway.FeaturesFor("mock")), err
 	})
-	waitFor(t, 30*time.Second, "the Gateway status", func() (bool, error) {
+	lbsyncbed.WaitFor(t, 30*time.Second, "the Gateway status", func() (bool, error) {
 		g, err := gw1.Gateways(ns).Get(ctx, "gw", metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -244,7 +181,7 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 	})
 	wantRoute := map[string][2]string{"r1": {"Accepted", "ResolvedRefs"}, "r2": {"Accepted", "BackendNotFound"}, "r3": {"NoMatchingParent", "BackendNotFound"}}
 	for r, want := range wantRoute {
-		waitFor(t, 30*time.Second, "the status of route "+r, func() (bool, error) {
+		lbsyncbed.WaitFor(t, 30*time.Second, "the status of route "+r, func() (bool, error) {
 			rt, err := gw1.HTTPRoutes(ns).Get(ctx, r, metav1.GetOptions{})
 			if err != nil || len(rt.Status.Parents) != 1 {
 				return false, err
@@ -256,8 +193,8 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 	}
 	// The backends are opted in to NodePortLocal.
 	for _, s := range []string{"a", "b"} {
-		waitFor(t, 20*time.Second, "the opt-in of "+s, func() (bool, error) {
-			svc := e.service(t, ns, s)
+		lbsyncbed.WaitFor(t, 20*time.Second, "the opt-in of "+s, func() (bool, error) {
+			svc := e.Service(t, ns, s)
 			return svc.Annotations[contract.ServiceEnabledKey] == "true" && svc.Annotations[contract.AutoAnnotatedKey] == "true", nil
 		})
 	}
@@ -275,7 +212,7 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 	if _, err := gw1.Gateways(ns).Create(ctx, foreign, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.syncedAfter(t, "services", ns, "a", l)
+	e.SyncedAfter(t, "services", ns, "a", l)
 	if st, err := l.MockState(); err != nil {
 		t.Fatal(err)
 	} else if _, ok := stack.FindLoadBalancer(st, lbmodel.GatewayLoadBalancerName(name, ns, "foreign")); ok {
@@ -308,11 +245,11 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 	}
 	owner := "gateway " + ns + "/gw"
 	wantRows := []row{{owner, pool("r1", 0), "HTTP", 80, inspect.StateInSync, 1}, {owner, pool("r1", 1), "HTTP", 80, inspect.StateInSync, 2}}
-	report, stderr, code := nplctlPools(t, "--kubeconfig", e.c.Kubeconfig(), "--config", l.ConfigPath, "-n", ns, "--check")
+	report, stderr, code := nplctlPools(t, "--kubeconfig", e.Cluster.Kubeconfig(), "--config", l.ConfigPath, "-n", ns, "--check")
 	if d := gocmp.Diff(wantRows, rows(report)); d != "" || code != 0 {
 		t.Errorf("nplctl pools --config --check: exit %d (-want +got):\n%s%s", code, d, stderr)
 	}
-	report, stderr, code = nplctlPools(t, "--kubeconfig", e.c.Kubeconfig(), "-n", ns, "--check")
+	report, stderr, code = nplctlPools(t, "--kubeconfig", e.Cluster.Kubeconfig(), "-n", ns, "--check")
 	if len(report.Pools) != 2 || code != 0 {
 		t.Errorf("nplctl pools --check from the status: exit %d, %+v\n%s", code, report.Pools, stderr)
 	}
@@ -321,7 +258,7 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 			t.Errorf("pool from the Gateway's status: %+v, want %s in-sync with VIPs %v", p, owner, lb.VIPs)
 		}
 	}
-	stateFile := filepath.Join(e.stateDir, "npl-io-gw.json")
+	stateFile := filepath.Join(e.StateDir, "npl-io-gw.json")
 	drifted := filepath.Join(t.TempDir(), "drifted.json")
 	dropMember(t, stateFile, drifted, pool("r1", 1))
 	driftCfg := filepath.Join(t.TempDir(), "lbsync.yaml")
@@ -331,7 +268,7 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 	if err := os.WriteFile(driftCfg, []byte(strings.Replace(cfg, stateFile, drifted, 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	report, stderr, code = nplctlPools(t, "--kubeconfig", e.c.Kubeconfig(), "--config", driftCfg, "-n", ns, "--check")
+	report, stderr, code = nplctlPools(t, "--kubeconfig", e.Cluster.Kubeconfig(), "--config", driftCfg, "-n", ns, "--check")
 	wantRows[1].State = inspect.StateDrift
 	if d := gocmp.Diff(wantRows, rows(report)); d != "" || code != 1 || !strings.Contains(stderr, owner+" "+pool("r1", 1)+": drift; missing ") {
 		t.Errorf("nplctl pools --check with a member gone: exit %d, want 1 (-want +got):\n%s%s", code, d, stderr)
@@ -349,8 +286,8 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 	}
 	waitModel(t, l, lbName, nil, nil)
 	for _, s := range []string{"a", "b"} {
-		waitFor(t, 20*time.Second, "the opt-in of "+s+" removed", func() (bool, error) {
-			svc := e.service(t, ns, s)
+		lbsyncbed.WaitFor(t, 20*time.Second, "the opt-in of "+s+" removed", func() (bool, error) {
+			svc := e.Service(t, ns, s)
 			_, on := svc.Annotations[contract.ServiceEnabledKey]
 			return !on, nil
 		})
@@ -360,7 +297,7 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 	if err := gw1.Gateways(ns).Delete(ctx, "gw", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the Gateway's load balancer deleted", func() (bool, error) {
+	lbsyncbed.WaitFor(t, 30*time.Second, "the Gateway's load balancer deleted", func() (bool, error) {
 		st, err := l.MockState()
 		if err != nil {
 			return false, err
@@ -368,7 +305,7 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 		_, ok := stack.FindLoadBalancer(st, lbName)
 		return !ok, nil
 	})
-	waitFor(t, 30*time.Second, "route r3 without our parent status", func() (bool, error) {
+	lbsyncbed.WaitFor(t, 30*time.Second, "route r3 without our parent status", func() (bool, error) {
 		rt, err := gw1.HTTPRoutes(ns).Get(ctx, "r3", metav1.GetOptions{})
 		return err == nil && len(rt.Status.Parents) == 0, err
 	})
@@ -379,7 +316,7 @@ func TestLBSync_gatewayAPI(t *testing.T) {
 
 // waitModel waits until the mock holds exactly the pools and rules for the
 // load balancer, and returns it.
-func waitModel(t *testing.T, l *syncer, lbName string, pools []lbmodel.Pool, rules []lbmodel.Rule) lbmodel.LoadBalancer {
+func waitModel(t *testing.T, l *lbsyncbed.Syncer, lbName string, pools []lbmodel.Pool, rules []lbmodel.Rule) lbmodel.LoadBalancer {
 	t.Helper()
 	byKey := func(a, b lbmodel.Rule) int {
 		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.Path, b.Path))
@@ -387,7 +324,7 @@ func waitModel(t *testing.T, l *syncer, lbName string, pools []lbmodel.Pool, rul
 	slices.SortFunc(rules, byKey)
 	var lb lbmodel.LoadBalancer
 	var diff string
-	waitFor(t, 30*time.Second, "the model of "+lbName, func() (bool, error) {
+	lbsyncbed.WaitFor(t, 30*time.Second, "the model of "+lbName, func() (bool, error) {
 		st, err := l.MockState()
 		if err != nil {
 			return false, err
@@ -463,7 +400,7 @@ func TestLBSync_gatewayRouteAcceptedOnceOnTheLoadBalancer(t *testing.T) {
 			Listeners: []gatewayv1.Listener{{Name: "http", Port: 80, Protocol: gatewayv1.HTTPProtocolType}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, "the Gateway programmed", func() (bool, error) {
+	lbsyncbed.WaitFor(t, 60*time.Second, "the Gateway programmed", func() (bool, error) {
 		g, err := gw1.Gateways(ns).Get(ctx, "gw", metav1.GetOptions{})
 		return err == nil && hasCond(g.Status.Conditions, "Programmed", metav1.ConditionTrue, "Programmed"), err
 	})

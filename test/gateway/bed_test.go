@@ -1,4 +1,4 @@
-package lbsync
+package gateway
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	gatewayv1client "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/typed/apis/v1"
 
 	"github.com/nodeportlocal/npl/lbsync/gateway"
+	"github.com/nodeportlocal/npl/test/harness/lbsyncbed"
 	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
@@ -24,7 +25,7 @@ import (
 type gatewayBed struct {
 	ctx     context.Context
 	backend stack.Backend
-	l       *syncer
+	l       *lbsyncbed.Syncer
 	// name is the syncer's cluster name, cfg its configuration (to start
 	// another npl-lbsync like it).
 	name, cfg string
@@ -44,11 +45,11 @@ func (e *env) startGatewayBed(t *testing.T, provider, short, vips string) *gatew
 // backend's provider section (indented as its own settings: "    key: v").
 func (e *env) startGatewayBedWith(t *testing.T, provider, short, vips, providerExtra string) *gatewayBed {
 	t.Helper()
-	ctx := ctxFor(t, 4*time.Minute)
-	if err := e.c.InstallGatewayAPI(ctx); err != nil {
+	ctx := lbsyncbed.Context(t, 4*time.Minute)
+	if err := e.Cluster.InstallGatewayAPI(ctx); err != nil {
 		t.Fatalf("install the Gateway API CRDs: %v", err)
 	}
-	if err := stack.GrantChartValues(ctx, e.c, map[string]any{"gatewayAPI.enabled": true, "gatewayAPI.readTLSSecrets": true}); err != nil {
+	if err := stack.GrantChartValues(ctx, e.Cluster, map[string]any{"gatewayAPI.enabled": true, "gatewayAPI.readTLSSecrets": true}); err != nil {
 		t.Fatal(err)
 	}
 	backend, err := stack.StartBackend(provider, t.TempDir(), netip.MustParsePrefix(vips))
@@ -56,15 +57,15 @@ func (e *env) startGatewayBedWith(t *testing.T, provider, short, vips, providerE
 		t.Fatal(err)
 	}
 	t.Cleanup(backend.Close)
-	b := &gatewayBed{ctx: ctx, backend: backend, name: clusterName + "-" + short}
-	b.cfg = configWith(b.name, "NodePortLocal", "npl.io/"+short, vips, backend.ProviderConfig()+providerExtra) + "gatewayAPI:\n  enabled: true\n"
-	b.l = e.startSyncer(t, "npl-lbsync-"+short, b.name, b.cfg, false)
-	gc, err := gatewayclient.NewForConfig(e.c.RESTConfig())
+	b := &gatewayBed{ctx: ctx, backend: backend, name: lbsyncbed.ClusterName + "-" + short}
+	b.cfg = lbsyncbed.ConfigWith(b.name, "NodePortLocal", "npl.io/"+short, vips, backend.ProviderConfig()+providerExtra) + "gatewayAPI:\n  enabled: true\n"
+	b.l = e.StartSyncer(t, "npl-lbsync-"+short, b.name, b.cfg, false)
+	gc, err := gatewayclient.NewForConfig(e.Cluster.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.gw1 = gc.GatewayV1()
-	b.ns = e.namespace(t)
+	b.ns = e.Namespace(t)
 	b.class = "npl-" + short + "-" + b.ns
 	if _, err := b.gw1.GatewayClasses().Create(ctx, &gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: b.class},
 		Spec: gatewayv1.GatewayClassSpec{ControllerName: gateway.ControllerName}}, metav1.CreateOptions{}); err != nil {
@@ -72,10 +73,10 @@ func (e *env) startGatewayBedWith(t *testing.T, provider, short, vips, providerE
 	}
 	t.Cleanup(func() { _ = b.gw1.GatewayClasses().Delete(context.Background(), b.class, metav1.DeleteOptions{}) })
 	for i, app := range []string{"a", "b"} {
-		e.pod(t, b.ns, app+"-1", e.nodeName(i), list(entry(8080, e.nodeIP(i), 61000+i, "tcp")), func(p *corev1.Pod) {
+		e.Pod(t, b.ns, app+"-1", e.NodeName(i), lbsyncbed.List(lbsyncbed.Entry(8080, e.NodeIP(i), 61000+i, "tcp")), func(p *corev1.Pod) {
 			p.Labels = map[string]string{"app": app}
 		})
-		e.createService(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: b.ns, Name: app}, Spec: corev1.ServiceSpec{
+		e.CreateService(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: b.ns, Name: app}, Spec: corev1.ServiceSpec{
 			Selector: map[string]string{"app": app},
 			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}},
 		}})
