@@ -5,8 +5,9 @@
 #   docker build --target nplctl -t ghcr.io/nodeportlocal/nplctl:0.1.0     --build-arg VERSION=0.1.0 .
 # Multi-arch: docker buildx build --platform linux/amd64,linux/arm64 --target agent ...
 # The binaries are cross-compiled on the build platform (CGO_ENABLED=0).
-# `make images` (test/images) assembles the same contents without a container
-# engine for the real-node test cluster; test/chart keeps the two in agreement.
+# `make images` (test/harness/images) assembles the same contents without a
+# container engine for the real-node test cluster; test/chart keeps the two in
+# agreement.
 
 ARG GO_IMAGE=golang:1.26
 ARG AGENT_BASE_IMAGE=debian:bookworm-slim

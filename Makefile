@@ -34,7 +34,7 @@ tools: ## Build etcd, the control plane, kubelet, kube-proxy, the CNI plugins (b
 
 .PHONY: images
 images: build ## Build the images (agent, lbsync, nplctl, pause, test workload) into ./bin/images for real nodes (cached).
-	$(GO) run ./test/images/cmd/npl-images --repo . --bin $(BIN) --out $(BIN)/images --tag $(IMAGE_TAG)
+	$(GO) run ./test/harness/images/cmd/npl-images --repo . --bin $(BIN) --out $(BIN)/images --tag $(IMAGE_TAG)
 
 .PHONY: chart
 chart: ## Package the Helm chart with the Gateway API CRDs it installs when gatewayAPI.installCRDs is true into ./bin/chart.
@@ -64,7 +64,7 @@ test-e2e: deps tools build images ## End-to-end tests on the local cluster (test
 
 .PHONY: test-real-nodes
 test-real-nodes: deps tools build images ## The tests on real nodes alone (kubelet, containerd, kube-proxy; the chart installed with Helm).
-	$(GOTEST) -v -timeout 20m -run 'RealNodes' ./test/cluster/ ./test/realnodes/...
+	$(GOTEST) -v -timeout 20m -run 'RealNodes' ./test/harness/cluster/ ./test/realnodes/...
 
 .PHONY: conformance
 conformance: deps tools build ## Run the Gateway API conformance suite (profiles GATEWAY-HTTP, -TCP, -UDP, -TLS, -GRPC) and write its official report to CONFORMANCE_REPORT.

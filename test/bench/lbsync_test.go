@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeportlocal/npl/test/stack"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
 const (

@@ -35,7 +35,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodeportlocal/npl/test/cluster"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
 )
 
 // TestMain is cluster.RunMain, but the fixtures' processes are stopped

@@ -19,7 +19,7 @@ import (
 
 	"github.com/nodeportlocal/npl/internal/chartpkg"
 	"github.com/nodeportlocal/npl/internal/gatewaycrds"
-	chartrender "github.com/nodeportlocal/npl/test/chart/render"
+	"github.com/nodeportlocal/npl/test/harness/chartrender"
 )
 
 // TestChart_gatewayAPICRDsComeOnlyWithThePackagedChart checks the value

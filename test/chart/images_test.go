@@ -11,11 +11,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/nodeportlocal/npl/test/images"
+	"github.com/nodeportlocal/npl/test/harness/images"
 )
 
 // TestImages_holdWhatTheDockerfileTargetsHold keeps `make images` (package
-// test/images, which builds the real-node cluster's images without a
+// test/harness/images, which builds the real-node cluster's images without a
 // container engine) and the Dockerfile in agreement: the same base
 // distribution, packages, files, user and entrypoint per target.
 func TestImages_holdWhatTheDockerfileTargetsHold(t *testing.T) {

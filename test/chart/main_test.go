@@ -3,14 +3,15 @@
 // SDK (helm.sh/helm/v3: loader, chartutil, engine; values.schema.json is
 // validated as `helm install` does); the rendered objects are checked as
 // structures, the npl-lbsync configuration they carry is parsed by
-// lbsync/config, and on the local cluster (test/cluster) every object passes
-// a server-side dry-run and the RBAC is checked with SubjectAccessReviews.
+// lbsync/config, and on the local cluster (test/harness/cluster) every object
+// passes a server-side dry-run and the RBAC is checked with
+// SubjectAccessReviews.
 package chart
 
 import (
 	"testing"
 
-	"github.com/nodeportlocal/npl/test/cluster"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
 )
 
 // TestMain runs the tests inside private namespaces, where the local cluster

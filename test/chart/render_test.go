@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
-	chartrender "github.com/nodeportlocal/npl/test/chart/render"
+	"github.com/nodeportlocal/npl/test/harness/chartrender"
 )
 
 // chartDir is the chart under test, from this package's directory.

@@ -38,9 +38,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeportlocal/npl/internal/buildinfo"
-	"github.com/nodeportlocal/npl/test/cluster"
-	"github.com/nodeportlocal/npl/test/edge"
-	"github.com/nodeportlocal/npl/test/stack"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
 func TestMain(m *testing.M) { cluster.RunMain(m) }
@@ -108,7 +108,7 @@ func TestGatewayAPIConformance(t *testing.T) {
 	if err := c.InstallGatewayAPI(ctx); err != nil {
 		t.Fatal(err)
 	}
-	bed, err := edge.Start(ctx, t.TempDir(), edge.ClusterOptions(nplBin, "conf"))
+	bed, err := edgebed.Start(ctx, t.TempDir(), edgebed.ClusterOptions(nplBin, "conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func coreRunProblems(report *confv1.ConformanceReport, profiles []suite.Conforma
 
 // options are the suite's options: the core features only in `make test`,
 // what the GatewayClass claims (at least the core) in `make conformance`.
-func options(t *testing.T, c *cluster.Cluster, kube client.Client, bed *edge.Bed, report string) suite.ConformanceOptions {
+func options(t *testing.T, c *cluster.Cluster, kube client.Client, bed *edgebed.Bed, report string) suite.ConformanceOptions {
 	t.Helper()
 	clientset := c.Client()
 	opts := suite.ConformanceOptions{

@@ -1,13 +1,13 @@
 // Package conformance runs the official Gateway API conformance suite
 // (sigs.k8s.io/gateway-api/conformance, the version go.mod pins) against npl:
-// the local cluster (test/cluster, whose kubelet stand-in runs the suite's
-// echo-basic backends in their HTTP, TCP, UDP and gRPC modes and a DNS
-// server for its CoreDNS image), npl-agent on every node, and npl-lbsync
+// the local cluster (test/harness/cluster, whose kubelet stand-in runs the
+// suite's echo-basic backends in their HTTP, TCP, UDP and gRPC modes and a
+// DNS server for its CoreDNS image), npl-agent on every node, and npl-lbsync
 // with the Gateway API enabled and the haproxy provider serving the VIPs on
-// the edge of test/edge. `make test` runs the core tests of TestedProfiles
-// and asserts the report against KnownFailures; `make conformance` runs
-// every profile of Profiles whole and writes the official report (one
-// report, one entry per profile) to docs/conformance/.
+// the edge of test/harness/edgebed. `make test` runs the core tests of
+// TestedProfiles and asserts the report against KnownFailures;
+// `make conformance` runs every profile of Profiles whole and writes the
+// official report (one report, one entry per profile) to docs/conformance/.
 package conformance
 
 import (

@@ -35,9 +35,9 @@ import (
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/edge/haproxy"
 	"github.com/nodeportlocal/npl/lbmodel"
-	"github.com/nodeportlocal/npl/test/cluster"
-	edgebed "github.com/nodeportlocal/npl/test/edge"
-	"github.com/nodeportlocal/npl/test/stack"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
 // Namespace is where the examples live.
@@ -243,9 +243,9 @@ func (r *run) startLBSync(ctx context.Context) error {
 	return err
 }
 
-// startEdge starts the edge host (npl-edge and HAProxy in a network
-// namespace on the cluster's bridge, VIPs routed to it) and the client
-// namespace the requests to the VIPs come from: the bed of test/edge.
+// startEdge starts the edge host (npl-edge and HAProxy in a network namespace
+// on the cluster's bridge, VIPs routed to it) and the client namespace the
+// requests to the VIPs come from: the bed of test/harness/edgebed.
 func (r *run) startEdge(ctx context.Context, dir string) error {
 	bed, err := edgebed.Start(ctx, dir, edgebed.Options{
 		Bridge: "npl-br0", BridgeIP: netip.MustParseAddr("198.18.0.1"),

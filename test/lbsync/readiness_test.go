@@ -24,7 +24,8 @@ import (
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/webhook"
-	"github.com/nodeportlocal/npl/test/stack"
+	"github.com/nodeportlocal/npl/test/harness/lbsyncbed"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
 // writeServingCert writes a CA-signed serving certificate for 127.0.0.1 as
@@ -74,7 +75,7 @@ func condStatus(p *corev1.Pod, t corev1.PodConditionType) corev1.ConditionStatus
 // condition True once the provider holds the Pod, and only then is the Pod
 // Ready. A Pod with no node port yet stays not Ready.
 func TestLBSync_readinessGate(t *testing.T) {
-	e := setup(t)
+	e := lbsyncbed.Setup(t)
 	certDir := t.TempDir()
 	caPEM := writeServingCert(t, certDir)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -84,9 +85,9 @@ func TestLBSync_readinessGate(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	class := "npl.io/gate"
-	l, err := stack.StartLBSync(context.Background(), e.c, stack.LBSyncOptions{
+	l, err := stack.StartLBSync(context.Background(), e.Cluster, stack.LBSyncOptions{
 		Name:      "npl-lbsync-gate",
-		Config:    e.config(clusterName+"-gate", "NodePortLocal", class, "198.18.107.0/28"),
+		Config:    e.Config(lbsyncbed.ClusterName+"-gate", "NodePortLocal", class, "198.18.107.0/28"),
 		ExtraArgs: []string{"--webhook-bind-address", "127.0.0.1:" + strconv.Itoa(port), "--webhook-cert-dir", certDir},
 	})
 	if err != nil {
@@ -98,7 +99,7 @@ func TestLBSync_readinessGate(t *testing.T) {
 		}
 		_ = l.Stop()
 	})
-	s := &syncer{LBSync: l, cluster: clusterName + "-gate"}
+	s := &lbsyncbed.Syncer{LBSync: l, ClusterName: lbsyncbed.ClusterName + "-gate"}
 
 	url := "https://127.0.0.1:" + strconv.Itoa(port) + webhook.Path
 	none, fail := admissionregistrationv1.SideEffectClassNone, admissionregistrationv1.Fail
@@ -116,30 +117,30 @@ func TestLBSync_readinessGate(t *testing.T) {
 			FailurePolicy: &fail,
 		}},
 	}
-	if _, err := e.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(context.Background(), mwc, metav1.CreateOptions{}); err != nil {
+	if _, err := e.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(context.Background(), mwc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = e.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), mwc.Name, metav1.DeleteOptions{})
+		_ = e.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), mwc.Name, metav1.DeleteOptions{})
 	})
 
-	ns := e.namespace(t)
-	if _, err := e.client.CoreV1().Namespaces().Patch(context.Background(), ns, "application/merge-patch+json",
+	ns := e.Namespace(t)
+	if _, err := e.Client.CoreV1().Namespaces().Patch(context.Background(), ns, "application/merge-patch+json",
 		[]byte(`{"metadata":{"labels":{"`+webhook.NamespaceLabel+`":"enabled"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.createService(t, lbService(ns, "web", &class))
-	ip := e.nodeIP(0)
+	e.CreateService(t, lbsyncbed.LBService(ns, "web", &class))
+	ip := e.NodeIP(0)
 	var pod *corev1.Pod
 	// The webhook reads its caches: retry until it has seen the Service.
-	waitFor(t, 30*time.Second, "a Pod created with the gate injected", func() (bool, error) {
+	lbsyncbed.WaitFor(t, 30*time.Second, "a Pod created with the gate injected", func() (bool, error) {
 		name := "web-" + strconv.FormatInt(time.Now().UnixNano()%100000, 10)
 		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: web},
-			Spec: corev1.PodSpec{NodeName: e.nodeName(0), Containers: []corev1.Container{{Name: "web", Image: "npl.io/test-server",
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: lbsyncbed.WebLabels},
+			Spec: corev1.PodSpec{NodeName: e.NodeName(0), Containers: []corev1.Container{{Name: "web", Image: "npl.io/test-server",
 				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}}}}},
 		}
-		got, err := e.client.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
+		got, err := e.Client.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -147,18 +148,18 @@ func TestLBSync_readinessGate(t *testing.T) {
 			pod = got
 			return true, nil
 		}
-		_ = e.client.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = e.Client.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
 		return false, nil
 	})
 
 	// No node port yet: containers ready, but not registered, so not Ready.
-	waitFor(t, 20*time.Second, "containers ready", func() (bool, error) {
-		p, err := e.client.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
+	lbsyncbed.WaitFor(t, 20*time.Second, "containers ready", func() (bool, error) {
+		p, err := e.Client.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
 		return err == nil && condStatus(p, corev1.ContainersReady) == corev1.ConditionTrue, err
 	})
 	// npl-lbsync has synced the Service since: it did not register the Pod.
-	e.syncedAfter(t, "pods", ns, pod.Name, s)
-	p, err := e.client.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
+	e.SyncedAfter(t, "pods", ns, pod.Name, s)
+	p, err := e.Client.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,10 +169,10 @@ func TestLBSync_readinessGate(t *testing.T) {
 
 	// Its node port appears (as npl-agent would write it): it becomes a
 	// member, then registered, then Ready.
-	e.annotate(t, ns, pod.Name, list(entry(8080, ip, 61000, "tcp")))
-	waitPools(t, s, ns, "web", map[string][]lbmodel.Member{s.poolName(ns, "web", lbmodel.TCP, 80): {member(ip, 61000, true)}})
-	waitFor(t, 20*time.Second, "registered and Ready", func() (bool, error) {
-		p, err := e.client.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
+	e.Annotate(t, ns, pod.Name, lbsyncbed.List(lbsyncbed.Entry(8080, ip, 61000, "tcp")))
+	lbsyncbed.WaitPools(t, s, ns, "web", map[string][]lbmodel.Member{s.PoolName(ns, "web", lbmodel.TCP, 80): {lbsyncbed.Member(ip, 61000, true)}})
+	lbsyncbed.WaitFor(t, 20*time.Second, "registered and Ready", func() (bool, error) {
+		p, err := e.Client.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
 		return err == nil && condStatus(p, contract.RegisteredReadinessGate) == corev1.ConditionTrue &&
 			condStatus(p, corev1.PodReady) == corev1.ConditionTrue, err
 	})

@@ -14,11 +14,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/config"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
-	"github.com/nodeportlocal/npl/test/stack"
+	"github.com/nodeportlocal/npl/test/harness/lbsyncbed"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
 // nplMarks lists every npl.io key, finalizer and condition an object still
@@ -51,31 +53,31 @@ func nplMarks(meta metav1.ObjectMeta, conditions []metav1.Condition) []string {
 // the opt-ins npl-lbsync added are gone while the user's own remains, that
 // the load balancers are deleted, and that the Ingress deletes at once.
 func TestLBSync_uninstallLeavesNoMark(t *testing.T) {
-	e := setup(t)
-	ns := e.namespace(t)
-	ctx := ctxFor(t, 3*time.Minute)
+	e := lbsyncbed.Setup(t)
+	ns := e.Namespace(t)
+	ctx := lbsyncbed.Context(t, 3*time.Minute)
 	const cluster, ingClass = "it-un", "npl-un"
 	class := "npl.io/un"
 
 	ic := &networkingv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: ingClass}, Spec: networkingv1.IngressClassSpec{Controller: ingress.ControllerName}}
-	if _, err := e.client.NetworkingV1().IngressClasses().Create(ctx, ic, metav1.CreateOptions{}); err != nil {
+	if _, err := e.Client.NetworkingV1().IngressClasses().Create(ctx, ic, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = e.client.NetworkingV1().IngressClasses().Delete(context.Background(), ingClass, metav1.DeleteOptions{})
+		_ = e.Client.NetworkingV1().IngressClasses().Delete(context.Background(), ingClass, metav1.DeleteOptions{})
 	})
 
-	e.pod(t, ns, "web-1", e.nodeName(0), list(entry(8080, e.nodeIP(0), 61001, "tcp")))
-	e.createService(t, lbService(ns, "lb", &class))
+	e.Pod(t, ns, "web-1", e.NodeName(0), lbsyncbed.List(lbsyncbed.Entry(8080, e.NodeIP(0), 61001, "tcp")))
+	e.CreateService(t, lbsyncbed.LBService(ns, "lb", &class))
 	backend := func(name string, ann map[string]string) *corev1.Service {
 		return &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: ann},
-			Spec: corev1.ServiceSpec{Selector: web, Ports: []corev1.ServicePort{
+			Spec: corev1.ServiceSpec{Selector: lbsyncbed.WebLabels, Ports: []corev1.ServicePort{
 				{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}}},
 		}
 	}
-	e.createService(t, backend("backend", nil))
-	e.createService(t, backend("user", map[string]string{contract.ServiceEnabledKey: "true"}))
+	e.CreateService(t, backend("backend", nil))
+	e.CreateService(t, backend("user", map[string]string{contract.ServiceEnabledKey: "true"}))
 	path := func(p, svc string) networkingv1.HTTPIngressPath {
 		pt := networkingv1.PathTypePrefix
 		return networkingv1.HTTPIngressPath{Path: p, PathType: &pt, Backend: networkingv1.IngressBackend{
@@ -83,43 +85,43 @@ func TestLBSync_uninstallLeavesNoMark(t *testing.T) {
 	}
 	ing := &networkingv1.Ingress{
 		ObjectMeta: metav1.ObjectMeta{Name: "ing", Namespace: ns},
-		Spec: networkingv1.IngressSpec{IngressClassName: ptr(ingClass), Rules: []networkingv1.IngressRule{{
+		Spec: networkingv1.IngressSpec{IngressClassName: ptr.To(ingClass), Rules: []networkingv1.IngressRule{{
 			Host: "web.example",
 			IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{
 				Paths: []networkingv1.HTTPIngressPath{path("/a", "backend"), path("/b", "user")}}},
 		}}},
 	}
-	if _, err := e.client.NetworkingV1().Ingresses(ns).Create(ctx, ing, metav1.CreateOptions{}); err != nil {
+	if _, err := e.Client.NetworkingV1().Ingresses(ns).Create(ctx, ing, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		// Whatever happened, let the objects go with the namespace.
 		for _, n := range []string{"lb", "backend", "user"} {
-			_, _ = e.client.CoreV1().Services(ns).Patch(context.Background(), n, "application/merge-patch+json",
+			_, _ = e.Client.CoreV1().Services(ns).Patch(context.Background(), n, "application/merge-patch+json",
 				[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 		}
-		_, _ = e.client.NetworkingV1().Ingresses(ns).Patch(context.Background(), "ing", "application/merge-patch+json",
+		_, _ = e.Client.NetworkingV1().Ingresses(ns).Patch(context.Background(), "ing", "application/merge-patch+json",
 			[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 	})
 
-	cfgText := e.config(cluster, "NodePortLocal", class, "198.18.101.0/28") + "ingressClass: " + ingClass + "\n"
-	l, err := stack.StartLBSync(ctx, e.c, stack.LBSyncOptions{Name: "npl-lbsync-uninstall", Config: cfgText})
+	cfgText := e.Config(cluster, "NodePortLocal", class, "198.18.101.0/28") + "ingressClass: " + ingClass + "\n"
+	l, err := stack.StartLBSync(ctx, e.Cluster, stack.LBSyncOptions{Name: "npl-lbsync-uninstall", Config: cfgText})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Stop() })
 
 	// The state the real controller leaves: claimed, opted in, served.
-	waitFor(t, 60*time.Second, "npl-lbsync to serve the Service and the Ingress", func() (bool, error) {
-		svc, err := e.client.CoreV1().Services(ns).Get(ctx, "lb", metav1.GetOptions{})
+	lbsyncbed.WaitFor(t, 60*time.Second, "npl-lbsync to serve the Service and the Ingress", func() (bool, error) {
+		svc, err := e.Client.CoreV1().Services(ns).Get(ctx, "lb", metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		be, err := e.client.CoreV1().Services(ns).Get(ctx, "backend", metav1.GetOptions{})
+		be, err := e.Client.CoreV1().Services(ns).Get(ctx, "backend", metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		got, err := e.client.NetworkingV1().Ingresses(ns).Get(ctx, "ing", metav1.GetOptions{})
+		got, err := e.Client.NetworkingV1().Ingresses(ns).Get(ctx, "ing", metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -146,7 +148,7 @@ func TestLBSync_uninstallLeavesNoMark(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "npl-lbsync"), "cleanup", "--config", l.ConfigPath,
-		"--kubeconfig", e.c.Kubeconfig(), "--namespace", ns, "--timeout", "60s")
+		"--kubeconfig", e.Cluster.Kubeconfig(), "--namespace", ns, "--timeout", "60s")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("npl-lbsync cleanup: %v\n%s", err, out)
@@ -166,7 +168,7 @@ func TestLBSync_uninstallLeavesNoMark(t *testing.T) {
 		t.Errorf("load balancers after uninstall: %v, %v; want none", lbs, err)
 	}
 	for _, name := range []string{"lb", "backend", "user"} {
-		svc := e.service(t, ns, name)
+		svc := e.Service(t, ns, name)
 		if m := nplMarks(svc.ObjectMeta, svc.Status.Conditions); len(m) != 0 {
 			t.Errorf("service %s after uninstall still carries %v", name, m)
 		}
@@ -178,7 +180,7 @@ func TestLBSync_uninstallLeavesNoMark(t *testing.T) {
 			t.Errorf("service lb after uninstall: status %v; want no load balancer ingress", svc.Status.LoadBalancer.Ingress)
 		}
 	}
-	got, err := e.client.NetworkingV1().Ingresses(ns).Get(ctx, "ing", metav1.GetOptions{})
+	got, err := e.Client.NetworkingV1().Ingresses(ns).Get(ctx, "ing", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,11 +192,11 @@ func TestLBSync_uninstallLeavesNoMark(t *testing.T) {
 	}
 
 	// With nothing of ours left on it, an Ingress deletes at once.
-	if err := e.client.NetworkingV1().Ingresses(ns).Delete(ctx, "ing", metav1.DeleteOptions{}); err != nil {
+	if err := e.Client.NetworkingV1().Ingresses(ns).Delete(ctx, "ing", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the Ingress to be gone after its deletion", func() (bool, error) {
-		_, err := e.client.NetworkingV1().Ingresses(ns).Get(ctx, "ing", metav1.GetOptions{})
+	lbsyncbed.WaitFor(t, 5*time.Second, "the Ingress to be gone after its deletion", func() (bool, error) {
+		_, err := e.Client.NetworkingV1().Ingresses(ns).Get(ctx, "ing", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
 }

@@ -14,31 +14,32 @@ import (
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbmodel"
-	"github.com/nodeportlocal/npl/test/cluster"
-	"github.com/nodeportlocal/npl/test/edge"
-	"github.com/nodeportlocal/npl/test/stack"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
-// BenchmarkRealNodes_podReadyToVIP is test/edge's BenchmarkEdge_podReadyToVIP
-// on three real nodes: real kubelets, containerd and the CNI bridge run the
-// workload image, whose readiness probe (every second) makes a Pod Ready,
-// and a real kube-proxy runs beside npl-agent. npl-agent (this checkout's
-// binary, in each node's network namespace), npl-lbsync with the haproxy
-// provider and npl-edge with HAProxy on the cluster's bridge; a stream of 8
-// clients sends requests to the VIP. Per iteration a Deployment scales from
-// 1 to 1+podsToVIP (100) Pods in steps of 10, then back to 1; it reports what
-// edge.ReportReadyToVIP and edge.LoadWindow do. A real kubelet reports a Pod's IP before its
+// BenchmarkRealNodes_podReadyToVIP is test/haproxy's
+// BenchmarkEdge_podReadyToVIP on three real nodes: real kubelets, containerd
+// and the CNI bridge run the workload image, whose readiness probe (every
+// second) makes a Pod Ready, and a real kube-proxy runs beside npl-agent.
+// npl-agent (this checkout's binary, in each node's network namespace),
+// npl-lbsync with the haproxy provider and npl-edge with HAProxy on the
+// cluster's bridge; a stream of 8 clients sends requests to the VIP. Per
+// iteration a Deployment scales from 1 to 1+podsToVIP (100) Pods in steps of
+// 10, then back to 1; it reports what edgebed.ReportReadyToVIP and
+// edgebed.LoadWindow do. A real kubelet reports a Pod's IP before its
 // containers start and the readiness probe passes, so npl-agent's work may
 // come before Ready (annotated-* negative).
 func BenchmarkRealNodes_podReadyToVIP(b *testing.B) { podReadyToVIP(b, "rn-vip", false) }
 
-// BenchmarkRealNodes_podReadyToVIPWithGate is BenchmarkRealNodes_podReadyToVIP
-// with the npl.io/lb-registered readiness gate on the Pods, as
-// test/edge's BenchmarkEdge_podReadyToVIPWithGate on the stand-in kubelets:
-// npl-lbsync adds a Pod's member once its containers are ready and sets the
-// gate's condition once the edge has applied it, and the kubelet turns the
-// Pod Ready only then, so Ready means "served by the VIP" (a first request
-// before Ready counts as 0).
+// BenchmarkRealNodes_podReadyToVIPWithGate is
+// BenchmarkRealNodes_podReadyToVIP with the npl.io/lb-registered readiness
+// gate on the Pods, as test/haproxy's BenchmarkEdge_podReadyToVIPWithGate on
+// the stand-in kubelets: npl-lbsync adds a Pod's member once its containers
+// are ready and sets the gate's condition once the edge has applied it, and
+// the kubelet turns the Pod Ready only then, so Ready means "served by the
+// VIP" (a first request before Ready counts as 0).
 func BenchmarkRealNodes_podReadyToVIPWithGate(b *testing.B) { podReadyToVIP(b, "rn-gate", true) }
 
 func podReadyToVIP(b *testing.B, name string, gate bool) {
@@ -60,7 +61,7 @@ func podReadyToVIP(b *testing.B, name string, gate bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bed, err := edge.Start(ctx, b.TempDir(), edge.ClusterOptions(bin, "rn"))
+	bed, err := edgebed.Start(ctx, b.TempDir(), edgebed.ClusterOptions(bin, "rn"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -99,11 +100,11 @@ func podReadyToVIP(b *testing.B, name string, gate bool) {
 		if err != nil || len(s.Status.LoadBalancer.Ingress) == 0 {
 			return fmt.Errorf("no VIP yet (%v)", err)
 		}
-		url = edge.URL(s.Status.LoadBalancer.Ingress[0].IP, 80)
+		url = edgebed.URL(s.Status.LoadBalancer.Ingress[0].IP, 80)
 		return nil
 	})
 	pool := lbmodel.PoolName(lbmodel.LoadBalancerName(name, ns, "web"), lbmodel.TCP, 80)
-	rw, err := edge.WatchReady(ctx, client, ns, "app=web")
+	rw, err := edgebed.WatchReady(ctx, client, ns, "app=web")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func podReadyToVIP(b *testing.B, name string, gate bool) {
 	converged := func(n int) {
 		eventually(b, ctx, fmt.Sprintf("%d Pods ready and served", n), func(ctx context.Context) error {
 			pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
-			if err != nil || len(pods.Items) != n || len(edge.ReadyNames(pods.Items)) != n {
+			if err != nil || len(pods.Items) != n || len(edgebed.ReadyNames(pods.Items)) != n {
 				return fmt.Errorf("not %d ready Pods (%v)", n, err)
 			}
 			wctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -129,23 +130,23 @@ func podReadyToVIP(b *testing.B, name string, gate bool) {
 	}
 	converged(1)
 
-	var timelines []edge.PodTimeline
+	var timelines []edgebed.PodTimeline
 	var requests, failed int
 	var streamTime time.Duration
-	var load edge.LoadWindow
+	var load edgebed.LoadWindow
 	for b.Loop() {
 		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 		if err != nil {
 			b.Fatal(err)
 		}
-		before := edge.ReadyNames(pods.Items)
-		from, err := edge.SampleLoad(ctx, client, lbsync.MetricsURL())
+		before := edgebed.ReadyNames(pods.Items)
+		from, err := edgebed.SampleLoad(ctx, client, lbsync.MetricsURL())
 		if err != nil {
 			b.Fatal(err)
 		}
 		start := time.Now()
-		su := edge.StartServersUp(ctx, bed.Edges[0], pool)
-		fa := edge.StartFirstAnswers(ctx, bed, url, 8, 10*time.Minute)
+		su := edgebed.StartServersUp(ctx, bed.Edges[0], pool)
+		fa := edgebed.StartFirstAnswers(ctx, bed, url, 8, 10*time.Minute)
 		for n := 1 + step; n <= 1+podsToVIP; n += step {
 			scale(n)
 			eventually(b, ctx, fmt.Sprintf("%d Pods ready and answering through the VIP", n), func(context.Context) error {
@@ -166,7 +167,7 @@ func podReadyToVIP(b *testing.B, name string, gate bool) {
 		fa.Stop()
 		su.Stop()
 		streamTime += time.Since(start)
-		to, err := edge.SampleLoad(ctx, client, lbsync.MetricsURL())
+		to, err := edgebed.SampleLoad(ctx, client, lbsync.MetricsURL())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -181,7 +182,7 @@ func podReadyToVIP(b *testing.B, name string, gate bool) {
 			if slices.Contains(before, p.Name) || p.DeletionTimestamp != nil {
 				continue
 			}
-			t, err := edge.Timeline(&p, rw, su, fa)
+			t, err := edgebed.Timeline(&p, rw, su, fa)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -192,7 +193,7 @@ func podReadyToVIP(b *testing.B, name string, gate bool) {
 		converged(1)
 		b.StartTimer()
 	}
-	edge.ReportReadyToVIP(b, timelines, gate)
+	edgebed.ReportReadyToVIP(b, timelines, gate)
 	load.Report(b)
 	b.ReportMetric(float64(requests)/streamTime.Seconds(), "stream-req/s")
 	b.ReportMetric(float64(failed), "failed")

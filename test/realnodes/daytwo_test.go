@@ -22,7 +22,7 @@ import (
 	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/test/images"
+	"github.com/nodeportlocal/npl/test/harness/images"
 )
 
 // The steps of TestRealNodes_theChartFromHelmInstallToHelmUninstall after

@@ -27,9 +27,9 @@ import (
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers/mock"
-	"github.com/nodeportlocal/npl/test/cluster"
-	"github.com/nodeportlocal/npl/test/images"
-	"github.com/nodeportlocal/npl/test/podreply"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
+	"github.com/nodeportlocal/npl/test/harness/images"
+	"github.com/nodeportlocal/npl/test/harness/podreply"
 )
 
 const (

@@ -12,8 +12,8 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
-	"github.com/nodeportlocal/npl/test/chart/render"
-	"github.com/nodeportlocal/npl/test/cluster"
+	"github.com/nodeportlocal/npl/test/harness/chartrender"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
 )
 
 // startRealCluster starts a cluster of real nodes, closed when the test ends.
@@ -67,7 +67,7 @@ func loadChart(t testing.TB) *chart.Chart {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch, err := render.Load(filepath.Join(root, "charts", "npl"))
+	ch, err := chartrender.Load(filepath.Join(root, "charts", "npl"))
 	if err != nil {
 		t.Fatal(err)
 	}

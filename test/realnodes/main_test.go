@@ -3,7 +3,7 @@ package realnodes
 import (
 	"testing"
 
-	"github.com/nodeportlocal/npl/test/cluster"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
 )
 
 // TestMain runs the tests inside private namespaces, where the real-node

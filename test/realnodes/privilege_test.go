@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/nodeportlocal/npl/test/cluster"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
 )
 
 // podClient acts with the ServiceAccount token mounted into the Pod.

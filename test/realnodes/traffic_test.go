@@ -19,7 +19,7 @@ import (
 	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/test/podreply"
+	"github.com/nodeportlocal/npl/test/harness/podreply"
 )
 
 // Bounds of a request stream: each target gets a request every

@@ -10,8 +10,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/nodeportlocal/npl/test/cluster"
 	"github.com/nodeportlocal/npl/test/demo"
+	"github.com/nodeportlocal/npl/test/harness/cluster"
 )
 
 func main() {

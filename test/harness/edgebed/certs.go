@@ -1,0 +1,131 @@
+package edgebed
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Certs are the PEM files of the bed's mutual TLS: one CA signs the edge's
+// server certificate and the provider's client certificate; another CA
+// (Rogue) signs a client certificate the edge must refuse.
+type Certs struct {
+	CA                        string
+	ServerCert, ServerKey     string
+	ClientCert, ClientKey     string
+	RogueCA                   string
+	RogueClientCert, RogueKey string
+	OtherServerCA             string
+}
+
+type signer struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+func writeCerts(dir string, edgeIPs ...netip.Addr) (Certs, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Certs{}, err
+	}
+	c := Certs{
+		CA: filepath.Join(dir, "ca.crt"), ServerCert: filepath.Join(dir, "edge.crt"), ServerKey: filepath.Join(dir, "edge.key"),
+		ClientCert: filepath.Join(dir, "client.crt"), ClientKey: filepath.Join(dir, "client.key"),
+		RogueCA: filepath.Join(dir, "rogue-ca.crt"), RogueClientCert: filepath.Join(dir, "rogue.crt"), RogueKey: filepath.Join(dir, "rogue.key"),
+		OtherServerCA: filepath.Join(dir, "rogue-ca.crt"),
+	}
+	ca, err := newCA("npl-edge test CA")
+	if err != nil {
+		return c, err
+	}
+	rogue, err := newCA("rogue CA")
+	if err != nil {
+		return c, err
+	}
+	if err := writeCert(c.CA, "", ca.cert, nil); err != nil {
+		return c, err
+	}
+	if err := writeCert(c.RogueCA, "", rogue.cert, nil); err != nil {
+		return c, err
+	}
+	for _, leaf := range []struct {
+		by             signer
+		cn             string
+		server         bool
+		certPath, keyP string
+	}{
+		{ca, "npl-edge", true, c.ServerCert, c.ServerKey},
+		{ca, "npl-lbsync", false, c.ClientCert, c.ClientKey},
+		{rogue, "npl-lbsync", false, c.RogueClientCert, c.RogueKey},
+	} {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return c, err
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: serial(), Subject: pkix.Name{CommonName: leaf.cn},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		}
+		if leaf.server {
+			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+			for _, ip := range edgeIPs {
+				tmpl.IPAddresses = append(tmpl.IPAddresses, net.IP(ip.AsSlice()))
+			}
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, leaf.by.cert, &key.PublicKey, leaf.by.key)
+		if err != nil {
+			return c, err
+		}
+		cert, _ := x509.ParseCertificate(der)
+		if err := writeCert(leaf.certPath, leaf.keyP, cert, key); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+func newCA(cn string) (signer, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return signer{}, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return signer{}, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	return signer{cert: cert, key: key}, err
+}
+
+func writeCert(certPath, keyPath string, cert *x509.Certificate, key *ecdsa.PrivateKey) error {
+	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o600); err != nil {
+		return err
+	}
+	if key == nil {
+		return nil
+	}
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600)
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	return n
+}
