@@ -35,7 +35,7 @@ func TestTrimPod_keepsWhatTheContractReadsAndNothingElse(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "shop", UID: "u1", ResourceVersion: "7",
 			Labels: pod.Labels, Annotations: map[string]string{PodKey: pod.Annotations[PodKey]}},
 		Spec: corev1.PodSpec{NodeName: "n1",
-			Containers: []corev1.Container{{Name: "web", Ports: pod.Spec.Containers[0].Ports}},
+			Containers:     []corev1.Container{{Name: "web", Ports: pod.Spec.Containers[0].Ports}},
 			InitContainers: []corev1.Container{{Name: "proxy", RestartPolicy: &always, Ports: pod.Spec.InitContainers[0].Ports}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "198.19.0.5", PodIPs: pod.Status.PodIPs},
 	}
