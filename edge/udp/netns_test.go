@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 
 // bed is the edge (the test's private namespace) with a bridge
 // 198.18.210.0/24, a client namespace and member namespaces on it, and the
-// VIPs of 198.18.200.0/24 local on the edge, as test/edge's bed has them.
+// VIPs of 198.18.200.0/24 local on the edge, as test/harness/edgebed has them.
 type bed struct {
 	client   string
 	members  map[string]netip.AddrPort // name -> IPv4 address of its UDP echo

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/nodeportlocal/npl/lbmodel"
-	"github.com/nodeportlocal/npl/test/sim/avi/avisim"
+	"github.com/nodeportlocal/npl/test/harness/sim/avi/avisim"
 )
 
 // benchLBs returns n load balancers of two listeners each, TCP with three

@@ -16,7 +16,7 @@ import (
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/providertest"
-	"github.com/nodeportlocal/npl/test/sim/avi/avisim"
+	"github.com/nodeportlocal/npl/test/harness/sim/avi/avisim"
 )
 
 // gatewayLB is the load balancer of Gateway ns/gw (HTTP 80, HTTPS 443):

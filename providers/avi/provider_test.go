@@ -20,7 +20,7 @@ import (
 
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
-	"github.com/nodeportlocal/npl/test/sim/avi/avisim"
+	"github.com/nodeportlocal/npl/test/harness/sim/avi/avisim"
 )
 
 const cluster = "c1"

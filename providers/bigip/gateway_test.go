@@ -12,7 +12,7 @@ import (
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/providertest"
-	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
+	"github.com/nodeportlocal/npl/test/harness/sim/bigip/bigipsim"
 )
 
 func weighted(ip string, port, weight int32) lbmodel.Member {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
-	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
+	"github.com/nodeportlocal/npl/test/harness/sim/bigip/bigipsim"
 )
 
 const (

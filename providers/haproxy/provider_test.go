@@ -21,7 +21,7 @@ import (
 
 // fakeEdge answers the edge API from a map of served load balancers and
 // records the calls; conflict makes every PUT answer 409. The real edge is
-// tested in test/edge; this one counts calls.
+// tested in test/haproxy; this one counts calls.
 type fakeEdge struct {
 	mu       sync.Mutex
 	served   map[string]lbmodel.LoadBalancer

@@ -28,8 +28,8 @@ import (
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/mock"
-	"github.com/nodeportlocal/npl/test/sim/avi/avisim"
-	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
+	"github.com/nodeportlocal/npl/test/harness/sim/avi/avisim"
+	"github.com/nodeportlocal/npl/test/harness/sim/bigip/bigipsim"
 )
 
 func TestNames_listsEveryProviderSorted(t *testing.T) {
@@ -219,7 +219,7 @@ func TestParse_errors(t *testing.T) {
 
 // fakeEdge is an npl-edge API that accepts every PUT and lists what it was
 // given: enough to count the requests the haproxy provider makes (the real
-// edge and HAProxy are tested in test/edge).
+// edge and HAProxy are tested in test/haproxy).
 func fakeEdge(t *testing.T, dir string) backend {
 	var mu sync.Mutex
 	var requests int

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/test/harness/lbsyncbed"
-	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
+	"github.com/nodeportlocal/npl/test/harness/sim/bigip/bigipsim"
 )
 
 // TestLBSync_gatewayStreamsOnBIGIP: a Gateway's TCP and UDP listeners on

@@ -14,7 +14,7 @@ import (
 
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/test/harness/lbsyncbed"
-	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
+	"github.com/nodeportlocal/npl/test/harness/sim/bigip/bigipsim"
 )
 
 // TestLBSync_gatewayOnBIGIP: a Gateway whose HTTPRoute has weighted

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/nodeportlocal/npl/lbmodel"
-	"github.com/nodeportlocal/npl/test/sim/avi/avisim"
-	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
+	"github.com/nodeportlocal/npl/test/harness/sim/avi/avisim"
+	"github.com/nodeportlocal/npl/test/harness/sim/bigip/bigipsim"
 )
 
 // Backend is the load balancer behind npl-lbsync in a test or the demo: the

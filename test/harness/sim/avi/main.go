@@ -1,7 +1,7 @@
 // Command avi runs the Avi Controller simulator (package avisim) on its own,
 // for the demo and for manual tests with the alb-sdk:
 //
-//	go run ./test/sim/avi --listen 127.0.0.1:8443 --ca-out /tmp/avi-ca.crt --username admin --password secret
+//	go run ./test/harness/sim/avi --listen 127.0.0.1:8443 --ca-out /tmp/avi-ca.crt --username admin --password secret
 //
 // Test hooks are served under /sim/ (see avisim). It exits 2 with one line on
 // a bad flag.
@@ -19,7 +19,7 @@ import (
 	"syscall"
 
 	"github.com/nodeportlocal/npl/internal/secretfile"
-	"github.com/nodeportlocal/npl/test/sim/avi/avisim"
+	"github.com/nodeportlocal/npl/test/harness/sim/avi/avisim"
 )
 
 // config is what the command line asks for.

@@ -1,7 +1,7 @@
 // Command bigip serves a simulated BIG-IP iControl REST API (see package
 // bigipsim) for the demo and for tests that run npl-lbsync as a process:
 //
-//	go run ./test/sim/bigip --listen 127.0.0.1:9443 [--tls --ca-out FILE] --username admin --password secret
+//	go run ./test/harness/sim/bigip --listen 127.0.0.1:9443 [--tls --ca-out FILE] --username admin --password secret
 //
 // It prints the URL to use, then serves until SIGINT or SIGTERM. The test
 // hooks are under /sim/ (see bigipsim.Server.ServeHTTP's documentation).
@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nodeportlocal/npl/test/sim/bigip/bigipsim"
+	"github.com/nodeportlocal/npl/test/harness/sim/bigip/bigipsim"
 )
 
 func main() {

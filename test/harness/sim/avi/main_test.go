@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/nodeportlocal/npl/test/sim/avi/avisim"
+	"github.com/nodeportlocal/npl/test/harness/sim/avi/avisim"
 )
 
 func TestParseFlags(t *testing.T) {
