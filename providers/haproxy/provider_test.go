@@ -64,7 +64,7 @@ func (f *fakeEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			answer(http.StatusBadRequest, api.Error{Error: err.Error()})
 			return
 		}
-		f.served[name] = *req.LoadBalancer.Model()
+		f.served[name] = *req.Model()
 		answer(http.StatusOK, api.EnsureResult{Changed: true, Unsupported: f.unsupported, Reason: f.reason})
 	case r.Method == http.MethodDelete:
 		delete(f.served, name)
@@ -196,7 +196,7 @@ func (f *raceEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		f.served[name] = *req.LoadBalancer.Model()
+		f.served[name] = *req.Model()
 		f.mu.Unlock()
 		answer(http.StatusOK, api.EnsureResult{Changed: true})
 	}
