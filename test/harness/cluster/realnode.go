@@ -268,6 +268,10 @@ func (rn *realNode) start(ctx context.Context, sandboxImage string) error {
 		"mkdir -p /run/netns",
 		"hostname " + rn.n.Name,
 		fmt.Sprintf("containerd --config %s >>%s 2>&1 &", rn.path("containerd.toml"), filepath.Join(logDir, rn.n.Name+"-containerd.log")),
+		// The kubelet exits at once when containerd's socket is not there
+		// yet, which a loaded machine makes likely: wait for it (bounded,
+		// 60 s; start's poll reports a containerd that never answers).
+		fmt.Sprintf("i=0; while [ ! -S %s ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done", rn.socket()),
 		fmt.Sprintf("%s --config=%s --kubeconfig=%s --root-dir=%s --hostname-override=%s --node-ip=%s >>%s 2>&1 &",
 			filepath.Join(bin, "kubelet"), rn.path("kubelet.yaml"), rn.path("kubelet.kubeconfig"), rn.path("kubelet"),
 			rn.n.Name, rn.n.IP, filepath.Join(logDir, rn.n.Name+"-kubelet.log")),
