@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
@@ -378,6 +379,12 @@ func (p *Provider) ensureL4(s *aviSession, log klog.Logger, want *layout) (provi
 		return providers.Status{}, err
 	}
 
+	if addressMoves(want.vsvip, cur.vsvip) {
+		if err := p.dropVsVip(s, log, cur.vsvip, cur.vs); err != nil {
+			return providers.Status{}, err
+		}
+		cur.vsvip, cur.vs = nil, nil
+	}
 	vsvip, err := p.applyVsVip(s, log, want.vsvip, cur.vsvip)
 	if err != nil {
 		return providers.Status{}, err
@@ -424,6 +431,48 @@ func (p *Provider) applyVsVip(s *aviSession, log klog.Logger, spec vsvipSpec, cu
 	return apply(s, p, log, vsvipKind, spec.Name, cur,
 		func(c *models.VsVip) *models.VsVip { return p.vsvipModel(spec, c) },
 		func(o *models.VsVip) bool { return checksum(vsvipSpecOf(o)) == sum })
+}
+
+// addressMoves reports whether the VsVip cur holds another address than
+// the one spec requests. A controller refuses to change the address of an
+// existing vip ("If a new preferred IP is needed, please recreate the
+// VIP"), so such a VsVip is deleted and created again (dropVsVip).
+func addressMoves(spec vsvipSpec, cur *models.VsVip) bool {
+	want, err := netip.ParseAddr(spec.Address)
+	if cur == nil || err != nil {
+		return false
+	}
+	have := vipsOf(cur)
+	for _, a := range have {
+		if ip, err := netip.ParseAddr(a); err == nil && ip.Unmap() == want.Unmap() {
+			return false
+		}
+	}
+	return len(have) > 0
+}
+
+// dropVsVip deletes the VsVip vsvip and, first, the virtual services of
+// the load balancer that use it (the controller refuses to delete an
+// object still referred to); the apply that follows creates them again.
+// The VsVip must be adoptable: another owner's is never touched.
+func (p *Provider) dropVsVip(s *aviSession, log klog.Logger, vsvip *models.VsVip, users ...*models.VirtualService) error {
+	if err := adoptable(p, vsvipKind, vsvip); err != nil {
+		return fmt.Errorf("ensure vsvip %s: %w", deref(vsvip.Name), err)
+	}
+	for _, vs := range users {
+		if vs == nil {
+			continue
+		}
+		if err := remove(s, vsKind.typ, deref(vs.UUID)); err != nil {
+			return fmt.Errorf("delete virtualservice %s to move its VIP: %w", deref(vs.Name), err)
+		}
+		log.V(2).Info("Deleted Avi object to move its VIP", "type", vsKind.typ, "name", deref(vs.Name))
+	}
+	if err := remove(s, vsvipKind.typ, deref(vsvip.UUID)); err != nil {
+		return fmt.Errorf("delete vsvip %s to move its VIP: %w", deref(vsvip.Name), err)
+	}
+	log.V(2).Info("Deleted Avi object to move its VIP", "type", vsvipKind.typ, "name", deref(vsvip.Name))
+	return nil
 }
 
 // applyPools makes the pools match specs and returns their URLs by name;

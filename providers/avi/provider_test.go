@@ -303,8 +303,16 @@ func TestProvider_requestedVIPIsKept(t *testing.T) {
 	if st := f.ensure(lb); len(st.VIPs) != 1 || st.VIPs[0] != "198.18.200.78" {
 		t.Errorf("VIPs after changing the requested VIP: got %v", st.VIPs)
 	}
-	if diff := cmp.Diff([]string{"PUT vsvip"}, f.writes()); diff != "" {
+	// A controller refuses a new address for an existing vip ("If a new
+	// preferred IP is needed, please recreate the VIP"): the VsVip is made
+	// again, after the virtual service that uses it.
+	if diff := cmp.Diff([]string{"DELETE virtualservice", "DELETE vsvip", "POST vsvip", "POST virtualservice"}, f.writes()); diff != "" {
 		t.Errorf("changing the requested VIP, writes (-want +got):\n%s", diff)
+	}
+	f.sim.ResetCounters()
+	f.ensure(lb)
+	if n := f.sim.Writes(); n != 0 {
+		t.Errorf("Ensure after the VIP moved: %d writes, want 0", n)
 	}
 }
 
@@ -673,6 +681,35 @@ func TestProvider_serverErrorsDeleteNothing(t *testing.T) {
 				t.Errorf("after the next Ensure (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// During an upgrade a controller refuses every change with 403
+// "Configuration is disallowed during upgrade" (AKO's
+// lib.AviControllerUpgradeError): Ensure fails with that message, changes
+// nothing, and converges once the upgrade is over.
+func TestProvider_upgradeRefusesChangesUntilItEnds(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	a, b := member("198.18.0.11", 61000), member("198.18.0.12", 61000)
+	before := webLB("web", tcp(80, a, b))
+	f.ensure(before)
+	f.sim.SetUpgrading(true)
+	f.sim.ResetCounters()
+	after := webLB("web", tcp(80, a))
+	if _, err := f.v.Ensure(context.Background(), after); err == nil ||
+		!strings.Contains(err.Error(), "Avi 403: Configuration is disallowed during upgrade") {
+		t.Fatalf("Ensure during an upgrade: %v", err)
+	}
+	if err := f.v.Delete(context.Background(), before.Name, lbmodel.L4); err == nil {
+		t.Error("Delete during an upgrade succeeded")
+	}
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(before, "198.18.200.1")}, f.list()); diff != "" {
+		t.Errorf("state after the refused changes (-want +got):\n%s", diff)
+	}
+	f.sim.SetUpgrading(false)
+	f.ensure(after)
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(after, "198.18.200.1")}, f.list()); diff != "" {
+		t.Errorf("after the upgrade (-want +got):\n%s", diff)
 	}
 }
 

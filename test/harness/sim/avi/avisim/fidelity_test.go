@@ -137,3 +137,32 @@ func TestServer_upgrade(t *testing.T) {
 	srv.SetUpgrading(false)
 	c.mustCreate("pool", map[string]any{"name": "p"})
 }
+
+// A controller refuses to change an existing vip: its vip_id, or its
+// address (AKO's lib.AviControllerVSVipIDChangeError and
+// AviControllerRecreateVIPError).
+func TestServer_refusesVIPChanges(t *testing.T) {
+	srv := startServer(t, Options{})
+	c := loggedIn(t, srv)
+	vip := func(id, addr string) map[string]any {
+		return map[string]any{"name": "v", "vip": []any{map[string]any{"vip_id": id, "auto_allocate_ip": false,
+			"ip_address": map[string]any{"addr": addr, "type": "V4"}}}}
+	}
+	created := c.mustCreate("vsvip", vip("0", "198.18.200.10"))
+	path := "/api/vsvip/" + str(created["uuid"])
+	for _, tc := range []struct {
+		name string
+		obj  map[string]any
+		want string
+	}{
+		{"another vip_id", vip("1", "198.18.200.10"), "Changing an existing VIP's vip_id is not supported"},
+		{"another address", vip("0", "198.18.200.11"), "If a new preferred IP is needed, please recreate the VIP"},
+	} {
+		if status, out := c.do("PUT", path, tc.obj); status != http.StatusBadRequest || !strings.Contains(str(out["error"]), tc.want) {
+			t.Errorf("%s: %d %v, want 400 containing %q", tc.name, status, out, tc.want)
+		}
+	}
+	if status, out := c.do("PUT", path, vip("0", "198.18.200.10")); status != http.StatusOK {
+		t.Errorf("the same vip again: %d %v", status, out)
+	}
+}

@@ -153,6 +153,9 @@ func (s *store) allocateVIPs(tenant, uuid string, obj, old object) *apiError {
 				previous[str(vip["vip_id"])] = ip
 			}
 		}
+		if err := vipChanges(previous, vips); err != nil {
+			return err
+		}
 	}
 	taken := map[netip.Addr]bool{}
 	for i, raw := range vips {
@@ -193,6 +196,31 @@ func (s *store) allocateVIPs(tenant, uuid string, obj, old object) *apiError {
 		taken[ip] = true
 		vip["ip_address"] = map[string]any{"addr": ip.String(), "type": ipType(ip)}
 		vip["avi_allocated_vip"] = true
+	}
+	return nil
+}
+
+// vipChanges refuses what a controller refuses in an update of a VsVip
+// (AKO's lib.AviControllerVSVipIDChangeError and
+// AviControllerRecreateVIPError, internal/lib/constants.go): a vip whose
+// vip_id changed, and a new address for an existing vip.
+func vipChanges(previous map[string]netip.Addr, vips []any) *apiError {
+	kept := 0
+	for _, raw := range vips {
+		vip, _ := raw.(map[string]any)
+		ip, had := previous[str(vip["vip_id"])]
+		if !had {
+			continue
+		}
+		kept++
+		ipa, _ := vip["ip_address"].(map[string]any)
+		if given, err := netip.ParseAddr(str(ipa["addr"])); err == nil && given != ip {
+			return errorf(http.StatusBadRequest, "Changing the IP address of an existing VIP (%s to %s) is not supported. "+
+				"If a new preferred IP is needed, please recreate the VIP", ip, given)
+		}
+	}
+	if len(previous) > 0 && kept < len(previous) && len(vips) >= len(previous) {
+		return errorf(http.StatusBadRequest, "Changing an existing VIP's vip_id is not supported")
 	}
 	return nil
 }
