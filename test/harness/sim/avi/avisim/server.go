@@ -346,6 +346,47 @@ func (s *Server) Create(tenant, typ string, obj map[string]any) (map[string]any,
 	return s.st.render(e, s.host, true), nil
 }
 
+// Import stores an object as a controller returned it, for tests that
+// start from a recorded controller state: its uuid, url, _last_modified and
+// every field as given, references (full URLs of any host, with or without
+// #name, or paths) kept as the paths they name. Nothing is checked or
+// filled in; the references must name objects the simulator holds.
+func (s *Server) Import(tenant, typ string, obj map[string]any) error {
+	if _, ok := kinds[typ]; !ok {
+		return fmt.Errorf("avisim: unknown object type %q", typ)
+	}
+	body, err := normalizeJSON(obj)
+	if err != nil {
+		return err
+	}
+	if str(body["uuid"]) == "" || str(body["name"]) == "" {
+		return fmt.Errorf("avisim: import %s: an object needs its uuid and name", typ)
+	}
+	toPath := func(ref string) string {
+		if i := strings.IndexByte(ref, '#'); i >= 0 {
+			ref = ref[:i]
+		}
+		if i := strings.Index(ref, "://"); i >= 0 {
+			if j := strings.IndexByte(ref[i+3:], '/'); j >= 0 {
+				ref = ref[i+3+j:]
+			}
+		}
+		return ref
+	}
+	walkRefs(body, func(ref string) (string, error) { return toPath(ref), nil })
+	body["url"] = toPath(str(body["url"]))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	home := tenantOf(tenant, typ)
+	if s.st.byName[nameKey{home, typ, str(body["name"])}] != nil || s.st.byUUID[str(body["uuid"])] != nil {
+		return fmt.Errorf("avisim: import %s %s: it exists", typ, body["name"])
+	}
+	e := &entry{tenant: home, typ: typ, obj: body}
+	s.st.index(e)
+	s.st.commit(e)
+	return nil
+}
+
 // DeleteObject deletes an object as DELETE /api/<typ>/<uuid> in tenant
 // would, bypassing faults and counters; tests use it to leave a load
 // balancer half deleted.
