@@ -3,6 +3,7 @@ package bigip
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -110,6 +111,12 @@ var policyKind = objectKind[policyState, policyBody]{
 	what: "policy", plural: "policies", collection: "ltm/policy", query: "?expandSubcollections=true",
 	create: func(ctx context.Context, p *provider, name string, body policyBody) error {
 		err := p.api.do(ctx, http.MethodPost, "ltm/policy", body, nil)
+		if isPublishedExists(err) {
+			// The published policy was made since it was read: answer as
+			// a create that meets an object, so that ensureObject reads it
+			// and changes it through a draft of it.
+			return &apiError{Code: http.StatusConflict, Message: err.Error()}
+		}
 		if isConflict(err) {
 			// A draft left by a failed publish: replace its content.
 			err = p.writeDraft(ctx, name, body)
@@ -129,6 +136,16 @@ var policyKind = objectKind[policyState, policyBody]{
 		}
 		return p.publish(ctx, name)
 	},
+}
+
+// isPublishedExists reports whether err is BIG-IP's answer to a draft
+// created while its published policy exists: 400 "01070734:3:
+// Configuration error: Published policy "/P/x" exists, use create-draft to
+// create a draft copy" (a draft of an existing policy is made from it).
+func isPublishedExists(err error) bool {
+	var ae *apiError
+	return errors.As(err, &ae) && ae.Code == http.StatusBadRequest && strings.Contains(ae.Message, "01070734") &&
+		strings.Contains(ae.Message, "use create-draft")
 }
 
 // draftName is the name of the draft of policy name in object paths.

@@ -104,7 +104,7 @@ func (st *store) servePolicy(req request, rest []string) response {
 			return ok(policyView(d, false))
 		}
 		if !isDraft(r.fullPath()) {
-			return badRequest("01071726:3: Cannot modify the published policy %s: create a draft (options=create-draft), change it and publish it", r.fullPath())
+			return publishedDirectly(r)
 		}
 		body, good := decodeBody(req.body)
 		if !good {
@@ -130,6 +130,13 @@ func (st *store) servePolicy(req request, rest []string) response {
 		return ok(nil)
 	}
 	return methodNotAllowed(req.method, req.path)
+}
+
+// publishedDirectly is BIG-IP's answer to a create or change of a
+// published policy (REFERENCE §18).
+func publishedDirectly(r ref) response {
+	return badRequest("01071abb:3: Cannot create/modify published policy '%s' directly, try specifying a draft folder like '/%s/Drafts/%s'.",
+		r.fullPath(), r.partition, r.name)
 }
 
 func setPolicyPath(props obj, r ref) {
@@ -159,13 +166,18 @@ func (st *store) createPolicy(body obj) response {
 	}
 	legacy := body["legacy"] == true
 	if !isDraft(r.fullPath()) && !legacy {
-		return badRequest("01071726:3: Policy %s must be created as a draft (/%s/Drafts/%s) and published", r.fullPath(), r.partition, r.name)
+		return publishedDirectly(r)
 	}
 	if st.folders[r.partition] == nil {
 		return folderMissing(r.partition)
 	}
 	if st.policies[r.fullPath()] != nil {
 		return alreadyExists("Policy", r.fullPath(), r.partition)
+	}
+	if pub := (ref{r.partition, strings.TrimPrefix(r.name, draftsFolder)}); isDraft(r.fullPath()) && st.policies[pub.fullPath()] != nil {
+		// BIG-IP's answer (REFERENCE §18): a draft of an existing policy is
+		// made from it, with options=create-draft.
+		return badRequest("01070734:3: Configuration error: Published policy \"%s\" exists, use create-draft to create a draft copy .", pub.fullPath())
 	}
 	p := &policy{props: obj{"kind": "tm:ltm:policy:policystate", "strategy": "/Common/first-match", "requires": []any{},
 		"controls": []any{}, "status": "draft"}}
