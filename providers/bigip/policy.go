@@ -27,14 +27,19 @@ type conditionState struct {
 	Path           bool   `json:"path,omitempty"`
 	QueryParameter bool   `json:"queryParameter,omitempty"`
 	// TmName names the header or the query parameter tested.
-	TmName          string   `json:"tmName,omitempty"`
-	Equals          bool     `json:"equals,omitempty"`
-	StartsWith      bool     `json:"startsWith,omitempty"`
-	EndsWith        bool     `json:"endsWith,omitempty"`
-	Not             bool     `json:"not,omitempty"`
-	CaseInsensitive bool     `json:"caseInsensitive,omitempty"`
-	Request         bool     `json:"request,omitempty"`
-	Values          []string `json:"values"`
+	TmName          string `json:"tmName,omitempty"`
+	Equals          bool   `json:"equals,omitempty"`
+	StartsWith      bool   `json:"startsWith,omitempty"`
+	EndsWith        bool   `json:"endsWith,omitempty"`
+	Not             bool   `json:"not,omitempty"`
+	CaseInsensitive bool   `json:"caseInsensitive,omitempty"`
+	// CaseSensitive is set on every test but the host's: BIG-IP compares
+	// case-insensitively unless told otherwise (and answers
+	// caseInsensitive: true then), where paths, methods, header values
+	// and query parameters are case-sensitive.
+	CaseSensitive bool     `json:"caseSensitive,omitempty"`
+	Request       bool     `json:"request,omitempty"`
+	Values        []string `json:"values"`
 }
 
 type actionState struct {

@@ -369,6 +369,19 @@ func checkCondition(r ref, rule string, c obj) (response, bool) {
 	if _, present := c["request"]; !present {
 		c["request"] = true
 	}
+	// Conditions compare case-insensitively unless told otherwise: BIG-IP
+	// answers caseInsensitive: true for a condition sent without caseSensitive
+	// (go-bigip's ltm_test.go at 62236ad8, 11.5.1: an httpUri startsWith;
+	// f5-cccl's bigip_policy.json, 12.1.1: an httpHeader contains).
+	switch {
+	case c["caseSensitive"] == true && c["caseInsensitive"] == true:
+		return badRequest("01071734:3: Policy %s rule %s: a condition is case-sensitive or case-insensitive, not both", r.fullPath(), rule), false
+	case c["caseSensitive"] == true:
+		delete(c, "caseInsensitive")
+	default:
+		delete(c, "caseSensitive")
+		c["caseInsensitive"] = true
+	}
 	return response{}, true
 }
 

@@ -45,3 +45,37 @@ func TestServer_refusesUnknownAndMistypedProperties(t *testing.T) {
 		"caseInsensitive": true, "equals": true, "request": true, "external": true, "remote": true, "present": true,
 		"values": []string{"/"}})), 200)
 }
+
+// A condition compares case-insensitively unless it says caseSensitive, and
+// BIG-IP answers so (go-bigip's 11.5.1 and f5-cccl's 12.1.1 recorded
+// conditions carry caseInsensitive: true).
+func TestServer_conditionsAreCaseInsensitiveByDefault(t *testing.T) {
+	s := start(t, Options{})
+	createPartition(t, s, "p1")
+	mustStatus(t, call(t, s, "POST", "/mgmt/tm/ltm/pool", map[string]any{"name": "web", "partition": "p1"}), 200)
+	path := func(extra map[string]any) map[string]any {
+		c := map[string]any{"httpUri": true, "path": true, "equals": true, "values": []string{"/api"}}
+		for k, v := range extra {
+			c[k] = v
+		}
+		return c
+	}
+	mustStatus(t, call(t, s, "POST", "/mgmt/tm/ltm/policy", map[string]any{"name": "lb", "partition": "p1", "subPath": "Drafts",
+		"requires": []string{"http"}, "controls": []string{"forwarding"}, "rules": []any{
+			map[string]any{"name": "default", "conditions": []any{path(nil)}, "actions": []any{map[string]any{"forward": true, "pool": "/p1/web"}}},
+			map[string]any{"name": "sensitive", "conditions": []any{path(map[string]any{"caseSensitive": true})},
+				"actions": []any{map[string]any{"forward": true, "pool": "/p1/web"}}},
+		}}), 200)
+	r := call(t, s, "GET", "/mgmt/tm/ltm/policy/~p1~Drafts~lb?expandSubcollections=true", nil)
+	for i, want := range []map[string]any{{"caseInsensitive": true}, {"caseSensitive": true}} {
+		cond := r.body["rulesReference"].(map[string]any)["items"].([]any)[i].(map[string]any)["conditionsReference"].(map[string]any)["items"].([]any)[0].(map[string]any)
+		for k, v := range want {
+			if cond[k] != v || (k == "caseSensitive" && cond["caseInsensitive"] != nil) {
+				t.Errorf("rule %d condition %v, want %s: %v alone", i, cond, k, v)
+			}
+		}
+	}
+	wantMessage(t, call(t, s, "POST", "/mgmt/tm/ltm/policy", map[string]any{"name": "both", "partition": "p1", "subPath": "Drafts",
+		"requires": []string{"http"}, "controls": []string{"forwarding"}, "rules": []any{map[string]any{"name": "r",
+			"conditions": []any{path(map[string]any{"caseSensitive": true, "caseInsensitive": true})}}}}), 400, "not both")
+}
