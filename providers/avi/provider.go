@@ -92,10 +92,51 @@ func (c *Config) open(ctx context.Context) (*Provider, error) {
 		p.version = v
 		_ = session.SetVersion(v)(s.client.AviSession)
 	}
+	if err := checkVersion(p.version); err != nil {
+		_ = s.client.AviSession.Logout()
+		p.base.CloseIdleConnections()
+		return nil, fmt.Errorf("avi: %w", err)
+	}
 	p.open = 1
 	p.idle <- s
 	log.Info("Connected to the Avi controller", "controller", c.Controller, "version", p.version, "tenant", c.Tenant)
 	return p, nil
+}
+
+// minVersion is the oldest API version the provider speaks: every object
+// carries markers, a field introduced in 20.1.5 (swagger of the pinned
+// alb-sdk); a controller refuses fields newer than the X-Avi-Version of a
+// request.
+const minVersion = "20.1.5"
+
+// checkVersion refuses an API version older than minVersion.
+func checkVersion(v string) error {
+	have, ok := parseVersion(v)
+	if !ok {
+		return fmt.Errorf("API version %q is not major.minor.patch", v)
+	}
+	want, _ := parseVersion(minVersion)
+	if slices.Compare(have[:], want[:]) < 0 {
+		return fmt.Errorf("API version %s is older than %s, the first with the markers npl puts on every object", v, minVersion)
+	}
+	return nil
+}
+
+// parseVersion reads "22.1.3" (more parts, as in 18.2.10.1, are ignored).
+func parseVersion(v string) ([3]int, bool) {
+	var out [3]int
+	parts := strings.Split(v, ".")
+	if len(parts) < 3 {
+		return out, false
+	}
+	for i := range out {
+		n, err := strconv.Atoi(parts[i])
+		if err != nil {
+			return out, false
+		}
+		out[i] = n
+	}
+	return out, true
 }
 
 func controllerVersion(ctx context.Context, s *aviSession) (version string, err error) {

@@ -44,6 +44,10 @@ type Options struct {
 	// ErrorLog receives the HTTP server's errors (failed TLS handshakes);
 	// they are dropped when nil.
 	ErrorLog *log.Logger
+	// Version is the BIG-IP version GET /mgmt/tm/sys/version reports;
+	// 17.1.0 when empty. The provider uses nothing that differs between
+	// 13.1 and 17.1 (docs/bigip.md).
+	Version string
 }
 
 // Server is a simulated BIG-IP. Its methods are safe for concurrent use.
@@ -67,15 +71,16 @@ type Server struct {
 }
 
 const (
-	loginPath  = "/mgmt/shared/authn/login"
-	tokensPath = "/mgmt/shared/authz/tokens/"
-	tmPrefix   = "/mgmt/tm/"
-	txnPath    = "/mgmt/tm/transaction"
-	simPrefix  = "/sim/"
-	txnHeader  = "X-F5-REST-Coordination-Id"
-	tokenHdr   = "X-F5-Auth-Token"
-	maxBody    = 32 << 20
-	maxTimeout = 36000 // the longest token lifetime BIG-IP accepts, in seconds
+	loginPath   = "/mgmt/shared/authn/login"
+	tokensPath  = "/mgmt/shared/authz/tokens/"
+	tmPrefix    = "/mgmt/tm/"
+	txnPath     = "/mgmt/tm/transaction"
+	versionPath = "/mgmt/tm/sys/version"
+	simPrefix   = "/sim/"
+	txnHeader   = "X-F5-REST-Coordination-Id"
+	tokenHdr    = "X-F5-Auth-Token"
+	maxBody     = 32 << 20
+	maxTimeout  = 36000 // the longest token lifetime BIG-IP accepts, in seconds
 )
 
 // New returns a Server with an empty configuration: the partition Common and
@@ -201,6 +206,8 @@ func (s *Server) handle(r *http.Request, body []byte) response {
 		return s.serveToken(r.Method, strings.TrimPrefix(r.URL.Path, tokensPath), body)
 	case r.URL.Path == txnPath || strings.HasPrefix(r.URL.Path, txnPath+"/"):
 		return s.serveTransaction(r.Method, strings.TrimPrefix(r.URL.Path, txnPath), body)
+	case r.URL.Path == versionPath && r.Method == http.MethodGet:
+		return s.version()
 	case strings.HasPrefix(r.URL.Path, tmPrefix):
 		req := newRequest(r.Method, r.URL.Path, r.URL.Query(), body)
 		if id := r.Header.Get(txnHeader); id != "" && r.Method != http.MethodGet {
@@ -266,6 +273,24 @@ func writeResponse(w http.ResponseWriter, resp response) {
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 	w.WriteHeader(resp.status)
 	w.Write(out) //nolint:errcheck // the client went away; nothing to do.
+}
+
+// version answers GET /mgmt/tm/sys/version as BIG-IP does: one entry of
+// nested stats.
+func (s *Server) version() response {
+	v := s.opts.Version
+	if v == "" {
+		v = "17.1.0"
+	}
+	desc := func(d string) obj { return obj{"description": d} }
+	return ok(obj{
+		"kind":     "tm:sys:version:versionstats",
+		"selfLink": "https://localhost/mgmt/tm/sys/version?ver=" + v,
+		"entries": obj{"https://localhost/mgmt/tm/sys/version/0": obj{"nestedStats": obj{"entries": obj{
+			"Build": desc("0.0.1"), "Date": desc("Mon Jan  1 00:00:00 PST 2024"), "Edition": desc("Final"),
+			"Product": desc("BIG-IP"), "Title": desc("Main Package"), "Version": desc(v),
+		}}}},
+	})
 }
 
 // login answers POST /mgmt/shared/authn/login. The answer has no numeric
