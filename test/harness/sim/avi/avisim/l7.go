@@ -225,7 +225,7 @@ func toAnySlice(ss []string) []any {
 
 // hiddenFields are never shown by GET, as the controller keeps private keys
 // to itself.
-var hiddenFields = map[string][]string{"sslkeyandcertificate": {"key", "key_passphrase"}}
+var hiddenFields = map[string][]string{"sslkeyandcertificate": {"key", "key_passphrase"}, "user": {"password"}}
 
 // validateVirtualServiceL7 checks what a virtual service's HTTP features
 // need: HTTP policy sets and SSL need an HTTP application profile, SSL

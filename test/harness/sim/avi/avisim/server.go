@@ -107,7 +107,7 @@ type Server struct {
 }
 
 type loginSession struct {
-	user string
+	user *account
 	csrf string
 }
 
@@ -181,6 +181,10 @@ func (s *Server) seed() {
 		{"networkprofile", object{"name": "System-UDP-Fast-Path", "profile": map[string]any{"type": "PROTOCOL_TYPE_UDP_FAST_PATH"}}},
 		{"networkprofile", object{"name": "System-TCP-Fast-Path", "profile": map[string]any{"type": "PROTOCOL_TYPE_TCP_FAST_PATH"}}},
 	}
+	seeds = append(seeds, struct {
+		typ string
+		obj object
+	}{"role", object{"name": systemAdminRole, "privileges": allPermissions()}})
 	for _, sd := range seeds {
 		if _, err := s.st.create(adminTenant, sd.typ, sd.obj, avischema.Version{}); err != nil {
 			panic(fmt.Sprintf("seed %s %v: %v", sd.typ, sd.obj["name"], err))
@@ -532,6 +536,13 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, path string) {
 		writeError(w, http.StatusNotFound, "Unknown resource "+path)
 		return
 	}
+	s.mu.Lock()
+	allowed := r.Method == http.MethodGet || s.mayWrite(sess.user, tenant, typ)
+	s.mu.Unlock()
+	if !allowed {
+		forbidden(w, sess.user, typ)
+		return
+	}
 	s.serveObjects(w, r, tenant, typ, parts[1:], version)
 }
 
@@ -598,15 +609,23 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "Invalid credentials")
 		return
 	}
+	host := r.Host
+	if host == "" {
+		host = s.Host()
+	}
 	s.mu.Lock()
-	ok := cred.Username == s.username && cred.Password == s.password
-	var id, csrf string
-	if ok {
+	acct := s.findAccount(cred.Username, cred.Password)
+	var (
+		id, csrf string
+		user     map[string]any
+	)
+	if acct != nil {
 		id, csrf = randomHex(16), randomHex(16)
-		s.sessions[id] = &loginSession{user: cred.Username, csrf: csrf}
+		s.sessions[id] = &loginSession{user: acct, csrf: csrf}
+		user = s.loginUser(acct, host)
 	}
 	s.mu.Unlock()
-	if !ok {
+	if acct == nil {
 		writeError(w, http.StatusUnauthorized, "Invalid credentials")
 		return
 	}
@@ -614,7 +633,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: "sessionid", Value: id, Path: "/", Secure: true, HttpOnly: true})
 	http.SetCookie(w, &http.Cookie{Name: "avi-sessionid", Value: id, Path: "/", Secure: true, HttpOnly: true})
 	writeJSON(w, http.StatusOK, map[string]any{
-		"user":    map[string]any{"username": cred.Username, "name": cred.Username},
+		"user":    user,
 		"version": map[string]any{"Version": s.opts.Version},
 	})
 }

@@ -49,6 +49,8 @@ var kinds = map[string]kind{
 	"network":              {display: "Network", cloudScoped: true, shared: true},
 	"vrfcontext":           {display: "VrfContext", cloudScoped: true, shared: true},
 	"tenant":               {display: "Tenant", shared: true},
+	"role":                 {display: "Role", shared: true},
+	"user":                 {display: "User", shared: true},
 }
 
 const adminTenant = "admin"
