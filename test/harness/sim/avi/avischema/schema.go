@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 )
@@ -85,16 +86,69 @@ var (
 	pinnedErr  error
 )
 
-// Pinned returns the schema of the alb-sdk version npl's go.mod pins, found
-// with `go list -m`. It is read once per process.
+// Pinned returns the schema of the alb-sdk version npl's go.mod pins: the
+// module's directory in the module cache, from the version the running
+// binary was built with, else from `go list -m`. It is read once per
+// process.
 func Pinned() (*Schema, error) {
 	pinnedOnce.Do(func() {
-		var dir string
-		if dir, pinnedErr = moduleDir(); pinnedErr == nil {
-			pinned, pinnedErr = Open(filepath.Join(dir, "swagger"))
+		dir, ok := cachedModuleDir()
+		if !ok {
+			if dir, pinnedErr = moduleDir(); pinnedErr != nil {
+				return
+			}
 		}
+		pinned, pinnedErr = Open(filepath.Join(dir, "swagger"))
 	})
 	return pinned, pinnedErr
+}
+
+// cachedModuleDir finds the module in the module cache from the version
+// the running binary links, without the go command.
+func cachedModuleDir() (string, bool) {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "", false
+	}
+	for _, dep := range info.Deps {
+		if dep.Replace != nil {
+			dep = dep.Replace
+		}
+		if dep.Path != Module || dep.Version == "" {
+			continue
+		}
+		cache := os.Getenv("GOMODCACHE")
+		if cache == "" {
+			gopath := os.Getenv("GOPATH")
+			if gopath == "" {
+				home, err := os.UserHomeDir()
+				if err != nil {
+					return "", false
+				}
+				gopath = filepath.Join(home, "go")
+			}
+			cache = filepath.Join(filepath.SplitList(gopath)[0], "pkg", "mod")
+		}
+		dir := filepath.Join(cache, escapePath(dep.Path)+"@"+escapePath(dep.Version))
+		if _, err := os.Stat(filepath.Join(dir, "swagger", "Pool.json")); err == nil {
+			return dir, true
+		}
+	}
+	return "", false
+}
+
+// escapePath spells a module path or version as the module cache does:
+// an upper-case letter as ! and its lower case.
+func escapePath(p string) string {
+	var b strings.Builder
+	for _, r := range p {
+		if r >= 'A' && r <= 'Z' {
+			b.WriteByte('!')
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // moduleDir asks the go command where the pinned alb-sdk module is.
