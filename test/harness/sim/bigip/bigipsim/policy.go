@@ -355,7 +355,9 @@ func checkCondition(r ref, rule string, c obj) (response, bool) {
 	switch {
 	case len(conditionOperands[operand]) > 0 && selectors != 1:
 		return badRequest("01071734:3: Policy %s rule %s: %s needs one of %v", r.fullPath(), rule, operand, conditionOperands[operand]), false
-	case len(conditionOperands[operand]) == 0 && slices.ContainsFunc(conditionSelectors, func(s string) bool { return c[s] == true }):
+	case len(conditionOperands[operand]) == 0 && slices.ContainsFunc(conditionSelectors, func(s string) bool { return s != "all" && c[s] == true }):
+		// BIG-IP answers all: true on an httpHeader condition
+		// (f5-cccl's bigip_policy.json), so it goes back in.
 		return badRequest("01071734:3: Policy %s rule %s: %s takes no selector", r.fullPath(), rule, operand), false
 	case named && str(c, "tmName") == "":
 		return badRequest("01071734:3: Policy %s rule %s: %s needs a name (tmName)", r.fullPath(), rule, operand), false

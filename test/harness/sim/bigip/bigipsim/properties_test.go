@@ -44,6 +44,10 @@ func TestServer_refusesUnknownAndMistypedProperties(t *testing.T) {
 	mustStatus(t, call(t, s, "POST", "/mgmt/tm/ltm/policy", rule(map[string]any{"index": 0, "httpUri": true, "path": true,
 		"caseInsensitive": true, "equals": true, "request": true, "external": true, "remote": true, "present": true,
 		"values": []string{"/"}})), 200)
+	mustStatus(t, call(t, s, "DELETE", "/mgmt/tm/ltm/policy/~p1~Drafts~lb", nil), 200)
+	mustStatus(t, call(t, s, "POST", "/mgmt/tm/ltm/policy", rule(map[string]any{"index": 0, "all": true, "httpHeader": true,
+		"tmName": "X-Header", "contains": true, "caseInsensitive": true, "request": true, "external": true, "remote": true,
+		"present": true, "values": []string{"openstack", "velcro"}})), 200)
 }
 
 // A condition compares case-insensitively unless it says caseSensitive, and
