@@ -166,3 +166,71 @@ func TestServer_refusesVIPChanges(t *testing.T) {
 		t.Errorf("the same vip again: %d %v", status, out)
 	}
 }
+
+// The objects of a pool's traffic policy: persistence profiles (the
+// controller's own System-Persistence-Client-IP among them) and health
+// monitors are stored with the schema's defaults, refused when they break
+// the schema or what its descriptions say in words, and kept while a pool
+// refers to them.
+func TestServer_trafficPolicyObjects(t *testing.T) {
+	srv := startServer(t, Options{})
+	c := loggedIn(t, srv)
+	markers := []any{map[string]any{"key": "clustername", "values": []any{"c1"}}}
+	hm := c.mustCreate("healthmonitor", map[string]any{"name": "c1--hm-1", "type": "HEALTH_MONITOR_HTTP", "markers": markers,
+		"send_interval": 5, "receive_timeout": 4, "successful_checks": 3, "failed_checks": 2,
+		"http_monitor": map[string]any{"http_request": "GET /healthz HTTP/1.0", "http_response_code": []any{"HTTP_2XX"}}})
+	if hm["uuid"] == nil || !strings.HasPrefix(str(hm["uuid"]), "healthmonitor-") {
+		t.Errorf("health monitor stored as %v", hm)
+	}
+	persist := c.mustCreate("applicationpersistenceprofile", map[string]any{"name": "c1--persist-1", "markers": markers,
+		"persistence_type": "PERSISTENCE_TYPE_HTTP_COOKIE", "http_cookie_persistence_profile": map[string]any{"cookie_name": "s", "timeout": 60}})
+	if persist["server_hm_down_recovery"] != "HM_DOWN_PICK_NEW_SERVER" {
+		t.Errorf("persistence profile without the schema's defaults: %v", persist)
+	}
+	c.mustCreate("pool", map[string]any{"name": "p", "health_monitor_refs": []any{"/api/healthmonitor?name=c1--hm-1"},
+		"application_persistence_profile_ref": "/api/applicationpersistenceprofile?name=c1--persist-1",
+		"lb_algorithm":                        "LB_ALGORITHM_CONSISTENT_HASH", "lb_algorithm_hash": "LB_ALGORITHM_CONSISTENT_HASH_CUSTOM_HEADER",
+		"lb_algorithm_consistent_hash_hdr": "X-User", "connection_ramp_duration": 2, "max_concurrent_connections_per_server": 100})
+	c.mustCreate("pool", map[string]any{"name": "q", "application_persistence_profile_ref": "/api/applicationpersistenceprofile?name=System-Persistence-Client-IP"})
+
+	for _, tc := range []struct {
+		name, typ string
+		obj       map[string]any
+		want      string
+	}{
+		{"a persistence type the schema lacks", "applicationpersistenceprofile", map[string]any{"name": "x",
+			"persistence_type": "PERSISTENCE_TYPE_HTTP_CUSTOM_HEADER"}, "persistence_type"},
+		{"a client IP timeout above 720 minutes", "applicationpersistenceprofile", map[string]any{"name": "x",
+			"persistence_type": "PERSISTENCE_TYPE_CLIENT_IP_ADDRESS", "ip_persistence_profile": map[string]any{"ip_persistent_timeout": 721}},
+			"ip_persistent_timeout"},
+		{"a monitor without a type", "healthmonitor", map[string]any{"name": "x"}, "type: This field is required"},
+		{"a receive timeout of the send interval", "healthmonitor", map[string]any{"name": "x", "type": "HEALTH_MONITOR_TCP",
+			"send_interval": 5, "receive_timeout": 5}, "must be less than send_interval"},
+		{"a receive timeout above the default interval", "healthmonitor", map[string]any{"name": "x", "type": "HEALTH_MONITOR_TCP",
+			"receive_timeout": 20}, "must be less than send_interval 10"},
+		{"a response class the schema lacks", "healthmonitor", map[string]any{"name": "x", "type": "HEALTH_MONITOR_HTTP",
+			"http_monitor": map[string]any{"http_response_code": []any{"HTTP_200"}}}, "http_response_code"},
+		{"a ramp above 300 minutes", "pool", map[string]any{"name": "x", "connection_ramp_duration": 301}, "connection_ramp_duration"},
+		{"a hash on a header without its name", "pool", map[string]any{"name": "x", "lb_algorithm": "LB_ALGORITHM_CONSISTENT_HASH",
+			"lb_algorithm_hash": "LB_ALGORITHM_CONSISTENT_HASH_CUSTOM_HEADER"}, "lb_algorithm_consistent_hash_hdr"},
+		{"a persistence profile that is a health monitor", "pool", map[string]any{"name": "x",
+			"application_persistence_profile_ref": "/api/healthmonitor?name=System-TCP"}, "not a ApplicationPersistenceProfile"},
+	} {
+		status, out := c.do("POST", "/api/"+tc.typ, tc.obj)
+		if status != http.StatusBadRequest || !strings.Contains(str(out["error"]), tc.want) {
+			t.Errorf("%s: %d %v, want 400 containing %q", tc.name, status, out, tc.want)
+		}
+	}
+	for _, typ := range []string{"healthmonitor", "applicationpersistenceprofile"} {
+		var obj map[string]any
+		if typ == "healthmonitor" {
+			obj = hm
+		} else {
+			obj = persist
+		}
+		status, out := c.do("DELETE", "/api/"+typ+"/"+str(obj["uuid"]), nil)
+		if status != http.StatusBadRequest || !strings.Contains(str(out["error"]), "Cannot delete, object is referred by: ['Pool p']") {
+			t.Errorf("delete of a %s a pool uses: %d %v", typ, status, out)
+		}
+	}
+}

@@ -113,7 +113,8 @@ type loginSession struct {
 
 // New returns a Server seeded like a fresh controller: tenant admin,
 // Default-Cloud, Default-Group, the VIP network, VRF global, health monitors
-// System-TCP, System-UDP and System-HTTP, application profiles
+// System-TCP, System-UDP and System-HTTP, persistence profiles
+// System-Persistence-Client-IP and System-Persistence-Http-Cookie, application profiles
 // System-L4-Application, System-HTTP and System-Secure-HTTP, network profiles
 // System-TCP-Proxy, System-UDP-Fast-Path and System-TCP-Fast-Path, and SSL
 // profile System-Standard. Start serves it.
@@ -175,6 +176,10 @@ func (s *Server) seed() {
 		{"applicationprofile", object{"name": "System-Secure-HTTP", "type": "APPLICATION_PROFILE_TYPE_HTTP",
 			"http_profile": map[string]any{"ssl_everywhere_enabled": true, "hsts_enabled": true}}},
 		{"healthmonitor", object{"name": "System-HTTP", "type": "HEALTH_MONITOR_HTTP"}},
+		{"applicationpersistenceprofile", object{"name": "System-Persistence-Client-IP", "persistence_type": "PERSISTENCE_TYPE_CLIENT_IP_ADDRESS",
+			"ip_persistence_profile": map[string]any{"ip_persistent_timeout": 5}}},
+		{"applicationpersistenceprofile", object{"name": "System-Persistence-Http-Cookie", "persistence_type": "PERSISTENCE_TYPE_HTTP_COOKIE",
+			"http_cookie_persistence_profile": map[string]any{"always_send_cookie": false}}},
 		{"sslprofile", object{"name": "System-Standard", "accepted_versions": []any{
 			map[string]any{"type": "SSL_VERSION_TLS1_2"}, map[string]any{"type": "SSL_VERSION_TLS1_3"}}}},
 		{"networkprofile", object{"name": "System-TCP-Proxy", "profile": map[string]any{"type": "PROTOCOL_TYPE_TCP_PROXY"}}},

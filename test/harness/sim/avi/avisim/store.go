@@ -31,26 +31,27 @@ type kind struct {
 }
 
 var kinds = map[string]kind{
-	"pool":                 {display: "Pool", cloudScoped: true},
-	"poolgroup":            {display: "PoolGroup", cloudScoped: true},
-	"virtualservice":       {display: "VirtualService", cloudScoped: true},
-	"vsvip":                {display: "VsVip", cloudScoped: true},
-	"l4policyset":          {display: "L4PolicySet"},
-	"httppolicyset":        {display: "HTTPPolicySet"},
-	"vsdatascriptset":      {display: "VSDataScriptSet"},
-	"sslkeyandcertificate": {display: "SSLKeyAndCertificate"},
-	"healthmonitor":        {display: "HealthMonitor", shared: true},
-	"applicationprofile":   {display: "ApplicationProfile", shared: true},
-	"analyticsprofile":     {display: "AnalyticsProfile", shared: true},
-	"sslprofile":           {display: "SSLProfile", shared: true},
-	"networkprofile":       {display: "NetworkProfile", shared: true},
-	"cloud":                {display: "Cloud", shared: true},
-	"serviceenginegroup":   {display: "ServiceEngineGroup", cloudScoped: true, shared: true},
-	"network":              {display: "Network", cloudScoped: true, shared: true},
-	"vrfcontext":           {display: "VrfContext", cloudScoped: true, shared: true},
-	"tenant":               {display: "Tenant", shared: true},
-	"role":                 {display: "Role", shared: true},
-	"user":                 {display: "User", shared: true},
+	"pool":                          {display: "Pool", cloudScoped: true},
+	"poolgroup":                     {display: "PoolGroup", cloudScoped: true},
+	"virtualservice":                {display: "VirtualService", cloudScoped: true},
+	"vsvip":                         {display: "VsVip", cloudScoped: true},
+	"l4policyset":                   {display: "L4PolicySet"},
+	"httppolicyset":                 {display: "HTTPPolicySet"},
+	"vsdatascriptset":               {display: "VSDataScriptSet"},
+	"sslkeyandcertificate":          {display: "SSLKeyAndCertificate"},
+	"healthmonitor":                 {display: "HealthMonitor", shared: true},
+	"applicationpersistenceprofile": {display: "ApplicationPersistenceProfile", shared: true},
+	"applicationprofile":            {display: "ApplicationProfile", shared: true},
+	"analyticsprofile":              {display: "AnalyticsProfile", shared: true},
+	"sslprofile":                    {display: "SSLProfile", shared: true},
+	"networkprofile":                {display: "NetworkProfile", shared: true},
+	"cloud":                         {display: "Cloud", shared: true},
+	"serviceenginegroup":            {display: "ServiceEngineGroup", cloudScoped: true, shared: true},
+	"network":                       {display: "Network", cloudScoped: true, shared: true},
+	"vrfcontext":                    {display: "VrfContext", cloudScoped: true, shared: true},
+	"tenant":                        {display: "Tenant", shared: true},
+	"role":                          {display: "Role", shared: true},
+	"user":                          {display: "User", shared: true},
 }
 
 const adminTenant = "admin"
@@ -419,6 +420,8 @@ func (s *store) prepare(tenant, typ, uuid string, obj, old object, v avischema.V
 	switch typ {
 	case "pool":
 		return validatePool(obj)
+	case "healthmonitor":
+		return validateHealthMonitor(obj)
 	case "virtualservice":
 		if err := validateVirtualService(obj); err != nil {
 			return err

@@ -13,8 +13,12 @@ import (
 // (avischema checks types, enums, ranges and required fields first).
 
 // validatePool checks the servers: a valid address whose type matches, no
-// server twice. A server's port 0 is the pool's default port.
+// server twice (a server's port 0 is the pool's default port), and a hash
+// on a header.
 func validatePool(obj object) *apiError {
+	if err := validatePoolHash(obj); err != nil {
+		return err
+	}
 	servers, _ := obj["servers"].([]any)
 	seen := map[string]bool{}
 	for i, raw := range servers {
@@ -38,6 +42,27 @@ func validatePool(obj object) *apiError {
 			return errorf(http.StatusBadRequest, "Duplicate server %s in pool %v", key, obj["name"])
 		}
 		seen[key] = true
+	}
+	return nil
+}
+
+// validatePoolHash checks that a pool hashing on a header names it.
+func validatePoolHash(obj object) *apiError {
+	if str(obj["lb_algorithm"]) == "LB_ALGORITHM_CONSISTENT_HASH" &&
+		str(obj["lb_algorithm_hash"]) == "LB_ALGORITHM_CONSISTENT_HASH_CUSTOM_HEADER" && str(obj["lb_algorithm_consistent_hash_hdr"]) == "" {
+		return errorf(http.StatusBadRequest, "lb_algorithm_consistent_hash_hdr: a hash on a custom header needs the header's name")
+	}
+	return nil
+}
+
+// validateHealthMonitor checks what the schema says in words: "This
+// timeout must be less than the send interval" (receive_timeout), after
+// the defaults are filled in.
+func validateHealthMonitor(obj object) *apiError {
+	interval, _ := toInt(obj["send_interval"])
+	timeout, _ := toInt(obj["receive_timeout"])
+	if timeout >= interval {
+		return errorf(http.StatusBadRequest, "receive_timeout %d must be less than send_interval %d", timeout, interval)
 	}
 	return nil
 }
