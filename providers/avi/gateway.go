@@ -279,6 +279,8 @@ func (p *Provider) planPoolGroup(l *l7Layout, pl lbmodel.Pool, mk markers, monit
 	if slices.ContainsFunc(l.groups, func(g poolGroupSpec) bool { return g.Name == group.Name }) {
 		return "", fmt.Errorf("pools %s: two shorten to one name", pl.Name)
 	}
+	// Every pool of the group takes the model pool's policy.
+	monitors, graceful, policy := p.poolPolicy(&l.objects, pl, monitor, len(subs))
 	for _, sp := range subs {
 		if slices.ContainsFunc(l.pools, func(ps poolSpec) bool { return ps.Name == sp.name }) {
 			return "", fmt.Errorf("pools %s: two shorten to one name %s", pl.Name, sp.name)
@@ -287,8 +289,8 @@ func (p *Provider) planPoolGroup(l *l7Layout, pl lbmodel.Pool, mk markers, monit
 		if sp.weight != 1 {
 			smk.Weight = strconv.Itoa(int(sp.weight))
 		}
-		l.pools = append(l.pools, poolSpec{Name: sp.name, Cloud: p.cfg.Cloud, Monitors: []string{monitor},
-			Members: sp.members, Graceful: gracefulDisableTimeout, Markers: smk})
+		l.pools = append(l.pools, poolSpec{Name: sp.name, Cloud: p.cfg.Cloud, Monitors: monitors,
+			Members: sp.members, Graceful: graceful, Markers: smk, Policy: policy})
 		group.Members = append(group.Members, pgMember{Pool: sp.name, Ratio: sp.ratio})
 	}
 	l.groups = append(l.groups, group)

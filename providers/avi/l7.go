@@ -110,6 +110,9 @@ type l7Layout struct {
 	l4 *gatewayL4
 	// tls holds the certificate and key of each certificate, by Avi name.
 	tls map[string]lbmodel.TLSCert
+	// objects are the monitors and persistence profiles of the pools'
+	// policies.
+	objects policyObjects
 }
 
 func (l *l7Layout) poolNames() map[string]bool {
@@ -164,8 +167,9 @@ func (p *Provider) planL7(lb *lbmodel.LoadBalancer) (*l7Layout, error) {
 			pmk.Name = pl.Name
 		}
 		aviPool[pl.Name] = poolName
-		l.pools = append(l.pools, poolSpec{Name: poolName, Cloud: p.cfg.Cloud, Monitors: []string{monitorTCP},
-			Members: pl.Members, Graceful: gracefulDisableTimeout, Markers: pmk})
+		monitors, graceful, policy := p.poolPolicy(&l.objects, pl, monitorTCP, 1)
+		l.pools = append(l.pools, poolSpec{Name: poolName, Cloud: p.cfg.Cloud, Monitors: monitors,
+			Members: pl.Members, Graceful: graceful, Markers: pmk, Policy: policy})
 	}
 	slices.SortFunc(l.pools, func(a, b poolSpec) int { return cmp.Compare(a.Name, b.Name) })
 

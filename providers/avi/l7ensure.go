@@ -148,6 +148,10 @@ func (p *Provider) ensureL7(s *aviSession, log klog.Logger, lb *lbmodel.LoadBala
 	if err != nil {
 		return providers.Status{}, err
 	}
+	keep := want.objects.names()
+	p.notePolicyRefs(keep, slices.Collect(maps.Values(cur.pools))...)
+	p.notePolicyRefs(keep, cur.stalePools...)
+	defer p.holds.hold(keep)()
 	if addressMoves(want.vsvip, cur.vsvip) {
 		if err := p.dropVsVip(s, log, cur.vsvip, cur.vs, cur.l4vs); err != nil {
 			return providers.Status{}, err
@@ -156,6 +160,9 @@ func (p *Provider) ensureL7(s *aviSession, log klog.Logger, lb *lbmodel.LoadBala
 	}
 	vsvip, err := p.applyVsVip(s, log, want.vsvip, cur.vsvip)
 	if err != nil {
+		return providers.Status{}, err
+	}
+	if err := p.ensurePolicyObjects(s, log, &want.objects); err != nil {
 		return providers.Status{}, err
 	}
 	// A member must never be in none of the pools, not even when a write
@@ -244,7 +251,10 @@ func (p *Provider) ensureL7(s *aviSession, log klog.Logger, lb *lbmodel.LoadBala
 	if err := removePools(s, log, cur.stalePools); err != nil {
 		return providers.Status{}, err
 	}
-	return providers.Status{VIPs: vipsOf(vsvip)}, nil
+	if err := p.sweep(s, log, keep); err != nil {
+		return providers.Status{}, err
+	}
+	return providers.Status{VIPs: vipsOf(vsvip), Warnings: want.objects.warnings}, nil
 }
 
 // applyHTTP makes the HTTP policy set and the HTTP virtual service of an L7
@@ -311,6 +321,7 @@ func (p *Provider) l7Victims(s *aviSession, lbName string) ([]victim, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.notePolicyRefs(nil, cur.stalePools...)
 	var out []victim
 	if cur.vs != nil {
 		out = append(out, victim{vsKind.typ, aviName, deref(cur.vs.UUID)})

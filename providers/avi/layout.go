@@ -87,6 +87,9 @@ type poolSpec struct {
 	Members  []lbmodel.Member `json:"members"`
 	Graceful int32            `json:"graceful"`
 	Markers  markers          `json:"markers"`
+	// Policy is what a traffic policy sets on the pool, omitted (so the
+	// checksums of pools without one stay as they were) when it has none.
+	Policy *poolPolicySpec `json:"policy,omitempty"`
 }
 
 type ruleSpec struct {
@@ -158,6 +161,9 @@ type layout struct {
 	pools  []poolSpec // sorted by name
 	policy policySpec
 	vs     vsSpec
+	// objects are the monitors and persistence profiles of the pools'
+	// policies.
+	objects policyObjects
 }
 
 func (l *layout) poolNames() map[string]bool {
@@ -214,9 +220,10 @@ func (p *Provider) plan(lb *lbmodel.LoadBalancer) (*layout, error) {
 		if slices.ContainsFunc(l.pools, func(ps poolSpec) bool { return ps.Name == poolName }) {
 			return nil, fmt.Errorf("pools of %s: two shorten to %s", lb.Name, poolName)
 		}
+		monitors, graceful, policy := p.poolPolicy(&l.objects, ln.Pool, monitor, 1)
 		l.pools = append(l.pools, poolSpec{
-			Name: poolName, Cloud: p.cfg.Cloud, Monitors: []string{monitor},
-			Members: ln.Pool.Members, Graceful: gracefulDisableTimeout, Markers: mk,
+			Name: poolName, Cloud: p.cfg.Cloud, Monitors: monitors,
+			Members: ln.Pool.Members, Graceful: graceful, Markers: mk, Policy: policy,
 		})
 		l.policy.Rules = append(l.policy.Rules, ruleSpec{Port: ln.Port, Protocol: ln.Protocol, Pool: poolName})
 		svc := serviceSpec{Port: ln.Port}
@@ -291,7 +298,9 @@ func markersOf(labels []*models.RoleFilterMatchLabel) markers {
 	return m
 }
 
-func poolSpecOf(o *models.Pool) poolSpec {
+// poolSpecOf reads a pool back; withPolicy reads what a traffic policy
+// sets too, which a pool without one leaves to the controller.
+func poolSpecOf(o *models.Pool, withPolicy bool) poolSpec {
 	s := poolSpec{Name: deref(o.Name), Cloud: refName(o.CloudRef), Graceful: gracefulDisableTimeout, Markers: markersOf(o.Markers)}
 	if o.GracefulDisableTimeout != nil {
 		s.Graceful = *o.GracefulDisableTimeout
@@ -300,6 +309,9 @@ func poolSpecOf(o *models.Pool) poolSpec {
 		s.Monitors = append(s.Monitors, refName(&ref))
 	}
 	s.Members = membersOf(o)
+	if withPolicy {
+		s.Policy = poolPolicySpecOf(o)
+	}
 	return s
 }
 
@@ -462,6 +474,7 @@ func (p *Provider) poolModel(s poolSpec) *models.Pool {
 		CloudConfigCksum:       ptr(checksum(s)),
 		Servers:                make([]*models.Server, 0, len(s.Members)),
 	}
+	setPoolPolicy(o, s.Policy)
 	for _, m := range s.Monitors {
 		o.HealthMonitorRefs = append(o.HealthMonitorRefs, *nameRef("healthmonitor", m))
 	}

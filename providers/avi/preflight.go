@@ -26,6 +26,10 @@ var _ providers.Preflighter = (*Config)(nil)
 var requiredWrites = []string{"PERMISSION_VIRTUALSERVICE", "PERMISSION_POOL", "PERMISSION_POOLGROUP",
 	"PERMISSION_L4POLICYSET", "PERMISSION_HTTPPOLICYSET", "PERMISSION_SSLKEYANDCERTIFICATE"}
 
+// policyWrites are the privileges of the objects only traffic policies
+// make (health checks, persistence): without them those fail.
+var policyWrites = []string{"PERMISSION_HEALTHMONITOR", "PERMISSION_APPLICATIONPERSISTENCEPROFILE"}
+
 // Preflight checks, reading only, that the controller can serve npl: TLS
 // verification, login, the API version, that the tenant, cloud, service
 // engine group and VIP network exist, and that the account's role lets it
@@ -261,6 +265,11 @@ func (pf *preflight) checkRights(ctx context.Context, user *loginUser, tenantUUI
 		return
 	}
 	pf.add("rights", providers.CheckOK, "%s has WRITE_ACCESS to %s", user.Username, strings.Join(requiredWrites, ", "))
+	missing = slices.DeleteFunc(slices.Clone(policyWrites), func(p string) bool { return granted[p] })
+	if len(missing) > 0 {
+		pf.add("rights", providers.CheckWarning, "%s has no WRITE_ACCESS to %s in tenant %s: pools whose traffic policy has a health check or persistence will fail",
+			user.Username, strings.Join(missing, ", "), pf.cfg.Tenant)
+	}
 }
 
 func lastSegment(ref string) string {

@@ -62,6 +62,16 @@ func TestPreflight(t *testing.T) {
 	if err := sim.AddUser("viewer", "view", "read-only", "admin"); err != nil {
 		t.Fatal(err)
 	}
+	var writer []any
+	for _, p := range requiredWrites {
+		writer = append(writer, map[string]any{"resource": p, "type": "WRITE_ACCESS"})
+	}
+	if _, err := sim.Create("admin", "role", map[string]any{"name": "no-policies", "privileges": writer}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.AddUser("writer", "write", "no-policies", "admin"); err != nil {
+		t.Fatal(err)
+	}
 	if err := sim.AddUser("operator", "op", "System-Admin", "admin"); err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +90,10 @@ func TestPreflight(t *testing.T) {
 			"serviceEngineGroup ok", "vipNetwork ok",
 			"rights problem: viewer may not create and delete what npl makes in tenant admin: no WRITE_ACCESS to " +
 				"PERMISSION_VIRTUALSERVICE, PERMISSION_POOLGROUP, PERMISSION_L4POLICYSET, PERMISSION_HTTPPOLICYSET, PERMISSION_SSLKEYANDCERTIFICATE"}},
+		{"an account that may not make the objects of traffic policies", "writer", "write", nil, []string{"tls ok", "login ok",
+			"version ok", "tenant ok", "cloud ok", "serviceEngineGroup ok", "vipNetwork ok", "rights ok",
+			"rights warning: writer has no WRITE_ACCESS to PERMISSION_HEALTHMONITOR, PERMISSION_APPLICATIONPERSISTENCEPROFILE " +
+				"in tenant admin: pools whose traffic policy has a health check or persistence will fail"}},
 		{"a missing cloud", "admin", "admin", func(c *Config) { c.Cloud = "vcenter" }, []string{"tls ok", "login ok", "version ok",
 			"tenant ok", `cloud problem: cloud "vcenter" does not exist in tenant admin (or the account cannot see it)`,
 			`serviceEngineGroup problem: serviceenginegroup "Default-Group" does not exist in tenant admin, cloud vcenter (or the account cannot see it)`,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmware/alb-sdk/go/models"
@@ -39,6 +41,11 @@ type Provider struct {
 	idle chan *aviSession
 	mu   sync.Mutex
 	open int
+
+	// holds and sweepDue guard and schedule the deletion of the monitors
+	// and persistence profiles no pool uses any more (policyobjects.go).
+	holds    policyHolds
+	sweepDue atomic.Bool
 }
 
 var _ providers.Provider = (*Provider)(nil)
@@ -419,6 +426,10 @@ func (p *Provider) ensureL4(s *aviSession, log klog.Logger, want *layout) (provi
 	if err != nil {
 		return providers.Status{}, err
 	}
+	keep := want.objects.names()
+	p.notePolicyRefs(keep, slices.Collect(maps.Values(cur.pools))...)
+	p.notePolicyRefs(keep, cur.stale...)
+	defer p.holds.hold(keep)()
 
 	if addressMoves(want.vsvip, cur.vsvip) {
 		if err := p.dropVsVip(s, log, cur.vsvip, cur.vs); err != nil {
@@ -428,6 +439,9 @@ func (p *Provider) ensureL4(s *aviSession, log klog.Logger, want *layout) (provi
 	}
 	vsvip, err := p.applyVsVip(s, log, want.vsvip, cur.vsvip)
 	if err != nil {
+		return providers.Status{}, err
+	}
+	if err := p.ensurePolicyObjects(s, log, &want.objects); err != nil {
 		return providers.Status{}, err
 	}
 	poolURLs, err := p.applyPools(s, log, want.pools, cur.pools)
@@ -457,7 +471,10 @@ func (p *Provider) ensureL4(s *aviSession, log klog.Logger, want *layout) (provi
 	if err := removePools(s, log, cur.stale); err != nil {
 		return providers.Status{}, err
 	}
-	return providers.Status{VIPs: vipsOf(vsvip)}, nil
+	if err := p.sweep(s, log, keep); err != nil {
+		return providers.Status{}, err
+	}
+	return providers.Status{VIPs: vipsOf(vsvip), Warnings: want.objects.warnings}, nil
 }
 
 // applyVsVip makes the VsVip match spec. VsVips are read by name alone
@@ -525,7 +542,9 @@ func (p *Provider) applyPools(s *aviSession, log klog.Logger, specs []poolSpec, 
 		sum := checksum(spec)
 		pool, err := apply(s, p, log, poolKind, spec.Name, cur[spec.Name],
 			func(*models.Pool) *models.Pool { return p.poolModel(spec) },
-			func(o *models.Pool) bool { return deref(o.CloudConfigCksum) == sum && checksum(poolSpecOf(o)) == sum })
+			func(o *models.Pool) bool {
+				return deref(o.CloudConfigCksum) == sum && checksum(poolSpecOf(o, spec.Policy != nil)) == sum
+			})
 		if err != nil {
 			return nil, err
 		}
@@ -567,10 +586,21 @@ func (p *Provider) Delete(ctx context.Context, name string, kind lbmodel.Kind) e
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	for _, v := range victims {
+		if v.typ == vsvipKind.typ {
+			// The monitors and persistence profiles only its pools used go
+			// before the VsVip: while that exists, List still finds the
+			// load balancer, so a failed sweep is tried again.
+			if err := p.sweep(s, log, nil); err != nil {
+				return fmt.Errorf("delete %s: %w", name, err)
+			}
+		}
 		if err := remove(s, v.typ, v.uuid); err != nil {
 			return fmt.Errorf("delete %s %s: %w", v.typ, v.name, err)
 		}
 		log.V(2).Info("Deleted Avi object", "type", v.typ, "name", v.name)
+	}
+	if err := p.sweep(s, log, nil); err != nil {
+		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	return nil
 }
@@ -586,6 +616,7 @@ func (p *Provider) l4Victims(s *aviSession, name string) ([]victim, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.notePolicyRefs(nil, cur.stale...)
 	var victims []victim
 	if cur.vs != nil {
 		victims = append(victims, victim{vsKind.typ, aviName, deref(cur.vs.UUID)})

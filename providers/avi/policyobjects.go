@@ -1,0 +1,191 @@
+package avi
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+
+	"github.com/vmware/alb-sdk/go/models"
+	"k8s.io/klog/v2"
+)
+
+// Writing and collecting npl's monitors and persistence profiles
+// (trafficpolicy.go). They are shared between load balancers, so no load
+// balancer's delete can delete them: the sweep deletes those no pool uses,
+// and the controller, which refuses to delete an object still referred to
+// ("Cannot delete, object is referred by"), is the judge of that. A sweep
+// runs after an apply or delete that left a pool without one of them (and
+// again after a failed sweep, until one succeeds).
+
+// policyHolds are the monitors and persistence profiles the applies in
+// flight are about to refer to: a sweep does not delete them between
+// their write and the write of the pools that use them.
+type policyHolds struct {
+	mu   sync.Mutex
+	held map[string]int
+}
+
+// hold marks names as in use until release is called.
+func (h *policyHolds) hold(names map[string]bool) (release func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held == nil {
+		h.held = map[string]int{}
+	}
+	for n := range names {
+		h.held[n]++
+	}
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for n := range names {
+			if h.held[n]--; h.held[n] <= 0 {
+				delete(h.held, n)
+			}
+		}
+	}
+}
+
+// unlessHeld runs del unless name is held; no hold starts meanwhile.
+func (h *policyHolds) unlessHeld(name string, del func() error) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held[name] > 0 {
+		return nil
+	}
+	return del()
+}
+
+// ensurePolicyObjects makes the monitors and persistence profiles of o
+// exist as planned: two reads, and a write for each one missing or
+// changed by hand.
+func (p *Provider) ensurePolicyObjects(s *aviSession, log klog.Logger, o *policyObjects) error {
+	if len(o.monitors) > 0 {
+		cur, err := listMarked(p, s, monitorKind.typ, monitorNamePart, monitorMarkers)
+		if err != nil {
+			return err
+		}
+		byName := map[string]*models.HealthMonitor{}
+		for _, m := range cur {
+			byName[deref(m.Name)] = m
+		}
+		for _, spec := range o.monitors {
+			sum := checksum(spec)
+			if _, err := apply(s, p, log, monitorKind, spec.Name, byName[spec.Name],
+				func(*models.HealthMonitor) *models.HealthMonitor { return p.monitorModel(spec) },
+				func(m *models.HealthMonitor) bool { return checksum(monitorSpecOf(m)) == sum }); err != nil {
+				return err
+			}
+		}
+	}
+	if len(o.persistence) > 0 {
+		cur, err := listMarked(p, s, persistenceKind.typ, persistenceNamePart, persistenceMarkers)
+		if err != nil {
+			return err
+		}
+		byName := map[string]*models.ApplicationPersistenceProfile{}
+		for _, m := range cur {
+			byName[deref(m.Name)] = m
+		}
+		for _, spec := range o.persistence {
+			sum := checksum(spec)
+			if _, err := apply(s, p, log, persistenceKind, spec.Name, byName[spec.Name],
+				func(*models.ApplicationPersistenceProfile) *models.ApplicationPersistenceProfile {
+					return p.persistenceModel(spec)
+				},
+				func(m *models.ApplicationPersistenceProfile) bool { return checksum(persistenceSpecOf(m)) == sum }); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func monitorMarkers(o *models.HealthMonitor) []*models.RoleFilterMatchLabel { return o.Markers }
+
+func persistenceMarkers(o *models.ApplicationPersistenceProfile) []*models.RoleFilterMatchLabel {
+	return o.Markers
+}
+
+// listMarked reads npl's objects of typ (named <cluster><part>…): those
+// marked with the cluster. Another cluster's are left alone.
+func listMarked[T any](p *Provider, s *aviSession, typ, part string, labels func(*T) []*models.RoleFilterMatchLabel) ([]*T, error) {
+	found, err := list[T](s, typ, url.Values{"name.contains": {p.cfg.ClusterName + part}})
+	if err != nil {
+		return nil, fmt.Errorf("read %ss: %w", typ, err)
+	}
+	var out []*T
+	for _, o := range found {
+		if markersOf(labels(o)).Cluster == p.cfg.ClusterName {
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+// notePolicyRefs marks a sweep as due when one of pools (read before an
+// apply or a delete) uses one of npl's monitors or persistence profiles
+// that keep does not hold: after the apply, nothing may use it.
+func (p *Provider) notePolicyRefs(keep map[string]bool, pools ...*models.Pool) {
+	owned := func(name string) bool {
+		return strings.HasPrefix(name, p.cfg.ClusterName+monitorNamePart) ||
+			strings.HasPrefix(name, p.cfg.ClusterName+persistenceNamePart)
+	}
+	for _, o := range pools {
+		if o == nil {
+			continue
+		}
+		refs := []string{refName(o.ApplicationPersistenceProfileRef)}
+		for _, r := range o.HealthMonitorRefs {
+			refs = append(refs, refName(&r))
+		}
+		for _, n := range refs {
+			if owned(n) && !keep[n] {
+				p.sweepDue.Store(true)
+				return
+			}
+		}
+	}
+}
+
+// sweep deletes npl's monitors and persistence profiles that no pool uses
+// when one is due. The controller refuses to delete one still in use: it
+// is kept. Those keep names are in use by the caller's pools.
+func (p *Provider) sweep(s *aviSession, log klog.Logger, keep map[string]bool) error {
+	if !p.sweepDue.Load() {
+		return nil
+	}
+	monitors, err := listMarked(p, s, monitorKind.typ, monitorNamePart, monitorMarkers)
+	if err != nil {
+		return err
+	}
+	profiles, err := listMarked(p, s, persistenceKind.typ, persistenceNamePart, persistenceMarkers)
+	if err != nil {
+		return err
+	}
+	var victims []victim
+	for _, o := range monitors {
+		victims = append(victims, victim{monitorKind.typ, deref(o.Name), deref(o.UUID)})
+	}
+	for _, o := range profiles {
+		victims = append(victims, victim{persistenceKind.typ, deref(o.Name), deref(o.UUID)})
+	}
+	for _, v := range victims {
+		if keep[v.name] {
+			continue
+		}
+		err := p.holds.unlessHeld(v.name, func() error { return remove(s, v.typ, v.uuid) })
+		switch {
+		case err == nil:
+			log.V(2).Info("Deleted Avi object no pool uses", "type", v.typ, "name", v.name)
+		case statusOf(err) == http.StatusBadRequest && strings.Contains(err.Error(), "referred by"):
+			// Another load balancer's pools use it.
+		default:
+			return fmt.Errorf("delete %s %s: %w", v.typ, v.name, err)
+		}
+	}
+	p.sweepDue.Store(false)
+	return nil
+}
