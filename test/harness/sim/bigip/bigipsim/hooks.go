@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -176,6 +177,7 @@ const (
 	KindPolicy      = "virtual-policy"
 	KindNode        = "node"
 	KindMonitor     = "monitor"
+	KindPersistence = "persistence"
 	KindFolder      = "folder"
 	KindPartition   = "partition"
 	KindLTMPolicy   = "ltm-policy"
@@ -222,6 +224,8 @@ func kindOf(path string) string {
 		return KindNode
 	case "ltm/monitor":
 		return KindMonitor
+	case "ltm/persistence":
+		return KindPersistence
 	case "sys/folder":
 		return KindFolder
 	case "auth/partition":
@@ -296,6 +300,21 @@ type State struct {
 	// Certificates and Keys are sys/file ssl-cert and ssl-key objects.
 	Certificates []File `json:"certificates"`
 	Keys         []File `json:"keys"`
+	// Monitors and Persistence are the monitors and persistence profiles
+	// made through the API (not the built-in ones).
+	Monitors    []Derived `json:"monitors,omitempty"`
+	Persistence []Derived `json:"persistence,omitempty"`
+}
+
+// Derived is a monitor or a persistence profile in State: its type (tcp,
+// cookie, …), its parent, and its other properties but the ones every
+// object has.
+type Derived struct {
+	FullPath     string         `json:"fullPath"`
+	Type         string         `json:"type"`
+	Description  string         `json:"description,omitempty"`
+	DefaultsFrom string         `json:"defaultsFrom"`
+	Properties   map[string]any `json:"properties"`
 }
 
 // Policy is an LTM policy in State; each rule reads as a line such as
@@ -354,6 +373,7 @@ type Virtual struct {
 	SourceAddressTranslation string   `json:"sourceAddressTranslation"`
 	Profiles                 []string `json:"profiles"`
 	Policies                 []string `json:"policies,omitempty"`
+	Persist                  []string `json:"persist,omitempty"`
 }
 
 // Node is a node in State.
@@ -450,6 +470,9 @@ func (s *Server) Dump() State {
 		for _, p := range v.policies {
 			dv.Policies = append(dv.Policies, str(p, "fullPath"))
 		}
+		for _, p := range v.persist {
+			dv.Persist = append(dv.Persist, persistPath(p))
+		}
 		out.Virtuals = append(out.Virtuals, dv)
 	}
 	for _, fp := range sortedKeys(st.policies) {
@@ -480,5 +503,30 @@ func (s *Server) Dump() State {
 	for _, fp := range sortedKeys(st.nodes) {
 		out.Nodes = append(out.Nodes, Node{FullPath: fp, Address: str(st.nodes[fp], "address")})
 	}
+	out.Monitors, out.Persistence = dumpDerived(st.monitors), dumpDerived(st.persistence)
+	return out
+}
+
+// dumpDerived lists the objects of all that are not built in, sorted by
+// full path.
+func dumpDerived(all map[string]map[string]obj) []Derived {
+	var out []Derived
+	for _, typ := range sortedKeys(all) {
+		for _, fp := range sortedKeys(all[typ]) {
+			m := all[typ][fp]
+			if m["builtin"] == true {
+				continue
+			}
+			d := Derived{FullPath: fp, Type: typ, Description: str(m, "description"), DefaultsFrom: str(m, "defaultsFrom"),
+				Properties: map[string]any{}}
+			for k, v := range m {
+				if _, common := readBack[k]; !common && k != "defaultsFrom" {
+					d.Properties[k] = deepCopy(v)
+				}
+			}
+			out = append(out, d)
+		}
+	}
+	slices.SortFunc(out, func(a, b Derived) int { return strings.Compare(a.FullPath, b.FullPath) })
 	return out
 }

@@ -19,7 +19,9 @@ func (st *store) serve(req request) response {
 	case len(s) >= 2 && s[0] == "ltm" && s[1] == "node":
 		return st.serveNode(req, s[2:])
 	case len(s) >= 2 && s[0] == "ltm" && s[1] == "monitor":
-		return st.serveMonitor(req, s[2:])
+		return st.serveDerived(req, s[2:], monitorsDerived)
+	case len(s) >= 2 && s[0] == "ltm" && s[1] == "persistence":
+		return st.serveDerived(req, s[2:], persistenceDerived)
 	case len(s) >= 2 && s[0] == "ltm" && s[1] == "policy":
 		return st.servePolicy(req, s[2:])
 	case len(s) >= 3 && s[0] == "ltm" && s[1] == "profile" && s[2] == "client-ssl":
@@ -42,17 +44,7 @@ func (st *store) serveNode(req request, rest []string) response {
 	if len(rest) == 0 {
 		switch req.method {
 		case http.MethodGet:
-			part, resp, good := req.partitionFilter()
-			if !good {
-				return resp
-			}
-			var items []any
-			for _, fp := range sortedKeys(st.nodes) {
-				if part == "" || str(st.nodes[fp], "partition") == part {
-					items = append(items, copyObj(st.nodes[fp]))
-				}
-			}
-			return ok(collection("tm:ltm:node:nodecollectionstate", "ltm/node", items))
+			return listCollection(req, "tm:ltm:node:nodecollectionstate", "ltm/node", st.nodes, self, anyCopy)
 		case http.MethodPost:
 			body, r, resp, good := st.createTarget(req, "Node", func(fp string) bool { return st.nodes[fp] != nil })
 			if !good {
@@ -109,100 +101,6 @@ func (st *store) serveNode(req request, rest []string) response {
 		return ok(nil)
 	}
 	return methodNotAllowed(req.method, req.path)
-}
-
-// serveMonitor serves /ltm/monitor[/<type>[/<name>]].
-func (st *store) serveMonitor(req request, rest []string) response {
-	if len(rest) == 0 {
-		if req.method != http.MethodGet {
-			return methodNotAllowed(req.method, req.path)
-		}
-		var items []any
-		for _, typ := range sortedKeys(st.monitors) {
-			items = append(items, obj{"reference": obj{"link": selfLinkBase + "ltm/monitor/" + typ + selfLinkVersion}})
-		}
-		return ok(collection("tm:ltm:monitor:monitorcollectionstate", "ltm/monitor", items))
-	}
-	typ := rest[0]
-	ms := st.monitors[typ]
-	if ms == nil || len(rest) > 2 {
-		return notRegistered(req.path)
-	}
-	if len(rest) == 1 {
-		switch req.method {
-		case http.MethodGet:
-			var items []any
-			for _, fp := range sortedKeys(ms) {
-				items = append(items, publicMonitor(ms[fp]))
-			}
-			return ok(collection("tm:ltm:monitor:"+typ+":"+typ+"collectionstate", "ltm/monitor/"+typ, items))
-		case http.MethodPost:
-			body, r, resp, good := st.createTarget(req, "Monitor", func(fp string) bool { return st.monitorExists(fp) })
-			if !good {
-				return resp
-			}
-			parent := "/Common/" + builtinMonitors[typ]
-			if d := str(body, "defaultsFrom"); d != "" {
-				pr, _ := parsePath(d, commonPartition)
-				if ms[pr.fullPath()] == nil {
-					return refNotFound("Monitor", pr.fullPath())
-				}
-				parent = pr.fullPath()
-			}
-			m := copyObj(ms[parent])
-			delete(m, "builtin")
-			merge(m, body)
-			m["name"], m["partition"], m["fullPath"] = r.name, r.partition, r.fullPath()
-			m["defaultsFrom"] = parent
-			m["selfLink"] = selfLink("ltm/monitor/"+typ, r.fullPath())
-			m["generation"] = st.next()
-			ms[r.fullPath()] = m
-			return ok(publicMonitor(m))
-		}
-		return methodNotAllowed(req.method, req.path)
-	}
-	r, good := parseURLName(rest[1])
-	m := ms[r.fullPath()]
-	if !good || m == nil {
-		return notFound("Monitor", r.fullPath())
-	}
-	switch req.method {
-	case http.MethodGet:
-		return ok(publicMonitor(m))
-	case http.MethodPut, http.MethodPatch:
-		if m["builtin"] == true {
-			return badRequest("01070734:3: Configuration error: the built-in monitor %s cannot be modified", r.fullPath())
-		}
-		body, good := decodeBody(req.body)
-		if !good {
-			return invalidJSON()
-		}
-		if resp, good := checkRename(body, r); !good {
-			return resp
-		}
-		merge(m, body)
-		m["generation"] = st.next()
-		return ok(publicMonitor(m))
-	case http.MethodDelete:
-		if m["builtin"] == true {
-			return badRequest("01070734:3: Configuration error: the built-in monitor %s cannot be deleted", r.fullPath())
-		}
-		for _, pfp := range sortedKeys(st.pools) {
-			if strings.Contains(str(st.pools[pfp].props, "monitor"), r.fullPath()+" ") {
-				return badRequest("01070083:3: Monitor %s is in use by pool %s.", r.fullPath(), pfp)
-			}
-		}
-		delete(ms, r.fullPath())
-		st.next()
-		return ok(nil)
-	}
-	return methodNotAllowed(req.method, req.path)
-}
-
-func publicMonitor(m obj) obj {
-	o := copyObj(m)
-	delete(o, "builtin")
-	return o
 }
 
 // serveFolder serves partitions both as /sys/folder (folders at the root) and
@@ -314,10 +212,12 @@ func (st *store) partitionInUse(name string) bool {
 			return true
 		}
 	}
-	for _, ms := range st.monitors {
-		for _, m := range ms {
-			if str(m, "partition") == name {
-				return true
+	for _, all := range []map[string]map[string]obj{st.monitors, st.persistence} {
+		for _, ms := range all {
+			for _, m := range ms {
+				if str(m, "partition") == name {
+					return true
+				}
 			}
 		}
 	}

@@ -53,17 +53,8 @@ func (st *store) servePolicy(req request, rest []string) response {
 	if len(rest) == 0 {
 		switch req.method {
 		case http.MethodGet:
-			part, resp, good := req.partitionFilter()
-			if !good {
-				return resp
-			}
-			var items []any
-			for _, fp := range sortedKeys(st.policies) {
-				if part == "" || str(st.policies[fp].props, "partition") == part {
-					items = append(items, policyView(st.policies[fp], req.expand()))
-				}
-			}
-			return ok(collection("tm:ltm:policy:policycollectionstate", "ltm/policy", items))
+			return listCollection(req, "tm:ltm:policy:policycollectionstate", "ltm/policy", st.policies,
+				func(p *policy) obj { return p.props }, func(p *policy) any { return policyView(p, req.expand()) })
 		case http.MethodPost:
 			body, good := decodeBody(req.body)
 			if !good {

@@ -33,6 +33,22 @@ func (r request) partitionFilter() (string, response, bool) {
 	return strings.Trim(fields[2], "/'\""), response{}, true
 }
 
+// listCollection answers the GET of a collection: the objects of objs (by
+// full path) in the partition the request filters on, as view shows them.
+func listCollection[T any](req request, kind, link string, objs map[string]T, props func(T) obj, view func(T) any) response {
+	part, resp, good := req.partitionFilter()
+	if !good {
+		return resp
+	}
+	var items []any
+	for _, fp := range sortedKeys(objs) {
+		if o := objs[fp]; part == "" || str(props(o), "partition") == part {
+			items = append(items, view(o))
+		}
+	}
+	return ok(collection(kind, link, items))
+}
+
 func collection(kind, link string, items []any) obj {
 	if items == nil {
 		items = []any{}
@@ -96,19 +112,8 @@ func (st *store) servePool(req request, rest []string) response {
 }
 
 func (st *store) listPools(req request) response {
-	part, resp, good := req.partitionFilter()
-	if !good {
-		return resp
-	}
-	var items []any
-	for _, fp := range sortedKeys(st.pools) {
-		p := st.pools[fp]
-		if part != "" && str(p.props, "partition") != part {
-			continue
-		}
-		items = append(items, st.poolView(p, req.expand()))
-	}
-	return ok(collection("tm:ltm:pool:poolcollectionstate", "ltm/pool", items))
+	return listCollection(req, "tm:ltm:pool:poolcollectionstate", "ltm/pool", st.pools, func(p *pool) obj { return p.props },
+		func(p *pool) any { return st.poolView(p, req.expand()) })
 }
 
 func (st *store) poolView(p *pool, expand bool) obj {
@@ -241,21 +246,12 @@ func (st *store) normalizeMonitor(rule string) (string, response, bool) {
 			continue
 		}
 		r, good := parsePath(t, commonPartition)
-		if !good || !st.monitorExists(r.fullPath()) {
+		if !good || !st.derivedExists(monitorsDerived, r.fullPath()) {
 			return "", refNotFound("Monitor", t), false
 		}
 		tokens[i] = r.fullPath()
 	}
 	return strings.Join(tokens, " ") + " ", response{}, true
-}
-
-func (st *store) monitorExists(fullPath string) bool {
-	for _, ms := range st.monitors {
-		if ms[fullPath] != nil {
-			return true
-		}
-	}
-	return false
 }
 
 // findMember returns the existing member that body names, if any.

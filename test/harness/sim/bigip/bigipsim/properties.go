@@ -145,12 +145,28 @@ var (
 		kString: {"sourcePath", "checksum", "keyType", "keySize", "securityType", "expirationString", "fingerprint", "issuer", "subject"},
 		kInt:    {"expirationDate", "size", "createTime", "updatedTime"},
 	}, nil)
+	// BIG-IP answers interval, timeout, timeUntilUp and upInterval as
+	// numbers (14.1: "timeUntilUp": 0, "upInterval": 0).
 	monitorProps = with(readBack, map[propKind][]string{
 		kString: {"defaultsFrom", "destination", "send", "recv", "recvDisable", "reverse", "transparent", "manualResume",
-			"adaptive", "ipDscp", "upInterval", "timeUntilUp", "username", "password"},
-		kInt: {"interval", "timeout"},
+			"adaptive", "ipDscp", "username", "password"},
+		kInt: {"interval", "timeout", "timeUntilUp", "upInterval"},
 		kAny: {"builtin"},
 	}, nil)
+	// The persistence profiles' properties, as BIG-IP 14.1 answers them
+	// (timeout and expiration are strings).
+	persistenceProps = map[string]props{
+		"source-addr": with(readBack, map[propKind][]string{
+			kString: {"defaultsFrom", "hashAlgorithm", "mapProxies", "mapProxyAddress", "mapProxyClass", "mask",
+				"matchAcrossPools", "matchAcrossServices", "matchAcrossVirtuals", "mirror", "overrideConnectionLimit", "timeout"},
+		}, nil),
+		"cookie": with(readBack, map[propKind][]string{
+			kString: {"defaultsFrom", "alwaysSend", "cookieEncryption", "cookieEncryptionPassphrase", "cookieName",
+				"encryptCookiePoolname", "expiration", "httponly", "httpOnly", "matchAcrossPools", "matchAcrossServices",
+				"matchAcrossVirtuals", "method", "mirror", "overrideConnectionLimit", "secure", "timeout"},
+			kInt: {"hashLength", "hashOffset"},
+		}, nil),
+	}
 	nodeProps = with(readBack, map[propKind][]string{
 		kString: {"address", "ephemeral", "logging", "monitor", "rateLimit", "session", "state"},
 		kInt:    {"connectionLimit", "dynamicRatio", "ratio"},
@@ -185,6 +201,8 @@ func bodyProps(segs []string) (props, string) {
 		return policyProps, "/ltm/policy/"
 	case at(0) == "ltm" && at(1) == "monitor":
 		return monitorProps, "/ltm/monitor/" + at(2) + "/"
+	case at(0) == "ltm" && at(1) == "persistence" && persistenceProps[at(2)] != nil:
+		return persistenceProps[at(2)], "/ltm/persistence/" + at(2) + "/"
 	case at(0) == "ltm" && at(1) == "node":
 		return nodeProps, "/ltm/node/"
 	case at(0) == "ltm" && at(1) == "profile" && at(2) == "client-ssl":

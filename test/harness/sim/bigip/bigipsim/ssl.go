@@ -71,17 +71,8 @@ func (st *store) serveSSLFile(req request, typ string, rest []string) response {
 	if len(rest) == 0 {
 		switch req.method {
 		case http.MethodGet:
-			part, resp, good := req.partitionFilter()
-			if !good {
-				return resp
-			}
-			var items []any
-			for _, fp := range sortedKeys(files) {
-				if part == "" || str(files[fp].props, "partition") == part {
-					items = append(items, copyObj(files[fp].props))
-				}
-			}
-			return ok(collection("tm:sys:file:"+typ+":"+typ+"collectionstate", coll, items))
+			return listCollection(req, "tm:sys:file:"+typ+":"+typ+"collectionstate", coll, files,
+				func(f *sslFile) obj { return f.props }, func(f *sslFile) any { return copyObj(f.props) })
 		case http.MethodPost:
 			body, r, resp, good := st.createTarget(req, display, func(fp string) bool { return files[fp] != nil })
 			if !good {
@@ -235,17 +226,7 @@ func (st *store) serveClientSSL(req request, rest []string) response {
 	if len(rest) == 0 {
 		switch req.method {
 		case http.MethodGet:
-			part, resp, good := req.partitionFilter()
-			if !good {
-				return resp
-			}
-			var items []any
-			for _, fp := range sortedKeys(st.sslProfiles) {
-				if part == "" || str(st.sslProfiles[fp], "partition") == part {
-					items = append(items, copyObj(st.sslProfiles[fp]))
-				}
-			}
-			return ok(collection("tm:ltm:profile:client-ssl:client-sslcollectionstate", coll, items))
+			return listCollection(req, "tm:ltm:profile:client-ssl:client-sslcollectionstate", coll, st.sslProfiles, self, anyCopy)
 		case http.MethodPost:
 			body, r, resp, good := st.createTarget(req, "Profile", func(fp string) bool { return st.sslProfiles[fp] != nil || fp == "/Common/clientssl" })
 			if !good {

@@ -21,6 +21,8 @@ type store struct {
 	virtuals map[string]*virtual
 	nodes    map[string]obj
 	monitors map[string]map[string]obj // monitor type -> full path -> monitor
+	// persistence are persistence profiles: type -> full path -> profile.
+	persistence map[string]map[string]obj
 	// policies are LTM policies by full path, drafts under /P/Drafts/.
 	policies    map[string]*policy
 	sslProfiles map[string]obj // client-ssl profiles by full path
@@ -40,7 +42,10 @@ type virtual struct {
 	props    obj
 	profiles []obj
 	policies []obj
-	dest     endpoint // parsed destination, to find clashes quickly
+	// persist are the persistence profiles, as BIG-IP lists them in the
+	// virtual's persist property.
+	persist []obj
+	dest    endpoint // parsed destination, to find clashes quickly
 }
 
 const (
@@ -58,6 +63,20 @@ var builtinMonitors = map[string]string{
 	"icmp":          "icmp",
 	"gateway-icmp":  "gateway_icmp",
 	"tcp-half-open": "tcp_half_open",
+}
+
+// builtinPersistence are the persistence profiles every BIG-IP has in
+// /Common, by type, and their properties (as BIG-IP 14.1 answers them).
+var builtinPersistence = map[string]string{"source-addr": "source_addr", "cookie": "cookie"}
+
+var builtinPersistenceProps = map[string]obj{
+	"source-addr": {"hashAlgorithm": "default", "mapProxies": "enabled", "mapProxyAddress": "none", "mapProxyClass": "none",
+		"mask": "none", "matchAcrossPools": "disabled", "matchAcrossServices": "disabled", "matchAcrossVirtuals": "disabled",
+		"mirror": "disabled", "overrideConnectionLimit": "disabled", "timeout": "180"},
+	"cookie": {"alwaysSend": "disabled", "cookieEncryption": "disabled", "cookieName": "none", "encryptCookiePoolname": "disabled",
+		"expiration": "0", "hashLength": 0, "hashOffset": 0, "httponly": "enabled", "matchAcrossPools": "disabled",
+		"matchAcrossServices": "disabled", "matchAcrossVirtuals": "disabled", "method": "insert", "mirror": "disabled",
+		"overrideConnectionLimit": "disabled", "secure": "enabled", "timeout": "180"},
 }
 
 // builtinProfiles are the /Common profiles a virtual may reference, with the
@@ -78,6 +97,7 @@ func newStore() *store {
 		nodes:    map[string]obj{},
 		monitors: map[string]map[string]obj{},
 
+		persistence: map[string]map[string]obj{},
 		policies:    map[string]*policy{},
 		sslProfiles: map[string]obj{},
 		certs:       map[string]*sslFile{},
@@ -99,6 +119,15 @@ func newStore() *store {
 			"defaultsFrom": "",
 			"builtin":      true,
 		}}
+	}
+	for typ, name := range builtinPersistence {
+		fp := "/" + commonPartition + "/" + name
+		p := copyObj(builtinPersistenceProps[typ])
+		p["kind"] = "tm:ltm:persistence:" + typ + ":" + typ + "state"
+		p["name"], p["partition"], p["fullPath"] = name, commonPartition, fp
+		p["generation"], p["selfLink"] = st.gen, selfLink("ltm/persistence/"+typ, fp)
+		p["defaultsFrom"], p["appService"], p["builtin"] = "none", "none", true
+		st.persistence[typ] = map[string]obj{fp: p}
 	}
 	return st
 }
@@ -140,6 +169,7 @@ func (st *store) clone() *store {
 		nodes:    map[string]obj{},
 		monitors: map[string]map[string]obj{},
 
+		persistence: map[string]map[string]obj{},
 		policies:    map[string]*policy{},
 		sslProfiles: map[string]obj{},
 		certs:       map[string]*sslFile{},
@@ -165,19 +195,27 @@ func (st *store) clone() *store {
 		c.pools[k] = &pool{props: copyObj(p.props), members: copyObjs(p.members)}
 	}
 	for k, v := range st.virtuals {
-		c.virtuals[k] = &virtual{props: copyObj(v.props), profiles: copyObjs(v.profiles), policies: copyObjs(v.policies), dest: v.dest}
+		c.virtuals[k] = v.clone()
 	}
 	for k, v := range st.nodes {
 		c.nodes[k] = copyObj(v)
 	}
-	for typ, ms := range st.monitors {
-		c.monitors[typ] = map[string]obj{}
-		for k, v := range ms {
-			c.monitors[typ][k] = copyObj(v)
+	for _, pair := range []struct{ from, to map[string]map[string]obj }{{st.monitors, c.monitors}, {st.persistence, c.persistence}} {
+		for typ, ms := range pair.from {
+			pair.to[typ] = map[string]obj{}
+			for k, v := range ms {
+				pair.to[typ][k] = copyObj(v)
+			}
 		}
 	}
 	return c
 }
+
+// self and anyCopy are the props and view of listCollection for plain
+// objects.
+func self(o obj) obj { return o }
+
+func anyCopy(o obj) any { return copyObj(o) }
 
 func copyObj(o obj) obj {
 	if o == nil {

@@ -11,19 +11,8 @@ func (st *store) serveVirtual(req request, rest []string) response {
 	if len(rest) == 0 {
 		switch req.method {
 		case http.MethodGet:
-			part, resp, good := req.partitionFilter()
-			if !good {
-				return resp
-			}
-			var items []any
-			for _, fp := range sortedKeys(st.virtuals) {
-				v := st.virtuals[fp]
-				if part != "" && str(v.props, "partition") != part {
-					continue
-				}
-				items = append(items, virtualView(v, req.expand()))
-			}
-			return ok(collection("tm:ltm:virtual:virtualcollectionstate", "ltm/virtual", items))
+			return listCollection(req, "tm:ltm:virtual:virtualcollectionstate", "ltm/virtual", st.virtuals,
+				func(v *virtual) obj { return v.props }, func(v *virtual) any { return virtualView(v, req.expand()) })
 		case http.MethodPost:
 			return st.createVirtual(req)
 		}
@@ -54,7 +43,7 @@ func (st *store) serveVirtual(req request, rest []string) response {
 		if resp, good := checkRename(body, r); !good {
 			return resp
 		}
-		next := &virtual{props: copyObj(v.props), profiles: copyObjs(v.profiles), policies: copyObjs(v.policies), dest: v.dest}
+		next := v.clone()
 		if resp, good := st.applyVirtual(next, r, body); !good {
 			return resp
 		}
@@ -68,8 +57,20 @@ func (st *store) serveVirtual(req request, rest []string) response {
 	return methodNotAllowed(req.method, req.path)
 }
 
+func (v *virtual) clone() *virtual {
+	return &virtual{props: copyObj(v.props), profiles: copyObjs(v.profiles), policies: copyObjs(v.policies),
+		persist: copyObjs(v.persist), dest: v.dest}
+}
+
 func virtualView(v *virtual, expand bool) obj {
 	o := copyObj(v.props)
+	if len(v.persist) > 0 {
+		items := make([]any, 0, len(v.persist))
+		for _, p := range v.persist {
+			items = append(items, copyObj(p))
+		}
+		o["persist"] = items
+	}
 	base := strings.TrimSuffix(str(v.props, "selfLink"), selfLinkVersion)
 	for _, sub := range []struct {
 		key, path string
@@ -213,6 +214,13 @@ func (st *store) applyVirtual(v *virtual, r ref, body obj) (response, bool) {
 			v.policies = append(v.policies, p)
 		}
 	}
+	if raw, present := body["persist"]; present {
+		persist, resp, good := st.parsePersist(raw)
+		if !good {
+			return resp, false
+		}
+		v.persist = persist
+	}
 	merge(v.props, body, "profiles", "policies", "persist")
 	if resp, good := st.checkVirtual(v, r); !good {
 		return resp, false
@@ -264,6 +272,11 @@ func (st *store) checkVirtual(v *virtual, r ref) (response, bool) {
 		if defaults != 1 {
 			return badRequest("01070097:3: Virtual server %s has %d client-ssl profiles: exactly one must be the SNI default, %d are",
 				r.fullPath(), len(ssl), defaults), false
+		}
+	}
+	for _, p := range v.persist {
+		if st.derivedType(persistenceDerived, persistPath(p)) == "cookie" && !hasHTTP {
+			return badRequest("01070309:3: Cookie persistence requires an HTTP or FastHTTP profile to be associated with the virtual server."), false
 		}
 	}
 	for _, pol := range v.policies {
@@ -336,15 +349,7 @@ func (st *store) parseProfiles(raw any, vsLink string) ([]obj, response, bool) {
 // {"name":"tcp","partition":"Common","context":"all"}: a built-in profile of
 // /Common or a client-ssl profile of the configuration.
 func (st *store) profileItem(it any, vsLink string) (obj, response, bool) {
-	body, isObj := it.(map[string]any)
-	if !isObj {
-		s, isString := it.(string)
-		if !isString {
-			return nil, badRequest("01070734:3: Configuration error: a profile must be a name or an object"), false
-		}
-		body = obj{"name": s}
-	}
-	r, resp, good := bodyRef(body, commonPartition)
+	body, r, resp, good := itemRef(it, "profile")
 	if !good {
 		return nil, resp, false
 	}
@@ -371,17 +376,58 @@ func (st *store) profileItem(it any, vsLink string) (obj, response, bool) {
 	}, response{}, true
 }
 
-// policyItem reads a policy reference: a published LTM policy.
-func (st *store) policyItem(it any, vsLink string) (obj, response, bool) {
+// parsePersist reads a virtual's persist property: persistence profiles
+// given as names or {"name","partition"}, read back as BIG-IP lists them
+// (the one default marked tmDefault). An empty list removes them.
+func (st *store) parsePersist(raw any) ([]obj, response, bool) {
+	if raw == nil {
+		return nil, response{}, true
+	}
+	list, isList := raw.([]any)
+	if !isList {
+		return nil, badRequest("01070734:3: Configuration error: persist must be an array"), false
+	}
+	var out []obj
+	for i, it := range list {
+		_, r, resp, good := itemRef(it, "persistence profile")
+		if !good {
+			return nil, resp, false
+		}
+		typ := st.derivedType(persistenceDerived, r.fullPath())
+		if typ == "" {
+			return nil, refNotFound("Persistence Profile", r.fullPath()), false
+		}
+		tmDefault := "no"
+		if i == 0 {
+			tmDefault = "yes"
+		}
+		out = append(out, obj{"name": r.name, "partition": r.partition, "tmDefault": tmDefault,
+			"nameReference": obj{"link": selfLink("ltm/persistence/"+typ, r.fullPath())}})
+	}
+	return out, response{}, true
+}
+
+// itemRef reads an item of a virtual's profiles, policies or persist: a
+// name, or an object with a name and a partition.
+func itemRef(it any, what string) (obj, ref, response, bool) {
 	body, isObj := it.(map[string]any)
 	if !isObj {
 		s, isString := it.(string)
 		if !isString {
-			return nil, badRequest("01070734:3: Configuration error: a policy must be a name or an object"), false
+			return nil, ref{}, badRequest("01070734:3: Configuration error: a %s must be a name or an object", what), false
 		}
 		body = obj{"name": s}
 	}
 	r, resp, good := bodyRef(body, commonPartition)
+	return body, r, resp, good
+}
+
+// persistPath is the full path of an item of a virtual's persist.
+func persistPath(p obj) string { return "/" + str(p, "partition") + "/" + str(p, "name") }
+
+// policyItem reads a policy reference: a published LTM policy.
+func (st *store) policyItem(it any, vsLink string) (obj, response, bool) {
+	_, r, resp, good := itemRef(it, "policy")
 	if !good {
 		return nil, resp, false
 	}
