@@ -151,7 +151,7 @@ func (p *Provider) ensureL7(s *aviSession, log klog.Logger, lb *lbmodel.LoadBala
 	keep := want.objects.names()
 	p.notePolicyRefs(keep, slices.Collect(maps.Values(cur.pools))...)
 	p.notePolicyRefs(keep, cur.stalePools...)
-	defer p.holds.hold(keep)()
+	defer p.holds.Hold(keep)()
 	if addressMoves(want.vsvip, cur.vsvip) {
 		if err := p.dropVsVip(s, log, cur.vsvip, cur.vs, cur.l4vs); err != nil {
 			return providers.Status{}, err

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 
 	"github.com/vmware/alb-sdk/go/models"
 	"k8s.io/klog/v2"
@@ -18,45 +17,6 @@ import (
 // ("Cannot delete, object is referred by"), is the judge of that. A sweep
 // runs after an apply or delete that left a pool without one of them (and
 // again after a failed sweep, until one succeeds).
-
-// policyHolds are the monitors and persistence profiles the applies in
-// flight are about to refer to: a sweep does not delete them between
-// their write and the write of the pools that use them.
-type policyHolds struct {
-	mu   sync.Mutex
-	held map[string]int
-}
-
-// hold marks names as in use until release is called.
-func (h *policyHolds) hold(names map[string]bool) (release func()) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.held == nil {
-		h.held = map[string]int{}
-	}
-	for n := range names {
-		h.held[n]++
-	}
-	return func() {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		for n := range names {
-			if h.held[n]--; h.held[n] <= 0 {
-				delete(h.held, n)
-			}
-		}
-	}
-}
-
-// unlessHeld runs del unless name is held; no hold starts meanwhile.
-func (h *policyHolds) unlessHeld(name string, del func() error) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.held[name] > 0 {
-		return nil
-	}
-	return del()
-}
 
 // ensurePolicyObjects makes the monitors and persistence profiles of o
 // exist as planned: two reads, and a write for each one missing or
@@ -176,7 +136,7 @@ func (p *Provider) sweep(s *aviSession, log klog.Logger, keep map[string]bool) e
 		if keep[v.name] {
 			continue
 		}
-		err := p.holds.unlessHeld(v.name, func() error { return remove(s, v.typ, v.uuid) })
+		err := p.holds.UnlessHeld(v.name, func() error { return remove(s, v.typ, v.uuid) })
 		switch {
 		case err == nil:
 			log.V(2).Info("Deleted Avi object no pool uses", "type", v.typ, "name", v.name)

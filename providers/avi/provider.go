@@ -44,7 +44,7 @@ type Provider struct {
 
 	// holds and sweepDue guard and schedule the deletion of the monitors
 	// and persistence profiles no pool uses any more (policyobjects.go).
-	holds    policyHolds
+	holds    providers.Holds
 	sweepDue atomic.Bool
 }
 
@@ -429,7 +429,7 @@ func (p *Provider) ensureL4(s *aviSession, log klog.Logger, want *layout) (provi
 	keep := want.objects.names()
 	p.notePolicyRefs(keep, slices.Collect(maps.Values(cur.pools))...)
 	p.notePolicyRefs(keep, cur.stale...)
-	defer p.holds.hold(keep)()
+	defer p.holds.Hold(keep)()
 
 	if addressMoves(want.vsvip, cur.vsvip) {
 		if err := p.dropVsVip(s, log, cur.vsvip, cur.vs); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/vmware/alb-sdk/go/models"
 
 	"github.com/nodeportlocal/npl/lbmodel"
+	"github.com/nodeportlocal/npl/providers/providertest"
 )
 
 // Every value the policy mapping sends is one the controller's schema
@@ -216,20 +217,6 @@ func TestPoolPolicy_mapping(t *testing.T) {
 	}
 }
 
-// withPolicy gives every pool of lb the policy.
-func withPolicy(lb *lbmodel.LoadBalancer, pol *lbmodel.Policy) *lbmodel.LoadBalancer {
-	out := lb.Clone()
-	for i := range out.Listeners {
-		if out.Listeners[i].Protocol == lbmodel.TCP || out.Listeners[i].Protocol == lbmodel.UDP {
-			out.Listeners[i].Pool.Policy = pol
-		}
-	}
-	for i := range out.Pools {
-		out.Pools[i].Policy = pol
-	}
-	return out
-}
-
 // ownedObjects are the names of npl's monitors and persistence profiles in
 // the simulator.
 func (f *fixture) ownedObjects() []string {
@@ -272,7 +259,7 @@ func TestProvider_policyObjectsAreSharedAndCollected(t *testing.T) {
 	}
 	web := webLB("web", tcp(80, member("198.18.0.11", 61000)), udp(53, member("198.18.0.11", 61001)))
 	shop := webLB("shop", tcp(443, member("198.18.0.12", 61000)))
-	for _, lb := range []*lbmodel.LoadBalancer{withPolicy(web, pol), withPolicy(shop, pol)} {
+	for _, lb := range []*lbmodel.LoadBalancer{providertest.WithPolicy(web, pol), providertest.WithPolicy(shop, pol)} {
 		st := f.ensure(lb)
 		// UDP pools have no health check on Avi: the one field reported.
 		want := []string(nil)
@@ -310,7 +297,7 @@ func TestProvider_policyObjectsAreSharedAndCollected(t *testing.T) {
 
 	// Applied again: nothing to write.
 	f.sim.ResetCounters()
-	f.ensure(withPolicy(web, pol))
+	f.ensure(providertest.WithPolicy(web, pol))
 	if w := f.writes(); len(w) != 0 {
 		t.Errorf("an unchanged policy wrote %v", w)
 	}
@@ -332,7 +319,7 @@ func TestProvider_policyObjectsAreSharedAndCollected(t *testing.T) {
 	// The other changes its settings: the old objects go, new ones come.
 	other := *pol
 	other.HealthCheck = &lbmodel.HealthCheck{Type: lbmodel.CheckTCP, IntervalSeconds: 3}
-	f.ensure(withPolicy(shop, &other))
+	f.ensure(providertest.WithPolicy(shop, &other))
 	if got := f.ownedObjects(); len(got) != 2 || got[0] != owned[0] || got[1] == owned[1] {
 		t.Errorf("npl's objects %v after a change of the check, want the profile %s and a new monitor", got, owned[0])
 	}

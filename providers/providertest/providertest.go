@@ -38,3 +38,18 @@ func ListenerRefusal(mc providers.ModelChecker, lb *lbmodel.LoadBalancer) error 
 	}
 	return nil
 }
+
+// WithPolicy returns a copy of lb whose pools (its HTTP rules' and its TCP
+// and UDP listeners') all have the traffic policy pol.
+func WithPolicy(lb *lbmodel.LoadBalancer, pol *lbmodel.Policy) *lbmodel.LoadBalancer {
+	out := lb.Clone()
+	for i := range out.Listeners {
+		if out.Listeners[i].Protocol == lbmodel.TCP || out.Listeners[i].Protocol == lbmodel.UDP {
+			out.Listeners[i].Pool.Policy = pol
+		}
+	}
+	for i := range out.Pools {
+		out.Pools[i].Policy = pol
+	}
+	return out
+}
