@@ -36,6 +36,9 @@ type l7Plan struct {
 	policies  []policyPlan
 	certs     []certPlan
 	requested netip.Addr
+	// objects are the monitors and persistence profiles of the pools'
+	// traffic policies.
+	objects policyObjects
 }
 
 type l7VirtualPlan struct {
@@ -49,6 +52,8 @@ type l7VirtualPlan struct {
 	pool string
 	// profiles are the client-ssl profiles of an HTTPS virtual.
 	profiles []string
+	// persist is the full path of its persistence profile, "" for none.
+	persist string
 }
 
 type policyPlan struct {
@@ -98,22 +103,28 @@ func (p *provider) planL7(lb *lbmodel.LoadBalancer) (*l7Plan, error) {
 		names[name] = what
 		return nil
 	}
-	addPool := func(pl lbmodel.Pool, monitor string) error {
+	addPool := func(pl lbmodel.Pool, monitor string) (poolPolicy, error) {
 		members, err := p.memberBodies(pl.Name, pl.Members)
 		if err != nil {
-			return err
+			return poolPolicy{}, err
 		}
-		plan.pools = append(plan.pools, listenerPlan{name: pl.Name, monitor: monitor, lbMode: lbModeOf(pl.Members), members: members})
-		return nil
+		pp := p.poolPolicy(&plan.objects, pl, monitor)
+		plan.pools = append(plan.pools, listenerPlan{name: pl.Name, monitor: pp.monitor, lbMode: pp.lbMode(pl.Members),
+			members: members, policy: pp})
+		return pp, nil
 	}
+	var httpPolicies []poolPolicy
 	for _, pl := range lb.Pools {
 		if err := claim(pl.Name, "pool "+pl.Name); err != nil {
 			return nil, err
 		}
-		if err := addPool(pl, "/Common/tcp"); err != nil {
+		pp, err := addPool(pl, "/Common/tcp")
+		if err != nil {
 			return nil, err
 		}
+		httpPolicies = append(httpPolicies, pp)
 	}
+	httpPersist := p.httpPersistence(&plan.objects, lb.Pools, httpPolicies)
 	defaultPool := ""
 	if lb.HTTP.DefaultPool != "" {
 		defaultPool = fullPath(p.cfg.Partition, lb.HTTP.DefaultPool)
@@ -137,12 +148,16 @@ func (p *provider) planL7(lb *lbmodel.LoadBalancer) (*l7Plan, error) {
 				}
 			}
 			_, monitor, _ := protocolParts(l.Protocol)
-			if err := addPool(l.Pool, monitor); err != nil {
+			pp, err := addPool(l.Pool, monitor)
+			if err != nil {
 				return nil, err
 			}
-			v.pool = fullPath(p.cfg.Partition, l.Pool.Name)
+			if pp.persist != nil {
+				plan.objects.add(*pp.persist)
+			}
+			v.pool, v.persist = fullPath(p.cfg.Partition, l.Pool.Name), pp.persistPath
 		default:
-			v.pool = defaultPool
+			v.pool, v.persist = defaultPool, httpPersist
 			v.policy = lb.Name
 			if lb.Gateway != "" {
 				v.policy = v.name
@@ -208,6 +223,12 @@ func (p *provider) ensureL7(ctx context.Context, lb *lbmodel.LoadBalancer) (prov
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
 	}
+	keep := plan.objects.names()
+	p.notePolicyRefs(keep, pools, virtuals)
+	defer p.holds.Hold(keep)()
+	if err := p.ensureSharedObjects(ctx, &plan.objects); err != nil {
+		return providers.Status{}, p.fail(lb.Name, err)
+	}
 	vip, err := p.chooseVIP(lb.Name, plan.requested, virtuals)
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
@@ -233,9 +254,11 @@ func (p *provider) ensureL7(ctx context.Context, lb *lbmodel.LoadBalancer) (prov
 		}
 	}
 	for _, v := range plan.virtuals {
+		vtag := tag
+		vtag.Policy = v.persist != ""
 		want := virtualBody{
-			Description: tag.String(), Destination: fullPath(p.cfg.Partition, memberName(vip, v.port)), IPProtocol: "tcp",
-			Pool: v.pool, SourceAddressTranslation: addressTranslation{Type: automap},
+			Description: vtag.String(), Destination: fullPath(p.cfg.Partition, memberName(vip, v.port)), IPProtocol: "tcp",
+			Pool: v.pool, SourceAddressTranslation: addressTranslation{Type: automap}, Persist: persistOf(v.persist, virtuals[v.name]),
 		}
 		switch v.protocol {
 		case lbmodel.TCP, lbmodel.UDP:
@@ -259,11 +282,11 @@ func (p *provider) ensureL7(ctx context.Context, lb *lbmodel.LoadBalancer) (prov
 		}
 	}
 
-	keep := nameSet(virtualNames)
+	keepVirtuals := nameSet(virtualNames)
 	for name := range gone {
-		keep[name] = true // deleted already
+		keepVirtuals[name] = true // deleted already
 	}
-	if err := deleteUnwanted(ctx, p, &virtualKind, sortedKeys(virtuals), keep, lb.Name); err != nil {
+	if err := deleteUnwanted(ctx, p, &virtualKind, sortedKeys(virtuals), keepVirtuals, lb.Name); err != nil {
 		return providers.Status{}, p.fail(lb.Name, err)
 	}
 	// The policies and client-ssl profiles the virtuals used.
@@ -296,7 +319,10 @@ func (p *provider) ensureL7(ctx context.Context, lb *lbmodel.LoadBalancer) (prov
 	if err := deleteUnwanted(ctx, p, &poolKind, sortedKeys(pools), nameSet(poolNames), lb.Name); err != nil {
 		return providers.Status{}, p.fail(lb.Name, err)
 	}
-	return providers.Status{VIPs: []string{vip.String()}}, nil
+	if err := p.sweep(ctx, keep); err != nil {
+		return providers.Status{}, p.fail(lb.Name, err)
+	}
+	return providers.Status{VIPs: []string{vip.String()}, Warnings: plan.objects.warnings}, nil
 }
 
 // deleteSamePort deletes the virtuals of load balancer lb that wanted does

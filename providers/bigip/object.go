@@ -46,6 +46,10 @@ type objectKind[T object, B any] struct {
 	// carry the ownership tag; their names, made from the load balancer's,
 	// are what ties them to it.
 	untagged bool
+	// shared kinds (the monitors and persistence profiles of traffic
+	// policies) belong to the cluster, not to one load balancer: their tag
+	// names no load balancer.
+	shared bool
 	// known, note and forget keep the inventory in step, for the kinds it
 	// holds (pools and virtuals); nil for the others.
 	known  func(inv *inventory, name string) bool
@@ -124,7 +128,13 @@ func ensureObject[T object, B any](ctx context.Context, p *provider, k *objectKi
 			return fmt.Errorf("create %s %s: BIG-IP says it exists but cannot read it", k.what, fp)
 		}
 	}
-	if !k.untagged {
+	switch {
+	case k.shared:
+		if !p.ownsShared((*cur).header().Description) {
+			return fmt.Errorf("%s %s exists and is not one of cluster %s's shared objects: not modifying it", k.what, fp,
+				p.cfg.common.ClusterName)
+		}
+	case !k.untagged:
 		if err := p.checkOwner(k.what, w.name, (*cur).header().Description, w.lb, true); err != nil {
 			return err
 		}

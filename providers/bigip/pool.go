@@ -21,13 +21,35 @@ var poolKind = objectKind[poolState, poolCreate]{
 // ensurePool creates the pool of plan l, or rewrites what differs in cur:
 // the members, all of them in one replace-all PUT, as go-bigip's
 // UpdatePoolMembers does, with the monitor and description when they differ.
+//
+// The slow ramp and the members' connection limits are a traffic policy's
+// (trafficpolicy.go): set when the pool has one, back to BIG-IP's defaults
+// when the pool had one (its tag says so), left alone otherwise.
 func (p *provider) ensurePool(ctx context.Context, tag ownerTag, l listenerPlan, cur *poolState) error {
+	tag.Policy = l.policy.managed
 	desc := tag.String()
 	record := func() { p.inv.setPool(l.name, tag.LB) }
+	manage := l.policy.managed || cur != nil && policyTagged(cur.Description)
+	ramp, limit := int32(defaultSlowRamp), int32(0)
+	if l.policy.managed {
+		ramp, limit = l.policy.slowRamp, l.policy.connectionLimit
+	}
+	members := l.members
+	if manage {
+		members = make([]memberBody, len(l.members))
+		for i, m := range l.members {
+			m.ConnectionLimit = &limit
+			members[i] = m
+		}
+	}
+	body := poolCreate{Name: l.name, Partition: p.cfg.Partition, Description: desc, Monitor: l.monitor,
+		LoadBalancingMode: l.lbMode, Members: members}
+	if l.policy.managed {
+		body.SlowRampTime = &ramp
+	}
 	return ensureObject(ctx, p, &poolKind, desired[poolState, poolCreate]{
 		name: l.name, lb: tag.LB,
-		body: poolCreate{Name: l.name, Partition: p.cfg.Partition, Description: desc, Monitor: l.monitor,
-			LoadBalancingMode: l.lbMode, Members: l.members},
+		body: body,
 		diff: func(cur *poolState) map[string]any {
 			fields := map[string]any{}
 			if strings.TrimSpace(cur.Monitor) != l.monitor {
@@ -39,8 +61,11 @@ func (p *provider) ensurePool(ctx context.Context, tag ownerTag, l listenerPlan,
 			if cmp.Or(cur.LoadBalancingMode, roundRobin) != l.lbMode {
 				fields["loadBalancingMode"] = l.lbMode
 			}
-			if !sameMembers(cur.MembersReference.Items, l.members) {
-				fields["members"] = l.members
+			if manage && (cur.SlowRampTime == nil || *cur.SlowRampTime != ramp) {
+				fields["slowRampTime"] = ramp
+			}
+			if !sameMembers(cur.MembersReference.Items, members) {
+				fields["members"] = members
 			}
 			return fields
 		},
@@ -50,22 +75,19 @@ func (p *provider) ensurePool(ctx context.Context, tag ownerTag, l listenerPlan,
 }
 
 // sameMembers compares members as sets of (partition, name, enabled,
-// ratio).
+// ratio), and connection limit where want sets one.
 func sameMembers(have []memberState, want []memberBody) bool {
 	if len(have) != len(want) {
 		return false
 	}
-	type state struct {
-		enabled bool
-		ratio   int32
-	}
-	wanted := make(map[string]state, len(want))
+	wanted := make(map[string]memberBody, len(want))
 	for _, m := range want {
-		wanted[m.Partition+"/"+m.Name] = state{m.Session == sessionEnabled, m.Ratio}
+		wanted[m.Partition+"/"+m.Name] = m
 	}
 	for _, m := range have {
 		w, found := wanted[m.Partition+"/"+m.Name]
-		if !found || w.enabled != (m.Session != sessionDisabled) || w.ratio != max(m.Ratio, 1) {
+		if !found || (w.Session == sessionEnabled) != (m.Session != sessionDisabled) || w.Ratio != max(m.Ratio, 1) ||
+			w.ConnectionLimit != nil && *w.ConnectionLimit != m.ConnectionLimit {
 			return false
 		}
 	}

@@ -36,6 +36,11 @@ type provider struct {
 	loadMu         sync.Mutex // serialises reads of the whole partition
 	partitionMu    sync.Mutex // serialises the creation of the partition
 	partitionReady atomic.Bool
+
+	// holds and sweepDue guard and schedule the deletion of the monitors
+	// and persistence profiles nothing uses any more (policyobjects.go).
+	holds    providers.Holds
+	sweepDue atomic.Bool
 }
 
 var _ providers.Provider = (*provider)(nil)
@@ -54,13 +59,17 @@ type listenerPlan struct {
 	profile    string
 	lbMode     string // loadBalancingMode: ratioMember when a member has a weight
 	members    []memberBody
+	// policy is what the pool's traffic policy sets.
+	policy poolPolicy
 }
 
 // plan turns a desired load balancer, a model that passed
 // lbmodel.Normalize (the registry opens the provider behind
 // providers.Validated), into BIG-IP objects; it checks what only BIG-IP
 // requires (names).
-func (p *provider) plan(lb *lbmodel.LoadBalancer) ([]listenerPlan, netip.Addr, error) {
+// The monitors and persistence profiles of the pools' policies go into
+// objs.
+func (p *provider) plan(lb *lbmodel.LoadBalancer, objs *policyObjects) ([]listenerPlan, netip.Addr, error) {
 	var requested netip.Addr
 	if lb.RequestedVIP != "" {
 		a, err := netip.ParseAddr(lb.RequestedVIP)
@@ -79,8 +88,12 @@ func (p *provider) plan(lb *lbmodel.LoadBalancer) ([]listenerPlan, netip.Addr, e
 		if err != nil {
 			return nil, netip.Addr{}, err
 		}
-		plans = append(plans, listenerPlan{name: l.Pool.Name, port: l.Port, ipProtocol: ipProtocol, monitor: monitor,
-			profile: profile, lbMode: lbModeOf(l.Pool.Members), members: members})
+		pp := p.poolPolicy(objs, l.Pool, monitor)
+		if pp.persist != nil {
+			objs.add(*pp.persist)
+		}
+		plans = append(plans, listenerPlan{name: l.Pool.Name, port: l.Port, ipProtocol: ipProtocol, monitor: pp.monitor,
+			profile: profile, lbMode: pp.lbMode(l.Pool.Members), members: members, policy: pp})
 	}
 	return plans, requested, nil
 }
@@ -103,18 +116,6 @@ func (p *provider) memberBodies(pool string, members []lbmodel.Member) ([]member
 	return out, nil
 }
 
-// lbModeOf is the load balancing mode of a pool of members: ratio-member,
-// each member's ratio its weight, when one has a weight; round-robin
-// otherwise (all ratios 1, the same).
-func lbModeOf(members []lbmodel.Member) string {
-	for _, m := range members {
-		if m.Weight > 1 {
-			return ratioMember
-		}
-	}
-	return roundRobin
-}
-
 // Ensure makes the pools and virtual servers of lb match it, writing only
 // what differs: a membership change is one write, no change is no write.
 // Pools are written before the virtuals that use them; the virtuals of
@@ -127,7 +128,8 @@ func (p *provider) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (provid
 	if lb.IsL7() {
 		return p.ensureL7(ctx, lb)
 	}
-	plans, requested, err := p.plan(lb)
+	var objs policyObjects
+	plans, requested, err := p.plan(lb, &objs)
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
 	}
@@ -142,7 +144,13 @@ func (p *provider) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (provid
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
 	}
-	var status providers.Status
+	keep := objs.names()
+	p.notePolicyRefs(keep, pools, virtuals)
+	defer p.holds.Hold(keep)()
+	if err := p.ensureSharedObjects(ctx, &objs); err != nil {
+		return providers.Status{}, p.fail(lb.Name, err)
+	}
+	status := providers.Status{Warnings: objs.warnings}
 	if len(plans) > 0 {
 		vip, err := p.chooseVIP(lb.Name, requested, virtuals)
 		if err != nil {
@@ -153,12 +161,14 @@ func (p *provider) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (provid
 				return providers.Status{}, p.fail(lb.Name, err)
 			}
 		}
-		desc := tag.String()
 		for _, l := range plans {
+			vtag := tag
+			vtag.Policy = l.policy.persistPath != ""
 			want := virtualBody{
-				Description: desc, Destination: fullPath(p.cfg.Partition, memberName(vip, l.port)), IPProtocol: l.ipProtocol,
+				Description: vtag.String(), Destination: fullPath(p.cfg.Partition, memberName(vip, l.port)), IPProtocol: l.ipProtocol,
 				Pool: fullPath(p.cfg.Partition, l.name), SourceAddressTranslation: addressTranslation{Type: automap},
 				Profiles: []profileRef{{Name: l.profile, Partition: commonPartitionName, Context: "all"}},
+				Persist:  persistOf(l.policy.persistPath, virtuals[l.name]),
 			}
 			if err := p.ensureVirtual(ctx, tag.LB, l.name, vip, want, virtuals[l.name]); err != nil {
 				return providers.Status{}, p.fail(lb.Name, err)
@@ -172,6 +182,9 @@ func (p *provider) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (provid
 		return providers.Status{}, p.fail(lb.Name, err)
 	}
 	if err := deleteUnwanted(ctx, p, &poolKind, sortedKeys(pools), nameSet(names), lb.Name); err != nil {
+		return providers.Status{}, p.fail(lb.Name, err)
+	}
+	if err := p.sweep(ctx, keep); err != nil {
 		return providers.Status{}, p.fail(lb.Name, err)
 	}
 	return status, nil
@@ -252,6 +265,12 @@ func (p *provider) Delete(ctx context.Context, name string, kind lbmodel.Kind) e
 		return fmt.Errorf("delete load balancer %s: %w", name, err)
 	}
 	p.inv.forget(name)
+	// The monitors and persistence profiles only its pools and virtuals
+	// used, and any a failed apply left.
+	p.sweepDue.Store(true)
+	if err := p.sweep(ctx, nil); err != nil {
+		return fmt.Errorf("delete load balancer %s: %w", name, err)
+	}
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 )
 
 // virtualKind: virtual servers, L4 and L7 alike.
@@ -35,6 +36,9 @@ type virtualBody struct {
 	// Policies is nil on L4 virtuals, whose policies the provider leaves
 	// alone.
 	Policies []profileRef `json:"policies,omitempty"`
+	// Persist is the persistence profile of a traffic policy, none where a
+	// policy set one before (the tag says so), nil (left alone) otherwise.
+	Persist *[]persistRef `json:"persist,omitempty"`
 }
 
 // changes returns the fields of cur that differ from want.
@@ -61,7 +65,29 @@ func (want virtualBody) changes(cur *virtualState) map[string]any {
 	if want.Policies != nil && !slices.Equal(refPaths(cur.PoliciesReference.Items), refPaths(want.Policies)) {
 		fields["policies"] = want.Policies
 	}
+	if want.Persist != nil && !slices.Equal(cur.Persist, *want.Persist) {
+		fields["persist"] = *want.Persist
+	}
 	return fields
+}
+
+// persistOf is the Persist of a virtual whose pools' policies want the
+// persistence profile path ("" for none); cur is the virtual as read.
+func persistOf(path string, cur *virtualState) *[]persistRef {
+	switch {
+	case path != "":
+		r, _ := parseRef(path)
+		return &[]persistRef{r}
+	case cur != nil && policyTagged(cur.Description):
+		return &[]persistRef{}
+	}
+	return nil
+}
+
+// parseRef splits a full path /P/name.
+func parseRef(path string) (persistRef, bool) {
+	part, name, found := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	return persistRef{Name: name, Partition: part}, found
 }
 
 // ensureVirtual creates the virtual server name of load balancer lb on vip

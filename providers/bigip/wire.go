@@ -19,6 +19,9 @@ type memberBody struct {
 	Session   string `json:"session"`
 	// Ratio is the member's weight in a ratio-member pool, 1 by default.
 	Ratio int32 `json:"ratio"`
+	// ConnectionLimit is set on the members of a pool whose traffic
+	// policy the provider manages (0: none), nil on the others.
+	ConnectionLimit *int32 `json:"connectionLimit,omitempty"`
 }
 
 type poolCreate struct {
@@ -30,6 +33,8 @@ type poolCreate struct {
 	// round-robin.
 	LoadBalancingMode string       `json:"loadBalancingMode"`
 	Members           []memberBody `json:"members"`
+	// SlowRampTime is set on a pool with a traffic policy.
+	SlowRampTime *int32 `json:"slowRampTime,omitempty"`
 }
 
 type poolState struct {
@@ -37,6 +42,7 @@ type poolState struct {
 	Monitor           string                    `json:"monitor"`
 	LoadBalancingMode string                    `json:"loadBalancingMode"`
 	MembersReference  collectionOf[memberState] `json:"membersReference"`
+	SlowRampTime      *int32                    `json:"slowRampTime"`
 }
 
 type memberState struct {
@@ -45,6 +51,14 @@ type memberState struct {
 	Address   string `json:"address"`
 	Session   string `json:"session"`
 	Ratio     int32  `json:"ratio"`
+	// ConnectionLimit is 0 for none.
+	ConnectionLimit int32 `json:"connectionLimit"`
+}
+
+// persistRef is an item of a virtual's persist.
+type persistRef struct {
+	Name      string `json:"name"`
+	Partition string `json:"partition"`
 }
 
 type profileRef struct {
@@ -66,6 +80,7 @@ type virtualState struct {
 	SourceAddressTranslation addressTranslation       `json:"sourceAddressTranslation"`
 	ProfilesReference        collectionOf[profileRef] `json:"profilesReference"`
 	PoliciesReference        collectionOf[profileRef] `json:"policiesReference"`
+	Persist                  []persistRef             `json:"persist"`
 }
 
 // collectionOf is a listing of a collection, or a subcollection of an
@@ -97,6 +112,13 @@ type ownerTag struct {
 	Ingress string  `json:"ingress,omitempty"`
 	Gateway string  `json:"gateway,omitempty"`
 	TLS     *tlsTag `json:"tls,omitempty"`
+	// Policy marks a pool whose slow ramp and connection limits, or a
+	// virtual whose persist, a traffic policy sets: without the policy
+	// they go back to BIG-IP's defaults.
+	Policy bool `json:"policy,omitempty"`
+	// Shared marks the cluster's monitors and persistence profiles, which
+	// no one load balancer owns (LB is empty).
+	Shared bool `json:"shared,omitempty"`
 }
 
 // tlsTag says, on a client-ssl profile, which certificate it serves: what
@@ -111,6 +133,13 @@ type tlsTag struct {
 func (t ownerTag) String() string {
 	b, _ := json.Marshal(t) // a struct of strings always encodes
 	return string(b)
+}
+
+// policyTagged reports whether a description's tag marks what a traffic
+// policy set.
+func policyTagged(description string) bool {
+	var t ownerTag
+	return json.Unmarshal([]byte(description), &t) == nil && t.Policy
 }
 
 // parseOwner reads the tag in a description; ok is false for objects the
