@@ -418,3 +418,37 @@ func TestProvider_policyOnAGatewaysWeightedPools(t *testing.T) {
 		t.Errorf("an unchanged Gateway wrote %v", w)
 	}
 }
+
+// The life of a Service whose pool has a policy, as npl-lbsync drives the
+// provider: its objects come with the policy and go with it, and garbage
+// collection and `npl-lbsync cleanup` (List, then Delete of each load
+// balancer) leave none, whatever load balancers shared them.
+func TestProvider_policyLifecycleOfAService(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	pol := &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistSourceIP, TimeoutSeconds: 600},
+		HealthCheck: &lbmodel.HealthCheck{Type: lbmodel.CheckTCP, IntervalSeconds: 5}}
+	web := webLB("web", tcp(80, member("198.18.0.11", 61000)))
+	f.ensure(providertest.WithPolicy(web, pol))
+	if got := f.ownedObjects(); len(got) != 2 {
+		t.Fatalf("npl's objects %v, want a monitor and a persistence profile", got)
+	}
+	f.ensure(web)
+	if got := f.ownedObjects(); len(got) != 0 {
+		t.Errorf("npl's objects %v after the policy went, want none", got)
+	}
+	f.ensure(providertest.WithPolicy(web, pol))
+	f.ensure(providertest.WithPolicy(webLB("shop", tcp(80, member("198.18.0.12", 61000))), pol))
+	f.ensure(providertest.WithPolicy(ingressLB(tlsCert(t, "ns/tls", "shop.example.com")), pol))
+	lbs, err := f.v.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lb := range lbs {
+		if err := f.v.Delete(context.Background(), lb.Name, lb.Kind); err != nil {
+			t.Fatalf("Delete %s: %v", lb.Name, err)
+		}
+	}
+	if got := f.ownedObjects(); len(got) != 0 {
+		t.Errorf("npl's objects %v after every load balancer was deleted, want none", got)
+	}
+}

@@ -361,3 +361,37 @@ func TestProvider_policyOnAnIngress(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The life of a Service whose pool has a policy, as npl-lbsync drives the
+// provider: its objects come with the policy and go with it, and garbage
+// collection and `npl-lbsync cleanup` (List, then Delete of each load
+// balancer) leave none, whatever load balancers shared them.
+func TestProvider_policyLifecycleOfAService(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	pol := &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistSourceIP, TimeoutSeconds: 600},
+		HealthCheck: &lbmodel.HealthCheck{Type: lbmodel.CheckTCP, IntervalSeconds: 10}}
+	web := newLB("shop/web", tcp(80, member("198.18.0.11", 61000)))
+	e.ensure(t, providertest.WithPolicy(web, pol))
+	if got := e.shared(t); len(got) != 2 {
+		t.Fatalf("npl's objects %v, want a monitor and a persistence profile", got)
+	}
+	e.ensure(t, web)
+	if got := e.shared(t); len(got) != 0 {
+		t.Errorf("npl's objects %v after the policy went, want none", got)
+	}
+	e.ensure(t, providertest.WithPolicy(web, pol))
+	e.ensure(t, providertest.WithPolicy(newLB("shop/shop", tcp(80, member("198.18.0.12", 61000))), pol))
+	e.ensure(t, providertest.WithPolicy(ingressLB(tlsCert(t, "tls", "shop.example.com")), pol))
+	lbs, err := e.prov.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lb := range lbs {
+		if err := e.prov.Delete(context.Background(), lb.Name, lb.Kind); err != nil {
+			t.Fatalf("Delete %s: %v", lb.Name, err)
+		}
+	}
+	if got := e.shared(t); len(got) != 0 {
+		t.Errorf("npl's objects %v after every load balancer was deleted, want none", got)
+	}
+}
