@@ -321,7 +321,6 @@ func (p *Provider) l7Victims(s *aviSession, lbName string) ([]victim, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.notePolicyRefs(nil, cur.stalePools...)
 	var out []victim
 	if cur.vs != nil {
 		out = append(out, victim{vsKind.typ, aviName, deref(cur.vs.UUID)})

@@ -7,16 +7,18 @@ import (
 	"strings"
 
 	"github.com/vmware/alb-sdk/go/models"
+	"github.com/vmware/alb-sdk/go/session"
 	"k8s.io/klog/v2"
 )
 
 // Writing and collecting npl's monitors and persistence profiles
 // (trafficpolicy.go). They are shared between load balancers, so no load
-// balancer's delete can delete them: the sweep deletes those no pool uses,
-// and the controller, which refuses to delete an object still referred to
-// ("Cannot delete, object is referred by"), is the judge of that. A sweep
-// runs after an apply or delete that left a pool without one of them (and
-// again after a failed sweep, until one succeeds).
+// balancer's delete can delete them: the sweep deletes those no pool
+// refers to (refers_to), after an apply that left a pool without one of
+// them, after every delete, and again after a failed sweep until one
+// succeeds. The controller refuses to delete an object still referred to
+// ("Cannot delete, object is referred by"): one a pool started to use since
+// is kept.
 
 // ensurePolicyObjects makes the monitors and persistence profiles of o
 // exist as planned: two reads, and a write for each one missing or
@@ -110,6 +112,17 @@ func (p *Provider) notePolicyRefs(keep map[string]bool, pools ...*models.Pool) {
 	}
 }
 
+// referred reports whether a pool refers to the object typ uuid.
+func referred(s *aviSession, typ, uuid string) (bool, error) {
+	q := url.Values{"refers_to": {typ + ":" + uuid}, "page_size": {"1"}}
+	var res session.AviCollectionResult
+	err := s.call(func(sess *session.AviSession) (err error) {
+		res, err = sess.GetCollectionRaw("api/" + poolKind.typ + "?" + q.Encode())
+		return err
+	})
+	return res.Count > 0, err
+}
+
 // sweep deletes npl's monitors and persistence profiles that no pool uses
 // when one is due. The controller refuses to delete one still in use: it
 // is kept. Those keep names are in use by the caller's pools.
@@ -136,7 +149,14 @@ func (p *Provider) sweep(s *aviSession, log klog.Logger, keep map[string]bool) e
 		if keep[v.name] {
 			continue
 		}
-		err := p.holds.UnlessHeld(v.name, func() error { return remove(s, v.typ, v.uuid) })
+		used, err := referred(s, v.typ, v.uuid)
+		if err != nil {
+			return fmt.Errorf("read the pools that use %s %s: %w", v.typ, v.name, err)
+		}
+		if used {
+			continue
+		}
+		err = p.holds.UnlessHeld(v.name, func() error { return remove(s, v.typ, v.uuid) })
 		switch {
 		case err == nil:
 			log.V(2).Info("Deleted Avi object no pool uses", "type", v.typ, "name", v.name)

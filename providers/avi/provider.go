@@ -577,6 +577,9 @@ func (p *Provider) Delete(ctx context.Context, name string, kind lbmodel.Kind) e
 	defer done()
 	log := klog.FromContext(ctx).WithValues("loadBalancer", name)
 
+	// The monitors and persistence profiles only its pools used, and any a
+	// failed apply left, go with it.
+	p.sweepDue.Store(true)
 	var victims []victim
 	if kind == lbmodel.L7 {
 		if victims, err = p.l7Victims(s, name); err != nil {
@@ -616,7 +619,6 @@ func (p *Provider) l4Victims(s *aviSession, name string) ([]victim, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.notePolicyRefs(nil, cur.stale...)
 	var victims []victim
 	if cur.vs != nil {
 		victims = append(victims, victim{vsKind.typ, aviName, deref(cur.vs.UUID)})

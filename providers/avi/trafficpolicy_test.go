@@ -302,11 +302,16 @@ func TestProvider_policyObjectsAreSharedAndCollected(t *testing.T) {
 		t.Errorf("an unchanged policy wrote %v", w)
 	}
 
-	// One load balancer drops the policy: the objects stay for the other,
-	// its pool is back to the controller's defaults.
+	// One load balancer drops the policy: the objects stay for the other
+	// (not even a delete is tried), its pool is back to the controller's
+	// defaults.
+	f.sim.ResetCounters()
 	f.ensure(web)
 	if got := f.ownedObjects(); !slices.Equal(got, owned) {
 		t.Errorf("npl's objects %v after one load balancer dropped its policy, want %v", got, owned)
+	}
+	if w := f.writes(); !slices.Equal(w, []string{"PUT pool", "PUT pool"}) {
+		t.Errorf("dropping the policy of a load balancer wrote %v, want a PUT of each of its two pools", w)
 	}
 	o := poolNamed(t, f, web.Listeners[0].Pool.Name)
 	got := []any{refName(&o.HealthMonitorRefs[0]), o.ApplicationPersistenceProfileRef, deref(o.LbAlgorithm), *o.ConnectionRampDuration,

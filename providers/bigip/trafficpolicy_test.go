@@ -268,9 +268,14 @@ func TestProvider_policyObjectsAreSharedAndCollected(t *testing.T) {
 		t.Errorf("an unchanged policy wrote %d times: %v", w, e.sim.Calls())
 	}
 
-	// One load balancer drops the policy: the objects stay for the other,
-	// its pool and virtual are back to BIG-IP's defaults.
+	// One load balancer drops the policy: the objects stay for the other
+	// (not even a delete is tried), its pool and virtual are back to
+	// BIG-IP's defaults.
+	e.sim.ResetCounters()
 	e.ensure(t, web)
+	if n := e.sim.Count("DELETE", bigipsim.KindMonitor) + e.sim.Count("DELETE", bigipsim.KindPersistence); n != 0 {
+		t.Errorf("%d deletes of monitors and persistence profiles another load balancer uses", n)
+	}
 	if got := e.shared(t); !slices.Equal(got, owned) {
 		t.Errorf("npl's objects %v after one load balancer dropped its policy, want %v", got, owned)
 	}

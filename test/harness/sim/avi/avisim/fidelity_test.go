@@ -221,6 +221,14 @@ func TestServer_trafficPolicyObjects(t *testing.T) {
 			t.Errorf("%s: %d %v, want 400 containing %q", tc.name, status, out, tc.want)
 		}
 	}
+	// Who refers to them: the pool only.
+	status, out := c.do("GET", "/api/pool?refers_to=healthmonitor:"+str(hm["uuid"]), nil)
+	if results, _ := out["results"].([]any); status != http.StatusOK || len(results) != 1 || results[0].(map[string]any)["name"] != "p" {
+		t.Errorf("pools referring to the monitor: %d %v", status, out)
+	}
+	if status, out := c.do("GET", "/api/pool?refers_to=healthmonitor", nil); status != http.StatusBadRequest {
+		t.Errorf("refers_to without a uuid: %d %v", status, out)
+	}
 	for _, typ := range []string{"healthmonitor", "applicationpersistenceprofile"} {
 		var obj map[string]any
 		if typ == "healthmonitor" {

@@ -563,11 +563,30 @@ func (s *store) render(e *entry, host string, includeName bool) object {
 }
 
 // list answers GET /api/<typ> with filters name, name.contains, created_by,
-// cloud_ref.name, and paging by page_size and page (1-based).
+// cloud_ref.name, refers_to (<type>:<uuid>: the objects with a reference to
+// that one), and paging by page_size and page (1-based).
 func (s *store) list(tenant, typ, host string, q url.Values) (object, *apiError) {
 	var matched []*entry
 	name, contains, createdBy, cloud := q.Get("name"), q.Get("name.contains"), q.Get("created_by"), q.Get("cloud_ref.name")
+	refersTo := ""
+	if v := q.Get("refers_to"); v != "" {
+		refTyp, uuid, found := strings.Cut(v, ":")
+		if !found || refTyp == "" || uuid == "" {
+			return nil, errorf(http.StatusBadRequest, "Invalid refers_to %q: want <type>:<uuid>", v)
+		}
+		refersTo = "/api/" + refTyp + "/" + uuid
+	}
 	consider := func(e *entry) {
+		if refersTo != "" {
+			found := false
+			walkRefs(e.obj, func(ref string) (string, error) {
+				found = found || ref == refersTo
+				return ref, nil
+			})
+			if !found {
+				return
+			}
+		}
 		if name != "" && e.name() != name {
 			return
 		}
