@@ -400,3 +400,44 @@ func TestProvider_policyLifecycleOfAService(t *testing.T) {
 		t.Errorf("npl's objects %v after every load balancer was deleted, want none", got)
 	}
 }
+
+// A Gateway's TCP listener is a virtual of its own: it takes its pool's
+// persistence, whatever the HTTP pools ask for.
+func TestProvider_policyOnAGatewaysTCPListener(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	name := lbmodel.GatewayLoadBalancerName(testCluster, "shop", "gw")
+	pol := &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistSourceIP, TimeoutSeconds: 600},
+		Algorithm: &lbmodel.Algorithm{Type: lbmodel.LeastConnections}}
+	lb := &lbmodel.LoadBalancer{
+		Name: name, Kind: lbmodel.L7, Gateway: "shop/gw",
+		Listeners: []lbmodel.Listener{
+			{Port: 80, Protocol: lbmodel.HTTP},
+			{Port: 5432, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: lbmodel.PoolName(name, lbmodel.TCP, 5432), Policy: pol,
+				Members: []lbmodel.Member{weighted("198.18.0.11", 61000, 2), member("198.18.0.12", 61001)}}},
+		},
+		Pools: []lbmodel.Pool{},
+		HTTP:  &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{}},
+	}
+	if st := e.ensure(t, lb); len(st.Warnings) != 0 {
+		t.Errorf("warnings %v", st.Warnings)
+	}
+	owned := e.shared(t)
+	if len(owned) != 1 || !strings.HasPrefix(owned[0], "source-addr ") {
+		t.Fatalf("npl's objects %v, want a source-addr profile", owned)
+	}
+	if v := virtualOf(t, e.sim, lbmodel.ListenerName(name, lbmodel.TCP, 5432)); !slices.Equal(v.Persist, []string{strings.Fields(owned[0])[1]}) {
+		t.Errorf("TCP virtual persist %v", v.Persist)
+	}
+	if v := virtualOf(t, e.sim, lbmodel.ListenerName(name, lbmodel.HTTP, 80)); len(v.Persist) != 0 {
+		t.Errorf("HTTP virtual persist %v, want none", v.Persist)
+	}
+	if mode := poolOf(t, e.sim, lbmodel.PoolName(name, lbmodel.TCP, 5432)).LoadBalancingMode; mode != ratioLeastConnections {
+		t.Errorf("TCP pool mode %s, want %s", mode, ratioLeastConnections)
+	}
+	if err := e.prov.Delete(context.Background(), name, lbmodel.L7); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.shared(t); len(got) != 0 {
+		t.Errorf("npl's objects %v after the delete", got)
+	}
+}
