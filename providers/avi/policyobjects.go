@@ -47,17 +47,15 @@ func (p *Provider) ensurePolicyObjects(s *aviSession, log klog.Logger, o *policy
 		if err != nil {
 			return err
 		}
-		byName := map[string]*models.ApplicationPersistenceProfile{}
+		byName := map[string]*persistenceProfile{}
 		for _, m := range cur {
 			byName[deref(m.Name)] = m
 		}
 		for _, spec := range o.persistence {
 			sum := checksum(spec)
 			if _, err := apply(s, p, log, persistenceKind, spec.Name, byName[spec.Name],
-				func(*models.ApplicationPersistenceProfile) *models.ApplicationPersistenceProfile {
-					return p.persistenceModel(spec)
-				},
-				func(m *models.ApplicationPersistenceProfile) bool { return checksum(persistenceSpecOf(m)) == sum }); err != nil {
+				func(*persistenceProfile) *persistenceProfile { return p.persistenceModel(spec) },
+				func(m *persistenceProfile) bool { return checksum(persistenceSpecOf(m)) == sum }); err != nil {
 				return err
 			}
 		}
@@ -67,7 +65,7 @@ func (p *Provider) ensurePolicyObjects(s *aviSession, log klog.Logger, o *policy
 
 func monitorMarkers(o *models.HealthMonitor) []*models.RoleFilterMatchLabel { return o.Markers }
 
-func persistenceMarkers(o *models.ApplicationPersistenceProfile) []*models.RoleFilterMatchLabel {
+func persistenceMarkers(o *persistenceProfile) []*models.RoleFilterMatchLabel {
 	return o.Markers
 }
 

@@ -67,6 +67,9 @@ const (
 	// maxCookieMinutes the cookie timeout's.
 	maxIPPersistMinutes = 720
 	maxCookieMinutes    = 14400
+	// persistentCookieVersion is the first API version whose cookie
+	// persistence has is_persistent_cookie.
+	persistentCookieVersion = "21.1.3"
 )
 
 // statusClasses are the values of http_response_code, by the first digit
@@ -130,12 +133,26 @@ type monitorSpec struct {
 // persistenceSpec is the part of an npl ApplicationPersistenceProfile the
 // provider decides; the timeouts are in minutes.
 type persistenceSpec struct {
-	Name          string  `json:"name"`
-	Type          string  `json:"type"`
-	IPTimeout     int32   `json:"ipTimeout,omitempty"`
-	CookieName    string  `json:"cookieName,omitempty"`
-	CookieTimeout int32   `json:"cookieTimeout,omitempty"`
-	Markers       markers `json:"markers"`
+	Name          string `json:"name"`
+	Type          string `json:"type"`
+	IPTimeout     int32  `json:"ipTimeout,omitempty"`
+	CookieName    string `json:"cookieName,omitempty"`
+	CookieTimeout int32  `json:"cookieTimeout,omitempty"`
+	// PersistentCookie is is_persistent_cookie (21.1.3 and later).
+	PersistentCookie bool    `json:"persistentCookie,omitempty"`
+	Markers          markers `json:"markers"`
+}
+
+// persistenceProfile is an ApplicationPersistenceProfile with what the
+// pinned alb-sdk's model (20.1) lacks: the cookie's is_persistent_cookie.
+type persistenceProfile struct {
+	models.ApplicationPersistenceProfile
+	HTTPCookiePersistenceProfile *cookiePersistence `json:"http_cookie_persistence_profile,omitempty"`
+}
+
+type cookiePersistence struct {
+	models.HTTPCookiePersistenceProfile
+	IsPersistentCookie *bool `json:"is_persistent_cookie,omitempty"`
 }
 
 // The prefixes of the names of npl's monitors and persistence profiles,
@@ -152,10 +169,10 @@ var (
 		owner:    func(o *models.HealthMonitor) string { return markersOf(o.Markers).Cluster },
 		byMarker: true,
 	}
-	persistenceKind = objKind[models.ApplicationPersistenceProfile]{
+	persistenceKind = objKind[persistenceProfile]{
 		typ:      "applicationpersistenceprofile",
-		meta:     func(o *models.ApplicationPersistenceProfile) (**string, **string) { return &o.UUID, &o.LastModified },
-		owner:    func(o *models.ApplicationPersistenceProfile) string { return markersOf(o.Markers).Cluster },
+		meta:     func(o *persistenceProfile) (**string, **string) { return &o.UUID, &o.LastModified },
+		owner:    func(o *persistenceProfile) string { return markersOf(o.Markers).Cluster },
 		byMarker: true,
 	}
 )
@@ -363,9 +380,11 @@ func statusRanges(ranges []lbmodel.StatusRange) string {
 // persistence s of pool pool (System-Persistence-Client-IP for client IP
 // persistence without a timeout), adding npl's to o. Timeouts are whole
 // minutes on Avi, rounded up (and reported when they were not), and at
-// most what Avi allows. A cookie session ends with the timeout (an
-// absolute one, as the model's), but Avi's cookie has no expiry: a
-// permanent cookie is reported.
+// most what Avi allows. A cookie's timeout ends its session only for a
+// persistent cookie (is_persistent_cookie, from API 21.1.3: the model's
+// permanent cookie): Avi honours a session cookie past its timeout while
+// the browser's session lasts, which is reported, as a permanent cookie
+// is before 21.1.3.
 func (p *Provider) persistenceOf(o *policyObjects, pool string, s *lbmodel.Persistence) string {
 	spec := persistenceSpec{Markers: markers{Cluster: p.cfg.ClusterName}}
 	limit := func(minutes, most int32) int32 {
@@ -386,13 +405,27 @@ func (p *Provider) persistenceOf(o *policyObjects, pool string, s *lbmodel.Persi
 		if s.TimeoutSeconds > 0 {
 			spec.CookieTimeout = limit(minutesUp(s.TimeoutSeconds), maxCookieMinutes)
 		}
-		if s.Permanent {
-			o.warn("%s", lbmodel.PolicyGap{Pool: pool, Field: "persistence.permanent", Provider: Name})
+		switch {
+		case s.Permanent && p.speaks(persistentCookieVersion):
+			spec.PersistentCookie = true
+		case s.Permanent:
+			o.warn("pool %s: policy persistence.permanent needs Avi API %s or later, the controller speaks %s", pool,
+				persistentCookieVersion, p.version)
+		case s.TimeoutSeconds > 0:
+			o.warn("pool %s: policy persistence.timeoutSeconds does not end a session cookie on Avi, which honours it "+
+				"past its timeout while the browser's session lasts (a permanent cookie's ends)", pool)
 		}
 	}
 	spec.Name = p.ownedName(persistenceNamePart, persistenceSettings(spec))
 	o.addPersistence(spec)
 	return spec.Name
+}
+
+// speaks reports whether the provider's API version is v or later.
+func (p *Provider) speaks(v string) bool {
+	have, ok := parseVersion(p.version)
+	want, _ := parseVersion(v)
+	return ok && slices.Compare(have[:], want[:]) >= 0
 }
 
 func persistenceSettings(s persistenceSpec) persistenceSpec {
@@ -480,21 +513,26 @@ func monitorSpecOf(o *models.HealthMonitor) monitorSpec {
 	return s
 }
 
-func (p *Provider) persistenceModel(s persistenceSpec) *models.ApplicationPersistenceProfile {
-	o := &models.ApplicationPersistenceProfile{Name: ptr(s.Name), PersistenceType: ptr(s.Type), Markers: markerLabels(s.Markers)}
+func (p *Provider) persistenceModel(s persistenceSpec) *persistenceProfile {
+	o := &persistenceProfile{ApplicationPersistenceProfile: models.ApplicationPersistenceProfile{
+		Name: ptr(s.Name), PersistenceType: ptr(s.Type), Markers: markerLabels(s.Markers)}}
 	switch s.Type {
 	case persistClientIP:
 		o.IPPersistenceProfile = &models.IPPersistenceProfile{IPPersistentTimeout: ptr(s.IPTimeout)}
 	case persistHTTPCookie:
-		o.HTTPCookiePersistenceProfile = &models.HTTPCookiePersistenceProfile{CookieName: ptr(s.CookieName)}
+		c := &cookiePersistence{HTTPCookiePersistenceProfile: models.HTTPCookiePersistenceProfile{CookieName: ptr(s.CookieName)}}
 		if s.CookieTimeout > 0 {
-			o.HTTPCookiePersistenceProfile.Timeout = ptr(s.CookieTimeout)
+			c.Timeout = ptr(s.CookieTimeout)
 		}
+		if s.PersistentCookie {
+			c.IsPersistentCookie = ptr(true)
+		}
+		o.HTTPCookiePersistenceProfile = c
 	}
 	return o
 }
 
-func persistenceSpecOf(o *models.ApplicationPersistenceProfile) persistenceSpec {
+func persistenceSpecOf(o *persistenceProfile) persistenceSpec {
 	s := persistenceSpec{Name: deref(o.Name), Type: deref(o.PersistenceType), Markers: markersOf(o.Markers)}
 	if ip := o.IPPersistenceProfile; ip != nil && s.Type == persistClientIP && ip.IPPersistentTimeout != nil {
 		s.IPTimeout = *ip.IPPersistentTimeout
@@ -504,6 +542,7 @@ func persistenceSpecOf(o *models.ApplicationPersistenceProfile) persistenceSpec 
 		if c.Timeout != nil {
 			s.CookieTimeout = *c.Timeout
 		}
+		s.PersistentCookie = c.IsPersistentCookie != nil && *c.IsPersistentCookie
 	}
 	return s
 }

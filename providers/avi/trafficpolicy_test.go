@@ -2,6 +2,7 @@ package avi
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers/providertest"
+	"github.com/nodeportlocal/npl/test/harness/sim/avi/avisim"
 )
 
 // Every value the policy mapping sends is one the controller's schema
@@ -77,7 +79,7 @@ func ptrTo[T any](v T) *T { return &v }
 // How each policy field becomes Avi's, and what is reported where Avi's
 // value differs from the model's.
 func TestPoolPolicy_mapping(t *testing.T) {
-	p := &Provider{cfg: &Config{ClusterName: cluster}}
+	p := &Provider{cfg: &Config{ClusterName: cluster}, version: "20.1.7"}
 	hm := func(s monitorSpec) monitorSpec {
 		s.Markers = markers{Cluster: cluster}
 		s.Name = p.ownedName(monitorNamePart, monitorSettings(s))
@@ -100,8 +102,11 @@ func TestPoolPolicy_mapping(t *testing.T) {
 		Codes: []string{"HTTP_2XX", "HTTP_3XX"}})
 	clientIP := prst(persistenceSpec{Type: persistClientIP, IPTimeout: 180})
 	cookie := prst(persistenceSpec{Type: persistHTTPCookie, CookieName: "session", CookieTimeout: 60})
+	sessionCookie := prst(persistenceSpec{Type: persistHTTPCookie, CookieName: "session"})
+	persistentCookie := prst(persistenceSpec{Type: persistHTTPCookie, CookieName: "session", CookieTimeout: 60, PersistentCookie: true})
 	for _, tc := range []struct {
 		name         string
+		version      string // the API version, 20.1.7 when empty
 		policy       *lbmodel.Policy
 		weights      int
 		wantMonitors []string
@@ -172,16 +177,27 @@ func TestPoolPolicy_mapping(t *testing.T) {
 			}),
 			wantPersist:  []persistenceSpec{prst(persistenceSpec{Type: persistClientIP, IPTimeout: 720})},
 			wantWarnings: []string{"pool p: policy persistence.timeoutSeconds 86400 is 720 minutes on Avi (whole minutes, at most 720)"}},
-		{name: "a cookie",
+		{name: "a session cookie",
+			policy:       &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistCookie, Name: "session"}},
+			wantMonitors: []string{monitorTCP}, wantGraceful: 1, want: rr(func(s *poolPolicySpec) { s.Persistence = sessionCookie.Name }),
+			wantPersist: []persistenceSpec{sessionCookie}},
+		{name: "a session cookie with a lifetime",
 			policy:       &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistCookie, Name: "session", TimeoutSeconds: 3600}},
 			wantMonitors: []string{monitorTCP}, wantGraceful: 1, want: rr(func(s *poolPolicySpec) { s.Persistence = cookie.Name }),
-			wantPersist: []persistenceSpec{cookie}},
-		{name: "a permanent cookie",
+			wantPersist: []persistenceSpec{cookie},
+			wantWarnings: []string{"pool p: policy persistence.timeoutSeconds does not end a session cookie on Avi, which honours it " +
+				"past its timeout while the browser's session lasts (a permanent cookie's ends)"}},
+		{name: "a permanent cookie before 21.1.3",
 			policy: &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistCookie, Name: "session", TimeoutSeconds: 3600,
 				Permanent: true}},
 			wantMonitors: []string{monitorTCP}, wantGraceful: 1, want: rr(func(s *poolPolicySpec) { s.Persistence = cookie.Name }),
 			wantPersist:  []persistenceSpec{cookie},
-			wantWarnings: []string{"pool p: policy persistence.permanent is not supported by the avi provider"}},
+			wantWarnings: []string{"pool p: policy persistence.permanent needs Avi API 21.1.3 or later, the controller speaks 20.1.7"}},
+		{name: "a permanent cookie from 21.1.3", version: "22.1.3",
+			policy: &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistCookie, Name: "session", TimeoutSeconds: 3600,
+				Permanent: true}},
+			wantMonitors: []string{monitorTCP}, wantGraceful: 1, want: rr(func(s *poolPolicySpec) { s.Persistence = persistentCookie.Name }),
+			wantPersist: []persistenceSpec{persistentCookie}},
 		{name: "persistence and a hash across the pools of several weights", weights: 2,
 			policy: &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistSourceIP},
 				Algorithm: &lbmodel.Algorithm{Type: lbmodel.ConsistentHash, HashOn: lbmodel.HashSourceIP}},
@@ -193,6 +209,10 @@ func TestPoolPolicy_mapping(t *testing.T) {
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			p.version = "20.1.7"
+			if tc.version != "" {
+				p.version = tc.version
+			}
 			var o policyObjects
 			monitors, graceful, spec := p.poolPolicy(&o, lbmodel.Pool{Name: "p", Policy: tc.policy}, monitorTCP, max(tc.weights, 1))
 			if diff := cmp.Diff(tc.wantMonitors, monitors); diff != "" {
@@ -358,7 +378,10 @@ func TestProvider_policyReportsWhatAviDoesNotExpress(t *testing.T) {
 	st := f.ensure(lb)
 	blog, shop := lb.Pools[0].Name, lb.Pools[1].Name
 	want := []string{
+		// The provider's first, then those of the capabilities.
 		"pool " + blog + ": policy slowStartSeconds 30 is 1 minutes on Avi (connection_ramp_duration is in whole minutes)",
+		"pool " + shop + ": policy persistence.timeoutSeconds does not end a session cookie on Avi, which honours it " +
+			"past its timeout while the browser's session lasts (a permanent cookie's ends)",
 		"pool " + blog + ": policy persistence.type=Header is not supported by the avi provider",
 		"pool " + blog + ": policy algorithm.hashOn=Cookie is not supported by the avi provider",
 		"pool " + blog + ": policy retry is not supported by the avi provider",
@@ -383,6 +406,32 @@ func TestProvider_policyReportsWhatAviDoesNotExpress(t *testing.T) {
 	}
 	if got := f.ownedObjects(); len(got) != 0 {
 		t.Errorf("npl's objects %v after the delete, want none", got)
+	}
+}
+
+// A permanent cookie is Avi's persistent cookie from API 21.1.3 on, which
+// the controller of that version takes and answers back.
+func TestProvider_policyPersistentCookie(t *testing.T) {
+	f := newFixture(t, fixtureOptions{sim: avisim.Options{Version: "22.1.3"}})
+	lb := ingressLB(tlsCert(t, "ns/tls", "shop.example.com"))
+	lb.Pools[1].Policy = &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistCookie, Name: "shop",
+		TimeoutSeconds: 7200, Permanent: true}}
+	if st := f.ensure(lb); len(st.Warnings) != 0 {
+		t.Errorf("warnings %v", st.Warnings)
+	}
+	var found bool
+	for _, o := range f.sim.Objects("admin", persistenceKind.typ) {
+		if c, _ := o["http_cookie_persistence_profile"].(map[string]any); strings.HasPrefix(o["name"].(string), cluster+"--") {
+			found = c["is_persistent_cookie"] == true && fmt.Sprint(c["timeout"]) == "120" && c["cookie_name"] == "shop"
+		}
+	}
+	if !found {
+		t.Errorf("no persistent cookie profile of 120 minutes among %v", f.sim.Objects("admin", persistenceKind.typ))
+	}
+	f.sim.ResetCounters()
+	f.ensure(lb)
+	if w := f.writes(); len(w) != 0 {
+		t.Errorf("an unchanged policy wrote %v", w)
 	}
 }
 

@@ -77,7 +77,7 @@ func (c *checker) object(path string, d *Def, obj map[string]any) {
 	}
 	for _, k := range slices.Sorted(maps.Keys(obj)) {
 		v := obj[k]
-		p := d.Props[k]
+		p := propIn(d, k)
 		switch {
 		case p == nil || removedIn(d, k, c.version):
 			c.add(join(path, k), "unknown field of %s in API version %s", d.Name, c.version)

@@ -136,6 +136,15 @@ func TestCheck(t *testing.T) {
 		{"query equals in 20.1", "httppolicyset",
 			`{"name":"h","http_request_policy":{"rules":[{"name":"r","index":1,"enable":true,"match":{"query":{"match_criteria":"QUERY_MATCH_EQUALS","match_str":["a=b"]}}}]}}`,
 			v2017, []string{"http_request_policy.rules[0].match.query.match_criteria"}},
+		{"a persistent cookie since 21.1.3", "applicationpersistenceprofile",
+			`{"name":"c","persistence_type":"PERSISTENCE_TYPE_HTTP_COOKIE","http_cookie_persistence_profile":{"is_persistent_cookie":true}}`,
+			Version{21, 1, 3}, nil},
+		{"a persistent cookie in 20.1", "applicationpersistenceprofile",
+			`{"name":"c","persistence_type":"PERSISTENCE_TYPE_HTTP_COOKIE","http_cookie_persistence_profile":{"is_persistent_cookie":true}}`,
+			v2017, []string{"http_cookie_persistence_profile.is_persistent_cookie"}},
+		{"a persistent cookie of another type", "applicationpersistenceprofile",
+			`{"name":"c","persistence_type":"PERSISTENCE_TYPE_HTTP_COOKIE","http_cookie_persistence_profile":{"is_persistent_cookie":"yes"}}`,
+			Version{22, 1, 3}, []string{"http_cookie_persistence_profile.is_persistent_cookie"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vs, err := s.Check(tc.typ, decode(t, tc.body), tc.version)

@@ -6,8 +6,9 @@ import "slices"
 // releases change in the objects npl writes is listed here, read from the
 // swagger files of the alb-sdk release branches 21.1.7, 22.1.1, 22.1.3 and
 // 30.2.1 (vmware/alb-sdk, swagger/Pool.json, VirtualService.json,
-// HTTPPolicySet.json, L4PolicySet.json): a change applies from its version
-// on. Nothing else of those objects differs in the fields npl sends.
+// HTTPPolicySet.json, L4PolicySet.json, ApplicationPersistenceProfile.json):
+// a change applies from its version on. Nothing else of those objects
+// differs in the fields npl sends.
 type change struct {
 	from Version
 	// removed are fields a later release dropped, by definition.
@@ -16,9 +17,20 @@ type change struct {
 	required map[string][]string
 	// enum are values a later release adds, by definition and field.
 	enum map[string]map[string][]string
+	// added are fields a later release adds, by definition, each with the
+	// versions its description says it was introduced in.
+	added map[string][]*Prop
 }
 
 var changes = []change{
+	{from: Version{21, 1, 3}, added: map[string][]*Prop{
+		// "When True, the cookie used is a persistent cookie, i.e. the
+		// cookie shouldn't be used at the end of the timeout. By default,
+		// it is set to false, making the cookie a session cookie, which
+		// allows clients to use it even after the timeout, if the session
+		// is still open. Field introduced in 21.1.3."
+		"HttpCookiePersistenceProfile": {{Name: "is_persistent_cookie", Kind: "boolean", Introduced: []Version{{21, 1, 3}}}},
+	}},
 	{from: Version{21, 1, 7}, required: map[string][]string{
 		"PortMatch":  {"match_criteria"},
 		"QueryMatch": {"match_criteria"},
@@ -48,6 +60,23 @@ func requiredIn(d *Def, v Version) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// propIn returns field name of definition d: the pinned schema's, or one a
+// later release adds (whose Introduced says from which version); nil when
+// no release has it.
+func propIn(d *Def, name string) *Prop {
+	if p := d.Props[name]; p != nil {
+		return p
+	}
+	for _, c := range changes {
+		for _, p := range c.added[d.Name] {
+			if p.Name == name {
+				return p
+			}
+		}
+	}
+	return nil
 }
 
 // removedIn reports whether version v dropped field name of definition d.
