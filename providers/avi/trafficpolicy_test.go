@@ -506,3 +506,34 @@ func TestProvider_policyLifecycleOfAService(t *testing.T) {
 		t.Errorf("npl's objects %v after every load balancer was deleted, want none", got)
 	}
 }
+
+// Policies' objects and fields are what every supported API version
+// takes: the simulator checks the bodies against each version's schema.
+func TestProvider_policyOnEachSupportedAPIVersion(t *testing.T) {
+	for _, version := range []string{"20.1.5", "20.1.7", "22.1.3", "30.2.1"} {
+		t.Run(version, func(t *testing.T) {
+			f := newFixture(t, fixtureOptions{sim: avisim.Options{Version: version}})
+			lb := ingressLB(tlsCert(t, "ns/tls", "shop.example.com"))
+			lb.Pools[0].Policy = &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistCookie, Name: "c",
+				TimeoutSeconds: 600, Permanent: true}, HealthCheck: &lbmodel.HealthCheck{Type: lbmodel.CheckHTTP, Path: "/", Host: "h.example"},
+				Algorithm:        &lbmodel.Algorithm{Type: lbmodel.ConsistentHash, HashOn: lbmodel.HashHeader, HashName: "x-user"},
+				SlowStartSeconds: 60, DrainSeconds: ptrTo[int32](120), MaxConnectionsPerMember: 10}
+			lb.Pools[1].Policy = &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistSourceIP, TimeoutSeconds: 600}}
+			f.ensure(lb)
+			f.sim.ResetCounters()
+			f.ensure(lb)
+			if w := f.writes(); len(w) != 0 {
+				t.Errorf("second Ensure wrote %v", w)
+			}
+			if err := f.v.Delete(context.Background(), lb.Name, lbmodel.L7); err != nil {
+				t.Fatal(err)
+			}
+			if n := f.sim.SchemaViolations(); n != 0 {
+				t.Errorf("%d schema violations", n)
+			}
+			if got := f.ownedObjects(); len(got) != 0 {
+				t.Errorf("npl's objects %v after the delete", got)
+			}
+		})
+	}
+}
