@@ -174,7 +174,7 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 
 	_, _ = svcInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.services.serviceChanged,
-		UpdateFunc: func(_, obj any) { c.services.serviceChanged(obj) },
+		UpdateFunc: func(_, obj any) { c.writes.observed(obj); c.services.serviceChanged(obj) },
 		DeleteFunc: c.services.serviceChanged,
 	})
 	_, _ = podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -194,7 +194,7 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	})
 	_, _ = ingInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.ingresses.ingressChanged,
-		UpdateFunc: c.ingresses.ingressUpdated,
+		UpdateFunc: func(old, obj any) { c.writes.observed(obj); c.ingresses.ingressUpdated(old, obj) },
 		DeleteFunc: c.ingresses.ingressDeleted,
 	})
 	_, _ = classInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{

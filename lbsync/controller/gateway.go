@@ -176,6 +176,9 @@ func (r *gatewayReconciler) sync(ctx context.Context, key queueKey) syncResult {
 		return synced() // ServeGatewayAPI's informers sync; it queues every Gateway once they have
 	}
 	gw, err := r.gwState().gateways.Gateways(key.namespace).Get(key.name)
+	if err == nil {
+		gw = freshest(&r.writes, gw)
+	}
 	if err != nil || !gateway.Ours(gw, r.gatewayClasses()) || gw.DeletionTimestamp != nil {
 		return retryOn(r.release(ctx, key, err != nil))
 	}
@@ -336,10 +339,11 @@ func (r *gatewayReconciler) writeStatus(ctx context.Context, gw *gatewayv1.Gatew
 	if err != nil {
 		return err
 	}
-	_, err = r.gwState().client.GatewayV1().Gateways(gw.Namespace).Patch(ctx, gw.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	out, err := r.gwState().client.GatewayV1().Gateways(gw.Namespace).Patch(ctx, gw.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
 		return fmt.Errorf("patch gateway %s/%s status: %w", gw.Namespace, gw.Name, err)
 	}
+	r.writes.wrote(out)
 	return nil
 }
 

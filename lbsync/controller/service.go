@@ -151,6 +151,9 @@ func (r *serviceReconciler) claimed(names map[string]bool) {
 // sync makes the load balancer of one Service match it.
 func (r *serviceReconciler) sync(ctx context.Context, key queueKey) syncResult {
 	svc, err := r.lister.Services(key.namespace).Get(key.name)
+	if err == nil {
+		svc = freshest(&r.writes, svc)
+	}
 	if err != nil {
 		// Gone without our finalizer (or it was removed by hand): the
 		// garbage collector removes what may be left.
