@@ -76,6 +76,17 @@ func (s *LoadBalancerPolicySpec) DeepCopyInto(out *LoadBalancerPolicySpec) {
 	s.TrafficPolicy.DeepCopyInto(&out.TrafficPolicy)
 }
 
+// DeepCopy returns a copy of s (the embedded TrafficPolicy's would
+// otherwise be promoted).
+func (s *LoadBalancerPolicySpec) DeepCopy() *LoadBalancerPolicySpec {
+	if s == nil {
+		return nil
+	}
+	out := new(LoadBalancerPolicySpec)
+	s.DeepCopyInto(out)
+	return out
+}
+
 // DeepCopyInto copies t into out.
 func (t *TrafficPolicy) DeepCopyInto(out *TrafficPolicy) {
 	*out = *t
