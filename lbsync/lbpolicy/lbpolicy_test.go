@@ -314,3 +314,23 @@ func TestResolution_outcomeOf(t *testing.T) {
 		t.Errorf("the older's outcome %+v", o)
 	}
 }
+
+func TestIndex_mergesValidPoliciesPerTarget(t *testing.T) {
+	at := func(ns, name string, created time.Time, svc string, tp v1alpha1.TrafficPolicy) *v1alpha1.LoadBalancerPolicy {
+		return &v1alpha1.LoadBalancerPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, CreationTimestamp: metav1.NewTime(created)},
+			Spec: v1alpha1.LoadBalancerPolicySpec{TargetRefs: []v1alpha1.LocalPolicyTargetReference{{Kind: "Service", Name: svc}}, TrafficPolicy: tp}}
+	}
+	lookup := Index([]*v1alpha1.LoadBalancerPolicy{
+		at("shop", "new", t0.Add(time.Hour), "web", v1alpha1.TrafficPolicy{SlowStartSeconds: ptr.To[int32](2), DrainSeconds: ptr.To[int32](9)}),
+		at("shop", "old", t0, "web", v1alpha1.TrafficPolicy{SlowStartSeconds: ptr.To[int32](1)}),
+		at("shop", "bad", t0, "web", v1alpha1.TrafficPolicy{HealthCheck: httpCheck("no-slash")}),
+		at("blog", "other", t0, "web", v1alpha1.TrafficPolicy{MaxConnectionsPerMember: ptr.To[int32](3)}),
+	})
+	want := &v1alpha1.TrafficPolicy{SlowStartSeconds: ptr.To[int32](1), DrainSeconds: ptr.To[int32](9)}
+	if diff := cmp.Diff(want, lookup(ServiceTarget("shop", "web"))); diff != "" {
+		t.Errorf("shop/web (-want +got):\n%s", diff)
+	}
+	if got := lookup(ServiceTarget("shop", "api")); got != nil {
+		t.Errorf("shop/api: %+v, want none", got)
+	}
+}

@@ -121,3 +121,26 @@ func Over(specific, general *v1alpha1.TrafficPolicy) *v1alpha1.TrafficPolicy {
 	}
 	return &out
 }
+
+// Index returns the Lookup of a set of policies read at once (nplctl's):
+// each target's valid policies merged. An invalid policy counts for
+// nothing: unlike npl-lbsync, a reader of one moment does not know its
+// last valid spec.
+func Index(policies []*v1alpha1.LoadBalancerPolicy) Lookup {
+	byTarget := map[Target][]Candidate{}
+	for _, p := range policies {
+		if Check(&p.Spec) != nil {
+			continue
+		}
+		for _, t := range Targets(p.Namespace, &p.Spec) {
+			byTarget[t] = append(byTarget[t], Candidate{Name: p.Name, Created: p.CreationTimestamp.Time, Policy: &p.Spec.TrafficPolicy})
+		}
+	}
+	merged := map[Target]*v1alpha1.TrafficPolicy{}
+	for t, cands := range byTarget {
+		if r := Resolve(cands); len(r.Won) > 0 {
+			merged[t] = &r.Policy
+		}
+	}
+	return func(t Target) *v1alpha1.TrafficPolicy { return merged[t] }
+}
