@@ -2,6 +2,9 @@ package lbsync
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeportlocal/npl/lbmodel"
+	"github.com/nodeportlocal/npl/lbsync/inspect"
 	"github.com/nodeportlocal/npl/lbsync/lbpolicy/v1alpha1"
 	"github.com/nodeportlocal/npl/test/harness/lbsyncbed"
 )
@@ -140,6 +144,29 @@ func TestLBSync_loadBalancerPolicy(t *testing.T) {
 		t.Errorf("web's condition %+v, want Synced: the mock expresses every field", lbsyncbed.Condition(s))
 	}
 
+	// nplctl expects the policy npl-lbsync applies, and reports a load
+	// balancer that lost it as drift, naming the fields.
+	report, stderr, code := lbsyncbed.NplctlPools(t, "--kubeconfig", e.Cluster.Kubeconfig(), "--config", e.NPL.ConfigPath, "-n", ns, "--check")
+	if code != 0 || len(report.Pools) != 1 || report.Pools[0].State != inspect.StateInSync || !cmp.Equal(report.Pools[0].Policy, want) {
+		t.Errorf("nplctl pools --check: exit %d, %+v\n%s", code, report.Pools, stderr)
+	}
+	stateFile := filepath.Join(e.StateDir, "npl-io-lb.json")
+	cfg, err := os.ReadFile(e.NPL.ConfigPath)
+	if err != nil || !strings.Contains(string(cfg), stateFile) {
+		t.Fatalf("the configuration does not name the state file %s (err %v):\n%s", stateFile, err, cfg)
+	}
+	lost := filepath.Join(t.TempDir(), "lost.json")
+	withoutPolicy(t, stateFile, lost, pool)
+	lostCfg := filepath.Join(t.TempDir(), "lbsync.yaml")
+	if err := os.WriteFile(lostCfg, []byte(strings.Replace(string(cfg), stateFile, lost, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	report, stderr, code = lbsyncbed.NplctlPools(t, "--kubeconfig", e.Cluster.Kubeconfig(), "--config", lostCfg, "-n", ns, "--check")
+	if code != 1 || len(report.Pools) != 1 || report.Pools[0].State != inspect.StateDrift ||
+		!strings.Contains(stderr, "policy differs: healthCheck, algorithm, slowStartSeconds, maxConnectionsPerMember") {
+		t.Errorf("nplctl pools --check with the policy lost: exit %d, %+v\n%s", code, report.Pools, stderr)
+	}
+
 	// The oldest goes: the next oldest gives each field it set.
 	if err := e.Policies(t).Namespace(ns).Delete(context.Background(), "a-first", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -262,4 +289,70 @@ func TestLBSync_loadBalancerPolicyDrain(t *testing.T) {
 	if d := time.Since(deleted); d < drain-time.Second {
 		t.Errorf("web's draining member was removed %s after the deletion, before the policy's %s", d.Round(time.Second), drain)
 	}
+}
+
+// withoutPolicy writes a copy of the mock's state file to dst without the
+// policy of pool: a load balancer that lost it, for nplctl to compare
+// with, that npl-lbsync does not see.
+func withoutPolicy(t *testing.T, src, dst, pool string) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st map[string]any
+	if err := json.Unmarshal(data, &st); err != nil {
+		t.Fatal(err)
+	}
+	dropped := false
+	lbs, _ := st["loadBalancers"].([]any)
+	for _, lb := range lbs {
+		ls, _ := lb.(map[string]any)["listeners"].([]any)
+		for _, l := range ls {
+			if p, ok := l.(map[string]any)["pool"].(map[string]any); ok && p["name"] == pool && p["policy"] != nil {
+				delete(p, "policy")
+				dropped = true
+			}
+		}
+	}
+	if !dropped {
+		t.Fatalf("no policy of pool %s in %s", pool, src)
+	}
+	out, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLBSync_loadBalancerPolicyExample: the example policy of the README
+// (examples/policy) is accepted and applied as it says.
+func TestLBSync_loadBalancerPolicyExample(t *testing.T) {
+	e := lbsyncbed.Setup(t)
+	ns := e.Namespace(t)
+	data, err := os.ReadFile("../../examples/policy/web-policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p v1alpha1.LoadBalancerPolicy
+	if err := yaml.UnmarshalStrict(data, &p); err != nil {
+		t.Fatalf("decode the example: %v", err)
+	}
+	p.Namespace = ns
+	e.Pod(t, ns, "a", e.NodeName(0), lbsyncbed.List(lbsyncbed.Entry(8080, e.NodeIP(0), 61000, "tcp")))
+	e.CreateService(t, lbsyncbed.LBService(ns, "web", lbsyncbed.OurClass))
+	if err := e.CreatePolicy(t, &p); err != nil {
+		t.Fatal(err)
+	}
+	waitPoolPolicy(t, e, ns, "web", e.NPL.PoolName(ns, "web", lbmodel.TCP, 80), &lbmodel.Policy{
+		HealthCheck: &lbmodel.HealthCheck{Type: lbmodel.CheckHTTP, Path: "/", ExpectedStatuses: []lbmodel.StatusRange{{Min: 200, Max: 299}},
+			IntervalSeconds: 5, TimeoutSeconds: 2, Rise: 2, Fall: 3},
+		Algorithm:               &lbmodel.Algorithm{Type: lbmodel.ConsistentHash, HashOn: lbmodel.HashSourceIP},
+		SlowStartSeconds:        30,
+		DrainSeconds:            ptr.To[int32](60),
+		MaxConnectionsPerMember: 1000,
+	})
+	e.WaitPolicyCondition(t, ns, "web", "Service", "web", metav1.ConditionTrue, "Accepted")
 }
