@@ -1,27 +1,23 @@
 package gateway
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/nodeportlocal/npl/lbmodel"
-	"github.com/nodeportlocal/npl/lbsync/gateway"
 	"github.com/nodeportlocal/npl/lbsync/inspect"
 	"github.com/nodeportlocal/npl/lbsync/lbpolicy/v1alpha1"
 	"github.com/nodeportlocal/npl/test/harness/lbsyncbed"
 	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
-// TestLBSync_gatewayLoadBalancerPolicy: a LoadBalancerPolicy of a Gateway
+// TestLBSync_gatewayLoadBalancerPolicy: on the mock's gatewayBed (Services
+// a and b, a Pod each), a LoadBalancerPolicy of a Gateway
 // sets every pool of its load balancer; one of a backend Service sets the
 // rule pools whose only backend it is, over the Gateway's field by field
 // (its explicit slow start of 0 wins), and not a pool it shares with
@@ -29,37 +25,8 @@ import (
 // finds the pools in sync, policies included.
 func TestLBSync_gatewayLoadBalancerPolicy(t *testing.T) {
 	e := setup(t)
-	ctx := lbsyncbed.Context(t, 3*time.Minute)
-	if err := e.Cluster.InstallGatewayAPI(ctx); err != nil {
-		t.Fatalf("install the Gateway API CRDs: %v", err)
-	}
-	if err := stack.GrantChartValues(ctx, e.Cluster, map[string]any{"gatewayAPI.enabled": true}); err != nil {
-		t.Fatal(err)
-	}
-	name := lbsyncbed.ClusterName + "-gwpol"
-	cfg := e.Config(name, "NodePortLocal", "npl.io/gwpol", "198.18.117.0/28") + "gatewayAPI:\n  enabled: true\n"
-	l := e.StartSyncer(t, "npl-lbsync-gwpol", name, cfg, false)
-	gc, err := gatewayclient.NewForConfig(e.Cluster.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw1 := gc.GatewayV1()
-	ns := e.Namespace(t)
-	className := "npl-" + ns
-	if _, err := gw1.GatewayClasses().Create(ctx, &gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: className},
-		Spec: gatewayv1.GatewayClassSpec{ControllerName: gateway.ControllerName}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gw1.GatewayClasses().Delete(context.Background(), className, metav1.DeleteOptions{}) })
-	for i, app := range []string{"a", "b"} {
-		e.Pod(t, ns, app+"-1", e.NodeName(i), lbsyncbed.List(lbsyncbed.Entry(8080, e.NodeIP(i), 61000+i, "tcp")), func(p *corev1.Pod) {
-			p.Labels = map[string]string{"app": app}
-		})
-		e.CreateService(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app}, Spec: corev1.ServiceSpec{
-			Selector: map[string]string{"app": app},
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}},
-		}})
-	}
+	b := e.startGatewayBed(t, "mock", "gwpol", "198.18.117.0/28")
+	ctx, l, gw1, ns, className, name := b.ctx, b.l, b.gw1, b.ns, b.class, b.name
 	if _, err := gw1.Gateways(ns).Create(ctx, &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw"}, Spec: gatewayv1.GatewaySpec{
 		GatewayClassName: gatewayv1.ObjectName(className),
 		Listeners:        []gatewayv1.Listener{{Name: "http", Port: 80, Protocol: gatewayv1.HTTPProtocolType}},

@@ -2,7 +2,6 @@ package lbsync
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -292,39 +291,16 @@ func TestLBSync_loadBalancerPolicyDrain(t *testing.T) {
 }
 
 // withoutPolicy writes a copy of the mock's state file to dst without the
-// policy of pool: a load balancer that lost it, for nplctl to compare
-// with, that npl-lbsync does not see.
+// policy of pool: a load balancer that lost it.
 func withoutPolicy(t *testing.T, src, dst, pool string) {
 	t.Helper()
-	data, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st map[string]any
-	if err := json.Unmarshal(data, &st); err != nil {
-		t.Fatal(err)
-	}
-	dropped := false
-	lbs, _ := st["loadBalancers"].([]any)
-	for _, lb := range lbs {
-		ls, _ := lb.(map[string]any)["listeners"].([]any)
-		for _, l := range ls {
-			if p, ok := l.(map[string]any)["pool"].(map[string]any); ok && p["name"] == pool && p["policy"] != nil {
-				delete(p, "policy")
-				dropped = true
-			}
+	lbsyncbed.EditMockState(t, src, dst, func(p map[string]any) bool {
+		if p["name"] != pool || p["policy"] == nil {
+			return false
 		}
-	}
-	if !dropped {
-		t.Fatalf("no policy of pool %s in %s", pool, src)
-	}
-	out, err := json.Marshal(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dst, out, 0o644); err != nil {
-		t.Fatal(err)
-	}
+		delete(p, "policy")
+		return true
+	})
 }
 
 // TestLBSync_loadBalancerPolicyExample: the example policy of the README

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -35,4 +36,51 @@ func NplctlPools(t *testing.T, args ...string) (inspect.Report, string, int) {
 		t.Fatalf("nplctl pools %v: exit %d, output %q: %v\n%s", args, code, out.String(), err, stderr.String())
 	}
 	return r, stderr.String(), code
+}
+
+// EditMockState writes a copy of the mock's state file src to dst with
+// edit applied to every pool (of any load balancer, a listener's or not):
+// a load balancer that drifted, for nplctl to compare with, that
+// npl-lbsync does not see. edit reports whether it changed the pool; the
+// test fails when it changed none.
+func EditMockState(t *testing.T, src, dst string, edit func(pool map[string]any) bool) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st map[string]any
+	if err := json.Unmarshal(data, &st); err != nil {
+		t.Fatal(err)
+	}
+	edited := false
+	apply := func(p any) {
+		if m, ok := p.(map[string]any); ok && edit(m) {
+			edited = true
+		}
+	}
+	lbs, _ := st["loadBalancers"].([]any)
+	for _, lb := range lbs {
+		l, _ := lb.(map[string]any)
+		ps, _ := l["pools"].([]any)
+		for _, p := range ps {
+			apply(p)
+		}
+		ls, _ := l["listeners"].([]any)
+		for _, li := range ls {
+			if m, ok := li.(map[string]any); ok {
+				apply(m["pool"])
+			}
+		}
+	}
+	if !edited {
+		t.Fatalf("no pool of %s changed", src)
+	}
+	out, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
