@@ -69,6 +69,23 @@ type Report struct {
 	// ReadyBackends counts the enabled members over all pools; zero means
 	// the load balancer has nothing to send traffic to.
 	ReadyBackends int
+	// PoolBackends names, by pool of an Ingress's or a Gateway's model,
+	// the backend Services ("namespace/name", sorted, once each) whose
+	// Pods make its members: a Service's LoadBalancerPolicy reaches the
+	// pools whose only backend it is (lbpolicy.Attach).
+	PoolBackends map[string][]string
+}
+
+// AddPoolBackend records that the members of pool come from the backend
+// Service svcID.
+func (r *Report) AddPoolBackend(pool, svcID string) {
+	if r.PoolBackends == nil {
+		r.PoolBackends = map[string][]string{}
+	}
+	if svcs := r.PoolBackends[pool]; !slices.Contains(svcs, svcID) {
+		r.PoolBackends[pool] = append(svcs, svcID)
+		slices.Sort(r.PoolBackends[pool])
+	}
 }
 
 // AddBackend adds the report of the members of a backend Service (an

@@ -31,7 +31,10 @@ type cluster struct {
 	// gwp holds the Gateway API part (gwState); nil until EnableGatewayAPI
 	// or ServeGatewayAPI. ServeGatewayAPI replaces it whole when CRDs
 	// appear after the start.
-	gwp      atomic.Pointer[gatewayState]
+	gwp atomic.Pointer[gatewayState]
+	// pol holds the LoadBalancerPolicy part; nil unless EnablePolicies
+	// was called before Start.
+	pol      *policyState
 	recorder record.EventRecorder
 	queue    workqueue.TypedRateLimitingInterface[queueKey]
 	// writes are the objects our writes returned, until the caches show

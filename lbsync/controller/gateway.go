@@ -25,6 +25,7 @@ import (
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
 	"github.com/nodeportlocal/npl/lbsync/inputs"
+	"github.com/nodeportlocal/npl/lbsync/lbpolicy"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -87,6 +88,8 @@ func (r *gatewayReconciler) gatewayChanged(obj any) {
 	}
 	if gw, ok := obj.(*gatewayv1.Gateway); ok {
 		r.queue.Add(gatewayKey(gw.Namespace, gw.Name))
+		// Whether it exists and is ours is in their status.
+		r.queuePoliciesOf(lbpolicy.GatewayTarget(gw.Namespace, gw.Name))
 	}
 }
 
@@ -188,6 +191,8 @@ func (r *gatewayReconciler) sync(ctx context.Context, key queueKey) syncResult {
 		return retryOn(err)
 	}
 	res := gateway.Build(in)
+	own := lbpolicy.GatewayTarget(gw.Namespace, gw.Name)
+	r.attachPolicies(res.LB, &own, res.Report.PoolBackends)
 	for _, e := range res.Report.Errors {
 		r.recorder.Event(gw, corev1.EventTypeWarning, "InvalidGateway", e)
 	}

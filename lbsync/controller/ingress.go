@@ -257,6 +257,8 @@ func (r *ingressReconciler) build(ctx context.Context, ings []*networkingv1.Ingr
 			"Cannot read TLS Secret %s: npl-lbsync may not read Secrets; serving HTTP only", f.Secret)
 	}
 	lb, report := ingress.Build(in)
+	// The policies of the backend Services: an Ingress is no target.
+	r.attachPolicies(lb, nil, report.PoolBackends)
 	for _, e := range report.Errors {
 		r.recorder.Event(target(e), corev1.EventTypeWarning, "InvalidIngress", e)
 	}

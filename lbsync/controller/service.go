@@ -19,6 +19,7 @@ import (
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/lbsync/lbpolicy"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -57,6 +58,8 @@ func (r *serviceReconciler) serviceChanged(obj any) {
 	}
 	if s, ok := obj.(*corev1.Service); ok {
 		r.queueWithUsers(serviceKey(s.Namespace, s.Name), 0)
+		// Whether it exists and is ours is in their status.
+		r.queuePoliciesOf(lbpolicy.ServiceTarget(s.Namespace, s.Name))
 	}
 }
 
@@ -201,6 +204,8 @@ func (r *serviceReconciler) ensure(ctx context.Context, svc *corev1.Service) syn
 	if lb == nil {
 		return refused(r.setCondition(ctx, svc, claim.Condition{Reason: "InvalidService", Message: fmt.Sprint(report.Errors)}))
 	}
+	own := lbpolicy.ServiceTarget(svc.Namespace, svc.Name)
+	r.attachPolicies(lb, &own, nil)
 	r.metrics.observeMembers(key.String(), lb)
 
 	r.mu.Lock()
