@@ -222,12 +222,7 @@ func waitForCond(t testing.TB, d time.Duration, what string, cond func() (bool, 
 func scaleAndConverge(t testing.TB, client kubernetes.Interface, b *edgebed.Bed, ns, name, url string, replicas int32) []string {
 	t.Helper()
 	ctx := context.Background()
-	// A patch, not Get and Update: the Deployment's controller writes it
-	// meanwhile.
-	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas)
-	if _, err := client.AppsV1().Deployments(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	scaleTo(t, client, ns, name, replicas)
 	var pods []string
 	c := b.ClientHTTP(3 * time.Second)
 	waitForCond(t, 90*time.Second, fmt.Sprintf("requests through the VIP reach exactly the %d ready Pods", replicas), func() (bool, error) {
