@@ -2,11 +2,15 @@ package haproxy
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -352,4 +356,82 @@ func TestProvider_slowStartRampsANewMember(t *testing.T) {
 	if share(last) < 0.15 || share(first) >= share(last)/2 {
 		t.Errorf("the new member's share: %.2f in its first second, %.2f in the last; want a ramp to about a quarter", share(first), share(last))
 	}
+}
+
+// TestProvider_backendTLSVerifiesTheMember (the model directly, as a
+// BackendTLSPolicy would make it): a pool with backend TLS speaks TLS to
+// its member and verifies its certificate against the CA certificates
+// given and the hostname (SNI and name); a member whose certificate names
+// another host is refused (503), and a pool without backend TLS speaks
+// clear text, which the TLS member answers 400. The CA file is loaded for members added at
+// runtime too.
+func TestProvider_backendTLSVerifiesTheMember(t *testing.T) {
+	b, _ := newBed(t)
+	p := openProvider(t, b, b.ProviderSection())
+	ctx := context.Background()
+	member := startTLSBackend(t, "secure", "abc.example")
+	caPEM, _ := certFor(t, "unrelated.example")
+	name := testCluster + "--ns-btls-L7"
+	verified, mismatch, plain := name+"-ok", name+"-mismatch", name+"-plain"
+	tlsTo := func(host string, ca []byte) *lbmodel.Policy {
+		return &lbmodel.Policy{BackendTLS: &lbmodel.BackendTLS{Hostname: host, CACertPEM: string(ca)}}
+	}
+	// The member's own certificate is its CA (self-signed), beside an
+	// unrelated one.
+	own := memberCert(t, member)
+	lb := &lbmodel.LoadBalancer{Name: name, Ingress: "ns/btls", Kind: lbmodel.L7,
+		Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.HTTP}},
+		Pools: []lbmodel.Pool{
+			{Name: verified, Policy: tlsTo("abc.example", append(slices.Clone(caPEM), own...))},
+			{Name: mismatch, Members: []lbmodel.Member{member}, Policy: tlsTo("xyz.example", own)},
+			{Name: plain, Members: []lbmodel.Member{member}},
+		},
+		HTTP: &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{
+			{Path: "/ok", PathType: lbmodel.PathExact, Pool: verified},
+			{Path: "/mismatch", PathType: lbmodel.PathExact, Pool: mismatch},
+			{Path: "/plain", PathType: lbmodel.PathExact, Pool: plain},
+		}}}
+	st, err := p.Ensure(ctx, lb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The verified pool's member comes by the runtime API, after the
+	// reload that loaded its CA file.
+	before := status(t, b)
+	lb.Pools[0].Members = []lbmodel.Member{member}
+	if st, err = p.Ensure(ctx, lb); err != nil {
+		t.Fatal(err)
+	}
+	if after := status(t, b); after.Reloads != before.Reloads {
+		t.Errorf("adding the member reloaded HAProxy")
+	}
+	c := b.ClientHTTP(3 * time.Second)
+	url := "http://" + st.VIPs[0]
+	waitForCond(t, 10*time.Second, "the verified pool to answer", func() (bool, error) {
+		a := send(t, c, http.MethodGet, url+"/ok", "", nil)
+		return a.status == http.StatusOK && a.backend == "secure", nil
+	})
+	for path, want := range map[string]int{"/ok": 200, "/mismatch": 503, "/plain": 400} {
+		if a := send(t, c, http.MethodGet, url+path, "", nil); a.status != want {
+			t.Errorf("%s: HTTP %d, want %d", path, a.status, want)
+		}
+	}
+	n, err := lbmodel.Normalize(lb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(n.Pools, listOne(t, p, name).Pools); diff != "" {
+		t.Errorf("List reads the pools back (-applied +listed):\n%s", diff)
+	}
+}
+
+// memberCert returns the certificate (PEM) the TLS member serves.
+func memberCert(t *testing.T, m lbmodel.Member) []byte {
+	t.Helper()
+	conn, err := tls.Dial("tcp", net.JoinHostPort(m.IP, strconv.Itoa(int(m.Port))), &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) //nolint:gosec // reads the certificate it serves
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: conn.ConnectionState().PeerCertificates[0].Raw})
 }
