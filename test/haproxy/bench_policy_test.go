@@ -3,7 +3,6 @@ package haproxy
 import (
 	"context"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -67,40 +66,19 @@ func BenchmarkEdge_persistenceLatency(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		for _, mode := range modes {
-			var mu sync.Mutex
-			var wg sync.WaitGroup
-			next := make(chan struct{}, requests)
-			for range requests {
-				next <- struct{}{}
-			}
-			close(next)
-			start := time.Now()
-			for range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					jar := map[string]string{}
-					for range next {
-						t0 := time.Now()
-						var err error
-						if mode == "http-cookie" {
-							_, err = cookieGet(ctx, c, urls[mode], jar)
-						} else {
-							_, err = edgebed.Get(ctx, c, urls[mode])
-						}
-						d := time.Since(t0)
-						mu.Lock()
-						if err != nil {
-							failed++
-						} else {
-							lat[mode] = append(lat[mode], d)
-						}
-						mu.Unlock()
-					}
-				}()
-			}
-			wg.Wait()
-			elapsed[mode] += time.Since(start)
+			jars := make([]map[string]string, workers)
+			l, d, f := timeRequests(requests, workers, func(w int) error {
+				if mode != "http-cookie" {
+					_, err := edgebed.Get(ctx, c, urls[mode])
+					return err
+				}
+				if jars[w] == nil {
+					jars[w] = map[string]string{}
+				}
+				_, err := cookieGet(ctx, c, urls[mode], jars[w])
+				return err
+			})
+			lat[mode], elapsed[mode], failed = append(lat[mode], l...), elapsed[mode]+d, failed+f
 		}
 	}
 	b.StopTimer()

@@ -71,7 +71,7 @@ func TestEndToEnd_clientIPAffinityKeepsEachClientOnItsPod(t *testing.T) {
 	}
 	pods := map[netip.Addr]string{}
 	for _, src := range clients {
-		got, err := answeredByFrom(ctx, b, src, url, 200)
+		got, err := answeredByClient(ctx, b.ClientHTTPFrom(src, 3*time.Second), url, 200)
 		if err != nil {
 			t.Fatalf("client %s: %v (answered %v)", src, err, got)
 		}
@@ -116,20 +116,6 @@ func TestEndToEnd_clientIPAffinityKeepsEachClientOnItsPod(t *testing.T) {
 	if after := status(t, b); after.Reloads != before.Reloads {
 		t.Errorf("the scale reloaded HAProxy %d times", after.Reloads-before.Reloads)
 	}
-}
-
-// answeredByFrom is answeredBy from the client address src.
-func answeredByFrom(ctx context.Context, b *edgebed.Bed, src netip.Addr, url string, n int) (map[string]int, error) {
-	c := b.ClientHTTPFrom(src, 3*time.Second)
-	got := map[string]int{}
-	for range n {
-		name, err := edgebed.Get(ctx, c, url)
-		if err != nil {
-			return got, err
-		}
-		got[strings.TrimSpace(name)]++
-	}
-	return got, nil
 }
 
 // scaleTo sets the Deployment's replicas (a patch: its controller writes

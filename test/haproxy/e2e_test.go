@@ -3,6 +3,7 @@ package haproxy
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -174,7 +175,11 @@ func setReady(t testing.TB, client kubernetes.Interface, ns, pod string, ready b
 // answeredBy sends n requests to url and counts who answered (the Pod
 // names, trimmed); the first failure ends it.
 func answeredBy(ctx context.Context, b *edgebed.Bed, url string, n int) (map[string]int, error) {
-	c := b.ClientHTTP(3 * time.Second)
+	return answeredByClient(ctx, b.ClientHTTP(3*time.Second), url, n)
+}
+
+// answeredByClient is answeredBy with the client c.
+func answeredByClient(ctx context.Context, c *http.Client, url string, n int) (map[string]int, error) {
 	got := map[string]int{}
 	for range n {
 		name, err := edgebed.Get(ctx, c, url)

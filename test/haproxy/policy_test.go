@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"encoding/pem"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -70,17 +69,9 @@ func cookieGet(ctx context.Context, c *http.Client, url string, jar map[string]s
 	for k, v := range jar {
 		req.AddCookie(&http.Cookie{Name: k, Value: v})
 	}
-	resp, err := c.Do(req)
+	body, resp, err := edgebed.Do(c, req)
 	if err != nil {
 		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("HTTP %d: %s", resp.StatusCode, body)
 	}
 	for _, ck := range resp.Cookies() {
 		if ck.MaxAge < 0 || ck.Value == "" {
@@ -89,7 +80,7 @@ func cookieGet(ctx context.Context, c *http.Client, url string, jar map[string]s
 			jar[ck.Name] = ck.Value
 		}
 	}
-	return string(body), nil
+	return body, nil
 }
 
 // TestProvider_cookiePersistenceKeepsAClientOnItsMember (the model

@@ -762,19 +762,26 @@ func Get(ctx context.Context, c *http.Client, url string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	body, _, err := Do(c, req)
+	return body, err
+}
+
+// Do sends req and returns the body of its answer, which must be 200 OK,
+// and the answer (its body read and closed).
+func Do(c *http.Client, req *http.Request) (string, *http.Response, error) {
 	resp, err := c.Do(req)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return "", err
+		return "", resp, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(body))
+		return "", resp, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(body))
 	}
-	return string(body), nil
+	return string(body), resp, nil
 }
 
 // Stream sends requests to url from the client namespace, workers at a
