@@ -426,3 +426,39 @@ func memberCert(t *testing.T, m lbmodel.Member) []byte {
 	defer conn.Close()
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: conn.ConnectionState().PeerCertificates[0].Raw})
 }
+
+// TestProvider_retryTakesAFailedRequestToAnotherMember (the model
+// directly: HTTPRoute's retry is of the experimental channel): a member
+// that answers 503 has its requests retried, the last retry on another
+// member, so that every request is answered 200; without the retry,
+// round robin hands that member its share of 503s.
+func TestProvider_retryTakesAFailedRequestToAnotherMember(t *testing.T) {
+	b, bs := newBed(t)
+	p := openProvider(t, b, b.ProviderSection())
+	members := startBackends(t, bs, "web", 2)
+	bs.SetStatus(members[1].Port, "/", http.StatusServiceUnavailable)
+	lb := l7Model("retry", members, nil)
+	vip, _ := ensureUp(t, p, b, lb, 2)
+	c := b.ClientHTTP(3 * time.Second)
+	url := edgebed.URL(vip, 80)
+	count := func() (ok, unavailable int) {
+		for range 40 {
+			if a := send(t, c, http.MethodGet, url, "", nil); a.status == http.StatusOK {
+				ok++
+			} else if a.status == http.StatusServiceUnavailable {
+				unavailable++
+			}
+		}
+		return ok, unavailable
+	}
+	if ok, bad := count(); bad == 0 {
+		t.Fatalf("without retry: %d of 40 answered 200, %d 503: want web-1's share of 503s", ok, bad)
+	}
+	lb.Pools[0].Policy = &lbmodel.Policy{Retry: &lbmodel.Retry{Attempts: 2, Codes: []int32{503}}}
+	ensureUp(t, p, b, lb, 2)
+	ok, bad := count()
+	t.Logf("retry on 503 (2 attempts): %d of 40 answered 200, %d 503", ok, bad)
+	if ok != 40 {
+		t.Fatalf("with retry: %d of 40 answered 200, %d 503; want every one 200", ok, bad)
+	}
+}
