@@ -83,7 +83,7 @@ func sampleProxies() Proxies {
 			{Name: "c1--ns-ing-L7-ns-web-80", Cluster: "c1", LoadBalancer: "c1--ns-ing-L7", HTTP: true, Members: []lbmodel.Member{},
 				Policy: &lbmodel.Policy{
 					Persistence: &lbmodel.Persistence{Type: lbmodel.PersistHeader, Name: "x-session", TimeoutSeconds: 60},
-					Algorithm:   &lbmodel.Algorithm{Type: lbmodel.ConsistentHash, HashOn: lbmodel.HashHeader, HashName: "x-user"},
+					Algorithm:   &lbmodel.Algorithm{Type: lbmodel.ConsistentHash, HashOn: lbmodel.HashHeader, HashName: "x-user#1"},
 					Timeouts:    &lbmodel.Timeouts{RequestMillis: 500},
 					Retry:       &lbmodel.Retry{Attempts: 2},
 				}},

@@ -103,7 +103,9 @@ func balanceLines(a *lbmodel.Algorithm) []string {
 	case lbmodel.HashSourceIP:
 		by = "source"
 	case lbmodel.HashHeader:
-		by = "hdr(" + fetchArg(a.HashName) + ")"
+		// HAProxy takes what is between the parentheses as is: a token
+		// holds no parenthesis, and the quotes keep a "#".
+		by = quote("hdr(" + a.HashName + ")")
 	case lbmodel.HashCookie:
 		by = "hash " + quote("req.cook("+fetchArg(a.HashName)+")")
 	}

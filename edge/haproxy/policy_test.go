@@ -34,7 +34,7 @@ func TestRender_policyAsHAProxyKeywords(t *testing.T) {
 		"backend npl_ca_files\n    server ca0 127.0.0.1:1 disabled ssl verify required ca-file /run/ca/a\\ b.pem\n",
 		// Header persistence and a hash of a header; a request timeout
 		// alone leaves no retry.
-		"    balance hdr(x-user)\n    hash-type consistent\n    stick-table type string len 256 size 1m expire 60s\n    stick on 'req.hdr(x-session)'\n" +
+		"    balance 'hdr(x-user#1)'\n    hash-type consistent\n    stick-table type string len 256 size 1m expire 60s\n    stick on 'req.hdr(x-session)'\n" +
 			"    timeout server 500ms\n    retries 0\n",
 		// A pool's TLS copy checks with TCP what the pool checks with HTTP.
 		"backend c1--ns-gw-a:tls\n    description npl cluster=c1 lb=c1--ns-gw pool=c1--ns-gw-a\n    # npl policy {",
