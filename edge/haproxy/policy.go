@@ -28,8 +28,10 @@ const policyComment = "# npl policy "
 
 // stickTableSize bounds the entries of a persistence table (source
 // addresses or header values); HAProxy allocates them as they come and
-// drops the least recently used beyond it.
-const stickTableSize = "1m"
+// drops the least recently used beyond it, so that clients sending new
+// addresses or header values (an IPv6 prefix holds plenty) cost an edge
+// at most some tens of megabytes per pool.
+const stickTableSize = "100k"
 
 // policyLines are the lines of backend b that its policy renders, in
 // order: the policy's JSON, the balance algorithm, persistence, the health
@@ -52,7 +54,7 @@ func (b Backend) policyLines() []string {
 			if t == 0 {
 				t = s.TimeoutSeconds
 			}
-			out = append(out, "    stick-table type string len 256 size "+stickTableSize+expire(t),
+			out = append(out, "    stick-table type string len 128 size "+stickTableSize+expire(t),
 				"    stick on "+quote("req.hdr("+fetchArg(s.Name)+")"))
 		case lbmodel.PersistCookie:
 			c := "    cookie " + quote(s.Name) + " insert indirect nocache dynamic"

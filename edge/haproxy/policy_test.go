@@ -16,13 +16,13 @@ func TestRender_policyAsHAProxyKeywords(t *testing.T) {
 	for _, want := range []string{
 		// Source persistence and a consistent hash of the source (L4).
 		"backend c1--ns-web-TCP-80\n    description npl cluster=c1 lb=c1--ns-web\n    # npl policy {",
-		"    balance source\n    hash-type consistent\n    stick-table type ip size 1m expire 10800s\n    stick on src\n",
+		"    balance source\n    hash-type consistent\n    stick-table type ip size 100k expire 10800s\n    stick on src\n",
 		// An HTTP check with its host, statuses and timing.
 		"    option httpchk\n    http-check send meth GET uri '/health z'\\''' ver HTTP/1.1 hdr Host 'web.example'\n" +
 			"    http-check expect rstatus '^(2[0-9][0-9]|302)$'\n    timeout check 2s\n",
 		"    server 198.18.0.11_61001 198.18.0.11:61001 check inter 5000ms fall 3 rise 2 slowstart 10s maxconn 100\n",
 		// An IPv6 VIP's table; least connections.
-		"    balance leastconn\n    stick-table type ipv6 size 1m\n    stick on src\n",
+		"    balance leastconn\n    stick-table type ipv6 size 100k\n    stick on src\n",
 		// A cookie the edge inserts (dynamic: a server added at runtime has
 		// one too), its lifetimes and permanence; a hash of a cookie.
 		"    balance hash 'req.cook(u\\'\\''1)'\n    hash-type consistent\n",
@@ -34,7 +34,7 @@ func TestRender_policyAsHAProxyKeywords(t *testing.T) {
 		"backend npl_ca_files\n    server ca0 127.0.0.1:1 disabled ssl verify required ca-file /run/ca/a\\ b.pem\n",
 		// Header persistence and a hash of a header; a request timeout
 		// alone leaves no retry.
-		"    balance 'hdr(x-user#1)'\n    hash-type consistent\n    stick-table type string len 256 size 1m expire 60s\n    stick on 'req.hdr(x-session)'\n" +
+		"    balance 'hdr(x-user#1)'\n    hash-type consistent\n    stick-table type string len 128 size 100k expire 60s\n    stick on 'req.hdr(x-session)'\n" +
 			"    timeout server 500ms\n    retries 0\n",
 		// A pool's TLS copy checks with TCP what the pool checks with HTTP.
 		"backend c1--ns-gw-a:tls\n    description npl cluster=c1 lb=c1--ns-gw pool=c1--ns-gw-a\n    # npl policy {",
