@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodeportlocal/npl/edge/api"
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers/avi"
 	"github.com/nodeportlocal/npl/providers/bigip"
@@ -21,7 +22,8 @@ var update = flag.Bool("update", false, "rewrite the README's policy table")
 // implements PolicyCapabilities is listed here with it, and the table
 // regenerated (-update); one that does not expresses nothing.
 var policyCapabilities = map[string]lbmodel.PolicyCapabilities{
-	mock.Name: (&mock.Mock{}).PolicyCapabilities(),
+	mock.Name:    (&mock.Mock{}).PolicyCapabilities(),
+	haproxy.Name: api.PolicyCapabilities(),
 }
 
 // tableProviders are the table's columns.
