@@ -31,6 +31,11 @@ func TestCheckRequest(t *testing.T) {
 	l7.HTTP = &lbmodel.HTTPRoutes{DefaultPool: "p"}
 	noVIP := lb("c1--ns-web", "198.18.200.1", 80)
 	noVIP.VIPs = nil
+	sticky := lb("c1--ns-web", "198.18.200.1", 80)
+	sticky.Listeners[0].Pool.Policy = &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistSourceIP}}
+	stickyUDP := lb("c1--ns-web", "198.18.200.1", 53)
+	stickyUDP.Listeners[0].Protocol, stickyUDP.Listeners[0].Pool.Name = lbmodel.UDP, lbmodel.PoolName("c1--ns-web", lbmodel.UDP, 53)
+	stickyUDP.Listeners[0].Pool.Policy = sticky.Listeners[0].Pool.Policy
 	for _, c := range []struct {
 		name    string
 		cluster string
@@ -45,6 +50,8 @@ func TestCheckRequest(t *testing.T) {
 		{"L7", "c1", l7, ""},
 		{"no VIP", "c1", noVIP, "want exactly one VIP, got 0"},
 		{"bad VIP", "c1", lb("c1--ns-web", "nope", 80), `VIP "nope" is not an IP address`},
+		{"a policy HAProxy serves", "c1", sticky, ""},
+		{"a policy the edge cannot serve", "c1", stickyUDP, "pool c1--ns-web-UDP-53: policy persistence.type=SourceIP is not supported by the haproxy provider"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := checkRequest(c.cluster, c.lb)
