@@ -425,6 +425,9 @@ func (p *Policy) empty() bool {
 		p.DrainSeconds == nil && p.MaxConnectionsPerMember == 0 && p.Timeouts == nil && p.Retry == nil && p.BackendTLS == nil
 }
 
+// Clone returns a deep copy of p; nil stays nil.
+func (p *Policy) Clone() *Policy { return p.clone() }
+
 // clone returns a deep copy of p; nil stays nil.
 func (p *Policy) clone() *Policy {
 	if p == nil {

@@ -3,6 +3,7 @@ package avi
 import (
 	"cmp"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -280,7 +281,8 @@ func (p *Provider) planPoolGroup(l *l7Layout, pl lbmodel.Pool, mk markers, monit
 		return "", fmt.Errorf("pools %s: two shorten to one name", pl.Name)
 	}
 	// Every pool of the group takes the model pool's policy.
-	monitors, graceful, policy := p.poolPolicy(&l.objects, pl, monitor, len(subs))
+	var policy poolSpec
+	p.poolPolicy(&l.objects, &policy, pl, monitor, len(subs))
 	for _, sp := range subs {
 		if slices.ContainsFunc(l.pools, func(ps poolSpec) bool { return ps.Name == sp.name }) {
 			return "", fmt.Errorf("pools %s: two shorten to one name %s", pl.Name, sp.name)
@@ -289,8 +291,9 @@ func (p *Provider) planPoolGroup(l *l7Layout, pl lbmodel.Pool, mk markers, monit
 		if sp.weight != 1 {
 			smk.Weight = strconv.Itoa(int(sp.weight))
 		}
-		l.pools = append(l.pools, poolSpec{Name: sp.name, Cloud: p.cfg.Cloud, Monitors: monitors,
-			Members: sp.members, Graceful: graceful, Markers: smk, Policy: policy})
+		spec := policy
+		spec.Name, spec.Cloud, spec.Members, spec.Markers = sp.name, p.cfg.Cloud, sp.members, smk
+		l.pools = append(l.pools, spec)
 		group.Members = append(group.Members, pgMember{Pool: sp.name, Ratio: sp.ratio})
 	}
 	l.groups = append(l.groups, group)
@@ -490,10 +493,17 @@ func gatewayPools(groups []*models.PoolGroup, pools []*models.Pool) []lbmodel.Po
 	for _, g := range groups {
 		s := poolGroupSpecOf(g)
 		pl := lbmodel.Pool{Name: cmp.Or(s.Markers.Name, s.Name), Members: []lbmodel.Member{}}
+		first := true
 		for _, m := range s.Members {
 			o := byName[m.Pool]
 			if o == nil {
 				continue
+			}
+			// Every pool of the group has the policy, or the group has none.
+			if applied := appliedPolicy(o); first {
+				pl.Policy, first = applied, false
+			} else if !reflect.DeepEqual(pl.Policy, applied) {
+				pl.Policy = nil
 			}
 			w, _ := strconv.Atoi(markersOf(o.Markers).Weight)
 			for _, mb := range membersOf(o) {

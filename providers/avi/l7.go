@@ -167,9 +167,9 @@ func (p *Provider) planL7(lb *lbmodel.LoadBalancer) (*l7Layout, error) {
 			pmk.Name = pl.Name
 		}
 		aviPool[pl.Name] = poolName
-		monitors, graceful, policy := p.poolPolicy(&l.objects, pl, monitorTCP, 1)
-		l.pools = append(l.pools, poolSpec{Name: poolName, Cloud: p.cfg.Cloud, Monitors: monitors,
-			Members: pl.Members, Graceful: graceful, Markers: pmk, Policy: policy})
+		spec := poolSpec{Name: poolName, Cloud: p.cfg.Cloud, Members: pl.Members, Markers: pmk}
+		p.poolPolicy(&l.objects, &spec, pl, monitorTCP, 1)
+		l.pools = append(l.pools, spec)
 	}
 	slices.SortFunc(l.pools, func(a, b poolSpec) int { return cmp.Compare(a.Name, b.Name) })
 

@@ -108,7 +108,7 @@ func l7Model(name string, pt *l7Parts) lbmodel.LoadBalancer {
 		lb.Ingress = cmp.Or(lb.Ingress, mk.Ingress)
 		lb.Gateway = cmp.Or(lb.Gateway, mk.Gateway)
 		if mk.Gateway == "" {
-			lb.Pools = append(lb.Pools, lbmodel.Pool{Name: n, Members: membersOf(o)})
+			lb.Pools = append(lb.Pools, lbmodel.Pool{Name: n, Members: membersOf(o), Policy: appliedPolicy(o)})
 		}
 	}
 	for _, o := range pt.groups {

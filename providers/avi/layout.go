@@ -87,9 +87,12 @@ type poolSpec struct {
 	Members  []lbmodel.Member `json:"members"`
 	Graceful int32            `json:"graceful"`
 	Markers  markers          `json:"markers"`
-	// Policy is what a traffic policy sets on the pool, omitted (so the
-	// checksums of pools without one stay as they were) when it has none.
+	// Policy is what a traffic policy sets on the pool, and Record the
+	// pool's description, which records the policy (policyRecord); both
+	// omitted (so the checksums of pools without one stay as they were)
+	// when it has none.
 	Policy *poolPolicySpec `json:"policy,omitempty"`
+	Record string          `json:"record,omitempty"`
 }
 
 type ruleSpec struct {
@@ -220,11 +223,9 @@ func (p *Provider) plan(lb *lbmodel.LoadBalancer) (*layout, error) {
 		if slices.ContainsFunc(l.pools, func(ps poolSpec) bool { return ps.Name == poolName }) {
 			return nil, fmt.Errorf("pools of %s: two shorten to %s", lb.Name, poolName)
 		}
-		monitors, graceful, policy := p.poolPolicy(&l.objects, ln.Pool, monitor, 1)
-		l.pools = append(l.pools, poolSpec{
-			Name: poolName, Cloud: p.cfg.Cloud, Monitors: monitors,
-			Members: ln.Pool.Members, Graceful: graceful, Markers: mk, Policy: policy,
-		})
+		spec := poolSpec{Name: poolName, Cloud: p.cfg.Cloud, Members: ln.Pool.Members, Markers: mk}
+		p.poolPolicy(&l.objects, &spec, ln.Pool, monitor, 1)
+		l.pools = append(l.pools, spec)
 		l.policy.Rules = append(l.policy.Rules, ruleSpec{Port: ln.Port, Protocol: ln.Protocol, Pool: poolName})
 		svc := serviceSpec{Port: ln.Port}
 		if ln.Protocol == lbmodel.UDP && !allUDP {
@@ -310,7 +311,7 @@ func poolSpecOf(o *models.Pool, withPolicy bool) poolSpec {
 	}
 	s.Members = membersOf(o)
 	if withPolicy {
-		s.Policy = poolPolicySpecOf(o)
+		s.Policy, s.Record = poolPolicySpecOf(o), deref(o.Description)
 	}
 	return s
 }
@@ -475,6 +476,9 @@ func (p *Provider) poolModel(s poolSpec) *models.Pool {
 		Servers:                make([]*models.Server, 0, len(s.Members)),
 	}
 	setPoolPolicy(o, s.Policy)
+	if s.Record != "" {
+		o.Description = ptr(s.Record)
+	}
 	for _, m := range s.Monitors {
 		o.HealthMonitorRefs = append(o.HealthMonitorRefs, *nameRef("healthmonitor", m))
 	}

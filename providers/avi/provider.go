@@ -792,7 +792,7 @@ func (p *Provider) listener(lbName string, r ruleSpec, pool *models.Pool) lbmode
 		ln.Pool.Name = full
 	}
 	if pool != nil {
-		ln.Pool.Members = membersOf(pool)
+		ln.Pool.Members, ln.Pool.Policy = membersOf(pool), appliedPolicy(pool)
 	}
 	return ln
 }

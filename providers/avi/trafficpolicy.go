@@ -2,6 +2,7 @@ package avi
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -78,6 +79,10 @@ var statusClasses = [...]string{1: "HTTP_1XX", 2: "HTTP_2XX", 3: "HTTP_3XX", 4: 
 
 var _ providers.PolicyCapable = (*Provider)(nil)
 
+// PolicyCapabilities says what of a pool's policy Avi expresses
+// (PolicyCapabilities, the package's statement).
+func (p *Provider) PolicyCapabilities() lbmodel.PolicyCapabilities { return PolicyCapabilities() }
+
 // PolicyCapabilities says what of a pool's policy Avi expresses. Header
 // persistence is not: Avi's custom header persistence maps header values
 // to servers configured by hand, it does not keep a client on the server
@@ -85,7 +90,7 @@ var _ providers.PolicyCapable = (*Provider)(nil)
 // no idle timeout for a cookie. Timeouts, retries and backend TLS are not
 // done yet. A UDP pool has no health check the model can ask for (a TCP
 // connect to a UDP node port fails).
-func (p *Provider) PolicyCapabilities() lbmodel.PolicyCapabilities {
+func PolicyCapabilities() lbmodel.PolicyCapabilities {
 	algorithms := []lbmodel.AlgorithmType{lbmodel.RoundRobin, lbmodel.LeastConnections, lbmodel.ConsistentHash}
 	checks := []lbmodel.HealthCheckType{lbmodel.CheckTCP, lbmodel.CheckHTTP}
 	l4 := lbmodel.PolicySupport{
@@ -225,71 +230,113 @@ func (o *policyObjects) names() map[string]bool {
 	return out
 }
 
-// poolPolicy lays the policy of model pool pl out: the monitors of its Avi
-// pools (defaultMonitor without a health check), their
-// graceful_disable_timeout, and what the policy sets on them, adding the
-// objects they use to o. weights is the number of Avi pools the model
-// pool is split into (a Gateway's pool of several member weights): a
-// client is kept on a member only within the pool of its weight.
-func (p *Provider) poolPolicy(o *policyObjects, pl lbmodel.Pool, defaultMonitor string, weights int) (monitors []string, graceful int32, spec *poolPolicySpec) {
-	pol := pl.Policy
-	if pol == nil {
-		return []string{defaultMonitor}, gracefulDisableTimeout, nil
+// poolPolicy lays the policy of model pool pl out into spec: the
+// monitors of its Avi pools (defaultMonitor without a health check), their
+// graceful_disable_timeout, what the policy sets on them and the record of
+// it; it adds the objects they use to o and returns the policy as applied
+// (pl's, where Avi's values differ from it, Avi's: rounded up to
+// minutes, say). weights is the number of Avi pools the model pool is
+// split into (a Gateway's pool of several member weights): a client is
+// kept on a member only within the pool of its weight.
+func (p *Provider) poolPolicy(o *policyObjects, spec *poolSpec, pl lbmodel.Pool, defaultMonitor string, weights int) *lbmodel.Policy {
+	spec.Monitors, spec.Graceful, spec.Policy, spec.Record = []string{defaultMonitor}, gracefulDisableTimeout, nil, ""
+	if pl.Policy == nil {
+		return nil
 	}
-	monitors, graceful = []string{defaultMonitor}, gracefulDisableTimeout
-	if pol.DrainSeconds != nil {
+	applied := pl.Policy.Clone()
+	if d := applied.DrainSeconds; d != nil {
 		// npl-lbsync keeps a draining member DrainSeconds; the controller
 		// lets its connections finish as long, in whole minutes.
-		graceful = min(minutesUp(*pol.DrainSeconds), maxGracefulMinutes)
+		spec.Graceful = min(minutesUp(*d), maxGracefulMinutes)
+		*d = spec.Graceful * 60
 	}
-	spec = &poolPolicySpec{Algorithm: algorithmRoundRobin, MaxConnections: pol.MaxConnectionsPerMember}
-	if a := pol.Algorithm; a != nil {
+	ps := &poolPolicySpec{Algorithm: algorithmRoundRobin, MaxConnections: applied.MaxConnectionsPerMember}
+	if a := applied.Algorithm; a != nil {
 		switch a.Type {
 		case lbmodel.LeastConnections:
-			spec.Algorithm = algorithmLeastConnections
+			ps.Algorithm = algorithmLeastConnections
 		case lbmodel.ConsistentHash:
-			spec.Algorithm, spec.Hash = algorithmConsistentHash, hashSourceIP
+			ps.Algorithm, ps.Hash = algorithmConsistentHash, hashSourceIP
 			if a.HashOn == lbmodel.HashHeader {
-				spec.Hash, spec.HashHeader = hashCustomHeader, a.HashName
+				ps.Hash, ps.HashHeader = hashCustomHeader, a.HashName
 			}
 			if weights > 1 {
 				o.warn("pool %s: policy algorithm.type=ConsistentHash holds among members of one weight only on Avi (a pool group picks the pool of a weight first)", pl.Name)
 			}
 		}
 	}
-	if s := pol.SlowStartSeconds; s > 0 {
-		spec.RampMinutes = min(minutesUp(s), maxRampMinutes)
+	if s := applied.SlowStartSeconds; s > 0 {
+		ps.RampMinutes = min(minutesUp(s), maxRampMinutes)
+		applied.SlowStartSeconds = ps.RampMinutes * 60
 		if s%60 != 0 {
-			o.warn("pool %s: policy slowStartSeconds %d is %d minutes on Avi (connection_ramp_duration is in whole minutes)", pl.Name, s, spec.RampMinutes)
+			o.warn("pool %s: policy slowStartSeconds %d is %d minutes on Avi (connection_ramp_duration is in whole minutes)", pl.Name, s, ps.RampMinutes)
 		}
 	}
-	if c := pol.HealthCheck; c != nil {
+	if c := applied.HealthCheck; c != nil {
 		m := p.monitorOf(o, pl.Name, c)
 		if m.Name != monitorTCP {
 			o.addMonitor(m)
 		}
-		monitors = []string{m.Name}
+		spec.Monitors = []string{m.Name}
 	}
-	if s := pol.Persistence; s != nil {
-		spec.Persistence = p.persistenceOf(o, pl.Name, s)
+	if s := applied.Persistence; s != nil {
+		ps.Persistence = p.persistenceOf(o, pl.Name, s)
 		if weights > 1 {
 			o.warn("pool %s: policy persistence holds among members of one weight only on Avi (a pool group picks the pool of a weight first)", pl.Name)
 		}
 	}
-	return monitors, graceful, spec
+	spec.Policy = ps
+	spec.Record = recordOf(applied, ps, spec.Monitors)
+	return applied
+}
+
+// policyRecord is what the description of a pool with a policy holds: the
+// policy as applied, and the checksum of the pool fields that express it,
+// so that List reports the policy while the pool still has those fields.
+type policyRecord struct {
+	Policy *lbmodel.Policy `json:"policy"`
+	Sum    string          `json:"sum"`
+}
+
+func recordOf(applied *lbmodel.Policy, ps *poolPolicySpec, monitors []string) string {
+	b, err := json.Marshal(policyRecord{Policy: applied, Sum: policyFieldsSum(ps, monitors)})
+	if err != nil {
+		panic(fmt.Sprintf("record of a policy: %v", err)) // plain data
+	}
+	return string(b)
+}
+
+func policyFieldsSum(ps *poolPolicySpec, monitors []string) string {
+	return checksum(struct {
+		Policy   *poolPolicySpec `json:"policy"`
+		Monitors []string        `json:"monitors"`
+	}{ps, monitors})
+}
+
+// appliedPolicy is the policy a pool's description records, nil when it
+// records none or the pool no longer has the fields that express it.
+func appliedPolicy(o *models.Pool) *lbmodel.Policy {
+	var r policyRecord
+	if o == nil || json.Unmarshal([]byte(deref(o.Description)), &r) != nil || r.Policy == nil {
+		return nil
+	}
+	if r.Sum != policyFieldsSum(poolPolicySpecOf(o), poolSpecOf(o, false).Monitors) {
+		return nil
+	}
+	return r.Policy
 }
 
 // monitorOf is the HealthMonitor of check c of pool pool: System-TCP when
 // it asks for nothing System-TCP does not do. Avi wants the receive
 // timeout below the send interval (and at most 2400 s), and an HTTP
 // check's good answers as whole classes (2XX): what differs from c is
-// reported.
+// reported, and c changed to what is applied.
 func (p *Provider) monitorOf(o *policyObjects, pool string, c *lbmodel.HealthCheck) monitorSpec {
 	m := monitorSpec{Type: monitorTypeTCP, Interval: cmp.Or(c.IntervalSeconds, defaultSendInterval),
 		Rise: cmp.Or(c.Rise, defaultSuccessfulChecks), Fall: cmp.Or(c.Fall, defaultFailedChecks),
 		Markers: markers{Cluster: p.cfg.ClusterName}}
 	if m.Interval == 1 {
-		m.Interval = 2
+		m.Interval, c.IntervalSeconds = 2, 2
 		o.warn("pool %s: policy healthCheck.intervalSeconds 1 is 2 seconds on Avi (its receive timeout must be below the interval, and at least 1 second)", pool)
 	}
 	m.Timeout = c.TimeoutSeconds
@@ -299,6 +346,7 @@ func (p *Provider) monitorOf(o *policyObjects, pool string, c *lbmodel.HealthChe
 	if want := m.Timeout; want >= m.Interval || want > maxReceiveTimeout {
 		m.Timeout = min(m.Interval-1, maxReceiveTimeout)
 		if c.TimeoutSeconds != 0 {
+			c.TimeoutSeconds = m.Timeout
 			o.warn("pool %s: policy healthCheck.timeoutSeconds %d is %d seconds on Avi (its receive timeout is below the interval, at most %d)",
 				pool, want, m.Timeout, maxReceiveTimeout)
 		}
@@ -316,6 +364,7 @@ func (p *Provider) monitorOf(o *policyObjects, pool string, c *lbmodel.HealthChe
 		if !exact {
 			o.warn("pool %s: policy healthCheck.expectedStatuses %s are checked as %v on Avi (it checks whole classes of statuses)",
 				pool, statusRanges(c.ExpectedStatuses), m.Codes)
+			c.ExpectedStatuses = classRanges(m.Codes)
 		}
 	}
 	if m.Type == monitorTypeTCP && m.Interval == defaultSendInterval && m.Timeout == defaultReceiveTimeout &&
@@ -357,6 +406,24 @@ func responseClasses(ranges []lbmodel.StatusRange) ([]string, bool) {
 	return out, exact
 }
 
+// classRanges are the statuses of http_response_code classes, as sorted,
+// merged ranges.
+func classRanges(codes []string) []lbmodel.StatusRange {
+	var out []lbmodel.StatusRange
+	for class, code := range statusClasses {
+		if class == 0 || !slices.Contains(codes, code) {
+			continue
+		}
+		lo, hi := int32(class*100), int32(class*100+99)
+		if n := len(out); n > 0 && out[n-1].Max+1 == lo {
+			out[n-1].Max = hi
+			continue
+		}
+		out = append(out, lbmodel.StatusRange{Min: lo, Max: hi})
+	}
+	return out
+}
+
 // statusRanges spells ranges as the model's users write them: 200-204,300.
 func statusRanges(ranges []lbmodel.StatusRange) string {
 	out := ""
@@ -377,7 +444,7 @@ func statusRanges(ranges []lbmodel.StatusRange) string {
 }
 
 // persistenceOf is the name of the ApplicationPersistenceProfile of
-// persistence s of pool pool (System-Persistence-Client-IP for client IP
+// persistence s of pool pool (s is changed to what is applied) (System-Persistence-Client-IP for client IP
 // persistence without a timeout), adding npl's to o. Timeouts are whole
 // minutes on Avi, rounded up (and reported when they were not), and at
 // most what Avi allows. A cookie's timeout ends its session only for a
@@ -392,6 +459,7 @@ func (p *Provider) persistenceOf(o *policyObjects, pool string, s *lbmodel.Persi
 			o.warn("pool %s: policy persistence.timeoutSeconds %d is %d minutes on Avi (whole minutes, at most %d)",
 				pool, s.TimeoutSeconds, min(minutes, most), most)
 		}
+		s.TimeoutSeconds = min(minutes, most) * 60
 		return min(minutes, most)
 	}
 	switch s.Type {
@@ -411,9 +479,13 @@ func (p *Provider) persistenceOf(o *policyObjects, pool string, s *lbmodel.Persi
 		case s.Permanent:
 			o.warn("pool %s: policy persistence.permanent needs Avi API %s or later, the controller speaks %s", pool,
 				persistentCookieVersion, p.version)
+			s.Permanent = false
 		case s.TimeoutSeconds > 0:
 			o.warn("pool %s: policy persistence.timeoutSeconds does not end a session cookie on Avi, which honours it "+
 				"past its timeout while the browser's session lasts (a permanent cookie's ends)", pool)
+		}
+		if !s.Permanent {
+			s.TimeoutSeconds = 0 // what ends a session cookie: the browser
 		}
 	}
 	spec.Name = p.ownedName(persistenceNamePart, persistenceSettings(spec))

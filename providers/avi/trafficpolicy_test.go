@@ -115,12 +115,15 @@ func TestPoolPolicy_mapping(t *testing.T) {
 		wantHM       []monitorSpec
 		wantPersist  []persistenceSpec
 		wantWarnings []string
+		// applied changes the policy into the one applied; nil: the same.
+		applied func(*lbmodel.Policy)
 	}{
 		{name: "no policy: the controller's defaults", wantMonitors: []string{monitorTCP}, wantGraceful: 1},
 		{name: "a policy sets round robin and no ramp", policy: &lbmodel.Policy{MaxConnectionsPerMember: 100},
 			wantMonitors: []string{monitorTCP}, wantGraceful: 1, want: rr(func(s *poolPolicySpec) { s.MaxConnections = 100 })},
 		{name: "drain in whole minutes", policy: &lbmodel.Policy{DrainSeconds: ptrTo[int32](90)},
-			wantMonitors: []string{monitorTCP}, wantGraceful: 2, want: rr(nil)},
+			wantMonitors: []string{monitorTCP}, wantGraceful: 2, want: rr(nil),
+			applied: func(p *lbmodel.Policy) { *p.DrainSeconds = 120 }},
 		{name: "no drain is immediate", policy: &lbmodel.Policy{DrainSeconds: ptrTo[int32](0)},
 			wantMonitors: []string{monitorTCP}, wantGraceful: 0, want: rr(nil)},
 		{name: "least connections", policy: &lbmodel.Policy{Algorithm: &lbmodel.Algorithm{Type: lbmodel.LeastConnections}},
@@ -135,7 +138,8 @@ func TestPoolPolicy_mapping(t *testing.T) {
 			wantMonitors: []string{monitorTCP}, wantGraceful: 1, want: rr(func(s *poolPolicySpec) { s.RampMinutes = 2 })},
 		{name: "slow start rounded up to a minute", policy: &lbmodel.Policy{SlowStartSeconds: 90},
 			wantMonitors: []string{monitorTCP}, wantGraceful: 1, want: rr(func(s *poolPolicySpec) { s.RampMinutes = 2 }),
-			wantWarnings: []string{"pool p: policy slowStartSeconds 90 is 2 minutes on Avi (connection_ramp_duration is in whole minutes)"}},
+			wantWarnings: []string{"pool p: policy slowStartSeconds 90 is 2 minutes on Avi (connection_ramp_duration is in whole minutes)"},
+			applied:      func(p *lbmodel.Policy) { p.SlowStartSeconds = 120 }},
 		{name: "a TCP check of the defaults is System-TCP", policy: &lbmodel.Policy{HealthCheck: &lbmodel.HealthCheck{Type: lbmodel.CheckTCP}},
 			wantMonitors: []string{monitorTCP}, wantGraceful: 1, want: rr(nil)},
 		{name: "a TCP check every 5 seconds",
@@ -144,12 +148,14 @@ func TestPoolPolicy_mapping(t *testing.T) {
 		{name: "a check timeout of the interval",
 			policy:       &lbmodel.Policy{HealthCheck: &lbmodel.HealthCheck{Type: lbmodel.CheckTCP, IntervalSeconds: 5, TimeoutSeconds: 5}},
 			wantMonitors: []string{tcpHM.Name}, wantGraceful: 1, want: rr(nil), wantHM: []monitorSpec{tcpHM},
-			wantWarnings: []string{"pool p: policy healthCheck.timeoutSeconds 5 is 4 seconds on Avi (its receive timeout is below the interval, at most 2400)"}},
+			wantWarnings: []string{"pool p: policy healthCheck.timeoutSeconds 5 is 4 seconds on Avi (its receive timeout is below the interval, at most 2400)"},
+			applied:      func(p *lbmodel.Policy) { p.HealthCheck.TimeoutSeconds = 4 }},
 		{name: "a check every second",
 			policy:       &lbmodel.Policy{HealthCheck: &lbmodel.HealthCheck{Type: lbmodel.CheckTCP, IntervalSeconds: 1}},
 			wantMonitors: []string{hm(monitorSpec{Type: monitorTypeTCP, Interval: 2, Timeout: 1, Rise: 2, Fall: 2}).Name}, wantGraceful: 1,
 			want: rr(nil), wantHM: []monitorSpec{hm(monitorSpec{Type: monitorTypeTCP, Interval: 2, Timeout: 1, Rise: 2, Fall: 2})},
-			wantWarnings: []string{"pool p: policy healthCheck.intervalSeconds 1 is 2 seconds on Avi (its receive timeout must be below the interval, and at least 1 second)"}},
+			wantWarnings: []string{"pool p: policy healthCheck.intervalSeconds 1 is 2 seconds on Avi (its receive timeout must be below the interval, and at least 1 second)"},
+			applied:      func(p *lbmodel.Policy) { p.HealthCheck.IntervalSeconds = 2 }},
 		{name: "an HTTP check of the default statuses",
 			policy:       &lbmodel.Policy{HealthCheck: &lbmodel.HealthCheck{Type: lbmodel.CheckHTTP, Path: "/healthz", Rise: 3}},
 			wantMonitors: []string{httpHM.Name}, wantGraceful: 1, want: rr(nil), wantHM: []monitorSpec{httpHM}},
@@ -161,7 +167,10 @@ func TestPoolPolicy_mapping(t *testing.T) {
 			wantGraceful: 1, want: rr(nil),
 			wantHM: []monitorSpec{hm(monitorSpec{Type: monitorTypeHTTP, Interval: 10, Timeout: 4, Rise: 2, Fall: 2,
 				Request: "GET / HTTP/1.1\r\nHost: app.example.com\r\nConnection: close\r\n\r\n", Exact: true, Codes: []string{"HTTP_2XX"}})},
-			wantWarnings: []string{"pool p: policy healthCheck.expectedStatuses 200-204 are checked as [HTTP_2XX] on Avi (it checks whole classes of statuses)"}},
+			wantWarnings: []string{"pool p: policy healthCheck.expectedStatuses 200-204 are checked as [HTTP_2XX] on Avi (it checks whole classes of statuses)"},
+			applied: func(p *lbmodel.Policy) {
+				p.HealthCheck.ExpectedStatuses = []lbmodel.StatusRange{{Min: 200, Max: 299}}
+			}},
 		{name: "client IP persistence without a timeout is the system profile",
 			policy:       &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistSourceIP}},
 			wantMonitors: []string{monitorTCP}, wantGraceful: 1, want: rr(func(s *poolPolicySpec) { s.Persistence = systemPersistClientIP })},
@@ -176,7 +185,8 @@ func TestPoolPolicy_mapping(t *testing.T) {
 				s.Persistence = prst(persistenceSpec{Type: persistClientIP, IPTimeout: 720}).Name
 			}),
 			wantPersist:  []persistenceSpec{prst(persistenceSpec{Type: persistClientIP, IPTimeout: 720})},
-			wantWarnings: []string{"pool p: policy persistence.timeoutSeconds 86400 is 720 minutes on Avi (whole minutes, at most 720)"}},
+			wantWarnings: []string{"pool p: policy persistence.timeoutSeconds 86400 is 720 minutes on Avi (whole minutes, at most 720)"},
+			applied:      func(p *lbmodel.Policy) { p.Persistence.TimeoutSeconds = 43200 }},
 		{name: "a session cookie",
 			policy:       &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistCookie, Name: "session"}},
 			wantMonitors: []string{monitorTCP}, wantGraceful: 1, want: rr(func(s *poolPolicySpec) { s.Persistence = sessionCookie.Name }),
@@ -186,13 +196,15 @@ func TestPoolPolicy_mapping(t *testing.T) {
 			wantMonitors: []string{monitorTCP}, wantGraceful: 1, want: rr(func(s *poolPolicySpec) { s.Persistence = cookie.Name }),
 			wantPersist: []persistenceSpec{cookie},
 			wantWarnings: []string{"pool p: policy persistence.timeoutSeconds does not end a session cookie on Avi, which honours it " +
-				"past its timeout while the browser's session lasts (a permanent cookie's ends)"}},
+				"past its timeout while the browser's session lasts (a permanent cookie's ends)"},
+			applied: func(p *lbmodel.Policy) { p.Persistence.TimeoutSeconds = 0 }},
 		{name: "a permanent cookie before 21.1.3",
 			policy: &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistCookie, Name: "session", TimeoutSeconds: 3600,
 				Permanent: true}},
 			wantMonitors: []string{monitorTCP}, wantGraceful: 1, want: rr(func(s *poolPolicySpec) { s.Persistence = cookie.Name }),
 			wantPersist:  []persistenceSpec{cookie},
-			wantWarnings: []string{"pool p: policy persistence.permanent needs Avi API 21.1.3 or later, the controller speaks 20.1.7"}},
+			wantWarnings: []string{"pool p: policy persistence.permanent needs Avi API 21.1.3 or later, the controller speaks 20.1.7"},
+			applied:      func(p *lbmodel.Policy) { p.Persistence.Permanent, p.Persistence.TimeoutSeconds = false, 0 }},
 		{name: "a permanent cookie from 21.1.3", version: "22.1.3",
 			policy: &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistCookie, Name: "session", TimeoutSeconds: 3600,
 				Permanent: true}},
@@ -214,15 +226,26 @@ func TestPoolPolicy_mapping(t *testing.T) {
 				p.version = tc.version
 			}
 			var o policyObjects
-			monitors, graceful, spec := p.poolPolicy(&o, lbmodel.Pool{Name: "p", Policy: tc.policy}, monitorTCP, max(tc.weights, 1))
-			if diff := cmp.Diff(tc.wantMonitors, monitors); diff != "" {
+			var spec poolSpec
+			applied := p.poolPolicy(&o, &spec, lbmodel.Pool{Name: "p", Policy: tc.policy}, monitorTCP, max(tc.weights, 1))
+			if diff := cmp.Diff(tc.wantMonitors, spec.Monitors); diff != "" {
 				t.Errorf("monitors (-want +got):\n%s", diff)
 			}
-			if graceful != tc.wantGraceful {
-				t.Errorf("graceful_disable_timeout %d, want %d", graceful, tc.wantGraceful)
+			if spec.Graceful != tc.wantGraceful {
+				t.Errorf("graceful_disable_timeout %d, want %d", spec.Graceful, tc.wantGraceful)
 			}
-			if diff := cmp.Diff(tc.want, spec); diff != "" {
+			if diff := cmp.Diff(tc.want, spec.Policy); diff != "" {
 				t.Errorf("pool fields (-want +got):\n%s", diff)
+			}
+			wantApplied := tc.policy.Clone()
+			if tc.applied != nil {
+				tc.applied(wantApplied)
+			}
+			if diff := cmp.Diff(wantApplied, applied); diff != "" {
+				t.Errorf("the policy applied (-want +got):\n%s", diff)
+			}
+			if (spec.Record != "") != (tc.policy != nil) {
+				t.Errorf("record %q of policy %v", spec.Record, tc.policy)
 			}
 			if diff := cmp.Diff(tc.wantHM, o.monitors); diff != "" {
 				t.Errorf("health monitors (-want +got):\n%s", diff)
@@ -535,5 +558,62 @@ func TestProvider_policyOnEachSupportedAPIVersion(t *testing.T) {
 				t.Errorf("npl's objects %v after the delete", got)
 			}
 		})
+	}
+}
+
+// List reports a pool's policy as applied (Avi's values where they differ
+// from the model's), so that nplctl compares it with what npl-lbsync asks
+// for; a pool whose policy fields were changed by hand reports none, and
+// the next Ensure repairs it.
+func TestProvider_listReportsThePolicyAsApplied(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	pol := &lbmodel.Policy{SlowStartSeconds: 90, Algorithm: &lbmodel.Algorithm{Type: lbmodel.LeastConnections},
+		Persistence: &lbmodel.Persistence{Type: lbmodel.PersistSourceIP, TimeoutSeconds: 600}}
+	web := providertest.WithPolicy(webLB("web", tcp(80, member("198.18.0.11", 61000))), pol)
+	ing := providertest.WithPolicy(ingressLB(tlsCert(t, "ns/tls", "shop.example.com")), pol)
+	gw := providertest.WithPolicy(gatewayLB(t, tlsCert(t, "ns/gw", "shop.example.com")), pol)
+	for _, lb := range []*lbmodel.LoadBalancer{web, ing, gw} {
+		f.ensure(lb)
+	}
+	applied := pol.Clone()
+	applied.SlowStartSeconds = 120
+	for _, lb := range f.list() {
+		pools := append([]lbmodel.Pool{}, lb.Pools...)
+		for _, l := range lb.Listeners {
+			if l.Protocol == lbmodel.TCP || l.Protocol == lbmodel.UDP {
+				pools = append(pools, l.Pool)
+			}
+		}
+		if len(pools) == 0 {
+			t.Errorf("%s lists no pool", lb.Name)
+		}
+		for _, pl := range pools {
+			if diff := cmp.Diff(applied, pl.Policy); diff != "" {
+				t.Errorf("%s pool %s: policy (-want +got):\n%s", lb.Name, pl.Name, diff)
+			}
+		}
+	}
+
+	o := poolNamed(t, f, web.Listeners[0].Pool.Name)
+	o.LbAlgorithm = ptr(algorithmRoundRobin)
+	s, done, err := f.p.session(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = update(s, poolKind.typ, deref(o.UUID), o)
+	done()
+	if err != nil {
+		t.Fatalf("change the pool by hand: %v", err)
+	}
+	for _, lb := range f.list() {
+		if lb.Name == web.Name && lb.Listeners[0].Pool.Policy != nil {
+			t.Errorf("a pool changed by hand lists policy %+v, want none", lb.Listeners[0].Pool.Policy)
+		}
+	}
+	f.ensure(web)
+	for _, lb := range f.list() {
+		if lb.Name == web.Name && !cmp.Equal(lb.Listeners[0].Pool.Policy, applied) {
+			t.Errorf("after the repair, policy %+v, want %+v", lb.Listeners[0].Pool.Policy, applied)
+		}
 	}
 }

@@ -255,7 +255,7 @@ func (p *provider) ensureL7(ctx context.Context, lb *lbmodel.LoadBalancer) (prov
 	}
 	for _, v := range plan.virtuals {
 		vtag := tag
-		vtag.Policy = v.persist != ""
+		vtag.Persist = v.persist != ""
 		want := virtualBody{
 			Description: vtag.String(), Destination: fullPath(p.cfg.Partition, memberName(vip, v.port)), IPProtocol: "tcp",
 			Pool: v.pool, SourceAddressTranslation: addressTranslation{Type: automap}, Persist: persistOf(v.persist, virtuals[v.name]),

@@ -26,14 +26,14 @@ var poolKind = objectKind[poolState, poolCreate]{
 // (trafficpolicy.go): set when the pool has one, back to BIG-IP's defaults
 // when the pool had one (its tag says so), left alone otherwise.
 func (p *provider) ensurePool(ctx context.Context, tag ownerTag, l listenerPlan, cur *poolState) error {
-	tag.Policy = l.policy.managed
-	desc := tag.String()
-	record := func() { p.inv.setPool(l.name, tag.LB) }
-	manage := l.policy.managed || cur != nil && policyTagged(cur.Description)
 	ramp, limit := int32(defaultSlowRamp), int32(0)
 	if l.policy.managed {
 		ramp, limit = l.policy.slowRamp, l.policy.connectionLimit
+		tag.Policy, tag.PolicySum = l.policy.applied, policyFields{l.lbMode, ramp, limit, l.monitor}.sum()
 	}
+	desc := tag.String()
+	record := func() { p.inv.setPool(l.name, tag.LB) }
+	manage := l.policy.managed || cur != nil && readTag(cur.Description).Policy != nil
 	members := l.members
 	if manage {
 		members = make([]memberBody, len(l.members))

@@ -163,7 +163,7 @@ func (p *provider) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (provid
 		}
 		for _, l := range plans {
 			vtag := tag
-			vtag.Policy = l.policy.persistPath != ""
+			vtag.Persist = l.policy.persistPath != ""
 			want := virtualBody{
 				Description: vtag.String(), Destination: fullPath(p.cfg.Partition, memberName(vip, l.port)), IPProtocol: l.ipProtocol,
 				Pool: fullPath(p.cfg.Partition, l.name), SourceAddressTranslation: addressTranslation{Type: automap},
@@ -334,7 +334,8 @@ func (p *provider) List(ctx context.Context) ([]lbmodel.LoadBalancer, error) {
 			owned[fullPath(pools[i].Partition, pools[i].Name)] = &pools[i]
 			lb := get(tag)
 			if tag.L7 {
-				lb.Pools = append(lb.Pools, lbmodel.Pool{Name: pools[i].Name, Members: listMembers(pools[i].MembersReference.Items)})
+				lb.Pools = append(lb.Pools, lbmodel.Pool{Name: pools[i].Name, Members: listMembers(pools[i].MembersReference.Items),
+					Policy: appliedPolicy(&pools[i])})
 			}
 		}
 	}
@@ -363,7 +364,7 @@ func (p *provider) List(ctx context.Context) ([]lbmodel.LoadBalancer, error) {
 			if proto == lbmodel.TCP || proto == lbmodel.UDP {
 				pool := lbmodel.Pool{Name: poolName, Members: []lbmodel.Member{}}
 				if pl := owned[v.Pool]; pl != nil {
-					pool.Members = listMembers(pl.MembersReference.Items)
+					pool.Members, pool.Policy = listMembers(pl.MembersReference.Items), appliedPolicy(pl)
 				}
 				lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: port, Protocol: proto, Pool: pool})
 				continue
@@ -376,7 +377,7 @@ func (p *provider) List(ctx context.Context) ([]lbmodel.LoadBalancer, error) {
 		}
 		pool := lbmodel.Pool{Name: poolName, Members: []lbmodel.Member{}}
 		if pl := owned[v.Pool]; pl != nil {
-			pool.Members = listMembers(pl.MembersReference.Items)
+			pool.Members, pool.Policy = listMembers(pl.MembersReference.Items), appliedPolicy(pl)
 		}
 		lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: port, Protocol: lbmodel.Protocol(strings.ToUpper(v.IPProtocol)), Pool: pool})
 	}

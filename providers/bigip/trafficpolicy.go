@@ -53,13 +53,17 @@ const (
 
 var _ providers.PolicyCapable = (*provider)(nil)
 
+// PolicyCapabilities says what of a pool's policy BIG-IP expresses
+// (PolicyCapabilities, the package's statement).
+func (p *provider) PolicyCapabilities() lbmodel.PolicyCapabilities { return PolicyCapabilities() }
+
 // PolicyCapabilities says what of a pool's policy BIG-IP expresses.
 // Consistent hashing (it needs hash persistence or an iRule), header
 // persistence (universal persistence and an iRule), idle timeouts of a
 // cookie, timeouts, retries and backend TLS are not done. A UDP pool has
 // no health check the model can ask for (a TCP connect to a UDP node port
 // fails).
-func (p *provider) PolicyCapabilities() lbmodel.PolicyCapabilities {
+func PolicyCapabilities() lbmodel.PolicyCapabilities {
 	l4 := lbmodel.PolicySupport{
 		Persistence:  []lbmodel.PersistenceType{lbmodel.PersistSourceIP},
 		HealthChecks: []lbmodel.HealthCheckType{lbmodel.CheckTCP, lbmodel.CheckHTTP}, HealthCheckHost: true,
@@ -158,17 +162,57 @@ type poolPolicy struct {
 	persist *sharedObject
 	// persistPath is its full path, or a built-in profile's.
 	persistPath string
+	// applied is the policy as applied: pl's without what BIG-IP does not
+	// express of it (the pool's tag records it).
+	applied *lbmodel.Policy
+}
+
+// policyFields are the pool fields a policy sets: what the checksum in
+// the pool's tag covers.
+type policyFields struct {
+	Mode     string `json:"mode"`
+	SlowRamp int32  `json:"slowRamp"`
+	Limit    int32  `json:"limit"`
+	Monitor  string `json:"monitor"`
+}
+
+func (f policyFields) sum() string {
+	b, _ := json.Marshal(f) // plain data
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:8])
+}
+
+// appliedPolicy is the policy a pool's tag records, nil when it records
+// none or the pool no longer has the fields that express it.
+func appliedPolicy(pl *poolState) *lbmodel.Policy {
+	t := readTag(pl.Description)
+	if t.Policy == nil {
+		return nil
+	}
+	f := policyFields{Mode: cmp.Or(pl.LoadBalancingMode, roundRobin), Monitor: strings.TrimSpace(pl.Monitor), Limit: t.Policy.MaxConnectionsPerMember}
+	if pl.SlowRampTime != nil {
+		f.SlowRamp = *pl.SlowRampTime
+	}
+	for _, m := range pl.MembersReference.Items {
+		if m.ConnectionLimit != f.Limit {
+			return nil
+		}
+	}
+	if f.sum() != t.PolicySum {
+		return nil
+	}
+	return t.Policy
 }
 
 // poolPolicy lays the policy of model pool pl out, adding its monitor to
 // o; defaultMonitor is the monitor of a pool without a health check.
 func (p *provider) poolPolicy(o *policyObjects, pl lbmodel.Pool, defaultMonitor string) poolPolicy {
-	pol := pl.Policy
 	pp := poolPolicy{monitor: defaultMonitor}
-	if pol == nil {
+	if pl.Policy == nil {
 		return pp
 	}
-	pp.managed = true
+	pol := pl.Policy.Clone()
+	pp.managed, pp.applied = true, pol
 	pp.leastConns = pol.Algorithm != nil && pol.Algorithm.Type == lbmodel.LeastConnections
 	pp.slowRamp, pp.connectionLimit = pol.SlowStartSeconds, pol.MaxConnectionsPerMember
 	if c := pol.HealthCheck; c != nil {
@@ -198,6 +242,7 @@ func (p *provider) httpPersistence(o *policyObjects, pools []lbmodel.Pool, polic
 		case !alike:
 			o.warn("pool %s: policy persistence is not applied on BIG-IP: it persists per virtual server, and the pools of the "+
 				"load balancer's HTTP listeners do not all persist alike", pools[i].Name)
+			pp.applied.Persistence = nil
 		}
 	}
 	if !alike {
@@ -223,7 +268,8 @@ func (pp poolPolicy) lbMode(members []lbmodel.Member) string {
 }
 
 // monitorOf returns the full path of the monitor of check c of pool pool,
-// adding npl's to o: /Common/tcp when it asks for nothing else. BIG-IP's
+// adding npl's to o: /Common/tcp when it asks for nothing else. c is
+// changed to what is applied. BIG-IP's
 // monitor has an interval and a timeout after which a member without an
 // answer is down (the interval × fall, and a second), and a time after the
 // first answer before a member is up again (the interval × (rise - 1));
@@ -237,6 +283,7 @@ func (p *provider) monitorOf(o *policyObjects, pool string, c *lbmodel.HealthChe
 	}
 	if c.TimeoutSeconds != 0 {
 		o.gap(pool, "healthCheck.timeoutSeconds")
+		c.TimeoutSeconds = 0
 	}
 	kind, parent := &tcpMonitorKind, "/Common/tcp"
 	builtin := interval == defaultMonitorInterval && cmp.Or(c.Fall, defaultMonitorFall) == defaultMonitorFall && c.Rise <= 1
@@ -298,7 +345,7 @@ func statusPattern(ranges []lbmodel.StatusRange) string {
 }
 
 // persistenceOf returns the persistence profile of persistence s of pool
-// pool (nil for the built-in /Common/source_addr, which keeps a client
+// pool (s changed to what is applied) (nil for the built-in /Common/source_addr, which keeps a client
 // 180 s, BIG-IP's own timeout) and its full path. A cookie's expiration
 // makes it permanent: a session cookie with a lifetime is not expressed.
 func (p *provider) persistenceOf(o *policyObjects, pool string, s *lbmodel.Persistence) (*sharedObject, string) {
@@ -318,6 +365,7 @@ func (p *provider) persistenceOf(o *policyObjects, pool string, s *lbmodel.Persi
 			expiration = formatExpiration(s.TimeoutSeconds)
 		} else if s.TimeoutSeconds != 0 {
 			o.gap(pool, "persistence.timeoutSeconds")
+			s.TimeoutSeconds = 0
 		}
 		settings = map[string]any{"defaultsFrom": "/Common/cookie", "method": "insert", "cookieName": s.Name, "expiration": expiration}
 	default:

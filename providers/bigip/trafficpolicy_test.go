@@ -71,6 +71,8 @@ func TestPoolPolicy_mapping(t *testing.T) {
 		wantMode     string
 		wantObjects  []map[string]any
 		wantWarnings []string
+		// applied changes the policy into the one applied; nil: the same.
+		applied func(*lbmodel.Policy)
 	}{
 		{name: "no policy", want: poolPolicy{monitor: "/Common/tcp"}, wantMode: roundRobin},
 		{name: "no policy, weights", weighted: true, want: poolPolicy{monitor: "/Common/tcp"}, wantMode: ratioMember},
@@ -86,7 +88,8 @@ func TestPoolPolicy_mapping(t *testing.T) {
 			IntervalSeconds: 10, Fall: 2, Rise: 3, TimeoutSeconds: 4}}, want: poolPolicy{managed: true}, wantMode: roundRobin,
 			wantObjects: []map[string]any{{"collection": "ltm/monitor/tcp", "defaultsFrom": "/Common/tcp", "interval": int32(10),
 				"timeout": int32(21), "timeUntilUp": int32(20)}},
-			wantWarnings: []string{"pool p: policy healthCheck.timeoutSeconds is not supported by the bigip provider"}},
+			wantWarnings: []string{"pool p: policy healthCheck.timeoutSeconds is not supported by the bigip provider"},
+			applied:      func(p *lbmodel.Policy) { p.HealthCheck.TimeoutSeconds = 0 }},
 		{name: "an HTTP check", policy: &lbmodel.Policy{HealthCheck: &lbmodel.HealthCheck{Type: lbmodel.CheckHTTP, Path: "/healthz",
 			ExpectedStatuses: []lbmodel.StatusRange{{Min: 200, Max: 200}}}}, want: poolPolicy{managed: true}, wantMode: roundRobin,
 			wantObjects: []map[string]any{{"collection": "ltm/monitor/http", "defaultsFrom": "/Common/http", "interval": int32(5),
@@ -110,7 +113,8 @@ func TestPoolPolicy_mapping(t *testing.T) {
 			Name: "s", TimeoutSeconds: 3600}}, want: poolPolicy{managed: true, monitor: "/Common/tcp"}, wantMode: roundRobin,
 			wantObjects: []map[string]any{{"collection": "ltm/persistence/cookie", "defaultsFrom": "/Common/cookie", "method": "insert",
 				"cookieName": "s", "expiration": "0"}},
-			wantWarnings: []string{"pool p: policy persistence.timeoutSeconds is not supported by the bigip provider"}},
+			wantWarnings: []string{"pool p: policy persistence.timeoutSeconds is not supported by the bigip provider"},
+			applied:      func(p *lbmodel.Policy) { p.Persistence.TimeoutSeconds = 0 }},
 		{name: "a permanent cookie", policy: &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistCookie,
 			Name: "s", TimeoutSeconds: 3600, Permanent: true}}, want: poolPolicy{managed: true, monitor: "/Common/tcp"}, wantMode: roundRobin,
 			wantObjects: []map[string]any{{"collection": "ltm/persistence/cookie", "defaultsFrom": "/Common/cookie", "method": "insert",
@@ -149,7 +153,14 @@ func TestPoolPolicy_mapping(t *testing.T) {
 			if tc.want.persistPath == "" && pp.persist != nil {
 				tc.want.persistPath = pp.persistPath
 			}
-			pp.persist = nil
+			wantApplied := tc.policy.Clone()
+			if tc.applied != nil {
+				tc.applied(wantApplied)
+			}
+			if diff := cmp.Diff(wantApplied, pp.applied); diff != "" {
+				t.Errorf("the policy applied (-want +got):\n%s", diff)
+			}
+			pp.persist, pp.applied = nil, nil
 			if diff := cmp.Diff(tc.want, pp, cmp.AllowUnexported(poolPolicy{})); diff != "" {
 				t.Errorf("pool policy (-want +got):\n%s", diff)
 			}
@@ -439,5 +450,60 @@ func TestProvider_policyOnAGatewaysTCPListener(t *testing.T) {
 	}
 	if got := e.shared(t); len(got) != 0 {
 		t.Errorf("npl's objects %v after the delete", got)
+	}
+}
+
+// List reports a pool's policy as applied (without what BIG-IP does not
+// express of it), so that nplctl compares it with what npl-lbsync asks
+// for; a pool whose policy fields were changed by hand reports none, and
+// the next Ensure repairs it.
+func TestProvider_listReportsThePolicyAsApplied(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	pol := &lbmodel.Policy{SlowStartSeconds: 90, MaxConnectionsPerMember: 50, Algorithm: &lbmodel.Algorithm{Type: lbmodel.LeastConnections},
+		HealthCheck: &lbmodel.HealthCheck{Type: lbmodel.CheckTCP, IntervalSeconds: 10, TimeoutSeconds: 3},
+		Persistence: &lbmodel.Persistence{Type: lbmodel.PersistSourceIP, TimeoutSeconds: 600}}
+	web := providertest.WithPolicy(newLB("shop/web", tcp(80, member("198.18.0.11", 61000))), pol)
+	ing := providertest.WithPolicy(ingressLB(tlsCert(t, "tls", "shop.example.com")), pol)
+	for _, lb := range []*lbmodel.LoadBalancer{web, ing} {
+		e.ensure(t, lb)
+	}
+	applied := pol.Clone()
+	applied.HealthCheck.TimeoutSeconds = 0
+	policyOf := func(lbName string) []*lbmodel.Policy {
+		var out []*lbmodel.Policy
+		for _, lb := range e.list(t) {
+			if lb.Name != lbName {
+				continue
+			}
+			for _, pl := range lb.Pools {
+				out = append(out, pl.Policy)
+			}
+			for _, l := range lb.Listeners {
+				if l.Protocol == lbmodel.TCP || l.Protocol == lbmodel.UDP {
+					out = append(out, l.Pool.Policy)
+				}
+			}
+		}
+		return out
+	}
+	for _, lb := range []*lbmodel.LoadBalancer{web, ing} {
+		got := policyOf(lb.Name)
+		if len(got) == 0 {
+			t.Errorf("%s lists no pool", lb.Name)
+		}
+		for _, p := range got {
+			if diff := cmp.Diff(applied, p); diff != "" {
+				t.Errorf("%s: policy (-want +got):\n%s", lb.Name, diff)
+			}
+		}
+	}
+
+	e.do(t, "PATCH", "/mgmt/tm/ltm/pool/~"+testPartition+"~"+web.Listeners[0].Pool.Name, map[string]any{"slowRampTime": 5})
+	if got := policyOf(web.Name); len(got) != 1 || got[0] != nil {
+		t.Errorf("a pool changed by hand lists policy %v, want none", got)
+	}
+	e.ensure(t, web)
+	if got := policyOf(web.Name); len(got) != 1 || !cmp.Equal(got[0], applied) {
+		t.Errorf("after the repair, policy %v, want %+v", got, applied)
 	}
 }

@@ -78,7 +78,7 @@ func persistOf(path string, cur *virtualState) *[]persistRef {
 	case path != "":
 		r, _ := parseRef(path)
 		return &[]persistRef{r}
-	case cur != nil && policyTagged(cur.Description):
+	case cur != nil && readTag(cur.Description).Persist:
 		return &[]persistRef{}
 	}
 	return nil

@@ -112,10 +112,15 @@ type ownerTag struct {
 	Ingress string  `json:"ingress,omitempty"`
 	Gateway string  `json:"gateway,omitempty"`
 	TLS     *tlsTag `json:"tls,omitempty"`
-	// Policy marks a pool whose slow ramp and connection limits, or a
-	// virtual whose persist, a traffic policy sets: without the policy
-	// they go back to BIG-IP's defaults.
-	Policy bool `json:"policy,omitempty"`
+	// Policy is, on a pool with a traffic policy, the policy as applied,
+	// and PolicySum the checksum of the pool fields that express it
+	// (policyFields), so that List reports it while the pool has them;
+	// without the policy the slow ramp and connection limits go back to
+	// BIG-IP's defaults. Persist marks a virtual whose persist a policy
+	// sets, emptied when none does any more.
+	Policy    *lbmodel.Policy `json:"policy,omitempty"`
+	PolicySum string          `json:"policySum,omitempty"`
+	Persist   bool            `json:"persist,omitempty"`
 	// Shared marks the cluster's monitors and persistence profiles, which
 	// no one load balancer owns (LB is empty).
 	Shared bool `json:"shared,omitempty"`
@@ -135,11 +140,11 @@ func (t ownerTag) String() string {
 	return string(b)
 }
 
-// policyTagged reports whether a description's tag marks what a traffic
-// policy set.
-func policyTagged(description string) bool {
+// readTag reads the tag in a description, whoever it belongs to.
+func readTag(description string) ownerTag {
 	var t ownerTag
-	return json.Unmarshal([]byte(description), &t) == nil && t.Policy
+	_ = json.Unmarshal([]byte(description), &t)
+	return t
 }
 
 // parseOwner reads the tag in a description; ok is false for objects the
