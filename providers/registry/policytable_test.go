@@ -24,6 +24,8 @@ var update = flag.Bool("update", false, "rewrite the README's policy table")
 var policyCapabilities = map[string]lbmodel.PolicyCapabilities{
 	mock.Name:    (&mock.Mock{}).PolicyCapabilities(),
 	haproxy.Name: api.PolicyCapabilities(),
+	avi.Name:     avi.PolicyCapabilities(),
+	bigip.Name:   bigip.PolicyCapabilities(),
 }
 
 // tableProviders are the table's columns.
