@@ -38,7 +38,7 @@ type cluster struct {
 	recorder record.EventRecorder
 	queue    workqueue.TypedRateLimitingInterface[queueKey]
 	// writes are the objects our writes returned, until the caches show
-	// them (freshest).
+	// them (pending).
 	writes ownWrites
 }
 

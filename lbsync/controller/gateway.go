@@ -180,7 +180,10 @@ func (r *gatewayReconciler) sync(ctx context.Context, key queueKey) syncResult {
 	}
 	gw, err := r.gwState().gateways.Gateways(key.namespace).Get(key.name)
 	if err == nil {
-		gw = freshest(&r.writes, gw)
+		if last, ok := pending(&r.writes, gw); ok {
+			gw = gw.DeepCopy()
+			gw.Status = last.Status // the spec stays the cache's: never older than its events
+		}
 	}
 	if err != nil || !gateway.Ours(gw, r.gatewayClasses()) || gw.DeletionTimestamp != nil {
 		return retryOn(r.release(ctx, key, err != nil))

@@ -141,7 +141,10 @@ func (r *ingressReconciler) sync(ctx context.Context, key queueKey) syncResult {
 	}
 	ing, err := r.lister.Ingresses(key.namespace).Get(key.name)
 	if err == nil {
-		ing = freshest(&r.writes, ing)
+		if last, ok := pending(&r.writes, ing); ok {
+			ing = ing.DeepCopy()
+			ing.Status = last.Status // the spec stays the cache's: never older than its events
+		}
 	}
 	if err != nil {
 		r.forget(key)
@@ -335,6 +338,9 @@ func (r *ingressReconciler) patchIngress(ctx context.Context, ing *networkingv1.
 
 // setStatus writes the VIPs into the Ingress's status.
 func (r *ingressReconciler) setStatus(ctx context.Context, ing *networkingv1.Ingress, vips []string) error {
-	ing = freshest(&r.writes, ing)
+	if last, ok := pending(&r.writes, ing); ok {
+		ing = ing.DeepCopy()
+		ing.Status = last.Status
+	}
 	return r.patchIngress(ctx, ing, claim.IngressStatusPatch(ing, vips), "status")
 }

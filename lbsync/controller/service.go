@@ -155,7 +155,10 @@ func (r *serviceReconciler) claimed(names map[string]bool) {
 func (r *serviceReconciler) sync(ctx context.Context, key queueKey) syncResult {
 	svc, err := r.lister.Services(key.namespace).Get(key.name)
 	if err == nil {
-		svc = freshest(&r.writes, svc)
+		if last, ok := pending(&r.writes, svc); ok {
+			svc = svc.DeepCopy()
+			svc.Status = last.Status // the spec stays the cache's: never older than its events
+		}
 	}
 	if err != nil {
 		// Gone without our finalizer (or it was removed by hand): the

@@ -15,10 +15,12 @@ const writtenTTL = 30 * time.Second
 
 // ownWrites remembers the object each write of ours returned until the
 // informer's cache shows it. A sync that runs before then reads the cache
-// from before the write: compared with that older copy, a status it wants
-// may look unchanged while the API server holds what the previous sync
-// wrote (a Gateway's listener kept counting a route deleted since, and no
-// event came to correct it). freshest gives the sync the newer of the two.
+// from before the write: compared with that older status, a status it
+// wants may look unchanged while the API server holds what the previous
+// sync wrote (a Gateway's listener kept counting a route deleted since,
+// and no event came to correct it). The syncs take the status of our last
+// write instead (pending), and the spec from the cache, which is never
+// older than the informer's own events.
 type ownWrites struct {
 	mu sync.Mutex
 	m  map[types.UID]ownWrite
@@ -59,21 +61,19 @@ func (w *ownWrites) observed(obj any) {
 	}
 }
 
-// freshest returns our last write of cached's object when the cache has not
-// shown it yet, else cached.
-func freshest[T metav1.Object](w *ownWrites, cached T) T {
+// pending returns our last write of cached's object when the cache has not
+// shown it yet; ok is false when the cache is as new as our writes.
+func pending[T metav1.Object](w *ownWrites, cached T) (last T, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	rec, ok := w.m[cached.GetUID()]
-	switch {
-	case !ok:
-		return cached
-	case rec.obj.GetResourceVersion() == cached.GetResourceVersion() || time.Since(rec.at) > writtenTTL:
+	rec, found := w.m[cached.GetUID()]
+	if !found {
+		return last, false
+	}
+	if rec.obj.GetResourceVersion() == cached.GetResourceVersion() || time.Since(rec.at) > writtenTTL {
 		delete(w.m, cached.GetUID())
-		return cached
+		return last, false
 	}
-	if obj, ok := rec.obj.(T); ok {
-		return obj
-	}
-	return cached
+	last, ok = rec.obj.(T)
+	return last, ok
 }

@@ -72,14 +72,11 @@ func StartLBSync(ctx context.Context, c *cluster.Cluster, opts LBSyncOptions) (*
 	if err := os.WriteFile(cfgPath, []byte(opts.Config), 0o600); err != nil {
 		return nil, fmt.Errorf("write npl-lbsync config: %w", err)
 	}
-	metricsPort, err := freePort()
+	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	healthPort, err := freePort()
-	if err != nil {
-		return nil, err
-	}
+	metricsPort, healthPort := ports[0], ports[1]
 	l := &LBSync{
 		ConfigPath:  cfgPath,
 		MetricsAddr: "127.0.0.1:" + strconv.Itoa(metricsPort),
@@ -181,13 +178,20 @@ func (l *LBSync) Ready() bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+// freePorts returns n distinct free ports of 127.0.0.1. The listeners that
+// find them stay open until all are found: closed one by one, the kernel
+// may hand the same port out twice (it did, on a loaded machine).
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }
 
 // MockState reads the mock provider's state and counters from npl-lbsync's
