@@ -14,8 +14,9 @@ import (
 // HTTP rules, how long it waits for an answer, whether it retries and how
 // it speaks TLS to the members. Each member is one Pod, so persistence and
 // consistent hashing reach the Pod itself. A nil Policy, like a nil field,
-// is the load balancer's default: round robin, no persistence, a TCP
-// connect check, no slow start.
+// leaves the load balancer's own default: no persistence, a TCP connect
+// check, no slow start, and its default algorithm (round robin on HAProxy
+// and BIG-IP, least connections on Avi), so an explicit RoundRobin is kept.
 type Policy struct {
 	// Persistence keeps a client on the member it reached first.
 	Persistence *Persistence `json:"persistence,omitempty"`
@@ -302,9 +303,6 @@ func normalizePolicy(pool string, in *Policy, http bool) (*Policy, error) {
 			}
 		default:
 			return fail("algorithm %q is not RoundRobin, LeastConnections or ConsistentHash", a.Type)
-		}
-		if a.Type == RoundRobin {
-			p.Algorithm = nil // the default
 		}
 	}
 	switch {

@@ -94,6 +94,7 @@ func TestNormalize_policyInCanonicalForm(t *testing.T) {
 	}
 	want := &Policy{
 		Persistence: p.Persistence,
+		Algorithm:   &Algorithm{Type: RoundRobin},
 		HealthCheck: &HealthCheck{Type: CheckHTTP, Path: "/healthz", Host: "web.example",
 			ExpectedStatuses: []StatusRange{{200, 304}}, IntervalSeconds: 2, TimeoutSeconds: 1, Rise: 2, Fall: 3},
 		SlowStartSeconds: 10,
@@ -108,10 +109,15 @@ func TestNormalize_policyInCanonicalForm(t *testing.T) {
 		t.Error("Normalize modified the caller's policy")
 	}
 	// A policy that changes nothing is no policy: two models that differ
-	// only by it are the same model.
-	empty, err := Normalize(withPolicy(false, &Policy{Algorithm: &Algorithm{Type: RoundRobin}}))
+	// only by it are the same model. An explicit round robin is kept: it
+	// is not every provider's default.
+	empty, err := Normalize(withPolicy(false, &Policy{Timeouts: nil, Algorithm: nil}))
 	if err != nil || empty.Listeners[0].Pool.Policy != nil {
 		t.Errorf("an empty policy normalized to %+v, %v; want nil", empty.Listeners[0].Pool.Policy, err)
+	}
+	rr, err := Normalize(withPolicy(false, &Policy{Algorithm: &Algorithm{Type: RoundRobin}}))
+	if err != nil || rr.Listeners[0].Pool.Policy == nil || rr.Listeners[0].Pool.Policy.Algorithm.Type != RoundRobin {
+		t.Errorf("an explicit round robin normalized to %+v, %v; want it kept", rr.Listeners[0].Pool.Policy, err)
 	}
 	src, err := Normalize(withPolicy(false, &Policy{Persistence: &Persistence{Type: PersistSourceIP, TimeoutSeconds: 10800}}))
 	if err != nil || src.Listeners[0].Pool.Policy.Persistence.TimeoutSeconds != 10800 {
