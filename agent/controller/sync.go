@@ -12,8 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -348,7 +346,7 @@ func (c *Controller) patchAnnotation(ctx context.Context, pod *corev1.Pod, entri
 	if err != nil {
 		return false, fmt.Errorf("encode annotation patch: %w", err)
 	}
-	_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	err = c.client.PatchPodStatus(ctx, pod.Namespace, pod.Name, patch)
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}

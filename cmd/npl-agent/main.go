@@ -12,13 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/nodeportlocal/npl/agent/controller"
 	"github.com/nodeportlocal/npl/agent/datapath"
+	"github.com/nodeportlocal/npl/agent/kubeapi"
 	"github.com/nodeportlocal/npl/agent/portalloc"
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/internal/cli"
@@ -126,7 +125,7 @@ func run(ctx context.Context, o *options) error {
 	defer d.Stop()
 	ctx, reg := d.Ctx, d.Registry
 
-	_, client, err := cli.KubeClient(*o.kubeconfig, "npl-agent/"+o.nodeName, o.apiQPS, o.apiBurst)
+	_, client, err := cli.KubeClient(*o.kubeconfig, "npl-agent/"+o.nodeName, o.apiQPS, o.apiBurst, kubeapi.NewForConfig)
 	if err != nil {
 		return err
 	}
@@ -181,10 +180,10 @@ func run(ctx context.Context, o *options) error {
 
 // nodeFamilies waits for the Node object and returns the IP families it has
 // an address of, which decides the datapaths to run.
-func nodeFamilies(ctx context.Context, client kubernetes.Interface, name string, pref []corev1.NodeAddressType) ([]contract.Family, error) {
+func nodeFamilies(ctx context.Context, client kubeapi.Interface, name string, pref []corev1.NodeAddressType) ([]contract.Family, error) {
 	var families []contract.Family
 	err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
-		node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		node, err := client.GetNode(ctx, name)
 		if err != nil {
 			klog.FromContext(ctx).Info("Waiting for the Node", "err", err)
 			return false, nil
