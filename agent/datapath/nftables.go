@@ -60,9 +60,11 @@ type NFTables struct {
 	// written is the content last written and known to be in place; nil
 	// forces the next Sync to write the table whole.
 	written *nftContent
-	writes  atomic.Int64
-	bytes   atomic.Int64
-	execs   execCount
+	// elements writes the element changes, once the table is written.
+	elements *elementWriter
+	writes   atomic.Int64
+	bytes    atomic.Int64
+	execs    execCount
 }
 
 var _ Datapath = (*NFTables)(nil)
@@ -216,10 +218,10 @@ type nftRule struct{ rule, comment string }
 
 // Sync programs d. When it wrote the table itself last and no drift was seen
 // since, and the port range is unchanged, it writes one transaction of
-// element deletes and adds; otherwise, and when that transaction fails (an
-// element to delete was gone: drift), it replaces the whole table in one
-// transaction, which the kernel applies atomically: no packet sees a half
-// written table.
+// element deletes and adds, over its netlink socket (elementWriter);
+// otherwise, and when that transaction fails (an element to delete was
+// gone: drift), it replaces the whole table in one transaction, which the
+// kernel applies atomically: no packet sees a half written table.
 func (t *NFTables) Sync(ctx context.Context, d Desired) error {
 	if err := d.Validate(); err != nil {
 		return fmt.Errorf("sync %s nftables datapath: %w", t.family, err)
@@ -228,12 +230,13 @@ func (t *NFTables) Sync(ctx context.Context, d Desired) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.written != nil && t.written.portRange == want.portRange {
-		if tx := t.diff(*t.written, want); tx.NumOperations() > 0 {
-			if err := t.run(ctx, tx); err == nil {
-				t.written = &want
-				return nil
-			}
-			klog.FromContext(ctx).V(2).Info("Difference did not apply, writing the table whole", "family", t.family)
+		err := t.writeChanges(*t.written, want)
+		if err == nil {
+			t.written = &want
+			return nil
+		}
+		if !errors.Is(err, errNothingChanged) {
+			klog.FromContext(ctx).V(2).Info("Difference did not apply, writing the table whole", "family", t.family, "err", err)
 		}
 	}
 	if err := t.run(ctx, t.whole(want)); err != nil {
@@ -319,25 +322,33 @@ func sortedAddrs(set map[netip.Addr]bool, keep func(netip.Addr) bool) []netip.Ad
 	return out
 }
 
-// diff returns the transaction of element deletes and adds that turns have
-// into want. A changed element is deleted and added again: adding a key that
-// exists does not replace its value. Only what changed is sorted, so a
-// small change costs little on a large table.
-func (t *NFTables) diff(have, want nftContent) *knftables.Transaction {
-	tx := t.render.NewTransaction()
-	for _, m := range sortedMappings(have.elements, func(k nftKey, m Mapping) bool { w, ok := want.elements[k]; return !ok || w != m }) {
-		tx.Delete(&knftables.Element{Map: nftMapNodePorts, Key: []string{string(m.Protocol), strconv.Itoa(m.NodePort)}})
+// errNothingChanged is writeChanges' answer to two equal contents: Sync
+// then writes the table whole, which repairs what a Check would find.
+var errNothingChanged = errors.New("no element changed")
+
+// writeChanges writes the element deletes and adds that turn have into
+// want, in one transaction. A changed element is deleted and added again:
+// adding a key that exists does not replace its value. Only what changed is
+// sorted, so a small change costs little on a large table.
+func (t *NFTables) writeChanges(have, want nftContent) error {
+	delMappings := sortedMappings(have.elements, func(k nftKey, m Mapping) bool { w, ok := want.elements[k]; return !ok || w != m })
+	addMappings := sortedMappings(want.elements, func(k nftKey, m Mapping) bool { h, ok := have.elements[k]; return !ok || h != m })
+	delSources := sortedAddrs(have.sources, func(a netip.Addr) bool { return !want.sources[a] })
+	addSources := sortedAddrs(want.sources, func(a netip.Addr) bool { return !have.sources[a] })
+	if len(delMappings)+len(addMappings)+len(delSources)+len(addSources) == 0 {
+		return errNothingChanged
 	}
-	for _, a := range sortedAddrs(have.sources, func(a netip.Addr) bool { return !want.sources[a] }) {
-		tx.Delete(&knftables.Element{Set: nftSetHairpin, Key: []string{a.String()}})
+	if t.elements == nil {
+		w, err := newElementWriter(t.family)
+		if err != nil {
+			return err
+		}
+		t.elements = w
 	}
-	for _, m := range sortedMappings(want.elements, func(k nftKey, m Mapping) bool { h, ok := have.elements[k]; return !ok || h != m }) {
-		tx.Add(element(m))
-	}
-	for _, a := range sortedAddrs(want.sources, func(a netip.Addr) bool { return !have.sources[a] }) {
-		tx.Add(&knftables.Element{Set: nftSetHairpin, Key: []string{a.String()}})
-	}
-	return tx
+	t.writes.Add(1)
+	size, err := t.elements.write(delMappings, addMappings, delSources, addSources)
+	t.bytes.Add(int64(size))
+	return err
 }
 
 // Check compares the npl table with d: the table, its chains, map and set
@@ -469,6 +480,10 @@ func (t *NFTables) Cleanup(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.written = nil
+	if t.elements != nil {
+		_ = t.elements.close() // a socket: nothing of it survives the close
+		t.elements = nil
+	}
 	tx := t.render.NewTransaction()
 	tx.Delete(&knftables.Table{})
 	text := tx.String()
