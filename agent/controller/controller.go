@@ -142,7 +142,9 @@ type Controller struct {
 	retired []retiredMapping
 	nodeIPs map[contract.Family]netip.Addr
 	starved map[string]bool // Pods waiting for free ports
-	ready   bool
+	// pendingSent is the AdditionsPending of the last datapath update.
+	pendingSent bool
+	ready       bool
 }
 
 // New builds the controller and its informers. Nothing runs until Run.

@@ -108,6 +108,15 @@ func (o *options) validate() (portalloc.Range, []corev1.NodeAddressType, error) 
 	return rng, pref, nil
 }
 
+// removalWait and removalHold let a Pod replaced (deleted, and a new one
+// created right after) have the old Pod's mappings removed and the new
+// one's added in one datapath write: a removal waits removalWait for a
+// starting Pod that a Service of ours selects to show, then up to
+// removalHold in all for its IP, which ends the wait. They bound how much
+// longer a removed mapping may forward to its old Pod's IP, which a Pod
+// starting then could be given.
+const removalWait, removalHold = 20 * time.Millisecond, 100 * time.Millisecond
+
 // familyPath joins a family's coalescing syncer and its datapath.
 type familyPath struct {
 	*datapath.Syncer
@@ -148,7 +157,17 @@ func run(ctx context.Context, o *options) error {
 	paths := map[contract.Family]controller.Datapath{}
 	var syncers []*datapath.Syncer
 	for _, dp := range backend {
-		s := datapath.NewSyncer(dp, datapath.SyncerOptions{Window: o.syncWindow, CheckInterval: o.checkInterval})
+		opts := datapath.SyncerOptions{Window: o.syncWindow, CheckInterval: o.checkInterval}
+		if dp.Backend() == datapath.BackendNFTables {
+			// Only where merging costs nothing: nftables writes elements
+			// over a kept netlink socket. An iptables-restore that deletes
+			// rules first reads the chain and, at its exit, waits for the
+			// kernel to free them: merged, that would be on the new Pod's
+			// path, while alone it is mostly done when the new Pod's IP
+			// comes.
+			opts.RemovalWait, opts.RemovalHold = removalWait, removalHold
+		}
+		s := datapath.NewSyncer(dp, opts)
 		paths[dp.Family()] = familyPath{Syncer: s, dp: dp}
 		syncers = append(syncers, s)
 		registerDatapathMetrics(reg, dp, s)
