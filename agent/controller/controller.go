@@ -20,12 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -33,6 +30,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeportlocal/npl/agent/datapath"
+	"github.com/nodeportlocal/npl/agent/kubeapi"
 	"github.com/nodeportlocal/npl/agent/portalloc"
 	"github.com/nodeportlocal/npl/contract"
 )
@@ -114,21 +112,17 @@ type podState struct {
 // Controller reconciles the node's Pods.
 type Controller struct {
 	cfg      Config
-	client   kubernetes.Interface
+	client   kubeapi.Interface
 	alloc    Allocator
 	paths    map[contract.Family]Datapath
 	recorder record.EventRecorder
 	metrics  *Metrics
 
-	podFactory  informers.SharedInformerFactory
-	svcFactory  informers.SharedInformerFactory
-	nodeFactory informers.SharedInformerFactory
-	epsFactory  informers.SharedInformerFactory
-	podLister   corelisters.PodLister
-	svcLister   corelisters.ServiceLister
-	svcIndexer  cache.Indexer
-	epsIndexer  cache.Indexer
-	nodeLister  corelisters.NodeLister
+	informers  []cache.SharedIndexInformer
+	podLister  corelisters.PodLister
+	svcIndexer cache.Indexer
+	epsIndexer cache.Indexer
+	nodeLister corelisters.NodeLister
 	// synced are done once the caches hold their first lists: waited for
 	// without polling (cache.WaitForCacheSync looks every 100 ms, a third of
 	// a restart).
@@ -148,42 +142,27 @@ type Controller struct {
 	retired []retiredMapping
 	nodeIPs map[contract.Family]netip.Addr
 	starved map[string]bool // Pods waiting for free ports
-	ready   bool
+	// pendingSent is the AdditionsPending of the last datapath update.
+	pendingSent bool
+	ready       bool
 }
 
 // New builds the controller and its informers. Nothing runs until Run.
-func New(cfg Config, client kubernetes.Interface, alloc Allocator, paths map[contract.Family]Datapath, metrics *Metrics) *Controller {
+func New(cfg Config, client kubeapi.Interface, alloc Allocator, paths map[contract.Family]Datapath, metrics *Metrics) *Controller {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 4
 	}
-	podFactory := informers.NewSharedInformerFactoryWithOptions(client, cfg.ResyncPeriod,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-		}),
-		informers.WithTransform(TrimPod))
-	svcFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(TrimService))
-	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.NodeName).String()
-		}),
-		informers.WithTransform(TrimNode))
-	epsFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = contract.HandWrittenSlices }),
-		informers.WithTransform(TrimEndpointSlice))
-
 	broadcaster := record.NewBroadcaster()
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "npl-agent", Host: cfg.NodeName})
+	broadcaster.StartRecordingToSink(client.Events())
+	recorder := broadcaster.NewRecorder(kubeapi.Scheme, corev1.EventSource{Component: "npl-agent", Host: cfg.NodeName})
 
 	c := &Controller{
-		cfg:        cfg,
-		client:     client,
-		alloc:      alloc,
-		paths:      paths,
-		recorder:   recorder,
-		metrics:    metrics,
-		podFactory: podFactory,
-		svcFactory: svcFactory,
+		cfg:      cfg,
+		client:   client,
+		alloc:    alloc,
+		paths:    paths,
+		recorder: recorder,
+		metrics:  metrics,
 		// Per-Pod backoff from 100 ms capped at 30 s: retries never stop, and
 		// a transient error (xtables lock, apiserver) recovers quickly.
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -195,40 +174,59 @@ func New(cfg Config, client kubernetes.Interface, alloc Allocator, paths map[con
 		queuedAt: map[string]time.Time{},
 	}
 
-	podInformer := podFactory.Core().V1().Pods()
-	svcInformer := svcFactory.Core().V1().Services()
-	nodeInformer := nodeFactory.Core().V1().Nodes()
-	epsInformer := epsFactory.Discovery().V1().EndpointSlices()
-	c.podLister = podInformer.Lister()
-	c.svcLister = svcInformer.Lister()
-	c.nodeLister = nodeInformer.Lister()
-	c.svcIndexer = svcInformer.Informer().GetIndexer()
-	c.epsIndexer = epsInformer.Informer().GetIndexer()
+	podInformer := c.informer(kubeapi.Pods, &corev1.Pod{}, cfg.ResyncPeriod, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
+	}, TrimPod)
+	svcInformer := c.informer(kubeapi.Services, &corev1.Service{}, 0, nil, TrimService)
+	nodeInformer := c.informer(kubeapi.Nodes, &corev1.Node{}, 0, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.NodeName).String()
+	}, TrimNode)
+	epsInformer := c.informer(kubeapi.EndpointSlices, &discoveryv1.EndpointSlice{}, 0, func(o *metav1.ListOptions) {
+		o.LabelSelector = contract.HandWrittenSlices
+	}, TrimEndpointSlice)
+	c.podLister = corelisters.NewPodLister(podInformer.GetIndexer())
+	c.nodeLister = corelisters.NewNodeLister(nodeInformer.GetIndexer())
+	c.svcIndexer = svcInformer.GetIndexer()
+	c.epsIndexer = epsInformer.GetIndexer()
 
-	_, _ = podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, _ = podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueuePod(obj) },
 		UpdateFunc: func(_, obj any) { c.enqueuePod(obj) },
 		DeleteFunc: func(obj any) { c.enqueuePod(obj) },
 	})
-	_, _ = svcInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, _ = svcInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueueServicePods(nil, obj) },
 		UpdateFunc: func(old, obj any) { c.enqueueServicePods(old, obj) },
 		DeleteFunc: func(obj any) { c.enqueueServicePods(nil, obj) },
 	})
-	_, _ = epsInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, _ = epsInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueueSlicePods(nil, obj) },
 		UpdateFunc: func(old, obj any) { c.enqueueSlicePods(old, obj) },
 		DeleteFunc: func(obj any) { c.enqueueSlicePods(nil, obj) },
 	})
-	_, _ = nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, _ = nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.nodeChanged(obj) },
 		UpdateFunc: func(_, obj any) { c.nodeChanged(obj) },
 	})
-	c.synced = []cache.DoneChecker{podInformer.Informer().HasSyncedChecker(), svcInformer.Informer().HasSyncedChecker(),
-		nodeInformer.Informer().HasSyncedChecker(), epsInformer.Informer().HasSyncedChecker()}
-	c.nodeFactory = nodeFactory
-	c.epsFactory = epsFactory
+	for _, inf := range c.informers {
+		c.synced = append(c.synced, inf.HasSyncedChecker())
+	}
 	return c
+}
+
+// informer returns a new informer of r in all namespaces, indexed by
+// namespace, whose lists and watches tweak selects and whose cache holds
+// what trim keeps of each object, as client-go's informer factory makes
+// them; Run starts it.
+func (c *Controller) informer(r kubeapi.Resource, obj runtime.Object, resync time.Duration, tweak func(*metav1.ListOptions), trim cache.TransformFunc) cache.SharedIndexInformer {
+	inf := cache.NewSharedIndexInformerWithOptions(c.client.ListWatch(r, tweak), obj, cache.SharedIndexInformerOptions{
+		ResyncPeriod: resync,
+		Indexers:     cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+	})
+	// Only fails once the informer runs.
+	_ = inf.SetTransform(trim)
+	c.informers = append(c.informers, inf)
+	return inf
 }
 
 // Ready reports whether the initial restore is done and workers run.
@@ -245,10 +243,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 
-	c.podFactory.Start(ctx.Done())
-	c.svcFactory.Start(ctx.Done())
-	c.nodeFactory.Start(ctx.Done())
-	c.epsFactory.Start(ctx.Done())
+	for _, inf := range c.informers {
+		go inf.RunWithContext(ctx)
+	}
 	if !cache.WaitFor(ctx, "", c.synced...) {
 		return fmt.Errorf("wait for informer caches: %w", ctx.Err())
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nodeportlocal/npl/agent/controller"
 	"github.com/nodeportlocal/npl/agent/datapath"
+	"github.com/nodeportlocal/npl/agent/kubeapi/kubeapitest"
 	"github.com/nodeportlocal/npl/agent/portalloc"
 	"github.com/nodeportlocal/npl/agent/portalloc/portalloctest"
 	"github.com/nodeportlocal/npl/contract"
@@ -76,7 +77,7 @@ func runController(t *testing.T, cfg controller.Config, client *fake.Clientset, 
 	t.Helper()
 	cfg.NodeName, cfg.NodeIPPreference = nodeName, []corev1.NodeAddressType{corev1.NodeInternalIP}
 	dp := &fakeDatapath{}
-	c := controller.New(cfg, client, alloc, map[contract.Family]controller.Datapath{contract.FamilyIPv4: dp}, controller.NewMetrics(nil))
+	c := controller.New(cfg, kubeapitest.New(client), alloc, map[contract.Family]controller.Datapath{contract.FamilyIPv4: dp}, controller.NewMetrics(nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()

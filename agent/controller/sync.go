@@ -12,8 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -63,6 +61,11 @@ func (c *Controller) syncPod(ctx context.Context, key string, queued time.Durati
 	gens := map[contract.Family]uint64{}
 	if changed {
 		gens = c.updateDatapathLocked()
+	} else if pod != nil && !c.pendingSent && c.awaitsIP(pod) {
+		// A Pod starting: a removal the datapath holds may now wait for
+		// its mappings (Desired.AdditionsPending). Nothing of this Pod
+		// waits for the update.
+		c.updateDatapathLocked()
 	}
 	entries := c.annotationEntries(c.pods[key])
 	c.mu.Unlock()
@@ -277,7 +280,8 @@ func (c *Controller) updateDatapathLocked() map[contract.Family]uint64 {
 			})
 		}
 	}
-	for _, ip := range c.localPodIPs() {
+	sources, pending := c.localPods()
+	for _, ip := range sources {
 		fam := contract.FamilyIPv4
 		if ip.Is6() {
 			fam = contract.FamilyIPv6
@@ -286,6 +290,10 @@ func (c *Controller) updateDatapathLocked() map[contract.Family]uint64 {
 			d.HairpinSources = append(d.HairpinSources, ip)
 		}
 	}
+	for _, d := range desired {
+		d.AdditionsPending = pending
+	}
+	c.pendingSent = pending
 	c.metrics.Mappings.Set(float64(total))
 	gens := make(map[contract.Family]uint64, len(desired))
 	for fam, d := range desired {
@@ -302,25 +310,43 @@ type nodePortKey struct {
 	port     int
 }
 
-// localPodIPs lists the IPs of the node's Pods that have their own network
+// localPods lists the IPs of the node's Pods that have their own network
 // namespace: the sources whose traffic to a node port may hairpin back to
-// this node and so needs masquerading.
-func (c *Controller) localPodIPs() []netip.Addr {
+// this node and so needs masquerading. It also reports whether a Pod that a
+// Service of ours selects is waiting for its IP: its mappings will follow
+// (Desired.AdditionsPending).
+func (c *Controller) localPods() (ips []netip.Addr, pending bool) {
 	pods, err := c.podLister.List(everything)
 	if err != nil {
-		return nil
+		return nil, false
 	}
-	var out []netip.Addr
 	for _, p := range pods {
 		if !PodMappable(p) {
+			pending = pending || c.awaitsIP(p)
 			continue
 		}
 		for _, ip := range PodIPs(p) {
-			out = append(out, ip)
+			ips = append(ips, ip)
 		}
 	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out)
+	slices.SortFunc(ips, netip.Addr.Compare)
+	return slices.Compact(ips), pending
+}
+
+// awaitsIP reports whether pod is starting without an IP yet, and a Service
+// of ours selects it: once it has one, it gets mappings.
+func (c *Controller) awaitsIP(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil || pod.Spec.HostNetwork || len(PodIPs(pod)) > 0 ||
+		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	eps := c.slicesInNamespace(pod.Namespace)
+	for _, svc := range c.servicesInNamespace(pod.Namespace) {
+		if Selects(svc, pod, eps) {
+			return true
+		}
+	}
+	return false
 }
 
 // patchAnnotation writes the Pod annotation through the pods/status
@@ -348,7 +374,7 @@ func (c *Controller) patchAnnotation(ctx context.Context, pod *corev1.Pod, entri
 	if err != nil {
 		return false, fmt.Errorf("encode annotation patch: %w", err)
 	}
-	_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	err = c.client.PatchPodStatus(ctx, pod.Namespace, pod.Name, patch)
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}

@@ -4,8 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
-	"strings"
+	"time"
 
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
@@ -111,44 +110,28 @@ func choose(ctx context.Context, requested Backend) (Backend, string, map[string
 	return BackendIPTables, "neither iptables nor nftables works here; iptables reports: " + iptErr.Error(), tables
 }
 
-// nftTables lists the nftables tables of every family, as "ip npl" or "ip6
-// kube-proxy", with one `nft list tables`. It fails when nft is missing or
-// does not run here.
-func nftTables(ctx context.Context) (map[string]bool, error) {
-	path, err := exec.LookPath("nft")
-	if err != nil {
-		return nil, fmt.Errorf("list nftables tables: %w", err)
-	}
-	processExecs.Add(1)
-	out, err := exec.CommandContext(ctx, path, "list", "tables").Output()
-	if err != nil {
-		return nil, fmt.Errorf("nft list tables: %w", err)
-	}
-	return parseTables(string(out)), nil
-}
-
-// parseTables reads the output of `nft list tables`.
-func parseTables(out string) map[string]bool {
-	tables := map[string]bool{}
-	for line := range strings.Lines(out) {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "table" {
-			tables[f[1]+" "+f[2]] = true
-		}
-	}
-	return tables
-}
-
 // OpenFamilies resolves requested (see Choose), logs the choice and why, and
 // opens the chosen backend's datapath of each family. Then it removes what
-// the other backends left on the node, so that a change of backend (an
+// the other backend left on the node, so that a change of backend (an
 // upgrade, or auto deciding otherwise) leaves one set of rules; a failure
 // there is logged, not fatal: our nftables chains run before the iptables nat
 // chains, so a stale iptables rule cannot take a connection from them.
-// Leftovers of the nftables backend are looked for with one listing of the
-// tables, and only a family whose npl table exists is opened.
+//
+// A restart keeps to the fewest commands: it reads what the chosen backend
+// holds on the node first (the nat table of each family, which the first
+// Sync then uses instead of reading it again; or the listing of the
+// nftables tables, which also probes nft). When the backend's own rules
+// are there in every family, the other backend has not run since it last
+// did (the other's start removes them), so its leftovers are not looked
+// for at the start but a minute later (leftoverRecheck), off the restart:
+// that finds what a failed removal left.
 func OpenFamilies(ctx context.Context, requested Backend, families []contract.Family) ([]Instance, error) {
 	logger := klog.FromContext(ctx)
 	backend, reason, tables := choose(ctx, requested)
+	if backend == BackendNFTables && tables == nil {
+		// Probes nft, unless the choice did; a failure is Open's to report.
+		tables, _ = nftTables(ctx)
+	}
 	var out []Instance
 	for _, fam := range families {
 		dp, err := Open(backend, fam)
@@ -158,6 +141,54 @@ func OpenFamilies(ctx context.Context, requested Backend, families []contract.Fa
 		out = append(out, dp)
 	}
 	logger.Info("Datapath", "backend", backend, "reason", reason, "families", families)
+	ranLast := true
+	for _, dp := range out {
+		ranLast = wroteHere(ctx, dp, tables) && ranLast
+	}
+	// Leftovers the choice's listing shows are removed now all the same.
+	if listed := backend == BackendIPTables && hasNPLTable(tables); ranLast && !listed {
+		logger.V(2).Info("The backend's rules are in place; looking for another backend's later", "in", leftoverRecheck)
+		time.AfterFunc(leftoverRecheck, func() {
+			if ctx.Err() == nil {
+				removeOthers(ctx, backend, nil)
+			}
+		})
+		return out, nil
+	}
+	removeOthers(ctx, backend, tables)
+	return out, nil
+}
+
+// leftoverRecheck is when OpenFamilies looks for another backend's rules
+// after a start that did not.
+var leftoverRecheck = time.Minute
+
+// wroteHere reports whether dp's backend has its rules of dp's family on the
+// node: the nat table holds its chains (read for the next Sync), or tables
+// (the nftables listing) its table.
+func wroteHere(ctx context.Context, dp Instance, tables map[string]bool) bool {
+	switch dp := dp.(type) {
+	case *IPTables:
+		found, err := dp.readForSync(ctx)
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("Could not read the nat table", "family", dp.family, "err", err)
+		}
+		return found
+	case *NFTables:
+		return tables[nftFamily(dp.family)+" "+TableName]
+	}
+	return false
+}
+
+// hasNPLTable reports whether the nftables listing holds an npl table.
+func hasNPLTable(tables map[string]bool) bool {
+	return tables[nftFamily(contract.FamilyIPv4)+" "+TableName] || tables[nftFamily(contract.FamilyIPv6)+" "+TableName]
+}
+
+// removeOthers removes the rules of every backend but backend, in both
+// families. tables is the nftables listing, when made already.
+func removeOthers(ctx context.Context, backend Backend, tables map[string]bool) {
+	logger := klog.FromContext(ctx)
 	for _, other := range Backends {
 		if other == backend {
 			continue
@@ -183,7 +214,6 @@ func OpenFamilies(ctx context.Context, requested Backend, families []contract.Fa
 			}
 		}
 	}
-	return out, nil
 }
 
 // nftFamily is the nftables family of an IP family: "ip" or "ip6".

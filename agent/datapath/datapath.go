@@ -51,6 +51,11 @@ type Desired struct {
 	// only connections whose original destination port lies in it. With a zero
 	// range no masquerade rule is written.
 	PortRange [2]int
+	// AdditionsPending says mappings are likely to be added soon: a Pod of
+	// the node that a Service selects has no IP yet (a Pod replaced). It
+	// is no content, only when to write: the Syncer may hold a removal
+	// for them (SyncerOptions.RemovalHold).
+	AdditionsPending bool
 }
 
 // Datapath programs a Desired state into the node.

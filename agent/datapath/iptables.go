@@ -59,7 +59,10 @@ type IPTables struct {
 	// meanwhile is found by the periodic Check. Until it is set, Sync reads
 	// the nat table first (one iptables-save), and writes the missing jumps
 	// in the same iptables-restore as the chains.
-	jumpsOK  bool
+	jumpsOK bool
+	// primed is a read of the nat table that the next Sync uses instead of
+	// reading it again (readForSync, at the start).
+	primed   *natState
 	restores atomic.Int64
 	bytes    atomic.Int64
 	execs    execCount
@@ -264,7 +267,7 @@ func (t *IPTables) Sync(ctx context.Context, d Desired) error {
 	}
 	var missing []jump
 	if !t.jumpsOK {
-		got, err := t.readNAT(ctx)
+		got, err := t.natForSync(ctx)
 		if err != nil {
 			return fmt.Errorf("sync %s datapath: %w", t.family, err)
 		}
@@ -310,6 +313,30 @@ func (t *IPTables) runRestore(ctx context.Context, input []byte) error {
 	return nil
 }
 
+// readForSync reads the nat table for the next Sync, which uses it rather
+// than reading it again, and reports whether our chains are there: the
+// start's one read, which also tells whether this backend ran last.
+func (t *IPTables) readForSync(ctx context.Context) (bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	got, err := t.readNAT(ctx)
+	if err != nil {
+		return false, err
+	}
+	t.primed = &got
+	return got.chains[ChainNodePortLocal] || got.chains[ChainPostrouting], nil
+}
+
+// natForSync returns the read readForSync made, once, or reads the nat
+// table. Called with t.mu held.
+func (t *IPTables) natForSync(ctx context.Context) (natState, error) {
+	if got := t.primed; got != nil {
+		t.primed = nil
+		return *got, nil
+	}
+	return t.readNAT(ctx)
+}
+
 // natState is what iptables-save shows of the nat table.
 type natState struct {
 	chains map[string]bool     // declared chains
@@ -353,6 +380,7 @@ func parseSave(out string) natState {
 func (t *IPTables) Check(ctx context.Context, d Desired) (bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.primed = nil
 	got, err := t.readNAT(ctx)
 	if err != nil {
 		return false, fmt.Errorf("check %s datapath: %w", t.family, err)
@@ -418,7 +446,7 @@ func (t *IPTables) FlushUDP(ctx context.Context, nodePort int) error {
 func (t *IPTables) Cleanup(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.jumpsOK, t.partialOK = false, false
+	t.jumpsOK, t.partialOK, t.primed = false, false, nil
 	got, err := t.readNAT(ctx)
 	if err != nil {
 		return fmt.Errorf("clean up %s datapath: %w", t.family, err)

@@ -463,8 +463,13 @@ func TestSyncer_repairsDriftWithoutANewUpdate(t *testing.T) {
 			s := startSyncer(t, ipt, opts)
 			d := desired(3)
 			wait(t, s, s.Update(d))
-			run(t, "iptables", "-w", "5", "-t", "nat", "-F", "NPL-NODE-PORT-LOCAL")
-			run(t, "iptables", append([]string{"-w", "5", "-t", "nat", "-D", "OUTPUT"}, jumpArgs["OUTPUT"]...)...)
+			// Both in one transaction: a periodic check between two
+			// commands would repair the first alone.
+			restore := exec.Command("iptables-restore", "--noflush", "-w", "5")
+			restore.Stdin = strings.NewReader("*nat\n-F NPL-NODE-PORT-LOCAL\n" + strings.Replace(jumpLines[1], "-A ", "-D ", 1) + "\nCOMMIT\n")
+			if out, err := restore.CombinedOutput(); err != nil {
+				t.Fatalf("iptables-restore: %v: %s", err, out)
+			}
 			if !periodic {
 				s.Trigger()
 			}

@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -41,74 +42,78 @@ const (
 	nftSNATPriority = "99"
 )
 
-// NFTables programs the npl table of one IP family with nftables, through
-// sigs.k8s.io/knftables (which drives the nft binary). Mappings live in one
-// map keyed by protocol and node port, so the cost of a new connection does
-// not grow with the number of mappings, and an update is one transaction of
-// element adds and deletes. It is safe for concurrent use; its writes are
-// serialised.
+// NFTables programs the npl table of one IP family with nftables: its
+// transactions are built with sigs.k8s.io/knftables' types and run by the
+// nft binary. Mappings live in one map keyed by protocol and node port, so
+// the cost of a new connection does not grow with the number of mappings,
+// and an update is one transaction of element adds and deletes. It is safe
+// for concurrent use; its writes are serialised.
 type NFTables struct {
 	family  contract.Family
-	nft     knftables.Interface
-	addr    string // "ipv4_addr" or "ipv6_addr", the nft type of an address
-	ipMatch string // "ip" or "ip6", the nft payload of the family
+	nftFam  knftables.Family
+	nft     nftInfo
+	render  knftables.Interface // a fake: it only makes transactions
+	addr    string              // "ipv4_addr" or "ipv6_addr", the nft type of an address
+	ipMatch string              // "ip" or "ip6", the nft payload of the family
 
 	mu sync.Mutex
 	// written is the content last written and known to be in place; nil
 	// forces the next Sync to write the table whole.
 	written *nftContent
-	writes  atomic.Int64
-	bytes   atomic.Int64
-	execs   execCount
+	// elements writes the element changes, once the table is written.
+	elements *elementWriter
+	writes   atomic.Int64
+	bytes    atomic.Int64
+	execs    execCount
 }
 
 var _ Datapath = (*NFTables)(nil)
 
 // NewNFTables returns the nftables datapath of family (contract.FamilyIPv4 or
 // contract.FamilyIPv6). It fails when nft is missing or does not work here
-// (too old, no permission, no nf_tables in the kernel).
+// (too old, no permission, no nf_tables in the kernel): the first one in a
+// process lists the tables to know (one command), unless the backend choice
+// listed them already.
 func NewNFTables(family contract.Family) (*NFTables, error) {
 	t := &NFTables{family: family}
-	var fam knftables.Family
 	switch family {
 	case contract.FamilyIPv4:
-		fam, t.addr, t.ipMatch = knftables.IPv4Family, "ipv4_addr", "ip"
+		t.nftFam, t.addr, t.ipMatch = knftables.IPv4Family, "ipv4_addr", "ip"
 	case contract.FamilyIPv6:
-		fam, t.addr, t.ipMatch = knftables.IPv6Family, "ipv6_addr", "ip6"
+		t.nftFam, t.addr, t.ipMatch = knftables.IPv6Family, "ipv6_addr", "ip6"
 	default:
 		return nil, fmt.Errorf("new nftables datapath: unknown IP family %q", family)
 	}
-	nft, err := openNFT(fam, &t.execs)
+	info, err := probeNFT(context.Background())
 	if err != nil {
 		return nil, fmt.Errorf("new %s nftables datapath (apt-get install nftables; needs nft 1.0.1 or later and nf_tables): %w", family, err)
 	}
-	t.nft = nft
+	t.nft, t.render = info, knftables.NewFake(t.nftFam, TableName)
 	return t, nil
 }
 
-// nftProbe is knftables' interface to the npl table of one family.
-type nftProbe struct {
+// lister is knftables' interface to the npl table of one family, for the
+// drift check's listings.
+type lister struct {
 	once sync.Once
 	nft  knftables.Interface
 	err  error
 }
 
-// nftProbes caches, per family, knftables' interface to the npl table for
-// the life of the process: making one runs nft twice (--version, --check),
-// and the backend choice, each family's datapath and the removal of another
-// backend's rules all ask for it.
-var nftProbes sync.Map
+// listers caches, per family, knftables' interface for the life of the
+// process: making one runs nft twice (--version, --check).
+var listers sync.Map
 
-// openNFT returns the cached interface to family's npl table, making it on
-// first use; the two commands that costs are counted in execs.
-func openNFT(family knftables.Family, execs *execCount) (knftables.Interface, error) {
-	v, _ := nftProbes.LoadOrStore(family, &nftProbe{})
-	p := v.(*nftProbe)
-	p.once.Do(func() {
-		execs.add(2) // nft --version, nft --check
-		p.nft, p.err = knftables.New(family, TableName)
+// lister returns the cached knftables interface to the family's npl table,
+// making it on first use; the two commands that costs are counted.
+func (t *NFTables) lister() (knftables.Interface, error) {
+	v, _ := listers.LoadOrStore(t.nftFam, &lister{})
+	l := v.(*lister)
+	l.once.Do(func() {
+		t.execs.add(2) // nft --version, nft --check
+		l.nft, l.err = knftables.New(t.nftFam, TableName)
 	})
-	return p.nft, p.err
+	return l.nft, l.err
 }
 
 // Family returns the IP family this datapath programs.
@@ -213,10 +218,10 @@ type nftRule struct{ rule, comment string }
 
 // Sync programs d. When it wrote the table itself last and no drift was seen
 // since, and the port range is unchanged, it writes one transaction of
-// element deletes and adds; otherwise, and when that transaction fails (an
-// element to delete was gone: drift), it replaces the whole table in one
-// transaction, which the kernel applies atomically: no packet sees a half
-// written table.
+// element deletes and adds, over its netlink socket (elementWriter);
+// otherwise, and when that transaction fails (an element to delete was
+// gone: drift), it replaces the whole table in one transaction, which the
+// kernel applies atomically: no packet sees a half written table.
 func (t *NFTables) Sync(ctx context.Context, d Desired) error {
 	if err := d.Validate(); err != nil {
 		return fmt.Errorf("sync %s nftables datapath: %w", t.family, err)
@@ -225,12 +230,13 @@ func (t *NFTables) Sync(ctx context.Context, d Desired) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.written != nil && t.written.portRange == want.portRange {
-		if tx := t.diff(*t.written, want); tx.NumOperations() > 0 {
-			if err := t.run(ctx, tx); err == nil {
-				t.written = &want
-				return nil
-			}
-			klog.FromContext(ctx).V(2).Info("Difference did not apply, writing the table whole", "family", t.family)
+		err := t.writeChanges(*t.written, want)
+		if err == nil {
+			t.written = &want
+			return nil
+		}
+		if !errors.Is(err, errNothingChanged) {
+			klog.FromContext(ctx).V(2).Info("Difference did not apply, writing the table whole", "family", t.family, "err", err)
 		}
 	}
 	if err := t.run(ctx, t.whole(want)); err != nil {
@@ -242,26 +248,27 @@ func (t *NFTables) Sync(ctx context.Context, d Desired) error {
 }
 
 func (t *NFTables) run(ctx context.Context, tx *knftables.Transaction) error {
+	text := tx.String()
 	t.execs.add(1)
 	t.writes.Add(1)
-	t.bytes.Add(int64(len(tx.String())))
-	return t.nft.Run(ctx, tx)
+	t.bytes.Add(int64(len(text)))
+	return runNFT(ctx, t.nft.path, text)
 }
 
 // whole returns the transaction that replaces the table with want. nft 1.0.6
 // has no "destroy", so the table is added (a no-op when it exists) before it
 // is deleted, which then cannot fail.
 func (t *NFTables) whole(want nftContent) *knftables.Transaction {
-	tx := t.nft.NewTransaction()
+	tx := t.render.NewTransaction()
 	tx.Add(&knftables.Table{})
 	tx.Delete(&knftables.Table{})
-	tx.Add(&knftables.Table{Comment: knftables.PtrTo("NodePortLocal: owned by npl-agent")})
+	tx.Add(&knftables.Table{Comment: t.objectComment("NodePortLocal: owned by npl-agent")})
 	tx.Add(&knftables.Map{
 		Name:    nftMapNodePorts,
 		Type:    knftables.Concat("inet_proto", ".", "inet_service", ":", t.addr, ".", "inet_service"),
-		Comment: knftables.PtrTo("node port to Pod address and port"),
+		Comment: t.objectComment("node port to Pod address and port"),
 	})
-	tx.Add(&knftables.Set{Name: nftSetHairpin, Type: t.addr, Comment: knftables.PtrTo("local Pods, masqueraded when they reach a node port")})
+	tx.Add(&knftables.Set{Name: nftSetHairpin, Type: t.addr, Comment: t.objectComment("local Pods, masqueraded when they reach a node port")})
 	chains := t.chains(want.portRange)
 	for _, c := range chains {
 		tx.Add(&c.chain) // every chain before any rule jumps to one
@@ -278,6 +285,15 @@ func (t *NFTables) whole(want nftContent) *knftables.Transaction {
 		tx.Add(&knftables.Element{Set: nftSetHairpin, Key: []string{a.String()}})
 	}
 	return tx
+}
+
+// objectComment is the comment of a table, map or set, or none where the
+// kernel takes none (as knftables leaves it out).
+func (t *NFTables) objectComment(c string) *string {
+	if !t.nft.objectComments {
+		return nil
+	}
+	return &c
 }
 
 // sortedMappings returns the mappings of elements that keep says to keep (all
@@ -306,25 +322,33 @@ func sortedAddrs(set map[netip.Addr]bool, keep func(netip.Addr) bool) []netip.Ad
 	return out
 }
 
-// diff returns the transaction of element deletes and adds that turns have
-// into want. A changed element is deleted and added again: adding a key that
-// exists does not replace its value. Only what changed is sorted, so a
-// small change costs little on a large table.
-func (t *NFTables) diff(have, want nftContent) *knftables.Transaction {
-	tx := t.nft.NewTransaction()
-	for _, m := range sortedMappings(have.elements, func(k nftKey, m Mapping) bool { w, ok := want.elements[k]; return !ok || w != m }) {
-		tx.Delete(&knftables.Element{Map: nftMapNodePorts, Key: []string{string(m.Protocol), strconv.Itoa(m.NodePort)}})
+// errNothingChanged is writeChanges' answer to two equal contents: Sync
+// then writes the table whole, which repairs what a Check would find.
+var errNothingChanged = errors.New("no element changed")
+
+// writeChanges writes the element deletes and adds that turn have into
+// want, in one transaction. A changed element is deleted and added again:
+// adding a key that exists does not replace its value. Only what changed is
+// sorted, so a small change costs little on a large table.
+func (t *NFTables) writeChanges(have, want nftContent) error {
+	delMappings := sortedMappings(have.elements, func(k nftKey, m Mapping) bool { w, ok := want.elements[k]; return !ok || w != m })
+	addMappings := sortedMappings(want.elements, func(k nftKey, m Mapping) bool { h, ok := have.elements[k]; return !ok || h != m })
+	delSources := sortedAddrs(have.sources, func(a netip.Addr) bool { return !want.sources[a] })
+	addSources := sortedAddrs(want.sources, func(a netip.Addr) bool { return !have.sources[a] })
+	if len(delMappings)+len(addMappings)+len(delSources)+len(addSources) == 0 {
+		return errNothingChanged
 	}
-	for _, a := range sortedAddrs(have.sources, func(a netip.Addr) bool { return !want.sources[a] }) {
-		tx.Delete(&knftables.Element{Set: nftSetHairpin, Key: []string{a.String()}})
+	if t.elements == nil {
+		w, err := newElementWriter(t.family)
+		if err != nil {
+			return err
+		}
+		t.elements = w
 	}
-	for _, m := range sortedMappings(want.elements, func(k nftKey, m Mapping) bool { h, ok := have.elements[k]; return !ok || h != m }) {
-		tx.Add(element(m))
-	}
-	for _, a := range sortedAddrs(want.sources, func(a netip.Addr) bool { return !have.sources[a] }) {
-		tx.Add(&knftables.Element{Set: nftSetHairpin, Key: []string{a.String()}})
-	}
-	return tx
+	t.writes.Add(1)
+	size, err := t.elements.write(delMappings, addMappings, delSources, addSources)
+	t.bytes.Add(int64(size))
+	return err
 }
 
 // Check compares the npl table with d: the table, its chains, map and set
@@ -351,8 +375,12 @@ func (t *NFTables) Check(ctx context.Context, d Desired) (bool, error) {
 // drift describes the first difference between the table and want, or
 // returns "" when there is none.
 func (t *NFTables) drift(ctx context.Context, want nftContent) (string, error) {
+	nft, err := t.lister()
+	if err != nil {
+		return "", err
+	}
 	t.execs.add(1)
-	objects, err := t.nft.ListAll(ctx)
+	objects, err := nft.ListAll(ctx)
 	if knftables.IsNotFound(err) {
 		return "table " + TableName + " is missing", nil
 	}
@@ -371,7 +399,7 @@ func (t *NFTables) drift(ctx context.Context, want nftContent) (string, error) {
 	}
 
 	t.execs.add(1)
-	rules, err := t.nft.ListRules(ctx, "")
+	rules, err := nft.ListRules(ctx, "")
 	if err != nil {
 		return "", fmt.Errorf("list rules: %w", err)
 	}
@@ -393,12 +421,12 @@ func (t *NFTables) drift(ctx context.Context, want nftContent) (string, error) {
 		}
 	}
 
-	if reason, err := t.elementsDrift(ctx, "map", nftMapNodePorts, len(want.elements), func(e *knftables.Element) bool {
+	if reason, err := t.elementsDrift(ctx, nft, "map", nftMapNodePorts, len(want.elements), func(e *knftables.Element) bool {
 		return listedAsWanted(e, want.elements)
 	}); reason != "" || err != nil {
 		return reason, err
 	}
-	return t.elementsDrift(ctx, "set", nftSetHairpin, len(want.sources), func(e *knftables.Element) bool {
+	return t.elementsDrift(ctx, nft, "set", nftSetHairpin, len(want.sources), func(e *knftables.Element) bool {
 		a, err := netip.ParseAddr(strings.Join(e.Key, ""))
 		return err == nil && want.sources[a]
 	})
@@ -406,9 +434,9 @@ func (t *NFTables) drift(ctx context.Context, want nftContent) (string, error) {
 
 // elementsDrift lists a map or set and describes how it differs from the n
 // elements wanted, each of which wanted recognises, or returns "".
-func (t *NFTables) elementsDrift(ctx context.Context, kind, name string, n int, wanted func(*knftables.Element) bool) (string, error) {
+func (t *NFTables) elementsDrift(ctx context.Context, nft knftables.Interface, kind, name string, n int, wanted func(*knftables.Element) bool) (string, error) {
 	t.execs.add(1)
-	elements, err := t.nft.ListElements(ctx, kind, name)
+	elements, err := nft.ListElements(ctx, kind, name)
 	if err != nil {
 		return "", fmt.Errorf("list %s %s: %w", kind, name, err)
 	}
@@ -446,23 +474,27 @@ func (t *NFTables) FlushUDP(ctx context.Context, nodePort int) error {
 	return flushUDPConntrack(ctx, t.family, nodePort, &t.execs)
 }
 
-// Cleanup deletes the npl table; with no table it only looks. It is
-// idempotent.
+// Cleanup deletes the npl table, in one command whether it exists or not.
+// It is idempotent.
 func (t *NFTables) Cleanup(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.written = nil
+	if t.elements != nil {
+		_ = t.elements.close() // a socket: nothing of it survives the close
+		t.elements = nil
+	}
+	tx := t.render.NewTransaction()
+	tx.Delete(&knftables.Table{})
+	text := tx.String()
 	t.execs.add(1)
-	if _, err := t.nft.List(ctx, "chain"); knftables.IsNotFound(err) {
-		return nil
+	if err := runNFT(ctx, t.nft.path, text); errors.Is(err, errNFTNotFound) {
+		return nil // nothing was written
 	} else if err != nil {
 		return fmt.Errorf("clean up %s nftables datapath: %w", t.family, err)
 	}
-	tx := t.nft.NewTransaction()
-	tx.Delete(&knftables.Table{})
-	if err := t.run(ctx, tx); err != nil && !knftables.IsNotFound(err) {
-		return fmt.Errorf("clean up %s nftables datapath: %w", t.family, err)
-	}
+	t.writes.Add(1)
+	t.bytes.Add(int64(len(text)))
 	klog.FromContext(ctx).Info("Removed the NodePortLocal nftables table", "family", t.family, "table", TableName)
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -380,15 +381,119 @@ func TestNewNFTables_probesNftOncePerProcess(t *testing.T) {
 }
 
 // TestOpenFamilies_looksForTheOtherBackendWithOneCommand: with no npl table
-// in nftables, opening the iptables backend costs one `nft list tables`
-// (and no command for iptables, whose mode its link tells).
+// in nftables and no chain of its own, opening the iptables backend costs
+// one `nft list tables` and its read of the nat table, which the first
+// Sync uses: that Sync only writes (and no command for iptables, whose mode
+// its link tells).
 func TestOpenFamilies_looksForTheOtherBackendWithOneCommand(t *testing.T) {
-	requirePrivateNetNS(t)
+	newIPTables(t, v4, "") // no chain left from another test
+	ctx := t.Context()
 	before := datapath.Execs()
-	if _, err := datapath.OpenFamilies(context.Background(), datapath.BackendIPTables, []contract.Family{v4}); err != nil {
+	dps, err := datapath.OpenFamilies(ctx, datapath.BackendIPTables, []contract.Family{v4})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got := datapath.Execs() - before; got > 1 {
-		t.Errorf("OpenFamilies(iptables) ran %d commands, want at most 1", got)
+	if got := datapath.Execs() - before; got > 2 {
+		t.Errorf("OpenFamilies(iptables) ran %d commands, want at most 2", got)
 	}
+	before = datapath.Execs()
+	if err := dps[0].Sync(ctx, desired(2)); err != nil {
+		t.Fatal(err)
+	}
+	if got := datapath.Execs() - before; got != 1 {
+		t.Errorf("the first Sync ran %d commands, want 1 (the write)", got)
+	}
+}
+
+// TestOpenFamilies_restartRunsTwoCommands: an agent restarted on a node
+// that holds its backend's rules (in every family it runs) reads them once
+// and writes once at most: the read shows the backend ran last, so the
+// other backend's leftovers are not looked for then.
+func TestOpenFamilies_restartRunsTwoCommands(t *testing.T) {
+	families := []contract.Family{v4, v6}
+	d := datapath.Desired{Mappings: slices.Concat(desiredFor(v4, 3).Mappings, desiredFor(v6, 3).Mappings)}
+	for _, tc := range []struct {
+		backend datapath.Backend
+		flush   func(t *testing.T, family contract.Family)
+	}{
+		{datapath.BackendIPTables, func(t *testing.T, family contract.Family) {
+			run(t, command(family, datapath.ModeNFT, ""), "-w", "5", "-t", "nat", "-F", datapath.ChainNodePortLocal)
+		}},
+		{datapath.BackendNFTables, func(t *testing.T, family contract.Family) {
+			run(t, "nft", "flush", "map", nftFamily(family), datapath.TableName, "node-ports")
+		}},
+	} {
+		t.Run(string(tc.backend), func(t *testing.T) {
+			for _, fam := range families {
+				var dp counted
+				if tc.backend == datapath.BackendIPTables {
+					dp = newIPTables(t, fam, "")
+				} else {
+					dp = newNFTables(t, fam)
+				}
+				if err := dp.Sync(t.Context(), d); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, flushed := range []bool{false, true} {
+				if flushed {
+					for _, fam := range families {
+						tc.flush(t, fam)
+					}
+				}
+				before := datapath.Execs()
+				dps, err := datapath.OpenFamilies(t.Context(), tc.backend, families)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, dp := range dps {
+					if err := dp.Sync(t.Context(), d); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// Per family: one read and, after a flush, one write. The
+				// nftables backend reads the tables of both families with
+				// one listing, and writes its table whole on a start.
+				want := 2 * len(families)
+				if tc.backend == datapath.BackendNFTables {
+					want = 1 + len(families)
+				} else if !flushed {
+					want = len(families)
+				}
+				if got := datapath.Execs() - before; got != want {
+					t.Errorf("flushed %v: a restart ran %d commands, want %d", flushed, got, want)
+				}
+				for _, dp := range dps {
+					if drift, err := dp.Check(t.Context(), d); err != nil || drift {
+						t.Errorf("flushed %v: %s %s datapath drifted after the restart's Sync (%v)", flushed, dp.Backend(), dp.Family(), err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestOpenFamilies_looksForAFailedRemovalLater: a start whose backend's
+// rules are in place does not look for the other backend's at once, but
+// leftoverRecheck later: rules a failed removal left (the other backend's
+// start could not remove ours) go then.
+func TestOpenFamilies_looksForAFailedRemovalLater(t *testing.T) {
+	defer datapath.SetLeftoverRecheck(300 * time.Millisecond)()
+	ctx := t.Context()
+	nft := newNFTables(t, v4)
+	if err := nft.Sync(ctx, desired(2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := newIPTables(t, v4, "").Sync(ctx, desired(2)); err != nil { // a removal that failed
+		t.Fatal(err)
+	}
+	if _, err := datapath.OpenFamilies(ctx, datapath.BackendNFTables, []contract.Family{v4}); err != nil {
+		t.Fatal(err)
+	}
+	if save := run(t, "iptables-save", "-t", "nat"); !strings.Contains(save, datapath.ChainNodePortLocal) {
+		t.Fatalf("the start looked for the other backend's rules at once:\n%s", save)
+	}
+	eventually(t, "the other backend's rules removed by the recheck", func() bool {
+		return !strings.Contains(run(t, "iptables-save", "-t", "nat"), "NPL-")
+	})
 }

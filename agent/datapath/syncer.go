@@ -3,6 +3,7 @@ package datapath
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -19,6 +20,14 @@ type SyncerOptions struct {
 	// by the next one, as soon as it ends, so a burst still costs few
 	// writes without delaying its first Pod.
 	Window time.Duration
+	// RemovalWait and RemovalHold let a removal and the additions that
+	// follow it (a Pod replaced) go in one write. An update that only
+	// removes mappings waits RemovalWait for a Pod that will add some to
+	// show (an update saying Desired.AdditionsPending), and then up to
+	// RemovalHold in all; the first update that adds or changes a mapping
+	// ends the wait. The removed mappings keep their rules meanwhile. Zero,
+	// the default, writes a removal at once.
+	RemovalWait, RemovalHold time.Duration
 	// CheckInterval is the period of the drift check. Default 60s.
 	CheckInterval time.Duration
 	// MinBackoff and MaxBackoff bound the retry delay after a failure, which
@@ -78,8 +87,10 @@ type Syncer struct {
 
 	mu      sync.Mutex
 	desired Desired
-	gen     uint64        // generation of desired
-	written uint64        // generation last programmed
+	gen     uint64 // generation of desired
+	written uint64 // generation last programmed
+	// last is the state last programmed by an update; nil before the first.
+	last    *Desired
 	advance chan struct{} // closed when written advances
 	stats   SyncerStats
 }
@@ -160,6 +171,36 @@ func (s *Syncer) Run(ctx context.Context) {
 	ticker := s.opts.Clock.NewTicker(s.opts.CheckInterval)
 	defer ticker.Stop()
 	var window, retry <-chan time.Time
+	var hold clock.Timer // a removal held for additions
+	var held time.Time   // since when
+	// holdFor arms the hold of the latest update when it only removes, and
+	// reports whether it did: until RemovalWait after the removal (since),
+	// or RemovalHold when additions are pending.
+	holdFor := func(since time.Time) bool {
+		removal, pending := s.removalOnly()
+		if !removal || s.opts.RemovalHold <= 0 {
+			return false
+		}
+		now := s.opts.Clock.Now()
+		held = since
+		limit := s.opts.RemovalWait
+		if pending {
+			limit = s.opts.RemovalHold
+		}
+		left := held.Add(limit).Sub(now)
+		if left <= 0 {
+			return false
+		}
+		hold = s.opts.Clock.NewTimer(left)
+		return true
+	}
+	endHold := func() {
+		if hold != nil {
+			hold.Stop()
+			hold = nil
+		}
+	}
+	defer endHold()
 	var backoff time.Duration
 	for {
 		check := true
@@ -176,18 +217,33 @@ func (s *Syncer) Run(ctx context.Context) {
 				}
 				continue
 			}
+			if hold != nil {
+				if removal, _ := s.removalOnly(); removal {
+					continue // the hold's end looks again
+				}
+			} else if holdFor(s.opts.Clock.Now()) {
+				continue
+			}
+			check = false
+		case <-timerC(hold):
+			// A Pod that adds mappings may have shown meanwhile.
+			hold = nil
+			if holdFor(held) {
+				continue
+			}
 			check = false
 		case <-window:
 			window, check = nil, false
 		case <-retry:
 			retry = nil
 		case <-ticker.C():
-			if window != nil || retry != nil {
+			if window != nil || retry != nil || hold != nil {
 				continue // a write or retry is due anyway
 			}
 		case <-s.trigger:
 			retry = nil
 		}
+		endHold() // what follows writes the latest state
 		if err := s.reconcile(ctx, check); err != nil {
 			if ctx.Err() != nil {
 				return
@@ -199,6 +255,69 @@ func (s *Syncer) Run(ctx context.Context) {
 		}
 		backoff = 0
 	}
+}
+
+// timerC is the channel of t, or nil (never ready) without one.
+func timerC(t clock.Timer) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C()
+}
+
+// removalOnly reports whether the latest update only removes mappings or
+// hairpin sources from the state last written, and whether it says
+// additions are pending.
+func (s *Syncer) removalOnly() (removal, pending bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, last := s.desired, s.last
+	if last == nil || d.PortRange != last.PortRange || len(d.Mappings) > len(last.Mappings) ||
+		len(d.HairpinSources) > len(last.HairpinSources) ||
+		len(d.Mappings)+len(d.HairpinSources) == len(last.Mappings)+len(last.HairpinSources) {
+		return false, false
+	}
+	return removesOnly(d, *last) && isSubset(d.HairpinSources, last.HairpinSources), d.AdditionsPending
+}
+
+// removesOnly reports whether every mapping of d is one of last's.
+func removesOnly(d, last Desired) bool {
+	mappings := make(map[Mapping]bool, len(last.Mappings))
+	for _, m := range last.Mappings {
+		mappings[m] = true
+	}
+	for _, m := range d.Mappings {
+		if !mappings[m] {
+			return false
+		}
+	}
+	return true
+}
+
+// unchanged reports whether d holds what the state last written holds.
+func (s *Syncer) unchanged(d Desired) bool {
+	s.mu.Lock()
+	last := s.last
+	s.mu.Unlock()
+	if last == nil || d.PortRange != last.PortRange || len(d.Mappings) != len(last.Mappings) ||
+		len(d.HairpinSources) != len(last.HairpinSources) {
+		return false
+	}
+	return removesOnly(d, *last) && isSubset(d.HairpinSources, last.HairpinSources)
+}
+
+// isSubset reports whether every address of a is in b.
+func isSubset(a, b []netip.Addr) bool {
+	in := make(map[netip.Addr]bool, len(b))
+	for _, x := range b {
+		in[x] = true
+	}
+	for _, x := range a {
+		if !in[x] {
+			return false
+		}
+	}
+	return true
 }
 
 // nextBackoff grows the retry delay by half, from min up to max.
@@ -219,6 +338,16 @@ func (s *Syncer) reconcile(ctx context.Context, check bool) error {
 	if gen == 0 {
 		return nil
 	}
+	if gen != written && s.unchanged(d) {
+		// Nothing to write: an update that only says additions are
+		// pending, or changes undone before they were written.
+		s.mu.Lock()
+		s.written = gen
+		close(s.advance)
+		s.advance = make(chan struct{})
+		s.mu.Unlock()
+		return nil
+	}
 	if gen != written {
 		start := s.opts.Clock.Now()
 		if err := s.dp.Sync(ctx, d); err != nil {
@@ -227,7 +356,7 @@ func (s *Syncer) reconcile(ctx context.Context, check bool) error {
 		}
 		s.mu.Lock()
 		s.stats.Syncs++
-		s.written = gen
+		s.written, s.last = gen, &d
 		close(s.advance)
 		s.advance = make(chan struct{})
 		s.mu.Unlock()

@@ -124,6 +124,96 @@ func TestSyncer_writesAnUpdateAtOnceWithoutAWindow(t *testing.T) {
 	}
 }
 
+// TestSyncer_holdsARemovalForTheAdditionsThatFollow: an update that only
+// removes mappings while the controller expects additions (a Pod replaced:
+// the new one has no IP yet) waits up to RemovalHold, and the first update
+// that adds ends the wait: the removal and the addition go in one write. A
+// removal nobody waits on is written at once; an expected addition that
+// does not come lets the removal go when the hold ends.
+func TestSyncer_holdsARemovalForTheAdditionsThatFollow(t *testing.T) {
+	fake := &datapathtest.Fake{}
+	clk := fakeClock()
+	opts := datapath.SyncerOptions{CheckInterval: time.Hour, RemovalHold: 50 * time.Millisecond, Clock: clk}
+	s := startSyncer(t, fake, opts)
+	wait(t, s, s.Update(desired(3)))
+
+	removed := desired(2)
+	removed.AdditionsPending = true
+	s.Update(removed)
+	armed(t, clk, 2) // the ticker and the hold
+	if n := fake.Syncs(); n != 1 {
+		t.Fatalf("a removal with additions pending was written at once (%d writes), want it held", n)
+	}
+	replaced := desired(2)
+	replaced.Mappings = append(replaced.Mappings, datapath.Mapping{
+		NodePort: 61900, Protocol: "tcp", PodIP: netip.MustParseAddr("198.19.9.9"), PodPort: 8080, Pod: "ns/new",
+	})
+	wait(t, s, s.Update(replaced)) // the clock is not stepped: the addition ends the hold
+	if n := fake.Syncs(); n != 2 {
+		t.Errorf("a removal and the addition after it gave %d writes, want 1 more", n-1)
+	}
+	if last, _ := fake.Last(); len(last.Mappings) != 3 {
+		t.Errorf("the write holds %d mappings, want the replacement's 3", len(last.Mappings))
+	}
+
+	removed = desired(1)
+	removed.AdditionsPending = true
+	gen := s.Update(removed)
+	armed(t, clk, 2)
+	clk.Step(opts.RemovalHold)
+	wait(t, s, gen)
+	if n := fake.Syncs(); n != 3 {
+		t.Errorf("a held removal whose additions did not come: %d writes after the hold, want 1", n-2)
+	}
+
+	wait(t, s, s.Update(desired(0))) // nothing pending: at once
+	if n := fake.Syncs(); n != 4 {
+		t.Errorf("a removal with no addition pending: %d writes, want 1 at once", n-3)
+	}
+}
+
+// TestSyncer_aRemovalWaitsForAStartingPodToShow: a removal waits
+// RemovalWait for a Pod that will add mappings to show (a Pod deleted, and
+// its replacement created right after); an update saying so, which changes
+// nothing else and is not written itself, extends the wait to RemovalHold
+// from the removal, and the addition ends it with one write.
+func TestSyncer_aRemovalWaitsForAStartingPodToShow(t *testing.T) {
+	fake := &datapathtest.Fake{}
+	clk := fakeClock()
+	opts := datapath.SyncerOptions{CheckInterval: time.Hour, RemovalWait: 10 * time.Millisecond, RemovalHold: 50 * time.Millisecond, Clock: clk}
+	s := startSyncer(t, fake, opts)
+	wait(t, s, s.Update(desired(3)))
+
+	s.Update(desired(2))
+	armed(t, clk, 2) // the ticker and the wait
+	clk.Step(opts.RemovalWait / 2)
+	starting := desired(2)
+	starting.AdditionsPending = true
+	s.Update(starting)
+	clk.Step(opts.RemovalWait / 2) // the short wait ends: the hold goes on
+	armed(t, clk, 2)
+	clk.Step(opts.RemovalHold / 2) // within the hold
+	armed(t, clk, 2)
+	if n := fake.Syncs(); n != 1 {
+		t.Fatalf("a removal with a Pod starting was written before the hold ended (%d writes)", n)
+	}
+	replaced := desired(2)
+	replaced.Mappings = append(replaced.Mappings, datapath.Mapping{
+		NodePort: 61900, Protocol: "tcp", PodIP: netip.MustParseAddr("198.19.9.9"), PodPort: 8080, Pod: "ns/new",
+	})
+	wait(t, s, s.Update(replaced))
+	if n := fake.Syncs(); n != 2 {
+		t.Errorf("the removal and the addition gave %d writes, want 1", n-1)
+	}
+
+	unchanged := replaced
+	unchanged.AdditionsPending = true
+	wait(t, s, s.Update(unchanged))
+	if n := fake.Syncs(); n != 2 {
+		t.Errorf("an update that changes nothing was written (%d writes)", n-2)
+	}
+}
+
 // blocking is a datapath whose writes wait until the test releases them.
 type blocking struct {
 	*datapathtest.Fake

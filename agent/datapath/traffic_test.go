@@ -229,3 +229,37 @@ func TestDatapath_coexistsWithKubeProxy(t *testing.T) {
 		}
 	}
 }
+
+// TestNFTables_aDifferenceOverNetlinkCarriesTraffic: the mappings a
+// difference adds over the netlink socket, with the key and value bytes
+// nft would write, DNAT connections, with no command run; a mapping
+// retargeted by a difference (deleted and added again in one transaction)
+// sends new connections to its new target.
+func TestNFTables_aDifferenceOverNetlinkCarriesTraffic(t *testing.T) {
+	nft := newNFTables(t, v4)
+	pod := newPod(t)
+	serveRemoteAddr(t, pod)
+	ctx := context.Background()
+	target := net.JoinHostPort(nodeIP, fmt.Sprint(nodePort))
+	fromNode := func() (net.Conn, error) { return net.DialTimeout("tcp4", target, 5*time.Second) }
+
+	elsewhere := datapath.Mapping{NodePort: nodePort, Protocol: "tcp", PodIP: netip.MustParseAddr("203.0.113.9"), PodPort: podPort, Pod: "ns/gone"}
+	if err := nft.Sync(ctx, datapath.Desired{Mappings: []datapath.Mapping{elsewhere}, PortRange: [2]int{61000, 62000}}); err != nil {
+		t.Fatal(err)
+	}
+	execs := nft.Stats().Execs
+	mapping := datapath.Mapping{NodePort: nodePort, Protocol: "tcp", PodIP: netip.MustParseAddr(podIP), PodPort: podPort, Pod: "ns/web"}
+	other := datapath.Mapping{NodePort: nodePort + 1, Protocol: "udp", PodIP: netip.MustParseAddr(podIP), PodPort: 53, Pod: "ns/web"}
+	d := datapath.Desired{Mappings: []datapath.Mapping{mapping, other}, PortRange: [2]int{61000, 62000}}
+	if err := nft.Sync(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if got := nft.Stats().Execs - execs; got != 0 {
+		t.Errorf("a difference ran %d commands, want none", got)
+	}
+	assertTable(t, v4, d)
+	assertNoNFTDrift(t, nft, d)
+	if peer, err := askPeer(fromNode); err != nil || peer != nodeIP {
+		t.Errorf("node-local client to %s: the Pod saw %q, %v; want %s", target, peer, err, nodeIP)
+	}
+}

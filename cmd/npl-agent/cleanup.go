@@ -11,11 +11,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/nodeportlocal/npl/agent/datapath"
+	"github.com/nodeportlocal/npl/agent/kubeapi"
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/internal/cli"
 )
@@ -49,11 +48,11 @@ func cleanup(ctx context.Context, o *options) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	client, err := kubernetes.NewForConfig(restCfg)
+	client, err := kubeapi.NewForConfig(restCfg)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
+	pods, err := client.ListPods(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", o.nodeName).String(),
 	})
 	if err != nil {
@@ -65,7 +64,7 @@ func cleanup(ctx context.Context, o *options) error {
 		if _, ok := p.Annotations[contract.PodKey]; !ok {
 			continue
 		}
-		_, err := client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+		err := client.PatchPodStatus(ctx, p.Namespace, p.Name, patch)
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove annotation of pod %s/%s: %w", p.Namespace, p.Name, err))
 			continue

@@ -12,13 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/nodeportlocal/npl/agent/controller"
 	"github.com/nodeportlocal/npl/agent/datapath"
+	"github.com/nodeportlocal/npl/agent/kubeapi"
 	"github.com/nodeportlocal/npl/agent/portalloc"
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/internal/cli"
@@ -109,6 +108,15 @@ func (o *options) validate() (portalloc.Range, []corev1.NodeAddressType, error) 
 	return rng, pref, nil
 }
 
+// removalWait and removalHold let a Pod replaced (deleted, and a new one
+// created right after) have the old Pod's mappings removed and the new
+// one's added in one datapath write: a removal waits removalWait for a
+// starting Pod that a Service of ours selects to show, then up to
+// removalHold in all for its IP, which ends the wait. They bound how much
+// longer a removed mapping may forward to its old Pod's IP, which a Pod
+// starting then could be given.
+const removalWait, removalHold = 20 * time.Millisecond, 100 * time.Millisecond
+
 // familyPath joins a family's coalescing syncer and its datapath.
 type familyPath struct {
 	*datapath.Syncer
@@ -126,7 +134,7 @@ func run(ctx context.Context, o *options) error {
 	defer d.Stop()
 	ctx, reg := d.Ctx, d.Registry
 
-	_, client, err := cli.KubeClient(*o.kubeconfig, "npl-agent/"+o.nodeName, o.apiQPS, o.apiBurst)
+	_, client, err := cli.KubeClient(*o.kubeconfig, "npl-agent/"+o.nodeName, o.apiQPS, o.apiBurst, kubeapi.NewForConfig)
 	if err != nil {
 		return err
 	}
@@ -149,7 +157,17 @@ func run(ctx context.Context, o *options) error {
 	paths := map[contract.Family]controller.Datapath{}
 	var syncers []*datapath.Syncer
 	for _, dp := range backend {
-		s := datapath.NewSyncer(dp, datapath.SyncerOptions{Window: o.syncWindow, CheckInterval: o.checkInterval})
+		opts := datapath.SyncerOptions{Window: o.syncWindow, CheckInterval: o.checkInterval}
+		if dp.Backend() == datapath.BackendNFTables {
+			// Only where merging costs nothing: nftables writes elements
+			// over a kept netlink socket. An iptables-restore that deletes
+			// rules first reads the chain and, at its exit, waits for the
+			// kernel to free them: merged, that would be on the new Pod's
+			// path, while alone it is mostly done when the new Pod's IP
+			// comes.
+			opts.RemovalWait, opts.RemovalHold = removalWait, removalHold
+		}
+		s := datapath.NewSyncer(dp, opts)
 		paths[dp.Family()] = familyPath{Syncer: s, dp: dp}
 		syncers = append(syncers, s)
 		registerDatapathMetrics(reg, dp, s)
@@ -181,10 +199,10 @@ func run(ctx context.Context, o *options) error {
 
 // nodeFamilies waits for the Node object and returns the IP families it has
 // an address of, which decides the datapaths to run.
-func nodeFamilies(ctx context.Context, client kubernetes.Interface, name string, pref []corev1.NodeAddressType) ([]contract.Family, error) {
+func nodeFamilies(ctx context.Context, client kubeapi.Interface, name string, pref []corev1.NodeAddressType) ([]contract.Family, error) {
 	var families []contract.Family
 	err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
-		node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		node, err := client.GetNode(ctx, name)
 		if err != nil {
 			klog.FromContext(ctx).Info("Waiting for the Node", "err", err)
 			return false, nil

@@ -113,7 +113,7 @@ func run(ctx context.Context, o *options) error {
 	defer d.Stop()
 	ctx, logger, reg := d.Ctx, d.Log, d.Registry
 
-	restCfg, client, err := cli.KubeClient(*o.kubeconfig, "npl-lbsync", o.apiQPS, o.apiBurst)
+	restCfg, client, err := cli.KubeClient(*o.kubeconfig, "npl-lbsync", o.apiQPS, o.apiBurst, kubernetes.NewForConfig)
 	if err != nil {
 		return err
 	}

@@ -46,9 +46,9 @@ func (e *ExitError) Error() string {
 
 // NewRoot prepares a root command: --version, -v (klog verbosity), silenced
 // cobra error printing (Execute prints once), and bad flags as UsageErrors.
+// cmd must have a RunE.
 func NewRoot(cmd *cobra.Command) *cobra.Command {
-	cmd.Version = buildinfo.String(cmd.Name())
-	cmd.SetVersionTemplate("{{.Version}}\n")
+	addVersionFlag(cmd)
 	cmd.SilenceErrors = true
 	cmd.CompletionOptions.DisableDefaultCmd = true
 	cmd.SilenceUsage = true
@@ -59,6 +59,36 @@ func NewRoot(cmd *cobra.Command) *cobra.Command {
 	cmd.PersistentFlags().AddGoFlag(klogFlags.Lookup("v"))
 	cmd.PersistentFlags().Lookup("v").Shorthand = "v"
 	return cmd
+}
+
+// addVersionFlag gives cmd the --version of cobra's Command.Version, which
+// prints buildinfo.String alone, without cobra's version template: any
+// text/template in a binary makes the linker keep every exported method of
+// every type (text/template finds methods by name), a third of npl-agent's
+// size. As cobra's, the flag is the root's own, and wins over arguments.
+func addVersionFlag(cmd *cobra.Command) {
+	version := buildinfo.String(cmd.Name())
+	cmd.Flags().Bool("version", false, "version for "+cmd.DisplayName())
+	asked := func(c *cobra.Command) bool {
+		v, err := c.Flags().GetBool("version")
+		return err == nil && v
+	}
+	if validate := cmd.Args; validate != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if asked(c) {
+				return nil
+			}
+			return validate(c, args)
+		}
+	}
+	run := cmd.RunE
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		if asked(c) {
+			_, err := fmt.Fprintln(c.OutOrStdout(), version)
+			return err
+		}
+		return run(c, args)
+	}
 }
 
 // Execute runs the command and returns the process exit code: 0, 2 for a

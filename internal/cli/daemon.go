@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -61,16 +60,19 @@ func (d *Daemon) Serve(metricsAddr string, handlers map[string]http.Handler, hea
 
 // KubeClient returns the configuration of a client of the Kubernetes API
 // (RESTConfig) limited to qps requests per second with bursts of burst,
-// and a clientset on it. Either failing is a UsageError.
-func KubeClient(kubeconfig, userAgent string, qps float32, burst int) (*rest.Config, *kubernetes.Clientset, error) {
+// and the client newClient makes on it: client-go's
+// kubernetes.NewForConfig, or a binary's own smaller one. Either failing is
+// a UsageError.
+func KubeClient[C any](kubeconfig, userAgent string, qps float32, burst int, newClient func(*rest.Config) (C, error)) (*rest.Config, C, error) {
+	var none C
 	cfg, err := RESTConfig(kubeconfig, userAgent)
 	if err != nil {
-		return nil, nil, Usagef("%v", err)
+		return nil, none, Usagef("%v", err)
 	}
 	cfg.QPS, cfg.Burst = qps, burst
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := newClient(cfg)
 	if err != nil {
-		return nil, nil, Usagef("kubernetes client: %v", err)
+		return nil, none, Usagef("kubernetes client: %v", err)
 	}
 	return cfg, client, nil
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"k8s.io/client-go/kubernetes"
 )
 
 func TestStartDaemon_registryHasTheRuntimeAndProcessMetrics(t *testing.T) {
@@ -43,7 +45,7 @@ current-context: c
 	if err := os.WriteFile(path, []byte(kubeconfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, client, err := KubeClient(path, "test/1", 7, 9)
+	cfg, client, err := KubeClient(path, "test/1", 7, 9, kubernetes.NewForConfig)
 	if err != nil || client == nil {
 		t.Fatalf("KubeClient = %v, %v", client, err)
 	}
@@ -51,7 +53,7 @@ current-context: c
 		t.Errorf("QPS %v, burst %d, user agent %q; want 7, 9, test/1", cfg.QPS, cfg.Burst, cfg.UserAgent)
 	}
 	var usage *UsageError
-	if _, _, err := KubeClient(filepath.Join(t.TempDir(), "missing"), "test/1", 7, 9); !errors.As(err, &usage) {
+	if _, _, err := KubeClient(filepath.Join(t.TempDir(), "missing"), "test/1", 7, 9, kubernetes.NewForConfig); !errors.As(err, &usage) {
 		t.Errorf("a missing kubeconfig: %v, want a UsageError", err)
 	}
 }

@@ -478,12 +478,15 @@ func BenchmarkAgentMemory(b *testing.B) {
 
 // highWaterMark returns the agent's peak resident memory (VmHWM of
 // /proc/PID/status), in bytes. The agent runs as a process of this machine
-// in the node's network namespace; it is found by its command line.
+// in the node's network namespace; it is found by its command line: its
+// node's name and a kubeconfig of this cluster (other clusters on the
+// machine have nodes of the same name).
 func (f *agentFixture) highWaterMark() (float64, error) {
 	dirs, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, err
 	}
+	clusterDir := filepath.Dir(f.e.c.Kubeconfig()) + "/"
 	for _, d := range dirs {
 		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
 		if err != nil {
@@ -491,6 +494,9 @@ func (f *agentFixture) highWaterMark() (float64, error) {
 		}
 		args := strings.Split(string(cmdline), "\x00")
 		if !strings.HasSuffix(args[0], "/npl-agent") || !slices.Contains(args, f.node.Name) || slices.Contains(args, "cleanup") {
+			continue
+		}
+		if i := slices.Index(args, "--kubeconfig"); i < 0 || i+1 == len(args) || !strings.HasPrefix(args[i+1], clusterDir) {
 			continue
 		}
 		status, err := os.ReadFile(filepath.Join("/proc", d.Name(), "status"))
