@@ -257,12 +257,12 @@ func enableGatewayAPI(ctx context.Context, restCfg *rest.Config, client kubernet
 			"missing", missing)
 		return true, nil
 	}
-	kinds, missingKinds, err := inputs.GatewayRouteKindsServed(client.Discovery())
+	kinds, missingKinds, err := inputs.GatewayKindsServed(client.Discovery())
 	if err != nil {
 		return false, err
 	}
 	for _, k := range missingKinds {
-		klog.FromContext(ctx).Info("The CRD of a Gateway API route kind is not installed: its routes are not served until it is",
+		klog.FromContext(ctx).Info("The CRD of a Gateway API kind is not installed: its objects are not served until it is",
 			"kind", k)
 	}
 	gc, err := gatewayclient.NewForConfig(restCfg)
@@ -271,7 +271,7 @@ func enableGatewayAPI(ctx context.Context, restCfg *rest.Config, client kubernet
 	}
 	ctrl.EnableGatewayAPI(gc, kinds...)
 	klog.FromContext(ctx).Info("Serving Gateway API Gateways", "controllerName", gateway.ControllerName,
-		"routeKinds", append([]string{gateway.KindHTTPRoute}, kinds...))
+		"kinds", append([]string{gateway.KindHTTPRoute}, kinds...))
 	return len(missingKinds) > 0, nil
 }
 

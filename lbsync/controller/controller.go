@@ -163,7 +163,7 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		svcLister: svcInformer.Lister(),
 		services:  newServiceReconciler(cl, a, metrics, svcInformer.Lister()),
 		ingresses: &ingressReconciler{cluster: cl, applier: a, lister: ingInformer.Lister()},
-		gateways:  newGatewayReconciler(cl, a, providers.ModelCheckerOf(provider)),
+		gateways:  newGatewayReconciler(cl, a, providers.ModelCheckerOf(provider), providers.PolicyCapabilitiesOf(provider)),
 		classes:   &gatewayClassReconciler{cluster: cl},
 		policies:  &policyReconciler{cluster: cl},
 		// The provider, not the metrics' wrapper of it: its own
@@ -230,6 +230,7 @@ func newRecorder(client kubernetes.Interface) record.EventRecorder {
 func (c *Controller) Start(ctx context.Context) error {
 	c.factory.Start(ctx.Done())
 	if g := c.gwState(); g != nil {
+		g.run(ctx)
 		g.factory.Start(ctx.Done())
 	}
 	if c.pol != nil {

@@ -61,6 +61,9 @@ type gatewayReconciler struct {
 	// (nil: it serves them all): the Gateway builder leaves out the
 	// listeners and routes it refuses.
 	checker providers.ModelChecker
+	// policyCaps is what the provider expresses of a pool's policy: a
+	// BackendTLSPolicy it cannot verify is not accepted.
+	policyCaps *lbmodel.PolicyCapabilities
 
 	mu sync.Mutex
 	// vips holds the VIPs last learnt per Gateway, for its status when an
@@ -75,8 +78,8 @@ type gatewayReconciler struct {
 	forbiddenTold map[queueKey]string
 }
 
-func newGatewayReconciler(cl *cluster, a *applier, checker providers.ModelChecker) *gatewayReconciler {
-	return &gatewayReconciler{cluster: cl, applier: a, checker: checker,
+func newGatewayReconciler(cl *cluster, a *applier, checker providers.ModelChecker, caps lbmodel.PolicyCapabilities) *gatewayReconciler {
+	return &gatewayReconciler{cluster: cl, applier: a, checker: checker, policyCaps: &caps,
 		vips: map[queueKey][]string{}, gone: map[queueKey]bool{}, forbiddenTold: map[queueKey]string{}}
 }
 
@@ -225,7 +228,8 @@ func (r *gatewayReconciler) sync(ctx context.Context, key queueKey) syncResult {
 	// routes' do not depend on it; the Gateway's says why): a route that
 	// reads Accepted is on the load balancer once the Gateway reads
 	// Programmed, so waiting for both is waiting for its traffic.
-	serr := errors.Join(r.writeRouteStatuses(ctx, key, res.Routes), r.writeStatus(ctx, gw, res, prog))
+	serr := errors.Join(r.writeRouteStatuses(ctx, key, res.Routes), r.writeBackendTLSStatuses(ctx, key, res.BackendTLSPolicies),
+		r.writeStatus(ctx, gw, res, prog))
 	if applied.state == syncRetry {
 		if serr != nil {
 			klog.FromContext(ctx).Error(serr, "Write statuses", "gateway", keyOf(gw))
@@ -240,8 +244,8 @@ func (r *gatewayReconciler) sync(ctx context.Context, key queueKey) syncResult {
 
 // release deletes the load balancer of a Gateway that is gone (missing
 // from the cache: it may have had one before a restart) or not ours (any
-// more) when it had one, and removes our entries for it from its routes'
-// statuses.
+// more) when it had one, and removes our entries for it from the statuses
+// of its routes and BackendTLSPolicies.
 func (r *gatewayReconciler) release(ctx context.Context, key queueKey, missing bool) error {
 	name := lbmodel.GatewayLoadBalancerName(r.settings.ClusterName, key.namespace, key.name)
 	had := r.applier.hasApplied(key)
@@ -257,7 +261,7 @@ func (r *gatewayReconciler) release(ctx context.Context, key queueKey, missing b
 	r.mu.Lock()
 	delete(r.forbiddenTold, key)
 	r.mu.Unlock()
-	return r.writeRouteStatuses(ctx, key, nil)
+	return errors.Join(r.writeRouteStatuses(ctx, key, nil), r.writeBackendTLSStatuses(ctx, key, nil))
 }
 
 // deleteUnserved deletes the load balancer of a Gateway that has nothing
@@ -396,9 +400,10 @@ func (r *gatewayReconciler) writeRouteStatuses(ctx context.Context, key queueKey
 }
 
 // input gathers what Build reads for gw from the caches (with
-// inputs.Store.GatewayInput), and its certificate Secrets from the API; the
-// Secrets npl-lbsync may not read are told in a Warning Event when they
-// change (tellForbidden).
+// inputs.Store.GatewayInput), its certificate Secrets from the API, and
+// the CA ConfigMaps of its backends' BackendTLSPolicies from their watches;
+// the Secrets npl-lbsync may not read are told in a Warning Event when
+// they change (tellForbidden).
 func (r *gatewayReconciler) input(ctx context.Context, gw *gatewayv1.Gateway) (gateway.Input, error) {
 	g := r.gwState()
 	src := inputs.GatewaySources{
@@ -406,9 +411,12 @@ func (r *gatewayReconciler) input(ctx context.Context, gw *gatewayv1.Gateway) (g
 		Namespaces: inputs.Typed[*corev1.Namespace](g.namespace.List()),
 	}
 	src.ReferenceGrants, _ = g.grants.List(labels.Everything())
+	if g.backendTLS != nil {
+		src.BackendTLSPolicies, src.ConfigMaps = g.backendTLS.policiesOf(src.Routes), g.backendTLS.configMaps.get
+	}
 	set := inputs.Settings{ClusterName: r.settings.ClusterName, ServiceType: r.settings.ServiceType, Family: r.settings.Family}
 	in, err := r.store.GatewayInput(ctx, set, gw, src, inputs.APISecrets(r.client))
-	in.Checker = r.checker
+	in.Checker, in.PolicyCapabilities = r.checker, r.policyCaps
 	if err == nil {
 		r.tellForbidden(gw, in.ForbiddenSecrets)
 	}

@@ -28,31 +28,35 @@ type gatewayState struct {
 	// routeKinds are the route kinds served, HTTPRoute first.
 	routeKinds []routeKind
 	grants     gatewaylisters.ReferenceGrantLister
+	// backendTLS is nil unless BackendTLSPolicies are served.
+	backendTLS *backendTLSState
 	// cancel stops the informers of a state ServeGatewayAPI started.
 	cancel    context.CancelFunc
 	namespace cache.Indexer
 }
 
 // EnableGatewayAPI makes the controller serve the Gateways of npl's
-// GatewayClasses with client, with their HTTPRoutes and the routes of
-// routeKinds (of inputs.GatewayRouteKindsServed); call it before Start, once the
-// Gateway API CRDs are known to be served (inputs.GatewayAPIServed).
-func (c *Controller) EnableGatewayAPI(client gatewayclient.Interface, routeKinds ...string) {
-	g, synced := c.newGatewayState(client, routeKinds)
+// GatewayClasses with client, with their HTTPRoutes and the kinds given
+// (of inputs.GatewayKindsServed: route kinds, BackendTLSPolicy); call it
+// before Start, once the Gateway API CRDs are known to be served
+// (inputs.GatewayAPIServed).
+func (c *Controller) EnableGatewayAPI(client gatewayclient.Interface, kinds ...string) {
+	g, synced := c.newGatewayState(client, kinds)
 	c.synced = append(c.synced, synced...)
 	c.gwp.Store(g)
 }
 
 // ServeGatewayAPI makes a started controller serve the Gateway API with
-// the route kinds given, HTTPRoute always: when the CRDs appear after the
-// start (WatchGatewayCRDs). It starts new informers, waits for their
-// caches, then replaces the Gateway API part, if any, stops its informers
-// and queues every GatewayClass and Gateway.
-func (c *Controller) ServeGatewayAPI(ctx context.Context, client gatewayclient.Interface, routeKinds ...string) error {
-	g, synced := c.newGatewayState(client, routeKinds)
+// the kinds given, HTTPRoute always: when the CRDs appear after the start
+// (WatchGatewayCRDs). It starts new informers, waits for their caches,
+// then replaces the Gateway API part, if any, stops its informers and
+// queues every GatewayClass and Gateway.
+func (c *Controller) ServeGatewayAPI(ctx context.Context, client gatewayclient.Interface, kinds ...string) error {
+	g, synced := c.newGatewayState(client, kinds)
 	gctx, cancel := context.WithCancel(ctx)
 	g.cancel = cancel
 	c.factory.Start(ctx.Done()) // the Namespace informer, new unless the Gateway API was served before
+	g.run(gctx)
 	g.factory.Start(gctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		cancel()
@@ -65,37 +69,52 @@ func (c *Controller) ServeGatewayAPI(ctx context.Context, client gatewayclient.I
 	return nil
 }
 
-// GatewayRouteKinds returns the route kinds served, HTTPRoute first; none
-// when the Gateway API is not served.
-func (c *Controller) GatewayRouteKinds() []string {
+// GatewayKinds returns the kinds served: the route kinds, HTTPRoute
+// first, and BackendTLSPolicy when it is; none when the Gateway API is not
+// served.
+func (c *Controller) GatewayKinds() []string {
 	g := c.gwState()
 	if g == nil {
 		return nil
 	}
-	out := make([]string, 0, len(g.routeKinds))
+	out := make([]string, 0, len(g.routeKinds)+1)
 	for _, rk := range g.routeKinds {
 		out = append(out, rk.kind)
 	}
+	if g.backendTLS != nil {
+		out = append(out, gateway.KindBackendTLSPolicy)
+	}
 	return out
+}
+
+// run starts what of the state is not a factory's informer: the watches
+// of the ConfigMaps BackendTLSPolicies name.
+func (g *gatewayState) run(ctx context.Context) {
+	if g.backendTLS != nil {
+		g.backendTLS.configMaps.run(ctx)
+	}
 }
 
 // gwState returns the Gateway API part, nil when it is not served.
 func (c *cluster) gwState() *gatewayState { return c.gwp.Load() }
 
-// newGatewayState makes the informers of the Gateway API and the route
-// kinds given (HTTPRoute always), with their handlers, and returns them
-// with what tells that their caches are synced.
-func (c *Controller) newGatewayState(client gatewayclient.Interface, routeKinds []string) (*gatewayState, []cache.InformerSynced) {
+// newGatewayState makes the informers of the Gateway API and the kinds
+// given (route kinds, HTTPRoute always; BackendTLSPolicy), with their
+// handlers, and returns them with what tells that their caches are synced.
+func (c *Controller) newGatewayState(client gatewayclient.Interface, kinds []string) (*gatewayState, []cache.InformerSynced) {
 	factory := gatewayinformers.NewSharedInformerFactoryWithOptions(client, 0, gatewayinformers.WithTransform(trimGatewayObject))
 	v1 := factory.Gateway().V1()
 	g := &gatewayState{client: client, factory: factory}
 	classInf, gwInf, grantInf := v1.GatewayClasses(), v1.Gateways(), v1.ReferenceGrants()
 	nsInf := c.factory.Core().V1().Namespaces()
-	for _, kind := range append([]string{gateway.KindHTTPRoute}, routeKinds...) {
-		if kind == gateway.KindHTTPRoute && len(g.routeKinds) > 0 {
-			continue
+	for _, kind := range append([]string{gateway.KindHTTPRoute}, kinds...) {
+		switch {
+		case kind == gateway.KindBackendTLSPolicy:
+			g.backendTLS = c.newBackendTLSState(factory, client)
+		case kind == gateway.KindHTTPRoute && len(g.routeKinds) > 0:
+		default:
+			g.routeKinds = append(g.routeKinds, newRouteKind(kind, factory, client))
 		}
-		g.routeKinds = append(g.routeKinds, newRouteKind(kind, factory, client))
 	}
 	g.classes, g.gateways, g.grants = classInf.Lister(), gwInf.Lister(), grantInf.Lister()
 	g.namespace = nsInf.Informer().GetIndexer()
@@ -119,6 +138,9 @@ func (c *Controller) newGatewayState(client gatewayclient.Interface, routeKinds 
 			DeleteFunc: func(obj any) { c.gateways.routeChanged(obj, nil) },
 		})
 		synced = append(synced, rk.informer.HasSynced)
+	}
+	if g.backendTLS != nil {
+		synced = append(synced, g.backendTLS.informer.HasSynced)
 	}
 	all := func(any) { c.gateways.queueAll() }
 	_, _ = grantInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{

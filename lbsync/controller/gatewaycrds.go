@@ -33,7 +33,7 @@ const (
 	crdMaxBackoff = time.Minute
 )
 
-// WatchGatewayCRDs serves the Gateway API, or more route kinds, when their
+// WatchGatewayCRDs serves the Gateway API, or more of its kinds, when their
 // CRDs are installed after the start, until ctx ends: it watches the
 // CustomResourceDefinitions of gateway.networking.k8s.io (names only) and,
 // after each change, asks discovery what is served and calls
@@ -100,11 +100,11 @@ func (c *Controller) serveInstalledGatewayKinds(ctx context.Context, disco disco
 	if err != nil || !served {
 		return err
 	}
-	kinds, _, err := inputs.GatewayRouteKindsServed(disco)
+	kinds, _, err := inputs.GatewayKindsServed(disco)
 	if err != nil {
 		return err
 	}
-	have := c.GatewayRouteKinds()
+	have := c.GatewayKinds()
 	if len(have) > 0 && !slices.ContainsFunc(kinds, func(k string) bool { return !slices.Contains(have, k) }) {
 		return nil
 	}
@@ -112,7 +112,7 @@ func (c *Controller) serveInstalledGatewayKinds(ctx context.Context, disco disco
 		return err
 	}
 	klog.FromContext(ctx).Info("Gateway API CRDs installed: serving Gateways", "controllerName", gateway.ControllerName,
-		"routeKinds", c.GatewayRouteKinds())
+		"kinds", c.GatewayKinds())
 	return nil
 }
 

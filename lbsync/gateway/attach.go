@@ -268,7 +268,7 @@ func (b *build) checkRoute(rt *routeView) (accepted, resolved metav1.Condition) 
 }
 
 // checkRule says why rule i of a route cannot be served, by its kind, or
-// its traffic policy (rulePolicy).
+// its traffic policy (rulePolicy, checkBackendTLS).
 func (b *build) checkRule(rt *routeView, i int) (gatewayv1.RouteConditionReason, error) {
 	var reason gatewayv1.RouteConditionReason
 	var err error
@@ -281,7 +281,10 @@ func (b *build) checkRule(rt *routeView, i int) (gatewayv1.RouteConditionReason,
 		return "", nil
 	}
 	if err == nil {
-		if _, _, err = rulePolicy(rt, i); err != nil {
+		if _, _, err = rulePolicy(rt, i); err == nil {
+			err = b.checkBackendTLS(rt, i)
+		}
+		if err != nil {
 			reason = gatewayv1.RouteReasonUnsupportedValue
 		}
 	}

@@ -60,6 +60,9 @@ type backendPool struct {
 	// hasBackends is false when no backendRef is valid with a weight
 	// above zero.
 	hasBackends bool
+	// tls is the TLS to the members that the backends' BackendTLSPolicy
+	// asks for (backendtls.go).
+	tls *lbmodel.BackendTLS
 }
 
 // backendPool builds the pool of rule index of a route from its valid
@@ -75,6 +78,7 @@ func (b *build) backendPool(rt *routeView, index int, name string, proto corev1.
 		return &backendPool{Pool: lbmodel.Pool{Name: name, Members: []lbmodel.Member{}}}
 	}
 	var valid []backend
+	var tlsOf *lbmodel.BackendTLS
 	invalid := int32(0)
 	for _, br := range rt.backendRefs[index] {
 		be, reason, _ := b.backendRef(rt, br)
@@ -85,12 +89,21 @@ func (b *build) backendPool(rt *routeView, index int, name string, proto corev1.
 			continue
 		}
 		b.backends[ServiceRef{Namespace: be.svc.Namespace, Name: be.svc.Name}] = true
+		tls, refused := b.backendTLS(rt, be)
+		if refused != "" {
+			b.warnf("%s: rule %d: backend Service %s/%s port %d is left out: %s", rt, index, be.svc.Namespace, be.svc.Name, be.port.Port, refused)
+			if rt.kind == KindHTTPRoute || rt.kind == KindGRPCRoute {
+				invalid += max(be.weight, 0)
+			}
+			continue
+		}
 		if be.weight > 0 {
 			valid = append(valid, be)
 			b.r.AddPoolBackend(name, be.svc.Namespace+"/"+be.svc.Name)
+			tlsOf = cmp.Or(tlsOf, tls) // the backends agree (checkBackendTLS)
 		}
 	}
-	out := &backendPool{Pool: lbmodel.Pool{Name: name, Members: []lbmodel.Member{}}, hasBackends: len(valid) > 0}
+	out := &backendPool{Pool: lbmodel.Pool{Name: name, Members: []lbmodel.Member{}}, hasBackends: len(valid) > 0, tls: tlsOf}
 	if len(valid) == 0 {
 		return out
 	}

@@ -59,6 +59,16 @@ type Input struct {
 	// either, so MissingSecrets does not count them (the controller looks
 	// for them again less often).
 	ForbiddenSecrets []string
+	// BackendTLSPolicies are candidates (backendtls.go): the policies of
+	// the backend Services, and ConfigMaps those of the CA certificates
+	// they name; ForbiddenConfigMaps ("namespace/name") are ConfigMaps
+	// npl-lbsync may not read.
+	BackendTLSPolicies  []*gatewayv1.BackendTLSPolicy
+	ConfigMaps          []*corev1.ConfigMap
+	ForbiddenConfigMaps []string
+	// PolicyCapabilities, when set, are what the provider expresses of a
+	// pool's policy: a BackendTLSPolicy it cannot verify is not accepted.
+	PolicyCapabilities *lbmodel.PolicyCapabilities
 }
 
 // Result is what Build returns: the model, and the statuses it decides.
@@ -82,6 +92,9 @@ type Result struct {
 	// MissingSecrets is set when a listener names a Secret that does not
 	// exist (yet): npl-lbsync watches no Secret, so it looks again later.
 	MissingSecrets bool
+	// BackendTLSPolicies are the statuses, for the Gateway, of the
+	// BackendTLSPolicies that target Services among Backends, sorted.
+	BackendTLSPolicies []PolicyResult
 }
 
 // ListenerResult is one listener's status as Build decides it.
@@ -131,6 +144,14 @@ type build struct {
 	// sni are the SNI routes of the TLS listeners, per port, oldest route
 	// first.
 	sni map[int32][]lbmodel.SNIRoute
+	// tlsPolicies are the BackendTLSPolicies by precedence, tlsResolved
+	// each resolved, configMaps their CA ConfigMaps by "namespace/name",
+	// terminated the TLSRoutes (by id) on a Terminate listener
+	// (backendtls.go).
+	tlsPolicies []*gatewayv1.BackendTLSPolicy
+	tlsResolved map[*gatewayv1.BackendTLSPolicy]*tlsPolicy
+	configMaps  map[string]*corev1.ConfigMap
+	terminated  map[string]bool
 }
 
 // Build returns the load balancer of in.Gateway and the statuses of the
@@ -212,6 +233,7 @@ func Build(in Input) Result {
 		res.Backends = append(res.Backends, r)
 	}
 	slices.SortFunc(res.Backends, compareRefs)
+	res.BackendTLSPolicies = b.backendTLSResults(res.Backends)
 	res.LB = lb
 	return res
 }
@@ -235,6 +257,7 @@ func (b *build) index() {
 			b.nsLabels[n.Name] = n.Labels
 		}
 	}
+	b.indexBackendTLS()
 }
 
 func (b *build) errorf(format string, args ...any) {

@@ -115,7 +115,7 @@ func (b *build) rulePool(rt *routeView, index int) string {
 	for _, w := range warnings {
 		b.warnf("%s: rule %d: %s", rt, index, w)
 	}
-	p.Policy = policy
+	p.Policy = withBackendTLS(policy, p.tls)
 	if _, ok := b.pools[name]; !ok {
 		b.pools[name] = &p.Pool
 	}

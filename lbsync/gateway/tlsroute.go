@@ -17,6 +17,9 @@ import (
 func (b *build) addTLSRoute(at *attachment) {
 	rt := at.route
 	name := lbmodel.GatewayRoutePoolName(b.lbName, rt.kind, rt.meta.Namespace, rt.meta.Name, 0)
+	// The plain stream of a Terminate listener goes to the pool: no TLS to
+	// the Pods (backendTLS).
+	b.terminated[rt.id()] = slices.ContainsFunc(at.on, func(o listenerHosts) bool { return o.l.terminate })
 	for _, on := range at.on {
 		port := on.l.spec.Port
 		for _, h := range on.hosts {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,14 +23,20 @@ import (
 // they are served.
 var gatewayResources = []string{"gatewayclasses", "gateways", "httproutes", "referencegrants"}
 
-// optionalRouteResources are the route resources beyond HTTPRoute, by
-// kind: npl-lbsync serves those whose CRDs are installed.
-var optionalRouteResources = map[string]string{
-	gateway.KindGRPCRoute: "grpcroutes",
-	gateway.KindTCPRoute:  "tcproutes",
-	gateway.KindUDPRoute:  "udproutes",
-	gateway.KindTLSRoute:  "tlsroutes",
+// optionalResources are the resources beyond gatewayResources, by kind:
+// the other route kinds and BackendTLSPolicy, which npl-lbsync serves
+// when their CRDs are installed.
+var optionalResources = map[string]string{
+	gateway.KindGRPCRoute:        "grpcroutes",
+	gateway.KindTCPRoute:         "tcproutes",
+	gateway.KindUDPRoute:         "udproutes",
+	gateway.KindTLSRoute:         "tlsroutes",
+	gateway.KindBackendTLSPolicy: "backendtlspolicies",
 }
+
+// optionalKinds are the kinds of optionalResources in the order they are
+// served: the route kinds of gateway.RouteKinds, then BackendTLSPolicy.
+var optionalKinds = append(slices.Clone(gateway.RouteKinds), gateway.KindBackendTLSPolicy)
 
 // GatewayAPIServed reports whether the API server serves the Gateway API
 // resources npl-lbsync reads (their CRDs are installed), and which are
@@ -51,16 +58,17 @@ func GatewayAPIServed(d discovery.DiscoveryInterface) (bool, []string, error) {
 	return len(missing) == 0, missing, nil
 }
 
-// GatewayRouteKindsServed returns the route kinds beyond HTTPRoute whose
-// v1 resources the API server serves, and those it does not, in the order
-// of gateway.RouteKinds.
-func GatewayRouteKindsServed(d discovery.DiscoveryInterface) (served, missing []string, err error) {
+// GatewayKindsServed returns the kinds beyond those npl-lbsync needs (the
+// route kinds beyond HTTPRoute, BackendTLSPolicy) whose v1 resources the
+// API server serves, and those it does not, in the order of
+// gateway.RouteKinds, BackendTLSPolicy last.
+func GatewayKindsServed(d discovery.DiscoveryInterface) (served, missing []string, err error) {
 	list, err := d.ServerResourcesForGroupVersion(gatewayv1.GroupVersion.String())
 	if err != nil {
 		return nil, nil, fmt.Errorf("discover %s: %w", gatewayv1.GroupVersion, err)
 	}
-	for _, kind := range gateway.RouteKinds {
-		res, ok := optionalRouteResources[kind]
+	for _, kind := range optionalKinds {
+		res, ok := optionalResources[kind]
 		if !ok {
 			continue
 		}
@@ -75,19 +83,35 @@ func GatewayRouteKindsServed(d discovery.DiscoveryInterface) (served, missing []
 
 // GatewaySources are the Gateway API objects a Gateway's build reads
 // beside the Store's: the routes (of any kind) that name the Gateway, the
-// Namespaces and the ReferenceGrants.
+// Namespaces, the ReferenceGrants, and the BackendTLSPolicies (GatewayInput
+// keeps those of the routes' backends) with the reader of the ConfigMaps
+// of their CA certificates (nil: none is read).
 type GatewaySources struct {
-	Routes          []any
-	Namespaces      []*corev1.Namespace
-	ReferenceGrants []*gatewayv1.ReferenceGrant
+	Routes             []any
+	Namespaces         []*corev1.Namespace
+	ReferenceGrants    []*gatewayv1.ReferenceGrant
+	BackendTLSPolicies []*gatewayv1.BackendTLSPolicy
+	ConfigMaps         ConfigMapGetter
+}
+
+// ConfigMapGetter reads one ConfigMap.
+type ConfigMapGetter func(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
+
+// APIConfigMaps reads ConfigMaps from the API, on demand.
+func APIConfigMaps(client kubernetes.Interface) ConfigMapGetter {
+	return func(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error) {
+		return client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+	}
 }
 
 // GatewayInput is the Gateway builder's input for gw: the routes of src,
-// their backend Services with those Services' Pods, and the certificate
+// their backend Services with those Services' Pods, the BackendTLSPolicies
+// of those Services with the ConfigMaps they name, and the certificate
 // Secrets of its listeners, read with secrets (nil: none). A missing
-// backend or Secret is left for the builder to report; a Secret that may
-// not be read is left out and named ("namespace/name") in the input's
-// ForbiddenSecrets.
+// backend, ConfigMap or Secret is left for the builder to report; a Secret
+// or ConfigMap that may not be read is left out and named
+// ("namespace/name") in the input's ForbiddenSecrets or
+// ForbiddenConfigMaps.
 func (s Store) GatewayInput(ctx context.Context, set Settings, gw *gatewayv1.Gateway, src GatewaySources, secrets SecretGetter) (gateway.Input, error) {
 	in := gateway.Input{
 		ClusterName: set.ClusterName, ServiceType: set.ServiceType, Family: set.Family, Gateway: gw,
@@ -101,6 +125,9 @@ func (s Store) GatewayInput(ctx context.Context, set Settings, gw *gatewayv1.Gat
 		}
 	}
 	in.Services, in.Pods, in.EndpointSlices = b.services, b.pods, b.slices
+	if err := s.backendTLS(ctx, &in, src); err != nil {
+		return in, err
+	}
 	seen := map[string]bool{}
 	for _, l := range gw.Spec.Listeners {
 		if l.TLS == nil || secrets == nil {
@@ -134,21 +161,60 @@ func (s Store) GatewayInput(ctx context.Context, set Settings, gw *gatewayv1.Gat
 	return in, nil
 }
 
+// backendTLS adds to in the BackendTLSPolicies of src that target its
+// backend Services, and the ConfigMaps they name, read with
+// src.ConfigMaps.
+func (s Store) backendTLS(ctx context.Context, in *gateway.Input, src GatewaySources) error {
+	backends := map[gateway.ServiceRef]bool{}
+	for _, svc := range in.Services {
+		backends[gateway.ServiceRef{Namespace: svc.Namespace, Name: svc.Name}] = true
+	}
+	seen := map[string]bool{}
+	for _, p := range src.BackendTLSPolicies {
+		if !slices.ContainsFunc(gateway.BackendTLSTargets(p), func(r gateway.ServiceRef) bool { return backends[r] }) {
+			continue
+		}
+		in.BackendTLSPolicies = append(in.BackendTLSPolicies, p)
+		for _, key := range gateway.BackendTLSConfigMaps(p) {
+			if seen[key] || src.ConfigMaps == nil {
+				continue
+			}
+			seen[key] = true
+			ns, name, _ := strings.Cut(key, "/")
+			c, err := src.ConfigMaps(ctx, ns, name)
+			switch {
+			case apierrors.IsNotFound(err):
+			case apierrors.IsForbidden(err):
+				in.ForbiddenConfigMaps = append(in.ForbiddenConfigMaps, key)
+			case err != nil:
+				return fmt.Errorf("get CA ConfigMap %s of BackendTLSPolicy %s/%s: %w", key, p.Namespace, p.Name, err)
+			default:
+				in.ConfigMaps = append(in.ConfigMaps, c)
+			}
+		}
+	}
+	return nil
+}
+
 // GatewayObjects are the Gateway API objects listed once, for a command
 // that builds Gateways without informers (GatewaysFromAPI).
 type GatewayObjects struct {
 	Gateways []*gatewayv1.Gateway
 	Classes  []*gatewayv1.GatewayClass
 	// Routes are the routes of every kind the API server serves.
-	Routes          []any
-	Namespaces      []*corev1.Namespace
-	ReferenceGrants []*gatewayv1.ReferenceGrant
+	Routes             []any
+	Namespaces         []*corev1.Namespace
+	ReferenceGrants    []*gatewayv1.ReferenceGrant
+	BackendTLSPolicies []*gatewayv1.BackendTLSPolicy
+	// ConfigMaps reads the CA ConfigMaps of the policies.
+	ConfigMaps ConfigMapGetter
 }
 
 // Sources returns what gw's build reads of o: the routes whose parentRefs
-// name it, the Namespaces and the ReferenceGrants.
+// name it, the Namespaces, the ReferenceGrants and the BackendTLSPolicies.
 func (o GatewayObjects) Sources(gw *gatewayv1.Gateway) GatewaySources {
-	src := GatewaySources{Namespaces: o.Namespaces, ReferenceGrants: o.ReferenceGrants}
+	src := GatewaySources{Namespaces: o.Namespaces, ReferenceGrants: o.ReferenceGrants,
+		BackendTLSPolicies: o.BackendTLSPolicies, ConfigMaps: o.ConfigMaps}
 	for _, rt := range o.Routes {
 		if slices.Contains(gateway.Gateways(rt), gw.Namespace+"/"+gw.Name) {
 			src.Routes = append(src.Routes, rt)
@@ -157,20 +223,22 @@ func (o GatewayObjects) Sources(gw *gatewayv1.Gateway) GatewaySources {
 	return src
 }
 
-// GatewaysFromAPI lists the Gateways, routes and ReferenceGrants of
-// namespace (all when empty), the GatewayClasses and the Namespaces, once.
+// GatewaysFromAPI lists the Gateways, routes, ReferenceGrants and
+// BackendTLSPolicies of namespace (all when empty), the GatewayClasses and
+// the Namespaces, once; the policies' ConfigMaps are read on demand.
 // served is false, with nothing listed, when the API server does not serve
-// the Gateway API resources npl-lbsync reads; a route kind whose CRD is
-// not installed is not listed, as npl-lbsync does not read it.
+// the Gateway API resources npl-lbsync reads; a kind whose CRD is not
+// installed is not listed, as npl-lbsync does not read it.
 func GatewaysFromAPI(ctx context.Context, client kubernetes.Interface, gc gatewayclient.Interface, namespace string) (o GatewayObjects, served bool, err error) {
 	served, _, err = GatewayAPIServed(client.Discovery())
 	if err != nil || !served {
 		return o, false, err
 	}
-	kinds, _, err := GatewayRouteKindsServed(client.Discovery())
+	kinds, _, err := GatewayKindsServed(client.Discovery())
 	if err != nil {
 		return o, false, err
 	}
+	o.ConfigMaps = APIConfigMaps(client)
 	api := gc.GatewayV1()
 	gws, err := api.Gateways(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -193,6 +261,14 @@ func GatewaysFromAPI(ctx context.Context, client kubernetes.Interface, gc gatewa
 	}
 	o.Namespaces = pointers(nss.Items)
 	for _, kind := range append([]string{gateway.KindHTTPRoute}, kinds...) {
+		if kind == gateway.KindBackendTLSPolicy {
+			l, err := api.BackendTLSPolicies(namespace).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return o, true, fmt.Errorf("list backendtlspolicies: %w", err)
+			}
+			o.BackendTLSPolicies = pointers(l.Items)
+			continue
+		}
 		routes, err := listRoutes(ctx, api, kind, namespace)
 		if err != nil {
 			return o, true, fmt.Errorf("list %ss: %w", kind, err)

@@ -43,16 +43,25 @@ func TestGatewayAPIServed(t *testing.T) {
 	}
 }
 
-// The route kinds beyond HTTPRoute are served when their CRDs are.
-func TestGatewayRouteKindsServed(t *testing.T) {
-	l := &metav1.APIResourceList{GroupVersion: gatewayv1.GroupVersion.String()}
-	for _, n := range []string{"gatewayclasses", "gateways", "httproutes", "referencegrants", "tcproutes", "tlsroutes"} {
-		l.APIResources = append(l.APIResources, metav1.APIResource{Name: n})
-	}
-	d := &fakediscovery.FakeDiscovery{Fake: &k8stesting.Fake{Resources: []*metav1.APIResourceList{l}}}
-	served, missing, err := GatewayRouteKindsServed(d)
-	if err != nil || !slices.Equal(served, []string{"TCPRoute", "TLSRoute"}) || !slices.Equal(missing, []string{"GRPCRoute", "UDPRoute"}) {
-		t.Errorf("served %v missing %v err %v", served, missing, err)
+// The route kinds beyond HTTPRoute, and BackendTLSPolicy, are served when
+// their CRDs are.
+func TestGatewayKindsServed(t *testing.T) {
+	for _, tc := range []struct {
+		resources       []string
+		served, missing []string
+	}{
+		{[]string{"tcproutes", "tlsroutes"}, []string{"TCPRoute", "TLSRoute"}, []string{"GRPCRoute", "UDPRoute", "BackendTLSPolicy"}},
+		{[]string{"backendtlspolicies", "grpcroutes"}, []string{"GRPCRoute", "BackendTLSPolicy"}, []string{"TCPRoute", "UDPRoute", "TLSRoute"}},
+	} {
+		l := &metav1.APIResourceList{GroupVersion: gatewayv1.GroupVersion.String()}
+		for _, n := range append([]string{"gatewayclasses", "gateways", "httproutes", "referencegrants"}, tc.resources...) {
+			l.APIResources = append(l.APIResources, metav1.APIResource{Name: n})
+		}
+		d := &fakediscovery.FakeDiscovery{Fake: &k8stesting.Fake{Resources: []*metav1.APIResourceList{l}}}
+		served, missing, err := GatewayKindsServed(d)
+		if err != nil || !slices.Equal(served, tc.served) || !slices.Equal(missing, tc.missing) {
+			t.Errorf("%v: served %v missing %v err %v; want %v %v", tc.resources, served, missing, err, tc.served, tc.missing)
+		}
 	}
 }
 
@@ -95,19 +104,9 @@ func TestStore_gatewayInput(t *testing.T) {
 	gw := &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "gw"}, Spec: gatewayv1.GatewaySpec{
 		Listeners: []gatewayv1.Listener{{Name: "a", TLS: certs("ok", "gone", "secret")}, {Name: "b", TLS: certs("ok")}}}}
 	reads := 0
-	secrets := func(_ context.Context, ns, name string) (*corev1.Secret, error) {
-		reads++
-		gr := schema.GroupResource{Resource: "secrets"}
-		switch name {
-		case "gone":
-			return nil, apierrors.NewNotFound(gr, name)
-		case "secret":
-			return nil, apierrors.NewForbidden(gr, name, errors.New("no"))
-		case "broken":
-			return nil, errors.New("connection refused")
-		}
-		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, nil
-	}
+	secrets := fakeReads(&reads, "secrets", func(ns, name string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	})
 	in, err := s.GatewayInput(context.Background(), Settings{ClusterName: "c1"}, gw, GatewaySources{Routes: []any{hr, tr}}, secrets)
 	if err != nil {
 		t.Fatal(err)
@@ -121,5 +120,74 @@ func TestStore_gatewayInput(t *testing.T) {
 	gw.Spec.Listeners[1].TLS = certs("broken")
 	if _, err := s.GatewayInput(context.Background(), Settings{}, gw, GatewaySources{}, secrets); err == nil {
 		t.Error("a Secret that cannot be read for another reason: no error")
+	}
+}
+
+// GatewayInput keeps the BackendTLSPolicies of the routes' backends, and
+// reads each CA ConfigMap they name once: a missing one is left out, a
+// forbidden one named, any other error fails.
+func TestStore_gatewayInputBackendTLS(t *testing.T) {
+	s := Store{
+		Services: cache.NewIndexer(cache.MetaNamespaceKeyFunc, ServiceIndexers()),
+		Pods:     cache.NewIndexer(cache.MetaNamespaceKeyFunc, PodIndexers()),
+	}
+	if err := s.Services.Add(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db"}}); err != nil {
+		t.Fatal(err)
+	}
+	hr := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "h"}}
+	hr.Spec.Rules = []gatewayv1.HTTPRouteRule{{BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{
+		BackendObjectReference: gatewayv1.BackendObjectReference{Name: "db"}}}}}}
+	policy := func(name, svc string, cms ...string) *gatewayv1.BackendTLSPolicy {
+		p := &gatewayv1.BackendTLSPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name}}
+		p.Spec.TargetRefs = []gatewayv1.LocalPolicyTargetReferenceWithSectionName{{LocalPolicyTargetReference: gatewayv1.LocalPolicyTargetReference{
+			Kind: "Service", Name: gatewayv1.ObjectName(svc)}}}
+		for _, c := range cms {
+			p.Spec.Validation.CACertificateRefs = append(p.Spec.Validation.CACertificateRefs,
+				gatewayv1.LocalObjectReference{Kind: "ConfigMap", Name: gatewayv1.ObjectName(c)})
+		}
+		return p
+	}
+	reads := 0
+	configMaps := fakeReads(&reads, "configmaps", func(ns, name string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	})
+	gw := &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "gw"}}
+	src := GatewaySources{Routes: []any{hr}, ConfigMaps: configMaps, BackendTLSPolicies: []*gatewayv1.BackendTLSPolicy{
+		policy("db", "db", "ca", "gone", "secret"), policy("db2", "db", "ca"), policy("other", "web", "broken")}}
+	in, err := s.GatewayInput(context.Background(), Settings{}, gw, src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range in.BackendTLSPolicies {
+		names = append(names, p.Name)
+	}
+	if !slices.Equal(names, []string{"db", "db2"}) || len(in.ConfigMaps) != 1 || in.ConfigMaps[0].Name != "ca" || reads != 3 ||
+		!slices.Equal(in.ForbiddenConfigMaps, []string{"shop/secret"}) {
+		t.Errorf("policies %v, %d ConfigMaps read %d times, forbidden %v", names, len(in.ConfigMaps), reads, in.ForbiddenConfigMaps)
+	}
+	src.BackendTLSPolicies = append(src.BackendTLSPolicies, policy("broken", "db", "broken"))
+	if _, err := s.GatewayInput(context.Background(), Settings{}, gw, src, nil); err == nil {
+		t.Error("a ConfigMap that cannot be read for another reason: no error")
+	}
+}
+
+// fakeReads is a reader of an API resource that counts its reads: the
+// object named "gone" is not found, "secret" forbidden, "broken" fails
+// otherwise, any other is made.
+func fakeReads[T any](reads *int, resource string, made func(ns, name string) T) func(context.Context, string, string) (T, error) {
+	return func(_ context.Context, ns, name string) (T, error) {
+		*reads++
+		gr := schema.GroupResource{Resource: resource}
+		var none T
+		switch name {
+		case "gone":
+			return none, apierrors.NewNotFound(gr, name)
+		case "secret":
+			return none, apierrors.NewForbidden(gr, name, errors.New("no"))
+		case "broken":
+			return none, errors.New("connection refused")
+		}
+		return made(ns, name), nil
 	}
 }

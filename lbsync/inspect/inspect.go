@@ -163,7 +163,7 @@ func Expected(ctx context.Context, client kubernetes.Interface, gc gatewayclient
 	if gc == nil {
 		return out, nil
 	}
-	gws, err := expectedGateways(ctx, client, gc, namespace, store, set, secrets, s.Checker, policies)
+	gws, err := expectedGateways(ctx, client, gc, namespace, store, set, secrets, s, policies)
 	for i := range gws {
 		gws[i] = s.asProvided(gws[i])
 	}
@@ -189,7 +189,7 @@ func (s Settings) asProvided(lb *lbmodel.LoadBalancer) *lbmodel.LoadBalancer {
 // that npl-lbsync serves, with gateway.Build as npl-lbsync does; none when
 // the Gateway API is not served.
 func expectedGateways(ctx context.Context, client kubernetes.Interface, gc gatewayclient.Interface, namespace string,
-	store inputs.Store, set inputs.Settings, secrets inputs.SecretGetter, checker providers.ModelChecker, policies lbpolicy.Lookup) ([]*lbmodel.LoadBalancer, error) {
+	store inputs.Store, set inputs.Settings, secrets inputs.SecretGetter, s Settings, policies lbpolicy.Lookup) ([]*lbmodel.LoadBalancer, error) {
 	objs, served, err := inputs.GatewaysFromAPI(ctx, client, gc, namespace)
 	if err != nil || !served {
 		return nil, err
@@ -203,7 +203,7 @@ func expectedGateways(ctx context.Context, client kubernetes.Interface, gc gatew
 		if err != nil {
 			return nil, err
 		}
-		in.Checker = checker
+		in.Checker, in.PolicyCapabilities = s.Checker, s.Capabilities
 		if res := gateway.Build(in); res.LB != nil {
 			own := lbpolicy.GatewayTarget(gw.Namespace, gw.Name)
 			lbpolicy.Attach(res.LB, &own, res.Report.PoolBackends, policies)

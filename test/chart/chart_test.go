@@ -621,11 +621,13 @@ var (
 	lbsyncGatewayGrants   = sortedJoin(
 		expand([]string{"gateway.networking.k8s.io/gatewayclasses", "gateway.networking.k8s.io/gateways",
 			"gateway.networking.k8s.io/httproutes", "gateway.networking.k8s.io/grpcroutes", "gateway.networking.k8s.io/tcproutes",
-			"gateway.networking.k8s.io/udproutes", "gateway.networking.k8s.io/tlsroutes", "gateway.networking.k8s.io/referencegrants"},
+			"gateway.networking.k8s.io/udproutes", "gateway.networking.k8s.io/tlsroutes", "gateway.networking.k8s.io/referencegrants",
+			"gateway.networking.k8s.io/backendtlspolicies", "/configmaps"},
 			"get", "list", "watch"),
 		expand([]string{"gateway.networking.k8s.io/gatewayclasses/status", "gateway.networking.k8s.io/gateways/status",
 			"gateway.networking.k8s.io/httproutes/status", "gateway.networking.k8s.io/grpcroutes/status", "gateway.networking.k8s.io/tcproutes/status",
-			"gateway.networking.k8s.io/udproutes/status", "gateway.networking.k8s.io/tlsroutes/status"}, "update", "patch"),
+			"gateway.networking.k8s.io/udproutes/status", "gateway.networking.k8s.io/tlsroutes/status",
+			"gateway.networking.k8s.io/backendtlspolicies/status"}, "update", "patch"),
 		expand([]string{"apiextensions.k8s.io/customresourcedefinitions"}, "get", "list", "watch"))
 	lbsyncLeaseGrants = []string{"coordination.k8s.io/leases:create", "coordination.k8s.io/leases:get@npl-lbsync", "coordination.k8s.io/leases:update@npl-lbsync"}
 	uninstallGrants   = sortedJoin(expand([]string{"/services", "networking.k8s.io/ingresses"}, "get", "list", "patch"),

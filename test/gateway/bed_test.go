@@ -83,3 +83,15 @@ func (e *env) startGatewayBedWith(t *testing.T, provider, short, vips, providerE
 	}
 	return b
 }
+
+// httpGateway creates the Gateway gw of the bed's class with one HTTP
+// listener on port 80.
+func (b *gatewayBed) httpGateway(t *testing.T) {
+	t.Helper()
+	if _, err := b.gw1.Gateways(b.ns).Create(b.ctx, &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: b.ns, Name: "gw"}, Spec: gatewayv1.GatewaySpec{
+		GatewayClassName: gatewayv1.ObjectName(b.class),
+		Listeners:        []gatewayv1.Listener{{Name: "http", Port: 80, Protocol: gatewayv1.HTTPProtocolType}},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -26,13 +26,8 @@ import (
 func TestLBSync_gatewayLoadBalancerPolicy(t *testing.T) {
 	e := setup(t)
 	b := e.startGatewayBed(t, "mock", "gwpol", "198.18.117.0/28")
-	ctx, l, gw1, ns, className, name := b.ctx, b.l, b.gw1, b.ns, b.class, b.name
-	if _, err := gw1.Gateways(ns).Create(ctx, &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gw"}, Spec: gatewayv1.GatewaySpec{
-		GatewayClassName: gatewayv1.ObjectName(className),
-		Listeners:        []gatewayv1.Listener{{Name: "http", Port: 80, Protocol: gatewayv1.HTTPProtocolType}},
-	}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ctx, l, gw1, ns, name := b.ctx, b.l, b.gw1, b.ns, b.name
+	b.httpGateway(t)
 	ref := func(svc string) gatewayv1.HTTPBackendRef {
 		return gatewayv1.HTTPBackendRef{BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{
 			Name: gatewayv1.ObjectName(svc), Port: ptr.To(gatewayv1.PortNumber(80))}}}
