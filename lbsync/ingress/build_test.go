@@ -195,10 +195,10 @@ func TestBuild_reportsBackendsThatGiveNoMembers(t *testing.T) {
 				Services: []*corev1.Service{service("shop"), service("dns", udpPort)},
 			},
 			want: l7("web",
-				[]lbmodel.Pool{pool(poolOf(lb, "dns", 80)), pool(lb + "-shop-gone-80"), pool(lb + "-shop-shop-grpc")},
+				[]lbmodel.Pool{pool(poolOf(lb, "dns", 80)), pool(lb + "_shop_gone_80"), pool(lb + "_shop_shop_grpc")},
 				[]lbmodel.Rule{
-					{Host: "a.example.com", Path: "/noport", PathType: lbmodel.PathPrefix, Pool: lb + "-shop-shop-grpc"},
-					{Host: "a.example.com", Path: "/gone", PathType: lbmodel.PathPrefix, Pool: lb + "-shop-gone-80"},
+					{Host: "a.example.com", Path: "/noport", PathType: lbmodel.PathPrefix, Pool: lb + "_shop_shop_grpc"},
+					{Host: "a.example.com", Path: "/gone", PathType: lbmodel.PathPrefix, Pool: lb + "_shop_gone_80"},
 					{Host: "a.example.com", Path: "/udp", PathType: lbmodel.PathPrefix, Pool: poolOf(lb, "dns", 80)},
 				}),
 			wantReport: builder.Report{Errors: []string{

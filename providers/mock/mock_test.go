@@ -148,8 +148,8 @@ func TestMock_requestedVIP(t *testing.T) {
 	}
 	api := model("api")
 	api.RequestedVIP = "198.51.100.7"
-	if _, err := providers.Validated(m).Ensure(ctx, api); err == nil || !strings.Contains(err.Error(), "in use by c1--shop-web") {
-		t.Errorf("Ensure of a VIP in use: err = %v, want in use by c1--shop-web", err)
+	if _, err := providers.Validated(m).Ensure(ctx, api); err == nil || !strings.Contains(err.Error(), "in use by c1--shop_web") {
+		t.Errorf("Ensure of a VIP in use: err = %v, want in use by c1--shop_web", err)
 	}
 	// Dropping the request keeps the VIP: it is stable once held.
 	if got := mustEnsure(t, m, model("web")); got[0] != "198.51.100.7" {
