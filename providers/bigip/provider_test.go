@@ -852,7 +852,7 @@ func TestProvider_rejectsBadModels(t *testing.T) {
 		{"bad member IP", newLB("shop/web", tcp(80, member("node-1", 61000))), `member "node-1": not an IP address`},
 		{"bad member port", newLB("shop/web", tcp(80, member("198.18.0.1", 0))), "port out of 1-65535"},
 		{"bad protocol", &lbmodel.LoadBalancer{Name: "c1--x", Listeners: []lbmodel.Listener{{Port: 80, Protocol: "SCTP", Pool: lbmodel.Pool{Name: "p"}}}}, "TCP or UDP"},
-		{"bad pool name (BIG-IP's own rule)", &lbmodel.LoadBalancer{Name: "c1--x", Listeners: []lbmodel.Listener{{Port: 80, Protocol: "TCP", Pool: lbmodel.Pool{Name: "a/b"}}}}, "not a valid BIG-IP name"},
+		{"bad pool name (the model's rule, which is BIG-IP's)", &lbmodel.LoadBalancer{Name: "c1--x", Listeners: []lbmodel.Listener{{Port: 80, Protocol: "TCP", Pool: lbmodel.Pool{Name: "a/b"}}}}, "holds a character other than letters, digits"},
 		{"bad requested VIP", &lbmodel.LoadBalancer{Name: "c1--x", RequestedVIP: "vip"}, `requested VIP "vip"`},
 		{"no name", &lbmodel.LoadBalancer{}, "no name"},
 	}

@@ -328,13 +328,24 @@ func TestEdge_rejectedConfigurationKeepsTheOldOne(t *testing.T) {
 	waitAnswers(t, b, url, []string{"web-0", "web-1"})
 	before := status(t, b)
 
-	bad := model("bad", 81, startBackends(t, bs, "bad", 1))
-	bad.Listeners[0].Pool.Name = "c1--ns-bad{pool" // HAProxy refuses '{' in a proxy name
+	// HAProxy refuses a certificate whose key is another's; the model
+	// cannot tell (a name HAProxy refuses, such as one with "{", the model
+	// refuses itself).
+	certPEM, _ := selfSigned(t)
+	_, otherKey := selfSigned(t)
+	badName := lbmodel.IngressLoadBalancerName(testCluster, "ns", "bad")
+	badPool := lbmodel.IngressPoolName(badName, "ns", "bad", "80")
+	bad := &lbmodel.LoadBalancer{Name: badName, Ingress: "ns/bad", Kind: lbmodel.L7,
+		Listeners: []lbmodel.Listener{{Port: 8443, Protocol: lbmodel.HTTPS}},
+		Pools:     []lbmodel.Pool{{Name: badPool, Members: startBackends(t, bs, "bad", 1)}},
+		HTTP: &lbmodel.HTTPRoutes{DefaultPool: badPool, TLS: []lbmodel.TLSCert{{Secret: "ns/bad", CertPEM: certPEM, KeyPEM: otherKey,
+			Fingerprint: lbmodel.CertFingerprint(certPEM)}}}}
 	_, err = p.Ensure(ctx, bad)
 	if err == nil {
 		t.Fatal("Ensure of a configuration HAProxy refuses succeeded")
 	}
-	for _, want := range []string{"edge " + b.EdgeURL, "rejected by HAProxy", "load balancer c1--ns-bad (proxy c1--ns-bad{pool)"} {
+	proxy := lbmodel.ListenerName(badName, lbmodel.HTTPS, 8443)
+	for _, want := range []string{"edge " + b.EdgeURL, "rejected by HAProxy", "load balancer " + badName + " (proxy " + proxy + ")"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
