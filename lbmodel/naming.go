@@ -185,26 +185,47 @@ func GatewayRoutePoolName(lbName, kind, namespace, route string, rule int) strin
 // provider takes a load balancer of that name over (renames it, keeping its
 // VIP) only when the owner it records is lb's (SameOwner).
 func LegacyName(clusterName string, lb *LoadBalancer) string {
-	var owner, suffix string
-	switch {
-	case lb.Gateway != "":
-		owner, suffix = lb.Gateway, gatewaySuffix
-	case lb.Ingress != "":
-		owner, suffix = lb.Ingress, l7Suffix
-	case !lb.IsL7() && lb.Service != "":
-		owner = lb.Service
-	default:
-		return ""
-	}
-	ns, name, ok := strings.Cut(owner, "/")
-	if !ok {
-		return ""
-	}
-	old := clusterName + nameSeparator + ns + "-" + name + suffix
+	old, _ := ownerNames(clusterName, lb)
 	if old == lb.Name {
 		return ""
 	}
 	return old
+}
+
+// RenamedTo is the name lb, a load balancer a provider lists, is taken over
+// under: the name its owner's load balancer has now, when lb still has the
+// LegacyName; "" otherwise. Garbage collection keeps such a load balancer
+// while its owner claims the new name: the owner's next Ensure takes it
+// over, VIP and all.
+func RenamedTo(clusterName string, lb *LoadBalancer) string {
+	old, current := ownerNames(clusterName, lb)
+	if old == "" || old != lb.Name || current == lb.Name {
+		return ""
+	}
+	return current
+}
+
+// ownerNames are the names of the load balancer of lb's owner (its
+// Gateway, Ingress or Service) up to 0.x and now; "" for a load balancer
+// without an owner of its own (the shared one of an IngressClass).
+func ownerNames(clusterName string, lb *LoadBalancer) (old, current string) {
+	var owner, suffix string
+	name := LoadBalancerName
+	switch {
+	case lb.Gateway != "":
+		owner, suffix, name = lb.Gateway, gatewaySuffix, GatewayLoadBalancerName
+	case lb.Ingress != "":
+		owner, suffix, name = lb.Ingress, l7Suffix, IngressLoadBalancerName
+	case !lb.IsL7() && lb.Service != "":
+		owner = lb.Service
+	default:
+		return "", ""
+	}
+	ns, n, ok := strings.Cut(owner, "/")
+	if !ok {
+		return "", ""
+	}
+	return clusterName + nameSeparator + ns + "-" + n + suffix, name(clusterName, ns, n)
 }
 
 // SameOwner reports whether two load balancers belong to the same object:

@@ -80,6 +80,25 @@ func TestNaming_legacyNames(t *testing.T) {
 			t.Errorf("LegacyName(%s) = %q, want %q", c.lb.Name, got, c.want)
 		}
 	}
+	// What garbage collection keeps for its owner: the old name of its
+	// recorded owner, not another's.
+	for _, c := range []struct {
+		lb   LoadBalancer
+		want string
+	}{
+		{LoadBalancer{Name: "c1--team-a-x", Service: "team-a/x"}, "c1--team-a_x"},
+		// The old name was ambiguous: the owner the object records decides.
+		{LoadBalancer{Name: "c1--team-a-x", Service: "team/a-x"}, "c1--team_a-x"},
+		{LoadBalancer{Name: "c1--other", Service: "team/a-x"}, ""}, // not its owner's old name
+		{LoadBalancer{Name: "c1--shop-web-L7", Kind: L7, Ingress: "shop/web"}, "c1--shop_web-L7"},
+		{LoadBalancer{Name: "c1--shop-gw-GW", Kind: L7, Gateway: "shop/gw"}, "c1--shop_gw-GW"},
+		{LoadBalancer{Name: "c1--shop_web", Service: "shop/web"}, ""}, // renamed already
+		{LoadBalancer{Name: "c1--Shared-L7-npl", Kind: L7}, ""},
+	} {
+		if got := RenamedTo("c1", &c.lb); got != c.want {
+			t.Errorf("RenamedTo(%s of %s) = %q, want %q", c.lb.Name, c.lb.Service, got, c.want)
+		}
+	}
 }
 
 // Every name of every kind, from every valid set of Kubernetes names, is
