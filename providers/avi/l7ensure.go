@@ -148,6 +148,9 @@ func (p *Provider) ensureL7(s *aviSession, log klog.Logger, lb *lbmodel.LoadBala
 	if err != nil {
 		return providers.Status{}, err
 	}
+	if err := p.takeOverL7(s, log, lb, wantGroups, cur); err != nil {
+		return providers.Status{}, err
+	}
 	vsvip, err := p.applyVsVip(s, log, want.vsvip, cur.vsvip)
 	if err != nil {
 		return providers.Status{}, err
