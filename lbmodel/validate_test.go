@@ -147,6 +147,15 @@ func TestNormalize_rejectsInvalidModels(t *testing.T) {
 			r := &lb.HTTP.Rules[0]
 			r.Pool, r.Redirect = "", &Redirect{Hostname: "*.a.example", StatusCode: 301}
 		}, "redirect hostname"},
+		// BIG-IP evaluates a redirect location as Tcl (REFERENCE 17).
+		{"L7 a redirect host with Tcl", validL7, func(lb *LoadBalancer) {
+			r := &lb.HTTP.Rules[0]
+			r.Pool, r.Redirect = "", &Redirect{Hostname: `a.example[exec /bin/sh -c "id"]`, StatusCode: 302}
+		}, "redirect hostname"},
+		{"L7 a host with a dollar", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Host = "a$b.example" }, "not a host name"},
+		{"L7 a rewrite host with a semicolon", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].Rewrite = &Rewrite{Hostname: `a;b\c"d`}
+		}, "rewrite hostname"},
 		{"L7 a redirect port 0x10000", validL7, func(lb *LoadBalancer) {
 			r := &lb.HTTP.Rules[0]
 			r.Pool, r.Redirect = "", &Redirect{Port: 65536, StatusCode: 301}

@@ -55,6 +55,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	if o.tls {
 		section["caFile"] = e.write(t, "ca.pem", string(sim.CACertPEM()))
+	} else {
+		section["insecure"] = true // the simulator over http
 	}
 	for k, v := range o.section {
 		if v == nil {
@@ -106,6 +108,7 @@ func (e *env) reopen(t *testing.T) providers.Provider {
 	t.Helper()
 	return e.open(t, map[string]any{
 		"url": e.sim.URL(), "usernameFile": filepath.Join(e.dir, "username"), "passwordFile": filepath.Join(e.dir, "password"),
+		"insecure": true,
 	})
 }
 
@@ -746,7 +749,7 @@ func TestProvider_logsInAgainBeforeTheTokenExpires(t *testing.T) {
 func TestProvider_badCredentialsFailOpen(t *testing.T) {
 	e := newEnv(t, envOptions{noOpen: true})
 	cfg, err := parseSection(map[string]any{
-		"url": e.sim.URL(), "usernameFile": e.write(t, "u", "admin"), "passwordFile": e.write(t, "p", "wrong"),
+		"url": e.sim.URL(), "usernameFile": e.write(t, "u", "admin"), "passwordFile": e.write(t, "p", "wrong"), "insecure": true,
 	})
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
