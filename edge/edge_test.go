@@ -136,10 +136,11 @@ func asClient(r *http.Request, clusters ...string) *http.Request {
 	return r
 }
 
-// A client may read and change the load balancers of the clusters its
-// certificate names only: any client of the CA could change any cluster's
-// before (REFERENCE 17). A body over the limit is 413, naming the limit.
-func TestHandler_authorizesEachClusterByTheClientCertificate(t *testing.T) {
+// stoppedEdge is an edge whose HAProxy does not run: a change is checked
+// with haproxy -c and saved, and answered ErrUnavailable (skipped without
+// the haproxy binary).
+func stoppedEdge(t *testing.T) *Edge {
+	t.Helper()
 	bin, err := exec.LookPath("haproxy")
 	if err != nil {
 		t.Skip("no haproxy:", err)
@@ -148,6 +149,14 @@ func TestHandler_authorizesEachClusterByTheClientCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return e
+}
+
+// A client may read and change the load balancers of the clusters its
+// certificate names only: any client of the CA could change any cluster's
+// before (REFERENCE 17). A body over the limit is 413, naming the limit.
+func TestHandler_authorizesEachClusterByTheClientCertificate(t *testing.T) {
+	e := stoppedEdge(t)
 	h := e.Handler()
 	body := `{"name":"c2--ns_web","service":"ns/web","vips":["198.18.200.1"],"listeners":[{"port":80,"protocol":"TCP","pool":{"name":"c2--ns_web-TCP-80","members":[]}}]}`
 	for _, c := range []struct {
@@ -194,14 +203,7 @@ func TestHandler_authorizesEachClusterByTheClientCertificate(t *testing.T) {
 // another owner (the old names were ambiguous) stays, and its VIP and port
 // are still its own.
 func TestPut_replacesTheOldNameOfItsOwnerOnly(t *testing.T) {
-	bin, err := exec.LookPath("haproxy")
-	if err != nil {
-		t.Skip("no haproxy:", err)
-	}
-	e, err := New(Config{HAProxyBin: bin, Dir: filepath.Join(t.TempDir(), "e")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := stoppedEdge(t)
 	ctx := context.Background()
 	put := func(l *lbmodel.LoadBalancer, replaces string) error {
 		_, err := e.Put(ctx, "c1", l, replaces)

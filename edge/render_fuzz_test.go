@@ -180,7 +180,7 @@ func checkStructure(t *testing.T, text []byte, px haproxy.Proxies) {
 		if trimmed == "" || strings.HasPrefix(trimmed, "#") {
 			continue
 		}
-		words, cut := haproxyWords(line)
+		words, cut := haproxy.Words(line)
 		fail := func(why string) { t.Fatalf("line %d %q: %s\n%s", i+1, line, why, text) }
 		switch {
 		case cut:
@@ -203,55 +203,6 @@ func checkStructure(t *testing.T, text []byte, px haproxy.Proxies) {
 	if sections != want {
 		t.Fatalf("%d sections, want %d:\n%s", sections, want, text)
 	}
-}
-
-// haproxyWords splits a line into words as HAProxy's configuration parser
-// does: blanks separate words, single quotes hold anything, double quotes
-// anything but a backslash escape, a backslash outside single quotes
-// escapes the next character, and a "#" outside quotes starts a comment
-// (cut reports one after a word).
-func haproxyWords(line string) (words []string, cut bool) {
-	var w strings.Builder
-	inWord, single, double := false, false, false
-	for i := 0; i < len(line); i++ {
-		c := line[i]
-		switch {
-		case single && c == '\'':
-			single = false
-		case single:
-			w.WriteByte(c)
-		case c == '\\' && i+1 < len(line):
-			i++
-			w.WriteByte(line[i])
-			inWord = true
-		case double && c == '"':
-			double = false
-		case double:
-			w.WriteByte(c)
-		case c == '\'':
-			single, inWord = true, true
-		case c == '"':
-			double, inWord = true, true
-		case c == '#':
-			if inWord {
-				words = append(words, w.String())
-			}
-			return words, true
-		case c == ' ' || c == '\t':
-			if inWord {
-				words = append(words, w.String())
-				w.Reset()
-				inWord = false
-			}
-		default:
-			w.WriteByte(c)
-			inWord = true
-		}
-	}
-	if inWord {
-		words = append(words, w.String())
-	}
-	return words, false
 }
 
 var sentinelRE = regexp.MustCompile(`parsing \[[^\]]*:(\d+)\] : unknown keyword 'npl-fuzz-sentinel'`)
