@@ -24,7 +24,7 @@ func (e *Edge) proxies() haproxy.Proxies {
 	for k, lb := range e.desired {
 		lbs = append(lbs, haproxy.Desired{Cluster: k.cluster, LB: lb})
 	}
-	return haproxy.ProxiesOf(lbs, e.certPath)
+	return haproxy.ProxiesOf(lbs, e.files())
 }
 
 func (e *Edge) render(px haproxy.Proxies) haproxy.Rendered {
@@ -183,6 +183,9 @@ func (e *Edge) syncServers(ctx context.Context, px haproxy.Proxies) (int, error)
 					cmds = append(cmds, "enable server "+srv)
 				} else {
 					cmds = append(cmds, "set server "+srv+" state drain")
+				}
+				if c := p.DynamicCookieCommand(); c != "" {
+					cmds = append(cmds, c)
 				}
 				if err := runChain(cmds, "New server registered"); err != nil {
 					errs = append(errs, &memberError{lb: p.LoadBalancer, err: fmt.Errorf("load balancer %s: add member %s: %w", p.LoadBalancer, srv, err)})

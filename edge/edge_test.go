@@ -37,6 +37,11 @@ func TestCheckRequest(t *testing.T) {
 	foreignPool.Listeners[0].Pool.Name = "c2--ns-web-TCP-80"
 	noVIP := lb("c1--ns-web", "198.18.200.1", 80)
 	noVIP.VIPs = nil
+	sticky := lb("c1--ns-web", "198.18.200.1", 80)
+	sticky.Listeners[0].Pool.Policy = &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistSourceIP}}
+	stickyUDP := lb("c1--ns-web", "198.18.200.1", 53)
+	stickyUDP.Listeners[0].Protocol, stickyUDP.Listeners[0].Pool.Name = lbmodel.UDP, lbmodel.PoolName("c1--ns-web", lbmodel.UDP, 53)
+	stickyUDP.Listeners[0].Pool.Policy = sticky.Listeners[0].Pool.Policy
 	for _, c := range []struct {
 		name    string
 		cluster string
@@ -54,6 +59,8 @@ func TestCheckRequest(t *testing.T) {
 		{"a pool in another cluster's names", "c1", foreignPool, `pool c2--ns-web-TCP-80 does not start with the cluster name "c1"`},
 		{"a cluster name that owns another's names", "c1-", lb("c1---ns-web", "198.18.200.1", 80), "cluster name"},
 		{"a name a configuration would quote", "c1", lb("c1--ns-web\nfrontend x", "198.18.200.1", 80), "holds a character"},
+		{"a policy HAProxy serves", "c1", sticky, ""},
+		{"a policy the edge cannot serve", "c1", stickyUDP, "pool c1--ns-web-UDP-53: policy persistence.type=SourceIP is not supported by the haproxy provider"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := checkRequest(c.cluster, c.lb)

@@ -198,9 +198,11 @@ func (e *Edge) Status(ctx context.Context) api.Status {
 // checkRequest checks a load balancer sent to the edge and returns it in
 // canonical form. The model's rules are lbmodel.Normalize's (names and
 // owners a configuration would have to quote among them); the edge adds
-// only what HAProxy needs: one VIP, and the names of its proxies (the
-// load balancer's, its pools') in the cluster's prefix, so that no
-// cluster's proxy takes another's name.
+// only what HAProxy needs: one VIP, the names of its proxies (the load
+// balancer's, its pools') in the cluster's prefix, so that no cluster's
+// proxy takes another's name, and no policy field it cannot express
+// (api.PolicyCapabilities, which the haproxy provider strips before it
+// sends): a field it left out would be lost silently.
 func checkRequest(cluster string, lb *lbmodel.LoadBalancer) (*lbmodel.LoadBalancer, error) {
 	if cluster == "" || lb == nil || !lbmodel.OwnedBy(cluster, lb.Name) {
 		return nil, fmt.Errorf("%w: the load balancer's name must start with the cluster name %q and \"--\"", ErrInvalid, cluster)
@@ -216,6 +218,9 @@ func checkRequest(cluster string, lb *lbmodel.LoadBalancer) (*lbmodel.LoadBalanc
 		if !lbmodel.OwnedBy(cluster, p) {
 			return nil, fmt.Errorf("%w: load balancer %s: pool %s does not start with the cluster name %q and \"--\"", ErrInvalid, n.Name, p, cluster)
 		}
+	}
+	if _, gaps := api.PolicyCapabilities().StripPolicies(n); len(gaps) > 0 {
+		return nil, fmt.Errorf("%w: load balancer %s: %s", ErrInvalid, n.Name, lbmodel.JoinPolicyGaps(gaps))
 	}
 	if len(n.VIPs) != 1 {
 		return nil, fmt.Errorf("%w: load balancer %s: want exactly one VIP, got %d", ErrInvalid, n.Name, len(n.VIPs))

@@ -13,11 +13,9 @@ import (
 	"math/big"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -65,11 +63,14 @@ func FuzzRenderModel(f *testing.F) {
 		if err != nil {
 			return
 		}
-		certPath := func(fp string) string { return filepath.Join(dir, fp+".pem") }
-		px := haproxy.ProxiesOf([]haproxy.Desired{{Cluster: cluster, LB: n}}, certPath)
-		g := haproxy.Globals{AdminSocket: filepath.Join(dir, "admin.sock"), InvalidSocket: filepath.Join(dir, "500.sock"),
-			Checks: haproxy.DefaultChecks}
-		text := haproxy.Render(g, px).Text
+		// What the edge renders and writes for its desired state: the
+		// configuration, the certificate and CA files it names.
+		e := &Edge{cfg: Config{Dir: dir, Checks: haproxy.DefaultChecks}, desired: map[lbKey]*lbmodel.LoadBalancer{{cluster, n.Name}: n}}
+		if err := e.writeCerts(); err != nil {
+			t.Fatal(err)
+		}
+		px := e.proxies()
+		text := e.render(px).Text
 		checkStructure(t, text, px)
 		if bin != "" {
 			checkLinesWithHAProxy(t, bin, dir, text)
@@ -209,16 +210,9 @@ var sentinelRE = regexp.MustCompile(`parsing \[[^\]]*:(\d+)\] : unknown keyword 
 
 // checkLinesWithHAProxy has HAProxy parse text with a sentinel directive
 // after its last line, and fails t unless HAProxy reports the sentinel at
-// that line: HAProxy counts exactly the lines the renderer wrote. The
-// certificate files the configuration names are written first.
+// that line: HAProxy counts exactly the lines the renderer wrote.
 func checkLinesWithHAProxy(t *testing.T, bin, dir string, text []byte) {
 	t.Helper()
-	writeFuzzCert.Do(func() {
-		pemData := append(append(append([]byte{}, fuzzCert.cert...), '\n'), fuzzCert.key...)
-		if err := os.WriteFile(filepath.Join(dir, fuzzCert.fingerprint+".pem"), pemData, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	})
 	f, err := os.CreateTemp(dir, "haproxy-*.cfg")
 	if err != nil {
 		t.Fatal(err)
@@ -237,5 +231,3 @@ func checkLinesWithHAProxy(t *testing.T, bin, dir string, text []byte) {
 		t.Fatalf("HAProxy did not count %d lines (sentinel %q):\n%s\n%s", lines, m, out, text)
 	}
 }
-
-var writeFuzzCert sync.Once

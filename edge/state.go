@@ -3,6 +3,8 @@ package edge
 import (
 	"bytes"
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -13,6 +15,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/nodeportlocal/npl/edge/haproxy"
 	"github.com/nodeportlocal/npl/internal/atomicfile"
 	"github.com/nodeportlocal/npl/lbmodel"
 )
@@ -29,10 +32,59 @@ func (e *Edge) certPath(fingerprint string) string {
 	return filepath.Join(e.cfg.Dir, "tls", fingerprint+".pem")
 }
 
+// caPath is the file of the CA certificates of a pool's backend TLS, named
+// by a hash of their data, as a certificate's.
+func (e *Edge) caPath(pemData string) string {
+	sum := sha256.Sum256([]byte(pemData))
+	return filepath.Join(e.cfg.Dir, "ca", hex.EncodeToString(sum[:])+".pem")
+}
+
+// files name the edge's files for the configuration.
+func (e *Edge) files() haproxy.Files { return haproxy.Files{Cert: e.certPath, CA: e.caPath} }
+
+// backendCAs returns the CA certificates (PEM) of the pools' backend TLS of
+// the desired state.
+func (e *Edge) backendCAs() []string {
+	var out []string
+	for _, lb := range e.desired {
+		for _, p := range lb.Pools {
+			if p.Policy != nil && p.Policy.BackendTLS != nil && p.Policy.BackendTLS.CACertPEM != "" {
+				out = append(out, p.Policy.BackendTLS.CACertPEM)
+			}
+		}
+	}
+	return out
+}
+
 // writeCerts writes the certificate files of the desired state that do not
 // exist yet (mode 0600 in a 0700 directory): HAProxy reads them, and a
-// restarted edge reads the keys back from them.
+// restarted edge reads the keys back from them. The CA files of backend
+// TLS are written beside them.
 func (e *Edge) writeCerts() error {
+	for _, ca := range e.backendCAs() {
+		path := e.caPath(ca)
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return err
+		}
+		// The certificates alone: HAProxy's runtime "add server" fails
+		// on a CA file that holds anything else.
+		var certs []byte
+		for rest := []byte(ca); ; {
+			var block *pem.Block
+			if block, rest = pem.Decode(rest); block == nil {
+				break
+			}
+			if block.Type == "CERTIFICATE" {
+				certs = append(certs, pem.EncodeToMemory(block)...)
+			}
+		}
+		if err := atomicfile.Write(path, certs, 0o600); err != nil {
+			return fmt.Errorf("write the CA certificates of a backend TLS: %w", err)
+		}
+	}
 	for _, lb := range e.desired {
 		if !lb.IsL7() {
 			continue
@@ -54,7 +106,8 @@ func (e *Edge) writeCerts() error {
 	return nil
 }
 
-// removeStaleCerts removes the certificate files no load balancer uses.
+// removeStaleCerts removes the certificate and CA files no load balancer
+// uses.
 func (e *Edge) removeStaleCerts() {
 	used := map[string]bool{}
 	for _, lb := range e.desired {
@@ -64,8 +117,12 @@ func (e *Edge) removeStaleCerts() {
 			}
 		}
 	}
-	files, _ := filepath.Glob(filepath.Join(e.cfg.Dir, "tls", "*.pem"))
-	for _, f := range files {
+	for _, ca := range e.backendCAs() {
+		used[e.caPath(ca)] = true
+	}
+	tls, _ := filepath.Glob(filepath.Join(e.cfg.Dir, "tls", "*.pem"))
+	cas, _ := filepath.Glob(filepath.Join(e.cfg.Dir, "ca", "*.pem"))
+	for _, f := range append(tls, cas...) {
 		if !used[f] {
 			_ = os.Remove(f)
 		}

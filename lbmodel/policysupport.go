@@ -23,9 +23,17 @@ type PolicySupport struct {
 	MaxConnections  bool
 	Timeouts        bool
 	Retry           bool
-	BackendTLS      bool
+	// RetryCodes are the answers the provider can retry on; nil: any of
+	// 400-599. A code it cannot retry on is left out of Retry.Codes.
+	RetryCodes []int32
+	// RetryBackoff: a wait before each retry.
+	RetryBackoff bool
+	BackendTLS   bool
 	// BackendTLSURI: subject alternative names of type URI.
 	BackendTLSURI bool
+	// BackendTLSManySANs: more than one subject alternative name, one of
+	// which the certificate must carry.
+	BackendTLSManySANs bool
 }
 
 // PolicyCapabilities are what a provider can express of the policy of each
@@ -134,9 +142,29 @@ func (s PolicySupport) strip(in *Policy) (*Policy, []string) {
 		drop("timeouts")
 		p.Timeouts = nil
 	}
-	if p.Retry != nil && !s.Retry {
-		drop("retry")
-		p.Retry = nil
+	if x := p.Retry; x != nil {
+		switch {
+		case !s.Retry:
+			drop("retry")
+			p.Retry = nil
+		default:
+			if s.RetryCodes != nil {
+				// The codes it can retry on are still retried; each
+				// other is named.
+				x.Codes = slices.DeleteFunc(x.Codes, func(c int32) bool {
+					if slices.Contains(s.RetryCodes, c) {
+						return false
+					}
+					drop(fmt.Sprintf("retry.codes=%d", c))
+					return true
+				})
+				x.Codes = canonicalSlice(x.Codes)
+			}
+			if x.BackoffMillis != 0 && !s.RetryBackoff {
+				drop("retry.backoffMillis")
+				x.BackoffMillis = 0
+			}
+		}
 	}
 	if x := p.BackendTLS; x != nil {
 		uri := slices.ContainsFunc(x.SubjectAltNames, func(n SubjectAltName) bool { return n.Type == SANURI })
@@ -149,6 +177,11 @@ func (s PolicySupport) strip(in *Policy) (*Policy, []string) {
 			// policy refuses; without backend TLS the requests fail,
 			// which is the safe way to fail.
 			drop("backendTLS.subjectAltNames type=URI")
+			p.BackendTLS = nil
+		case len(x.SubjectAltNames) > 1 && !s.BackendTLSManySANs:
+			// Verifying one name of several would refuse members the
+			// policy accepts; the same safe way to fail.
+			drop("backendTLS.subjectAltNames (more than one)")
 			p.BackendTLS = nil
 		}
 	}

@@ -53,6 +53,28 @@ func TestStripPolicies_leavesOutAndNamesWhatTheProviderCannotExpress(t *testing.
 		t.Errorf("gap wording %q", s)
 	}
 
+	// Retries on the codes the provider has, without the backoff it lacks;
+	// backend TLS with several names it cannot verify is left out whole.
+	lb, err = Normalize(withPolicy(true, &Policy{
+		Retry:      &Retry{Attempts: 2, Codes: []int32{418, 503, 500}, BackoffMillis: 100},
+		BackendTLS: &BackendTLS{Hostname: "web.example", SystemCAs: true, SubjectAltNames: []SubjectAltName{{SANHostname, "a.example"}, {SANHostname, "b.example"}}},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps = PolicyCapabilities{HTTP: PolicySupport{Retry: true, RetryCodes: []int32{500, 503}, BackendTLS: true}}
+	got, gaps = caps.StripPolicies(lb)
+	if diff := cmp.Diff(&Policy{Retry: &Retry{Attempts: 2, Codes: []int32{500, 503}}}, got.Pools[0].Policy); diff != "" {
+		t.Errorf("retry codes and backoff (-want +got):\n%s", diff)
+	}
+	fields = nil
+	for _, g := range gaps {
+		fields = append(fields, g.Field)
+	}
+	if diff := cmp.Diff([]string{"retry.codes=418", "retry.backoffMillis", "backendTLS.subjectAltNames (more than one)"}, fields); diff != "" {
+		t.Errorf("gaps (-want +got):\n%s", diff)
+	}
+
 	// Nothing supported: an L4 pool keeps its members and loses its policy.
 	l4, _ := Normalize(withPolicy(false, &Policy{Persistence: &Persistence{Type: PersistSourceIP, TimeoutSeconds: 10800}}))
 	got, gaps = PolicyCapabilities{}.StripPolicies(l4)

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -30,6 +31,7 @@ import (
 	"github.com/nodeportlocal/npl/lbsync/controller"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
 	"github.com/nodeportlocal/npl/lbsync/inputs"
+	"github.com/nodeportlocal/npl/lbsync/lbpolicy/v1alpha1"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -143,6 +145,9 @@ func run(ctx context.Context, o *options) error {
 		IngressSharedVIP: cfg.IngressSharedVIP(),
 		GatewayFeatures:  gateway.FeaturesFor(cfg.ProviderName()),
 	}, client, provider, metrics)
+	if err := enablePolicies(ctx, restCfg, client, ctrl); err != nil {
+		return err
+	}
 	watchCRDs := false
 	if cfg.GatewayAPIEnabled() {
 		if watchCRDs, err = enableGatewayAPI(ctx, restCfg, client, ctrl); err != nil {
@@ -268,6 +273,27 @@ func enableGatewayAPI(ctx context.Context, restCfg *rest.Config, client kubernet
 	klog.FromContext(ctx).Info("Serving Gateway API Gateways", "controllerName", gateway.ControllerName,
 		"routeKinds", append([]string{gateway.KindHTTPRoute}, kinds...))
 	return len(missingKinds) > 0, nil
+}
+
+// enablePolicies makes ctrl apply LoadBalancerPolicies when the API server
+// serves their CRD; without it, it says so once and the rest runs.
+func enablePolicies(ctx context.Context, restCfg *rest.Config, client kubernetes.Interface, ctrl *controller.Controller) error {
+	served, err := inputs.PoliciesServed(client.Discovery())
+	if err != nil {
+		return err
+	}
+	if !served {
+		klog.FromContext(ctx).Info("The LoadBalancerPolicy CRD is not installed: LoadBalancerPolicies are not applied; install it and restart npl-lbsync to apply them",
+			"crd", v1alpha1.CRDName)
+		return nil
+	}
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	ctrl.EnablePolicies(dyn)
+	klog.FromContext(ctx).Info("Applying LoadBalancerPolicies", "controllerName", v1alpha1.ControllerName)
+	return nil
 }
 
 // watchGatewayCRDs serves the Gateway API CRDs installed after the start

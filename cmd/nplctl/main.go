@@ -39,7 +39,7 @@ func newCommand(argv0 string) *cobra.Command {
 	g.kubeconfig = cli.AddKubeconfigFlag(cmd)
 	cmd.PersistentFlags().StringVarP(&g.namespace, "namespace", "n", "", "namespace (default: all namespaces)")
 	cmd.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table, wide, json or yaml")
-	cmd.AddCommand(newPoolsCommand(g), newMappingsCommand(g), newConfigCommand())
+	cmd.AddCommand(newPoolsCommand(g), newMappingsCommand(g), newConfigCommand(), newProviderCommand(g))
 	return cmd
 }
 

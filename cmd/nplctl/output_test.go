@@ -47,6 +47,10 @@ func sampleReport() inspect.Report {
 		lb("api", m("198.18.0.12", 61002, true), m("198.18.0.10", 61003, false)),
 		lb("new", m("198.18.0.11", 61004, true)),
 	}
+	// web's policy is applied; api's slow start is not.
+	expected[0].Listeners[0].Pool.Policy = &lbmodel.Policy{HealthCheck: &lbmodel.HealthCheck{Type: lbmodel.CheckHTTP, Path: "/healthz"},
+		Algorithm: &lbmodel.Algorithm{Type: lbmodel.ConsistentHash, HashOn: lbmodel.HashSourceIP}}
+	expected[1].Listeners[0].Pool.Policy = &lbmodel.Policy{SlowStartSeconds: 30}
 	actual := []lbmodel.LoadBalancer{
 		{Name: "c1--shop-web", VIPs: []string{"203.0.113.1"}, Listeners: expected[0].Listeners},
 		{Name: "c1--shop-api", VIPs: []string{"203.0.113.2"}, Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.TCP,

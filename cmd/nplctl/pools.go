@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
@@ -34,8 +35,12 @@ gatewayAPI.enabled is set; without it the state comes from each Service's
 npl.io/LoadBalancerSynced condition and each Gateway's Programmed condition,
 and Gateways are read when the Gateway API CRDs are installed.
 
-States: in-sync, drift (members differ), missing (no such pool on the LB).
---check exits 1 when any pool is not in sync and names the differing members.`,
+States: in-sync, drift (members or policy differ), missing (no such pool on
+the LB). -o wide adds each pool's traffic policy (its Service's sessionAffinity,
+its route's fields and the LoadBalancerPolicies of its targets, as far as the
+provider expresses them) beside the provider's ("=" when the same).
+--check exits 1 when any pool is not in sync and names the differing members
+and policy fields.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := g.checkOutput(); err != nil {
@@ -59,6 +64,9 @@ States: in-sync, drift (members differ), missing (no such pool on the LB).
 					}
 					if len(p.Extra) > 0 {
 						fmt.Fprintf(cmd.ErrOrStderr(), "; extra %s", strings.Join(p.Extra, ", "))
+					}
+					if len(p.PolicyDrift) > 0 {
+						fmt.Fprintf(cmd.ErrOrStderr(), "; policy differs: %s", strings.Join(p.PolicyDrift, ", "))
 					}
 					if p.Reason != "" {
 						fmt.Fprintf(cmd.ErrOrStderr(), "; %s", p.Reason)
@@ -111,8 +119,23 @@ func pools(ctx context.Context, g *globals, configPath string) (inspect.Report, 
 			return inspect.Report{}, fmt.Errorf("open provider %s: %w", cfg.ProviderName(), err)
 		}
 		// A Gateway's routes the provider refuses are left out, as
-		// npl-lbsync leaves them out.
+		// npl-lbsync leaves them out, and so are the policy fields it
+		// does not express.
 		settings.Checker = providers.ModelCheckerOf(provider)
+		caps := providers.PolicyCapabilitiesOf(provider)
+		settings.Capabilities = &caps
+	}
+	// LoadBalancerPolicies, when their CRD is served, as npl-lbsync applies them.
+	if served, err := inputs.PoliciesServed(client.Discovery()); err != nil {
+		return inspect.Report{}, err
+	} else if served {
+		dyn, err := dynamic.NewForConfig(restCfg)
+		if err != nil {
+			return inspect.Report{}, fmt.Errorf("dynamic client: %w", err)
+		}
+		if settings.Policies, err = inputs.PoliciesFromAPI(ctx, dyn, g.namespace); err != nil {
+			return inspect.Report{}, err
+		}
 	}
 	// Secrets are read as npl-lbsync reads them, so that an L7 pool's
 	// certificates match; without the right to read them, none is read.
@@ -148,7 +171,7 @@ func printPools(w io.Writer, format string, r inspect.Report, color bool) error 
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
 	if format == "wide" {
-		fmt.Fprintln(tw, "SERVICE\tPOOL\tPROTOCOL\tPORT\tVIP\tSTATE\tEXPECTED\tACTUAL")
+		fmt.Fprintln(tw, "SERVICE\tPOOL\tPROTOCOL\tPORT\tVIP\tSTATE\tEXPECTED\tACTUAL\tPOLICY\tACTUAL POLICY")
 	} else {
 		fmt.Fprintln(tw, "SERVICE\tPOOL\tPROTOCOL\tPORT\tEXPECTED\tACTUAL\tSTATE")
 	}
@@ -158,13 +181,26 @@ func printPools(w io.Writer, format string, r inspect.Report, color bool) error 
 			state = colorState(state)
 		}
 		if format == "wide" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", p.Service, p.Name, p.Protocol, p.Port,
-				orNone(strings.Join(p.VIPs, ",")), state, memberList(p.Expected), memberList(p.Actual))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Service, p.Name, p.Protocol, p.Port,
+				orNone(strings.Join(p.VIPs, ",")), state, memberList(p.Expected), memberList(p.Actual),
+				inspect.DescribePolicy(p.Policy), actualPolicy(p))
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", p.Service, p.Name, p.Protocol, p.Port, len(p.Expected), len(p.Actual), state)
 	}
 	return tw.Flush()
+}
+
+// actualPolicy is the provider's policy of a pool, "=" when it is the
+// expected one, "?" when no provider was asked.
+func actualPolicy(p inspect.Pool) string {
+	switch {
+	case p.Reason != "" || p.State == inspect.StateMissing:
+		return "?"
+	case len(p.PolicyDrift) == 0:
+		return "="
+	}
+	return inspect.DescribePolicy(p.ActualPolicy)
 }
 
 func memberList(ms []inspect.Member) string {

@@ -149,6 +149,15 @@ type Backend struct {
 	// Pool is, for the TCP-mode copy of an L7 load balancer's pool that
 	// its TLS listeners forward to, the pool's name; empty otherwise.
 	Pool string
+	// Policy is the pool's traffic policy (policy.go); nil: round robin
+	// and the edge's health check.
+	Policy *lbmodel.Policy
+	// IPv6 says that the clients come to an IPv6 VIP: the type of a
+	// table of their addresses (source persistence).
+	IPv6 bool
+	// CAFile is the file of the CA certificates of the policy's backend
+	// TLS, unless it trusts the system's.
+	CAFile string
 }
 
 // TLSBackendName is the name of the TCP-mode copy of the pool named pool,
@@ -159,9 +168,10 @@ func TLSBackendName(pool string) string { return pool + ":tls" }
 
 // ServerOptions are the keywords of a member's server in backend b, the
 // same in the configuration and in a runtime "add server": the health
-// check, and HTTP/2 for an h2c pool.
+// check (its timing from the policy, else c), the rest of the pool's policy
+// (policy.go), and HTTP/2 for an h2c pool.
 func (b Backend) ServerOptions(c Checks) string {
-	s := c.Options()
+	s := b.serverPolicy(c)
 	if b.AppProtocol == lbmodel.AppProtocolH2C {
 		s += " proto h2"
 	}
@@ -264,6 +274,9 @@ func Render(g Globals, p Proxies) Rendered {
 		emit("", "    bind unix@"+g.InvalidSocket+" mode "+mode, false)
 		emit("", "    http-request return status 500", false)
 	}
+	for _, l := range caFileLines(backs) {
+		emit("", l, false)
+	}
 	for _, f := range fronts {
 		obj := fmt.Sprintf("load balancer %s (proxy %s)", f.LoadBalancer, f.Name)
 		desc := fmt.Sprintf("    description npl cluster=%s lb=%s service=%s", f.Cluster, f.LoadBalancer, f.Service)
@@ -321,7 +334,9 @@ func Render(g Globals, p Proxies) Rendered {
 		if b.HTTP {
 			emit(obj, "    mode http", false)
 		}
-		emit(obj, "    balance roundrobin", false)
+		for _, l := range b.policyLines() {
+			emit(obj, l, false)
+		}
 		for _, m := range b.Members {
 			s := "    server " + ServerName(m) + " " + b.ServerArgs(m, g.Checks)
 			if !m.Enabled {
@@ -430,6 +445,14 @@ func Parse(text []byte) (Proxies, error) {
 				b.Cluster, b.LoadBalancer, b.AppProtocol, b.Pool = kv["cluster"], kv["lb"], kv["app"], kv["pool"]
 			case fields[0] == "mode" && len(fields) > 1:
 				b.HTTP = fields[1] == "http"
+			case strings.HasPrefix(line, policyComment):
+				var p lbmodel.Policy
+				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, policyComment)), &p); err != nil {
+					return Proxies{}, fmt.Errorf("line %d: backend %s: policy: %w", n, name, err)
+				}
+				b.Policy = &p
+			case fields[0] == "stick-table" && len(fields) > 2:
+				b.IPv6 = fields[2] == "ipv6"
 			case fields[0] == "server" && len(fields) > 2 && fields[1] == InvalidServer:
 				w, err := serverWeight(fields)
 				if err != nil {
@@ -442,6 +465,11 @@ func Parse(text []byte) (Proxies, error) {
 					return Proxies{}, fmt.Errorf("line %d: backend %s: %w", n, name, err)
 				}
 				m := lbmodel.Member{IP: ip.String(), Port: port, Enabled: !slices.Contains(fields[3:], "disabled")}
+				if ws, _ := Words(line); slices.Contains(ws[:len(ws)-1], "ca-file") {
+					if ca := ws[slices.Index(ws, "ca-file")+1]; ca != "@system-ca" {
+						b.CAFile = ca
+					}
+				}
 				if m.Weight, err = serverWeight(fields); err != nil {
 					return Proxies{}, fmt.Errorf("line %d: backend %s: %w", n, name, err)
 				}

@@ -58,22 +58,42 @@ func sampleProxies() Proxies {
 			{Name: "c1--ns-web-TCP-80", Cluster: "c1", LoadBalancer: "c1--ns-web", Members: []lbmodel.Member{
 				{IP: "198.18.0.11", Port: 61001, Enabled: true},
 				{IP: "198.18.0.12", Port: 61002, Enabled: false},
+			}, Policy: &lbmodel.Policy{
+				Persistence: &lbmodel.Persistence{Type: lbmodel.PersistSourceIP, TimeoutSeconds: 10800},
+				HealthCheck: &lbmodel.HealthCheck{Type: lbmodel.CheckHTTP, Path: "/health z'", Host: "web.example",
+					ExpectedStatuses: []lbmodel.StatusRange{{Min: 200, Max: 299}, {Min: 302, Max: 302}}, IntervalSeconds: 5, TimeoutSeconds: 2, Rise: 2, Fall: 3},
+				Algorithm:        &lbmodel.Algorithm{Type: lbmodel.ConsistentHash, HashOn: lbmodel.HashSourceIP},
+				SlowStartSeconds: 10, MaxConnectionsPerMember: 100,
 			}},
 			{Name: "c1--ns-web-TCP-443", Cluster: "c1", LoadBalancer: "c1--ns-web", Members: []lbmodel.Member{}},
 			{Name: "c1--ns-v6-TCP-80", Cluster: "c1", LoadBalancer: "c1--ns-v6", Members: []lbmodel.Member{
 				{IP: "fd00:198:18::11", Port: 61001, Enabled: true},
-			}},
+			}, IPv6: true, Policy: &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistSourceIP},
+				Algorithm: &lbmodel.Algorithm{Type: lbmodel.LeastConnections}}},
 			{Name: "c1--ns-ing-L7-ns-api-80", Cluster: "c1", LoadBalancer: "c1--ns-ing-L7", HTTP: true, Members: []lbmodel.Member{
 				{IP: "198.18.0.11", Port: 61003, Enabled: true},
+			}, CAFile: "/run/ca/a b.pem", Policy: &lbmodel.Policy{
+				Persistence: &lbmodel.Persistence{Type: lbmodel.PersistCookie, Name: "it's", TimeoutSeconds: 3600, IdleTimeoutSeconds: 600, Permanent: true},
+				Algorithm:   &lbmodel.Algorithm{Type: lbmodel.ConsistentHash, HashOn: lbmodel.HashCookie, HashName: "u'1"},
+				Timeouts:    &lbmodel.Timeouts{RequestMillis: 1000, BackendRequestMillis: 300},
+				Retry:       &lbmodel.Retry{Attempts: 5, Codes: []int32{500, 503}},
+				BackendTLS: &lbmodel.BackendTLS{Hostname: "a.example", CACertPEM: "-----BEGIN CERTIFICATE-----\n",
+					SubjectAltNames: []lbmodel.SubjectAltName{{Type: lbmodel.SANHostname, Value: "b.example"}}},
 			}},
-			{Name: "c1--ns-ing-L7-ns-web-80", Cluster: "c1", LoadBalancer: "c1--ns-ing-L7", HTTP: true, Members: []lbmodel.Member{}},
+			{Name: "c1--ns-ing-L7-ns-web-80", Cluster: "c1", LoadBalancer: "c1--ns-ing-L7", HTTP: true, Members: []lbmodel.Member{},
+				Policy: &lbmodel.Policy{
+					Persistence: &lbmodel.Persistence{Type: lbmodel.PersistHeader, Name: "x-session", TimeoutSeconds: 60},
+					Algorithm:   &lbmodel.Algorithm{Type: lbmodel.ConsistentHash, HashOn: lbmodel.HashHeader, HashName: "x-user#1"},
+					Timeouts:    &lbmodel.Timeouts{RequestMillis: 500},
+					Retry:       &lbmodel.Retry{Attempts: 2},
+				}},
 			{Name: "c1--ns-gw-a", Cluster: "c1", LoadBalancer: "c1--ns-gw", HTTP: true, Members: []lbmodel.Member{
 				{IP: "198.18.0.11", Port: 61005, Enabled: true, Weight: 70},
 				{IP: "198.18.0.12", Port: 61005, Enabled: true},
-			}},
+			}, Policy: gwPolicy},
 			{Name: "c1--ns-gw-a:tls", Cluster: "c1", LoadBalancer: "c1--ns-gw", Pool: "c1--ns-gw-a", Members: []lbmodel.Member{
 				{IP: "198.18.0.11", Port: 61005, Enabled: true, Weight: 70},
-			}},
+			}, Policy: gwPolicy},
 			{Name: "c1--ns-gw-grpc", Cluster: "c1", LoadBalancer: "c1--ns-gw", HTTP: true, AppProtocol: lbmodel.AppProtocolH2C,
 				Members: []lbmodel.Member{{IP: "198.18.0.11", Port: 61006, Enabled: true}}, InvalidWeight: 3},
 			{Name: "c1--ns-gw-TCP-9000", Cluster: "c1", LoadBalancer: "c1--ns-gw", Members: []lbmodel.Member{
@@ -81,6 +101,11 @@ func sampleProxies() Proxies {
 		},
 	}
 }
+
+// gwPolicy is the policy of a pool that HTTP rules and TLS routes share:
+// its TLS copy checks the members with TCP.
+var gwPolicy = &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistSourceIP, TimeoutSeconds: 60},
+	HealthCheck: &lbmodel.HealthCheck{Type: lbmodel.CheckHTTP, Path: "/healthz"}}
 
 // gatewayRules are rules with every field Gateway API routes fill, values
 // with blanks, quotes, backslashes, % and braces among them.
@@ -272,6 +297,15 @@ func TestRender_haproxyAcceptsIt(t *testing.T) {
 func sampleWithCertsIn(t *testing.T, dir string) Proxies {
 	t.Helper()
 	px := sampleProxies()
+	for i := range px.Backends {
+		if b := &px.Backends[i]; b.CAFile != "" {
+			b.CAFile = filepath.Join(dir, "the CA's #1.pem")
+			cert, _ := pem.Decode(selfSigned(t))
+			if err := os.WriteFile(b.CAFile, pem.EncodeToMemory(cert), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	for i := range px.Frontends {
 		for j := range px.Frontends[i].Certificates {
 			c := &px.Frontends[i].Certificates[j]

@@ -114,3 +114,54 @@ func checkLines(t *testing.T, text []byte) {
 		}
 	}
 }
+
+// FuzzRenderParsePolicy feeds arbitrary policies (JSON) to an HTTP pool:
+// every policy lbmodel.Normalize accepts renders into a backend whose
+// lines no value can end or add to (names, paths and hosts with quotes,
+// #, blanks), with a member whose server keywords stay one word each, and
+// Parse reads the policy back. Seeds: the sample's policies.
+func FuzzRenderParsePolicy(f *testing.F) {
+	for _, b := range sampleProxies().Backends {
+		if b.Policy != nil {
+			data, err := json.Marshal(b.Policy)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(data)
+		}
+	}
+	f.Add([]byte(`{"persistence":{"type":"Cookie","name":"a#b'c"},"healthCheck":{"type":"HTTP","path":"/x#\n'y","host":"h.example"}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var p lbmodel.Policy
+		if json.Unmarshal(data, &p) != nil {
+			return
+		}
+		lb := &lbmodel.LoadBalancer{Name: "c1--x", Kind: lbmodel.L7, Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.HTTP}},
+			Pools: []lbmodel.Pool{{Name: "c1--x-p", Policy: &p, Members: []lbmodel.Member{{IP: "198.18.0.11", Port: 61000, Enabled: true}}}},
+			HTTP:  &lbmodel.HTTPRoutes{DefaultPool: "c1--x-p"}}
+		n, err := lbmodel.Normalize(lb)
+		if err != nil || n.Pools[0].Policy == nil {
+			return
+		}
+		px := ProxiesOf([]Desired{{Cluster: "c1", LB: &lbmodel.LoadBalancer{Name: n.Name, Kind: n.Kind, Listeners: n.Listeners,
+			Pools: n.Pools, HTTP: n.HTTP, VIPs: []string{"198.18.200.1"}}}}, testFiles)
+		text := Render(Globals{AdminSocket: "/run/a.sock", Checks: DefaultChecks}, px).Text
+		checkLines(t, text)
+		for _, line := range strings.Split(string(text), "\n") {
+			if strings.HasPrefix(line, "    server 198.18.0.11_61000 ") && strings.ContainsAny(strings.ReplaceAll(line, `\ `, ""), "'\"#") {
+				t.Fatalf("a server line holds a quote or #: %q", line)
+			}
+		}
+		got, err := Parse(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(got.Backends, func(b Backend) bool { return b.Name == "c1--x-p" })
+		if i < 0 {
+			t.Fatalf("Parse found no backend c1--x-p:\n%s", text)
+		}
+		if diff := cmp.Diff(n.Pools[0].Policy, got.Backends[i].Policy); diff != "" {
+			t.Fatalf("policy read back (-rendered +parsed):\n%s", diff)
+		}
+	})
+}

@@ -26,17 +26,39 @@ type Desired struct {
 	LB      *lbmodel.LoadBalancer
 }
 
+// Files name the edge's files the configuration refers to.
+type Files struct {
+	// Cert names the file of a certificate and its key by fingerprint.
+	Cert func(fingerprint string) string
+	// CA names the file of CA certificates (PEM) by their data.
+	CA func(pemData string) string
+}
+
+// backend is the backend of pool p of load balancer lb of cluster, served
+// on vip.
+func (f Files) backend(cluster string, lb *lbmodel.LoadBalancer, vip netip.Addr, p lbmodel.Pool, http bool) Backend {
+	b := Backend{Name: p.Name, Cluster: cluster, LoadBalancer: lb.Name, HTTP: http, Members: p.Members, Policy: p.Policy,
+		IPv6: vip.Is6()}
+	if http {
+		b.InvalidWeight, b.AppProtocol = p.InvalidWeight, p.AppProtocol
+	}
+	if http && p.Policy != nil && p.Policy.BackendTLS != nil && !p.Policy.BackendTLS.SystemCAs {
+		b.CAFile = f.CA(p.Policy.BackendTLS.CACertPEM)
+	}
+	return b
+}
+
 // ProxiesOf returns the frontends and backends that serve lbs, sorted by
 // name: per L4 listener a TCP frontend and its pool's backend; per L7 load
 // balancer those of addL7. Listeners HAProxy does not serve (Served) have
-// none. certPath names the file of a certificate by its fingerprint.
-func ProxiesOf(lbs []Desired, certPath func(fingerprint string) string) Proxies {
+// none.
+func ProxiesOf(lbs []Desired, files Files) Proxies {
 	var out Proxies
 	for _, d := range lbs {
 		lb := d.LB
 		vip := netip.MustParseAddr(lb.VIPs[0])
 		if lb.IsL7() {
-			out.addL7(d.Cluster, lb, vip, certPath)
+			out.addL7(d.Cluster, lb, vip, files)
 			continue
 		}
 		for _, l := range lb.Listeners {
@@ -45,8 +67,7 @@ func ProxiesOf(lbs []Desired, certPath func(fingerprint string) string) Proxies 
 			}
 			out.Frontends = append(out.Frontends, Frontend{Name: l.Pool.Name, Cluster: d.Cluster, LoadBalancer: lb.Name,
 				Service: lb.Service, VIP: vip, Port: l.Port, DefaultBackend: l.Pool.Name})
-			out.Backends = append(out.Backends, Backend{Name: l.Pool.Name, Cluster: d.Cluster, LoadBalancer: lb.Name,
-				Members: l.Pool.Members})
+			out.Backends = append(out.Backends, files.backend(d.Cluster, lb, vip, l.Pool, false))
 		}
 	}
 	slices.SortFunc(out.Frontends, func(a, b Frontend) int { return cmp.Compare(a.Name, b.Name) })
@@ -59,8 +80,8 @@ func ProxiesOf(lbs []Desired, certPath func(fingerprint string) string) Proxies 
 // certificates, and an HTTP-mode backend per pool; a TCP-mode frontend and
 // backend per TCP listener (a Gateway's, as an L4 listener); a TCP-mode
 // frontend per TLS listener, with its SNI routes, and a TCP-mode copy of
-// each pool they name. certPath names a certificate's file.
-func (out *Proxies) addL7(cluster string, lb *lbmodel.LoadBalancer, vip netip.Addr, certPath func(string) string) {
+// each pool they name.
+func (out *Proxies) addL7(cluster string, lb *lbmodel.LoadBalancer, vip netip.Addr, files Files) {
 	front := func(l lbmodel.Listener) Frontend {
 		return Frontend{Name: lbmodel.ListenerName(lb.Name, l.Protocol, l.Port),
 			Cluster: cluster, LoadBalancer: lb.Name, Service: lb.Service, Ingress: lb.Ingress, Gateway: lb.Gateway,
@@ -69,7 +90,7 @@ func (out *Proxies) addL7(cluster string, lb *lbmodel.LoadBalancer, vip netip.Ad
 	certs := func(f *Frontend) {
 		for _, c := range lb.HTTP.TLS {
 			if onPort(c.Ports, f.Port) {
-				f.Certificates = append(f.Certificates, CertFile{Path: certPath(c.Fingerprint), Cert: c.WithoutKeys()})
+				f.Certificates = append(f.Certificates, CertFile{Path: files.Cert(c.Fingerprint), Cert: c.WithoutKeys()})
 			}
 		}
 	}
@@ -89,8 +110,7 @@ func (out *Proxies) addL7(cluster string, lb *lbmodel.LoadBalancer, vip netip.Ad
 			}
 		case lbmodel.TCP:
 			f.Listener, f.DefaultBackend = lbmodel.TCP, l.Pool.Name
-			out.Backends = append(out.Backends, Backend{Name: l.Pool.Name, Cluster: cluster, LoadBalancer: lb.Name,
-				Members: l.Pool.Members})
+			out.Backends = append(out.Backends, files.backend(cluster, lb, vip, l.Pool, false))
 		case lbmodel.TLS:
 			f.Listener, f.SNI = lbmodel.TLS, l.SNI
 			if l.Terminate {
@@ -105,11 +125,11 @@ func (out *Proxies) addL7(cluster string, lb *lbmodel.LoadBalancer, vip netip.Ad
 		out.Frontends = append(out.Frontends, f)
 	}
 	for _, p := range lb.Pools {
-		out.Backends = append(out.Backends, Backend{Name: p.Name, Cluster: cluster, LoadBalancer: lb.Name,
-			HTTP: true, Members: p.Members, InvalidWeight: p.InvalidWeight, AppProtocol: p.AppProtocol})
+		out.Backends = append(out.Backends, files.backend(cluster, lb, vip, p, true))
 		if tlsPools[p.Name] {
-			out.Backends = append(out.Backends, Backend{Name: TLSBackendName(p.Name), Cluster: cluster,
-				LoadBalancer: lb.Name, Members: p.Members, Pool: p.Name})
+			b := files.backend(cluster, lb, vip, p, false)
+			b.Name, b.Pool = TLSBackendName(p.Name), p.Name
+			out.Backends = append(out.Backends, b)
 		}
 	}
 }
@@ -138,12 +158,16 @@ func LoadBalancers(px Proxies, states []ServerState, cluster string) map[string]
 		servers[s.Backend] = append(servers[s.Backend], lbmodel.Member{IP: s.IP.String(), Port: s.Port, Enabled: s.Enabled(),
 			Weight: s.ModelWeight()})
 	}
+	policies := map[string]*lbmodel.Policy{}
+	for _, b := range px.Backends {
+		policies[b.Name] = b.Policy
+	}
 	pool := func(name, appProtocol string) lbmodel.Pool {
 		members := lbmodel.SortMembers(servers[name])
 		if members == nil {
 			members = []lbmodel.Member{}
 		}
-		return lbmodel.Pool{Name: name, AppProtocol: appProtocol, Members: members, InvalidWeight: invalid[name]}
+		return lbmodel.Pool{Name: name, AppProtocol: appProtocol, Members: members, InvalidWeight: invalid[name], Policy: policies[name]}
 	}
 	lbs := map[string]*lbmodel.LoadBalancer{}
 	seenRules := map[string]map[string]bool{} // load balancer -> rule MatchKeys

@@ -3,6 +3,7 @@ package haproxy
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -24,7 +25,7 @@ func TestProxiesOf_gatewayStreams(t *testing.T) {
 		HTTP: &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{{Path: "/", PathType: lbmodel.PathPrefix, Pool: "both"}},
 			TLS: []lbmodel.TLSCert{{Secret: "ns/t", Ports: []int32{9443}, Fingerprint: "ff"}}},
 	}
-	px := ProxiesOf([]Desired{{Cluster: "c1", LB: in}}, func(fp string) string { return "/run/edge/tls/" + fp + ".pem" })
+	px := ProxiesOf([]Desired{{Cluster: "c1", LB: in}}, testFiles)
 	var fronts, backs []string
 	for _, f := range px.Frontends {
 		fronts = append(fronts, fmt.Sprintf("%s http=%v listener=%s default=%s sni=%d certs=%d", f.Name, f.HTTP, f.Listener,
@@ -83,7 +84,7 @@ func TestLoadBalancers_readsBackWhatProxiesOfServes(t *testing.T) {
 	other := &lbmodel.LoadBalancer{Name: "c2--ns-svc", VIPs: []string{"198.18.200.3"},
 		Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: "c2--ns-svc-TCP-80",
 			Members: []lbmodel.Member{}}}}}
-	px := ProxiesOf([]Desired{{"c1", l4}, {"c1", l7}, {"c2", other}}, func(fp string) string { return "/run/edge/tls/" + fp + ".pem" })
+	px := ProxiesOf([]Desired{{"c1", l4}, {"c1", l7}, {"c2", other}}, testFiles)
 	parsed, err := Parse(Render(testGlobals, px).Text)
 	if err != nil {
 		t.Fatal(err)
@@ -117,4 +118,10 @@ func TestLoadBalancers_readsBackWhatProxiesOfServes(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("LoadBalancers (-want +got):\n%s", diff)
 	}
+}
+
+// testFiles name the edge's files under /run/edge.
+var testFiles = Files{
+	Cert: func(fp string) string { return "/run/edge/tls/" + fp + ".pem" },
+	CA:   func(pemData string) string { return "/run/edge/ca/" + strconv.Itoa(len(pemData)) + ".pem" },
 }

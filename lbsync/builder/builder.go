@@ -69,6 +69,23 @@ type Report struct {
 	// ReadyBackends counts the enabled members over all pools; zero means
 	// the load balancer has nothing to send traffic to.
 	ReadyBackends int
+	// PoolBackends names, by pool of an Ingress's or a Gateway's model,
+	// the backend Services ("namespace/name", sorted, once each) whose
+	// Pods make its members: a Service's LoadBalancerPolicy reaches the
+	// pools whose only backend it is (lbpolicy.Attach).
+	PoolBackends map[string][]string
+}
+
+// AddPoolBackend records that the members of pool come from the backend
+// Service svcID.
+func (r *Report) AddPoolBackend(pool, svcID string) {
+	if r.PoolBackends == nil {
+		r.PoolBackends = map[string][]string{}
+	}
+	if svcs := r.PoolBackends[pool]; !slices.Contains(svcs, svcID) {
+		r.PoolBackends[pool] = append(svcs, svcID)
+		slices.Sort(r.PoolBackends[pool])
+	}
 }
 
 // AddBackend adds the report of the members of a backend Service (an
@@ -158,11 +175,32 @@ func Build(in Input) (*lbmodel.LoadBalancer, Report) {
 		lb.Listeners = append(lb.Listeners, lbmodel.Listener{
 			Port:     sp.Port,
 			Protocol: proto,
-			Pool:     lbmodel.Pool{Name: lbmodel.PoolName(name, proto, sp.Port), Members: members},
+			Pool:     lbmodel.Pool{Name: lbmodel.PoolName(name, proto, sp.Port), Members: members, Policy: affinityPolicy(svc)},
 		})
 	}
 	lbmodel.SortListeners(lb.Listeners)
 	return lb, r
+}
+
+// defaultAffinitySeconds is Kubernetes' default of
+// sessionAffinityConfig.clientIP.timeoutSeconds.
+const defaultAffinitySeconds = 10800
+
+// affinityPolicy is the policy a Service's session affinity gives every
+// pool of its load balancer: with sessionAffinity ClientIP, the
+// connections of a client address stay on one member, each a Pod in
+// NodePortLocal mode, until the client is idle for
+// sessionAffinityConfig.clientIP.timeoutSeconds (10800 unless set; the
+// API server allows 1-86400). nil without affinity.
+func affinityPolicy(svc *corev1.Service) *lbmodel.Policy {
+	if svc.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
+		return nil
+	}
+	timeout := int32(defaultAffinitySeconds)
+	if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+		timeout = *c.ClientIP.TimeoutSeconds
+	}
+	return &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistSourceIP, TimeoutSeconds: timeout}}
 }
 
 // requestedVIP returns the canonical address the Service asks for, from

@@ -603,3 +603,47 @@ func TestMovedMembers(t *testing.T) {
 		})
 	}
 }
+
+// TestBuild_clientIPAffinityPersistsEveryPoolOnTheSource: a Service's
+// sessionAffinity ClientIP keeps each client address on one member of
+// every pool (TCP and UDP, any mode), idle for the Service's timeout or
+// Kubernetes' default 10800 s; without it the pools have no policy.
+func TestBuild_clientIPAffinityPersistsEveryPoolOnTheSource(t *testing.T) {
+	sticky := func(seconds int32) *lbmodel.Policy {
+		return &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistSourceIP, TimeoutSeconds: seconds}}
+	}
+	for _, c := range []struct {
+		name string
+		mod  func(*corev1.Service)
+		want *lbmodel.Policy
+	}{
+		{"no affinity", func(*corev1.Service) {}, nil},
+		{"None", func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityNone }, nil},
+		{"ClientIP, the default timeout", func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP }, sticky(10800)},
+		{"ClientIP with its timeout", func(s *corev1.Service) {
+			s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+			s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr(int32(60))}}
+		}, sticky(60)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, mode := range []string{ServiceTypeNodePortLocal, ServiceTypeNodePort, ServiceTypeClusterIP} {
+				lb, report := Build(Input{ClusterName: testCluster, ServiceType: mode, Service: svcWith(service(tcp8080, udp53), c.mod),
+					Pods: []*corev1.Pod{pod("a", npl(entry(8080, "198.18.0.11", 61000, "tcp")))}})
+				if lb == nil || len(lb.Listeners) != 2 {
+					t.Fatalf("%s: model %+v, report %+v", mode, lb, report)
+				}
+				for _, l := range lb.Listeners {
+					if diff := cmp.Diff(c.want, l.Pool.Policy); diff != "" {
+						t.Errorf("%s: policy of pool %s (-want +got):\n%s", mode, l.Pool.Name, diff)
+					}
+				}
+				if c.want != nil && lb.Listeners[0].Pool.Policy == lb.Listeners[1].Pool.Policy {
+					t.Errorf("%s: the pools share one policy", mode)
+				}
+				if _, err := lbmodel.Normalize(lb); err != nil {
+					t.Errorf("%s: Normalize: %v", mode, err)
+				}
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,6 +44,9 @@ type applier struct {
 	// moved holds when each member's Pod mapping moved to another node
 	// port (drain.go), for the drain period.
 	moved map[memberAddr]time.Time
+	// longestDrain is the longest drain of a pool's policy applied so far
+	// (a time.Duration): moves are remembered that long.
+	longestDrain atomic.Int64
 }
 
 func newApplier(cl *cluster, provider providers.Provider) *applier {

@@ -31,9 +31,15 @@ type cluster struct {
 	// gwp holds the Gateway API part (gwState); nil until EnableGatewayAPI
 	// or ServeGatewayAPI. ServeGatewayAPI replaces it whole when CRDs
 	// appear after the start.
-	gwp      atomic.Pointer[gatewayState]
+	gwp atomic.Pointer[gatewayState]
+	// pol holds the LoadBalancerPolicy part; nil unless EnablePolicies
+	// was called before Start.
+	pol      *policyState
 	recorder record.EventRecorder
 	queue    workqueue.TypedRateLimitingInterface[queueKey]
+	// writes are the objects our writes returned, until the caches show
+	// them (pending).
+	writes ownWrites
 }
 
 // statusWriters is how many status writes one sync sends at once: a
@@ -65,10 +71,11 @@ func (c *cluster) patchService(ctx context.Context, svc *corev1.Service, patch [
 	if patch == nil {
 		return nil
 	}
-	_, err := c.client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, subresources...)
+	out, err := c.client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}, subresources...)
 	if err != nil {
 		return fmt.Errorf("patch service %s/%s: %w", svc.Namespace, svc.Name, err)
 	}
+	c.writes.wrote(out)
 	return nil
 }
 

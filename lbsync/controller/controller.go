@@ -36,6 +36,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/lbsync/inputs"
@@ -88,6 +89,9 @@ type Controller struct {
 	ingresses *ingressReconciler
 	gateways  *gatewayReconciler
 	classes   *gatewayClassReconciler
+	policies  *policyReconciler
+	// policyCaps is what the provider expresses of a pool's policy.
+	policyCaps lbmodel.PolicyCapabilities
 	// reconcilers are all of them, in the order of a full pass; byKind
 	// selects the one that syncs a key.
 	reconcilers []reconciler
@@ -161,10 +165,14 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 		ingresses: &ingressReconciler{cluster: cl, applier: a, lister: ingInformer.Lister()},
 		gateways:  newGatewayReconciler(cl, a, providers.ModelCheckerOf(provider)),
 		classes:   &gatewayClassReconciler{cluster: cl},
+		policies:  &policyReconciler{cluster: cl},
+		// The provider, not the metrics' wrapper of it: its own
+		// capabilities (behind Validated when the registry opened it).
+		policyCaps: providers.PolicyCapabilitiesOf(provider),
 		synced: []cache.InformerSynced{svcInformer.Informer().HasSynced, podInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced,
 			ingInformer.Informer().HasSynced, classInformer.Informer().HasSynced, sliceInformer.HasSynced},
 	}
-	c.reconcilers = []reconciler{c.services, c.ingresses, c.classes, c.gateways}
+	c.reconcilers = []reconciler{c.services, c.ingresses, c.classes, c.gateways, c.policies}
 	c.byKind = map[kind]reconciler{}
 	for _, r := range c.reconcilers {
 		for _, k := range r.kinds() {
@@ -174,7 +182,7 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 
 	_, _ = svcInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.services.serviceChanged,
-		UpdateFunc: func(_, obj any) { c.services.serviceChanged(obj) },
+		UpdateFunc: func(_, obj any) { c.writes.observed(obj); c.services.serviceChanged(obj) },
 		DeleteFunc: c.services.serviceChanged,
 	})
 	_, _ = podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -194,7 +202,7 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	})
 	_, _ = ingInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.ingresses.ingressChanged,
-		UpdateFunc: c.ingresses.ingressUpdated,
+		UpdateFunc: func(old, obj any) { c.writes.observed(obj); c.ingresses.ingressUpdated(old, obj) },
 		DeleteFunc: c.ingresses.ingressDeleted,
 	})
 	_, _ = classInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -223,6 +231,9 @@ func (c *Controller) Start(ctx context.Context) error {
 	c.factory.Start(ctx.Done())
 	if g := c.gwState(); g != nil {
 		g.factory.Start(ctx.Done())
+	}
+	if c.pol != nil {
+		go c.pol.informer.RunWithContext(ctx)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("wait for informer caches: %w", ctx.Err())

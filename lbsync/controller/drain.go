@@ -36,34 +36,33 @@ func newDrainTracker() *drainTracker {
 }
 
 // apply records the disabled members of lb and those of the last model
-// that moved (moved reports a member's address as moved) and are gone from
-// this one, puts back those still within their drain period that the model
-// no longer has, forgets the others, and returns when the next one expires
-// (zero if none).
-func (d *drainTracker) apply(lb *lbmodel.LoadBalancer, period time.Duration, now time.Time, moved func(lbmodel.Member) bool) (next time.Time) {
-	if period <= 0 {
-		clear(d.until)
-		clear(d.last)
-		return time.Time{}
-	}
+// that moved (moved reports whether a member's address moved within a
+// drain period) and are gone from this one, puts back those still within
+// their drain period that the model no longer has, forgets the others,
+// and returns when the next one expires (zero if none). A pool drains for
+// its policy's DrainSeconds when set (a LoadBalancerPolicy), else for
+// period; a pool whose drain is 0 keeps nothing.
+func (d *drainTracker) apply(lb *lbmodel.LoadBalancer, period time.Duration, now time.Time, moved func(lbmodel.Member, time.Duration) bool) (next time.Time) {
 	pools := poolsOf(lb)
 	present := map[drainKey]bool{}
-	names := map[string]bool{}
+	periods := make(map[string]time.Duration, len(pools))
 	for _, pool := range pools {
-		names[pool.Name] = true
+		p := poolDrain(pool, period)
+		periods[pool.Name] = p
 		for _, m := range pool.Members {
 			k := drainKey{pool.Name, m.IP, m.Port}
 			present[k] = true
-			if m.Enabled {
+			if m.Enabled || p <= 0 {
 				delete(d.until, k)
 			} else if _, ok := d.until[k]; !ok {
-				d.until[k] = now.Add(period)
+				d.until[k] = now.Add(p)
 			}
 		}
 	}
 	for k := range d.last {
-		if _, ok := d.until[k]; !ok && !present[k] && moved(lbmodel.Member{IP: k.ip, Port: k.port}) {
-			d.until[k] = now.Add(period)
+		p := periods[k.pool]
+		if _, ok := d.until[k]; !ok && p > 0 && !present[k] && moved(lbmodel.Member{IP: k.ip, Port: k.port}, p) {
+			d.until[k] = now.Add(p)
 		}
 	}
 	d.last = present
@@ -85,7 +84,7 @@ func (d *drainTracker) apply(lb *lbmodel.LoadBalancer, period time.Duration, now
 		}
 	}
 	for k, until := range d.until {
-		if !names[k.pool] {
+		if periods[k.pool] <= 0 { // the pool is gone, or drains no more
 			delete(d.until, k)
 			continue
 		}
@@ -94,6 +93,15 @@ func (d *drainTracker) apply(lb *lbmodel.LoadBalancer, period time.Duration, now
 		}
 	}
 	return next
+}
+
+// poolDrain is how long the draining members of pool stay: its policy's
+// DrainSeconds when set, else period.
+func poolDrain(pool *lbmodel.Pool, period time.Duration) time.Duration {
+	if pool.Policy != nil && pool.Policy.DrainSeconds != nil {
+		return time.Duration(*pool.Policy.DrainSeconds) * time.Second
+	}
+	return period
 }
 
 // poolsOf returns the pools of a load balancer: the listeners' (L4) and the
@@ -122,12 +130,18 @@ func (a *applier) applyDrains(key queueKey, lb *lbmodel.LoadBalancer) {
 		a.drains[key] = drains
 	}
 	a.mu.Unlock()
+	// The moves are kept for the longest drain of any pool.
+	for _, pool := range poolsOf(lb) {
+		if d := poolDrain(pool, 0); d > time.Duration(a.longestDrain.Load()) {
+			a.longestDrain.Store(int64(d))
+		}
+	}
 	// Asked only of the members a sync no longer has: rare.
-	moved := func(m lbmodel.Member) bool {
+	moved := func(m lbmodel.Member, period time.Duration) bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		at, ok := a.moved[memberAddr{m.IP, m.Port}]
-		return ok && now.Sub(at) < a.settings.DrainPeriod
+		return ok && now.Sub(at) < period
 	}
 	next := drains.apply(lb, a.settings.DrainPeriod, now, moved)
 	if !next.IsZero() {
@@ -142,11 +156,13 @@ type memberAddr struct {
 }
 
 // recordMovesOf remembers the members that the change from the cached Pod
-// to cur moved (builder.MovedMembers), for the drain period, and forgets
-// older moves when it records new ones. The informer's transform calls it before its cache holds
+// to cur moved (builder.MovedMembers), for the longest drain period (the
+// global one, or a pool's policy's), and forgets older moves when it
+// records new ones. The informer's transform calls it before its cache holds
 // cur, so that no sync sees the new annotation without the move.
 func (a *applier) recordMovesOf(cur *corev1.Pod) {
-	if a.settings.DrainPeriod <= 0 || a.store.Pods == nil {
+	keep := max(a.settings.DrainPeriod, time.Duration(a.longestDrain.Load()))
+	if keep <= 0 || a.store.Pods == nil {
 		return
 	}
 	obj, ok, err := a.store.Pods.GetByKey(cur.Namespace + "/" + cur.Name)
@@ -163,7 +179,7 @@ func (a *applier) recordMovesOf(cur *corev1.Pod) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for addr, at := range a.moved {
-		if now.Sub(at) >= a.settings.DrainPeriod {
+		if now.Sub(at) >= keep {
 			delete(a.moved, addr)
 		}
 	}

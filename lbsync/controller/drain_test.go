@@ -1,13 +1,16 @@
 package controller
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbmodel"
@@ -20,7 +23,7 @@ func lbWith(members ...lbmodel.Member) *lbmodel.LoadBalancer {
 }
 
 // noMoves is a drainTracker.apply argument: no member moved.
-func noMoves(lbmodel.Member) bool { return false }
+func noMoves(lbmodel.Member, time.Duration) bool { return false }
 
 func mem(ip string, port int32, enabled bool) lbmodel.Member {
 	return lbmodel.Member{IP: ip, Port: port, Enabled: enabled}
@@ -86,7 +89,9 @@ func TestDrainTracker_aMovedMemberDrainsAndAGoneOneDoesNot(t *testing.T) {
 
 	// npl-agent moved the first Pod's mapping to 61900; the second Pod
 	// went (not Ready, or no longer selected): only the moved one drains.
-	moved := func(m lbmodel.Member) bool { return m == lbmodel.Member{IP: "198.18.0.10", Port: 61000} }
+	moved := func(m lbmodel.Member, _ time.Duration) bool {
+		return m == lbmodel.Member{IP: "198.18.0.10", Port: 61000}
+	}
 	lb := lbWith(mem("198.18.0.10", 61900, true))
 	if next := d.apply(lb, period, t0.Add(time.Second), moved); !next.Equal(t0.Add(time.Second + period)) {
 		t.Errorf("next = %v, want the moved member's drain end %v", next, t0.Add(time.Second+period))
@@ -147,5 +152,33 @@ func TestRecordMovesOf(t *testing.T) {
 	a.recordMovesOf(annotated(61900))
 	if len(a.moved) != 0 {
 		t.Errorf("moves with drain period 0: %v, want none", a.moved)
+	}
+}
+
+// A pool's policy's drainSeconds (a LoadBalancerPolicy) overrides the
+// drain period, longer or 0, pool by pool.
+func TestDrainTracker_policyDrainPerPool(t *testing.T) {
+	d := newDrainTracker()
+	t0 := time.Unix(1000, 0)
+	lbOf := func(members ...lbmodel.Member) *lbmodel.LoadBalancer {
+		return &lbmodel.LoadBalancer{Name: "c--ns-web", Listeners: []lbmodel.Listener{
+			{Port: 80, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: "long", Members: slices.Clone(members), Policy: &lbmodel.Policy{DrainSeconds: ptr.To[int32](120)}}},
+			{Port: 81, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: "none", Members: slices.Clone(members), Policy: &lbmodel.Policy{DrainSeconds: ptr.To[int32](0)}}},
+			{Port: 82, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: "default", Members: slices.Clone(members)}},
+		}}
+	}
+	if next := d.apply(lbOf(mem("198.18.0.11", 61001, false)), 30*time.Second, t0, noMoves); !next.Equal(t0.Add(30 * time.Second)) {
+		t.Errorf("next = %v, want the default pool's end %v", next, t0.Add(30*time.Second))
+	}
+	// The Pod is gone 60 s later: only the pool of 120 s keeps it.
+	lb := lbOf()
+	next := d.apply(lb, 30*time.Second, t0.Add(time.Minute), noMoves)
+	got := map[string][]lbmodel.Member{}
+	for _, l := range lb.Listeners {
+		got[l.Pool.Name] = l.Pool.Members
+	}
+	want := map[string][]lbmodel.Member{"long": {mem("198.18.0.11", 61001, false)}, "none": nil, "default": nil}
+	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" || !next.Equal(t0.Add(2*time.Minute)) {
+		t.Errorf("members 60 s later (-want +got):\n%s\nnext %v, want %v", diff, next, t0.Add(2*time.Minute))
 	}
 }

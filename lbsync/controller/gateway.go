@@ -25,6 +25,7 @@ import (
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
 	"github.com/nodeportlocal/npl/lbsync/inputs"
+	"github.com/nodeportlocal/npl/lbsync/lbpolicy"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -87,6 +88,8 @@ func (r *gatewayReconciler) gatewayChanged(obj any) {
 	}
 	if gw, ok := obj.(*gatewayv1.Gateway); ok {
 		r.queue.Add(gatewayKey(gw.Namespace, gw.Name))
+		// Whether it exists and is ours is in their status.
+		r.queuePoliciesOf(lbpolicy.GatewayTarget(gw.Namespace, gw.Name))
 	}
 }
 
@@ -176,6 +179,12 @@ func (r *gatewayReconciler) sync(ctx context.Context, key queueKey) syncResult {
 		return synced() // ServeGatewayAPI's informers sync; it queues every Gateway once they have
 	}
 	gw, err := r.gwState().gateways.Gateways(key.namespace).Get(key.name)
+	if err == nil {
+		if last, ok := pending(&r.writes, gw); ok {
+			gw = gw.DeepCopy()
+			gw.Status = last.Status // the spec stays the cache's: never older than its events
+		}
+	}
 	if err != nil || !gateway.Ours(gw, r.gatewayClasses()) || gw.DeletionTimestamp != nil {
 		return retryOn(r.release(ctx, key, err != nil))
 	}
@@ -185,6 +194,8 @@ func (r *gatewayReconciler) sync(ctx context.Context, key queueKey) syncResult {
 		return retryOn(err)
 	}
 	res := gateway.Build(in)
+	own := lbpolicy.GatewayTarget(gw.Namespace, gw.Name)
+	r.attachPolicies(res.LB, &own, res.Report.PoolBackends)
 	for _, e := range res.Report.Errors {
 		r.recorder.Event(gw, corev1.EventTypeWarning, "InvalidGateway", e)
 	}
@@ -336,10 +347,11 @@ func (r *gatewayReconciler) writeStatus(ctx context.Context, gw *gatewayv1.Gatew
 	if err != nil {
 		return err
 	}
-	_, err = r.gwState().client.GatewayV1().Gateways(gw.Namespace).Patch(ctx, gw.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	out, err := r.gwState().client.GatewayV1().Gateways(gw.Namespace).Patch(ctx, gw.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
 		return fmt.Errorf("patch gateway %s/%s status: %w", gw.Namespace, gw.Name, err)
 	}
+	r.writes.wrote(out)
 	return nil
 }
 

@@ -107,7 +107,7 @@ func (c *Controller) newGatewayState(client gatewayclient.Interface, routeKinds 
 	})
 	_, _ = gwInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.gateways.gatewayChanged,
-		UpdateFunc: c.gateways.gatewayUpdated,
+		UpdateFunc: func(old, obj any) { c.writes.observed(obj); c.gateways.gatewayUpdated(old, obj) },
 		DeleteFunc: c.gateways.gatewayChanged,
 	})
 	synced := []cache.InformerSynced{classInf.Informer().HasSynced, gwInf.Informer().HasSynced,

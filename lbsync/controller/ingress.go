@@ -140,6 +140,12 @@ func (r *ingressReconciler) sync(ctx context.Context, key queueKey) syncResult {
 		return r.syncSharedLB(ctx)
 	}
 	ing, err := r.lister.Ingresses(key.namespace).Get(key.name)
+	if err == nil {
+		if last, ok := pending(&r.writes, ing); ok {
+			ing = ing.DeepCopy()
+			ing.Status = last.Status // the spec stays the cache's: never older than its events
+		}
+	}
 	if err != nil {
 		r.forget(key)
 		if r.settings.IngressSharedVIP {
@@ -254,6 +260,8 @@ func (r *ingressReconciler) build(ctx context.Context, ings []*networkingv1.Ingr
 			"Cannot read TLS Secret %s: npl-lbsync may not read Secrets; serving HTTP only", f.Secret)
 	}
 	lb, report := ingress.Build(in)
+	// The policies of the backend Services: an Ingress is no target.
+	r.attachPolicies(lb, nil, report.PoolBackends)
 	for _, e := range report.Errors {
 		r.recorder.Event(target(e), corev1.EventTypeWarning, "InvalidIngress", e)
 	}
@@ -320,14 +328,19 @@ func (r *ingressReconciler) patchIngress(ctx context.Context, ing *networkingv1.
 	if patch == nil {
 		return nil
 	}
-	_, err := r.client.NetworkingV1().Ingresses(ing.Namespace).Patch(ctx, ing.Name, types.MergePatchType, patch, metav1.PatchOptions{}, subresources...)
+	out, err := r.client.NetworkingV1().Ingresses(ing.Namespace).Patch(ctx, ing.Name, types.MergePatchType, patch, metav1.PatchOptions{}, subresources...)
 	if err != nil {
 		return fmt.Errorf("patch ingress %s/%s: %w", ing.Namespace, ing.Name, err)
 	}
+	r.writes.wrote(out)
 	return nil
 }
 
 // setStatus writes the VIPs into the Ingress's status.
 func (r *ingressReconciler) setStatus(ctx context.Context, ing *networkingv1.Ingress, vips []string) error {
+	if last, ok := pending(&r.writes, ing); ok {
+		ing = ing.DeepCopy()
+		ing.Status = last.Status
+	}
 	return r.patchIngress(ctx, ing, claim.IngressStatusPatch(ing, vips), "status")
 }

@@ -36,6 +36,8 @@ const (
 	// kindGatewayClass is a GatewayClass, whose status npl-lbsync writes
 	// when it is npl's.
 	kindGatewayClass
+	// kindPolicy is a LoadBalancerPolicy, whose status npl-lbsync writes.
+	kindPolicy
 )
 
 // kindNames name the kinds in keys and logs.
@@ -45,6 +47,7 @@ var kindNames = [...]string{
 	kindSharedIngress: "shared ingress load balancer",
 	kindGateway:       "gateway",
 	kindGatewayClass:  "gatewayclass",
+	kindPolicy:        "loadbalancerpolicy",
 }
 
 // queueKey is an item of the work queue, and the key of what the
@@ -60,6 +63,7 @@ func serviceKey(namespace, name string) queueKey { return queueKey{kindService, 
 func ingressKey(namespace, name string) queueKey { return queueKey{kindIngress, namespace, name} }
 func gatewayKey(namespace, name string) queueKey { return queueKey{kindGateway, namespace, name} }
 func gatewayClassKey(name string) queueKey       { return queueKey{kind: kindGatewayClass, name: name} }
+func policyKey(namespace, name string) queueKey  { return queueKey{kindPolicy, namespace, name} }
 
 // keysOf returns the keys that key makes of objs.
 func keysOf[T metav1.Object](objs []T, key func(namespace, name string) queueKey) []queueKey {

@@ -19,6 +19,7 @@ import (
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/lbsync/lbpolicy"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -57,6 +58,8 @@ func (r *serviceReconciler) serviceChanged(obj any) {
 	}
 	if s, ok := obj.(*corev1.Service); ok {
 		r.queueWithUsers(serviceKey(s.Namespace, s.Name), 0)
+		// Whether it exists and is ours is in their status.
+		r.queuePoliciesOf(lbpolicy.ServiceTarget(s.Namespace, s.Name))
 	}
 }
 
@@ -151,6 +154,12 @@ func (r *serviceReconciler) claimed(names map[string]bool) {
 // sync makes the load balancer of one Service match it.
 func (r *serviceReconciler) sync(ctx context.Context, key queueKey) syncResult {
 	svc, err := r.lister.Services(key.namespace).Get(key.name)
+	if err == nil {
+		if last, ok := pending(&r.writes, svc); ok {
+			svc = svc.DeepCopy()
+			svc.Status = last.Status // the spec stays the cache's: never older than its events
+		}
+	}
 	if err != nil {
 		// Gone without our finalizer (or it was removed by hand): the
 		// garbage collector removes what may be left.
@@ -198,6 +207,8 @@ func (r *serviceReconciler) ensure(ctx context.Context, svc *corev1.Service) syn
 	if lb == nil {
 		return refused(r.setCondition(ctx, svc, claim.Condition{Reason: "InvalidService", Message: fmt.Sprint(report.Errors)}))
 	}
+	own := lbpolicy.ServiceTarget(svc.Namespace, svc.Name)
+	r.attachPolicies(lb, &own, nil)
 	r.metrics.observeMembers(key.String(), lb)
 
 	r.mu.Lock()

@@ -267,13 +267,23 @@ func (b *build) checkRoute(rt *routeView) (accepted, resolved metav1.Condition) 
 	return accepted, resolved
 }
 
-// checkRule says why rule i of a route cannot be served, by its kind.
+// checkRule says why rule i of a route cannot be served, by its kind, or
+// its traffic policy (rulePolicy).
 func (b *build) checkRule(rt *routeView, i int) (gatewayv1.RouteConditionReason, error) {
+	var reason gatewayv1.RouteConditionReason
+	var err error
 	switch rt.kind {
 	case KindHTTPRoute:
-		return b.checkHTTPRule(rt, i)
+		reason, err = b.checkHTTPRule(rt, i)
 	case KindGRPCRoute:
-		return checkGRPCRule(&rt.grpc.Spec.Rules[i])
+		reason, err = checkGRPCRule(&rt.grpc.Spec.Rules[i])
+	default:
+		return "", nil
 	}
-	return "", nil
+	if err == nil {
+		if _, _, err = rulePolicy(rt, i); err != nil {
+			reason = gatewayv1.RouteReasonUnsupportedValue
+		}
+	}
+	return reason, err
 }

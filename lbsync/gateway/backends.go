@@ -87,6 +87,7 @@ func (b *build) backendPool(rt *routeView, index int, name string, proto corev1.
 		b.backends[ServiceRef{Namespace: be.svc.Namespace, Name: be.svc.Name}] = true
 		if be.weight > 0 {
 			valid = append(valid, be)
+			b.r.AddPoolBackend(name, be.svc.Namespace+"/"+be.svc.Name)
 		}
 	}
 	out := &backendPool{Pool: lbmodel.Pool{Name: name, Members: []lbmodel.Member{}}, hasBackends: len(valid) > 0}

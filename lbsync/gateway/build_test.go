@@ -60,6 +60,11 @@ func TestBuildModel(t *testing.T) {
 	if diff := cmp.Diff([]ServiceRef{{appNS, "a"}, {appNS, "b"}}, res.Backends); diff != "" {
 		t.Errorf("backends (-want +got):\n%s", diff)
 	}
+	// A Service's LoadBalancerPolicy reaches the pools whose only backend it is.
+	wantPools := map[string][]string{poolName("new", 0): {appNS + "/b"}, poolName("old", 0): {appNS + "/a"}, poolName("old", 1): {appNS + "/a", appNS + "/b"}}
+	if diff := cmp.Diff(wantPools, res.Report.PoolBackends); diff != "" {
+		t.Errorf("pool backends (-want +got):\n%s", diff)
+	}
 	for _, l := range res.Listeners {
 		if l.Status.AttachedRoutes != 2 || !l.Served {
 			t.Errorf("listener %s: attached %d served %v, want 2 and served", l.Status.Name, l.Status.AttachedRoutes, l.Served)

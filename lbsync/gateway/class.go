@@ -49,6 +49,7 @@ var ExtendedFeatures = []gatewayv1.FeatureName{
 	"HTTPRoute307RedirectStatusCode",
 	"HTTPRoute308RedirectStatusCode",
 	"HTTPRouteBackendProtocolWebSocket",
+	"HTTPRouteBackendTimeout",
 	"HTTPRouteHostRewrite",
 	"HTTPRouteMethodMatching",
 	"HTTPRouteNamedRouteRule",
@@ -57,6 +58,7 @@ var ExtendedFeatures = []gatewayv1.FeatureName{
 	"HTTPRoutePathRewrite",
 	"HTTPRoutePortRedirect",
 	"HTTPRouteQueryParamMatching",
+	"HTTPRouteRequestTimeout",
 	"HTTPRouteResponseHeaderModification",
 	"HTTPRouteSchemeRedirect",
 }

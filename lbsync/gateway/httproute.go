@@ -24,9 +24,6 @@ func (b *build) checkHTTPRule(rt *routeView, i int) (gatewayv1.RouteConditionRea
 		}
 		return reason, err
 	}
-	if rule.Timeouts != nil || rule.Retry != nil || rule.SessionPersistence != nil {
-		b.warnf("%s: rule %d: timeouts, retry and sessionPersistence are not supported: ignored", rt, i)
-	}
 	if err := checkRegexes(rule); err != nil {
 		return gatewayv1.RouteReasonUnsupportedValue, err
 	}

@@ -111,6 +111,11 @@ func (b *build) rulePool(rt *routeView, index int) string {
 	if !p.hasBackends {
 		return ""
 	}
+	policy, warnings, _ := rulePolicy(rt, index) // checked by checkRule
+	for _, w := range warnings {
+		b.warnf("%s: rule %d: %s", rt, index, w)
+	}
+	p.Policy = policy
 	if _, ok := b.pools[name]; !ok {
 		b.pools[name] = &p.Pool
 	}

@@ -329,6 +329,7 @@ func (b *build) use(ing *networkingv1.Ingress, ref backendRef) {
 	if _, built := b.pools[ref.pool]; built {
 		return
 	}
+	b.r.AddPoolBackend(ref.pool, ref.svcID)
 	b.pools[ref.pool] = &lbmodel.Pool{Name: ref.pool, Members: b.members(ing, ref)}
 }
 

@@ -35,7 +35,8 @@ func runBuildCases(t *testing.T, tests []buildCase) {
 			if diff := cmp.Diff(tt.want, lb, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("model (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tt.wantReport, report, cmpopts.EquateEmpty()); diff != "" {
+			// PoolBackends has a test of its own (TestBuild_poolBackends).
+			if diff := cmp.Diff(tt.wantReport, report, cmpopts.EquateEmpty(), cmpopts.IgnoreFields(builder.Report{}, "PoolBackends")); diff != "" {
 				t.Errorf("report (-want +got):\n%s", diff)
 			}
 		})
@@ -425,4 +426,22 @@ func TestBuild_sharedVIPPoolsOfCollidingNamesStayApart(t *testing.T) {
 		},
 		wantReport: builder.Report{ReadyBackends: 2},
 	}})
+}
+
+// The report names the backend Service of each pool, for a Service's
+// LoadBalancerPolicy: a pool whose Service is missing too.
+func TestBuild_poolBackends(t *testing.T) {
+	shared := lbmodel.SharedIngressLoadBalancerName(testCluster, "npl")
+	blog := ingress("old", inNS("blog"), createdAt(100), rule("a.example.com", prefix("/", backend("blog", 80))))
+	shop := ingress("new", createdAt(200), rule("b.example.com", prefix("/", backend("shop", 80)), exact("/gone", backend("gone", 80))))
+	_, report := Build(Input{ClusterName: testCluster, SharedVIP: true, IngressClass: "npl",
+		Ingresses: ingresses(shop, blog), Services: []*corev1.Service{service("shop"), service("blog", svcNS("blog"))}})
+	want := map[string][]string{
+		lbmodel.IngressPoolName(shared, "blog", "blog", "80"): {"blog/blog"},
+		lbmodel.IngressPoolName(shared, "shop", "shop", "80"): {"shop/shop"},
+		lbmodel.IngressPoolName(shared, "shop", "gone", "80"): {"shop/gone"},
+	}
+	if diff := cmp.Diff(want, report.PoolBackends); diff != "" {
+		t.Errorf("pool backends (-want +got):\n%s", diff)
+	}
 }

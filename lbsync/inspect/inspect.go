@@ -25,6 +25,8 @@ import (
 	"github.com/nodeportlocal/npl/lbsync/gateway"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
 	"github.com/nodeportlocal/npl/lbsync/inputs"
+	"github.com/nodeportlocal/npl/lbsync/lbpolicy"
+	"github.com/nodeportlocal/npl/lbsync/lbpolicy/v1alpha1"
 	"github.com/nodeportlocal/npl/providers"
 )
 
@@ -60,6 +62,14 @@ type Pool struct {
 	Extra   []string `json:"extra,omitempty"`
 	// Reason explains the state when no provider was asked.
 	Reason string `json:"reason,omitempty"`
+	// Policy is the pool's traffic policy as npl-lbsync asks for it (its
+	// builders' fields and its targets' LoadBalancerPolicies, less what
+	// the provider does not express), ActualPolicy what the provider
+	// reports, and PolicyDrift the fields that differ (drift, as members
+	// that differ are).
+	Policy       *lbmodel.Policy `json:"policy,omitempty"`
+	ActualPolicy *lbmodel.Policy `json:"actualPolicy,omitempty"`
+	PolicyDrift  []string        `json:"policyDrift,omitempty"`
 }
 
 // Report is what `nplctl pools` prints.
@@ -89,6 +99,13 @@ type Settings struct {
 	// Checker is the provider's check of a Gateway's listeners and rules,
 	// as npl-lbsync builds with it (nil: all of them are served).
 	Checker providers.ModelChecker
+	// Policies are the LoadBalancerPolicies to apply (none when their CRD
+	// is not served).
+	Policies []*v1alpha1.LoadBalancerPolicy
+	// Capabilities, when set, are what the provider expresses of a policy:
+	// the expected models are then normalized and hold only that, as the
+	// provider gets them (providers.Validated).
+	Capabilities *lbmodel.PolicyCapabilities
 }
 
 // Expected builds the load balancers the cluster expects for the Services,
@@ -104,12 +121,15 @@ func Expected(ctx context.Context, client kubernetes.Interface, gc gatewayclient
 		return nil, err
 	}
 	var out []*lbmodel.LoadBalancer
+	policies := lbpolicy.Index(s.Policies)
 	for _, svc := range store.AllServices() {
 		if !claim.Ours(svc, s.Claim) || svc.DeletionTimestamp != nil {
 			continue
 		}
 		if lb, _ := builder.Build(store.ServiceInput(set, svc)); lb != nil {
-			out = append(out, lb)
+			own := lbpolicy.ServiceTarget(svc.Namespace, svc.Name)
+			lbpolicy.Attach(lb, &own, nil, policies)
+			out = append(out, s.asProvided(lb))
 		}
 	}
 	classes := store.Classes()
@@ -135,22 +155,41 @@ func Expected(ctx context.Context, client kubernetes.Interface, gc gatewayclient
 		if err != nil {
 			return nil, err
 		}
-		if lb, _ := ingress.Build(in); lb != nil {
-			out = append(out, lb)
+		if lb, report := ingress.Build(in); lb != nil {
+			lbpolicy.Attach(lb, nil, report.PoolBackends, policies)
+			out = append(out, s.asProvided(lb))
 		}
 	}
 	if gc == nil {
 		return out, nil
 	}
-	gws, err := expectedGateways(ctx, client, gc, namespace, store, set, secrets, s.Checker)
+	gws, err := expectedGateways(ctx, client, gc, namespace, store, set, secrets, s.Checker, policies)
+	for i := range gws {
+		gws[i] = s.asProvided(gws[i])
+	}
 	return append(out, gws...), err
+}
+
+// asProvided returns lb as the provider gets it when its capabilities are
+// known: normalized, without the policy fields it does not express; as is
+// otherwise, or when it breaks the model's rules (npl-lbsync refuses it).
+func (s Settings) asProvided(lb *lbmodel.LoadBalancer) *lbmodel.LoadBalancer {
+	if s.Capabilities == nil {
+		return lb
+	}
+	n, err := lbmodel.Normalize(lb)
+	if err != nil {
+		return lb
+	}
+	n, _ = s.Capabilities.StripPolicies(n)
+	return n
 }
 
 // expectedGateways builds the load balancers of the Gateways of namespace
 // that npl-lbsync serves, with gateway.Build as npl-lbsync does; none when
 // the Gateway API is not served.
 func expectedGateways(ctx context.Context, client kubernetes.Interface, gc gatewayclient.Interface, namespace string,
-	store inputs.Store, set inputs.Settings, secrets inputs.SecretGetter, checker providers.ModelChecker) ([]*lbmodel.LoadBalancer, error) {
+	store inputs.Store, set inputs.Settings, secrets inputs.SecretGetter, checker providers.ModelChecker, policies lbpolicy.Lookup) ([]*lbmodel.LoadBalancer, error) {
 	objs, served, err := inputs.GatewaysFromAPI(ctx, client, gc, namespace)
 	if err != nil || !served {
 		return nil, err
@@ -166,6 +205,8 @@ func expectedGateways(ctx context.Context, client kubernetes.Interface, gc gatew
 		}
 		in.Checker = checker
 		if res := gateway.Build(in); res.LB != nil {
+			own := lbpolicy.GatewayTarget(gw.Namespace, gw.Name)
+			lbpolicy.Attach(res.LB, &own, res.Report.PoolBackends, policies)
 			out = append(out, res.LB)
 		}
 	}
@@ -245,7 +286,7 @@ func Compare(expected []*lbmodel.LoadBalancer, actual []lbmodel.LoadBalancer) Re
 		for _, ep := range poolsOf(lb) {
 			p := Pool{
 				Service: owner(lb), Name: ep.pool.Name, Protocol: ep.protocol, Port: ep.port,
-				VIPs: vips[lb.Name], Expected: members(ep.pool.Members), Actual: []Member{},
+				VIPs: vips[lb.Name], Expected: members(ep.pool.Members), Actual: []Member{}, Policy: ep.pool.Policy,
 			}
 			got, ok := pools[ep.pool.Name]
 			switch {
@@ -255,8 +296,10 @@ func Compare(expected []*lbmodel.LoadBalancer, actual []lbmodel.LoadBalancer) Re
 			default:
 				p.Actual = members(got.Members)
 				p.Missing, p.Extra = diff(p.Expected, p.Actual)
+				p.ActualPolicy = got.Policy
+				p.PolicyDrift = PolicyDrift(p.Policy, p.ActualPolicy)
 				p.State = StateInSync
-				if len(p.Missing) > 0 || len(p.Extra) > 0 {
+				if len(p.Missing) > 0 || len(p.Extra) > 0 || len(p.PolicyDrift) > 0 {
 					p.State = StateDrift
 				}
 			}
@@ -291,7 +334,7 @@ func FromStatus(ctx context.Context, client kubernetes.Interface, gc gatewayclie
 		for _, ep := range poolsOf(lb) {
 			r.Pools = append(r.Pools, Pool{
 				Service: owner(lb), Name: ep.pool.Name, Protocol: ep.protocol, Port: ep.port, VIPs: vips,
-				Expected: members(ep.pool.Members), Actual: []Member{}, State: state, Reason: reason,
+				Expected: members(ep.pool.Members), Actual: []Member{}, State: state, Reason: reason, Policy: ep.pool.Policy,
 			})
 		}
 	}

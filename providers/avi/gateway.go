@@ -79,10 +79,25 @@ const (
 	hdrRemove  = "HTTP_REMOVE_HDR"
 )
 
+// maxPoolServers is the most servers an Avi pool holds (swagger/Pool.json,
+// servers: "Maximum of 5000 items allowed"); the provider's tests check it
+// against the schema.
+const maxPoolServers = 5000
+
 // supported returns an ErrUnsupported error naming the first part of lb
-// that the provider's layout cannot express exactly: lbmodel.IngressSubset
-// for every load balancer but a Gateway's, gatewaySubset for a Gateway's.
+// that the provider's layout cannot express exactly: a pool of more
+// members than an Avi pool holds, then lbmodel.IngressSubset for every
+// load balancer but a Gateway's, gatewaySubset for a Gateway's.
 func supported(lb *lbmodel.LoadBalancer) error {
+	pools := slices.Clone(lb.Pools)
+	for _, l := range lb.Listeners {
+		pools = append(pools, l.Pool)
+	}
+	for _, p := range pools {
+		if n := len(p.Members); n > maxPoolServers {
+			return fmt.Errorf("pool %s: %d members, an Avi pool holds at most %d servers: %w", p.Name, n, maxPoolServers, lbmodel.ErrUnsupported)
+		}
+	}
 	if lb.Gateway == "" || !lb.IsL7() {
 		return lbmodel.IngressSubset(lb)
 	}

@@ -667,3 +667,32 @@ func (f *fixture) listsApplied(lb *lbmodel.LoadBalancer) {
 		f.t.Errorf("List (-want +got):\n%s", diff)
 	}
 }
+
+// A Gateway whose requested address changes gets a new VsVip: a controller
+// refuses a new address for an existing vip, and refuses to delete a VsVip
+// its two virtual services (HTTP and L4) still use.
+func TestProvider_gatewayRequestedAddressMovesBothVirtualServices(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	ctx := context.Background()
+	lb := withL4(gatewayLB(t, tlsCert(t, "gw-tls", "shop.example.com")))
+	lb.RequestedVIP = "198.18.200.60"
+	if _, err := f.p.Ensure(ctx, lb); err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	lb.RequestedVIP = "198.18.200.61"
+	f.sim.ResetCounters()
+	st, err := f.p.Ensure(ctx, lb)
+	if err != nil {
+		t.Fatalf("Ensure with a new address: %v", err)
+	}
+	if !slices.Equal(st.VIPs, []string{"198.18.200.61"}) {
+		t.Errorf("VIPs %v, want [198.18.200.61]", st.VIPs)
+	}
+	want := []string{"DELETE virtualservice", "DELETE virtualservice", "DELETE vsvip", "POST vsvip", "POST virtualservice", "POST virtualservice"}
+	if diff := cmp.Diff(want, f.writes()); diff != "" {
+		t.Errorf("writes (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{listedL7(lb, "198.18.200.61")}, f.list()); diff != "" {
+		t.Errorf("List (-want +got):\n%s", diff)
+	}
+}

@@ -151,6 +151,12 @@ func (p *Provider) ensureL7(s *aviSession, log klog.Logger, lb *lbmodel.LoadBala
 	if err := p.takeOverL7(s, log, lb, wantGroups, cur); err != nil {
 		return providers.Status{}, err
 	}
+	if addressMoves(want.vsvip, cur.vsvip) {
+		if err := p.dropVsVip(s, log, cur.vsvip, cur.vs, cur.l4vs); err != nil {
+			return providers.Status{}, err
+		}
+		cur.vsvip, cur.vs, cur.l4vs = nil, nil, nil
+	}
 	vsvip, err := p.applyVsVip(s, log, want.vsvip, cur.vsvip)
 	if err != nil {
 		return providers.Status{}, err

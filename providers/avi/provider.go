@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
@@ -91,10 +92,51 @@ func (c *Config) open(ctx context.Context) (*Provider, error) {
 		p.version = v
 		_ = session.SetVersion(v)(s.client.AviSession)
 	}
+	if err := checkVersion(p.version); err != nil {
+		_ = s.client.AviSession.Logout()
+		p.base.CloseIdleConnections()
+		return nil, fmt.Errorf("avi: %w", err)
+	}
 	p.open = 1
 	p.idle <- s
 	log.Info("Connected to the Avi controller", "controller", c.Controller, "version", p.version, "tenant", c.Tenant)
 	return p, nil
+}
+
+// minVersion is the oldest API version the provider speaks: every object
+// carries markers, a field introduced in 20.1.5 (swagger of the pinned
+// alb-sdk); a controller refuses fields newer than the X-Avi-Version of a
+// request.
+const minVersion = "20.1.5"
+
+// checkVersion refuses an API version older than minVersion.
+func checkVersion(v string) error {
+	have, ok := parseVersion(v)
+	if !ok {
+		return fmt.Errorf("API version %q is not major.minor.patch", v)
+	}
+	want, _ := parseVersion(minVersion)
+	if slices.Compare(have[:], want[:]) < 0 {
+		return fmt.Errorf("API version %s is older than %s, the first with the markers npl puts on every object", v, minVersion)
+	}
+	return nil
+}
+
+// parseVersion reads "22.1.3" (more parts, as in 18.2.10.1, are ignored).
+func parseVersion(v string) ([3]int, bool) {
+	var out [3]int
+	parts := strings.Split(v, ".")
+	if len(parts) < 3 {
+		return out, false
+	}
+	for i := range out {
+		n, err := strconv.Atoi(parts[i])
+		if err != nil {
+			return out, false
+		}
+		out[i] = n
+	}
+	return out, true
 }
 
 func controllerVersion(ctx context.Context, s *aviSession) (version string, err error) {
@@ -381,6 +423,12 @@ func (p *Provider) ensureL4(s *aviSession, log klog.Logger, lb *lbmodel.LoadBala
 		return providers.Status{}, err
 	}
 
+	if addressMoves(want.vsvip, cur.vsvip) {
+		if err := p.dropVsVip(s, log, cur.vsvip, cur.vs); err != nil {
+			return providers.Status{}, err
+		}
+		cur.vsvip, cur.vs = nil, nil
+	}
 	vsvip, err := p.applyVsVip(s, log, want.vsvip, cur.vsvip)
 	if err != nil {
 		return providers.Status{}, err
@@ -427,6 +475,48 @@ func (p *Provider) applyVsVip(s *aviSession, log klog.Logger, spec vsvipSpec, cu
 	return apply(s, p, log, vsvipKind, spec.Name, cur,
 		func(c *models.VsVip) *models.VsVip { return p.vsvipModel(spec, c) },
 		func(o *models.VsVip) bool { return checksum(vsvipSpecOf(o)) == sum })
+}
+
+// addressMoves reports whether the VsVip cur holds another address than
+// the one spec requests. A controller refuses to change the address of an
+// existing vip ("If a new preferred IP is needed, please recreate the
+// VIP"), so such a VsVip is deleted and created again (dropVsVip).
+func addressMoves(spec vsvipSpec, cur *models.VsVip) bool {
+	want, err := netip.ParseAddr(spec.Address)
+	if cur == nil || err != nil {
+		return false
+	}
+	have := vipsOf(cur)
+	for _, a := range have {
+		if ip, err := netip.ParseAddr(a); err == nil && ip.Unmap() == want.Unmap() {
+			return false
+		}
+	}
+	return len(have) > 0
+}
+
+// dropVsVip deletes the VsVip vsvip and, first, the virtual services of
+// the load balancer that use it (the controller refuses to delete an
+// object still referred to); the apply that follows creates them again.
+// The VsVip must be adoptable: another owner's is never touched.
+func (p *Provider) dropVsVip(s *aviSession, log klog.Logger, vsvip *models.VsVip, users ...*models.VirtualService) error {
+	if err := adoptable(p, vsvipKind, vsvip); err != nil {
+		return fmt.Errorf("ensure vsvip %s: %w", deref(vsvip.Name), err)
+	}
+	for _, vs := range users {
+		if vs == nil {
+			continue
+		}
+		if err := remove(s, vsKind.typ, deref(vs.UUID)); err != nil {
+			return fmt.Errorf("delete virtualservice %s to move its VIP: %w", deref(vs.Name), err)
+		}
+		log.V(2).Info("Deleted Avi object to move its VIP", "type", vsKind.typ, "name", deref(vs.Name))
+	}
+	if err := remove(s, vsvipKind.typ, deref(vsvip.UUID)); err != nil {
+		return fmt.Errorf("delete vsvip %s to move its VIP: %w", deref(vsvip.Name), err)
+	}
+	log.V(2).Info("Deleted Avi object to move its VIP", "type", vsvipKind.typ, "name", deref(vsvip.Name))
+	return nil
 }
 
 // applyPools makes the pools match specs and returns their URLs by name;

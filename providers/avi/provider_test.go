@@ -303,8 +303,16 @@ func TestProvider_requestedVIPIsKept(t *testing.T) {
 	if st := f.ensure(lb); len(st.VIPs) != 1 || st.VIPs[0] != "198.18.200.78" {
 		t.Errorf("VIPs after changing the requested VIP: got %v", st.VIPs)
 	}
-	if diff := cmp.Diff([]string{"PUT vsvip"}, f.writes()); diff != "" {
+	// A controller refuses a new address for an existing vip ("If a new
+	// preferred IP is needed, please recreate the VIP"): the VsVip is made
+	// again, after the virtual service that uses it.
+	if diff := cmp.Diff([]string{"DELETE virtualservice", "DELETE vsvip", "POST vsvip", "POST virtualservice"}, f.writes()); diff != "" {
 		t.Errorf("changing the requested VIP, writes (-want +got):\n%s", diff)
+	}
+	f.sim.ResetCounters()
+	f.ensure(lb)
+	if n := f.sim.Writes(); n != 0 {
+		t.Errorf("Ensure after the VIP moved: %d writes, want 0", n)
 	}
 }
 
@@ -676,6 +684,35 @@ func TestProvider_serverErrorsDeleteNothing(t *testing.T) {
 	}
 }
 
+// During an upgrade a controller refuses every change with 403
+// "Configuration is disallowed during upgrade" (AKO's
+// lib.AviControllerUpgradeError): Ensure fails with that message, changes
+// nothing, and converges once the upgrade is over.
+func TestProvider_upgradeRefusesChangesUntilItEnds(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	a, b := member("198.18.0.11", 61000), member("198.18.0.12", 61000)
+	before := webLB("web", tcp(80, a, b))
+	f.ensure(before)
+	f.sim.SetUpgrading(true)
+	f.sim.ResetCounters()
+	after := webLB("web", tcp(80, a))
+	if _, err := f.v.Ensure(context.Background(), after); err == nil ||
+		!strings.Contains(err.Error(), "Avi 403: Configuration is disallowed during upgrade") {
+		t.Fatalf("Ensure during an upgrade: %v", err)
+	}
+	if err := f.v.Delete(context.Background(), before.Name, lbmodel.L4); err == nil {
+		t.Error("Delete during an upgrade succeeded")
+	}
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(before, "198.18.200.1")}, f.list()); diff != "" {
+		t.Errorf("state after the refused changes (-want +got):\n%s", diff)
+	}
+	f.sim.SetUpgrading(false)
+	f.ensure(after)
+	if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(after, "198.18.200.1")}, f.list()); diff != "" {
+		t.Errorf("after the upgrade (-want +got):\n%s", diff)
+	}
+}
+
 func TestProvider_timeoutsAreErrors(t *testing.T) {
 	f := newFixture(t, fixtureOptions{section: map[string]any{"timeout": "200ms"}})
 	lb := webLB("web", tcp(80, member("198.18.0.11", 61000)))
@@ -917,4 +954,50 @@ func TestOpen(t *testing.T) {
 			t.Errorf("version: got %q, want 30.2.1", f.p.version)
 		}
 	})
+	t.Run("a controller older than markers", func(t *testing.T) {
+		sim := avisim.New(avisim.Options{Version: "20.1.4"})
+		if _, err := sim.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer sim.Close()
+		dir := t.TempDir()
+		cfg := &Config{Controller: sim.Host(), Tenant: "admin", UsernameFile: writeFile(t, dir, "u", "admin"),
+			PasswordFile: writeFile(t, dir, "p", "admin"), CAFile: writeFile(t, dir, "ca", string(sim.CACertPEM())),
+			Timeout: 5 * time.Second, ClusterName: cluster}
+		if _, err := cfg.Open(context.Background()); err == nil || !strings.Contains(err.Error(), "API version 20.1.4 is older than 20.1.5") {
+			t.Errorf("got %v, want the version refused", err)
+		}
+	})
+}
+
+// The provider works the same with every API version it supports: the
+// simulator checks its bodies against each version's schema.
+func TestProvider_eachSupportedAPIVersion(t *testing.T) {
+	for _, version := range []string{"20.1.5", "20.1.7", "22.1.3", "30.2.1"} {
+		t.Run(version, func(t *testing.T) {
+			f := newFixture(t, fixtureOptions{sim: avisim.Options{Version: version}})
+			l4 := webLB("web", tcp(80, member("198.18.0.11", 61000)), udp(53, member("198.18.0.12", 61001)))
+			f.ensure(l4)
+			f.sim.ResetCounters()
+			f.ensure(l4)
+			if w := f.writes(); len(w) != 0 {
+				t.Errorf("second Ensure wrote %v", w)
+			}
+			if err := f.v.Delete(context.Background(), l4.Name, lbmodel.L4); err != nil {
+				t.Fatal(err)
+			}
+			gw := withL4(gatewayLB(t, tlsCert(t, "gw-tls", "shop.example.com")))
+			for _, lb := range []*lbmodel.LoadBalancer{ingressLB(tlsCert(t, "shop-tls", "shop.example.com")), gw} {
+				if _, err := f.p.Ensure(context.Background(), lb); err != nil {
+					t.Fatalf("Ensure %s: %v", lb.Name, err)
+				}
+				if err := f.p.Delete(context.Background(), lb.Name, lbmodel.L7); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := f.sim.SchemaViolations(); n != 0 {
+				t.Errorf("%d schema violations", n)
+			}
+		})
+	}
 }

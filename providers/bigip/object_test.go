@@ -11,7 +11,8 @@ import (
 
 // Every kind goes through one ensure sequence, so every kind survives a
 // create that meets an object the read before it missed (made in between
-// by another instance): BIG-IP answers 409, the provider reads the object,
+// by another instance): BIG-IP answers 409 (a policy's draft, 400
+// 01070734), the provider reads the object,
 // checks it is the load balancer's, and writes only what differs.
 func TestProvider_l7AdoptsObjectsFoundOnCreate(t *testing.T) {
 	cert := tlsCert(t, "shop-tls", "shop.example.com")
@@ -27,6 +28,10 @@ func TestProvider_l7AdoptsObjectsFoundOnCreate(t *testing.T) {
 			map[string]int{"POST client-ssl": 1, "PATCH client-ssl": 1}},
 		{"certificate", "sys/file/ssl-cert/~", nil,
 			map[string]int{"POST upload": 1, "POST ssl-cert": 1}},
+		// BIG-IP answers a draft made while the published policy exists
+		// with 400 01070734 "Published policy ... exists, use create-draft"
+		// rather than 409 (REFERENCE §18).
+		{"policy", "ltm/policy/~", nil, map[string]int{"POST ltm-policy": 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

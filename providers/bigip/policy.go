@@ -3,6 +3,7 @@ package bigip
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -26,14 +27,19 @@ type conditionState struct {
 	Path           bool   `json:"path,omitempty"`
 	QueryParameter bool   `json:"queryParameter,omitempty"`
 	// TmName names the header or the query parameter tested.
-	TmName          string   `json:"tmName,omitempty"`
-	Equals          bool     `json:"equals,omitempty"`
-	StartsWith      bool     `json:"startsWith,omitempty"`
-	EndsWith        bool     `json:"endsWith,omitempty"`
-	Not             bool     `json:"not,omitempty"`
-	CaseInsensitive bool     `json:"caseInsensitive,omitempty"`
-	Request         bool     `json:"request,omitempty"`
-	Values          []string `json:"values"`
+	TmName          string `json:"tmName,omitempty"`
+	Equals          bool   `json:"equals,omitempty"`
+	StartsWith      bool   `json:"startsWith,omitempty"`
+	EndsWith        bool   `json:"endsWith,omitempty"`
+	Not             bool   `json:"not,omitempty"`
+	CaseInsensitive bool   `json:"caseInsensitive,omitempty"`
+	// CaseSensitive is set on every test but the host's: BIG-IP compares
+	// case-insensitively unless told otherwise (and answers
+	// caseInsensitive: true then), where paths, methods, header values
+	// and query parameters are case-sensitive.
+	CaseSensitive bool     `json:"caseSensitive,omitempty"`
+	Request       bool     `json:"request,omitempty"`
+	Values        []string `json:"values"`
 }
 
 type actionState struct {
@@ -110,6 +116,12 @@ var policyKind = objectKind[policyState, policyBody]{
 	what: "policy", plural: "policies", collection: "ltm/policy", query: "?expandSubcollections=true",
 	create: func(ctx context.Context, p *provider, name string, body policyBody) error {
 		err := p.api.do(ctx, http.MethodPost, "ltm/policy", body, nil)
+		if isPublishedExists(err) {
+			// The published policy was made since it was read: answer as
+			// a create that meets an object, so that ensureObject reads it
+			// and changes it through a draft of it.
+			return &apiError{Code: http.StatusConflict, Message: err.Error()}
+		}
 		if isConflict(err) {
 			// A draft left by a failed publish: replace its content.
 			err = p.writeDraft(ctx, name, body)
@@ -129,6 +141,16 @@ var policyKind = objectKind[policyState, policyBody]{
 		}
 		return p.publish(ctx, name)
 	},
+}
+
+// isPublishedExists reports whether err is BIG-IP's answer to a draft
+// created while its published policy exists: 400 "01070734:3:
+// Configuration error: Published policy "/P/x" exists, use create-draft to
+// create a draft copy" (a draft of an existing policy is made from it).
+func isPublishedExists(err error) bool {
+	var ae *apiError
+	return errors.As(err, &ae) && ae.Code == http.StatusBadRequest && strings.Contains(ae.Message, "01070734") &&
+		strings.Contains(ae.Message, "use create-draft")
 }
 
 // draftName is the name of the draft of policy name in object paths.

@@ -72,15 +72,15 @@ func ruleConditions(r lbmodel.Rule, m lbmodel.PathMatch) []conditionState {
 	case r.Host != "":
 		add(conditionState{HTTPHost: true, Host: true, Equals: true, CaseInsensitive: true, Values: []string{r.Host}})
 	}
-	add(conditionState{HTTPURI: true, Path: true, Equals: !m.Prefix, StartsWith: m.Prefix, Values: []string{m.Path}})
+	add(conditionState{HTTPURI: true, Path: true, Equals: !m.Prefix, StartsWith: m.Prefix, CaseSensitive: true, Values: []string{m.Path}})
 	if r.Method != "" {
-		add(conditionState{HTTPMethod: true, Equals: true, Values: []string{r.Method}})
+		add(conditionState{HTTPMethod: true, Equals: true, CaseSensitive: true, Values: []string{r.Method}})
 	}
 	for _, h := range r.Headers {
-		add(conditionState{HTTPHeader: true, TmName: h.Name, Equals: true, Values: []string{h.Value}})
+		add(conditionState{HTTPHeader: true, TmName: h.Name, Equals: true, CaseSensitive: true, Values: []string{h.Value}})
 	}
 	for _, q := range r.Query {
-		add(conditionState{HTTPURI: true, QueryParameter: true, TmName: q.Name, Equals: true, Values: []string{q.Value}})
+		add(conditionState{HTTPURI: true, QueryParameter: true, TmName: q.Name, Equals: true, CaseSensitive: true, Values: []string{q.Value}})
 	}
 	return out
 }

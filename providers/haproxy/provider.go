@@ -49,7 +49,14 @@ type provider struct {
 	applied  map[string]netip.Addr
 }
 
-var _ providers.Provider = (*provider)(nil)
+var (
+	_ providers.Provider      = (*provider)(nil)
+	_ providers.PolicyCapable = (*provider)(nil)
+)
+
+// PolicyCapabilities are npl-edge's (api.PolicyCapabilities): what HAProxy
+// and the edge's UDP table express of a pool's policy.
+func (p *provider) PolicyCapabilities() lbmodel.PolicyCapabilities { return api.PolicyCapabilities() }
 
 func newProvider(cfg *Config, client *http.Client) *provider {
 	return &provider{cfg: cfg, client: client, reserved: map[string]netip.Addr{}, applied: map[string]netip.Addr{}}

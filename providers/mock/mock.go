@@ -561,7 +561,8 @@ func (m *Mock) PolicyCapabilities() lbmodel.PolicyCapabilities {
 		HealthCheckHost:        true,
 		Algorithms:             []lbmodel.AlgorithmType{lbmodel.RoundRobin, lbmodel.LeastConnections, lbmodel.ConsistentHash},
 		HashKeys:               []lbmodel.HashKey{lbmodel.HashSourceIP, lbmodel.HashHeader, lbmodel.HashCookie},
-		SlowStart:              true, MaxConnections: true, Timeouts: true, Retry: true, BackendTLS: true, BackendTLSURI: true,
+		SlowStart:              true, MaxConnections: true, Timeouts: true, Retry: true, RetryBackoff: true,
+		BackendTLS: true, BackendTLSURI: true, BackendTLSManySANs: true,
 	}
 	return lbmodel.PolicyCapabilities{Provider: Name, TCP: all, UDP: all, HTTP: all}
 }

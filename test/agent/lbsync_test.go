@@ -39,7 +39,7 @@ func (e *env) startLBSync(t *testing.T, name, provider string, vipSubnet netip.P
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(backend.Close)
+	stack.CloseAtEnd(t, backend)
 	cfg += fmt.Sprintf("vipPool: [%q]\n%s", vipSubnet, backend.ProviderConfig())
 	l, err := stack.StartLBSync(context.Background(), e.c, stack.LBSyncOptions{Name: name, Config: cfg})
 	if err != nil {

@@ -380,6 +380,9 @@ type lbFixture struct {
 	// heapGC10 is that of one serving the main set with GOGC=10; 0 until
 	// BenchmarkLBSyncHeap measures it.
 	heapGC10 float64
+	// policies are the LoadBalancerPolicies of BenchmarkLBSyncPolicyChange,
+	// once created.
+	policies *policySet
 }
 
 // lbEnv returns the npl-lbsync fixture, building it on first use.
@@ -405,6 +408,11 @@ func lbEnv(b *testing.B) *lbFixture {
 func (f *lbFixture) setup(b *testing.B) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	// npl-lbsync applies LoadBalancerPolicies when their CRD is served at
+	// its start, as the chart installs it.
+	if err := f.e.c.InstallLoadBalancerPolicyCRD(ctx); err != nil {
+		return err
+	}
 	// The heap baselines: a synced npl-lbsync with no Pod and no Service.
 	for _, gogc := range []string{"", "10"} {
 		l, err := f.startSyncer(ctx, f.main, mockProvider, gogc)
@@ -653,6 +661,46 @@ func (w *writeLog) waitApplied(changes []change, timeout time.Duration) ([]time.
 		return true, nil
 	})
 	return lat, err
+}
+
+// watchWrites makes sure an npl-lbsync serves the main set, and returns
+// it, the log of its writes from now on and the mock's state now.
+func (f *lbFixture) watchWrites(b *testing.B) (*stack.LBSync, *writeLog, mock.State) {
+	b.Helper()
+	l := f.ensureSyncer(b)
+	log, err := newWriteLog(l.LogPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := l.MockState()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l, log, st
+}
+
+// measureBatches runs b.N batches of changes (one an iteration, timed),
+// each waited for until the mock has written it (from the log), and
+// returns every change's latency and the changes.
+func measureBatches(b *testing.B, log *writeLog, batch func() ([]change, error)) ([]time.Duration, []change) {
+	b.Helper()
+	var latencies []time.Duration
+	var all []change
+	b.ResetTimer()
+	for range b.N {
+		changes, err := batch()
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat, err := log.waitApplied(changes, time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		latencies = append(latencies, lat...)
+		all = append(all, changes...)
+	}
+	b.StopTimer()
+	return latencies, all
 }
 
 // checkMock checks that the load balancers of the changes hold their Pods'

@@ -105,32 +105,11 @@ func benchStart(b *testing.B, unclaimed bool) {
 // Resyncs (every 20 s) run meanwhile, as they would. Target: p99 < 250 ms.
 func BenchmarkLBSyncConvergence(b *testing.B) {
 	f := lbEnv(b)
-	l := f.ensureSyncer(b)
+	l, log, before := f.watchWrites(b)
 	ctx := context.Background()
-	log, err := newWriteLog(l.LogPath)
-	if err != nil {
-		b.Fatal(err)
-	}
-	before, err := l.MockState()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var latencies []time.Duration
-	var all []change
-	b.ResetTimer()
-	for range b.N {
-		changes, err := f.main.changeBatch(ctx, f.e.client, changesPerOp, changeRate)
-		if err != nil {
-			b.Fatal(err)
-		}
-		lat, err := log.waitApplied(changes, time.Minute)
-		if err != nil {
-			b.Fatal(err)
-		}
-		latencies = append(latencies, lat...)
-		all = append(all, changes...)
-	}
-	b.StopTimer()
+	latencies, all := measureBatches(b, log, func() ([]change, error) {
+		return f.main.changeBatch(ctx, f.e.client, changesPerOp, changeRate)
+	})
 	time.Sleep(time.Second) // a second write for one change would come now
 	after, err := l.MockState()
 	if err != nil {

@@ -2,12 +2,11 @@ package bench
 
 import (
 	"math"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
 )
 
 // percentile returns the nearest-rank p-th percentile (0 < p <= 100) of
@@ -48,20 +47,8 @@ func medianFloat(values []float64) float64 {
 	return s[(len(s)-1)/2]
 }
 
-// loadAverage is the machine's 1-minute load average, reported beside the
-// figures measured on a shared machine; 0 when it cannot be read.
-func loadAverage() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
-	}
-	v, _ := strconv.ParseFloat(f[0], 64)
-	return v
-}
+// loadAverage is the machine's 1-minute load average (edgebed's reading).
+func loadAverage() float64 { return edgebed.LoadAverage() }
 
 func TestPercentile_nearestRank(t *testing.T) {
 	hundred := make([]time.Duration, 100)

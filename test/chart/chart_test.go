@@ -110,7 +110,8 @@ var standardLabels = []string{
 	"app.kubernetes.io/version", "app.kubernetes.io/managed-by",
 }
 
-var clusterScoped = map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "IngressClass": true, "MutatingWebhookConfiguration": true}
+var clusterScoped = map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "IngressClass": true, "MutatingWebhookConfiguration": true,
+	"CustomResourceDefinition": true}
 
 func checkLabels(t *testing.T, r *release) {
 	for _, o := range r.objects {
@@ -611,6 +612,8 @@ var (
 		expand([]string{"/services", "/services/status"}, "patch", "update"),
 		expand([]string{"/pods/status", "networking.k8s.io/ingresses", "networking.k8s.io/ingresses/status"}, "patch"),
 		expand([]string{"/events", "events.k8s.io/events"}, "create", "patch"),
+		expand([]string{"npl.io/loadbalancerpolicies"}, "get", "list", "watch"),
+		[]string{"npl.io/loadbalancerpolicies/status:update"},
 	)
 	// The webhook reads the readiness-gate label of Namespaces, the Gateway
 	// API support their labels (listeners' namespace selectors).
@@ -991,6 +994,9 @@ func TestChart_longestReleaseNameGivesValidObjectNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, o := range r.objects {
+		if o.u.GetKind() == "CustomResourceDefinition" {
+			continue // named by its group and kind, not the release
+		}
 		// A label value (job-name, the ServiceMonitor selector) and a
 		// Service name are DNS labels: 63 characters at most.
 		if msgs := validation.IsDNS1123Label(o.u.GetName()); len(msgs) > 0 {

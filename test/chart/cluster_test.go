@@ -300,6 +300,9 @@ func TestChart_RBACGrantsEachServiceAccountWhatItNeedsAndNoSecret(t *testing.T) 
 				{verb: "list", resource: "namespaces"},
 				{verb: "watch", resource: "namespaces"},
 				{verb: "get", resource: "namespaces", name: "default"},
+				// LoadBalancerPolicies, and the status of each.
+				{verb: "watch", group: "npl.io", resource: "loadbalancerpolicies"},
+				{verb: "update", group: "npl.io", resource: "loadbalancerpolicies", subresource: "status", namespace: "default"},
 			},
 			deny: []access{
 				{verb: "get", resource: "secrets", namespace: ns},
@@ -313,6 +316,10 @@ func TestChart_RBACGrantsEachServiceAccountWhatItNeedsAndNoSecret(t *testing.T) 
 				{verb: "delete", resource: "services", namespace: "default"},
 				{verb: "patch", resource: "pods", namespace: "default"},
 				{verb: "update", group: "networking.k8s.io", resource: "ingresses", namespace: "default"},
+				// A policy is the user's: its spec is never written.
+				{verb: "update", group: "npl.io", resource: "loadbalancerpolicies", namespace: "default"},
+				{verb: "patch", group: "npl.io", resource: "loadbalancerpolicies", subresource: "status", namespace: "default"},
+				{verb: "delete", group: "npl.io", resource: "loadbalancerpolicies", namespace: "default"},
 				// Namespaces are read only, and the webhook's certificate is
 				// a mounted file, not a Secret it reads.
 				{verb: "patch", resource: "namespaces", name: "default"},

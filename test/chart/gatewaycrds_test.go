@@ -63,7 +63,8 @@ func TestChart_gatewayAPICRDsComeOnlyWithThePackagedChart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if obj.u.GetKind() == "CustomResourceDefinition" {
+			// The Gateway API's, not npl's own LoadBalancerPolicy.
+			if obj.u.GetKind() == "CustomResourceDefinition" && strings.HasSuffix(obj.u.GetName(), ".gateway.networking.k8s.io") {
 				crds = append(crds, obj.u)
 			}
 		}

@@ -35,6 +35,7 @@ import (
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/edge/haproxy"
 	"github.com/nodeportlocal/npl/lbmodel"
+	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/test/harness/cluster"
 	"github.com/nodeportlocal/npl/test/harness/edgebed"
 	"github.com/nodeportlocal/npl/test/harness/stack"
@@ -91,6 +92,12 @@ type Result struct {
 	// the member the edge chose, UDPVIPFailed the flows without answer.
 	UDPVIPAnswers             map[string]int
 	UDPVIPWrong, UDPVIPFailed int
+	// Session persistence (provider haproxy only): StickyRequests went from
+	// one client to web-sticky's VIP (sessionAffinity ClientIP) and reached
+	// StickyNPLPods Pods; as many went to the NodePort VIP with the same
+	// source persistence, reached StickyNodePortMembers members (nodes)
+	// and StickyNodePortPods Pods. StickyFailed failed.
+	StickyRequests, StickyNPLPods, StickyNodePortMembers, StickyNodePortPods, StickyFailed int
 }
 
 // VIPRequests and NodePortVIPRequests are how many requests the demo sends
@@ -99,6 +106,9 @@ type Result struct {
 const (
 	VIPRequests         = 8
 	NodePortVIPRequests = 12
+	// StickyRequests is how many requests one client sends to each VIP
+	// with source persistence.
+	StickyRequests = 20
 	// UDPVIPRequests is how many UDP flows the demo sends to dns's VIP:
 	// each of its 2 Pods gets one unless the random choice misses it 16
 	// times in a row (1 in 32768).
@@ -734,6 +744,85 @@ func (r *run) showNodePortVIP(ctx context.Context, nodePort int32, nodeOf map[st
 	}
 	r.printf("web's VIP (NodePortLocal): %d requests, %d second hops; the NodePort VIP: %d requests, %d second hops, %d failed.\n",
 		VIPRequests, r.res.VIPWrong, r.res.NodePortRequests, r.res.NodePortSecondHops, r.res.NodePortFailed)
+	return r.showPersistence(ctx, p, lb, node, nodeOf)
+}
+
+// showPersistence sends requests from one client to web-sticky's VIP
+// (sessionAffinity ClientIP: npl-lbsync gives its pool source persistence)
+// and, with the same persistence put on the NodePort VIP (lb, through
+// provider p), to that VIP: HAProxy keeps the client on one member of
+// each, which is one Pod behind NodePortLocal and one node behind NodePort,
+// where kube-proxy spreads the requests over the Pods again. node names
+// each NodePort member's node by its server, nodeOf each Pod's.
+func (r *run) showPersistence(ctx context.Context, p providers.Provider, lb *lbmodel.LoadBalancer, node, nodeOf map[string]string) error {
+	r.printf("\nSession persistence (sessionAffinity: ClientIP on web-sticky) through both VIPs, from one client\n\n")
+	sticky := lbmodel.LoadBalancerName(r.cluster, Namespace, "web-sticky")
+	stickyPool := lbmodel.PoolName(sticky, lbmodel.TCP, 80)
+	var vip string
+	if err := waitUntil(ctx, 30*time.Second, func() (bool, error) {
+		pools, vips, _, err := r.backend.Pools(sticky)
+		if err != nil || len(vips) != 1 || len(pools[stickyPool]) != len(nodeOf) {
+			return false, err
+		}
+		vip = vips[0]
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return r.bed.Edges[0].WaitUp(wctx, stickyPool, len(nodeOf)) == nil, nil
+	}); err != nil {
+		return fmt.Errorf("web-sticky's pool with its %d members on the edge: %w", len(nodeOf), err)
+	}
+	npPool := lb.Listeners[0].Pool.Name
+	lb.Listeners[0].Pool.Policy = &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistSourceIP, TimeoutSeconds: 600}}
+	if _, err := p.Ensure(ctx, lb); err != nil {
+		return fmt.Errorf("source persistence on the NodePort VIP: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := r.bed.Edges[0].WaitUp(wctx, npPool, len(lb.Listeners[0].Pool.Members)); err != nil {
+		return err
+	}
+	c := r.bed.ClientHTTP(5 * time.Second)
+	send := func(url, pool string, describe func(server string) string) (members, pods map[string]int) {
+		members, pods = map[string]int{}, map[string]int{}
+		for range StickyRequests {
+			body, server, err := r.bed.GetVia(ctx, c, url, r.bed.Edges[0], pool)
+			if err != nil {
+				r.res.StickyFailed++
+				r.printf("  GET %s -> FAILED: %v\n", url, err)
+				continue
+			}
+			members[describe(server)]++
+			pods[strings.TrimSpace(body)]++
+		}
+		return members, pods
+	}
+	counts := func(m map[string]int) string {
+		var parts []string
+		for _, k := range sortedKeys(m) {
+			parts = append(parts, fmt.Sprintf("%s ×%d", k, m[k]))
+		}
+		return strings.Join(parts, ", ")
+	}
+	r.res.StickyRequests = StickyRequests
+	nplURL := edgebed.URL(vip, 80)
+	stickyMembers, _, _, err := r.backend.Pools(sticky)
+	if err != nil {
+		return err
+	}
+	members, pods := send(nplURL, stickyPool, func(server string) string { return memberOf(server, stickyMembers[stickyPool]) })
+	r.res.StickyNPLPods = len(pods)
+	r.printf("  NodePortLocal VIP %s (web-sticky): %d requests -> member %s -> Pod %s\n", vip, StickyRequests, counts(members), counts(pods))
+	npURL := edgebed.URL(nodePortVIP.Addr().String(), 80)
+	members, pods = send(npURL, npPool, func(server string) string {
+		return memberOf(server, lb.Listeners[0].Pool.Members) + " (" + node[server] + ")"
+	})
+	r.res.StickyNodePortMembers, r.res.StickyNodePortPods = len(members), len(pods)
+	r.printf("  NodePort VIP %s (same persistence): %d requests -> member %s -> Pods %s\n", nodePortVIP.Addr(), StickyRequests, counts(members), counts(pods))
+	r.printf("session persistence: NodePortLocal VIP %d requests from one client reached %d Pod; NodePort VIP %d requests reached %d Pods\n",
+		StickyRequests, r.res.StickyNPLPods, StickyRequests, r.res.StickyNodePortPods)
+	if r.res.StickyFailed > 0 || r.res.StickyNPLPods != 1 {
+		return fmt.Errorf("web-sticky's VIP: %d requests failed, one client reached %d Pods", r.res.StickyFailed, r.res.StickyNPLPods)
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -136,5 +137,18 @@ func TestDemo_haproxy(t *testing.T) {
 	}
 	if res.ScaleConvergence <= 0 {
 		t.Error("the scale to 2 was not measured")
+	}
+	// Source persistence: one client stays on one Pod through the
+	// NodePortLocal VIP, on one node through the NodePort VIP, where the
+	// kube-proxy stand-in spreads it over the Pods.
+	if res.StickyRequests != StickyRequests || res.StickyFailed != 0 || res.StickyNPLPods != 1 ||
+		res.StickyNodePortMembers != 1 || res.StickyNodePortPods < 2 {
+		t.Errorf("session persistence: %d requests, %d failed, NodePortLocal VIP %d Pods (want 1), NodePort VIP %d members (want 1) and %d Pods (want several)",
+			res.StickyRequests, res.StickyFailed, res.StickyNPLPods, res.StickyNodePortMembers, res.StickyNodePortPods)
+	}
+	want := fmt.Sprintf("session persistence: NodePortLocal VIP %d requests from one client reached 1 Pod; NodePort VIP %d requests reached %d Pods\n",
+		StickyRequests, StickyRequests, res.StickyNodePortPods)
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("the output lacks the line %q", want)
 	}
 }

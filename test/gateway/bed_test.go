@@ -56,7 +56,7 @@ func (e *env) startGatewayBedWith(t *testing.T, provider, short, vips, providerE
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(backend.Close)
+	stack.CloseAtEnd(t, backend)
 	b := &gatewayBed{ctx: ctx, backend: backend, name: lbsyncbed.ClusterName + "-" + short}
 	b.cfg = lbsyncbed.ConfigWith(b.name, "NodePortLocal", "npl.io/"+short, vips, backend.ProviderConfig()+providerExtra) + "gatewayAPI:\n  enabled: true\n"
 	b.l = e.StartSyncer(t, "npl-lbsync-"+short, b.name, b.cfg, false)

@@ -1,90 +1,24 @@
 package gateway
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
-	"github.com/nodeportlocal/npl/lbsync/inspect"
-	"github.com/nodeportlocal/npl/test/harness/stack"
+	"github.com/nodeportlocal/npl/test/harness/lbsyncbed"
 )
 
-// nplctlPools runs `bin/nplctl pools -o json` with args and returns its
-// report, its stderr and its exit code.
-func nplctlPools(t *testing.T, args ...string) (inspect.Report, string, int) {
-	t.Helper()
-	bin, err := stack.BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(bin, "nplctl"), append([]string{"pools", "-o", "json"}, args...)...)
-	var out, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	code := 0
-	var exit *exec.ExitError
-	if err := cmd.Run(); errors.As(err, &exit) {
-		code = exit.ExitCode()
-	} else if err != nil {
-		t.Fatalf("run nplctl: %v", err)
-	}
-	var r inspect.Report
-	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-		t.Fatalf("nplctl pools %v: exit %d, output %q: %v\n%s", args, code, out.String(), err, stderr.String())
-	}
-	return r, stderr.String(), code
-}
+// nplctlPools runs `bin/nplctl pools -o json` with args.
+var nplctlPools = lbsyncbed.NplctlPools
 
 // dropMember writes a copy of the mock's state file to dst with the first
-// member of pool (of any load balancer, listener or not) removed: a
-// provider that drifted, for nplctl to compare with, that npl-lbsync does
-// not see.
+// member of pool (of any load balancer, listener or not) removed.
 func dropMember(t *testing.T, src, dst, pool string) {
 	t.Helper()
-	data, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st map[string]any
-	if err := json.Unmarshal(data, &st); err != nil {
-		t.Fatal(err)
-	}
-	dropped := false
-	drop := func(p any) {
-		m, ok := p.(map[string]any)
-		if !ok || m["name"] != pool {
-			return
+	lbsyncbed.EditMockState(t, src, dst, func(p map[string]any) bool {
+		ms, ok := p["members"].([]any)
+		if p["name"] != pool || !ok || len(ms) == 0 {
+			return false
 		}
-		if ms, ok := m["members"].([]any); ok && len(ms) > 0 {
-			m["members"], dropped = ms[1:], true
-		}
-	}
-	lbs, _ := st["loadBalancers"].([]any)
-	for _, lb := range lbs {
-		l, _ := lb.(map[string]any)
-		ps, _ := l["pools"].([]any)
-		for _, p := range ps {
-			drop(p)
-		}
-		ls, _ := l["listeners"].([]any)
-		for _, li := range ls {
-			if m, ok := li.(map[string]any); ok {
-				drop(m["pool"])
-			}
-		}
-	}
-	if !dropped {
-		t.Fatalf("no member of pool %s in %s", pool, src)
-	}
-	out, err := json.Marshal(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dst, out, 0o644); err != nil {
-		t.Fatal(fmt.Errorf("write the drifted state: %w", err))
-	}
+		p["members"] = ms[1:]
+		return true
+	})
 }

@@ -238,34 +238,11 @@ func BenchmarkEdge_vipNodePortLocalVsNodePort(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		for _, mode := range []string{"npl", "nodeport"} {
-			var mu sync.Mutex
-			var wg sync.WaitGroup
-			next := make(chan struct{}, requests)
-			for range requests {
-				next <- struct{}{}
-			}
-			close(next)
-			start := time.Now()
-			for range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range next {
-						t0 := time.Now()
-						_, err := edgebed.Get(ctx, c0, urls[mode])
-						d := time.Since(t0)
-						mu.Lock()
-						if err != nil {
-							failed++
-						} else {
-							lat[mode] = append(lat[mode], d)
-						}
-						mu.Unlock()
-					}
-				}()
-			}
-			wg.Wait()
-			elapsed[mode] += time.Since(start)
+			l, d, f := timeRequests(requests, workers, func(int) error {
+				_, err := edgebed.Get(ctx, c0, urls[mode])
+				return err
+			})
+			lat[mode], elapsed[mode], failed = append(lat[mode], l...), elapsed[mode]+d, failed+f
 		}
 	}
 	b.StopTimer()
@@ -276,4 +253,38 @@ func BenchmarkEdge_vipNodePortLocalVsNodePort(b *testing.B) {
 		b.ReportMetric(float64(len(lat[mode]))/elapsed[mode].Seconds(), mode+"-req/s")
 	}
 	b.ReportMetric(float64(failed), "failed")
+}
+
+// timeRequests sends n requests with get (given the number of its worker),
+// workers at a time, and returns the latencies of those that succeeded,
+// the time they all took, and how many failed.
+func timeRequests(n, workers int, get func(worker int) error) (lat []time.Duration, elapsed time.Duration, failed int) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	next := make(chan struct{}, n)
+	for range n {
+		next <- struct{}{}
+	}
+	close(next)
+	start := time.Now()
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range next {
+				t0 := time.Now()
+				err := get(w)
+				d := time.Since(t0)
+				mu.Lock()
+				if err != nil {
+					failed++
+				} else {
+					lat = append(lat, d)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return lat, time.Since(start), failed
 }

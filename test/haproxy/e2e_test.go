@@ -3,6 +3,7 @@ package haproxy
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -174,7 +175,11 @@ func setReady(t testing.TB, client kubernetes.Interface, ns, pod string, ready b
 // answeredBy sends n requests to url and counts who answered (the Pod
 // names, trimmed); the first failure ends it.
 func answeredBy(ctx context.Context, b *edgebed.Bed, url string, n int) (map[string]int, error) {
-	c := b.ClientHTTP(3 * time.Second)
+	return answeredByClient(ctx, b.ClientHTTP(3*time.Second), url, n)
+}
+
+// answeredByClient is answeredBy with the client c.
+func answeredByClient(ctx context.Context, c *http.Client, url string, n int) (map[string]int, error) {
 	got := map[string]int{}
 	for range n {
 		name, err := edgebed.Get(ctx, c, url)
@@ -222,12 +227,7 @@ func waitForCond(t testing.TB, d time.Duration, what string, cond func() (bool, 
 func scaleAndConverge(t testing.TB, client kubernetes.Interface, b *edgebed.Bed, ns, name, url string, replicas int32) []string {
 	t.Helper()
 	ctx := context.Background()
-	// A patch, not Get and Update: the Deployment's controller writes it
-	// meanwhile.
-	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas)
-	if _, err := client.AppsV1().Deployments(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	scaleTo(t, client, ns, name, replicas)
 	var pods []string
 	c := b.ClientHTTP(3 * time.Second)
 	waitForCond(t, 90*time.Second, fmt.Sprintf("requests through the VIP reach exactly the %d ready Pods", replicas), func() (bool, error) {

@@ -42,20 +42,20 @@ var bridgeIP = netip.MustParseAddr("198.18.2.1")
 
 // newBed starts a bed on a bridge of its own with npl-edge running, and
 // backends in the test namespace.
-func newBed(t *testing.T) (*edgebed.Bed, *edgebed.Backends) {
+func newBed(t testing.TB) (*edgebed.Bed, *edgebed.Backends) {
 	t.Helper()
 	return newBedWith(t, netip.Addr{})
 }
 
 // newBedWith is newBed with a second edge address for AddEdge.
-func newBedWith(t *testing.T, secondEdge netip.Addr) (*edgebed.Bed, *edgebed.Backends) {
+func newBedWith(t testing.TB, secondEdge netip.Addr) (*edgebed.Bed, *edgebed.Backends) {
 	t.Helper()
 	return newBedOptions(t, edgebed.Options{SecondEdgeIP: secondEdge})
 }
 
 // newBedOptions is newBed with the second edge address, npl-edge's --udp
 // and the attached HAProxy of o.
-func newBedOptions(t *testing.T, o edgebed.Options) (*edgebed.Bed, *edgebed.Backends) {
+func newBedOptions(t testing.TB, o edgebed.Options) (*edgebed.Bed, *edgebed.Backends) {
 	t.Helper()
 	bin, err := cluster.DefaultBinDir()
 	if err != nil {

@@ -218,7 +218,7 @@ func testHandOver(t *testing.T, provider string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(backend.Close)
+	stack.CloseAtEnd(t, backend)
 	cluster := lbsyncbed.ClusterName + "-ha-" + provider
 	cfg := lbsyncbed.ConfigWith(cluster, "NodePortLocal", "npl.io/ha-"+provider, vips, backend.ProviderConfig())
 	a := e.StartSyncer(t, "npl-lbsync-ha-"+provider+"-a", cluster, cfg, true)

@@ -296,6 +296,11 @@ func (c *Cluster) start(ctx context.Context) error {
 
 	c.bgCtx, c.bgCancel = context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), c.log))
 	if c.opts.RealNodes {
+		ctx, cancel, err := c.lockRealNodes(ctx)
+		if err != nil {
+			return err
+		}
+		defer cancel()
 		if err := c.startRealNodes(ctx); err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/nodeportlocal/npl/charts"
 	"github.com/nodeportlocal/npl/internal/gatewaycrds"
 )
 
@@ -25,6 +26,22 @@ func (c *Cluster) InstallGatewayAPI(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	docs := make([][]byte, 0, len(manifests))
+	for _, m := range manifests {
+		docs = append(docs, m.Data)
+	}
+	return c.InstallCRDs(ctx, docs...)
+}
+
+// InstallLoadBalancerPolicyCRD creates (or updates) the LoadBalancerPolicy
+// CRD the chart installs and waits until the apiserver serves it.
+func (c *Cluster) InstallLoadBalancerPolicyCRD(ctx context.Context) error {
+	return c.InstallCRDs(ctx, charts.LoadBalancerPolicyCRD)
+}
+
+// InstallCRDs creates (or updates) the CRDs of manifests (one each) and
+// waits until the apiserver serves them.
+func (c *Cluster) InstallCRDs(ctx context.Context, manifests ...[]byte) error {
 	dyn, err := dynamic.NewForConfig(c.RESTConfig())
 	if err != nil {
 		return err
@@ -33,8 +50,8 @@ func (c *Cluster) InstallGatewayAPI(ctx context.Context) error {
 	var names []string
 	for _, m := range manifests {
 		obj := &unstructured.Unstructured{}
-		if err := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(m.Data), 4096).Decode(&obj.Object); err != nil {
-			return fmt.Errorf("decode a Gateway API CRD: %w", err)
+		if err := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(m), 4096).Decode(&obj.Object); err != nil {
+			return fmt.Errorf("decode a CRD: %w", err)
 		}
 		names = append(names, obj.GetName())
 		cur, err := crds.Get(ctx, obj.GetName(), metav1.GetOptions{})

@@ -144,11 +144,6 @@ func (c *Cluster) startRealNodes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	release, err := lockRealNodes(ctx, c.log)
-	if err != nil {
-		return err
-	}
-	c.releaseRealNodes = release
 	removeStaleCgroups(c.log)
 	hostPathsBefore()
 	for _, n := range c.nodes {
@@ -268,6 +263,10 @@ func (rn *realNode) start(ctx context.Context, sandboxImage string) error {
 		"mkdir -p /run/netns",
 		"hostname " + rn.n.Name,
 		fmt.Sprintf("containerd --config %s >>%s 2>&1 &", rn.path("containerd.toml"), filepath.Join(logDir, rn.n.Name+"-containerd.log")),
+		// The kubelet exits at once when containerd's socket is not there
+		// yet, which a loaded machine makes likely: wait for it (bounded,
+		// 60 s; start's poll reports a containerd that never answers).
+		fmt.Sprintf("i=0; while [ ! -S %s ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done", rn.socket()),
 		fmt.Sprintf("%s --config=%s --kubeconfig=%s --root-dir=%s --hostname-override=%s --node-ip=%s >>%s 2>&1 &",
 			filepath.Join(bin, "kubelet"), rn.path("kubelet.yaml"), rn.path("kubelet.kubeconfig"), rn.path("kubelet"),
 			rn.n.Name, rn.n.IP, filepath.Join(logDir, rn.n.Name+"-kubelet.log")),
@@ -587,10 +586,38 @@ func (c *Cluster) stopRealNodes() error {
 // other (a node once stayed NotReady past its deadline that way).
 var realNodesLockFile = filepath.Join(os.TempDir(), "npl-real-nodes.lock")
 
-// lockRealNodes waits, within ctx, until no other real-node cluster runs on
+// realNodesLockWait bounds the wait for another real-node cluster: longer
+// than any test that holds one (the Helm story, the benchmarks), shorter
+// than CI's budget.
+const realNodesLockWait = 30 * time.Minute
+
+// lockRealNodes waits until no other real-node cluster runs on the machine
+// (at most realNodesLockWait) and takes the lock for c. The wait is not the
+// start's: `go test ./...` runs the packages with real-node tests in
+// parallel, and a start with a two-minute budget must not spend it behind
+// a four-minute story. It returns ctx with its deadline moved by the time
+// waited.
+func (c *Cluster) lockRealNodes(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	began := time.Now()
+	waitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), realNodesLockWait)
+	release, err := lockRealNodesFile(waitCtx, c.log)
+	cancel()
+	if err != nil {
+		return ctx, func() {}, err
+	}
+	c.releaseRealNodes = release
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return ctx, func() {}, nil
+	}
+	moved, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(time.Since(began)))
+	return moved, cancel, nil
+}
+
+// lockRealNodesFile waits, within ctx, until no other real-node cluster runs on
 // the machine, and returns the function that lets the next one start. The
 // lock is a flock, so a process that dies releases it.
-func lockRealNodes(ctx context.Context, log klog.Logger) (func(), error) {
+func lockRealNodesFile(ctx context.Context, log klog.Logger) (func(), error) {
 	f, err := os.OpenFile(realNodesLockFile, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("npl test cluster: real nodes lock: %w", err)

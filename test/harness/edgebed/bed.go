@@ -649,7 +649,10 @@ type Backends struct {
 	IP      netip.Addr
 	servers map[int32]*http.Server
 	names   map[int32]string
-	mu      sync.Mutex
+	// statuses[port][path] is what the backend on port answers on path
+	// instead of 200 (SetStatus).
+	statuses map[int32]map[string]int
+	mu       sync.Mutex
 }
 
 // The headers of a backend's answer: its name, and the Host, request URI
@@ -698,6 +701,12 @@ func (bs *Backends) serve(name string, port int32) (int32, error) {
 		if b, err := json.Marshal(r.Header); err == nil {
 			h.Set(EchoHeaders, string(b))
 		}
+		bs.mu.Lock()
+		status := bs.statuses[port][r.URL.Path]
+		bs.mu.Unlock()
+		if status != 0 {
+			w.WriteHeader(status)
+		}
 		_, _ = io.WriteString(w, name)
 	}), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
@@ -708,6 +717,21 @@ func (bs *Backends) serve(name string, port int32) (int32, error) {
 	}
 	bs.servers[port], bs.names[port] = srv, name
 	return port, nil
+}
+
+// SetStatus makes the backend on port answer status on path from now on
+// (0: 200 again), while it answers every other path as before: an
+// application that fails its health check and still takes connections.
+func (bs *Backends) SetStatus(port int32, path string, status int) {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if bs.statuses == nil {
+		bs.statuses = map[int32]map[string]int{}
+	}
+	if bs.statuses[port] == nil {
+		bs.statuses[port] = map[string]int{}
+	}
+	bs.statuses[port][path] = status
 }
 
 // StopBackend closes the backend on port: its port refuses connections
@@ -746,19 +770,26 @@ func Get(ctx context.Context, c *http.Client, url string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	body, _, err := Do(c, req)
+	return body, err
+}
+
+// Do sends req and returns the body of its answer, which must be 200 OK,
+// and the answer (its body read and closed).
+func Do(c *http.Client, req *http.Request) (string, *http.Response, error) {
 	resp, err := c.Do(req)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return "", err
+		return "", resp, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(body))
+		return "", resp, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(body))
 	}
-	return string(body), nil
+	return string(body), resp, nil
 }
 
 // Stream sends requests to url from the client namespace, workers at a

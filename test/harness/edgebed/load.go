@@ -203,3 +203,18 @@ func (w LoadWindow) Report(b *testing.B) {
 	b.ReportMetric(1000*w.ensures.quantile(0.99), "lbsync-ensure-p99-ms")
 	b.ReportMetric(w.ensures[math.Inf(1)], "lbsync-ensures")
 }
+
+// LoadAverage is the machine's 1-minute load average, reported beside the
+// figures measured on a shared machine; 0 when it cannot be read.
+func LoadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}

@@ -1,5 +1,6 @@
 // Package lbsyncbed is the bed of npl-lbsync alone: the real binary on the
-// local cluster of two nodes with the mock provider, and no agent. The tests
+// local cluster of two nodes with the mock provider, and no agent, the
+// LoadBalancerPolicy CRD installed. The tests
 // write the Pods' nodeportlocal.antrea.io annotations by hand (also in
 // Antrea's own format) and read the exact pools, status, conditions and
 // provider calls. test/lbsync (Services) and test/gateway (Gateway API) run
@@ -58,6 +59,11 @@ func Setup(t *testing.T) *Env {
 	if shared == nil {
 		e := &Env{Cluster: c, Client: c.Client(), StateDir: filepath.Join(c.LogDir(), "state")}
 		if err := os.MkdirAll(e.StateDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// npl-lbsync applies LoadBalancerPolicies when their CRD is
+		// served at its start, as the chart installs it by default.
+		if err := c.InstallLoadBalancerPolicyCRD(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		l, err := stack.StartLBSync(context.Background(), c, stack.LBSyncOptions{Name: "npl-lbsync", Config: e.Config(ClusterName, "NodePortLocal", "npl.io/lb", "198.18.100.0/28")})

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/nodeportlocal/npl/lbmodel"
@@ -147,6 +148,24 @@ func (a *aviBackend) Name() string           { return "avi" }
 func (a *aviBackend) ProviderConfig() string { return a.config }
 func (a *aviBackend) Writes() int            { return a.sim.Writes() }
 func (a *aviBackend) Close()                 { _ = a.sim.Close() }
+
+// SchemaViolations counts the request bodies the simulator refused for
+// breaking the controller's schema.
+func (a *aviBackend) SchemaViolations() int { return a.sim.SchemaViolations() }
+
+// CloseAtEnd closes b when the test ends, and fails the test when the
+// simulator refused a request body for breaking the controller's schema:
+// every Avi request of the test is checked (avischema).
+func CloseAtEnd(t testing.TB, b Backend) {
+	t.Cleanup(func() {
+		if v, ok := b.(interface{ SchemaViolations() int }); ok {
+			if n := v.SchemaViolations(); n > 0 {
+				t.Errorf("%s: %d request bodies broke the controller's schema (see npl-lbsync's log)", b.Name(), n)
+			}
+		}
+		b.Close()
+	})
+}
 
 // Pools reads the simulator's pools of lbName (OfLoadBalancer) and the VsVip lbName.
 func (a *aviBackend) Pools(lbName string) (map[string][]lbmodel.Member, []string, bool, error) {

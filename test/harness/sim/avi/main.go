@@ -42,7 +42,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.opts.Username, "username", "admin", "username POST /login accepts")
 	fs.StringVar(&c.opts.Password, "password", "", "password POST /login accepts (or --password-file)")
 	fs.StringVar(&passwordFile, "password-file", "", "file holding the password POST /login accepts")
-	fs.StringVar(&c.opts.Version, "version", "22.1.3", "controller version reported by /api/initial-data")
+	fs.StringVar(&c.opts.Version, "version", "", "controller API version (20.1.x, 22.1.x, 30.x; default: the pinned alb-sdk schema's)")
 	fs.StringVar(&c.opts.VIPNetwork, "vip-network", "vip-net", "name of the seeded VIP network")
 	fs.StringVar(&subnet, "vip-subnet", "198.18.200.0/24", "subnet VsVips are allocated from")
 	if err := fs.Parse(args); err != nil {

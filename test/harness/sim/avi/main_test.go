@@ -36,7 +36,7 @@ func TestParseFlags(t *testing.T) {
 			name: "password file",
 			args: []string{"--password-file", pwFile},
 			want: config{opts: avisim.Options{Addr: "127.0.0.1:8443", Username: "admin", Password: "from-file",
-				Version: "22.1.3", VIPNetwork: "vip-net", VIPSubnet: netip.MustParsePrefix("198.18.200.0/24")}},
+				VIPNetwork: "vip-net", VIPSubnet: netip.MustParsePrefix("198.18.200.0/24")}},
 		},
 		{name: "unknown flag", args: []string{"--password", "p", "--frob"}, wantErr: "flag provided but not defined: -frob"},
 		{name: "no password", args: nil, wantErr: "--password or --password-file is required"},

@@ -35,6 +35,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	username := fs.String("username", "admin", "user name that basic auth and login accept")
 	password := fs.String("password", "", "password that basic auth and login accept (required)")
 	tokenTimeout := fs.Duration("token-timeout", 1200*time.Second, "lifetime of a new token")
+	version := fs.String("version", "17.1.0", "BIG-IP version /mgmt/tm/sys/version reports (13.1 to 17.x)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stdout, "Usage: bigip-sim --listen ADDR [--tls --ca-out FILE] --username USER --password PASSWORD")
@@ -65,7 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	srv := bigipsim.New(bigipsim.Options{
 		Addr: *listen, TLS: *useTLS, Username: *username, Password: *password, TokenTimeout: *tokenTimeout,
-		ErrorLog: log.New(stderr, "bigip-sim: ", log.LstdFlags),
+		ErrorLog: log.New(stderr, "bigip-sim: ", log.LstdFlags), Version: *version,
 	})
 	if err := srv.Start(); err != nil {
 		fmt.Fprintf(stderr, "bigip-sim: %v\n", err)

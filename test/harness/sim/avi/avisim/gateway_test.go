@@ -26,11 +26,11 @@ func TestServer_poolGroup(t *testing.T) {
 		obj  map[string]any
 		want string
 	}{
-		{"a ratio above 1000", map[string]any{"name": "pg", "members": []any{member("v1", 1001)}}, "ratio 1001 is not in 0-1000"},
+		{"a ratio above 1000", map[string]any{"name": "pg", "members": []any{member("v1", 1001)}}, "members[0].ratio: 1001 is not allowed: allowed values are 1-1000, 0"},
 		{"a pool twice", map[string]any{"name": "pg", "members": []any{member("v1", 1), member("v1", 2)}}, "a member twice"},
 		{"a member without a pool", map[string]any{"name": "pg", "members": []any{map[string]any{"ratio": 1}}}, "pool_ref"},
 		{"an unknown pool", map[string]any{"name": "pg", "members": []any{member("absent", 1)}}, "Pool object not found!"},
-		{"a field the API does not have", map[string]any{"name": "pg", "weights": []any{1}}, `unknown field "weights"`},
+		{"a field the API does not have", map[string]any{"name": "pg", "weights": []any{1}}, "weights: unknown field of PoolGroup"},
 	} {
 		status, out := c.do("POST", "/api/poolgroup", tt.obj)
 		if status != http.StatusBadRequest || !strings.Contains(str(out["error"]), tt.want) {
@@ -85,9 +85,9 @@ func TestServer_httpPolicySetGatewayParts(t *testing.T) {
 		want string
 	}{
 		{"a port out of range", map[string]any{"match": map[string]any{"vs_port": map[string]any{"match_criteria": "IS_IN",
-			"ports": []int{0}}}, "switching_action": toPool}, "vs_port 0 is not in 1-65535"},
+			"ports": []int{0}}}, "switching_action": toPool}, "vs_port.ports[0]: 0 is not allowed"},
 		{"an unknown method", map[string]any{"match": map[string]any{"method": map[string]any{"match_criteria": "IS_IN",
-			"methods": []string{"HTTP_METHOD_QUERY"}}}, "switching_action": toPool}, "method HTTP_METHOD_QUERY is not valid"},
+			"methods": []string{"HTTP_METHOD_QUERY"}}}, "switching_action": toPool}, `methods[0]: "HTTP_METHOD_QUERY" is not one of`},
 		{"a header test without a value", map[string]any{"match": map[string]any{"hdrs": []any{map[string]any{"hdr": "x",
 			"match_criteria": "HDR_EQUALS"}}}, "switching_action": toPool}, "needs a value"},
 		{"a query test Avi lacks", map[string]any{"match": map[string]any{"query": map[string]any{
@@ -102,7 +102,7 @@ func TestServer_httpPolicySetGatewayParts(t *testing.T) {
 		{"a path token without its string", map[string]any{"switching_action": toPool, "rewrite_url_action": map[string]any{
 			"path": map[string]any{"type": "URI_PARAM_TYPE_TOKENIZED", "tokens": []any{map[string]any{"type": "URI_TOKEN_TYPE_STRING"}}}}},
 			"needs str_value"},
-		{"a field the API does not have", map[string]any{"switching_action": toPool, "weight": 3}, `unknown field "weight"`},
+		{"a field the API does not have", map[string]any{"switching_action": toPool, "weight": 3}, "weight: unknown field of HTTPRequestRule"},
 	} {
 		status, out := c.do("POST", "/api/httppolicyset", policy(tt.rule))
 		if status != http.StatusBadRequest || !strings.Contains(str(out["error"]), tt.want) {
@@ -117,7 +117,7 @@ func TestServer_httpPolicySetGatewayParts(t *testing.T) {
 func TestServer_l4BesideL7OnOneVsVip(t *testing.T) {
 	srv := startServer(t, Options{})
 	c := loggedIn(t, srv)
-	c.mustCreate("vsvip", map[string]any{"name": "vip", "vip": []any{map[string]any{"auto_allocate_ip": true}}})
+	c.mustCreate("vsvip", map[string]any{"name": "vip", "vip": []any{map[string]any{"vip_id": "0", "auto_allocate_ip": true}}})
 	c.mustCreate("pool", map[string]any{"name": "p"})
 	c.mustCreate("poolgroup", map[string]any{"name": "pg", "members": []any{map[string]any{"pool_ref": "/api/pool?name=p"}}})
 	vs := func(name string, ports ...int) map[string]any {
@@ -135,7 +135,7 @@ func TestServer_l4BesideL7OnOneVsVip(t *testing.T) {
 	}
 	rule := func(sel map[string]any) map[string]any {
 		return map[string]any{"name": "ps", "l4_connection_policy": map[string]any{"rules": []any{map[string]any{
-			"index": 1, "action": map[string]any{"select_pool": sel}}}}}
+			"name": "r", "index": 1, "action": map[string]any{"select_pool": sel}}}}}
 	}
 	ps := c.mustCreate("l4policyset", rule(map[string]any{"action_type": "L4_RULE_ACTION_SELECT_POOLGROUP", "pool_group_ref": "/api/poolgroup?name=pg"}))
 	c.do("DELETE", "/api/l4policyset/"+ps["uuid"].(string), nil)
@@ -159,7 +159,7 @@ func TestServer_l4BesideL7OnOneVsVip(t *testing.T) {
 func TestServer_sharedVsVipPortsAreTCPOrUDP(t *testing.T) {
 	srv := startServer(t, Options{})
 	c := loggedIn(t, srv)
-	c.mustCreate("vsvip", map[string]any{"name": "vip", "vip": []any{map[string]any{"auto_allocate_ip": true}}})
+	c.mustCreate("vsvip", map[string]any{"name": "vip", "vip": []any{map[string]any{"vip_id": "0", "auto_allocate_ip": true}}})
 	c.mustCreate("virtualservice", map[string]any{"name": "tcp", "vsvip_ref": "/api/vsvip?name=vip",
 		"services": []any{map[string]any{"port": 53}}})
 	c.mustCreate("virtualservice", map[string]any{"name": "udp", "vsvip_ref": "/api/vsvip?name=vip",

@@ -18,6 +18,7 @@ import (
 //	DELETE /sim/faults?id=N      remove fault N
 //	POST   /sim/expire-sessions  end every session
 //	POST   /sim/credentials      {"username","password"} accepted from now on
+//	POST   /sim/upgrading        {"on": true} refuses changes as during an upgrade, {"on": false} ends it
 //
 // Hooks need no session: the simulator listens on loopback or inside a test
 // network namespace only.
@@ -72,6 +73,16 @@ func (s *Server) serveHooks(w http.ResponseWriter, r *http.Request, path string)
 			return
 		}
 		s.SetCredentials(cred.Username, cred.Password)
+		writeJSON(w, http.StatusOK, map[string]any{})
+	case "POST /sim/upgrading":
+		var body struct {
+			On bool `json:"on"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			writeError(w, http.StatusBadRequest, `upgrading: expected {"on": true|false}`)
+			return
+		}
+		s.SetUpgrading(body.On)
 		writeJSON(w, http.StatusOK, map[string]any{})
 	default:
 		writeError(w, http.StatusNotFound, "Unknown hook "+route)

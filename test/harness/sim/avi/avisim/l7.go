@@ -9,58 +9,30 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"net/http"
-	"slices"
 	"strings"
 )
 
-// The values the controller accepts in the parts of HTTP policy sets the
-// simulator checks.
-var (
-	hostCriteria = []string{"HDR_EXISTS", "HDR_DOES_NOT_EXIST", "HDR_BEGINS_WITH", "HDR_DOES_NOT_BEGIN_WITH",
-		"HDR_CONTAINS", "HDR_DOES_NOT_CONTAIN", "HDR_ENDS_WITH", "HDR_DOES_NOT_END_WITH", "HDR_EQUALS", "HDR_DOES_NOT_EQUAL"}
-	pathCriteria = []string{"BEGINS_WITH", "DOES_NOT_BEGIN_WITH", "CONTAINS", "DOES_NOT_CONTAIN", "ENDS_WITH",
-		"DOES_NOT_END_WITH", "EQUALS", "DOES_NOT_EQUAL", "REGEX_MATCH", "REGEX_DOES_NOT_MATCH"}
-	switchingActions = []string{"HTTP_SWITCHING_SELECT_POOL", "HTTP_SWITCHING_SELECT_POOLGROUP", "HTTP_SWITCHING_SELECT_LOCAL"}
-	localStatusCodes = []string{"HTTP_LOCAL_RESPONSE_STATUS_CODE_200", "HTTP_LOCAL_RESPONSE_STATUS_CODE_204",
-		"HTTP_LOCAL_RESPONSE_STATUS_CODE_403", "HTTP_LOCAL_RESPONSE_STATUS_CODE_404", "HTTP_LOCAL_RESPONSE_STATUS_CODE_429",
-		"HTTP_LOCAL_RESPONSE_STATUS_CODE_501"}
-	portCriteria  = []string{"IS_IN", "IS_NOT_IN"}
-	matchCases    = []string{"SENSITIVE", "INSENSITIVE"}
-	queryCriteria = []string{"QUERY_MATCH_CONTAINS"}
-	httpMethods   = []string{"HTTP_METHOD_GET", "HTTP_METHOD_HEAD", "HTTP_METHOD_PUT", "HTTP_METHOD_DELETE", "HTTP_METHOD_POST",
-		"HTTP_METHOD_OPTIONS", "HTTP_METHOD_TRACE", "HTTP_METHOD_CONNECT", "HTTP_METHOD_PATCH", "HTTP_METHOD_PROPFIND",
-		"HTTP_METHOD_PROPPATCH", "HTTP_METHOD_MKCOL", "HTTP_METHOD_COPY", "HTTP_METHOD_MOVE", "HTTP_METHOD_LOCK", "HTTP_METHOD_UNLOCK"}
-	hdrActions     = []string{"HTTP_ADD_HDR", "HTTP_REMOVE_HDR", "HTTP_REPLACE_HDR"}
-	redirectCodes  = []string{"HTTP_REDIRECT_STATUS_CODE_301", "HTTP_REDIRECT_STATUS_CODE_302", "HTTP_REDIRECT_STATUS_CODE_307"}
-	redirectProtos = []string{"HTTP", "HTTPS"}
-	uriTokenTypes  = []string{"URI_TOKEN_TYPE_HOST", "URI_TOKEN_TYPE_PATH", "URI_TOKEN_TYPE_STRING",
-		"URI_TOKEN_TYPE_STRING_GROUP", "URI_TOKEN_TYPE_REGEX"}
-)
+// The checks below are what the controller refuses in HTTP policy sets and
+// pool groups beyond its schema (avischema checks the enum options, ranges
+// and required fields first).
 
 const httpProfileType = "APPLICATION_PROFILE_TYPE_HTTP"
 
 // validateHTTPPolicySet checks the request rules: a unique name and index
-// each, known match criteria with values, and a switching action that names
-// what it switches to (references are resolved before, so a pool_ref that
-// names no pool has already failed).
+// each, match tests with values, a switching action that names what it
+// switches to (references are resolved before, so a pool_ref that names
+// no pool has already failed), and the actions.
 func validateHTTPPolicySet(obj object) *apiError {
 	policy, _ := obj["http_request_policy"].(map[string]any)
 	rules, _ := policy["rules"].([]any)
 	names, indexes := map[string]bool{}, map[int64]bool{}
 	for i, raw := range rules {
-		rule, ok := raw.(map[string]any)
-		if !ok {
-			return errorf(http.StatusBadRequest, "http_request_policy.rules[%d]: expected an object", i)
-		}
+		rule, _ := raw.(map[string]any)
 		name := str(rule["name"])
-		idx, hasIdx := toInt(rule["index"])
+		idx, _ := toInt(rule["index"])
 		switch {
-		case name == "":
-			return errorf(http.StatusBadRequest, "http_request_policy.rules[%d].name: This field is required.", i)
 		case names[name]:
 			return errorf(http.StatusBadRequest, "http_request_policy.rules[%d]: rule name %s is used twice", i, name)
-		case !hasIdx:
-			return errorf(http.StatusBadRequest, "http_request_policy.rules[%d].index: This field is required.", i)
 		case indexes[idx]:
 			return errorf(http.StatusBadRequest, "http_request_policy.rules[%d]: index %d is used twice", i, idx)
 		}
@@ -69,38 +41,26 @@ func validateHTTPPolicySet(obj object) *apiError {
 		if host, ok := match["host_hdr"].(map[string]any); ok {
 			c := str(host["match_criteria"])
 			values, _ := host["value"].([]any)
-			if !slices.Contains(hostCriteria, c) {
-				return errorf(http.StatusBadRequest, "rule %s: host_hdr.match_criteria %q is not valid", name, c)
-			}
 			if len(values) == 0 && c != "HDR_EXISTS" && c != "HDR_DOES_NOT_EXIST" {
 				return errorf(http.StatusBadRequest, "rule %s: host_hdr %s needs a value", name, c)
 			}
 		}
 		if path, ok := match["path"].(map[string]any); ok {
-			c := str(path["match_criteria"])
 			strs, _ := path["match_str"].([]any)
 			groups, _ := path["string_group_refs"].([]any)
-			if !slices.Contains(pathCriteria, c) {
-				return errorf(http.StatusBadRequest, "rule %s: path.match_criteria %q is not valid", name, c)
-			}
 			if len(strs) == 0 && len(groups) == 0 {
-				return errorf(http.StatusBadRequest, "rule %s: path %s needs match_str or string_group_refs", name, c)
+				return errorf(http.StatusBadRequest, "rule %s: path %s needs match_str or string_group_refs", name, str(path["match_criteria"]))
 			}
 		}
 		if err := validateMatch(name, match); err != nil {
 			return err
 		}
 		if sw, ok := rule["switching_action"].(map[string]any); ok {
-			action := str(sw["action"])
-			switch {
-			case !slices.Contains(switchingActions, action):
-				return errorf(http.StatusBadRequest, "rule %s: switching_action.action %q is not valid", name, action)
+			switch action := str(sw["action"]); {
 			case action == "HTTP_SWITCHING_SELECT_POOL" && str(sw["pool_ref"]) == "":
 				return errorf(http.StatusBadRequest, "rule %s: HTTP_SWITCHING_SELECT_POOL needs a pool_ref", name)
 			case action == "HTTP_SWITCHING_SELECT_POOLGROUP" && str(sw["pool_group_ref"]) == "":
 				return errorf(http.StatusBadRequest, "rule %s: HTTP_SWITCHING_SELECT_POOLGROUP needs a pool_group_ref", name)
-			case sw["status_code"] != nil && !slices.Contains(localStatusCodes, str(sw["status_code"])):
-				return errorf(http.StatusBadRequest, "rule %s: switching_action.status_code %v is not valid", name, sw["status_code"])
 			}
 		}
 		if err := validateActions(name, rule); err != nil {
@@ -110,35 +70,12 @@ func validateHTTPPolicySet(obj object) *apiError {
 	return nil
 }
 
-// validateMatch checks the port, method, header and query tests of a
-// request rule.
+// validateMatch checks that the method and header tests of a request rule
+// have values.
 func validateMatch(rule string, match map[string]any) *apiError {
-	if vp, ok := match["vs_port"].(map[string]any); ok {
-		ports, _ := vp["ports"].([]any)
-		if !slices.Contains(portCriteria, str(vp["match_criteria"])) {
-			return errorf(http.StatusBadRequest, "rule %s: vs_port.match_criteria %q is not valid", rule, str(vp["match_criteria"]))
-		}
-		if len(ports) == 0 {
-			return errorf(http.StatusBadRequest, "rule %s: vs_port needs at least one port", rule)
-		}
-		for _, p := range ports {
-			if n, ok := toInt(p); !ok || n < 1 || n > 65535 {
-				return errorf(http.StatusBadRequest, "rule %s: vs_port %v is not in 1-65535", rule, p)
-			}
-		}
-	}
 	if m, ok := match["method"].(map[string]any); ok {
-		methods, _ := m["methods"].([]any)
-		if !slices.Contains(portCriteria, str(m["match_criteria"])) {
-			return errorf(http.StatusBadRequest, "rule %s: method.match_criteria %q is not valid", rule, str(m["match_criteria"]))
-		}
-		if len(methods) == 0 {
+		if methods, _ := m["methods"].([]any); len(methods) == 0 {
 			return errorf(http.StatusBadRequest, "rule %s: method needs at least one method", rule)
-		}
-		for _, v := range methods {
-			if !slices.Contains(httpMethods, str(v)) {
-				return errorf(http.StatusBadRequest, "rule %s: method %v is not valid", rule, v)
-			}
 		}
 	}
 	hdrs, _ := match["hdrs"].([]any)
@@ -149,16 +86,9 @@ func validateMatch(rule string, match map[string]any) *apiError {
 		switch {
 		case str(h["hdr"]) == "":
 			return errorf(http.StatusBadRequest, "rule %s: hdrs[%d].hdr: This field is required.", rule, i)
-		case !slices.Contains(hostCriteria, c):
-			return errorf(http.StatusBadRequest, "rule %s: hdrs[%d].match_criteria %q is not valid", rule, i, c)
 		case len(values) == 0 && c != "HDR_EXISTS" && c != "HDR_DOES_NOT_EXIST":
 			return errorf(http.StatusBadRequest, "rule %s: hdrs[%d] %s needs a value", rule, i, c)
-		case h["match_case"] != nil && !slices.Contains(matchCases, str(h["match_case"])):
-			return errorf(http.StatusBadRequest, "rule %s: hdrs[%d].match_case %v is not valid", rule, i, h["match_case"])
 		}
-	}
-	if q, ok := match["query"].(map[string]any); ok && !slices.Contains(queryCriteria, str(q["match_criteria"])) {
-		return errorf(http.StatusBadRequest, "rule %s: query.match_criteria %q is not valid", rule, str(q["match_criteria"]))
 	}
 	return nil
 }
@@ -172,8 +102,6 @@ func validateActions(rule string, r map[string]any) *apiError {
 		hdr, _ := a["hdr"].(map[string]any)
 		value, _ := hdr["value"].(map[string]any)
 		switch action := str(a["action"]); {
-		case !slices.Contains(hdrActions, action):
-			return errorf(http.StatusBadRequest, "rule %s: hdr_action[%d].action %q is not valid", rule, i, action)
 		case str(hdr["name"]) == "":
 			return errorf(http.StatusBadRequest, "rule %s: hdr_action[%d].hdr.name: This field is required.", rule, i)
 		case action != "HTTP_REMOVE_HDR" && value == nil:
@@ -191,18 +119,8 @@ func validateActions(rule string, r map[string]any) *apiError {
 	if !ok {
 		return nil
 	}
-	switch {
-	case r["switching_action"] != nil || r["hdr_action"] != nil || r["rewrite_url_action"] != nil:
+	if r["switching_action"] != nil || r["hdr_action"] != nil || r["rewrite_url_action"] != nil {
 		return errorf(http.StatusBadRequest, "rule %s: a redirect action cannot be combined with other actions", rule)
-	case !slices.Contains(redirectProtos, str(d["protocol"])):
-		return errorf(http.StatusBadRequest, "rule %s: redirect_action.protocol %q is not valid", rule, str(d["protocol"]))
-	case d["status_code"] != nil && !slices.Contains(redirectCodes, str(d["status_code"])):
-		return errorf(http.StatusBadRequest, "rule %s: redirect_action.status_code %v is not valid", rule, d["status_code"])
-	}
-	if p, ok := d["port"]; ok && p != nil {
-		if n, ok := toInt(p); !ok || n < 1 || n > 65535 {
-			return errorf(http.StatusBadRequest, "rule %s: redirect_action.port %v is not in 1-65535", rule, p)
-		}
 	}
 	for _, f := range []string{"host", "path"} {
 		if err := validateURIParam(rule, "redirect_action."+f, d[f]); err != nil {
@@ -212,53 +130,37 @@ func validateActions(rule string, r map[string]any) *apiError {
 	return nil
 }
 
-// validateURIParam checks a URIParam: tokenized, with at least one token
-// of a known type, a string token with its string.
+// validateURIParam checks that a URIParam has tokens, a string token its
+// string.
 func validateURIParam(rule, field string, v any) *apiError {
 	if v == nil {
 		return nil
 	}
 	p, _ := v.(map[string]any)
 	tokens, _ := p["tokens"].([]any)
-	if str(p["type"]) != "URI_PARAM_TYPE_TOKENIZED" {
-		return errorf(http.StatusBadRequest, "rule %s: %s.type %q is not valid", rule, field, str(p["type"]))
-	}
 	if len(tokens) == 0 {
 		return errorf(http.StatusBadRequest, "rule %s: %s needs at least one token", rule, field)
 	}
 	for i, raw := range tokens {
 		tk, _ := raw.(map[string]any)
-		typ := str(tk["type"])
-		switch {
-		case !slices.Contains(uriTokenTypes, typ):
-			return errorf(http.StatusBadRequest, "rule %s: %s.tokens[%d].type %q is not valid", rule, field, i, typ)
-		case typ == "URI_TOKEN_TYPE_STRING" && tk["str_value"] == nil:
+		if str(tk["type"]) == "URI_TOKEN_TYPE_STRING" && tk["str_value"] == nil {
 			return errorf(http.StatusBadRequest, "rule %s: %s.tokens[%d] needs str_value", rule, field, i)
 		}
 	}
 	return nil
 }
 
-// validatePoolGroup checks the members of a pool group: a pool each, at
-// most once, with a ratio in 0-1000.
+// validatePoolGroup checks that each pool is a member at most once.
 func validatePoolGroup(obj object) *apiError {
 	members, _ := obj["members"].([]any)
 	seen := map[string]bool{}
 	for i, raw := range members {
 		m, _ := raw.(map[string]any)
 		ref := str(m["pool_ref"])
-		switch {
-		case !strings.HasPrefix(ref, "/api/pool/"):
-			return errorf(http.StatusBadRequest, "members[%d].pool_ref: This field is required.", i)
-		case seen[ref]:
+		if seen[ref] {
 			return errorf(http.StatusBadRequest, "members[%d]: pool %s is a member twice", i, ref)
 		}
 		seen[ref] = true
-		if r, ok := m["ratio"]; ok && r != nil {
-			if n, ok := toInt(r); !ok || n < 0 || n > 1000 {
-				return errorf(http.StatusBadRequest, "members[%d].ratio %v is not in 0-1000", i, r)
-			}
-		}
 	}
 	return nil
 }
@@ -323,7 +225,7 @@ func toAnySlice(ss []string) []any {
 
 // hiddenFields are never shown by GET, as the controller keeps private keys
 // to itself.
-var hiddenFields = map[string][]string{"sslkeyandcertificate": {"key", "key_passphrase"}}
+var hiddenFields = map[string][]string{"sslkeyandcertificate": {"key", "key_passphrase"}, "user": {"password"}}
 
 // validateVirtualServiceL7 checks what a virtual service's HTTP features
 // need: HTTP policy sets and SSL need an HTTP application profile, SSL

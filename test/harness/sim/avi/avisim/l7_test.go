@@ -135,7 +135,7 @@ func TestServer_httpPolicySet(t *testing.T) {
 func TestServer_virtualServiceHTTPFeatures(t *testing.T) {
 	srv := startServer(t, Options{})
 	c := loggedIn(t, srv)
-	c.mustCreate("vsvip", map[string]any{"name": "vip", "vip": []any{map[string]any{"auto_allocate_ip": true}}})
+	c.mustCreate("vsvip", map[string]any{"name": "vip", "vip": []any{map[string]any{"vip_id": "0", "auto_allocate_ip": true}}})
 	c.mustCreate("httppolicyset", map[string]any{"name": "ps"})
 	ecCert, ecKey := selfSigned(t, "a.example.com", false)
 	ec2Cert, ec2Key := selfSigned(t, "b.example.com", false)

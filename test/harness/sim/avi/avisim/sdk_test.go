@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 // its default options: login, version, typed CRUD, and the SDK's own
 // re-login after the sessions expire.
 func TestServer_servesTheALBSDK(t *testing.T) {
-	srv := startServer(t, Options{Username: "admin", Password: "pw"})
+	srv := startServer(t, Options{Username: "admin", Password: "pw", Version: "22.1.3"})
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(srv.CACertPEM())
 	transport := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}

@@ -3,9 +3,13 @@
 // generates, the part of the REST API that the alb-sdk and the npl Avi
 // provider use: login with cookies and CSRF, a generic per-tenant object
 // store with collections, filters, paging and name references, VIP
-// allocation for VsVips, and the controller's error answers. Test hooks
-// inject faults and latency, count calls, expire sessions and dump state,
-// from Go or over HTTP under /sim/.
+// allocation for VsVips, and the controller's error answers. Every body is
+// checked against the controller's own schema (avischema: the pinned
+// alb-sdk's swagger files) for the X-Avi-Version it is sent with, and
+// stored objects answer as a controller's do: uuids <type>-<uuid4>,
+// full-URL references, the admin tenant's uuid admin, defaults filled in.
+// Test hooks inject faults and latency, count calls, expire sessions,
+// simulate an upgrade and dump state, from Go or over HTTP under /sim/.
 package avisim
 
 import (
@@ -24,6 +28,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nodeportlocal/npl/test/harness/sim/avi/avischema"
 )
 
 // Options configure a Server. The zero value is usable.
@@ -34,7 +40,11 @@ type Options struct {
 	// default admin / admin.
 	Username string
 	Password string
-	// Version is what GET /api/initial-data reports; default 22.1.3.
+	// Version is the controller's API version: what GET /api/initial-data
+	// reports, the newest X-Avi-Version requests may ask for, and the
+	// schema the simulator checks bodies with (avischema: the pinned
+	// alb-sdk's, 20.1.7, with what later releases change). Default: the
+	// pinned schema's version.
 	Version string
 	// VIPNetwork names the seeded network VsVips allocate from; default
 	// vip-net.
@@ -55,9 +65,6 @@ func (o *Options) setDefaults() {
 	if o.Password == "" {
 		o.Password = "admin"
 	}
-	if o.Version == "" {
-		o.Version = "22.1.3"
-	}
 	if o.VIPNetwork == "" {
 		o.VIPNetwork = "vip-net"
 	}
@@ -73,6 +80,12 @@ func (o *Options) setDefaults() {
 // use.
 type Server struct {
 	opts Options
+	// version is Options.Version parsed; setupErr is what went wrong
+	// reading the schema or the version, returned by Start.
+	version  avischema.Version
+	setupErr error
+	// upgrading refuses configuration changes, as during an upgrade.
+	upgrading bool
 
 	mu       sync.Mutex
 	st       *store
@@ -94,7 +107,7 @@ type Server struct {
 }
 
 type loginSession struct {
-	user string
+	user *account
 	csrf string
 }
 
@@ -116,6 +129,20 @@ func New(opts Options) *Server {
 		done:     make(chan struct{}),
 	}
 	s.st.defaultNetwork = opts.VIPNetwork
+	schema, err := avischema.Pinned()
+	if err != nil {
+		s.setupErr = fmt.Errorf("avisim: %w", err)
+	} else {
+		if s.opts.Version == "" {
+			s.opts.Version = schema.Version
+		}
+		v, ok := avischema.ParseVersion(s.opts.Version)
+		if !ok {
+			s.setupErr = fmt.Errorf("avisim: version %q is not major.minor.patch", s.opts.Version)
+		}
+		s.version = v
+		s.st.schema, s.st.version = schema, v
+	}
 	s.seed()
 	return s
 }
@@ -142,6 +169,7 @@ func (s *Server) seed() {
 		}},
 		{"healthmonitor", object{"name": "System-TCP", "type": "HEALTH_MONITOR_TCP"}},
 		{"healthmonitor", object{"name": "System-UDP", "type": "HEALTH_MONITOR_UDP"}},
+		{"analyticsprofile", object{"name": "System-Analytics-Profile"}},
 		{"applicationprofile", object{"name": "System-L4-Application", "type": "APPLICATION_PROFILE_TYPE_L4"}},
 		{"applicationprofile", object{"name": "System-HTTP", "type": "APPLICATION_PROFILE_TYPE_HTTP"}},
 		{"applicationprofile", object{"name": "System-Secure-HTTP", "type": "APPLICATION_PROFILE_TYPE_HTTP",
@@ -153,8 +181,12 @@ func (s *Server) seed() {
 		{"networkprofile", object{"name": "System-UDP-Fast-Path", "profile": map[string]any{"type": "PROTOCOL_TYPE_UDP_FAST_PATH"}}},
 		{"networkprofile", object{"name": "System-TCP-Fast-Path", "profile": map[string]any{"type": "PROTOCOL_TYPE_TCP_FAST_PATH"}}},
 	}
+	seeds = append(seeds, struct {
+		typ string
+		obj object
+	}{"role", object{"name": systemAdminRole, "privileges": allPermissions()}})
 	for _, sd := range seeds {
-		if _, err := s.st.create(adminTenant, sd.typ, sd.obj); err != nil {
+		if _, err := s.st.create(adminTenant, sd.typ, sd.obj, avischema.Version{}); err != nil {
 			panic(fmt.Sprintf("seed %s %v: %v", sd.typ, sd.obj["name"], err))
 		}
 	}
@@ -163,6 +195,9 @@ func (s *Server) seed() {
 // Start listens on Options.Addr, generates the CA and serves TLS in the
 // background. It returns the address it listens on (host:port).
 func (s *Server) Start() (string, error) {
+	if s.setupErr != nil {
+		return "", s.setupErr
+	}
 	ln, err := net.Listen("tcp", s.opts.Addr)
 	if err != nil {
 		return "", fmt.Errorf("avisim: listen on %s: %w", s.opts.Addr, err)
@@ -308,11 +343,52 @@ func (s *Server) Create(tenant, typ string, obj map[string]any) (map[string]any,
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, apiErr := s.st.create(tenant, typ, body)
+	e, apiErr := s.st.create(tenant, typ, body, s.version)
 	if apiErr != nil {
 		return nil, apiErr
 	}
 	return s.st.render(e, s.host, true), nil
+}
+
+// Import stores an object as a controller returned it, for tests that
+// start from a recorded controller state: its uuid, url, _last_modified and
+// every field as given, references (full URLs of any host, with or without
+// #name, or paths) kept as the paths they name. Nothing is checked or
+// filled in; the references must name objects the simulator holds.
+func (s *Server) Import(tenant, typ string, obj map[string]any) error {
+	if _, ok := kinds[typ]; !ok {
+		return fmt.Errorf("avisim: unknown object type %q", typ)
+	}
+	body, err := normalizeJSON(obj)
+	if err != nil {
+		return err
+	}
+	if str(body["uuid"]) == "" || str(body["name"]) == "" {
+		return fmt.Errorf("avisim: import %s: an object needs its uuid and name", typ)
+	}
+	toPath := func(ref string) string {
+		if i := strings.IndexByte(ref, '#'); i >= 0 {
+			ref = ref[:i]
+		}
+		if i := strings.Index(ref, "://"); i >= 0 {
+			if j := strings.IndexByte(ref[i+3:], '/'); j >= 0 {
+				ref = ref[i+3+j:]
+			}
+		}
+		return ref
+	}
+	walkRefs(body, func(ref string) (string, error) { return toPath(ref), nil })
+	body["url"] = toPath(str(body["url"]))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	home := tenantOf(tenant, typ)
+	if s.st.byName[nameKey{home, typ, str(body["name"])}] != nil || s.st.byUUID[str(body["uuid"])] != nil {
+		return fmt.Errorf("avisim: import %s %s: it exists", typ, body["name"])
+	}
+	e := &entry{tenant: home, typ: typ, obj: body}
+	s.st.index(e)
+	s.st.commit(e)
+	return nil
 }
 
 // DeleteObject deletes an object as DELETE /api/<typ>/<uuid> in tenant
@@ -440,6 +516,16 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, path string) {
 		writeError(w, http.StatusForbidden, "CSRF Failed: CSRF token missing or incorrect.")
 		return
 	}
+	version, msg := s.requestVersion(r)
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, msg)
+		return
+	}
+	if r.Method != http.MethodGet && s.isUpgrading() {
+		// AKO's lib.AviControllerUpgradeError (internal/lib/constants.go).
+		writeError(w, http.StatusForbidden, "Configuration is disallowed during upgrade")
+		return
+	}
 	tenant := r.Header.Get("X-Avi-Tenant")
 	if tenant == "" {
 		tenant = adminTenant
@@ -450,7 +536,55 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, path string) {
 		writeError(w, http.StatusNotFound, "Unknown resource "+path)
 		return
 	}
-	s.serveObjects(w, r, tenant, typ, parts[1:])
+	s.mu.Lock()
+	allowed := r.Method == http.MethodGet || s.mayWrite(sess.user, tenant, typ)
+	s.mu.Unlock()
+	if !allowed {
+		forbidden(w, sess.user, typ)
+		return
+	}
+	s.serveObjects(w, r, tenant, typ, parts[1:], version)
+}
+
+// requestVersion reads the X-Avi-Version of a request: the schema marks it
+// required on every operation, and a controller answers no version newer
+// than its own.
+func (s *Server) requestVersion(r *http.Request) (avischema.Version, string) {
+	h := r.Header.Get("X-Avi-Version")
+	if h == "" {
+		return avischema.Version{}, "X-Avi-Version header is required"
+	}
+	v, err := parseVersion(h)
+	if err != nil {
+		return v, err.Error()
+	}
+	if s.version.Less(v) {
+		return v, fmt.Sprintf("X-Avi-Version %s is newer than the controller's version %s", h, s.opts.Version)
+	}
+	return v, ""
+}
+
+// SetUpgrading makes the controller refuse every change with 403
+// "Configuration is disallowed during upgrade", as during an upgrade, or
+// accept them again.
+func (s *Server) SetUpgrading(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.upgrading = on
+}
+
+func (s *Server) isUpgrading() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.upgrading
+}
+
+// SchemaViolations counts the bodies refused because they broke the
+// schema (avischema) or named an object of the wrong type, since the start.
+func (s *Server) SchemaViolations() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.violations
 }
 
 func (s *Server) authenticate(r *http.Request) *loginSession {
@@ -475,15 +609,23 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "Invalid credentials")
 		return
 	}
+	host := r.Host
+	if host == "" {
+		host = s.Host()
+	}
 	s.mu.Lock()
-	ok := cred.Username == s.username && cred.Password == s.password
-	var id, csrf string
-	if ok {
+	acct := s.findAccount(cred.Username, cred.Password)
+	var (
+		id, csrf string
+		user     map[string]any
+	)
+	if acct != nil {
 		id, csrf = randomHex(16), randomHex(16)
-		s.sessions[id] = &loginSession{user: cred.Username, csrf: csrf}
+		s.sessions[id] = &loginSession{user: acct, csrf: csrf}
+		user = s.loginUser(acct, host)
 	}
 	s.mu.Unlock()
-	if !ok {
+	if acct == nil {
 		writeError(w, http.StatusUnauthorized, "Invalid credentials")
 		return
 	}
@@ -491,7 +633,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: "sessionid", Value: id, Path: "/", Secure: true, HttpOnly: true})
 	http.SetCookie(w, &http.Cookie{Name: "avi-sessionid", Value: id, Path: "/", Secure: true, HttpOnly: true})
 	writeJSON(w, http.StatusOK, map[string]any{
-		"user":    map[string]any{"username": cred.Username, "name": cred.Username},
+		"user":    user,
 		"version": map[string]any{"Version": s.opts.Version},
 	})
 }
@@ -507,7 +649,7 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{})
 }
 
-func (s *Server) serveObjects(w http.ResponseWriter, r *http.Request, tenant, typ string, rest []string) {
+func (s *Server) serveObjects(w http.ResponseWriter, r *http.Request, tenant, typ string, rest []string, v avischema.Version) {
 	host := r.Host
 	if host == "" {
 		host = s.Host()
@@ -543,7 +685,7 @@ func (s *Server) serveObjects(w http.ResponseWriter, r *http.Request, tenant, ty
 			}
 			writeJSON(w, http.StatusOK, out)
 		case http.MethodPost:
-			e, err := s.st.create(tenant, typ, body)
+			e, err := s.st.create(tenant, typ, body, v)
 			if err != nil {
 				writeError(w, err.status, err.msg)
 				return
@@ -566,9 +708,9 @@ func (s *Server) serveObjects(w http.ResponseWriter, r *http.Request, tenant, ty
 			err = errorf(http.StatusNotFound, "%s object not found!", kinds[typ].display)
 		}
 	case http.MethodPut:
-		e, err = s.st.replace(tenant, typ, uuid, body)
+		e, err = s.st.replace(tenant, typ, uuid, body, v)
 	case http.MethodPatch:
-		e, err = s.st.patch(tenant, typ, uuid, body)
+		e, err = s.st.patch(tenant, typ, uuid, body, v)
 	case http.MethodDelete:
 		if err = s.st.remove(tenant, typ, uuid); err == nil {
 			w.WriteHeader(http.StatusNoContent)

@@ -37,6 +37,9 @@ type testClient struct {
 	srv    *Server
 	hc     *http.Client
 	tenant string
+	// version is the X-Avi-Version sent: the controller's when empty, none
+	// when "-".
+	version string
 }
 
 func newClient(t *testing.T, srv *Server) *testClient {
@@ -83,6 +86,13 @@ func (c *testClient) do(method, path string, body any) (int, map[string]any) {
 		c.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	switch c.version {
+	case "":
+		req.Header.Set("X-Avi-Version", c.srv.opts.Version)
+	case "-":
+	default:
+		req.Header.Set("X-Avi-Version", c.version)
+	}
 	if c.tenant != "" {
 		req.Header.Set("X-Avi-Tenant", c.tenant)
 	}
@@ -218,7 +228,7 @@ func TestServer_fixedEndpoints(t *testing.T) {
 func TestServer_collectionFiltersAndPaging(t *testing.T) {
 	srv := startServer(t, Options{})
 	c := loggedIn(t, srv)
-	c.mustCreate("cloud", map[string]any{"name": "Other-Cloud"})
+	c.mustCreate("cloud", map[string]any{"name": "Other-Cloud", "vtype": "CLOUD_NONE"})
 	for _, p := range []struct{ name, createdBy, cloud string }{
 		{"c1--ns-a-TCP-80", "npl-c1", ""},
 		{"c1--ns-a-TCP-81", "npl-c1", ""},
@@ -328,8 +338,8 @@ func TestServer_resolvesReferences(t *testing.T) {
 	status, out := c.do("POST", "/api/l4policyset", map[string]any{
 		"name": "ps",
 		"l4_connection_policy": map[string]any{"rules": []any{map[string]any{
-			"index":  1,
-			"action": map[string]any{"select_pool": map[string]any{"pool_ref": "/api/pool?name=absent"}},
+			"name": "r", "index": 1,
+			"action": map[string]any{"select_pool": map[string]any{"action_type": "L4_RULE_ACTION_SELECT_POOL", "pool_ref": "/api/pool?name=absent"}},
 		}}},
 	})
 	if status != http.StatusBadRequest || out["error"] != "Pool object not found!" {
@@ -388,7 +398,7 @@ func TestServer_refusesToDeleteReferencedObjects(t *testing.T) {
 	ps := c.mustCreate("l4policyset", map[string]any{
 		"name": "ps",
 		"l4_connection_policy": map[string]any{"rules": []any{map[string]any{
-			"index":  1,
+			"name": "r", "index": 1,
 			"action": map[string]any{"select_pool": map[string]any{"action_type": "L4_RULE_ACTION_SELECT_POOL", "pool_ref": "/api/pool?name=p"}},
 		}}},
 	})

@@ -2,6 +2,7 @@ package avisim
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nodeportlocal/npl/test/harness/sim/avi/avischema"
 )
 
 // object is one Avi object as JSON. The simulator keeps every field a client
@@ -38,6 +41,7 @@ var kinds = map[string]kind{
 	"sslkeyandcertificate": {display: "SSLKeyAndCertificate"},
 	"healthmonitor":        {display: "HealthMonitor", shared: true},
 	"applicationprofile":   {display: "ApplicationProfile", shared: true},
+	"analyticsprofile":     {display: "AnalyticsProfile", shared: true},
 	"sslprofile":           {display: "SSLProfile", shared: true},
 	"networkprofile":       {display: "NetworkProfile", shared: true},
 	"cloud":                {display: "Cloud", shared: true},
@@ -45,6 +49,8 @@ var kinds = map[string]kind{
 	"network":              {display: "Network", cloudScoped: true, shared: true},
 	"vrfcontext":           {display: "VrfContext", cloudScoped: true, shared: true},
 	"tenant":               {display: "Tenant", shared: true},
+	"role":                 {display: "Role", shared: true},
+	"user":                 {display: "User", shared: true},
 }
 
 const adminTenant = "admin"
@@ -91,7 +97,11 @@ type store struct {
 	// defaultNetwork is the VIP network of a VsVip that names none.
 	defaultNetwork string
 	lastModified   int64
-	seq            int64
+	// schema checks bodies, version is the controller's API version;
+	// violations counts the bodies refused for breaking the schema.
+	schema     *avischema.Schema
+	version    avischema.Version
+	violations int
 }
 
 func newStore() *store {
@@ -114,9 +124,16 @@ func (s *store) nextLastModified() string {
 	return strconv.FormatInt(now, 10)
 }
 
+// newUUID returns a uuid as the controller makes them: the type and a
+// random (version 4) UUID, pool-1f6c6a7e-….
 func (s *store) newUUID(typ string) string {
-	s.seq++
-	return fmt.Sprintf("%s-%s-%06d", typ, randomHex(8), s.seq)
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%s-%x-%x-%x-%x-%x", typ, b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
 // tenantOf returns the tenant an object of typ is stored in when a client of
@@ -174,8 +191,9 @@ func (s *store) unindex(e *entry) {
 // them is ignored.
 var serverOwned = []string{"uuid", "url", "tenant_ref", "_last_modified"}
 
-// create stores a new object of typ in tenant, as POST /api/<typ> does.
-func (s *store) create(tenant, typ string, obj object) (*entry, *apiError) {
+// create stores a new object of typ in tenant, as POST /api/<typ> with API
+// version v does (a zero v for the simulator's own seeds).
+func (s *store) create(tenant, typ string, obj object, v avischema.Version) (*entry, *apiError) {
 	name, _ := obj["name"].(string)
 	if name == "" {
 		return nil, errorf(http.StatusBadRequest, "name: This field is required.")
@@ -188,7 +206,12 @@ func (s *store) create(tenant, typ string, obj object) (*entry, *apiError) {
 		delete(obj, f)
 	}
 	uuid := s.newUUID(typ)
-	if err := s.prepare(tenant, typ, uuid, obj, nil); err != nil {
+	if typ == "tenant" && name == adminTenant {
+		// The controller's admin tenant has the uuid admin: references to
+		// it read …/api/tenant/admin.
+		uuid = adminTenant
+	}
+	if err := s.prepare(tenant, typ, uuid, obj, nil, v); err != nil {
 		return nil, err
 	}
 	obj["uuid"] = uuid
@@ -203,8 +226,9 @@ func (s *store) create(tenant, typ string, obj object) (*entry, *apiError) {
 	return e, nil
 }
 
-// replace stores obj as the new content of the object uuid, as PUT does.
-func (s *store) replace(tenant, typ, uuid string, obj object) (*entry, *apiError) {
+// replace stores obj as the new content of the object uuid, as PUT with API
+// version v does.
+func (s *store) replace(tenant, typ, uuid string, obj object, v avischema.Version) (*entry, *apiError) {
 	e := s.lookupUUID(tenant, typ, uuid)
 	if e == nil || e.tenant != tenantOf(tenant, typ) {
 		return nil, errorf(http.StatusNotFound, "%s object not found!", kinds[typ].display)
@@ -223,7 +247,7 @@ func (s *store) replace(tenant, typ, uuid string, obj object) (*entry, *apiError
 	for _, f := range serverOwned {
 		delete(obj, f)
 	}
-	if err := s.prepare(tenant, typ, uuid, obj, e.obj); err != nil {
+	if err := s.prepare(tenant, typ, uuid, obj, e.obj, v); err != nil {
 		return nil, err
 	}
 	for _, f := range []string{"uuid", "url", "tenant_ref"} {
@@ -240,7 +264,7 @@ func (s *store) replace(tenant, typ, uuid string, obj object) (*entry, *apiError
 }
 
 // patch applies {"add"|"replace"|"delete": {...}} to the object uuid.
-func (s *store) patch(tenant, typ, uuid string, body object) (*entry, *apiError) {
+func (s *store) patch(tenant, typ, uuid string, body object, v avischema.Version) (*entry, *apiError) {
 	e := s.lookupUUID(tenant, typ, uuid)
 	if e == nil || e.tenant != tenantOf(tenant, typ) {
 		return nil, errorf(http.StatusNotFound, "%s object not found!", kinds[typ].display)
@@ -296,7 +320,7 @@ func (s *store) patch(tenant, typ, uuid string, body object) (*entry, *apiError)
 			return nil, errorf(http.StatusBadRequest, "unknown PATCH operation %q", op)
 		}
 	}
-	return s.replace(tenant, typ, uuid, obj)
+	return s.replace(tenant, typ, uuid, obj, v)
 }
 
 // matches reports whether a stored list item is the one a PATCH names: equal,
@@ -370,19 +394,27 @@ func (s *store) commit(e *entry) {
 	}
 }
 
-// prepare resolves references, fills defaults and checks obj as the
-// controller would before storing it. old is the stored version on update.
-func (s *store) prepare(tenant, typ, uuid string, obj, old object) *apiError {
-	if err := checkSchema(typ, obj); err != nil {
+// prepare checks obj against the schema of API version v, resolves its
+// references, fills in defaults and checks what the controller checks
+// beyond the schema, before storing it. old is the stored version on
+// update.
+func (s *store) prepare(tenant, typ, uuid string, obj, old object, v avischema.Version) *apiError {
+	if err := s.checkSchema(typ, obj, v); err != nil {
 		return err
 	}
 	if err := s.resolveRefs(tenant, obj); err != nil {
+		return err
+	}
+	if err := s.checkRefTypes(typ, obj); err != nil {
 		return err
 	}
 	if kinds[typ].cloudScoped && obj["cloud_ref"] == nil {
 		if c := s.lookupName(tenant, "cloud", "Default-Cloud"); c != nil {
 			obj["cloud_ref"] = "/api/cloud/" + c.uuid()
 		}
+	}
+	if err := s.fillDefaults(tenant, typ, obj, v); err != nil {
+		return err
 	}
 	switch typ {
 	case "pool":

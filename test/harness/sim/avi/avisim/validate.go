@@ -9,16 +9,16 @@ import (
 	"strconv"
 )
 
-// validatePool checks the servers as the controller does: a valid address
-// whose type matches, a port in range, no server twice.
+// The checks below are what the controller refuses beyond its schema
+// (avischema checks types, enums, ranges and required fields first).
+
+// validatePool checks the servers: a valid address whose type matches, no
+// server twice. A server's port 0 is the pool's default port.
 func validatePool(obj object) *apiError {
 	servers, _ := obj["servers"].([]any)
 	seen := map[string]bool{}
 	for i, raw := range servers {
-		srv, ok := raw.(map[string]any)
-		if !ok {
-			return errorf(http.StatusBadRequest, "servers[%d]: expected an object", i)
-		}
+		srv, _ := raw.(map[string]any)
 		ip, _ := srv["ip"].(map[string]any)
 		addrStr, _ := ip["addr"].(string)
 		addr, err := netip.ParseAddr(addrStr)
@@ -32,14 +32,7 @@ func validatePool(obj object) *apiError {
 		if typ, _ := ip["type"].(string); typ != want {
 			return errorf(http.StatusBadRequest, "servers[%d].ip.type: %q does not match address %s", i, typ, addrStr)
 		}
-		port := int64(0)
-		if p, ok := srv["port"]; ok && p != nil {
-			n, ok := toInt(p)
-			if !ok || n < 1 || n > 65535 {
-				return errorf(http.StatusBadRequest, "servers[%d].port: %v is not in 1-65535", i, p)
-			}
-			port = n
-		}
+		port, _ := toInt(srv["port"])
 		key := addr.String() + ":" + strconv.FormatInt(port, 10)
 		if seen[key] {
 			return errorf(http.StatusBadRequest, "Duplicate server %s in pool %v", key, obj["name"])
@@ -49,62 +42,43 @@ func validatePool(obj object) *apiError {
 	return nil
 }
 
+// validateVirtualService checks that a virtual service that takes traffic
+// of its own has a VsVip: the child of an SNI parent (VS_TYPE_VH_CHILD)
+// needs neither a VsVip nor services, its parent's serve it.
 func validateVirtualService(obj object) *apiError {
-	services, _ := obj["services"].([]any)
-	if len(services) == 0 {
-		return errorf(http.StatusBadRequest, "services: at least one service port is required")
-	}
-	for i, raw := range services {
-		svc, _ := raw.(map[string]any)
-		n, ok := toInt(svc["port"])
-		if !ok || n < 1 || n > 65535 {
-			return errorf(http.StatusBadRequest, "services[%d].port: %v is not in 1-65535", i, svc["port"])
+	if str(obj["type"]) == "VS_TYPE_VH_CHILD" {
+		// vh_parent_vs_uuid until 21.1, vh_parent_vs_ref from 22.1.
+		if str(obj["vh_parent_vs_uuid"]) == "" && str(obj["vh_parent_vs_ref"]) == "" {
+			return errorf(http.StatusBadRequest, "vh_parent_vs_uuid: a child virtual service needs its parent")
 		}
+		return nil
 	}
-	if ref, _ := obj["vsvip_ref"].(string); ref == "" {
-		return errorf(http.StatusBadRequest, "vsvip_ref: a VirtualService needs a VsVip")
+	if str(obj["vsvip_ref"]) == "" {
+		return errorf(http.StatusBadRequest, "vsvip_ref: a virtual service of type %s needs a VsVip", str(obj["type"]))
 	}
 	return nil
 }
 
+// validateL4PolicySet checks the rules: one index each, a pool or pool
+// group for the action that selects one.
 func validateL4PolicySet(obj object) *apiError {
 	policy, _ := obj["l4_connection_policy"].(map[string]any)
 	rules, _ := policy["rules"].([]any)
 	indexes := map[int64]bool{}
 	for i, raw := range rules {
 		rule, _ := raw.(map[string]any)
-		idx, ok := toInt(rule["index"])
-		if !ok {
-			return errorf(http.StatusBadRequest, "rules[%d].index is required", i)
-		}
+		idx, _ := toInt(rule["index"])
 		if indexes[idx] {
 			return errorf(http.StatusBadRequest, "rules[%d].index %d is used twice", i, idx)
 		}
 		indexes[idx] = true
-		match, _ := rule["match"].(map[string]any)
-		port, _ := match["port"].(map[string]any)
-		ports, _ := port["ports"].([]any)
-		for _, p := range ports {
-			if n, ok := toInt(p); !ok || n < 1 || n > 65535 {
-				return errorf(http.StatusBadRequest, "rules[%d].match.port: %v is not in 1-65535", i, p)
-			}
-		}
 		action, _ := rule["action"].(map[string]any)
 		if sel, ok := action["select_pool"].(map[string]any); ok {
 			switch typ := str(sel["action_type"]); {
-			case typ != "L4_RULE_ACTION_SELECT_POOL" && typ != "L4_RULE_ACTION_SELECT_POOLGROUP":
-				return errorf(http.StatusBadRequest, "rules[%d].action.select_pool.action_type %q is not valid", i, typ)
 			case typ == "L4_RULE_ACTION_SELECT_POOL" && str(sel["pool_ref"]) == "":
 				return errorf(http.StatusBadRequest, "rules[%d]: L4_RULE_ACTION_SELECT_POOL needs a pool_ref", i)
 			case typ == "L4_RULE_ACTION_SELECT_POOLGROUP" && str(sel["pool_group_ref"]) == "":
 				return errorf(http.StatusBadRequest, "rules[%d]: L4_RULE_ACTION_SELECT_POOLGROUP needs a pool_group_ref", i)
-			}
-		}
-		if proto, ok := match["protocol"].(map[string]any); ok {
-			switch proto["protocol"] {
-			case "PROTOCOL_TCP", "PROTOCOL_UDP", "PROTOCOL_ICMP":
-			default:
-				return errorf(http.StatusBadRequest, "rules[%d].match.protocol: unknown protocol %v", i, proto["protocol"])
 			}
 		}
 	}
@@ -179,6 +153,9 @@ func (s *store) allocateVIPs(tenant, uuid string, obj, old object) *apiError {
 				previous[str(vip["vip_id"])] = ip
 			}
 		}
+		if err := vipChanges(previous, vips); err != nil {
+			return err
+		}
 	}
 	taken := map[netip.Addr]bool{}
 	for i, raw := range vips {
@@ -219,6 +196,31 @@ func (s *store) allocateVIPs(tenant, uuid string, obj, old object) *apiError {
 		taken[ip] = true
 		vip["ip_address"] = map[string]any{"addr": ip.String(), "type": ipType(ip)}
 		vip["avi_allocated_vip"] = true
+	}
+	return nil
+}
+
+// vipChanges refuses what a controller refuses in an update of a VsVip
+// (AKO's lib.AviControllerVSVipIDChangeError and
+// AviControllerRecreateVIPError, internal/lib/constants.go): a vip whose
+// vip_id changed, and a new address for an existing vip.
+func vipChanges(previous map[string]netip.Addr, vips []any) *apiError {
+	kept := 0
+	for _, raw := range vips {
+		vip, _ := raw.(map[string]any)
+		ip, had := previous[str(vip["vip_id"])]
+		if !had {
+			continue
+		}
+		kept++
+		ipa, _ := vip["ip_address"].(map[string]any)
+		if given, err := netip.ParseAddr(str(ipa["addr"])); err == nil && given != ip {
+			return errorf(http.StatusBadRequest, "Changing the IP address of an existing VIP (%s to %s) is not supported. "+
+				"If a new preferred IP is needed, please recreate the VIP", ip, given)
+		}
+	}
+	if len(previous) > 0 && kept < len(previous) && len(vips) >= len(previous) {
+		return errorf(http.StatusBadRequest, "Changing an existing VIP's vip_id is not supported")
 	}
 	return nil
 }

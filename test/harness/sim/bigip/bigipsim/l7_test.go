@@ -132,7 +132,8 @@ func TestServer_policiesAreDraftedAndPublished(t *testing.T) {
 
 	published := policy(rule("r0", "/", "/p1/web"))
 	delete(published, "subPath")
-	wantMessage(t, call(t, s, "POST", "/mgmt/tm/ltm/policy", published), 400, "must be created as a draft")
+	wantMessage(t, call(t, s, "POST", "/mgmt/tm/ltm/policy", published), 400,
+		"01071abb:3: Cannot create/modify published policy '/p1/lb' directly, try specifying a draft folder like '/p1/Drafts/lb'.")
 	wantMessage(t, call(t, s, "POST", "/mgmt/tm/ltm/policy", policy(rule("r0", "/", "/p1/nope"))), 400, "The requested Pool (/p1/nope) was not found.")
 	noHTTP := policy(rule("r0", "/", "/p1/web"))
 	noHTTP["requires"] = []string{}
@@ -148,7 +149,12 @@ func TestServer_policiesAreDraftedAndPublished(t *testing.T) {
 	wantMessage(t, call(t, s, "POST", "/mgmt/tm/ltm/virtual", noHTTPProfile), 400, "requires an http profile")
 	mustStatus(t, call(t, s, "POST", "/mgmt/tm/ltm/virtual", vs), 200)
 
-	wantMessage(t, call(t, s, "PUT", "/mgmt/tm/ltm/policy/~p1~lb", policy(rule("r0", "/x", "/p1/web"))), 400, "Cannot modify the published policy")
+	wantMessage(t, call(t, s, "PUT", "/mgmt/tm/ltm/policy/~p1~lb", policy(rule("r0", "/x", "/p1/web"))), 400,
+		"Cannot create/modify published policy '/p1/lb' directly")
+	// A draft of a published policy is made from it (create-draft), not
+	// created.
+	wantMessage(t, call(t, s, "POST", "/mgmt/tm/ltm/policy", policy(rule("r0", "/x", "/p1/web"))), 400,
+		`01070734:3: Configuration error: Published policy "/p1/lb" exists, use create-draft to create a draft copy .`)
 	wantMessage(t, call(t, s, "DELETE", "/mgmt/tm/ltm/pool/~p1~web", nil), 400, "in use by a policy")
 	wantMessage(t, call(t, s, "DELETE", "/mgmt/tm/ltm/policy/~p1~lb", nil), 400, "in use by virtual server")
 
@@ -228,9 +234,9 @@ func TestServer_policyConditionsActionsAndRatiosAreStrict(t *testing.T) {
 
 	// Pools: a known load balancing mode, member ratios 1-65535.
 	wantMessage(t, call(t, s, "PUT", "/mgmt/tm/ltm/pool/~p1~web", map[string]any{"loadBalancingMode": "fastest-guess"}), 400, "invalid loadBalancingMode")
-	for _, ratio := range []any{0, 65536, 1.5, "2"} {
+	for ratio, want := range map[any]string{0: "invalid ratio", 65536: "invalid ratio", 1.5: "must be an integer", "2": "must be an integer"} {
 		wantMessage(t, call(t, s, "PUT", "/mgmt/tm/ltm/pool/~p1~web", map[string]any{"members": []any{
-			map[string]any{"name": "198.18.0.1:80", "ratio": ratio}}}), 400, "invalid ratio")
+			map[string]any{"name": "198.18.0.1:80", "ratio": ratio}}}), 400, want)
 	}
 	mustStatus(t, call(t, s, "PUT", "/mgmt/tm/ltm/pool/~p1~web", map[string]any{"loadBalancingMode": "ratio-member", "members": []any{
 		map[string]any{"name": "198.18.0.1:80", "ratio": 3}, map[string]any{"name": "198.18.0.2:80"}}}), 200)

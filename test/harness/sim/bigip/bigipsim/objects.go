@@ -7,6 +7,9 @@ import (
 
 // serve routes one call under /mgmt/tm/ to its collection.
 func (st *store) serve(req request) response {
+	if resp, good := checkProperties(req); !good {
+		return resp
+	}
 	s := req.segs
 	switch {
 	case len(s) >= 2 && s[0] == "ltm" && s[1] == "pool":

@@ -104,7 +104,7 @@ func (st *store) servePolicy(req request, rest []string) response {
 			return ok(policyView(d, false))
 		}
 		if !isDraft(r.fullPath()) {
-			return badRequest("01071726:3: Cannot modify the published policy %s: create a draft (options=create-draft), change it and publish it", r.fullPath())
+			return publishedDirectly(r)
 		}
 		body, good := decodeBody(req.body)
 		if !good {
@@ -130,6 +130,13 @@ func (st *store) servePolicy(req request, rest []string) response {
 		return ok(nil)
 	}
 	return methodNotAllowed(req.method, req.path)
+}
+
+// publishedDirectly is BIG-IP's answer to a create or change of a
+// published policy (REFERENCE §18).
+func publishedDirectly(r ref) response {
+	return badRequest("01071abb:3: Cannot create/modify published policy '%s' directly, try specifying a draft folder like '/%s/Drafts/%s'.",
+		r.fullPath(), r.partition, r.name)
 }
 
 func setPolicyPath(props obj, r ref) {
@@ -159,13 +166,18 @@ func (st *store) createPolicy(body obj) response {
 	}
 	legacy := body["legacy"] == true
 	if !isDraft(r.fullPath()) && !legacy {
-		return badRequest("01071726:3: Policy %s must be created as a draft (/%s/Drafts/%s) and published", r.fullPath(), r.partition, r.name)
+		return publishedDirectly(r)
 	}
 	if st.folders[r.partition] == nil {
 		return folderMissing(r.partition)
 	}
 	if st.policies[r.fullPath()] != nil {
 		return alreadyExists("Policy", r.fullPath(), r.partition)
+	}
+	if pub := (ref{r.partition, strings.TrimPrefix(r.name, draftsFolder)}); isDraft(r.fullPath()) && st.policies[pub.fullPath()] != nil {
+		// BIG-IP's answer (REFERENCE §18): a draft of an existing policy is
+		// made from it, with options=create-draft.
+		return badRequest("01070734:3: Configuration error: Published policy \"%s\" exists, use create-draft to create a draft copy .", pub.fullPath())
 	}
 	p := &policy{props: obj{"kind": "tm:ltm:policy:policystate", "strategy": "/Common/first-match", "requires": []any{},
 		"controls": []any{}, "status": "draft"}}
@@ -343,7 +355,9 @@ func checkCondition(r ref, rule string, c obj) (response, bool) {
 	switch {
 	case len(conditionOperands[operand]) > 0 && selectors != 1:
 		return badRequest("01071734:3: Policy %s rule %s: %s needs one of %v", r.fullPath(), rule, operand, conditionOperands[operand]), false
-	case len(conditionOperands[operand]) == 0 && slices.ContainsFunc(conditionSelectors, func(s string) bool { return c[s] == true }):
+	case len(conditionOperands[operand]) == 0 && slices.ContainsFunc(conditionSelectors, func(s string) bool { return s != "all" && c[s] == true }):
+		// BIG-IP answers all: true on an httpHeader condition
+		// (f5-cccl's bigip_policy.json), so it goes back in.
 		return badRequest("01071734:3: Policy %s rule %s: %s takes no selector", r.fullPath(), rule, operand), false
 	case named && str(c, "tmName") == "":
 		return badRequest("01071734:3: Policy %s rule %s: %s needs a name (tmName)", r.fullPath(), rule, operand), false
@@ -356,6 +370,19 @@ func checkCondition(r ref, rule string, c obj) (response, bool) {
 	}
 	if _, present := c["request"]; !present {
 		c["request"] = true
+	}
+	// Conditions compare case-insensitively unless told otherwise: BIG-IP
+	// answers caseInsensitive: true for a condition sent without caseSensitive
+	// (go-bigip's ltm_test.go at 62236ad8, 11.5.1: an httpUri startsWith;
+	// f5-cccl's bigip_policy.json, 12.1.1: an httpHeader contains).
+	switch {
+	case c["caseSensitive"] == true && c["caseInsensitive"] == true:
+		return badRequest("01071734:3: Policy %s rule %s: a condition is case-sensitive or case-insensitive, not both", r.fullPath(), rule), false
+	case c["caseSensitive"] == true:
+		delete(c, "caseInsensitive")
+	default:
+		delete(c, "caseSensitive")
+		c["caseInsensitive"] = true
 	}
 	return response{}, true
 }

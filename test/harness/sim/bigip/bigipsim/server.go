@@ -44,6 +44,15 @@ type Options struct {
 	// ErrorLog receives the HTTP server's errors (failed TLS handshakes);
 	// they are dropped when nil.
 	ErrorLog *log.Logger
+	// Role is the user's role on all partitions, as GET
+	// /mgmt/tm/auth/user/<name> shows it: admin when empty. Roles that may
+	// not create LTM objects (guest, operator, application-editor, ...)
+	// have their writes refused as BIG-IP refuses them.
+	Role string
+	// Version is the BIG-IP version GET /mgmt/tm/sys/version reports;
+	// 17.1.0 when empty. The provider uses nothing that differs between
+	// 13.1 and 17.1 (docs/bigip.md).
+	Version string
 }
 
 // Server is a simulated BIG-IP. Its methods are safe for concurrent use.
@@ -67,15 +76,17 @@ type Server struct {
 }
 
 const (
-	loginPath  = "/mgmt/shared/authn/login"
-	tokensPath = "/mgmt/shared/authz/tokens/"
-	tmPrefix   = "/mgmt/tm/"
-	txnPath    = "/mgmt/tm/transaction"
-	simPrefix  = "/sim/"
-	txnHeader  = "X-F5-REST-Coordination-Id"
-	tokenHdr   = "X-F5-Auth-Token"
-	maxBody    = 32 << 20
-	maxTimeout = 36000 // the longest token lifetime BIG-IP accepts, in seconds
+	loginPath   = "/mgmt/shared/authn/login"
+	tokensPath  = "/mgmt/shared/authz/tokens/"
+	tmPrefix    = "/mgmt/tm/"
+	txnPath     = "/mgmt/tm/transaction"
+	versionPath = "/mgmt/tm/sys/version"
+	userPath    = "/mgmt/tm/auth/user/"
+	simPrefix   = "/sim/"
+	txnHeader   = "X-F5-REST-Coordination-Id"
+	tokenHdr    = "X-F5-Auth-Token"
+	maxBody     = 32 << 20
+	maxTimeout  = 36000 // the longest token lifetime BIG-IP accepts, in seconds
 )
 
 // New returns a Server with an empty configuration: the partition Common and
@@ -201,6 +212,14 @@ func (s *Server) handle(r *http.Request, body []byte) response {
 		return s.serveToken(r.Method, strings.TrimPrefix(r.URL.Path, tokensPath), body)
 	case r.URL.Path == txnPath || strings.HasPrefix(r.URL.Path, txnPath+"/"):
 		return s.serveTransaction(r.Method, strings.TrimPrefix(r.URL.Path, txnPath), body)
+	case r.URL.Path == versionPath && r.Method == http.MethodGet:
+		return s.version()
+	case r.URL.Path == userPath+s.opts.Username && r.Method == http.MethodGet:
+		return s.user()
+	case strings.HasPrefix(r.URL.Path, tmPrefix) && r.Method != http.MethodGet && !writerRoles[s.role()]:
+		// BIG-IP's answer to a change the user's role does not allow.
+		return errorf(http.StatusUnauthorized, "Authorization failed: user=%s resource=%s verb=%s", s.opts.Username,
+			strings.TrimPrefix(r.URL.Path, "/mgmt"), r.Method)
 	case strings.HasPrefix(r.URL.Path, tmPrefix):
 		req := newRequest(r.Method, r.URL.Path, r.URL.Query(), body)
 		if id := r.Header.Get(txnHeader); id != "" && r.Method != http.MethodGet {
@@ -266,6 +285,47 @@ func writeResponse(w http.ResponseWriter, resp response) {
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 	w.WriteHeader(resp.status)
 	w.Write(out) //nolint:errcheck // the client went away; nothing to do.
+}
+
+// writerRoles may create and delete LTM objects in their partitions.
+var writerRoles = map[string]bool{"admin": true, "resource-admin": true, "manager": true}
+
+func (s *Server) role() string {
+	if s.opts.Role == "" {
+		return "admin"
+	}
+	return s.opts.Role
+}
+
+// user answers GET /mgmt/tm/auth/user/<name> for the configured user: its
+// role on all partitions.
+func (s *Server) user() response {
+	name := s.opts.Username
+	return ok(obj{
+		"kind": "tm:auth:user:userstate", "name": name, "fullPath": name, "generation": 1,
+		"selfLink":          selfLinkBase + "auth/user/" + name + selfLinkVersion,
+		"description":       name,
+		"encryptedPassword": "$6$...",
+		"partitionAccess":   []any{obj{"name": "all-partitions", "role": s.role()}},
+	})
+}
+
+// version answers GET /mgmt/tm/sys/version as BIG-IP does: one entry of
+// nested stats.
+func (s *Server) version() response {
+	v := s.opts.Version
+	if v == "" {
+		v = "17.1.0"
+	}
+	desc := func(d string) obj { return obj{"description": d} }
+	return ok(obj{
+		"kind":     "tm:sys:version:versionstats",
+		"selfLink": "https://localhost/mgmt/tm/sys/version?ver=" + v,
+		"entries": obj{"https://localhost/mgmt/tm/sys/version/0": obj{"nestedStats": obj{"entries": obj{
+			"Build": desc("0.0.1"), "Date": desc("Mon Jan  1 00:00:00 PST 2024"), "Edition": desc("Final"),
+			"Product": desc("BIG-IP"), "Title": desc("Main Package"), "Version": desc(v),
+		}}}},
+	})
 }
 
 // login answers POST /mgmt/shared/authn/login. The answer has no numeric

@@ -1,0 +1,390 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/nodeportlocal/npl/contract"
+	"github.com/nodeportlocal/npl/lbmodel"
+	"github.com/nodeportlocal/npl/lbsync/claim"
+	"github.com/nodeportlocal/npl/lbsync/gateway"
+	"github.com/nodeportlocal/npl/lbsync/lbpolicy"
+	"github.com/nodeportlocal/npl/lbsync/lbpolicy/v1alpha1"
+)
+
+// policyTargetIndex indexes LoadBalancerPolicies by the targets
+// (lbpolicy.Target.String) of the spec they apply: their own, or the last
+// valid one of a policy now invalid.
+const policyTargetIndex = "target"
+
+// policyState is the LoadBalancerPolicy part of the controller, set by
+// EnablePolicies when the API server serves the CRD: the policies' client
+// and informer, what the provider expresses of a policy, and what is
+// remembered of each policy.
+type policyState struct {
+	client   dynamic.NamespaceableResourceInterface
+	informer cache.SharedIndexInformer
+	caps     lbmodel.PolicyCapabilities
+
+	mu sync.Mutex
+	// checked holds, per policy, the check of its last generation seen and
+	// its last spec that passed, which stays applied while a newer one
+	// cannot be (in memory only: lost when npl-lbsync restarts).
+	checked map[types.UID]policyCheck
+}
+
+type policyCheck struct {
+	generation int64
+	err        error
+	lastValid  *v1alpha1.LoadBalancerPolicySpec
+}
+
+// EnablePolicies makes the controller apply the LoadBalancerPolicies read
+// with client; call it before Start, once the CRD is known to be served
+// (inputs.PoliciesServed).
+func (c *Controller) EnablePolicies(client dynamic.Interface) {
+	s := &policyState{client: client.Resource(v1alpha1.Resource), caps: c.policyCaps, checked: map[types.UID]policyCheck{}}
+	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, v1alpha1.Resource, metav1.NamespaceAll, 0,
+		cache.Indexers{policyTargetIndex: s.targetsIndex}, nil).Informer()
+	utilruntime.Must(s.informer.SetTransform(s.transform))
+	_, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.policyChanged(nil, obj) },
+		UpdateFunc: c.policyChanged,
+		DeleteFunc: func(obj any) { c.policyChanged(obj, nil) },
+	})
+	c.synced = append(c.synced, s.informer.HasSynced)
+	c.pol = s
+}
+
+// PoliciesServed reports whether the controller applies LoadBalancerPolicies.
+func (c *Controller) PoliciesServed() bool { return c.pol != nil }
+
+// transform makes the informer's typed policy of a listed or watched one,
+// and checks it once per generation before its indexes are computed.
+func (s *policyState) transform(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	p := &v1alpha1.LoadBalancerPolicy{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, p); err != nil {
+		return nil, fmt.Errorf("decode LoadBalancerPolicy %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+	}
+	p.ManagedFields = nil
+	s.check(p)
+	return p, nil
+}
+
+// check checks a policy's generation unless it was checked already.
+func (s *policyState) check(p *v1alpha1.LoadBalancerPolicy) policyCheck {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, seen := s.checked[p.UID]
+	if seen && c.generation == p.Generation {
+		return c
+	}
+	c.generation, c.err = p.Generation, lbpolicy.Check(&p.Spec)
+	if c.err == nil {
+		c.lastValid = p.Spec.DeepCopy()
+	}
+	s.checked[p.UID] = c
+	return c
+}
+
+// usable returns the spec of a policy that applies: its own when valid,
+// else its last valid one (kept) or none, with why it is invalid.
+func (s *policyState) usable(p *v1alpha1.LoadBalancerPolicy) (spec *v1alpha1.LoadBalancerPolicySpec, invalid error, kept bool) {
+	c := s.check(p)
+	if c.err == nil {
+		return &p.Spec, nil, false
+	}
+	return c.lastValid, c.err, c.lastValid != nil
+}
+
+func (s *policyState) forget(uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.checked, uid)
+}
+
+func (s *policyState) targetsIndex(obj any) ([]string, error) {
+	p, ok := obj.(*v1alpha1.LoadBalancerPolicy)
+	if !ok {
+		return nil, nil
+	}
+	spec, _, _ := s.usable(p)
+	if spec == nil {
+		return nil, nil
+	}
+	var keys []string
+	for _, t := range lbpolicy.Targets(p.Namespace, spec) {
+		keys = append(keys, t.String())
+	}
+	return keys, nil
+}
+
+// policiesOf returns the policies that apply to a target.
+func (s *policyState) policiesOf(t lbpolicy.Target) []*v1alpha1.LoadBalancerPolicy {
+	objs, _ := s.informer.GetIndexer().ByIndex(policyTargetIndex, t.String())
+	out := make([]*v1alpha1.LoadBalancerPolicy, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*v1alpha1.LoadBalancerPolicy); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// resolve merges the policies that apply to a target.
+func (s *policyState) resolve(t lbpolicy.Target) lbpolicy.Resolution {
+	var cands []lbpolicy.Candidate
+	for _, p := range s.policiesOf(t) {
+		spec, _, _ := s.usable(p)
+		if spec != nil {
+			cands = append(cands, lbpolicy.Candidate{Name: p.Name, Created: p.CreationTimestamp.Time, Policy: &spec.TrafficPolicy})
+		}
+	}
+	return lbpolicy.Resolve(cands)
+}
+
+// lookup is the merged policy of a target, nil when none sets anything
+// (lbpolicy.Lookup).
+func (s *policyState) lookup(t lbpolicy.Target) *v1alpha1.TrafficPolicy {
+	r := s.resolve(t)
+	if len(r.Won) == 0 {
+		return nil
+	}
+	return &r.Policy
+}
+
+// attachPolicies sets the policies of the targets of lb on its pools
+// (lbpolicy.Attach); nothing when LoadBalancerPolicies are not served.
+func (c *cluster) attachPolicies(lb *lbmodel.LoadBalancer, own *lbpolicy.Target, backends map[string][]string) {
+	if c.pol == nil || lb == nil {
+		return
+	}
+	lbpolicy.Attach(lb, own, backends, c.pol.lookup)
+}
+
+// policyChanged queues a policy whose spec changed (a write of its status
+// is ours: nothing to do), the targets it applies to or named before and
+// after, and the other policies of those targets, whose status may
+// change with it.
+func (c *Controller) policyChanged(oldObj, obj any) {
+	if d, ok := oldObj.(cache.DeletedFinalStateUnknown); ok {
+		oldObj = d.Obj
+	}
+	old, _ := oldObj.(*v1alpha1.LoadBalancerPolicy)
+	cur, _ := obj.(*v1alpha1.LoadBalancerPolicy)
+	if old != nil && cur != nil && old.Generation == cur.Generation {
+		return
+	}
+	var targets []lbpolicy.Target
+	for _, p := range []*v1alpha1.LoadBalancerPolicy{old, cur} {
+		if p == nil {
+			continue
+		}
+		c.queue.Add(policyKey(p.Namespace, p.Name))
+		targets = append(targets, lbpolicy.Targets(p.Namespace, &p.Spec)...)
+		if spec, _, _ := c.pol.usable(p); spec != nil {
+			targets = append(targets, lbpolicy.Targets(p.Namespace, spec)...)
+		}
+	}
+	if old != nil && cur == nil {
+		c.pol.forget(old.UID)
+	}
+	for _, t := range targets {
+		switch t.Kind {
+		case v1alpha1.KindService:
+			c.services.queueWithUsers(serviceKey(t.Namespace, t.Name), 0)
+		case v1alpha1.KindGateway:
+			c.queue.Add(gatewayKey(t.Namespace, t.Name))
+		}
+		c.queuePoliciesOf(t)
+	}
+}
+
+// queuePoliciesOf queues the policies that apply to a target, whose status
+// says whether it exists and is served.
+func (c *cluster) queuePoliciesOf(t lbpolicy.Target) {
+	if c.pol == nil {
+		return
+	}
+	for _, p := range c.pol.policiesOf(t) {
+		c.queue.Add(policyKey(p.Namespace, p.Name))
+	}
+}
+
+// policyReconciler writes the status of LoadBalancerPolicies: one entry
+// per target it speaks for, with the Accepted condition of
+// lbpolicy.Outcome. The Service, Ingress and Gateway reconcilers apply
+// the policies (attachPolicies).
+type policyReconciler struct {
+	*cluster
+}
+
+func (r *policyReconciler) kinds() []kind { return []kind{kindPolicy} }
+
+// keys returns the key of every policy.
+func (r *policyReconciler) keys() []queueKey {
+	if r.pol == nil {
+		return nil
+	}
+	var keys []queueKey
+	for _, o := range r.pol.informer.GetStore().List() {
+		if p, ok := o.(*v1alpha1.LoadBalancerPolicy); ok {
+			keys = append(keys, policyKey(p.Namespace, p.Name))
+		}
+	}
+	return keys
+}
+
+// claimed: a policy owns no load balancer.
+func (r *policyReconciler) claimed(map[string]bool) {}
+
+// sync writes the status of one policy when it changes.
+func (r *policyReconciler) sync(ctx context.Context, key queueKey) syncResult {
+	if r.pol == nil {
+		return synced()
+	}
+	obj, exists, err := r.pol.informer.GetStore().GetByKey(key.namespace + "/" + key.name)
+	p, ok := obj.(*v1alpha1.LoadBalancerPolicy)
+	if err != nil || !exists || !ok {
+		return synced()
+	}
+	spec, invalid, kept := r.pol.usable(p)
+	targets := lbpolicy.Targets(p.Namespace, &p.Spec)
+	if spec != nil {
+		targets = append(targets, lbpolicy.Targets(p.Namespace, spec)...)
+	}
+	desired := map[lbpolicy.Target]metav1.Condition{}
+	for _, t := range targets {
+		if !r.speaksFor(t) {
+			continue
+		}
+		kinds, notFound := r.poolKinds(t)
+		o := lbpolicy.Outcome{NotFound: notFound}
+		if notFound == "" && spec != nil {
+			o = r.pol.resolve(t).OutcomeOf(p.Name, &spec.TrafficPolicy, kinds, r.pol.caps)
+		}
+		o.Invalid, o.KeptLast = invalid, kept
+		desired[t] = o.Condition(p.Generation)
+	}
+	ancestors := lbpolicy.Ancestors(p.Status.Ancestors, desired, func(ref v1alpha1.ObjectReference) bool {
+		return r.speaksFor(lbpolicy.Target{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name})
+	}, metav1.Now())
+	if apiequality.Semantic.DeepEqual(p.Status.Ancestors, ancestors) {
+		return synced()
+	}
+	upd := p.DeepCopy()
+	upd.Status.Ancestors = ancestors
+	upd.APIVersion, upd.Kind = v1alpha1.SchemeGroupVersion.String(), v1alpha1.Kind
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(upd)
+	if err != nil {
+		return retryOn(fmt.Errorf("encode LoadBalancerPolicy %s/%s: %w", p.Namespace, p.Name, err))
+	}
+	// The resourceVersion read makes a concurrent change a conflict: the
+	// sync is retried with the newer object.
+	if _, err := r.pol.client.Namespace(p.Namespace).UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{}); err != nil {
+		return retryOn(fmt.Errorf("update LoadBalancerPolicy %s/%s status: %w", p.Namespace, p.Name, err))
+	}
+	return synced()
+}
+
+// speaksFor reports whether this installation writes the status entry of
+// a target: not for a Service another installation claims (its
+// npl-lbsync does).
+func (r *policyReconciler) speaksFor(t lbpolicy.Target) bool {
+	if t.Kind != v1alpha1.KindService {
+		return true
+	}
+	svc := r.store.Service(t.Namespace, t.Name)
+	by := ""
+	if svc != nil {
+		by = svc.Annotations[contract.ClaimedByKey]
+	}
+	return by == "" || by == r.settings.ClusterName
+}
+
+// poolKinds returns the kinds of the pools npl-lbsync builds of a target
+// (for what of a policy applies to them), or why it builds none.
+func (r *policyReconciler) poolKinds(t lbpolicy.Target) ([]lbpolicy.PoolKind, string) {
+	if t.Kind == v1alpha1.KindGateway {
+		return r.gatewayPoolKinds(t)
+	}
+	id := "Service " + t.Namespace + "/" + t.Name
+	svc := r.store.Service(t.Namespace, t.Name)
+	if svc == nil {
+		return nil, id + " not found"
+	}
+	var kinds []lbpolicy.PoolKind
+	ports := func() {
+		for _, p := range svc.Spec.Ports {
+			switch p.Protocol {
+			case corev1.ProtocolTCP, "":
+				kinds = append(kinds, lbpolicy.PoolTCP)
+			case corev1.ProtocolUDP:
+				kinds = append(kinds, lbpolicy.PoolUDP)
+			}
+		}
+	}
+	if claim.Ours(svc, r.settings.Claim) && svc.DeletionTimestamp == nil {
+		ports()
+	}
+	if r.referencedByNPLIngress(svc) {
+		kinds = append(kinds, lbpolicy.PoolHTTP)
+	}
+	if r.referencedByNPLRoute(svc) {
+		kinds = append(kinds, lbpolicy.PoolHTTP)
+		ports()
+	}
+	if len(kinds) == 0 {
+		return nil, id + " is not served by npl-lbsync: it is neither a LoadBalancer Service of its class nor a backend of its Ingresses or Gateway routes"
+	}
+	slices.Sort(kinds)
+	return slices.Compact(kinds), ""
+}
+
+func (r *policyReconciler) gatewayPoolKinds(t lbpolicy.Target) ([]lbpolicy.PoolKind, string) {
+	id := "Gateway " + t.Namespace + "/" + t.Name
+	g := r.gwState()
+	if g == nil {
+		return nil, id + ": npl-lbsync does not serve the Gateway API"
+	}
+	gw, err := g.gateways.Gateways(t.Namespace).Get(t.Name)
+	if err != nil {
+		return nil, id + " not found"
+	}
+	if !gateway.Ours(gw, r.gatewayClasses()) {
+		return nil, id + " is not of a GatewayClass of npl-lbsync"
+	}
+	var kinds []lbpolicy.PoolKind
+	for _, l := range gw.Spec.Listeners {
+		switch l.Protocol {
+		case gatewayv1.HTTPProtocolType, gatewayv1.HTTPSProtocolType:
+			kinds = append(kinds, lbpolicy.PoolHTTP)
+		case gatewayv1.TLSProtocolType:
+			kinds = append(kinds, lbpolicy.PoolTLS)
+		case gatewayv1.TCPProtocolType:
+			kinds = append(kinds, lbpolicy.PoolTCP)
+		case gatewayv1.UDPProtocolType:
+			kinds = append(kinds, lbpolicy.PoolUDP)
+		}
+	}
+	slices.Sort(kinds)
+	return slices.Compact(kinds), ""
+}

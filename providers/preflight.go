@@ -1,0 +1,59 @@
+package providers
+
+import "context"
+
+// Check is one result of a preflight: what was checked and what was found.
+type Check struct {
+	// Name is what was checked: tls, login, version, tenant, cloud,
+	// serviceEngineGroup, vipNetwork, partition, rights.
+	Name string `json:"name"`
+	// Result is ok, warning (npl works, but not as it should: TLS not
+	// verified) or problem (npl-lbsync would fail).
+	Result string `json:"result"`
+	// Detail says what was found, or exactly what is wrong.
+	Detail string `json:"detail"`
+}
+
+// The results of a Check.
+const (
+	CheckOK      = "ok"
+	CheckWarning = "warning"
+	CheckProblem = "problem"
+)
+
+// Preflighter is a provider configuration that can check, before
+// npl-lbsync is installed and without writing anything, that its load
+// balancer can serve npl: the connection and its TLS verification, the
+// login, the API version, that the places objects go exist, and that the
+// account may create and delete the objects npl makes.
+type Preflighter interface {
+	// Preflight runs the checks in order; a check that makes the next ones
+	// meaningless (TLS, login) ends the list with its problem.
+	Preflight(ctx context.Context) []Check
+}
+
+// PreflighterOf returns the Preflighter of cfg, behind the registry's
+// wrapper when it has one, or nil.
+func PreflighterOf(cfg Config) Preflighter {
+	for cfg != nil {
+		if p, ok := cfg.(Preflighter); ok {
+			return p
+		}
+		u, ok := cfg.(interface{ Unwrap() Config })
+		if !ok {
+			return nil
+		}
+		cfg = u.Unwrap()
+	}
+	return nil
+}
+
+// Failed reports whether any check found a problem.
+func Failed(checks []Check) bool {
+	for _, c := range checks {
+		if c.Result == CheckProblem {
+			return true
+		}
+	}
+	return false
+}

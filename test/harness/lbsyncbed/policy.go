@@ -1,0 +1,119 @@
+package lbsyncbed
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/nodeportlocal/npl/lbmodel"
+	"github.com/nodeportlocal/npl/lbsync/lbpolicy/v1alpha1"
+	"github.com/nodeportlocal/npl/test/harness/stack"
+)
+
+// Policies is the client of LoadBalancerPolicies.
+func (e *Env) Policies(t *testing.T) dynamic.NamespaceableResourceInterface {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(e.Cluster.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dyn.Resource(v1alpha1.Resource)
+}
+
+// PolicyObject is p as the dynamic client sends it.
+func PolicyObject(t *testing.T, p *v1alpha1.LoadBalancerPolicy) *unstructured.Unstructured {
+	t.Helper()
+	p = p.DeepCopy()
+	p.APIVersion, p.Kind = v1alpha1.SchemeGroupVersion.String(), v1alpha1.Kind
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: u}
+}
+
+// CreatePolicy creates p, or returns why the API server refused it.
+func (e *Env) CreatePolicy(t *testing.T, p *v1alpha1.LoadBalancerPolicy) error {
+	t.Helper()
+	_, err := e.Policies(t).Namespace(p.Namespace).Create(Context(t, 30*time.Second), PolicyObject(t, p), metav1.CreateOptions{})
+	return err
+}
+
+// Policy reads a policy.
+func (e *Env) Policy(t *testing.T, ns, name string) *v1alpha1.LoadBalancerPolicy {
+	t.Helper()
+	u, err := e.Policies(t).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get LoadBalancerPolicy %s/%s: %v", ns, name, err)
+	}
+	p := &v1alpha1.LoadBalancerPolicy{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// UpdatePolicy applies mutate to the current policy, retrying conflicts,
+// and returns why the API server refused the update.
+func (e *Env) UpdatePolicy(t *testing.T, ns, name string, mutate func(*v1alpha1.LoadBalancerPolicy)) error {
+	t.Helper()
+	for {
+		p := e.Policy(t, ns, name)
+		mutate(p)
+		_, err := e.Policies(t).Namespace(ns).Update(context.Background(), PolicyObject(t, p), metav1.UpdateOptions{})
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+}
+
+// PolicyCondition is the Accepted condition npl-lbsync wrote in the policy
+// for a target, nil when it wrote none.
+func PolicyCondition(p *v1alpha1.LoadBalancerPolicy, kind, name string) *metav1.Condition {
+	for _, a := range p.Status.Ancestors {
+		if a.ControllerName == v1alpha1.ControllerName && a.AncestorRef.Kind == kind && a.AncestorRef.Name == name {
+			for i := range a.Conditions {
+				if a.Conditions[i].Type == v1alpha1.ConditionAccepted {
+					return &a.Conditions[i]
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// WaitPolicyCondition waits until the policy's condition for a target has
+// the status and reason, and returns it.
+func (e *Env) WaitPolicyCondition(t *testing.T, ns, name, kind, target string, status metav1.ConditionStatus, reason string) *metav1.Condition {
+	t.Helper()
+	var c *metav1.Condition
+	WaitFor(t, 20*time.Second, "policy "+name+" "+string(status)+"/"+reason+" for "+kind+" "+target, func() (bool, error) {
+		c = PolicyCondition(e.Policy(t, ns, name), kind, target)
+		return c != nil && c.Status == status && c.Reason == reason, nil
+	})
+	return c
+}
+
+// PoolPolicies returns the mock's policies of a Service's load balancer's
+// pools, by pool name.
+func PoolPolicies(l *Syncer, ns, svc string) (map[string]*lbmodel.Policy, bool, error) {
+	st, err := l.MockState()
+	if err != nil {
+		return nil, false, err
+	}
+	lb, ok := stack.FindLoadBalancer(st, lbmodel.LoadBalancerName(l.ClusterName, ns, svc))
+	if !ok {
+		return nil, false, nil
+	}
+	out := map[string]*lbmodel.Policy{}
+	for _, li := range lb.Listeners {
+		out[li.Pool.Name] = li.Pool.Policy
+	}
+	return out, true, nil
+}
