@@ -540,9 +540,13 @@ func validHost(h string) bool {
 			return false
 		}
 	}
-	return !strings.ContainsFunc(h, func(c rune) bool {
-		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.')
-	})
+	return !strings.ContainsFunc(h, func(c rune) bool { return !dnsChar(c) })
+}
+
+// dnsChar reports whether c may be in a DNS name: a letter, a digit, "-"
+// or ".".
+func dnsChar(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.'
 }
 
 // SortListeners sorts listeners by protocol then port.
