@@ -20,12 +20,21 @@ import (
 // load balancers, and the edge's status.
 
 // Put makes lb, a load balancer of cluster, the desired state of its name
-// and applies it. lb.VIPs holds exactly the VIP to serve on.
-func (e *Edge) Put(ctx context.Context, cluster string, lb *lbmodel.LoadBalancer) (api.EnsureResult, error) {
+// and applies it. lb.VIPs holds exactly the VIP to serve on. replaces, when
+// not empty, is the name lb had before (api.LoadBalancerRequest.Replaces):
+// a load balancer of that name and of lb's owner is swapped for lb in the
+// same change (one reload), one of another owner is left alone.
+func (e *Edge) Put(ctx context.Context, cluster string, lb *lbmodel.LoadBalancer, replaces string) (api.EnsureResult, error) {
 	var res api.EnsureResult
 	n, err := checkRequest(cluster, lb)
 	if err != nil {
 		return res, err
+	}
+	if replaces == n.Name {
+		replaces = ""
+	}
+	if replaces != "" && !lbmodel.OwnedBy(cluster, replaces) {
+		return res, fmt.Errorf("%w: load balancer %s replaces %q, which is not of cluster %q", ErrInvalid, n.Name, replaces, cluster)
 	}
 	if err := checkUDP(n); err != nil {
 		return res, err
@@ -39,13 +48,25 @@ func (e *Edge) Put(ctx context.Context, cluster string, lb *lbmodel.LoadBalancer
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := e.checkConflicts(cluster, n); err != nil {
+	oldKey := lbKey{cluster, replaces}
+	old := e.desired[oldKey]
+	if old != nil && !lbmodel.SameOwner(old, n) {
+		// The old names were ambiguous: only the owner it records takes
+		// it over.
+		klog.FromContext(ctx).Info("Not taking over a load balancer of another owner", "cluster", cluster,
+			"loadBalancer", n.Name, "replaces", replaces, "service", n.Service, "ownerService", old.Service)
+		old = nil
+	}
+	if err := e.checkConflicts(cluster, n, old); err != nil {
 		return res, err
 	}
 	key := lbKey{cluster, n.Name}
 	prev, had := e.desired[key]
 	e.desired[key] = n
-	changedDesired := !had || !lbmodel.SameModel(prev, n)
+	if old != nil {
+		delete(e.desired, oldKey)
+	}
+	changedDesired := !had || !lbmodel.SameModel(prev, n) || old != nil
 	start := time.Now()
 	changed, reloaded, err := e.converge(ctx)
 	err = ownErrors(ctx, err, n.Name)
@@ -63,7 +84,13 @@ func (e *Edge) Put(ctx context.Context, cluster string, lb *lbmodel.LoadBalancer
 		} else {
 			delete(e.desired, key)
 		}
+		if old != nil {
+			e.desired[oldKey] = old
+		}
 		return res, err
+	}
+	if old != nil {
+		klog.FromContext(ctx).Info("Load balancer renamed", "cluster", cluster, "loadBalancer", n.Name, "replaces", replaces)
 	}
 	if changedDesired {
 		if serr := e.save(); serr != nil && err == nil {
@@ -169,17 +196,28 @@ func (e *Edge) Status(ctx context.Context) api.Status {
 }
 
 // checkRequest checks a load balancer sent to the edge and returns it in
-// canonical form. The model's rules are lbmodel.Normalize's; the edge
-// adds only what HAProxy needs: one VIP, and no policy field it cannot
-// express (api.PolicyCapabilities, which the haproxy provider strips
-// before it sends): a field it left out would be lost silently.
+// canonical form. The model's rules are lbmodel.Normalize's (names and
+// owners a configuration would have to quote among them); the edge adds
+// only what HAProxy needs: one VIP, the names of its proxies (the load
+// balancer's, its pools') in the cluster's prefix, so that no cluster's
+// proxy takes another's name, and no policy field it cannot express
+// (api.PolicyCapabilities, which the haproxy provider strips before it
+// sends): a field it left out would be lost silently.
 func checkRequest(cluster string, lb *lbmodel.LoadBalancer) (*lbmodel.LoadBalancer, error) {
 	if cluster == "" || lb == nil || !lbmodel.OwnedBy(cluster, lb.Name) {
 		return nil, fmt.Errorf("%w: the load balancer's name must start with the cluster name %q and \"--\"", ErrInvalid, cluster)
 	}
+	if err := lbmodel.CheckClusterName(cluster); err != nil {
+		return nil, fmt.Errorf("%w: cluster name: %v", ErrInvalid, err)
+	}
 	n, err := lbmodel.Normalize(lb)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	for _, p := range poolNames(n) {
+		if !lbmodel.OwnedBy(cluster, p) {
+			return nil, fmt.Errorf("%w: load balancer %s: pool %s does not start with the cluster name %q and \"--\"", ErrInvalid, n.Name, p, cluster)
+		}
 	}
 	if _, gaps := api.PolicyCapabilities().StripPolicies(n); len(gaps) > 0 {
 		return nil, fmt.Errorf("%w: load balancer %s: %s", ErrInvalid, n.Name, lbmodel.JoinPolicyGaps(gaps))
@@ -195,11 +233,27 @@ func checkRequest(cluster string, lb *lbmodel.LoadBalancer) (*lbmodel.LoadBalanc
 	return n, nil
 }
 
+// poolNames are the names of lb's pools, each once.
+func poolNames(lb *lbmodel.LoadBalancer) []string {
+	var out []string
+	for _, l := range lb.Listeners {
+		if l.Pool.Name != "" {
+			out = append(out, l.Pool.Name)
+		}
+	}
+	for _, p := range lb.Pools {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
 // checkConflicts refuses a listener that another load balancer (of any
-// cluster) serves on the same VIP and port (TCP and UDP apart).
-func (e *Edge) checkConflicts(cluster string, lb *lbmodel.LoadBalancer) error {
+// cluster) serves on the same VIP and port (TCP and UDP apart); replaced,
+// when not nil, is the load balancer lb takes over, whose listeners pass
+// to lb.
+func (e *Edge) checkConflicts(cluster string, lb, replaced *lbmodel.LoadBalancer) error {
 	for k, other := range e.desired {
-		if k == (lbKey{cluster, lb.Name}) || other.VIPs[0] != lb.VIPs[0] {
+		if k == (lbKey{cluster, lb.Name}) || other == replaced || other.VIPs[0] != lb.VIPs[0] {
 			continue
 		}
 		for _, l := range lb.Listeners {

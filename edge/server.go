@@ -3,10 +3,10 @@ package edge
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"net"
 	"net/http"
@@ -17,30 +17,60 @@ import (
 
 	"github.com/nodeportlocal/npl/edge/api"
 	"github.com/nodeportlocal/npl/internal/secretfile"
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // maxBody bounds a request body.
 const maxBody = 8 << 20
 
-// Handler serves the API of package api.
+// Handler serves the API of package api. The calls of a cluster are
+// served only to a client whose certificate names the cluster
+// (api.ClusterURI); the others are answered 403.
 func (e *Edge) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("PUT /v1/clusters/{cluster}/loadbalancers/{name}", e.handlePut)
-	mux.HandleFunc("DELETE /v1/clusters/{cluster}/loadbalancers/{name}", e.handleDelete)
-	mux.HandleFunc("GET /v1/clusters/{cluster}/loadbalancers/{name}", e.handleGet)
-	mux.HandleFunc("GET /v1/clusters/{cluster}/loadbalancers", e.handleList)
+	mux.HandleFunc("PUT /v1/clusters/{cluster}/loadbalancers/{name}", authorized(e.handlePut))
+	mux.HandleFunc("DELETE /v1/clusters/{cluster}/loadbalancers/{name}", authorized(e.handleDelete))
+	mux.HandleFunc("GET /v1/clusters/{cluster}/loadbalancers/{name}", authorized(e.handleGet))
+	mux.HandleFunc("GET /v1/clusters/{cluster}/loadbalancers", authorized(e.handleList))
 	mux.HandleFunc("GET "+api.StatusPath, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, e.Status(r.Context()))
 	})
 	return mux
 }
 
+// authorized serves h to a client whose verified certificate names the
+// cluster of the path, and answers 403 to any other: a certificate of the
+// client CA says who the client is, not which clusters it may change.
+func authorized(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		cluster := r.PathValue("cluster")
+		if err := lbmodel.CheckClusterName(cluster); err != nil {
+			writeError(w, fmt.Errorf("%w: cluster name: %v", ErrInvalid, err))
+			return
+		}
+		cert := clientCert(r)
+		if cert == nil || !api.NamesCluster(cert, cluster) {
+			writeJSON(w, http.StatusForbidden, api.Error{Error: fmt.Sprintf(
+				"the client certificate %q does not name cluster %s: it needs the URI SAN %s",
+				clientName(r), cluster, api.ClusterURI(cluster))})
+			return
+		}
+		h(w, r)
+	}
+}
+
 func (e *Edge) handlePut(w http.ResponseWriter, r *http.Request) {
 	cluster, name := r.PathValue("cluster"), r.PathValue("name")
 	var req api.LoadBalancerRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, api.Error{Error: fmt.Sprintf(
+				"load balancer %s: the body is larger than the limit of %d bytes", name, tooLarge.Limit)})
+			return
+		}
 		writeError(w, fmt.Errorf("%w: load balancer %s: body: %v", ErrInvalid, name, err))
 		return
 	}
@@ -54,7 +84,7 @@ func (e *Edge) handlePut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := klog.NewContext(r.Context(), klog.FromContext(r.Context()).WithValues("client", clientName(r)))
-	res, err := e.Put(ctx, cluster, lb)
+	res, err := e.Put(ctx, cluster, lb, req.Replaces)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -100,12 +130,20 @@ func (e *Edge) handleGet(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusNotFound, api.Error{Error: "load balancer " + r.PathValue("name") + " is not served"})
 }
 
+// clientCert is the verified client certificate, nil when there is none.
+func clientCert(r *http.Request) *x509.Certificate {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return r.TLS.VerifiedChains[0][0]
+}
+
 // clientName is the subject of the verified client certificate, for logs.
 func clientName(r *http.Request) string {
-	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
-		return ""
+	if c := clientCert(r); c != nil {
+		return c.Subject.CommonName
 	}
-	return r.TLS.VerifiedChains[0][0].Subject.CommonName
+	return ""
 }
 
 func writeError(w http.ResponseWriter, err error) {

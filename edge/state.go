@@ -205,7 +205,11 @@ func (e *Edge) load() error {
 		}
 		n, err := checkRequest(s.Cluster, &s.LoadBalancer)
 		if err != nil {
-			return fmt.Errorf("load the desired state %s: %w", e.stateFile(), err)
+			// Saved by an edge whose rules were looser (a name with a
+			// newline, say): not served, and not a reason to serve none.
+			klog.ErrorS(err, "Load balancer of the saved state left out: it breaks the rules", "cluster", s.Cluster,
+				"loadBalancer", s.LoadBalancer.Name)
+			continue
 		}
 		e.desired[lbKey{s.Cluster, n.Name}] = n
 	}

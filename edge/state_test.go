@@ -93,3 +93,24 @@ func TestSave_aRestartAfterAKilledSaveLoadsAWholeState(t *testing.T) {
 		t.Errorf("temporary files pile up: %v", temps)
 	}
 }
+
+// A saved load balancer that the edge's rules refuse now (an earlier edge
+// took a Service string with a newline and directives) is left out of the
+// restarted edge's state, and the others are served.
+func TestLoad_leavesOutWhatTheRulesRefuse(t *testing.T) {
+	dir := t.TempDir()
+	bad := lb("c1--ns-bad", "198.18.200.2", 80)
+	bad.Service = "ns/bad\n    external-check command /bin/sh"
+	old := &Edge{cfg: Config{Dir: dir}, desired: map[lbKey]*lbmodel.LoadBalancer{
+		{"c1", "c1--ns-a"}: lb("c1--ns-a", "198.18.200.1", 80), {"c1", "c1--ns-bad"}: bad}}
+	if err := old.save(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := &Edge{cfg: Config{Dir: dir}, desired: map[lbKey]*lbmodel.LoadBalancer{}}
+	if err := restarted.load(); err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	if len(restarted.desired) != 1 || restarted.desired[lbKey{"c1", "c1--ns-a"}] == nil {
+		t.Errorf("loaded %v, want c1--ns-a alone", restarted.desired)
+	}
+}

@@ -39,13 +39,13 @@ func TestConflicts_udpOnlyWithUDPAndOnlyWhenServed(t *testing.T) {
 	_, table := fakeUDP("")
 	on := &Edge{cfg: Config{UDP: table}, desired: desired}
 	off := &Edge{desired: desired}
-	if err := on.checkConflicts("c2", lb("c2--ns-web", "198.18.200.1", 53)); err != nil {
+	if err := on.checkConflicts("c2", lb("c2--ns-web", "198.18.200.1", 53), nil); err != nil {
 		t.Errorf("TCP/53 beside UDP/53: %v", err)
 	}
-	if err := on.checkConflicts("c2", udpLB("c2--ns-dns", "198.18.200.1", nil, 53)); !errors.Is(err, ErrConflict) {
+	if err := on.checkConflicts("c2", udpLB("c2--ns-dns", "198.18.200.1", nil, 53), nil); !errors.Is(err, ErrConflict) {
 		t.Errorf("UDP/53 of another load balancer on a VIP that serves UDP/53: %v; want ErrConflict", err)
 	}
-	if err := off.checkConflicts("c2", udpLB("c2--ns-dns", "198.18.200.1", nil, 53)); err != nil {
+	if err := off.checkConflicts("c2", udpLB("c2--ns-dns", "198.18.200.1", nil, 53), nil); err != nil {
 		t.Errorf("UDP/53 twice on an edge that serves no UDP (neither is served): %v", err)
 	}
 	if on.udpMode() != UDPNFTables || off.udpMode() != UDPOff {

@@ -527,9 +527,12 @@ func CertFingerprint(certPEM []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// validHost accepts an empty host, a host name, or a wildcard *.name: no
-// blank, control character, "/", ":" or other "*", so that no host can
-// end a line or a word of a load balancer's configuration.
+// validHost accepts an empty host, a host name, or a wildcard *.name: the
+// letters, digits, "-" and "." of DNS names (Kubernetes and Gateway API
+// hostnames hold nothing else), so that no host can end a line or a word
+// of a load balancer's configuration, nor hold what a provider's language
+// evaluates (BIG-IP builds a redirect's location as a Tcl expression:
+// "[", "$", ";", backslashes and quotes would run there).
 func validHost(h string) bool {
 	if strings.HasPrefix(h, "*") {
 		h = strings.TrimPrefix(h, "*.")
@@ -537,7 +540,13 @@ func validHost(h string) bool {
 			return false
 		}
 	}
-	return !strings.ContainsFunc(h, func(c rune) bool { return c <= ' ' || c == 0x7f || strings.ContainsRune("/:*", c) })
+	return !strings.ContainsFunc(h, func(c rune) bool { return !dnsChar(c) })
+}
+
+// dnsChar reports whether c may be in a DNS name: a letter, a digit, "-"
+// or ".".
+func dnsChar(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.'
 }
 
 // SortListeners sorts listeners by protocol then port.

@@ -130,7 +130,7 @@ func TestNaming_l7NamesNeverTakeL4Names(t *testing.T) {
 			t.Errorf("%q is not owned by c1", n)
 		}
 	}
-	if got, want := CertificateName(l7, "shop/cert"), "c1--shop-web-L7-shop-cert-TLS"; got != want {
+	if got, want := CertificateName(l7, "shop/cert"), "c1--shop_web-L7_shop_cert-TLS"; got != want {
 		t.Errorf("CertificateName = %q, want %q", got, want)
 	}
 }

@@ -60,6 +60,14 @@ func (lb *LoadBalancer) normalize() error {
 	if lb.Name == "" {
 		return errors.New("no name")
 	}
+	if err := checkName("name", lb.Name); err != nil {
+		return err
+	}
+	for _, o := range []struct{ what, v string }{{"service", lb.Service}, {"ingress", lb.Ingress}, {"gateway", lb.Gateway}} {
+		if o.v != "" && !validObjectRef(o.v) {
+			return fmt.Errorf("%s %q is not namespace/name of Kubernetes names", o.what, o.v)
+		}
+	}
 	if lb.RequestedVIP != "" {
 		a, err := canonicalIP(lb.RequestedVIP)
 		if err != nil {
@@ -97,6 +105,8 @@ func (lb *LoadBalancer) normalizeL4() error {
 			return fmt.Errorf("listener %s/%d: given twice", l.Protocol, l.Port)
 		case l.Pool.Name == "":
 			return fmt.Errorf("listener %s/%d: pool has no name", l.Protocol, l.Port)
+		case checkName("pool name", l.Pool.Name) != nil:
+			return fmt.Errorf("listener %s/%d: %w", l.Protocol, l.Port, checkName("pool name", l.Pool.Name))
 		case pools[l.Pool.Name]:
 			return fmt.Errorf("listener %s/%d: pool %s is used by another listener", l.Protocol, l.Port, l.Pool.Name)
 		case len(l.SNI) > 0 || l.Terminate:
@@ -147,6 +157,9 @@ func (lb *LoadBalancer) normalizeL7() error {
 			if l.Pool.Name == "" {
 				return fmt.Errorf("listener %s/%d: pool has no name", l.Protocol, l.Port)
 			}
+			if err := checkName("pool name", l.Pool.Name); err != nil {
+				return fmt.Errorf("listener %s/%d: %w", l.Protocol, l.Port, err)
+			}
 			if l.Pool.AppProtocol != "" {
 				return fmt.Errorf("listener %s/%d: pool %s: a %s listener's pool has no appProtocol", l.Protocol, l.Port, l.Pool.Name, l.Protocol)
 			}
@@ -170,6 +183,8 @@ func (lb *LoadBalancer) normalizeL7() error {
 		switch {
 		case p.Name == "":
 			return errors.New("a pool has no name")
+		case checkName("pool name", p.Name) != nil:
+			return checkName("pool name", p.Name)
 		case i > 0 && lb.Pools[i-1].Name == p.Name:
 			return fmt.Errorf("pool %s: given twice", p.Name)
 		case p.AppProtocol != "" && p.AppProtocol != AppProtocolH2C:
@@ -284,6 +299,8 @@ func (lb *LoadBalancer) normalizeTLS(ports map[int32]Protocol) error {
 		switch {
 		case c.Secret == "":
 			return errors.New("a TLS certificate has no Secret")
+		case !validObjectRef(c.Secret):
+			return fmt.Errorf("TLS Secret %q is not namespace/name of Kubernetes names", c.Secret)
 		case i > 0 && lb.HTTP.TLS[i-1].Secret == c.Secret:
 			return fmt.Errorf("TLS Secret %s: given twice", c.Secret)
 		case len(c.CertPEM) == 0 || len(c.KeyPEM) == 0:
@@ -607,6 +624,30 @@ func isToken(s string) bool {
 	}
 	return true
 }
+
+// nameRE is what a name of a load balancer object may hold: letters,
+// digits, ".", "_" and "-", the names of lbmodel's naming.go (and Shorten's).
+// Every provider and HAProxy take such a name as one word, unquoted, and
+// none of them ends a line, a word, a Tcl word or a URL's path segment.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+// checkName refuses a name (what says which) a load balancer would have to
+// quote: the model's names are rendered as they are.
+func checkName(what, name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("%s %q holds a character other than letters, digits, '.', '_' and '-'", what, name)
+	}
+	return nil
+}
+
+// objectRefRE matches "namespace/name" of Kubernetes names (DNS labels and
+// subdomains: lower-case letters, digits, "-" and ".").
+var objectRefRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
+
+// validObjectRef reports whether s is "namespace/name" of a Kubernetes
+// object: the owners a model records (Service, Ingress, Gateway) and its
+// Secrets, which providers write into descriptions and markers.
+func validObjectRef(s string) bool { return objectRefRE.MatchString(s) }
 
 // printable refuses a value with control characters (other than a tab):
 // no request or configuration line can hold them.

@@ -43,6 +43,25 @@ func TestNormalize_rejectsInvalidModels(t *testing.T) {
 		want  string
 	}{
 		{"L4 no name", validL4, func(lb *LoadBalancer) { lb.Name = "" }, "no name"},
+		// Names and owners are rendered as they are (HAProxy's proxy names
+		// and descriptions, BIG-IP's, Avi's): a Service field with a newline
+		// once added directives to HAProxy's configuration (REFERENCE 17).
+		{"L4 a name with a newline", validL4, func(lb *LoadBalancer) { lb.Name = "c1--x\nfrontend evil" }, `name "c1--x\nfrontend evil" holds a character`},
+		{"L4 a name with a blank", validL4, func(lb *LoadBalancer) { lb.Name = "c1--x y" }, "holds a character other than"},
+		{"L4 a name with a brace", validL4, func(lb *LoadBalancer) { lb.Name = "c1--x{y" }, "holds a character other than"},
+		{"L4 a pool name with a hash", validL4, func(lb *LoadBalancer) { lb.Listeners[0].Pool.Name = "c1--x#y" }, `TCP/80: pool name "c1--x#y" holds a character`},
+		{"L4 a Service with a newline", validL4, func(lb *LoadBalancer) {
+			lb.Service = "shop/web\n    external-check command /bin/sh"
+		}, "is not namespace/name of Kubernetes names"},
+		{"L4 a Service with a blank", validL4, func(lb *LoadBalancer) { lb.Service = "shop/web lb=other" }, "is not namespace/name"},
+		{"L4 a Service without a namespace", validL4, func(lb *LoadBalancer) { lb.Service = "web" }, "is not namespace/name"},
+		{"L7 an Ingress with a newline", validL7, func(lb *LoadBalancer) { lb.Ingress = "shop/web\nbackend x" }, `ingress "shop/web\nbackend x" is not`},
+		{"L7 a Gateway with a blank", validL7, func(lb *LoadBalancer) { lb.Gateway = "shop/gw listener=TLS" }, "gateway"},
+		{"L7 a shared pool name with a newline", validL7, func(lb *LoadBalancer) {
+			lb.Pools[0].Name = "p\nbackend q"
+			lb.HTTP.Rules[0].Pool, lb.HTTP.DefaultPool = lb.Pools[0].Name, lb.Pools[0].Name
+		}, `pool name "p\nbackend q" holds a character`},
+		{"L7 a Secret with a quote", validL7, func(lb *LoadBalancer) { lb.HTTP.TLS[0].Secret = "shop/cert'" }, `TLS Secret "shop/cert'" is not namespace/name`},
 		{"L4 unknown kind", validL4, func(lb *LoadBalancer) { lb.Kind = "L3" }, `kind "L3" is not L4 or L7`},
 		{"L4 bad requested VIP", validL4, func(lb *LoadBalancer) { lb.RequestedVIP = "vip" }, `requested VIP "vip": not an IP address`},
 		{"L4 requested VIP with a zone", validL4, func(lb *LoadBalancer) { lb.RequestedVIP = "fe80::1%eth0" }, "with a zone"},
@@ -128,6 +147,15 @@ func TestNormalize_rejectsInvalidModels(t *testing.T) {
 			r := &lb.HTTP.Rules[0]
 			r.Pool, r.Redirect = "", &Redirect{Hostname: "*.a.example", StatusCode: 301}
 		}, "redirect hostname"},
+		// BIG-IP evaluates a redirect location as Tcl (REFERENCE 17).
+		{"L7 a redirect host with Tcl", validL7, func(lb *LoadBalancer) {
+			r := &lb.HTTP.Rules[0]
+			r.Pool, r.Redirect = "", &Redirect{Hostname: `a.example[exec /bin/sh -c "id"]`, StatusCode: 302}
+		}, "redirect hostname"},
+		{"L7 a host with a dollar", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Host = "a$b.example" }, "not a host name"},
+		{"L7 a rewrite host with a semicolon", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].Rewrite = &Rewrite{Hostname: `a;b\c"d`}
+		}, "rewrite hostname"},
 		{"L7 a redirect port 0x10000", validL7, func(lb *LoadBalancer) {
 			r := &lb.HTTP.Rules[0]
 			r.Pool, r.Redirect = "", &Redirect{Port: 65536, StatusCode: 301}

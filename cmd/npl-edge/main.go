@@ -78,7 +78,7 @@ starts and restarts HAProxy.`,
 	f.IntVar(&o.checkFall, "check-fall", haproxy.DefaultChecks.Fall, "failed checks that mark a member down")
 	f.IntVar(&o.checkRise, "check-rise", haproxy.DefaultChecks.Rise, "passed checks that mark a member up")
 	f.DurationVar(&o.resync, "resync-period", 10*time.Second, "how often HAProxy's runtime state is compared with the desired one and repaired")
-	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":9105", "address of the Prometheus metrics and /healthz listener (0 disables it)")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9105", "address of the Prometheus metrics and /healthz listener, such as the edge's management address and a port (0 disables it); loopback by default, as nothing authenticates it and it must not answer on the VIPs")
 	f.StringVar(&o.udp, "udp", "auto", "how to serve UDP listeners: nftables (the table inet npl-edge; needs nft and net.ipv4.ip_forward=1), off (reported as not served; the table is removed), or auto (nftables when it works here)")
 	f.StringSliceVar(&o.hostConfigs, "haproxy-config", nil, "attached: the host's HAProxy configuration files (or directories), in the order HAProxy loads them before <state-dir>/npl.cfg, such as /etc/haproxy/haproxy.cfg")
 	f.StringVar(&o.hostAdmin, "haproxy-admin-socket", "", "attached: the host's admin socket (a stats socket at level admin), such as /run/haproxy/admin.sock")

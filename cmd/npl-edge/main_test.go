@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"net"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -56,5 +58,18 @@ func TestCommand_attachFlagsGoTogether(t *testing.T) {
 	}
 	if a, err := attach(&options{}); a != nil || err != nil {
 		t.Errorf("attach(none) = %+v, %v; want npl-edge's own HAProxy", a, err)
+	}
+}
+
+// The metrics listener answers without authentication: by default on
+// loopback only, not on every address (the VIPs' included).
+func TestCommand_metricsListenOnLoopbackByDefault(t *testing.T) {
+	def := newCommand().Flags().Lookup("metrics-bind-address").DefValue
+	host, _, err := net.SplitHostPort(def)
+	if err != nil {
+		t.Fatalf("default %q: %v", def, err)
+	}
+	if ip, err := netip.ParseAddr(host); err != nil || !ip.IsLoopback() {
+		t.Errorf("--metrics-bind-address defaults to %q, want a loopback address", def)
 	}
 }

@@ -9,10 +9,14 @@
 //
 // A PUT states the whole desired load balancer: it is idempotent, and one
 // that changes nothing writes nothing. Errors are an Error body with a 4xx
-// or 5xx status.
+// or 5xx status. A client may call the paths of a cluster only when its
+// certificate names the cluster (ClusterURI); any other is answered 403.
 package api
 
-import "net/url"
+import (
+	"crypto/x509"
+	"net/url"
+)
 
 // Version is the version of the API, the first element of every path.
 const Version = "v1"
@@ -30,6 +34,26 @@ func LoadBalancerPath(cluster, name string) string {
 // StatusPath is the path of the edge's status.
 const StatusPath = "/" + Version + "/status"
 
+// ClusterURI is the URI SAN a client certificate holds for each cluster
+// whose load balancers its holder may read and change:
+// npl://cluster/<cluster>. One certificate may name several clusters.
+func ClusterURI(cluster string) *url.URL {
+	return &url.URL{Scheme: "npl", Host: "cluster", Path: "/" + cluster}
+}
+
+// NamesCluster reports whether certificate cert holds the ClusterURI of
+// cluster.
+func NamesCluster(cert *x509.Certificate, cluster string) bool {
+	want := ClusterURI(cluster)
+	for _, u := range cert.URIs {
+		if u.Scheme == want.Scheme && u.Host == want.Host && u.Path == want.Path && u.User == nil &&
+			u.RawQuery == "" && u.Fragment == "" && u.Opaque == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // LoadBalancerRequest is the body of a PUT: the load balancer model, and
 // for an L7 one with HTTPS the certificates and keys of its TLS Secrets,
 // which the model itself never serialises. The edge writes them into its
@@ -37,6 +61,13 @@ const StatusPath = "/" + Version + "/status"
 type LoadBalancerRequest struct {
 	LoadBalancer
 	Certificates []Certificate `json:"certificates,omitempty"`
+	// Replaces is the name the load balancer had before, when it is being
+	// renamed (lbmodel.LegacyName: the names of npl-lbsync 0.x). An edge
+	// that serves a load balancer of that name of the same cluster and the
+	// same owner (Service, Ingress, Gateway) swaps it for this one in one
+	// change, so that VIP and ports pass from one to the other without a
+	// refused connection; one of another owner it leaves alone.
+	Replaces string `json:"replaces,omitempty"`
 }
 
 // Certificate is the PEM certificate chain and key of one TLS Secret of the

@@ -161,7 +161,7 @@ func chrootOf(path string) (string, error) {
 	inGlobal := false
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		fields := words(sc.Text())
+		fields, _ := Words(sc.Text())
 		if len(fields) == 0 {
 			continue
 		}

@@ -407,7 +407,7 @@ func Parse(text []byte) (Proxies, error) {
 					return Proxies{}, fmt.Errorf("line %d: frontend %s: %w", n, name, err)
 				}
 				f.VIP, f.Port = ip, port
-				ws := words(line)
+				ws, _ := Words(line)
 				k := 0
 				for i := 0; i+1 < len(ws) && k < len(f.Certificates); i++ {
 					if ws[i] == "crt" {
@@ -465,7 +465,7 @@ func Parse(text []byte) (Proxies, error) {
 					return Proxies{}, fmt.Errorf("line %d: backend %s: %w", n, name, err)
 				}
 				m := lbmodel.Member{IP: ip.String(), Port: port, Enabled: !slices.Contains(fields[3:], "disabled")}
-				if ws := words(line); slices.Contains(ws[:len(ws)-1], "ca-file") {
+				if ws, _ := Words(line); slices.Contains(ws[:len(ws)-1], "ca-file") {
 					if ca := ws[slices.Index(ws, "ca-file")+1]; ca != "@system-ca" {
 						b.CAFile = ca
 					}
@@ -515,29 +515,43 @@ func serverWeight(fields []string) (int32, error) {
 	return int32(w), nil
 }
 
-// words splits a configuration line into words as HAProxy does for what
-// quote writes: blanks separate words, single quotes hold anything but a
-// single quote, a backslash outside quotes escapes the next character.
-func words(line string) []string {
-	var out []string
+// Words splits a configuration line into words as HAProxy's parser does:
+// blanks separate words, single quotes hold anything, double quotes
+// anything but a backslash escape, a backslash outside single quotes
+// escapes the next character, and a "#" outside quotes starts a comment
+// (comment reports one, which ends the line). Parse reads what Render
+// writes with it; FuzzRenderModel checks with it that nothing rendered
+// adds a word HAProxy would read.
+func Words(line string) (words []string, comment bool) {
 	var w strings.Builder
-	inWord, inQuote := false, false
+	inWord, single, double := false, false, false
 	for i := 0; i < len(line); i++ {
 		c := line[i]
 		switch {
-		case inQuote && c == '\'':
-			inQuote = false
-		case inQuote:
+		case single && c == '\'':
+			single = false
+		case single:
 			w.WriteByte(c)
-		case c == '\'':
-			inQuote, inWord = true, true
 		case c == '\\' && i+1 < len(line):
 			i++
 			w.WriteByte(line[i])
 			inWord = true
+		case double && c == '"':
+			double = false
+		case double:
+			w.WriteByte(c)
+		case c == '\'':
+			single, inWord = true, true
+		case c == '"':
+			double, inWord = true, true
+		case c == '#':
+			if inWord {
+				words = append(words, w.String())
+			}
+			return words, true
 		case c == ' ' || c == '\t':
 			if inWord {
-				out = append(out, w.String())
+				words = append(words, w.String())
 				w.Reset()
 				inWord = false
 			}
@@ -547,9 +561,9 @@ func words(line string) []string {
 		}
 	}
 	if inWord {
-		out = append(out, w.String())
+		words = append(words, w.String())
 	}
-	return out
+	return words, false
 }
 
 // keyValues reads key=value words; a value may be empty.

@@ -61,8 +61,8 @@ func FuzzBuild(f *testing.F) {
 		podPort int
 		pool    string
 	}{
-		{"tcp", 8080, "c1--shop-web-TCP-80"},
-		{"udp", 5353, "c1--shop-web-UDP-53"},
+		{"tcp", 8080, "c1--shop_web-TCP-80"},
+		{"udp", 5353, "c1--shop_web-UDP-53"},
 	}
 	otherMember := map[contract.Family]member{
 		contract.FamilyIPv4: {"198.18.0.99", 61999},

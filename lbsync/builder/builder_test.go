@@ -500,7 +500,7 @@ func TestBuild_namesFollowTheProviderScheme(t *testing.T) {
 	svc.Namespace, svc.Name = "team-a", "api"
 	lb, _ := Build(Input{ClusterName: "prod", Service: svc})
 	got := []string{lb.Name, lb.Service, lb.Listeners[0].Pool.Name}
-	want := []string{"prod--team-a-api", "team-a/api", "prod--team-a-api-TCP-80"}
+	want := []string{"prod--team-a_api", "team-a/api", "prod--team-a_api-TCP-80"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("names (-want +got):\n%s", diff)
 	}

@@ -21,7 +21,7 @@ import (
 const (
 	testCluster = "c1"
 	testNS      = "shop"
-	testLB      = "c1--shop-web"
+	testLB      = "c1--shop_web"
 )
 
 func service(ports ...corev1.ServicePort) *corev1.Service {

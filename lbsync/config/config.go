@@ -7,7 +7,6 @@ package config
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/internal/strictjson"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/providers"
@@ -39,7 +39,7 @@ const (
 	DefaultIPFamily          = contract.FamilyIPv4
 	// MaxClusterNameLength keeps object names short enough for the load
 	// balancers once namespace and Service name are added.
-	MaxClusterNameLength = 32
+	MaxClusterNameLength = lbmodel.MaxClusterNameLength
 )
 
 // Config is npl-lbsync's validated configuration. It is immutable: getters
@@ -195,7 +195,7 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 }
 
 func (c *Config) validate(f *file) error {
-	if err := checkClusterName(c.clusterName); err != nil {
+	if err := lbmodel.CheckClusterName(c.clusterName); err != nil {
 		return fieldError("clusterName", "%v", err)
 	}
 	if err := oneOf(c.serviceType, builder.ServiceTypeNodePortLocal, builder.ServiceTypeNodePort,
@@ -248,23 +248,6 @@ func (c *Config) validate(f *file) error {
 // fieldPathRE matches an error message that starts with a field path such as
 // "passwordFile: " or "pools[0].name: ".
 var fieldPathRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*(\[[0-9]+\]|\.[A-Za-z][A-Za-z0-9_]*)*: `)
-
-var clusterNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-
-func checkClusterName(name string) error {
-	switch {
-	case name == "":
-		return errors.New("required")
-	case len(name) > MaxClusterNameLength:
-		return fmt.Errorf("%q is %d characters long, at most %d", name, len(name), MaxClusterNameLength)
-	case !clusterNameRE.MatchString(name):
-		return fmt.Errorf("%q must consist of lowercase letters, digits and '-', and start and end with a letter or digit", name)
-	case strings.Contains(name, "--"):
-		// "--" ends the cluster name in object names (lbmodel.OwnedBy).
-		return fmt.Errorf("%q must not contain \"--\"", name)
-	}
-	return nil
-}
 
 // parseProvider checks provider: {name: X, X: {section}} and hands the
 // section to X's ParseFunc.

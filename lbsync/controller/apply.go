@@ -243,7 +243,9 @@ func (a *applier) forceAll() {
 // does not return. It runs only after the caches synced and the first
 // pass, and does nothing when List fails: an error never deletes anything.
 // claimed is asked after List, so that a load balancer applied in between
-// is claimed.
+// is claimed. A load balancer under the name npl-lbsync 0.x gave it is
+// claimed by its recorded owner's claim of the new name: that owner's
+// next Ensure takes it over (lbmodel.RenamedTo).
 func (a *applier) collectGarbage(ctx context.Context, claimed func() map[string]bool) {
 	logger := klog.FromContext(ctx)
 	lbs, err := a.provider.List(ctx)
@@ -254,6 +256,10 @@ func (a *applier) collectGarbage(ctx context.Context, claimed func() map[string]
 	names := claimed()
 	for _, lb := range lbs {
 		if names[lb.Name] {
+			continue
+		}
+		if renamed := lbmodel.RenamedTo(a.settings.ClusterName, &lb); renamed != "" && names[renamed] {
+			logger.V(2).Info("Keeping a load balancer its owner takes over under its new name", "lb", lb.Name, "newName", renamed)
 			continue
 		}
 		logger.Info("Deleting orphaned load balancer", "lb", lb.Name, "service", lb.Service)

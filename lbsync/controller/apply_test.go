@@ -65,3 +65,40 @@ func TestApplyGateway_pendingUnlessTheModelIsAtFault(t *testing.T) {
 		})
 	}
 }
+
+// listed is a provider that lists lbs and records the deletes.
+type listed struct {
+	failing
+	lbs     []lbmodel.LoadBalancer
+	deleted []string
+}
+
+func (p *listed) List(context.Context) ([]lbmodel.LoadBalancer, error) { return p.lbs, nil }
+func (p *listed) Delete(_ context.Context, name string, _ lbmodel.Kind) error {
+	p.deleted = append(p.deleted, name)
+	return nil
+}
+
+// A load balancer under the name npl-lbsync 0.x gave it is not garbage
+// while the owner it records claims its new name (the owner's Ensure
+// takes it over, VIP and all); once that owner is gone, it is garbage, even
+// when another Service whose old name was the same claims its own.
+func TestCollectGarbage_keepsAnOldNameItsOwnerTakesOver(t *testing.T) {
+	p := &listed{lbs: []lbmodel.LoadBalancer{
+		{Name: "c1--team-a-x", Service: "team-a/x"},
+		{Name: "c1--gone-web", Service: "gone/web"},
+		{Name: "c1--shop-gw-GW", Kind: lbmodel.L7, Gateway: "shop/gw"},
+	}}
+	c := New(Settings{ClusterName: "c1"}, fake.NewClientset(), p, NewMetrics(prometheus.NewRegistry()))
+	c.applier.collectGarbage(context.Background(), func() map[string]bool {
+		return map[string]bool{"c1--team-a_x": true, "c1--team_a-x": true, "c1--shop_gw-GW": true}
+	})
+	if want := []string{"c1--gone-web"}; fmt.Sprint(p.deleted) != fmt.Sprint(want) {
+		t.Errorf("deleted %v, want %v", p.deleted, want)
+	}
+	p.deleted = nil
+	c.applier.collectGarbage(context.Background(), func() map[string]bool { return map[string]bool{"c1--team_a-x": true} })
+	if want := []string{"c1--team-a-x", "c1--gone-web", "c1--shop-gw-GW"}; fmt.Sprint(p.deleted) != fmt.Sprint(want) {
+		t.Errorf("with the owners gone, deleted %v, want %v", p.deleted, want)
+	}
+}

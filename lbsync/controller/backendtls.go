@@ -167,7 +167,10 @@ func (r *gatewayReconciler) writeBackendTLSStatuses(ctx context.Context, key que
 	var eg errgroup.Group
 	eg.SetLimit(statusWriters)
 	for _, p := range policies {
-		p = freshest(&r.writes, p)
+		if last, ok := pending(&r.writes, p); ok {
+			p = p.DeepCopy()
+			p.Status = last.Status // the spec stays the cache's
+		}
 		var desired []metav1.Condition
 		if i := slices.IndexFunc(results, func(res gateway.PolicyResult) bool {
 			return res.Namespace == p.Namespace && res.Name == p.Name

@@ -491,3 +491,43 @@ func TestListenerIsolationIntersection(t *testing.T) {
 		}
 	}
 }
+
+// The pools of routes of different namespaces on one Gateway never share
+// a name: a/b-shop and a-b/shop both were <lb>-a-b-shop-R0, so that one
+// route's requests went to the other's Pods (and, in one age order, an
+// invalid rule of one removed the other's pool and the Gateway was
+// refused whole).
+func TestBuild_routePoolsOfCollidingNamesStayApart(t *testing.T) {
+	gw := gateway(httpL("http", 80, ""))
+	attacker := route("b-shop", 100, hostnames("b.example.com"), rule([]gatewayv1.HTTPRouteMatch{prefixM("/")}, svcRef("web", 1)))
+	attacker.Namespace = "a"
+	victim := route("shop", 200, hostnames("shop.example.com"), rule([]gatewayv1.HTTPRouteMatch{prefixM("/")}, svcRef("web", 1)))
+	victim.Namespace = "a-b"
+	res := Build(Input{
+		ClusterName: testCluster, Gateway: gw, Routes: []*gatewayv1.HTTPRoute{attacker, victim},
+		Services: []*corev1.Service{service("a", "web"), service("a-b", "web")},
+		Pods:     []*corev1.Pod{pod("a", "web", "web-1", "198.18.0.1", 61000), pod("a-b", "web", "web-1", "198.18.0.2", 61000)},
+	})
+	if len(res.Report.Errors) > 0 {
+		t.Fatalf("errors: %v", res.Report.Errors)
+	}
+	first, second := lbmodel.GatewayPoolName(lbName, "a", "b-shop", 0), lbmodel.GatewayPoolName(lbName, "a-b", "shop", 0)
+	want := []lbmodel.Pool{
+		{Name: second, Members: []lbmodel.Member{up("198.18.0.2", 61000, 0)}},
+		{Name: first, Members: []lbmodel.Member{up("198.18.0.1", 61000, 0)}},
+	}
+	if res.LB == nil {
+		t.Fatal("no model")
+	}
+	if diff := cmp.Diff(want, res.LB.Pools, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("pools (-want +got):\n%s", diff)
+	}
+	for _, r := range res.LB.HTTP.Rules {
+		if wantPool := map[string]string{"b.example.com": first, "shop.example.com": second}[r.Host]; r.Pool != wantPool {
+			t.Errorf("rule %s%s: pool %s, want %s", r.Host, r.Path, r.Pool, wantPool)
+		}
+	}
+	if _, err := lbmodel.Normalize(res.LB); err != nil {
+		t.Errorf("the model does not pass Normalize: %v", err)
+	}
+}

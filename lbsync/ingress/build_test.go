@@ -196,10 +196,10 @@ func TestBuild_reportsBackendsThatGiveNoMembers(t *testing.T) {
 				Services: []*corev1.Service{service("shop"), service("dns", udpPort)},
 			},
 			want: l7("web",
-				[]lbmodel.Pool{pool(poolOf(lb, "dns", 80)), pool(lb + "-shop-gone-80"), pool(lb + "-shop-shop-grpc")},
+				[]lbmodel.Pool{pool(poolOf(lb, "dns", 80)), pool(lb + "_shop_gone_80"), pool(lb + "_shop_shop_grpc")},
 				[]lbmodel.Rule{
-					{Host: "a.example.com", Path: "/noport", PathType: lbmodel.PathPrefix, Pool: lb + "-shop-shop-grpc"},
-					{Host: "a.example.com", Path: "/gone", PathType: lbmodel.PathPrefix, Pool: lb + "-shop-gone-80"},
+					{Host: "a.example.com", Path: "/noport", PathType: lbmodel.PathPrefix, Pool: lb + "_shop_shop_grpc"},
+					{Host: "a.example.com", Path: "/gone", PathType: lbmodel.PathPrefix, Pool: lb + "_shop_gone_80"},
 					{Host: "a.example.com", Path: "/udp", PathType: lbmodel.PathPrefix, Pool: poolOf(lb, "dns", 80)},
 				}),
 			wantReport: builder.Report{Errors: []string{
@@ -395,6 +395,37 @@ func TestBuild_modelPassesTheProvidersValidation(t *testing.T) {
 	if s := fmt.Sprintf("%+v %v %#v", lb, *lb.HTTP, lb.HTTP.TLS); strings.Contains(s, "PRIVATE KEY") || strings.Contains(s, "KeyPEM") {
 		t.Errorf("printing the model shows the private key: %s", s)
 	}
+}
+
+// The pools of Ingresses of different namespaces on the shared load
+// balancer never share a name: a/b-web and a-b/web both were
+// <lb>-a-b-web-80, so one Ingress's requests went to the other's Pods.
+func TestBuild_sharedVIPPoolsOfCollidingNamesStayApart(t *testing.T) {
+	shared := lbmodel.SharedIngressLoadBalancerName(testCluster, "npl")
+	first := lbmodel.IngressPoolName(shared, "a", "b-web", "80")
+	second := lbmodel.IngressPoolName(shared, "a-b", "web", "80")
+	runBuildCases(t, []buildCase{{
+		name: "a/b-web and a-b/web",
+		in: Input{
+			SharedVIP: true, IngressClass: "npl",
+			Ingresses: ingresses(
+				ingress("x", inNS("a"), createdAt(100), rule("x.example.com", prefix("/", backend("b-web", 80)))),
+				ingress("y", inNS("a-b"), createdAt(200), rule("y.example.com", prefix("/", backend("web", 80))))),
+			Services: []*corev1.Service{service("b-web", svcNS("a")), service("web", svcNS("a-b"))},
+			Pods: []*corev1.Pod{pod("b-web", "x-1", "198.18.0.11", 61000, podNS("a")),
+				pod("web", "y-1", "198.18.0.12", 61000, podNS("a-b"))},
+		},
+		want: &lbmodel.LoadBalancer{
+			Name: shared, Kind: lbmodel.L7,
+			Listeners: []lbmodel.Listener{httpListener},
+			Pools:     []lbmodel.Pool{pool(second, up("198.18.0.12", 61000)), pool(first, up("198.18.0.11", 61000))},
+			HTTP: &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{
+				{Host: "x.example.com", Path: "/", PathType: lbmodel.PathPrefix, Pool: first},
+				{Host: "y.example.com", Path: "/", PathType: lbmodel.PathPrefix, Pool: second},
+			}},
+		},
+		wantReport: builder.Report{ReadyBackends: 2},
+	}})
 }
 
 // The report names the backend Service of each pool, for a Service's

@@ -104,7 +104,7 @@ func TestWantsOptIn_asNPLAgentMapsServices(t *testing.T) {
 
 func TestLoadBalancerName_dedicatedOrShared(t *testing.T) {
 	ing := ingress("web")
-	if got, want := LoadBalancerName("c1", ing, false, "npl"), "c1--shop-web-L7"; got != want {
+	if got, want := LoadBalancerName("c1", ing, false, "npl"), "c1--shop_web-L7"; got != want {
 		t.Errorf("dedicated: %q, want %q", got, want)
 	}
 	if got, want := LoadBalancerName("c1", ing, true, "npl"), "c1--Shared-L7-npl"; got != want {

@@ -101,7 +101,7 @@ func TestProvider_l7CreatesAVirtualServiceWithAnHTTPPolicySet(t *testing.T) {
 	}
 
 	certs := objects[models.SSLKeyAndCertificate](f, "sslkeyandcertificate")
-	if len(certs) != 1 || deref(certs[0].Name) != name+"-ns-shop-tls-TLS" || deref(certs[0].CreatedBy) != "npl-c1" {
+	if len(certs) != 1 || deref(certs[0].Name) != name+"_ns_shop-tls-TLS" || deref(certs[0].CreatedBy) != "npl-c1" {
 		t.Fatalf("certificates: %v", f.names("sslkeyandcertificate"))
 	}
 	if certs[0].Key != nil {
@@ -275,7 +275,7 @@ func TestProvider_l7ShortensLongNamesAndListsTheModelNames(t *testing.T) {
 	lb.Name = lbmodel.IngressLoadBalancerName(cluster, "ns", long)
 	lb.Ingress = "ns/" + long
 	for i := range lb.Pools {
-		n := strings.Replace(lb.Pools[i].Name, "c1--ns-web-L7", lb.Name, 1)
+		n := strings.Replace(lb.Pools[i].Name, "c1--ns_web-L7", lb.Name, 1)
 		rename[lb.Pools[i].Name], lb.Pools[i].Name = n, n
 	}
 	for i := range lb.HTTP.Rules {

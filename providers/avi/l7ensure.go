@@ -69,9 +69,9 @@ func (p *Provider) readL7(s *aviSession, lbName, aviName string, wantPools, want
 	if cur.vsvip, err = getByName[models.VsVip](s, vsvipKind.typ, aviName, nil); err != nil {
 		return nil, fmt.Errorf("read vsvip %s: %w", aviName, err)
 	}
-	// Part names start with the load balancer's name and "-", as far as a
-	// shortened name keeps it.
-	prefix := lbName + "-"
+	// Part names start with the load balancer's name (then "-" or "_"), as
+	// far as a shortened name keeps it; the markers say whose they are.
+	prefix := lbName
 	if keep := maxNameLength - shortenedSuffixLength; len(prefix) > keep {
 		prefix = prefix[:keep]
 	}
@@ -146,6 +146,9 @@ func (p *Provider) ensureL7(s *aviSession, log klog.Logger, lb *lbmodel.LoadBala
 	}
 	cur, err := p.readL7(s, lb.Name, want.name, want.poolNames(), want.certNames(), wantGroups)
 	if err != nil {
+		return providers.Status{}, err
+	}
+	if err := p.takeOverL7(s, log, lb, wantGroups, cur); err != nil {
 		return providers.Status{}, err
 	}
 	keep := want.objects.names()

@@ -19,9 +19,8 @@ import (
 // maxNameLength is the longest object name the controller accepts.
 const maxNameLength = 255
 
-// shortenedSuffixLength is what lbmodel.Shorten appends: "-" and 10 hex
-// digits.
-const shortenedSuffixLength = 11
+// shortenedSuffixLength is what lbmodel.Shorten appends.
+const shortenedSuffixLength = lbmodel.ShortenedSuffixLength
 
 // The controller's system objects an L4 load balancer uses, as AKO uses them.
 const (

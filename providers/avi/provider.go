@@ -408,7 +408,7 @@ func (p *Provider) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (provid
 		if err != nil {
 			return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
 		}
-		ensure = func(s *aviSession, log klog.Logger) (providers.Status, error) { return p.ensureL4(s, log, want) }
+		ensure = func(s *aviSession, log klog.Logger) (providers.Status, error) { return p.ensureL4(s, log, lb, want) }
 	}
 	s, done, err := p.session(ctx)
 	if err != nil {
@@ -418,12 +418,15 @@ func (p *Provider) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (provid
 	return ensure(s, klog.FromContext(ctx).WithValues("loadBalancer", lb.Name))
 }
 
-// ensureL4 makes the objects of an L4 load balancer match want: VsVip, then
+// ensureL4 makes the objects of L4 load balancer lb match want: VsVip, then
 // pools, policy set and virtual service, then it deletes pools no longer
-// wanted.
-func (p *Provider) ensureL4(s *aviSession, log klog.Logger, want *layout) (providers.Status, error) {
+// wanted. Those of its old name are taken over (takeOverL4).
+func (p *Provider) ensureL4(s *aviSession, log klog.Logger, lb *lbmodel.LoadBalancer, want *layout) (providers.Status, error) {
 	cur, err := p.read(s, want.name, want.poolNames())
 	if err != nil {
+		return providers.Status{}, err
+	}
+	if err := p.takeOverL4(s, log, lb, want, cur); err != nil {
 		return providers.Status{}, err
 	}
 	keep := want.objects.names()

@@ -191,7 +191,7 @@ func TestProvider_createsTheAKOLayout(t *testing.T) {
 		t.Errorf("writes, in order (-want +got):\n%s", diff)
 	}
 
-	name := "c1--ns-web"
+	name := "c1--ns_web"
 	wantMarkers := []*models.RoleFilterMatchLabel{
 		{Key: ptr("clustername"), Values: []string{"c1"}},
 		{Key: ptr("service"), Values: []string{"ns/web"}},
@@ -404,7 +404,7 @@ func TestProvider_addAndRemoveListener(t *testing.T) {
 	if diff := cmp.Diff([]string{"PUT l4policyset", "PUT virtualservice", "DELETE pool"}, f.writes()); diff != "" {
 		t.Errorf("removing a port, writes (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"c1--ns-web-TCP-443", "c1--ns-web-TCP-80"}, f.names("pool")); diff != "" {
+	if diff := cmp.Diff([]string{"c1--ns_web-TCP-443", "c1--ns_web-TCP-80"}, f.names("pool")); diff != "" {
 		t.Errorf("pools after removing UDP 53 (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(removed, "198.18.200.1")}, f.list()); diff != "" {
@@ -420,7 +420,7 @@ func TestProvider_changeListenerProtocol(t *testing.T) {
 	changed := webLB("web", tcp(80, m), udp(53, m))
 	f.ensure(changed)
 
-	if diff := cmp.Diff([]string{"c1--ns-web-TCP-80", "c1--ns-web-UDP-53"}, f.names("pool")); diff != "" {
+	if diff := cmp.Diff([]string{"c1--ns_web-TCP-80", "c1--ns_web-UDP-53"}, f.names("pool")); diff != "" {
 		t.Errorf("pools (-want +got):\n%s", diff)
 	}
 	vs := objects[models.VirtualService](f, "virtualservice")[0]
@@ -443,13 +443,13 @@ func TestProvider_changeListenerProtocol(t *testing.T) {
 func TestProvider_deleteRemovesEverything(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	m := member("198.18.0.11", 61000)
-	// Its pool's name contains "c1--ns-web-": Deleting web must leave it.
+	// Its pool's name contains "c1--ns_web-": Deleting web must leave it.
 	keep := webLB("web-2", tcp(80, m))
 	f.ensure(keep)
 	f.ensure(webLB("web", tcp(80, m), udp(53, m)))
 	f.sim.ResetCounters()
 
-	if err := f.p.Delete(context.Background(), "c1--ns-web", lbmodel.L4); err != nil {
+	if err := f.p.Delete(context.Background(), "c1--ns_web", lbmodel.L4); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 
@@ -458,16 +458,16 @@ func TestProvider_deleteRemovesEverything(t *testing.T) {
 		t.Errorf("deletes, in order (-want +got):\n%s", diff)
 	}
 	for _, typ := range []string{"virtualservice", "l4policyset", "vsvip"} {
-		if diff := cmp.Diff([]string{"c1--ns-web-2"}, f.names(typ)); diff != "" {
+		if diff := cmp.Diff([]string{"c1--ns_web-2"}, f.names(typ)); diff != "" {
 			t.Errorf("%s left (-want +got):\n%s", typ, diff)
 		}
 	}
-	if diff := cmp.Diff([]string{"c1--ns-web-2-TCP-80"}, f.names("pool")); diff != "" {
+	if diff := cmp.Diff([]string{"c1--ns_web-2-TCP-80"}, f.names("pool")); diff != "" {
 		t.Errorf("pools left (-want +got):\n%s", diff)
 	}
 
 	f.sim.ResetCounters()
-	for _, name := range []string{"c1--ns-web", "c1--ns-never-existed"} {
+	for _, name := range []string{"c1--ns_web", "c1--ns_never-existed"} {
 		if err := f.p.Delete(context.Background(), name, lbmodel.L4); err != nil {
 			t.Errorf("Delete %s again: %v", name, err)
 		}
@@ -484,7 +484,7 @@ func TestProvider_conflictOnCreateAdoptsUnownedObject(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	// A pool with the name the provider wants, made by hand: the read (by
 	// created_by) misses it, the POST gets 409.
-	if _, err := f.sim.Create("admin", "pool", map[string]any{"name": "c1--ns-web-TCP-80",
+	if _, err := f.sim.Create("admin", "pool", map[string]any{"name": "c1--ns_web-TCP-80",
 		"servers": []any{map[string]any{"ip": map[string]any{"addr": "198.18.9.9", "type": "V4"}, "port": 1}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -512,8 +512,8 @@ func TestProvider_neverTouchesAnotherOwnersObject(t *testing.T) {
 		obj     map[string]any
 		wantErr string
 	}{
-		{"pool", map[string]any{"name": "c1--ns-web-TCP-80", "created_by": "ako-c1"}, `pool exists and belongs to "ako-c1"`},
-		{"vsvip", map[string]any{"name": "c1--ns-web", "vip": []any{map[string]any{"vip_id": "0", "auto_allocate_ip": true}},
+		{"pool", map[string]any{"name": "c1--ns_web-TCP-80", "created_by": "ako-c1"}, `pool exists and belongs to "ako-c1"`},
+		{"vsvip", map[string]any{"name": "c1--ns_web", "vip": []any{map[string]any{"vip_id": "0", "auto_allocate_ip": true}},
 			"markers": []any{map[string]any{"key": "clustername", "values": []any{"other"}}}}, `vsvip exists and belongs to "other"`},
 	}
 	for _, tc := range tests {
@@ -528,7 +528,7 @@ func TestProvider_neverTouchesAnotherOwnersObject(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("Ensure: got %v, want an error containing %q", err, tc.wantErr)
 			}
-			if err := f.p.Delete(context.Background(), "c1--ns-web", lbmodel.L4); err != nil {
+			if err := f.p.Delete(context.Background(), "c1--ns_web", lbmodel.L4); err != nil {
 				t.Fatalf("Delete: %v", err)
 			}
 			if diff := cmp.Diff(before, f.sim.Objects("admin", tc.typ)); diff != "" {
@@ -626,25 +626,25 @@ func TestProvider_serverErrorsDeleteNothing(t *testing.T) {
 		{
 			name:     "pool update fails",
 			fault:    avisim.Fault{Method: "PUT", Path: "/api/pool/*", Status: 503, Message: "controller busy"},
-			wantErr:  "ensure pool c1--ns-web-TCP-80: Avi 503: controller busy",
+			wantErr:  "ensure pool c1--ns_web-TCP-80: Avi 503: controller busy",
 			wantList: before,
 		},
 		{
 			name:     "pool read fails",
 			fault:    avisim.Fault{Method: "GET", Path: "/api/pool", Status: 500},
-			wantErr:  "read pools of c1--ns-web: list pool: Avi 500: Internal Server Error",
+			wantErr:  "read pools of c1--ns_web: list pool: Avi 500: Internal Server Error",
 			wantList: before,
 		},
 		{
 			name:     "policy update fails",
 			fault:    avisim.Fault{Method: "PUT", Path: "/api/l4policyset/*", Status: 502},
-			wantErr:  "ensure l4policyset c1--ns-web: Avi 502: Bad Gateway",
+			wantErr:  "ensure l4policyset c1--ns_web: Avi 502: Bad Gateway",
 			wantList: webLB("web", tcp(80, a), udp(53, a)),
 		},
 		{
 			name:     "stale pool delete fails",
 			fault:    avisim.Fault{Method: "DELETE", Path: "/api/pool/*", Status: 500},
-			wantErr:  "delete pool c1--ns-web-UDP-53: Avi 500",
+			wantErr:  "delete pool c1--ns_web-UDP-53: Avi 500",
 			wantList: after,
 		},
 	}
@@ -669,7 +669,7 @@ func TestProvider_serverErrorsDeleteNothing(t *testing.T) {
 			if tc.name == "stale pool delete fails" {
 				// The pool is no longer selected, so List shows it as a
 				// listener of its own until the next Ensure removes it.
-				if diff := cmp.Diff([]string{"c1--ns-web-TCP-80", "c1--ns-web-UDP-53"}, f.names("pool")); diff != "" {
+				if diff := cmp.Diff([]string{"c1--ns_web-TCP-80", "c1--ns_web-UDP-53"}, f.names("pool")); diff != "" {
 					t.Errorf("pools (-want +got):\n%s", diff)
 				}
 			} else if diff := cmp.Diff([]lbmodel.LoadBalancer{withVIPs(tc.wantList, "198.18.200.1")}, f.list()); diff != "" {
@@ -750,7 +750,7 @@ func TestProvider_reportsTheControllersMessage(t *testing.T) {
 	t.Run("unknown cloud", func(t *testing.T) {
 		f := newFixture(t, fixtureOptions{section: map[string]any{"cloud": "No-Such-Cloud"}})
 		_, err := f.v.Ensure(context.Background(), webLB("web", tcp(80, member("198.18.0.11", 61000))))
-		if want := "ensure vsvip c1--ns-web: Avi 400: Cloud object not found!"; err == nil || err.Error() != want {
+		if want := "ensure vsvip c1--ns_web: Avi 400: Cloud object not found!"; err == nil || err.Error() != want {
 			t.Errorf("got %v, want %q", err, want)
 		}
 	})
@@ -759,7 +759,7 @@ func TestProvider_reportsTheControllersMessage(t *testing.T) {
 		f.ensure(webLB("a", tcp(80)))
 		f.ensure(webLB("b", tcp(80)))
 		_, err := f.v.Ensure(context.Background(), webLB("c", tcp(80)))
-		if want := "ensure vsvip c1--ns-c: Avi 400: No available free IPs"; err == nil || err.Error() != want {
+		if want := "ensure vsvip c1--ns_c: Avi 400: No available free IPs"; err == nil || err.Error() != want {
 			t.Errorf("got %v, want %q", err, want)
 		}
 	})
@@ -825,7 +825,7 @@ func TestProvider_listGroupsOnlyThisClustersObjects(t *testing.T) {
 		}
 	}
 	// One of ours left behind by a failed delete.
-	if _, err := f.sim.Create("admin", "pool", map[string]any{"name": "c1--ns-gone-TCP-80", "created_by": "npl-c1",
+	if _, err := f.sim.Create("admin", "pool", map[string]any{"name": "c1--ns_gone-TCP-80", "created_by": "npl-c1",
 		"markers": []any{map[string]any{"key": "clustername", "values": []any{"c1"}}, map[string]any{"key": "service", "values": []any{"ns/gone"}}}}); err != nil {
 		t.Fatal(err)
 	}

@@ -387,7 +387,7 @@ func TestProvider_policyObjectsAreSharedAndCollected(t *testing.T) {
 // the values it rounds.
 func TestProvider_policyReportsWhatAviDoesNotExpress(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	lb := ingressLB(tlsCert(t, "ns/tls", "shop.example.com"))
+	lb := ingressLB(tlsCert(t, "tls", "shop.example.com"))
 	lb.Pools[0].Policy = &lbmodel.Policy{
 		Persistence:      &lbmodel.Persistence{Type: lbmodel.PersistHeader, Name: "X-Session"},
 		Algorithm:        &lbmodel.Algorithm{Type: lbmodel.ConsistentHash, HashOn: lbmodel.HashCookie, HashName: "id"},
@@ -436,7 +436,7 @@ func TestProvider_policyReportsWhatAviDoesNotExpress(t *testing.T) {
 // the controller of that version takes and answers back.
 func TestProvider_policyPersistentCookie(t *testing.T) {
 	f := newFixture(t, fixtureOptions{sim: avisim.Options{Version: "22.1.3"}})
-	lb := ingressLB(tlsCert(t, "ns/tls", "shop.example.com"))
+	lb := ingressLB(tlsCert(t, "tls", "shop.example.com"))
 	lb.Pools[1].Policy = &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistCookie, Name: "shop",
 		TimeoutSeconds: 7200, Permanent: true}}
 	if st := f.ensure(lb); len(st.Warnings) != 0 {
@@ -462,7 +462,7 @@ func TestProvider_policyPersistentCookie(t *testing.T) {
 // holds only within one weight is reported.
 func TestProvider_policyOnAGatewaysWeightedPools(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	lb := gatewayLB(t, tlsCert(t, "ns/tls", "shop.example.com"))
+	lb := gatewayLB(t, tlsCert(t, "tls", "shop.example.com"))
 	var weighted int
 	for i, pl := range lb.Pools {
 		if slices.ContainsFunc(pl.Members, func(m lbmodel.Member) bool { return m.Weight > 1 }) {
@@ -515,7 +515,7 @@ func TestProvider_policyLifecycleOfAService(t *testing.T) {
 	}
 	f.ensure(providertest.WithPolicy(web, pol))
 	f.ensure(providertest.WithPolicy(webLB("shop", tcp(80, member("198.18.0.12", 61000))), pol))
-	f.ensure(providertest.WithPolicy(ingressLB(tlsCert(t, "ns/tls", "shop.example.com")), pol))
+	f.ensure(providertest.WithPolicy(ingressLB(tlsCert(t, "tls", "shop.example.com")), pol))
 	lbs, err := f.v.List(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -536,7 +536,7 @@ func TestProvider_policyOnEachSupportedAPIVersion(t *testing.T) {
 	for _, version := range []string{"20.1.5", "20.1.7", "22.1.3", "30.2.1"} {
 		t.Run(version, func(t *testing.T) {
 			f := newFixture(t, fixtureOptions{sim: avisim.Options{Version: version}})
-			lb := ingressLB(tlsCert(t, "ns/tls", "shop.example.com"))
+			lb := ingressLB(tlsCert(t, "tls", "shop.example.com"))
 			lb.Pools[0].Policy = &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistCookie, Name: "c",
 				TimeoutSeconds: 600, Permanent: true}, HealthCheck: &lbmodel.HealthCheck{Type: lbmodel.CheckHTTP, Path: "/", Host: "h.example"},
 				Algorithm:        &lbmodel.Algorithm{Type: lbmodel.ConsistentHash, HashOn: lbmodel.HashHeader, HashName: "x-user"},
@@ -570,8 +570,8 @@ func TestProvider_listReportsThePolicyAsApplied(t *testing.T) {
 	pol := &lbmodel.Policy{SlowStartSeconds: 90, Algorithm: &lbmodel.Algorithm{Type: lbmodel.LeastConnections},
 		Persistence: &lbmodel.Persistence{Type: lbmodel.PersistSourceIP, TimeoutSeconds: 600}}
 	web := providertest.WithPolicy(webLB("web", tcp(80, member("198.18.0.11", 61000))), pol)
-	ing := providertest.WithPolicy(ingressLB(tlsCert(t, "ns/tls", "shop.example.com")), pol)
-	gw := providertest.WithPolicy(gatewayLB(t, tlsCert(t, "ns/gw", "shop.example.com")), pol)
+	ing := providertest.WithPolicy(ingressLB(tlsCert(t, "tls", "shop.example.com")), pol)
+	gw := providertest.WithPolicy(gatewayLB(t, tlsCert(t, "gw", "shop.example.com")), pol)
 	for _, lb := range []*lbmodel.LoadBalancer{web, ing, gw} {
 		f.ensure(lb)
 	}

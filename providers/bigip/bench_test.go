@@ -35,6 +35,7 @@ func benchEnv(b *testing.B) (*bigipsim.Server, providers.Provider) {
 	}
 	section, _ := json.Marshal(map[string]any{
 		"url": sim.URL(), "usernameFile": filepath.Join(dir, "username"), "passwordFile": filepath.Join(dir, "password"),
+		"insecure": true, // the simulator over http
 	})
 	common := providers.Common{ClusterName: "bench", VIPPool: []netip.Prefix{netip.MustParsePrefix("198.18.96.0/22")}}
 	cfg, err := Parse(common, section)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -185,6 +186,13 @@ func (c *client) loginLocked(ctx context.Context) (token string, err error) {
 // decodes the answer into out when out is not nil. With token authentication
 // a 401 triggers one new login and one retry.
 func (c *client) do(ctx context.Context, method, path string, body, out any) error {
+	return c.doIn(ctx, "", method, path, body, out)
+}
+
+// doIn is do within the transaction txn ("": none), whose id the call
+// carries in X-F5-REST-Coordination-Id: BIG-IP queues the write until
+// the transaction is committed.
+func (c *client) doIn(ctx context.Context, txn, method, path string, body, out any) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -209,13 +217,13 @@ func (c *client) do(ctx context.Context, method, path string, body, out any) err
 			return err
 		}
 	}
-	data, err := c.call(ctx, method, path, raw, token)
+	data, err := c.call(ctx, method, path, raw, token, txn)
 	if c.cfg.TokenAuth && statusOf(err) == http.StatusUnauthorized {
 		log.V(2).Info("BIG-IP refused the token, logging in again", "path", path)
 		if token, err = c.renewToken(ctx, token); err != nil {
 			return err
 		}
-		data, err = c.call(ctx, method, path, raw, token)
+		data, err = c.call(ctx, method, path, raw, token, txn)
 	}
 	if err != nil {
 		return err
@@ -228,17 +236,21 @@ func (c *client) do(ctx context.Context, method, path string, body, out any) err
 	return nil
 }
 
-// call runs go-bigip's APICall on an idle session and turns its answer into
+// call runs go-bigip's APICall on an idle session, within transaction txn
+// when not empty (go-bigip's BigIP.Transaction), and turns its answer into
 // data or an *apiError that keeps the HTTP status.
-func (c *client) call(ctx context.Context, method, path, body, token string) ([]byte, error) {
+func (c *client) call(ctx context.Context, method, path, body, token, txn string) ([]byte, error) {
 	var b *f5.BigIP
 	select {
 	case b = <-c.idle:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	defer func() { c.idle <- b }()
-	b.Token = token
+	defer func() {
+		b.Transaction = ""
+		c.idle <- b
+	}()
+	b.Token, b.Transaction = token, txn
 	req := &f5.APIRequest{Method: strings.ToLower(method), URL: "mgmt/tm/" + path}
 	if body != "" {
 		req.Body, req.ContentType = body, "application/json"
@@ -318,4 +330,36 @@ func (c *client) uploadOnce(ctx context.Context, name string, data []byte, token
 	b.Token = token
 	_, err := b.UploadBytes(data, name)
 	return classify(nil, err)
+}
+
+// txnCall is one write of a transaction.
+type txnCall struct {
+	method, path string
+	body         any
+}
+
+// transaction applies calls all together or not at all: an iControl REST
+// transaction (as go-bigip's StartTransaction and CommitTransaction make),
+// the calls queued in it, then committed. BIG-IP validates the whole at the
+// commit, so that a virtual server may be deleted and another created on
+// its destination with no moment where neither or both exist. A failure
+// before the commit discards the transaction.
+func (c *client) transaction(ctx context.Context, calls []txnCall) error {
+	var started struct {
+		TransID int64 `json:"transId"`
+	}
+	if err := c.do(ctx, http.MethodPost, "transaction", map[string]any{}, &started); err != nil {
+		return fmt.Errorf("start a transaction: %w", err)
+	}
+	id := strconv.FormatInt(started.TransID, 10)
+	for _, call := range calls {
+		if err := c.doIn(ctx, id, call.method, call.path, call.body, nil); err != nil {
+			_ = c.do(ctx, http.MethodDelete, "transaction/"+id, nil, nil)
+			return fmt.Errorf("transaction %s: %s %s: %w", id, call.method, call.path, err)
+		}
+	}
+	if err := c.do(ctx, http.MethodPatch, "transaction/"+id, map[string]any{"state": "VALIDATING"}, nil); err != nil {
+		return fmt.Errorf("commit transaction %s: %w", id, err)
+	}
+	return nil
 }

@@ -39,6 +39,10 @@ type Config struct {
 	CAFile string
 	// InsecureSkipVerify turns TLS verification off.
 	InsecureSkipVerify bool
+	// Insecure allows an http:// URL, over which go-bigip sends the login
+	// (basic authentication, or the password of the token login) in clear:
+	// for a test BIG-IP or simulator only.
+	Insecure bool
 	// TokenAuth logs in for a token (needed with remote authentication);
 	// basic authentication otherwise.
 	TokenAuth bool
@@ -57,6 +61,7 @@ type section struct {
 	PasswordFile       string `json:"passwordFile"`
 	CAFile             string `json:"caFile"`
 	InsecureSkipVerify bool   `json:"insecureSkipVerify"`
+	Insecure           bool   `json:"insecure"`
 	TokenAuth          *bool  `json:"tokenAuth"`
 	Timeout            string `json:"timeout"`
 }
@@ -79,6 +84,7 @@ func Parse(common providers.Common, sectionJSON []byte) (providers.Config, error
 		PasswordFile:       s.PasswordFile,
 		CAFile:             s.CAFile,
 		InsecureSkipVerify: s.InsecureSkipVerify,
+		Insecure:           s.Insecure,
 		TokenAuth:          s.TokenAuth == nil || *s.TokenAuth,
 		Timeout:            defaultTimeout,
 		common:             common,
@@ -124,6 +130,9 @@ func Parse(common providers.Common, sectionJSON []byte) (providers.Config, error
 			return nil, fmt.Errorf(fieldPrefix+"timeout: %q is not a positive duration such as \"30s\"", s.Timeout)
 		}
 		c.Timeout = d
+	}
+	if u.Scheme == "http" && !c.Insecure {
+		return nil, errors.New(fieldPrefix + "url: an http URL sends the BIG-IP login in clear: use https, or set insecure: true (a test BIG-IP only)")
 	}
 	return c, nil
 }

@@ -62,9 +62,9 @@ func TestParse_fillsDefaults(t *testing.T) {
 		{
 			name: "everything set",
 			section: `{"url":"http://127.0.0.1:8443","partition":"k8s","createPartition":false,"usernameFile":"` + user +
-				`","passwordFile":"` + password + `","tokenAuth":false,"timeout":"5s","insecureSkipVerify":true}`,
+				`","passwordFile":"` + password + `","tokenAuth":false,"timeout":"5s","insecureSkipVerify":true,"insecure":true}`,
 			want: Config{URL: "http://127.0.0.1:8443", Partition: "k8s", UsernameFile: user, PasswordFile: password,
-				InsecureSkipVerify: true, Timeout: 5 * time.Second},
+				InsecureSkipVerify: true, Insecure: true, Timeout: 5 * time.Second},
 		},
 		{
 			name:    "https without verification needs no CA",
@@ -114,6 +114,9 @@ func TestParse_errorsNameTheField(t *testing.T) {
 		{"numeric timeout", `{"url":"http://bigip","timeout":30,` + base + `}`, "provider.bigip.timeout: want a string"},
 		{"trailing data", `{"url":"http://bigip",` + base + `} {}`, "provider.bigip: unexpected data"},
 		{"CA accepted", `{"url":"https://bigip","caFile":"` + ca + `","timeout":"x",` + base + `}`, "provider.bigip.timeout:"},
+		// go-bigip sends the login in clear over http (REFERENCE 17).
+		{"http without insecure", `{"url":"http://bigip",` + base + `}`, "provider.bigip.url: an http URL sends the BIG-IP login in clear"},
+		{"http with insecure false", `{"url":"http://bigip","insecure":false,` + base + `}`, "provider.bigip.url: an http URL"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -130,7 +133,7 @@ func TestParse_errorsNameTheField(t *testing.T) {
 
 func TestParse_needsAClusterName(t *testing.T) {
 	user, password, _, _ := secrets(t)
-	_, err := Parse(providers.Common{}, []byte(`{"url":"http://bigip","usernameFile":"`+user+`","passwordFile":"`+password+`"}`))
+	_, err := Parse(providers.Common{}, []byte(`{"url":"http://bigip","insecure":true,"usernameFile":"`+user+`","passwordFile":"`+password+`"}`))
 	if err == nil || !strings.Contains(err.Error(), "clusterName") {
 		t.Errorf("Parse without a cluster name: %v", err)
 	}

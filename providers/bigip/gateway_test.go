@@ -257,7 +257,8 @@ func TestProvider_gatewayTCPAndUDPListenersAreVirtualsWithTheirPools(t *testing.
 // front: for models the contract admits before Normalize does.
 func unwrap(t *testing.T, e *env) providers.Provider {
 	t.Helper()
-	cfg, err := parseSection(map[string]any{"url": e.sim.URL(), "usernameFile": e.dir + "/username", "passwordFile": e.dir + "/password"})
+	cfg, err := parseSection(map[string]any{"url": e.sim.URL(), "usernameFile": e.dir + "/username", "passwordFile": e.dir + "/password",
+		"insecure": true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,5 +408,39 @@ func TestProvider_gatewayListenerChangesProtocolOnItsPort(t *testing.T) {
 	e.ensure(t, next.Clone())
 	if w := e.sim.Writes(); w != 0 {
 		t.Errorf("Ensure of an unchanged model wrote %v", writesOnly(e.sim.Calls()))
+	}
+}
+
+// BIG-IP evaluates a redirect's location as a Tcl expression built from
+// the scheme, the host and the request's URI: a host holding Tcl (which the
+// host rule once let through: "[", "$", ";", "\", quotes) would run on the
+// BIG-IP. Such a model is refused before any call; a plain host is written
+// as it is.
+func TestProvider_redirectLocationCarriesNoTclFromTheModel(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for _, host := range []string{`evil[exec /bin/sh -c id]`, `evil[exec${IFS}id]`, `a$::tcl_platform(os)`, `a;b`, `a\"b`} {
+		lb := gatewayLB(t)
+		lb.HTTP.Rules[1].Redirect.Hostname = host
+		_, err := e.prov.Ensure(context.Background(), lb)
+		if err == nil || !strings.Contains(err.Error(), "is not a host name") {
+			t.Errorf("redirect to %q: %v, want the model refused", host, err)
+		}
+	}
+	if w := e.sim.Writes(); w != 0 {
+		t.Errorf("%d writes for refused models", w)
+	}
+	lb := gatewayLB(t)
+	lb.HTTP.Rules[1].Redirect.Hostname = "www.example.com"
+	e.ensure(t, lb)
+	var found bool
+	for _, pol := range e.sim.Dump().Policies {
+		for _, r := range pol.Rules {
+			if strings.Contains(r, "tcl:https://www.example.com[HTTP::uri]") {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no redirect to tcl:https://www.example.com[HTTP::uri] in %+v", e.sim.Dump().Policies)
 	}
 }

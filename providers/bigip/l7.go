@@ -223,13 +223,17 @@ func (p *provider) ensureL7(ctx context.Context, lb *lbmodel.LoadBalancer) (prov
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
 	}
+	t, err := p.takeOver(ctx, lb, virtuals)
+	if err != nil {
+		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
+	}
 	keep := plan.objects.names()
 	p.notePolicyRefs(keep, pools, virtuals)
 	defer p.holds.Hold(keep)()
 	if err := p.ensureSharedObjects(ctx, &plan.objects); err != nil {
 		return providers.Status{}, p.fail(lb.Name, err)
 	}
-	vip, err := p.chooseVIP(lb.Name, plan.requested, virtuals)
+	vip, err := p.chooseVIP(lb.Name, plan.requested, t.currentVirtuals(virtuals))
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
 	}
@@ -277,9 +281,17 @@ func (p *provider) ensureL7(ctx context.Context, lb *lbmodel.LoadBalancer) (prov
 				return providers.Status{}, p.fail(lb.Name, err)
 			}
 		}
-		if err := p.ensureVirtual(ctx, tag.LB, v.name, vip, want, virtuals[v.name]); err != nil {
+		if virtuals[v.name] == nil {
+			err = p.createVirtual(ctx, t, tag.LB, v.name, vip, want)
+		} else {
+			err = p.ensureVirtual(ctx, tag.LB, v.name, vip, want, virtuals[v.name])
+		}
+		if err != nil {
 			return providers.Status{}, p.fail(lb.Name, err)
 		}
+	}
+	if err := t.finish(ctx, p, true); err != nil {
+		return providers.Status{}, p.fail(lb.Name, err)
 	}
 
 	keepVirtuals := nameSet(virtualNames)

@@ -103,7 +103,7 @@ func TestProvider_l7CreatesVirtualsWithAPolicyAndClientSSL(t *testing.T) {
 	name := lb.Name
 	p := "/" + testPartition + "/"
 	shop, blog := p+lb.Pools[1].Name, p+lb.Pools[0].Name
-	profile := name + "-shop-shop-tls-TLS"
+	profile := name + "_shop_shop-tls-TLS"
 	file := profile + "-" + cert.Fingerprint[:12]
 
 	if st := e.ensure(t, lb); !cmp.Equal(st.VIPs, []string{"198.18.100.1"}) {

@@ -17,7 +17,7 @@ import (
 func TestProvider_l7AdoptsObjectsFoundOnCreate(t *testing.T) {
 	cert := tlsCert(t, "shop-tls", "shop.example.com")
 	lb := ingressLB(cert)
-	profile := lb.Name + "-shop-shop-tls-TLS"
+	profile := lb.Name + "_shop_shop-tls-TLS"
 	tests := []struct {
 		name   string
 		missed string // the path whose read misses the object

@@ -106,7 +106,7 @@ func TestPreflight_readOnlyAccountIsRefused(t *testing.T) {
 		}
 		return p
 	}
-	cfg, err := parseSection(map[string]any{"url": sim.URL(), "usernameFile": write("u", "admin"), "passwordFile": write("p", "s3cret")})
+	cfg, err := parseSection(map[string]any{"url": sim.URL(), "insecure": true, "usernameFile": write("u", "admin"), "passwordFile": write("p", "s3cret")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -144,6 +144,10 @@ func (p *provider) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (provid
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
 	}
+	t, err := p.takeOver(ctx, lb, virtuals)
+	if err != nil {
+		return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
+	}
 	keep := objs.names()
 	p.notePolicyRefs(keep, pools, virtuals)
 	defer p.holds.Hold(keep)()
@@ -152,7 +156,7 @@ func (p *provider) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (provid
 	}
 	status := providers.Status{Warnings: objs.warnings}
 	if len(plans) > 0 {
-		vip, err := p.chooseVIP(lb.Name, requested, virtuals)
+		vip, err := p.chooseVIP(lb.Name, requested, t.currentVirtuals(virtuals))
 		if err != nil {
 			return providers.Status{}, fmt.Errorf("ensure load balancer %s: %w", lb.Name, err)
 		}
@@ -170,11 +174,19 @@ func (p *provider) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (provid
 				Profiles: []profileRef{{Name: l.profile, Partition: commonPartitionName, Context: "all"}},
 				Persist:  persistOf(l.policy.persistPath, virtuals[l.name]),
 			}
-			if err := p.ensureVirtual(ctx, tag.LB, l.name, vip, want, virtuals[l.name]); err != nil {
+			if virtuals[l.name] == nil {
+				err = p.createVirtual(ctx, t, tag.LB, l.name, vip, want)
+			} else {
+				err = p.ensureVirtual(ctx, tag.LB, l.name, vip, want, virtuals[l.name])
+			}
+			if err != nil {
 				return providers.Status{}, p.fail(lb.Name, err)
 			}
 		}
 		status.VIPs = []string{vip.String()}
+	}
+	if err := t.finish(ctx, p, false); err != nil {
+		return providers.Status{}, p.fail(lb.Name, err)
 	}
 
 	// Virtuals go before the pools they use.

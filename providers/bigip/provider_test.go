@@ -55,6 +55,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	if o.tls {
 		section["caFile"] = e.write(t, "ca.pem", string(sim.CACertPEM()))
+	} else {
+		section["insecure"] = true // the simulator over http
 	}
 	for k, v := range o.section {
 		if v == nil {
@@ -106,6 +108,7 @@ func (e *env) reopen(t *testing.T) providers.Provider {
 	t.Helper()
 	return e.open(t, map[string]any{
 		"url": e.sim.URL(), "usernameFile": filepath.Join(e.dir, "username"), "passwordFile": filepath.Join(e.dir, "password"),
+		"insecure": true,
 	})
 }
 
@@ -746,7 +749,7 @@ func TestProvider_logsInAgainBeforeTheTokenExpires(t *testing.T) {
 func TestProvider_badCredentialsFailOpen(t *testing.T) {
 	e := newEnv(t, envOptions{noOpen: true})
 	cfg, err := parseSection(map[string]any{
-		"url": e.sim.URL(), "usernameFile": e.write(t, "u", "admin"), "passwordFile": e.write(t, "p", "wrong"),
+		"url": e.sim.URL(), "usernameFile": e.write(t, "u", "admin"), "passwordFile": e.write(t, "p", "wrong"), "insecure": true,
 	})
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
@@ -852,7 +855,7 @@ func TestProvider_rejectsBadModels(t *testing.T) {
 		{"bad member IP", newLB("shop/web", tcp(80, member("node-1", 61000))), `member "node-1": not an IP address`},
 		{"bad member port", newLB("shop/web", tcp(80, member("198.18.0.1", 0))), "port out of 1-65535"},
 		{"bad protocol", &lbmodel.LoadBalancer{Name: "c1--x", Listeners: []lbmodel.Listener{{Port: 80, Protocol: "SCTP", Pool: lbmodel.Pool{Name: "p"}}}}, "TCP or UDP"},
-		{"bad pool name (BIG-IP's own rule)", &lbmodel.LoadBalancer{Name: "c1--x", Listeners: []lbmodel.Listener{{Port: 80, Protocol: "TCP", Pool: lbmodel.Pool{Name: "a/b"}}}}, "not a valid BIG-IP name"},
+		{"bad pool name (the model's rule, which is BIG-IP's)", &lbmodel.LoadBalancer{Name: "c1--x", Listeners: []lbmodel.Listener{{Port: 80, Protocol: "TCP", Pool: lbmodel.Pool{Name: "a/b"}}}}, "holds a character other than letters, digits"},
 		{"bad requested VIP", &lbmodel.LoadBalancer{Name: "c1--x", RequestedVIP: "vip"}, `requested VIP "vip"`},
 		{"no name", &lbmodel.LoadBalancer{}, "no name"},
 	}

@@ -73,13 +73,16 @@ func (e *EdgeError) Unwrap() error { return e.Err }
 
 // Ensure states lb to every edge. The VIP is lb.RequestedVIP, else the one
 // an edge already serves it on (remembered after a successful Ensure), else
-// the first free address of vipPool.
+// the one an edge serves its LegacyName on for the same owner, else the
+// first free address of vipPool. A load balancer an edge serves under the
+// LegacyName for lb's owner is renamed: the request says it replaces it,
+// and each edge swaps them in one reload.
 func (p *provider) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (providers.Status, error) {
-	vip, err := p.vipFor(ctx, lb)
+	vip, replaces, err := p.vipFor(ctx, lb)
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("ensure %s: %w", lb.Name, err)
 	}
-	req := api.LoadBalancerRequest{LoadBalancer: api.FromModel(lb)}
+	req := api.LoadBalancerRequest{LoadBalancer: api.FromModel(lb), Replaces: replaces}
 	req.VIPs = []string{vip.String()}
 	if lb.IsL7() {
 		// The model never serialises key material: the certificates of
@@ -115,7 +118,9 @@ func (p *provider) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (provid
 	}
 	status := providers.Status{VIPs: []string{vip.String()}, Warnings: unsupportedWarnings(p.cfg.Edges, results)}
 	changed := slices.ContainsFunc(results, func(r api.EnsureResult) bool { return r.Changed })
-	if changed {
+	if replaces != "" {
+		klog.FromContext(ctx).Info("HAProxy load balancer taken over from its old name", "loadBalancer", lb.Name, "replaces", replaces, "vip", vip)
+	} else if changed {
 		klog.FromContext(ctx).V(2).Info("HAProxy load balancer applied", "loadBalancer", lb.Name, "vip", vip, "edges", len(p.cfg.Edges))
 	}
 	return status, nil
@@ -317,41 +322,84 @@ func parseAddr(s string) netip.Addr {
 
 // vipFor chooses the VIP of lb: the requested one, else the one it was
 // last applied with by this provider, else the one an edge serves it on,
-// else a free one.
-func (p *provider) vipFor(ctx context.Context, lb *lbmodel.LoadBalancer) (netip.Addr, error) {
-	if lb.RequestedVIP != "" {
-		return netip.ParseAddr(lb.RequestedVIP)
-	}
+// else the one an edge serves it on under its old name (lbmodel.LegacyName)
+// for the same owner, else a free one. replaces is that old name when an
+// edge serves it for lb's owner (until lb was applied once).
+func (p *provider) vipFor(ctx context.Context, lb *lbmodel.LoadBalancer) (vip netip.Addr, replaces string, err error) {
 	p.mu.Lock()
 	vip, ok := p.applied[lb.Name]
 	p.mu.Unlock()
 	if ok {
-		return vip, nil
+		if lb.RequestedVIP != "" {
+			vip, err = netip.ParseAddr(lb.RequestedVIP)
+		}
+		return vip, "", err
 	}
 	// The VIP it already has, from the edges that serve it: one small
 	// read per edge, rather than the whole list. An edge that does not
 	// answer does not stop the others from getting the change (Ensure then
 	// fails naming it); but a new VIP is chosen only when every edge
 	// answered, lest it be one the silent edge serves.
-	served := make([]api.LoadBalancer, len(p.cfg.Edges))
-	readErr := p.eachEdge(func(i int, edge string) error {
-		err := p.call(ctx, edge, http.MethodGet, api.LoadBalancerPath(p.cfg.common.ClusterName, lb.Name), nil, &served[i])
-		var he *httpError
-		if errors.As(err, &he) && he.status == http.StatusNotFound {
-			return nil
+	served, readErr := p.served(ctx, lb.Name)
+	var old []*lbmodel.LoadBalancer
+	if legacy := lbmodel.LegacyName(p.cfg.common.ClusterName, lb); legacy != "" {
+		var oldErr error
+		old, oldErr = p.served(ctx, legacy)
+		readErr = errors.Join(readErr, oldErr)
+		// The old names were ambiguous: only lb's owner takes it over.
+		old = slices.DeleteFunc(old, func(o *lbmodel.LoadBalancer) bool { return !lbmodel.SameOwner(o, lb) })
+		if len(old) > 0 {
+			replaces = legacy
 		}
-		return err
-	})
-	for _, s := range served {
+	}
+	if lb.RequestedVIP != "" {
+		a, err := netip.ParseAddr(lb.RequestedVIP)
+		return a, replaces, err
+	}
+	for _, s := range append(served, old...) {
 		for _, v := range s.VIPs {
 			if a, err := netip.ParseAddr(v); err == nil {
-				return a, nil
+				return a, replaces, nil
 			}
 		}
 	}
 	if readErr != nil {
-		return netip.Addr{}, readErr
+		return netip.Addr{}, "", readErr
 	}
+	vip, err = p.freeVIP(ctx, lb)
+	return vip, replaces, err
+}
+
+// served returns the copies of the load balancer name that the edges
+// serve (none from an edge that does not), and the errors of the edges
+// that did not answer.
+func (p *provider) served(ctx context.Context, name string) ([]*lbmodel.LoadBalancer, error) {
+	copies := make([]*api.LoadBalancer, len(p.cfg.Edges))
+	err := p.eachEdge(func(i int, edge string) error {
+		var s api.LoadBalancer
+		err := p.call(ctx, edge, http.MethodGet, api.LoadBalancerPath(p.cfg.common.ClusterName, name), nil, &s)
+		var he *httpError
+		if errors.As(err, &he) && he.status == http.StatusNotFound {
+			return nil
+		}
+		if err == nil {
+			copies[i] = &s
+		}
+		return err
+	})
+	var out []*lbmodel.LoadBalancer
+	for _, c := range copies {
+		if c != nil {
+			out = append(out, c.Model())
+		}
+	}
+	return out, err
+}
+
+// freeVIP chooses a VIP no load balancer of the edges holds, nor one this
+// provider chose or applied since: the one the edges serve lb on if they
+// do by now, else the first free address of vipPool.
+func (p *provider) freeVIP(ctx context.Context, lb *lbmodel.LoadBalancer) (netip.Addr, error) {
 	lbs, err := p.List(ctx)
 	if err != nil {
 		return netip.Addr{}, err

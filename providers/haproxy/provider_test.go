@@ -3,6 +3,7 @@ package haproxy
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -31,6 +32,8 @@ type fakeEdge struct {
 	// reason why (empty: an edge before EnsureResult.Reason).
 	unsupported []string
 	reason      string
+	// replaces are the Replaces of the PUTs.
+	replaces []string
 }
 
 func (f *fakeEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -65,10 +68,51 @@ func (f *fakeEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		f.served[name] = *req.Model()
+		if old, ok := f.served[req.Replaces]; ok && lbmodel.SameOwner(&old, req.Model()) {
+			delete(f.served, req.Replaces)
+		}
+		f.replaces = append(f.replaces, req.Replaces)
 		answer(http.StatusOK, api.EnsureResult{Changed: true, Unsupported: f.unsupported, Reason: f.reason})
 	case r.Method == http.MethodDelete:
 		delete(f.served, name)
 		answer(http.StatusOK, api.DeleteResult{Deleted: true})
+	}
+}
+
+// A load balancer an edge serves under the name npl-lbsync 0.x gave it
+// (namespace and name joined with "-") is taken over by its owner: the PUT
+// says it replaces it, and it keeps its VIP. Another Service whose old name
+// was the same (team/a-x for team-a/x) gets a VIP of its own and replaces
+// nothing.
+func TestEnsure_takesOverTheOldNameOfItsOwnerOnly(t *testing.T) {
+	const old = "c1--team-a-x"
+	edge := &fakeEdge{served: map[string]lbmodel.LoadBalancer{old: {Name: old, Service: "team-a/x", VIPs: []string{"198.18.200.7"},
+		Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: old + "-TCP-80", Members: []lbmodel.Member{}}}}}}}
+	srv := httptest.NewTLSServer(edge)
+	defer srv.Close()
+	p := newProvider(&Config{Edges: []string{srv.URL},
+		common: providers.Common{ClusterName: "c1", VIPPool: []netip.Prefix{netip.MustParsePrefix("198.18.200.0/24")}}}, srv.Client())
+	ctx := context.Background()
+	model := func(ns, svc string) *lbmodel.LoadBalancer {
+		name := lbmodel.LoadBalancerName("c1", ns, svc)
+		return &lbmodel.LoadBalancer{Name: name, Service: ns + "/" + svc, Listeners: []lbmodel.Listener{{Port: 80, Protocol: lbmodel.TCP,
+			Pool: lbmodel.Pool{Name: lbmodel.PoolName(name, lbmodel.TCP, 80), Members: []lbmodel.Member{}}}}}
+	}
+	st, err := p.Ensure(ctx, model("team", "a-x"))
+	if err != nil || slices.Contains(st.VIPs, "198.18.200.7") {
+		t.Fatalf("the other Service: %v, %v; want a VIP of its own", st, err)
+	}
+	st, err = p.Ensure(ctx, model("team-a", "x"))
+	if err != nil || !slices.Equal(st.VIPs, []string{"198.18.200.7"}) {
+		t.Fatalf("the owner: %v, %v; want its VIP 198.18.200.7", st, err)
+	}
+	edge.mu.Lock()
+	defer edge.mu.Unlock()
+	if want := []string{"", old}; !slices.Equal(edge.replaces, want) {
+		t.Errorf("the PUTs replaced %q, want %q", edge.replaces, want)
+	}
+	if _, ok := edge.served[old]; ok || len(edge.served) != 2 {
+		t.Errorf("served %v: want the two new names only", slices.Sorted(maps.Keys(edge.served)))
 	}
 }
 

@@ -164,15 +164,36 @@ func (m *Mock) Ensure(ctx context.Context, lb *lbmodel.LoadBalancer) (providers.
 			status.VIPs = slices.Clone(prev.VIPs)
 			return nil
 		}
-		vip, err := m.pickVIP(desired.RequestedVIP, prev)
+		// The load balancer of its owner under the name of npl-lbsync 0.x
+		// is renamed, VIP and all; one of another owner stays.
+		legacy := lbmodel.LegacyName(m.cluster, desired)
+		old := m.lbs[legacy]
+		if exists || old == nil || !lbmodel.SameOwner(old, desired) {
+			old = nil
+		}
+		from := prev
+		if old != nil {
+			from = old
+			m.remove(legacy)
+		}
+		vip, err := m.pickVIP(desired.RequestedVIP, from)
 		if err != nil {
+			if old != nil {
+				m.put(old)
+			}
 			return err
 		}
 		desired.VIPs = []string{vip.String()}
 		m.put(desired)
 		if err := m.save(); err != nil {
 			m.restore(name, prev)
+			if old != nil {
+				m.put(old)
+			}
 			return err
+		}
+		if old != nil {
+			klog.FromContext(ctx).Info("Mock load balancer taken over from its old name", "loadBalancer", name, "replaces", legacy)
 		}
 		m.countWrite(name)
 		status.VIPs = slices.Clone(desired.VIPs)

@@ -138,6 +138,53 @@ func TestMock_vipAllocation(t *testing.T) {
 	}
 }
 
+// The Services team-a/x and team/a-x had one load balancer up to 0.x,
+// c1--team-a-x: the second's Ensure took the first's VIP and members. Now
+// each has its own name, and the load balancer under the old name is taken
+// over by the owner it records only, VIP and all.
+func TestMock_collidingServicesAndTheTakeoverOfTheOldName(t *testing.T) {
+	ctx := context.Background()
+	m := newMock(t, Config{Common: common("203.0.113.0/29")})
+	svc := func(ns, name string, members ...lbmodel.Member) *lbmodel.LoadBalancer {
+		lb := model("x", members...)
+		lb.Name, lb.Service = lbmodel.LoadBalancerName(cluster, ns, name), ns+"/"+name
+		lb.Listeners[0].Pool.Name = lbmodel.PoolName(lb.Name, lbmodel.TCP, 80)
+		return lb
+	}
+	// What 0.x left: team-a/x's load balancer under the old name.
+	old := svc("team-a", "x", member("198.18.0.11", 61000))
+	old.Name, old.Listeners[0].Pool.Name = "c1--team-a-x", "c1--team-a-x-TCP-80"
+	oldVIP := mustEnsure(t, m, old)
+
+	// The other Service: a load balancer and a VIP of its own.
+	other := mustEnsure(t, m, svc("team", "a-x", member("198.18.0.12", 61000)))
+	if other[0] == oldVIP[0] {
+		t.Fatalf("team/a-x got team-a/x's VIP %s", oldVIP[0])
+	}
+	// The owner: its old load balancer renamed, its VIP kept.
+	if got := mustEnsure(t, m, svc("team-a", "x", member("198.18.0.11", 61000))); got[0] != oldVIP[0] {
+		t.Errorf("team-a/x's VIP %v, want its old %s", got, oldVIP[0])
+	}
+	lbs, err := m.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, lb := range lbs {
+		names = append(names, lb.Name+" "+lb.Listeners[0].Pool.Members[0].IP)
+	}
+	if diff := cmp.Diff([]string{"c1--team-a_x 198.18.0.11", "c1--team_a-x 198.18.0.12"}, names); diff != "" {
+		t.Errorf("load balancers (-want +got):\n%s", diff)
+	}
+	// Deleting one leaves the other its members.
+	if err := m.Delete(ctx, lbmodel.LoadBalancerName(cluster, "team", "a-x"), lbmodel.L4); err != nil {
+		t.Fatal(err)
+	}
+	if lbs, _ := m.List(ctx); len(lbs) != 1 || len(lbs[0].Listeners[0].Pool.Members) != 1 {
+		t.Errorf("after deleting team/a-x: %v", lbs)
+	}
+}
+
 func TestMock_requestedVIP(t *testing.T) {
 	ctx := context.Background()
 	m := newMock(t, Config{Common: common("203.0.113.0/29")})
@@ -148,8 +195,8 @@ func TestMock_requestedVIP(t *testing.T) {
 	}
 	api := model("api")
 	api.RequestedVIP = "198.51.100.7"
-	if _, err := providers.Validated(m).Ensure(ctx, api); err == nil || !strings.Contains(err.Error(), "in use by c1--shop-web") {
-		t.Errorf("Ensure of a VIP in use: err = %v, want in use by c1--shop-web", err)
+	if _, err := providers.Validated(m).Ensure(ctx, api); err == nil || !strings.Contains(err.Error(), "in use by c1--shop_web") {
+		t.Errorf("Ensure of a VIP in use: err = %v, want in use by c1--shop_web", err)
 	}
 	// Dropping the request keeps the VIP: it is stable once held.
 	if got := mustEnsure(t, m, model("web")); got[0] != "198.51.100.7" {

@@ -3,6 +3,7 @@ package providertest
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
@@ -50,6 +51,38 @@ func WithPolicy(lb *lbmodel.LoadBalancer, pol *lbmodel.Policy) *lbmodel.LoadBala
 	}
 	for i := range out.Pools {
 		out.Pools[i].Policy = pol
+	}
+	return out
+}
+
+// AsLegacy returns lb as npl-lbsync 0.x named it, for the tests of the
+// upgrade: the load balancer under lbmodel.LegacyName, and its pools (and
+// the references to them) under names that join every part with "-".
+func AsLegacy(cluster string, lb *lbmodel.LoadBalancer) *lbmodel.LoadBalancer {
+	old := lbmodel.LegacyName(cluster, lb)
+	rename := func(n string) string {
+		if rest, ok := strings.CutPrefix(n, lb.Name); ok && n != "" {
+			return old + strings.ReplaceAll(rest, "_", "-")
+		}
+		return n
+	}
+	out := lb.Clone()
+	out.Name = old
+	for i := range out.Listeners {
+		l := &out.Listeners[i]
+		l.Pool.Name = rename(l.Pool.Name)
+		for j := range l.SNI {
+			l.SNI[j].Pool = rename(l.SNI[j].Pool)
+		}
+	}
+	for i := range out.Pools {
+		out.Pools[i].Name = rename(out.Pools[i].Name)
+	}
+	if out.HTTP != nil {
+		out.HTTP.DefaultPool = rename(out.HTTP.DefaultPool)
+		for i := range out.HTTP.Rules {
+			out.HTTP.Rules[i].Pool = rename(out.HTTP.Rules[i].Pool)
+		}
 	}
 	return out
 }

@@ -126,7 +126,7 @@ func newBackend(t *testing.T, name string) backend {
 		}
 		t.Cleanup(sim.Close)
 		return backend{
-			section: map[string]any{"url": sim.URL(),
+			section: map[string]any{"url": sim.URL(), "insecure": true,
 				"usernameFile": writeFile(t, dir, "username", "admin\n"), "passwordFile": writeFile(t, dir, "password", "s3cret\n")},
 			requests: sim.Writes, reset: sim.ResetCounters,
 			state: func() any { return sim.Dump() },

@@ -913,6 +913,8 @@ func TestChart_templatesRejectIncompleteProviderSettings(t *testing.T) {
 		{"bigip https without CA", map[string]any{"provider.name": "bigip", "provider.bigip.url": "https://b",
 			"provider.bigip.username": "u", "provider.bigip.password": "p"}, "set caData"},
 		{"bigip without url", map[string]any{"provider.name": "bigip", "provider.bigip.existingSecret": "s"}, "provider.bigip.url is required"},
+		{"bigip over http", map[string]any{"provider.name": "bigip", "provider.bigip.url": "http://b",
+			"provider.bigip.username": "u", "provider.bigip.password": "p"}, "an http:// URL sends the BIG-IP login in clear"},
 		{"haproxy without edges", map[string]any{"provider.name": "haproxy", "provider.haproxy.existingSecret": "s"}, "provider.haproxy.edges is required"},
 		{"haproxy without client certificate", map[string]any{"provider.name": "haproxy", "provider.haproxy.edges": []any{"https://e:8443"}},
 			"provider.haproxy.existingSecret is required"},
@@ -926,9 +928,9 @@ func TestChart_templatesRejectIncompleteProviderSettings(t *testing.T) {
 			}
 		})
 	}
-	// An http BIG-IP URL needs no CA.
+	// An http BIG-IP URL needs no CA (and insecure).
 	vals := readValues(t, "", map[string]any{"clusterName": "c1", "provider.name": "bigip", "provider.bigip.url": "http://b",
-		"provider.bigip.username": "u", "provider.bigip.password": "p"})
+		"provider.bigip.insecure": true, "provider.bigip.username": "u", "provider.bigip.password": "p"})
 	if _, err := renderValues(t, vals); err != nil {
 		t.Errorf("bigip over http without CA: %v", err)
 	}

@@ -123,7 +123,7 @@ func TestGatewayAPIConformance(t *testing.T) {
 	if err := bed.StartEdge(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cfg := fmt.Sprintf("clusterName: %s\ndrainSeconds: 5\n", lbsyncCluster) + bed.LBSyncConfig() + "gatewayAPI: {enabled: true}\n"
+	cfg := fmt.Sprintf("clusterName: %s\ndrainSeconds: 5\n", lbsyncCluster) + bed.LBSyncConfig(lbsyncCluster) + "gatewayAPI: {enabled: true}\n"
 	lbsync, err := stack.StartLBSync(ctx, c, stack.LBSyncOptions{Config: cfg})
 	if err != nil {
 		t.Fatal(err)

@@ -701,7 +701,7 @@ func (r *run) nodeOf(ctx context.Context, app string) (map[string]string, error)
 func (r *run) showNodePortVIP(ctx context.Context, nodePort int32, nodeOf map[string]string) error {
 	r.printf("\nThe same through a VIP: a second VIP on the edge whose members are every node's NodePort\n\n")
 	cl := r.cluster + "-nodeport"
-	p, err := r.bed.OpenProviderPool(ctx, cl, []netip.Prefix{nodePortVIP}, r.bed.ProviderSection())
+	p, err := r.bed.OpenProviderPool(ctx, cl, []netip.Prefix{nodePortVIP}, r.bed.ProviderSection(cl))
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/test/harness/lbsyncbed"
+	"github.com/nodeportlocal/npl/test/harness/stack"
 )
 
 // aviObjects is the Avi simulator backend's view of its objects.
@@ -207,7 +208,7 @@ func TestLBSync_gatewayOnAvi(t *testing.T) {
 func objectsNamed(sim aviObjects, kind, lbName string) []string {
 	var out []string
 	for _, o := range sim.Objects(kind) {
-		if n, _ := o["name"].(string); n == lbName || strings.HasPrefix(n, lbName+"-") {
+		if n, _ := o["name"].(string); n == lbName || stack.OfLoadBalancer(n, lbName) {
 			out = append(out, kind+"/"+n)
 		}
 	}

@@ -39,7 +39,7 @@ func testAttached(t *testing.T, o edgebed.Options) {
 			t.Logf("the host's HAProxy log:\n%s", tail(host.HostLog(), 40))
 		}
 	})
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	hostOwn := edgebed.URL(edgebed.HostVIP, 80)
 	checkHostOwn := func(when string) {

@@ -22,7 +22,7 @@ import (
 func BenchmarkEdge_persistenceLatency(b *testing.B) {
 	const requests, workers = 2000, 4
 	bed, bs := newBed(b)
-	p, err := bed.OpenProvider(context.Background(), testCluster, bed.ProviderSection())
+	p, err := bed.OpenProvider(context.Background(), testCluster, bed.ProviderSection(testCluster))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func BenchmarkEdge_memberChange(b *testing.B) {
 	if err := bed.StartEdge(ctx); err != nil {
 		b.Fatal(err)
 	}
-	p, err := bed.OpenProvider(ctx, testCluster, bed.ProviderSection())
+	p, err := bed.OpenProvider(ctx, testCluster, bed.ProviderSection(testCluster))
 	if err != nil {
 		b.Fatal(err)
 	}

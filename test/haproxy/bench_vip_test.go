@@ -201,7 +201,7 @@ func BenchmarkEdge_vipNodePortLocalVsNodePort(b *testing.B) {
 	for _, n := range c.Nodes() {
 		npMembers = append(npMembers, lbmodel.Member{IP: n.IP.String(), Port: np.Spec.Ports[0].NodePort, Enabled: true})
 	}
-	p, err := bed.OpenProvider(ctx, "bench-vip", bed.ProviderSection())
+	p, err := bed.OpenProvider(ctx, "bench-vip", bed.ProviderSection("bench-vip"))
 	if err != nil {
 		b.Fatal(err)
 	}

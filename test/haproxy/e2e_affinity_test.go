@@ -55,7 +55,7 @@ func TestEndToEnd_clientIPAffinityKeepsEachClientOnItsPod(t *testing.T) {
 		defer cancel()
 		return b.Edges[0].WaitUp(wctx, pool, 3) == nil, nil
 	})
-	p, err := b.OpenProvider(ctx, "e2e-affinity", b.ProviderSection())
+	p, err := b.OpenProvider(ctx, "e2e-affinity", b.ProviderSection("e2e-affinity"))
 	if err != nil {
 		t.Fatal(err)
 	}

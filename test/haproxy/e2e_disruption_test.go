@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/edge/haproxy"
+	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/test/harness/cluster"
 	"github.com/nodeportlocal/npl/test/harness/edgebed"
 	"github.com/nodeportlocal/npl/test/harness/stack"
@@ -246,5 +248,88 @@ func TestEndToEnd_restartedLBSyncChangesNothingOnHAProxy(t *testing.T) {
 	}
 	if stream.Failed != 0 || stream.OK == 0 {
 		t.Fatalf("%d of %d requests failed across the restart, want 0; errors %v", stream.Failed, stream.OK+stream.Failed, stream.Errors)
+	}
+}
+
+// TestEndToEnd_upgradeRenamesTheLoadBalancerThroughTheVIP: npl-lbsync
+// 0.x named a Service's load balancer <cluster>--<namespace>-<name>; the
+// upgraded npl-lbsync takes it over under <cluster>--<namespace>_<name>
+// under a stream of requests through the VIP: the edge swaps the old
+// frontend and backend for the renamed ones in one reload, the VIP stays
+// (on the edge and in the Service's status), no request fails, and the old
+// name is gone.
+func TestEndToEnd_upgradeRenamesTheLoadBalancerThroughTheVIP(t *testing.T) {
+	c, b := clusterBed(t)
+	name := "e2e-haproxy-upgrade"
+	l := startLBSync(t, c, b, name)
+	client := c.Client()
+	ctx := context.Background()
+	ns := c.TestNamespace(t)
+	url := serviceVIP(t, client, b, ns, name, webDeployment(ns, "web", 3))
+	if err := l.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// What npl-lbsync 0.x left: the same load balancer, VIP and members
+	// under the old name.
+	p, err := b.OpenProvider(ctx, name, b.ProviderSection(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := lbmodel.LoadBalancerName(name, ns, "web")
+	served := listOne(t, p, current)
+	old := served.Clone()
+	old.Name = lbmodel.LegacyName(name, &served)
+	for i, ln := range old.Listeners {
+		old.Listeners[i].Pool.Name = lbmodel.PoolName(old.Name, ln.Protocol, ln.Port)
+	}
+	old.RequestedVIP, old.VIPs = served.VIPs[0], nil
+	if old.Name != name+"--"+ns+"-web" {
+		t.Fatalf("the old name is %q", old.Name)
+	}
+	if err := p.Delete(ctx, current, lbmodel.L4); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p.Ensure(ctx, old); err != nil || st.VIPs[0] != served.VIPs[0] {
+		t.Fatalf("the old load balancer: %v, %v", st, err)
+	}
+	waitForCond(t, 20*time.Second, "the old name serving", func() (bool, error) {
+		_, err := edgebed.Get(ctx, b.ClientHTTP(time.Second), url)
+		return err == nil, nil
+	})
+	before := status(t, b)
+
+	stream := edgebed.StartStream(ctx, b.ClientHTTP(3*time.Second), url, 4, 2*time.Minute)
+	defer func() { _ = stream.Stop() }() // on a failure; the test stops it itself otherwise
+	time.Sleep(time.Second)
+	if err := l.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Ready: every Service synced once (the takeover), then the garbage
+	// collected (nothing: the old name is gone).
+	if err := l.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	stopStream(t, stream)
+	after := status(t, b)
+
+	lbs, err := p.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lbs) != 1 || lbs[0].Name != current || !slices.Equal(lbs[0].VIPs, served.VIPs) {
+		t.Errorf("after the upgrade the edge serves %v, want %s on %v alone", lbs, current, served.VIPs)
+	}
+	if vip := waitForVIP(t, client, ns, "web", 10*time.Second); vip != served.VIPs[0] {
+		t.Errorf("the Service's VIP is %s, want %s", vip, served.VIPs[0])
+	}
+	t.Logf("upgrade: %s taken over as %s on %s; %d reload(s), worker %d -> %d; %d requests, %d failed",
+		old.Name, current, served.VIPs[0], after.Reloads-before.Reloads, before.WorkerPID, after.WorkerPID, stream.OK+stream.Failed, stream.Failed)
+	if after.Reloads != before.Reloads+1 {
+		t.Errorf("the takeover made %d reloads, want 1: the old and new names swapped in one", after.Reloads-before.Reloads)
+	}
+	if stream.Failed != 0 || stream.OK == 0 {
+		t.Fatalf("%d of %d requests failed across the upgrade, want 0; errors %v", stream.Failed, stream.OK+stream.Failed, stream.Errors)
 	}
 }

@@ -91,7 +91,7 @@ func TestEndToEnd_ingressThroughTheVIP(t *testing.T) {
 	}
 	t.Logf("Ingress VIP %s: each host's requests land on its own backend's Pods", vip)
 
-	p, err := b.OpenProvider(ctx, name, b.ProviderSection())
+	p, err := b.OpenProvider(ctx, name, b.ProviderSection(name))
 	if err != nil {
 		t.Fatal(err)
 	}

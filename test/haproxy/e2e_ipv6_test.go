@@ -80,7 +80,7 @@ func TestEndToEnd_ipv6VIP(t *testing.T) {
 		t.Fatal(err)
 	}
 	var section map[string]any
-	if err := json.Unmarshal(b.ProviderSection(), &section); err != nil {
+	if err := json.Unmarshal(b.ProviderSection("v6"), &section); err != nil {
 		t.Fatal(err)
 	}
 	sec, _ := json.Marshal(map[string]any{"name": "haproxy", "haproxy": section})
@@ -120,7 +120,7 @@ func TestEndToEnd_ipv6VIP(t *testing.T) {
 		t.Fatalf("VIP %s is not a usable address of %s (its first, the subnet-router anycast address, is not)", vip, edgebed.VIPRange6)
 	}
 	// The members HAProxy serves are the Pods' IPv6 mappings.
-	p, err := b.OpenProviderPool(ctx, "v6", []netip.Prefix{edgebed.VIPRange6}, b.ProviderSection())
+	p, err := b.OpenProviderPool(ctx, "v6", []netip.Prefix{edgebed.VIPRange6}, b.ProviderSection("v6"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -98,7 +98,7 @@ func startLBSyncReplica(t testing.TB, c *cluster.Cluster, b *edgebed.Bed, name, 
 func startLBSyncTimed(t testing.TB, c *cluster.Cluster, b *edgebed.Bed, name, replica string, leaderElect bool, resync, drain time.Duration) *stack.LBSync {
 	t.Helper()
 	cfg := fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/%s\nresyncPeriod: %v\ndrainSeconds: %d\n", name, name, resync, int(drain.Seconds())) +
-		b.LBSyncConfig() + extraConfig
+		b.LBSyncConfig(name) + extraConfig
 	l, err := stack.StartLBSync(context.Background(), c, stack.LBSyncOptions{Name: replica, Config: cfg, LeaderElect: leaderElect})
 	if err != nil {
 		t.Fatal(err)

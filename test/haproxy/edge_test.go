@@ -1,6 +1,7 @@
 package haproxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -8,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -209,7 +211,7 @@ func listOne(t *testing.T, p providers.Provider, name string) lbmodel.LoadBalanc
 
 func TestProvider_roundTrip(t *testing.T) {
 	b, bs := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	members := startBackends(t, bs, "web", 3)
 
@@ -285,7 +287,7 @@ func TestProvider_roundTrip(t *testing.T) {
 
 func TestEdge_reloadUnderLoadFailsNoRequest(t *testing.T) {
 	b, bs := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	st, err := p.Ensure(ctx, model("web", 80, startBackends(t, bs, "web", 3)))
 	if err != nil {
@@ -318,7 +320,7 @@ func TestEdge_reloadUnderLoadFailsNoRequest(t *testing.T) {
 
 func TestEdge_rejectedConfigurationKeepsTheOldOne(t *testing.T) {
 	b, bs := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	st, err := p.Ensure(ctx, model("web", 80, startBackends(t, bs, "web", 2)))
 	if err != nil {
@@ -328,13 +330,24 @@ func TestEdge_rejectedConfigurationKeepsTheOldOne(t *testing.T) {
 	waitAnswers(t, b, url, []string{"web-0", "web-1"})
 	before := status(t, b)
 
-	bad := model("bad", 81, startBackends(t, bs, "bad", 1))
-	bad.Listeners[0].Pool.Name = "c1--ns-bad{pool" // HAProxy refuses '{' in a proxy name
+	// HAProxy refuses a certificate whose key is another's; the model
+	// cannot tell (a name HAProxy refuses, such as one with "{", the model
+	// refuses itself).
+	certPEM, _ := selfSigned(t)
+	_, otherKey := selfSigned(t)
+	badName := lbmodel.IngressLoadBalancerName(testCluster, "ns", "bad")
+	badPool := lbmodel.IngressPoolName(badName, "ns", "bad", "80")
+	bad := &lbmodel.LoadBalancer{Name: badName, Ingress: "ns/bad", Kind: lbmodel.L7,
+		Listeners: []lbmodel.Listener{{Port: 8443, Protocol: lbmodel.HTTPS}},
+		Pools:     []lbmodel.Pool{{Name: badPool, Members: startBackends(t, bs, "bad", 1)}},
+		HTTP: &lbmodel.HTTPRoutes{DefaultPool: badPool, TLS: []lbmodel.TLSCert{{Secret: "ns/bad", CertPEM: certPEM, KeyPEM: otherKey,
+			Fingerprint: lbmodel.CertFingerprint(certPEM)}}}}
 	_, err = p.Ensure(ctx, bad)
 	if err == nil {
 		t.Fatal("Ensure of a configuration HAProxy refuses succeeded")
 	}
-	for _, want := range []string{"edge " + b.EdgeURL, "rejected by HAProxy", "load balancer c1--ns-bad (proxy c1--ns-bad{pool)"} {
+	proxy := lbmodel.ListenerName(badName, lbmodel.HTTPS, 8443)
+	for _, want := range []string{"edge " + b.EdgeURL, "rejected by HAProxy", "load balancer " + badName + " (proxy " + proxy + ")"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
@@ -376,7 +389,7 @@ func TestEdge_refusesClientsWithoutAValidCertificate(t *testing.T) {
 		})
 	}
 	t.Run("an edge certificate the provider's CA does not sign", func(t *testing.T) {
-		sec := strings.Replace(string(b.ProviderSection()), b.Certs.CA, b.Certs.RogueCA, 1)
+		sec := strings.Replace(string(b.ProviderSection(testCluster)), b.Certs.CA, b.Certs.RogueCA, 1)
 		p := openProvider(t, b, []byte(sec))
 		_, err := p.Ensure(ctx, model("web", 80, nil))
 		if err == nil || !strings.Contains(err.Error(), "edge "+b.EdgeURL) || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
@@ -386,10 +399,129 @@ func TestEdge_refusesClientsWithoutAValidCertificate(t *testing.T) {
 	})
 }
 
+// A client of the CA may change the clusters its certificate names only:
+// any client could change any cluster's load balancers before
+// (REFERENCE 17). The provider of cluster c2 with c1's certificate is
+// answered 403 on every call, and c1's load balancer is untouched.
+func TestEdge_anotherClustersCertificateIsForbidden(t *testing.T) {
+	b, bs := newBed(t)
+	ctx := context.Background()
+	c1 := openProvider(t, b, b.ProviderSection(testCluster))
+	st, err := c1.Ensure(ctx, model("web", 80, startBackends(t, bs, "web", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := b.OpenProvider(ctx, "c2", b.ProviderSection(testCluster))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := model("web", 80, nil)
+	other.Name, other.Listeners[0].Pool.Name = "c2--ns_web", "c2--ns_web-TCP-80"
+	other.RequestedVIP = st.VIPs[0]
+	_, err = c2.Ensure(ctx, other)
+	for _, want := range []string{"HTTP 403", "does not name cluster c2", "npl://cluster/c2"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Ensure of cluster c2 with c1's certificate: %v, want it to say %q", err, want)
+		}
+	}
+	if _, err := c2.List(ctx); err == nil || !strings.Contains(err.Error(), "HTTP 403") {
+		t.Errorf("List of cluster c2 with c1's certificate: %v, want 403", err)
+	}
+	if err := c2.Delete(ctx, "c2--ns_web", lbmodel.L4); err == nil || !strings.Contains(err.Error(), "HTTP 403") {
+		t.Errorf("Delete of cluster c2 with c1's certificate: %v, want 403", err)
+	}
+	// Reading the edge's status needs no cluster.
+	if _, err := b.Status(ctx); err != nil {
+		t.Errorf("status: %v", err)
+	}
+	if lbs, err := c1.List(ctx); err != nil || len(lbs) != 1 {
+		t.Errorf("c1's load balancers after c2's attempts: %v, %v", lbs, err)
+	}
+	answers(t, b, edgebed.URL(st.VIPs[0], 80), 4)
+}
+
+// What a client sends the edge API is checked again there with the
+// model's own rules, whatever the client: a Service string with a newline
+// and directives (an external check run as root, REFERENCE 17), a name
+// with one, a pool of another cluster's names are refused 400 and reach no
+// configuration; a body over the limit is 413.
+func TestEdge_refusesInjectedBytes(t *testing.T) {
+	b, bs := newBed(t)
+	ctx := context.Background()
+	certFile, keyFile, err := b.Certs.ClientFor(testCluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, err := b.APIClient(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := startBackends(t, bs, "web", 1)
+	put := func(lb *lbmodel.LoadBalancer, raw []byte) (int, string) {
+		t.Helper()
+		body := raw
+		if lb != nil {
+			req := api.LoadBalancerRequest{LoadBalancer: api.FromModel(lb)}
+			req.VIPs = []string{"198.18.200.9"}
+			body, _ = json.Marshal(req)
+		}
+		name := "c1--ns_web"
+		if lb != nil {
+			name = lb.Name
+		}
+		r, _ := http.NewRequestWithContext(ctx, http.MethodPut, b.EdgeURL+api.LoadBalancerPath(testCluster, name), bytes.NewReader(body))
+		resp, err := hc.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e api.Error
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		return resp.StatusCode, e.Error
+	}
+	before := status(t, b)
+	service := model("web", 80, members)
+	service.Service = "ns/web\n    option external-check\n    external-check command /bin/touch"
+	name := model("web", 80, members)
+	name.Name = "c1--ns_web\nfrontend evil"
+	pool := model("web", 80, members)
+	pool.Listeners[0].Pool.Name = "c1--ns_web-TCP-80 if TRUE"
+	foreign := model("web", 80, members)
+	foreign.Listeners[0].Pool.Name = "c2--ns_web-TCP-80"
+	for _, c := range []struct {
+		what string
+		lb   *lbmodel.LoadBalancer
+		want string
+	}{
+		{"a Service with directives", service, "is not namespace/name of Kubernetes names"},
+		{"a name with a new section", name, "holds a character other than"},
+		{"a pool name with a condition", pool, "holds a character other than"},
+		{"a pool of another cluster", foreign, "does not start with the cluster name"},
+	} {
+		if code, msg := put(c.lb, nil); code != http.StatusBadRequest || !strings.Contains(msg, c.want) {
+			t.Errorf("%s: HTTP %d %q, want 400 saying %q", c.what, code, msg, c.want)
+		}
+	}
+	huge := append(append([]byte(`{"name":"`), bytes.Repeat([]byte("a"), 9<<20)...), `"}`...)
+	if code, msg := put(nil, huge); code != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "limit of 8388608 bytes") {
+		t.Errorf("a body of 9 MiB: HTTP %d %q, want 413 naming the limit", code, msg)
+	}
+	if after := status(t, b); after.Reloads != before.Reloads || after.Writes != before.Writes {
+		t.Errorf("a refused request changed the edge: %+v -> %+v", before, after)
+	}
+	cfg, err := os.ReadFile(filepath.Join(b.Edges[0].Dir, "edge-state", "haproxy.cfg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(cfg, []byte("external-check")) || bytes.Contains(cfg, []byte("evil")) {
+		t.Errorf("the configuration holds what was refused:\n%s", cfg)
+	}
+}
+
 func TestProvider_unreachableEdgeFailsAndDeletesNothing(t *testing.T) {
 	b, bs := newBed(t)
 	ctx := context.Background()
-	good := openProvider(t, b, b.ProviderSection())
+	good := openProvider(t, b, b.ProviderSection(testCluster))
 	members := startBackends(t, bs, "web", 2)
 	lb := model("web", 80, members)
 	st, err := good.Ensure(ctx, lb)
@@ -401,7 +533,7 @@ func TestProvider_unreachableEdgeFailsAndDeletesNothing(t *testing.T) {
 	listed := listOne(t, good, lb.Name)
 
 	const lost = "https://198.18.2.99:8443"
-	both := openProvider(t, b, b.ProviderSection(b.EdgeURL, lost))
+	both := openProvider(t, b, b.ProviderSection(testCluster, b.EdgeURL, lost))
 	_, err = both.Ensure(ctx, lb)
 	if err == nil || !strings.Contains(err.Error(), "edge "+lost) {
 		t.Fatalf("Ensure with an unreachable edge = %v; want an error naming %s", err, lost)
@@ -422,7 +554,7 @@ func TestProvider_unreachableEdgeFailsAndDeletesNothing(t *testing.T) {
 
 func TestEdge_killedHAProxyIsRestoredWithItsState(t *testing.T) {
 	b, bs := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	members := startBackends(t, bs, "web", 3)
 	members[0].Enabled = false // draining: a runtime state the configuration cannot hold
@@ -471,7 +603,7 @@ func TestEdge_killedHAProxyIsRestoredWithItsState(t *testing.T) {
 
 func TestEdge_restartedEdgeServesItsDesiredState(t *testing.T) {
 	b, bs := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	lb := model("web", 80, startBackends(t, bs, "web", 2))
 	st, err := p.Ensure(ctx, lb)
@@ -510,9 +642,9 @@ func TestProvider_twoEdges(t *testing.T) {
 	if err := e2.StartEdge(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p := openProvider(t, b, b.ProviderSection(a.URL, e2.URL))
-	onA := openProvider(t, b, b.ProviderSection(a.URL))
-	onB := openProvider(t, b, b.ProviderSection(e2.URL))
+	p := openProvider(t, b, b.ProviderSection(testCluster, a.URL, e2.URL))
+	onA := openProvider(t, b, b.ProviderSection(testCluster, a.URL))
+	onB := openProvider(t, b, b.ProviderSection(testCluster, e2.URL))
 	members := startBackends(t, bs, "web", 2)
 	lb := model("web", 80, members)
 	st, err := p.Ensure(ctx, lb)
@@ -555,7 +687,7 @@ func TestProvider_twoEdges(t *testing.T) {
 	// serves the model exactly.
 	expected := changed.Clone()
 	expected.Listeners[0].Pool.Members = lbmodel.SortMembers(expected.Listeners[0].Pool.Members)
-	bFirst := openProvider(t, b, b.ProviderSection(e2.URL, a.URL))
+	bFirst := openProvider(t, b, b.ProviderSection(testCluster, e2.URL, a.URL))
 	for _, lister := range []struct {
 		order string
 		p     providers.Provider
@@ -587,7 +719,7 @@ func TestProvider_twoEdges(t *testing.T) {
 // worker keeps serving, the error says so, and the next change works.
 func TestEdge_reloadHAProxyCannotDoKeepsTheOldConfiguration(t *testing.T) {
 	b, bs := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	st, err := p.Ensure(ctx, model("web", 80, startBackends(t, bs, "web", 2)))
 	if err != nil {
@@ -600,7 +732,7 @@ func TestEdge_reloadHAProxyCannotDoKeepsTheOldConfiguration(t *testing.T) {
 	taken := model("taken", 8443, startBackends(t, bs, "taken", 1))
 	taken.RequestedVIP = b.EdgeIP.String() // npl-edge's API listens on EdgeIP:8443
 	_, err = p.Ensure(ctx, taken)
-	if err == nil || !strings.Contains(err.Error(), "rejected by HAProxy: load balancer c1--ns-taken (proxy c1--ns-taken-TCP-8443)") ||
+	if err == nil || !strings.Contains(err.Error(), "rejected by HAProxy: load balancer "+taken.Name+" (proxy "+taken.Listeners[0].Pool.Name+")") ||
 		!strings.Contains(err.Error(), "Address already in use") {
 		t.Fatalf("Ensure of a listener HAProxy cannot bind = %v; want a rejection naming the load balancer and the reason", err)
 	}
@@ -666,7 +798,7 @@ func getHost(ctx context.Context, c *http.Client, vipURL, host, path string) (st
 // the edge.
 func TestProvider_l7HostAndPathRules(t *testing.T) {
 	b, bs := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	name := lbmodel.IngressLoadBalancerName(testCluster, "ns", "ing")
 	apiPool := lbmodel.IngressPoolName(name, "ns", "api", "80")
@@ -819,7 +951,7 @@ func selfSigned(t *testing.T) (certPEM, keyPEM []byte) {
 // resync (1 s in the bed), with no reload.
 func TestEdge_resyncRepairsRuntimeDrift(t *testing.T) {
 	b, bs := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	members := startBackends(t, bs, "web", 2)
 	lb := model("web", 80, members)

@@ -154,7 +154,7 @@ func tcpGet(ctx context.Context, b *edgebed.Bed, addr, sni string) (backend, cer
 // model; a weight change of the TCP listener needs no reload.
 func TestProvider_gatewayStreamsDataPlane(t *testing.T) {
 	b, bs := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	name := testCluster + "--gw-ns-streams-GW"
 	pa, pOne, pTwo, pGRPC, pH2C, pBanner := name+"-a", name+"-one", name+"-two", name+"-grpc", name+"-h2c", name+"-banner"

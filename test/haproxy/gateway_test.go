@@ -103,7 +103,7 @@ func send(t *testing.T, c *http.Client, method, url, host string, h http.Header)
 // reload.
 func TestProvider_gatewayL7DataPlane(t *testing.T) {
 	b, bs := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	name := testCluster + "--gw-ns-gw"
 	pa, pb, pw := name+"-a", name+"-b", name+"-w"
@@ -357,7 +357,7 @@ func listedAsAppliedAndIdempotent(ctx context.Context, t *testing.T, b *edgebed.
 // share changes, appears and goes through the runtime API: no reload.
 func TestProvider_gatewayInvalidShare(t *testing.T) {
 	b, bs := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	name := testCluster + "--gw-ns-share"
 	pHalf, pOnly, pPlain, pGRPC := name+"-half", name+"-only", name+"-plain", name+"-grpc"

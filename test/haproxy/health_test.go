@@ -58,7 +58,7 @@ func sessionsDelta(before, after map[string]int64) map[string]int64 {
 // takes its share. No reload either way.
 func TestEdge_healthCheckTakesAMemberThatStopsAnsweringOutAndBackIn(t *testing.T) {
 	b, bs := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	members := startBackends(t, bs, "web", 3)
 	lb := model("web", 80, members)

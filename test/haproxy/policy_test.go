@@ -93,7 +93,7 @@ func cookieGet(ctx context.Context, c *http.Client, url string, jar map[string]s
 // member, which sets its cookie, without a failed request.
 func TestProvider_cookiePersistenceKeepsAClientOnItsMember(t *testing.T) {
 	b, bs := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	members := startBackends(t, bs, "web", 3)
 	policy := &lbmodel.Policy{Persistence: &lbmodel.Persistence{Type: lbmodel.PersistCookie, Name: "shop-session", TimeoutSeconds: 3600}}
@@ -186,7 +186,7 @@ func TestProvider_cookiePersistenceKeepsAClientOnItsMember(t *testing.T) {
 // and no more than its share (1/5) plus 5 % of them.
 func TestProvider_consistentHashOnTheSourceMovesFewClients(t *testing.T) {
 	b, bs := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	members := startBackends(t, bs, "web", 5)
 	lb := model("hash", 80, members[:4])
@@ -249,7 +249,7 @@ func TestProvider_consistentHashOnTheSourceMovesFewClients(t *testing.T) {
 // model keeps it enabled throughout, and no reload happens.
 func TestProvider_httpHealthCheckTakesOutAMemberThatAnswers500(t *testing.T) {
 	b, bs := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	members := startBackends(t, bs, "web", 3)
 	lb := model("checked", 80, members)
@@ -306,7 +306,7 @@ func TestProvider_httpHealthCheckTakesOutAMemberThatAnswers500(t *testing.T) {
 // near a quarter.
 func TestProvider_slowStartRampsANewMember(t *testing.T) {
 	b, bs := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	members := startBackends(t, bs, "web", 4)
 	lb := model("slow", 80, members[:3])
@@ -358,7 +358,7 @@ func TestProvider_slowStartRampsANewMember(t *testing.T) {
 // runtime too.
 func TestProvider_backendTLSVerifiesTheMember(t *testing.T) {
 	b, _ := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	member := startTLSBackend(t, "secure", "abc.example")
 	caPEM, _ := certFor(t, "unrelated.example")
@@ -434,7 +434,7 @@ func memberCert(t *testing.T, m lbmodel.Member) []byte {
 // round robin hands that member its share of 503s.
 func TestProvider_retryTakesAFailedRequestToAnotherMember(t *testing.T) {
 	b, bs := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	members := startBackends(t, bs, "web", 2)
 	bs.SetStatus(members[1].Port, "/", http.StatusServiceUnavailable)
 	lb := l7Model("retry", members, nil)

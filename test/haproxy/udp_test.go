@@ -70,7 +70,7 @@ func TestProvider_udpListenerThroughNFTablesWithWeightsAndDrain(t *testing.T) {
 	if st := status(t, b); st.UDP != edge.UDPNFTables {
 		t.Fatalf("the edge says udp %q; want %q (--udp auto, and the edge namespace forwards)", st.UDP, edge.UDPNFTables)
 	}
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	lb := model("dns", 80, startBackends(t, bs, "web", 1))
 	a, c := startUDPEcho(t, bridgeIP, "a"), startUDPEcho(t, bridgeIP, "b")
@@ -164,7 +164,7 @@ func TestProvider_udpListenersAreWarnedAboutWhenTheEdgeServesNoUDP(t *testing.T)
 	if st := status(t, b); st.UDP != edge.UDPOff {
 		t.Fatalf("the edge says udp %q; want %q (--udp off)", st.UDP, edge.UDPOff)
 	}
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	lb := model("dns", 80, startBackends(t, bs, "dns", 1))
 	lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: 53, Protocol: lbmodel.UDP,
@@ -193,7 +193,7 @@ func TestProvider_udpListenersAreWarnedAboutWhenTheEdgeServesNoUDP(t *testing.T)
 // writes the table whole from its saved state and List is the model again.
 func TestProvider_udpTableRepairedAndKeptAcrossRestarts(t *testing.T) {
 	b, _ := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	name := lbmodel.LoadBalancerName(testCluster, "ns", "dns")
 	lb := &lbmodel.LoadBalancer{Name: name, Service: "ns/dns", Listeners: []lbmodel.Listener{{Port: 53, Protocol: lbmodel.UDP,
@@ -242,7 +242,7 @@ func TestProvider_udpTableRepairedAndKeptAcrossRestarts(t *testing.T) {
 // both served, and List gives both back with the UDP pool's weights.
 func TestProvider_gatewayUDPListener(t *testing.T) {
 	b, bs := newBed(t)
-	p := openProvider(t, b, b.ProviderSection())
+	p := openProvider(t, b, b.ProviderSection(testCluster))
 	ctx := context.Background()
 	name := lbmodel.GatewayLoadBalancerName(testCluster, "ns", "gw")
 	web := startBackends(t, bs, "web", 1)

@@ -186,3 +186,44 @@ func TestLBSync_terminatingPodDrains(t *testing.T) {
 	lbsyncbed.WaitPools(t, e.NPL, ns, "web", map[string][]lbmodel.Member{pool: {lbsyncbed.Member(ip, 61000, true), lbsyncbed.Member(ip, 61001, false)}})
 	lbsyncbed.WaitPools(t, e.NPL, ns, "web", map[string][]lbmodel.Member{pool: {lbsyncbed.Member(ip, 61000, true)}})
 }
+
+// TestLBSync_collidingNamesGetTheirOwnLoadBalancers: the Services
+// <ns>-a/x and <ns>/a-x had one load balancer, <cluster>--<ns>-a-x: the
+// second's Ensure took the first's VIP and members, and deleting it left
+// the first with none (REFERENCE 17). Each now has its own name, VIP and
+// members, and deleting one leaves the other as it was.
+func TestLBSync_collidingNamesGetTheirOwnLoadBalancers(t *testing.T) {
+	e := lbsyncbed.Setup(t)
+	team := e.Namespace(t)
+	teamA := team + "-a"
+	ctx := lbsyncbed.Context(t, 30*time.Second)
+	if _, err := e.Cluster.CreateNamespace(ctx, teamA); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Client.CoreV1().Namespaces().Delete(context.Background(), teamA, metav1.DeleteOptions{}) })
+	ip0, ip1 := e.NodeIP(0), e.NodeIP(1)
+	e.Pod(t, teamA, "x-1", e.NodeName(0), lbsyncbed.List(lbsyncbed.Entry(8080, ip0, 61000, "tcp")))
+	e.Pod(t, team, "ax-1", e.NodeName(1), lbsyncbed.List(lbsyncbed.Entry(8080, ip1, 61000, "tcp")))
+	e.CreateService(t, lbsyncbed.LBService(teamA, "x", lbsyncbed.OurClass))
+	e.CreateService(t, lbsyncbed.LBService(team, "a-x", lbsyncbed.OurClass))
+	victim := map[string][]lbmodel.Member{e.NPL.PoolName(teamA, "x", lbmodel.TCP, 80): {lbsyncbed.Member(ip0, 61000, true)}}
+	lbsyncbed.WaitPools(t, e.NPL, teamA, "x", victim)
+	lbsyncbed.WaitPools(t, e.NPL, team, "a-x", map[string][]lbmodel.Member{
+		e.NPL.PoolName(team, "a-x", lbmodel.TCP, 80): {lbsyncbed.Member(ip1, 61000, true)}})
+	_, victimVIPs, _, _ := lbsyncbed.Pools(e.NPL, teamA, "x")
+	_, otherVIPs, _, _ := lbsyncbed.Pools(e.NPL, team, "a-x")
+	if len(victimVIPs) != 1 || len(otherVIPs) != 1 || victimVIPs[0] == otherVIPs[0] {
+		t.Errorf("VIPs %v and %v: want one each, distinct", victimVIPs, otherVIPs)
+	}
+	if err := e.Client.CoreV1().Services(team).Delete(ctx, "a-x", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lbsyncbed.WaitFor(t, 20*time.Second, "the load balancer of "+team+"/a-x gone", func() (bool, error) {
+		_, _, ok, err := lbsyncbed.Pools(e.NPL, team, "a-x")
+		return !ok, err
+	})
+	lbsyncbed.WaitPools(t, e.NPL, teamA, "x", victim)
+	if _, vips, _, _ := lbsyncbed.Pools(e.NPL, teamA, "x"); len(vips) != 1 || vips[0] != victimVIPs[0] {
+		t.Errorf("%s/x's VIPs after %s/a-x went: %v, want %v", teamA, team, vips, victimVIPs)
+	}
+}

@@ -69,7 +69,7 @@ func podReadyToVIP(b *testing.B, name string, gate bool) {
 	if err := bed.StartEdge(ctx); err != nil {
 		b.Fatal(err)
 	}
-	cfg := fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/%s\nresyncPeriod: 1m\ndrainSeconds: 5\n", name, name) + bed.LBSyncConfig()
+	cfg := fmt.Sprintf("clusterName: %s\nloadBalancerClass: npl.io/%s\nresyncPeriod: 1m\ndrainSeconds: 5\n", name, name) + bed.LBSyncConfig(name)
 	lbsync, err := stack.StartLBSync(ctx, c, stack.LBSyncOptions{Name: "npl-lbsync-" + name, Config: cfg})
 	if err != nil {
 		b.Fatal(err)

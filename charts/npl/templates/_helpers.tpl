@@ -137,6 +137,8 @@ install with a message rather than crash-looping npl-lbsync.
 {{- end }}
 {{- else if eq $name "bigip" }}
 {{- $_ := set $section "url" (required "provider.bigip.url is required" $p.url) }}
+{{- if and (hasPrefix "http://" $p.url) (not $p.insecure) }}{{ fail "provider.bigip.url: an http:// URL sends the BIG-IP login in clear: use https, or set provider.bigip.insecure (a test BIG-IP only)" }}{{ end }}
+{{- if $p.insecure }}{{ $_ := set $section "insecure" true }}{{ end }}
 {{- $_ := set $section "createPartition" $p.createPartition }}
 {{- $_ := set $section "tokenAuth" $p.tokenAuth }}
 {{- range $k := list "partition" "timeout" }}

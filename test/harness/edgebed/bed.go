@@ -96,7 +96,7 @@ type Bed struct {
 	ClientNetns string
 	// EdgeURL is the npl-edge API of the first edge.
 	EdgeURL string
-	Certs   Certs
+	Certs   *Certs
 	// Edges are the edge hosts: the first, and one more after AddEdge.
 	Edges []*EdgeHost
 
@@ -537,20 +537,28 @@ func (b *Bed) Close() error {
 	return errors.Join(errs...)
 }
 
-// ProviderSection is the provider.haproxy section for the given edges.
-func (b *Bed) ProviderSection(edges ...string) []byte {
+// ProviderSection is the provider.haproxy section of cluster for the given
+// edges (the first edge when none): its client certificate names cluster
+// (Certs.ClientFor), as an operator makes npl-lbsync's.
+func (b *Bed) ProviderSection(cluster string, edges ...string) []byte {
 	if len(edges) == 0 {
 		edges = []string{b.EdgeURL}
 	}
-	s, _ := json.Marshal(map[string]any{"edges": edges, "certFile": b.Certs.ClientCert, "keyFile": b.Certs.ClientKey,
+	cert, key, err := b.Certs.ClientFor(cluster)
+	if err != nil {
+		// The provider reads these files: it names the failure.
+		cert, key = filepath.Join(b.Dir, "certs", "client-for-"+cluster+"-failed: "+err.Error()), ""
+	}
+	s, _ := json.Marshal(map[string]any{"edges": edges, "certFile": cert, "keyFile": key,
 		"caFile": b.Certs.CA, "timeout": "5s"})
 	return s
 }
 
-// LBSyncConfig is the part of an npl-lbsync configuration that serves
-// the bed's edge: the VIP range as vipPool and the haproxy provider.
-func (b *Bed) LBSyncConfig() string {
-	provider, _ := json.Marshal(map[string]any{"name": "haproxy", "haproxy": json.RawMessage(b.ProviderSection())}) // cannot fail: strings and valid JSON
+// LBSyncConfig is the part of the configuration of an npl-lbsync of
+// cluster that serves the bed's edge: the VIP range as vipPool and the
+// haproxy provider.
+func (b *Bed) LBSyncConfig(cluster string) string {
+	provider, _ := json.Marshal(map[string]any{"name": "haproxy", "haproxy": json.RawMessage(b.ProviderSection(cluster))}) // cannot fail: strings and valid JSON
 	return fmt.Sprintf("vipPool: [%q]\nprovider: %s\n", VIPRange, provider)
 }
 

@@ -10,14 +10,21 @@ import (
 	"math/big"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
+
+	"github.com/nodeportlocal/npl/edge/api"
 )
 
 // Certs are the PEM files of the bed's mutual TLS: one CA signs the edge's
-// server certificate and the provider's client certificate; another CA
-// (Rogue) signs a client certificate the edge must refuse.
+// server certificate and the clients' certificates (ClientCert names no
+// cluster: it reads the edge's status; ClientFor makes one that names
+// clusters, as npl-lbsync's); another CA (Rogue) signs a client
+// certificate the edge must refuse.
 type Certs struct {
 	CA                        string
 	ServerCert, ServerKey     string
@@ -25,6 +32,37 @@ type Certs struct {
 	RogueCA                   string
 	RogueClientCert, RogueKey string
 	OtherServerCA             string
+
+	dir     string
+	ca      signer
+	mu      sync.Mutex
+	clients map[string][2]string // clusters -> cert and key files
+}
+
+// ClientFor returns the files of a client certificate of the bed's CA
+// that names clusters (api.ClusterURI of each), as the operator makes
+// npl-lbsync's: the edge lets it change those clusters' load balancers
+// only. Made once per set of clusters.
+func (c *Certs) ClientFor(clusters ...string) (certFile, keyFile string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id := strings.Join(clusters, ",")
+	if f, ok := c.clients[id]; ok {
+		return f[0], f[1], nil
+	}
+	var uris []*url.URL
+	for _, cl := range clusters {
+		uris = append(uris, api.ClusterURI(cl))
+	}
+	base := filepath.Join(c.dir, "client-"+strings.Join(clusters, "+"))
+	if err := writeLeaf(c.ca, "npl-lbsync", false, nil, uris, base+".crt", base+".key"); err != nil {
+		return "", "", err
+	}
+	if c.clients == nil {
+		c.clients = map[string][2]string{}
+	}
+	c.clients[id] = [2]string{base + ".crt", base + ".key"}
+	return base + ".crt", base + ".key", nil
 }
 
 type signer struct {
@@ -32,11 +70,11 @@ type signer struct {
 	key  *ecdsa.PrivateKey
 }
 
-func writeCerts(dir string, edgeIPs ...netip.Addr) (Certs, error) {
+func writeCerts(dir string, edgeIPs ...netip.Addr) (*Certs, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return Certs{}, err
+		return nil, err
 	}
-	c := Certs{
+	c := &Certs{
 		CA: filepath.Join(dir, "ca.crt"), ServerCert: filepath.Join(dir, "edge.crt"), ServerKey: filepath.Join(dir, "edge.key"),
 		ClientCert: filepath.Join(dir, "client.crt"), ClientKey: filepath.Join(dir, "client.key"),
 		RogueCA: filepath.Join(dir, "rogue-ca.crt"), RogueClientCert: filepath.Join(dir, "rogue.crt"), RogueKey: filepath.Join(dir, "rogue.key"),
@@ -56,6 +94,7 @@ func writeCerts(dir string, edgeIPs ...netip.Addr) (Certs, error) {
 	if err := writeCert(c.RogueCA, "", rogue.cert, nil); err != nil {
 		return c, err
 	}
+	c.dir, c.ca = dir, ca
 	for _, leaf := range []struct {
 		by             signer
 		cn             string
@@ -66,31 +105,41 @@ func writeCerts(dir string, edgeIPs ...netip.Addr) (Certs, error) {
 		{ca, "npl-lbsync", false, c.ClientCert, c.ClientKey},
 		{rogue, "npl-lbsync", false, c.RogueClientCert, c.RogueKey},
 	} {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return c, err
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: serial(), Subject: pkix.Name{CommonName: leaf.cn},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		}
-		if leaf.server {
-			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-			for _, ip := range edgeIPs {
-				tmpl.IPAddresses = append(tmpl.IPAddresses, net.IP(ip.AsSlice()))
-			}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, leaf.by.cert, &key.PublicKey, leaf.by.key)
-		if err != nil {
-			return c, err
-		}
-		cert, _ := x509.ParseCertificate(der)
-		if err := writeCert(leaf.certPath, leaf.keyP, cert, key); err != nil {
+		if err := writeLeaf(leaf.by, leaf.cn, leaf.server, edgeIPs, nil, leaf.certPath, leaf.keyP); err != nil {
 			return c, err
 		}
 	}
 	return c, nil
+}
+
+// writeLeaf writes a certificate signed by by, for a server (with the
+// addresses ips) or a client (naming uris), and its key.
+func writeLeaf(by signer, cn string, server bool, ips []netip.Addr, uris []*url.URL, certPath, keyPath string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		URIs: uris,
+	}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		for _, ip := range ips {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, net.IP(ip.AsSlice()))
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, by.cert, &key.PublicKey, by.key)
+	if err != nil {
+		return err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return err
+	}
+	return writeCert(certPath, keyPath, cert, key)
 }
 
 func newCA(cn string) (signer, error) {

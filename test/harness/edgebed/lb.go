@@ -114,7 +114,7 @@ type LBBackend struct {
 // NewLBBackend reads the load balancers of cluster from the bed's first
 // edge, whose npl-edge must run.
 func NewLBBackend(ctx context.Context, b *Bed, cluster string) (*LBBackend, error) {
-	p, err := b.OpenProvider(ctx, cluster, b.ProviderSection())
+	p, err := b.OpenProvider(ctx, cluster, b.ProviderSection(cluster))
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +127,7 @@ func (l *LBBackend) Name() string { return "haproxy" }
 // ProviderConfig is the provider section of npl-lbsync's configuration.
 func (l *LBBackend) ProviderConfig() string {
 	var section map[string]any
-	_ = json.Unmarshal(l.Bed.ProviderSection(), &section)
+	_ = json.Unmarshal(l.Bed.ProviderSection(l.Cluster), &section)
 	s, _ := json.Marshal(map[string]any{"name": "haproxy", "haproxy": section})
 	return "provider: " + string(s) + "\n"
 }
@@ -170,7 +170,7 @@ func (l *LBBackend) Writes() int {
 // returns a check that it is still there.
 func (l *LBBackend) AddForeign() (func() bool, error) {
 	ctx := context.Background()
-	p, err := l.Bed.OpenProvider(ctx, l.Cluster+"-foreign", l.Bed.ProviderSection())
+	p, err := l.Bed.OpenProvider(ctx, l.Cluster+"-foreign", l.Bed.ProviderSection(l.Cluster+"-foreign"))
 	if err != nil {
 		return nil, err
 	}

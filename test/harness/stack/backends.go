@@ -167,7 +167,7 @@ func CloseAtEnd(t testing.TB, b Backend) {
 	})
 }
 
-// Pools reads the simulator's pools named <lbName>-* and the VsVip lbName.
+// Pools reads the simulator's pools of lbName (OfLoadBalancer) and the VsVip lbName.
 func (a *aviBackend) Pools(lbName string) (map[string][]lbmodel.Member, []string, bool, error) {
 	var vips []string
 	found := false
@@ -188,7 +188,7 @@ func (a *aviBackend) Pools(lbName string) (map[string][]lbmodel.Member, []string
 	pools := map[string][]lbmodel.Member{}
 	for _, p := range a.sim.Objects("admin", "pool") {
 		name, _ := p["name"].(string)
-		if !strings.HasPrefix(name, lbName+"-") {
+		if !OfLoadBalancer(name, lbName) {
 			continue
 		}
 		found = true
@@ -217,15 +217,22 @@ func (a *aviBackend) Pools(lbName string) (map[string][]lbmodel.Member, []string
 // httppolicyset, ...) in the admin tenant, as it stores them.
 func (a *aviBackend) Objects(kind string) []map[string]any { return a.sim.Objects("admin", kind) }
 
+// OfLoadBalancer reports whether the object name is a part of the load
+// balancer lbName: named lbName-* (its listeners' pools and objects) or
+// lbName_* (its Ingress and route pools, its certificates).
+func OfLoadBalancer(name, lbName string) bool {
+	return strings.HasPrefix(name, lbName+"-") || strings.HasPrefix(name, lbName+"_")
+}
+
 // Identities returns the uuid of every VsVip, virtual service, pool, pool
 // group, HTTP policy set and certificate of a load balancer (named lbName
-// or lbName-*), keyed "kind/name".
+// or a part of it, OfLoadBalancer), keyed "kind/name".
 func (a *aviBackend) Identities(lbName string) map[string]string {
 	out := map[string]string{}
 	for _, kind := range []string{"vsvip", "virtualservice", "pool", "poolgroup", "httppolicyset", "sslkeyandcertificate"} {
 		for _, o := range a.sim.Objects("admin", kind) {
 			name, _ := o["name"].(string)
-			if name == lbName || strings.HasPrefix(name, lbName+"-") {
+			if name == lbName || OfLoadBalancer(name, lbName) {
 				uuid, _ := o["uuid"].(string)
 				out[kind+"/"+name] = uuid
 			}
@@ -274,14 +281,14 @@ func (b *bigipBackend) ProviderConfig() string { return b.config }
 func (b *bigipBackend) Writes() int            { return b.sim.Writes() }
 func (b *bigipBackend) Close()                 { b.sim.Close() }
 
-// Pools reads the simulator's pools named <lbName>-* and the VIPs of the
+// Pools reads the simulator's pools of lbName (OfLoadBalancer) and the VIPs of the
 // virtual servers of the same names.
 func (b *bigipBackend) Pools(lbName string) (map[string][]lbmodel.Member, []string, bool, error) {
 	st := b.sim.Dump()
 	pools := map[string][]lbmodel.Member{}
 	for _, p := range st.Pools {
 		name := p.FullPath[strings.LastIndex(p.FullPath, "/")+1:]
-		if !strings.HasPrefix(name, lbName+"-") {
+		if !OfLoadBalancer(name, lbName) {
 			continue
 		}
 		members := []lbmodel.Member{}
@@ -298,7 +305,7 @@ func (b *bigipBackend) Pools(lbName string) (map[string][]lbmodel.Member, []stri
 	var vips []string
 	for _, v := range st.Virtuals {
 		name := v.FullPath[strings.LastIndex(v.FullPath, "/")+1:]
-		if !strings.HasPrefix(name, lbName+"-") {
+		if !OfLoadBalancer(name, lbName) {
 			continue
 		}
 		dest, _, ok := bigipsim.SplitEndpoint(v.Destination)
