@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strings"
 )
@@ -390,11 +389,8 @@ func (r *Rule) normalize(ports map[int32]Protocol, hasPool func(string) bool) er
 			return errors.New("a Prefix path other than / has no trailing /")
 		}
 	case PathRegex:
-		if r.Path == "" {
-			return errors.New("an empty regular expression")
-		}
-		if _, err := regexp.Compile(r.Path); err != nil {
-			return fmt.Errorf("the path is not a regular expression: %w", err)
+		if err := CheckRegex(r.Path); err != nil {
+			return fmt.Errorf("the path: %w", err)
 		}
 	default:
 		return fmt.Errorf("path type %q is not Exact, Prefix or RegularExpression", r.PathType)
@@ -529,8 +525,8 @@ func normalizeMatches(what string, ms []ValueMatch, fold func(string) string) ([
 			return nil, err
 		}
 		if m.Regex {
-			if _, err := regexp.Compile(m.Value); err != nil {
-				return nil, fmt.Errorf("%s %s: not a regular expression: %w", what, m.Name, err)
+			if err := CheckRegex(m.Value); err != nil {
+				return nil, fmt.Errorf("%s %s: %w", what, m.Name, err)
 			}
 		}
 	}
