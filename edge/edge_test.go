@@ -45,6 +45,9 @@ func TestCheckRequest(t *testing.T) {
 		{"L7", "c1", l7, ""},
 		{"no VIP", "c1", noVIP, "want exactly one VIP, got 0"},
 		{"bad VIP", "c1", lb("c1--ns-web", "nope", 80), `VIP "nope" is not an IP address`},
+		{"the unspecified VIP", "c1", lb("c1--ns-web", "0.0.0.0", 8443), "0.0.0.0 is the unspecified address"},
+		{"a loopback VIP", "c1", lb("c1--ns-web", "127.0.0.1", 8443), "127.0.0.1 is a loopback address"},
+		{"a link-local VIP", "c1", lb("c1--ns-web", "169.254.169.254", 80), "a link-local address"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := checkRequest(c.cluster, c.lb)

@@ -61,6 +61,9 @@ func (lb *LoadBalancer) normalize() error {
 	}
 	if lb.RequestedVIP != "" {
 		a, err := canonicalIP(lb.RequestedVIP)
+		if err == nil {
+			err = UsableVIP(netip.MustParseAddr(a))
+		}
 		if err != nil {
 			return fmt.Errorf("requested VIP %q: %w", lb.RequestedVIP, err)
 		}
@@ -664,6 +667,30 @@ func normalizeMembers(pool Pool) ([]Member, error) {
 const maxWeight = 256
 
 func validPort(p int32) bool { return p >= 1 && p <= 65535 }
+
+// UsableVIP returns why no load balancer may serve on a: the unspecified
+// address (HAProxy binds it as every address of the host), loopback,
+// link-local and multicast addresses, and IPv4's limited broadcast; nil
+// when it may. Normalize refuses a model that requests such a VIP, and
+// npl-edge a request to serve one.
+func UsableVIP(a netip.Addr) error {
+	a = a.Unmap()
+	switch {
+	case !a.IsValid():
+		return errors.New("not an IP address")
+	case a.IsUnspecified():
+		return fmt.Errorf("%s is the unspecified address", a)
+	case a.IsLoopback():
+		return fmt.Errorf("%s is a loopback address", a)
+	case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast():
+		return fmt.Errorf("%s is a link-local address", a)
+	case a.IsMulticast():
+		return fmt.Errorf("%s is a multicast address", a)
+	case a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return fmt.Errorf("%s is the broadcast address", a)
+	}
+	return nil
+}
 
 // canonicalIP returns s as netip spells it, an IPv4-mapped IPv6 address as
 // IPv4; an address with a zone is refused, as no load balancer takes one.

@@ -142,6 +142,7 @@ func run(ctx context.Context, o *options) error {
 		IngressClass:     cfg.IngressClass(),
 		IngressSharedVIP: cfg.IngressSharedVIP(),
 		GatewayFeatures:  gateway.FeaturesFor(cfg.ProviderName()),
+		AllowedVIPs:      cfg.AllowedVIPs(),
 	}, client, provider, metrics)
 	watchCRDs := false
 	if cfg.GatewayAPIEnabled() {

@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +71,10 @@ type Settings struct {
 	// GatewayFeatures are the features announced in the status of npl's
 	// GatewayClasses (gateway.FeaturesFor the provider).
 	GatewayFeatures []gatewayv1.FeatureName
+	// AllowedVIPs are the ranges a requested VIP must lie in (the
+	// configuration's allowedVIPs, else vipPool); none refuses every
+	// requested VIP.
+	AllowedVIPs []netip.Prefix
 }
 
 // Controller reconciles load balancers with Services, Ingresses and

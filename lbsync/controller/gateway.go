@@ -315,10 +315,14 @@ func (r *gatewayReconciler) apply(ctx context.Context, key queueKey, gw *gateway
 }
 
 // programmedAfter is the Programmed condition of a Gateway whose model
-// was not applied: Invalid when the model is at fault (retrying it cannot
-// help), else Pending (the provider failed; the retry may program it), with
-// the message.
+// was not applied: AddressNotUsable when it may not have the address it
+// requests, Invalid when the model is otherwise at fault (retrying it
+// cannot help), else Pending (the provider failed; the retry may program
+// it), with the message.
 func programmedAfter(f failure) gateway.Programmed {
+	if f.reason == reasonVIPNotAllowed || f.reason == reasonVIPInUse {
+		return gateway.Programmed{Reason: string(gatewayv1.GatewayReasonAddressNotUsable), Message: f.reason + ": " + f.message}
+	}
 	if f.refused {
 		return gateway.Programmed{Reason: string(gatewayv1.GatewayReasonInvalid), Message: f.reason + ": " + f.message}
 	}
