@@ -143,6 +143,7 @@ func run(ctx context.Context, o *options) error {
 		IngressSharedVIP: cfg.IngressSharedVIP(),
 		GatewayFeatures:  gateway.FeaturesFor(cfg.ProviderName()),
 		AllowedVIPs:      cfg.AllowedVIPs(),
+		NodePortRange:    cfg.NodePortRange(),
 	}, client, provider, metrics)
 	watchCRDs := false
 	if cfg.GatewayAPIEnabled() {

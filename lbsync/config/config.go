@@ -55,6 +55,7 @@ type Config struct {
 	gatewayAPI          bool
 	vipPool             []netip.Prefix
 	allowedVIPs         []netip.Prefix
+	nodePortRange       contract.PortRange
 	resyncPeriod        time.Duration
 	drainSeconds        int
 	ipFamily            string
@@ -101,6 +102,11 @@ func (c *Config) AllowedVIPs() []netip.Prefix {
 	}
 	return c.VIPPool()
 }
+
+// NodePortRange is the range npl-agent allocates node ports from
+// (nodePortRange, default contract.DefaultPortRange): an annotation entry
+// outside it is no member.
+func (c *Config) NodePortRange() contract.PortRange { return c.nodePortRange }
 
 // ResyncPeriod is how often every Service is synced again.
 func (c *Config) ResyncPeriod() time.Duration { return c.resyncPeriod }
@@ -153,6 +159,7 @@ type file struct {
 	GatewayAPI          json.RawMessage `json:"gatewayAPI"`
 	VIPPool             []string        `json:"vipPool"`
 	AllowedVIPs         []string        `json:"allowedVIPs"`
+	NodePortRange       string          `json:"nodePortRange"`
 	ResyncPeriod        string          `json:"resyncPeriod"`
 	DrainSeconds        *int            `json:"drainSeconds"`
 	IPFamily            string          `json:"ipFamily"`
@@ -189,6 +196,7 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 		resyncPeriod:        DefaultResyncPeriod,
 		drainSeconds:        DefaultDrainSeconds,
 		ipFamily:            or(f.IPFamily, string(DefaultIPFamily)),
+		nodePortRange:       contract.DefaultPortRange,
 	}
 	if err := c.validate(&f); err != nil {
 		return nil, err
@@ -226,6 +234,11 @@ func (c *Config) validate(f *file) error {
 	}
 	if c.allowedVIPs, err = parseRanges("allowedVIPs", f.AllowedVIPs); err != nil {
 		return err
+	}
+	if f.NodePortRange != "" {
+		if c.nodePortRange, err = contract.ParsePortRange(f.NodePortRange); err != nil {
+			return fieldError("nodePortRange", "%v", err)
+		}
 	}
 	if f.ResyncPeriod != "" {
 		d, err := time.ParseDuration(f.ResyncPeriod)

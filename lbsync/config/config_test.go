@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/mock"
@@ -151,6 +152,10 @@ func TestParse_accepts(t *testing.T) {
 			}},
 		{"no requested VIP without either", "clusterName: a\nprovider: {name: mock}\n",
 			func(c *Config) bool { return len(c.AllowedVIPs()) == 0 }},
+		{"nodePortRange defaults to npl-agent's", "clusterName: a\nprovider: {name: mock}\n",
+			func(c *Config) bool { return c.NodePortRange() == contract.PortRange{Start: 61000, End: 62000} }},
+		{"nodePortRange", "clusterName: a\nnodePortRange: 40000-40999\nprovider: {name: mock}\n",
+			func(c *Config) bool { return c.NodePortRange() == contract.PortRange{Start: 40000, End: 40999} }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,6 +210,8 @@ func TestParse_errorsNameTheField(t *testing.T) {
 			"config: allowedVIPs[1]: 203.0.113.8/29 overlaps allowedVIPs[0] 203.0.113.0/28"},
 		{"allowedVIPs host bits", ok + "allowedVIPs: [203.0.113.5/28]\n",
 			"config: allowedVIPs[0]: 203.0.113.5/28 has host bits set; the range is 203.0.113.0/28"},
+		{"bad nodePortRange", ok + "nodePortRange: 62000-61000\n", `config: nodePortRange: parse port range "62000-61000": range 62000-61000 is reversed`},
+		{"nodePortRange of one number", ok + "nodePortRange: \"61000\"\n", `config: nodePortRange: parse port range "61000": want START-END`},
 		{"bad duration", ok + "resyncPeriod: 10 minutes\n", `config: resyncPeriod: time: unknown unit " minutes" in duration "10 minutes"`},
 		{"duration without a unit", ok + "resyncPeriod: 600\n", "config: resyncPeriod: want a string, got a JSON number"},
 		{"zero resyncPeriod", ok + "resyncPeriod: 0s\n", "config: resyncPeriod: 0s is not positive"},

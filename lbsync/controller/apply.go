@@ -45,6 +45,8 @@ type applier struct {
 	moved map[memberAddr]time.Time
 	// vips decides whether a model may have the VIP it requests (vips.go).
 	vips *vipGuard
+	// entries tells Pods why entries of their annotation are no members.
+	entries untrustedEntries
 }
 
 func newApplier(cl *cluster, provider providers.Provider) *applier {
@@ -99,6 +101,7 @@ type failure struct {
 // stays as it is: the key is not retried. It returns the model as applied,
 // nil when it was not.
 func (a *applier) apply(ctx context.Context, m model) (*lbmodel.LoadBalancer, syncResult) {
+	a.entries.tell(a.cluster, m.report)
 	lb := m.lb
 	a.applyDrains(m.key, lb)
 	hash := modelHash(lb)

@@ -20,6 +20,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -75,6 +76,11 @@ type Settings struct {
 	// configuration's allowedVIPs, else vipPool); none refuses every
 	// requested VIP.
 	AllowedVIPs []netip.Prefix
+	// NodePortRange is the range npl-agent allocates node ports from
+	// (default contract.DefaultPortRange): annotation entries outside it,
+	// or that name an address of another node than the Pod's, are no
+	// members (builder.Input.AgentPorts).
+	NodePortRange contract.PortRange
 }
 
 // Controller reconciles load balancers with Services, Ingresses and
@@ -118,6 +124,9 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	}
 	if settings.ResyncPeriod <= 0 {
 		settings.ResyncPeriod = 10 * time.Minute
+	}
+	if settings.NodePortRange == (contract.PortRange{}) {
+		settings.NodePortRange = contract.DefaultPortRange
 	}
 	cl := &cluster{
 		settings: settings,
@@ -185,7 +194,10 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	_, _ = podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.services.podChanged(nil, obj) },
 		UpdateFunc: c.services.podChanged,
-		DeleteFunc: func(obj any) { c.services.podChanged(nil, obj) },
+		DeleteFunc: func(obj any) {
+			c.services.podChanged(nil, obj)
+			c.applier.entries.podDeleted(obj)
+		},
 	})
 	_, _ = sliceInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.services.sliceChanged(nil, obj) },
@@ -338,8 +350,11 @@ func keyOf(obj metav1.Object) string {
 	return obj.GetNamespace() + "/" + obj.GetName()
 }
 
+// nodesChanged queues everything when a Node comes or goes: in NodePort
+// mode nodes are the members, in NodePortLocal mode their addresses are
+// those the annotation entries of their Pods may name.
 func (c *Controller) nodesChanged() {
-	if c.settings.ServiceType != builder.ServiceTypeNodePort {
+	if c.settings.ServiceType == builder.ServiceTypeClusterIP {
 		return
 	}
 	c.queueAll(false)
@@ -348,10 +363,16 @@ func (c *Controller) nodesChanged() {
 func (c *Controller) nodeUpdated(oldObj, obj any) {
 	old, ok1 := oldObj.(*corev1.Node)
 	cur, ok2 := obj.(*corev1.Node)
-	if !ok1 || !ok2 || nodeView(old) == nodeView(cur) {
+	if !ok1 || !ok2 {
 		return
 	}
-	c.nodesChanged()
+	changed := nodeView(old) != nodeView(cur)
+	if c.settings.ServiceType != builder.ServiceTypeNodePort {
+		changed = !apiequality.Semantic.DeepEqual(old.Status.Addresses, cur.Status.Addresses)
+	}
+	if changed {
+		c.nodesChanged()
+	}
 }
 
 // nodeView is what NodePort mode reads of a Node, to ignore heartbeats.

@@ -398,8 +398,7 @@ func (r *gatewayReconciler) input(ctx context.Context, gw *gatewayv1.Gateway) (g
 		Namespaces: inputs.Typed[*corev1.Namespace](g.namespace.List()),
 	}
 	src.ReferenceGrants, _ = g.grants.List(labels.Everything())
-	set := inputs.Settings{ClusterName: r.settings.ClusterName, ServiceType: r.settings.ServiceType, Family: r.settings.Family}
-	in, err := r.store.GatewayInput(ctx, set, gw, src, inputs.APISecrets(r.client))
+	in, err := r.store.GatewayInput(ctx, r.inputSettings(), gw, src, inputs.APISecrets(r.client))
 	in.Checker = r.checker
 	if err == nil {
 		r.tellForbidden(gw, in.ForbiddenSecrets)

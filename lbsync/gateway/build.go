@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/providers"
@@ -40,7 +41,7 @@ type Input struct {
 	// Services from routes, to certificate Secrets from the Gateway.
 	ReferenceGrants []*gatewayv1.ReferenceGrant
 	// Services, Pods, Nodes and Secrets are candidates; Build matches
-	// namespaces and names itself. Nodes are used in NodePort mode only.
+	// namespaces and names itself. Nodes are as for builder.Input.
 	Services []*corev1.Service
 	Pods     []*corev1.Pod
 	Nodes    []*corev1.Node
@@ -59,6 +60,9 @@ type Input struct {
 	// either, so MissingSecrets does not count them (the controller looks
 	// for them again less often).
 	ForbiddenSecrets []string
+	// AgentPorts is as for builder.Input: which annotation entries may be
+	// members (Nodes are then the Pods' nodes).
+	AgentPorts contract.PortRange
 }
 
 // Result is what Build returns: the model, and the statuses it decides.

@@ -43,7 +43,7 @@ type Input struct {
 	IngressClass string
 	// Services, Pods, Nodes and Secrets are candidates, for
 	// example those of the Ingresses' namespaces; Build matches namespaces
-	// and names itself. Nodes are used in NodePort mode only.
+	// and names itself. Nodes are as for builder.Input.
 	Services []*corev1.Service
 	Pods     []*corev1.Pod
 	Nodes    []*corev1.Node
@@ -51,6 +51,9 @@ type Input struct {
 	// EndpointSlices are the hand-written slices of the backend Services:
 	// they choose the Pods of a Service without a selector.
 	EndpointSlices []*discoveryv1.EndpointSlice
+	// AgentPorts is as for builder.Input: which annotation entries may be
+	// members (Nodes are then the Pods' nodes).
+	AgentPorts contract.PortRange
 }
 
 // LoadBalancerName returns the name of the load balancer that serves ing:
@@ -357,7 +360,7 @@ func (b *build) members(ing *networkingv1.Ingress, ref backendRef) []lbmodel.Mem
 	}
 	members, rep := builder.Members(builder.Input{
 		ClusterName: b.in.ClusterName, ServiceType: b.in.ServiceType, Family: b.in.Family, Service: svc,
-		Pods: b.in.Pods, Nodes: b.in.Nodes, EndpointSlices: b.in.EndpointSlices,
+		Pods: b.in.Pods, Nodes: b.in.Nodes, EndpointSlices: b.in.EndpointSlices, AgentPorts: b.in.AgentPorts,
 	}, *sp)
 	b.r.AddBackend(svcID, rep)
 	if members == nil {

@@ -89,6 +89,8 @@ type Settings struct {
 	// Checker is the provider's check of a Gateway's listeners and rules,
 	// as npl-lbsync builds with it (nil: all of them are served).
 	Checker providers.ModelChecker
+	// AgentPorts is npl-lbsync's nodePortRange (inputs.Settings).
+	AgentPorts contract.PortRange
 }
 
 // Expected builds the load balancers the cluster expects for the Services,
@@ -98,7 +100,8 @@ type Settings struct {
 // Gateways are read with gc when it is not nil (npl-lbsync serves the
 // Gateway API) and the API server serves the Gateway API.
 func Expected(ctx context.Context, client kubernetes.Interface, gc gatewayclient.Interface, namespace string, s Settings, secrets inputs.SecretGetter) ([]*lbmodel.LoadBalancer, error) {
-	set := inputs.Settings{ClusterName: s.ClusterName, ServiceType: s.ServiceType, Family: s.Family, IngressClass: s.IngressClass}
+	set := inputs.Settings{ClusterName: s.ClusterName, ServiceType: s.ServiceType, Family: s.Family, IngressClass: s.IngressClass,
+		AgentPorts: s.AgentPorts}
 	store, err := inputs.FromAPI(ctx, client, namespace, set)
 	if err != nil {
 		return nil, err
