@@ -110,7 +110,8 @@ var standardLabels = []string{
 	"app.kubernetes.io/version", "app.kubernetes.io/managed-by",
 }
 
-var clusterScoped = map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "IngressClass": true, "MutatingWebhookConfiguration": true}
+var clusterScoped = map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "IngressClass": true, "MutatingWebhookConfiguration": true,
+	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
 
 func checkLabels(t *testing.T, r *release) {
 	for _, o := range r.objects {
