@@ -52,6 +52,9 @@ func Normalize(lb *LoadBalancer) (*LoadBalancer, error) {
 	if err := out.normalize(); err != nil {
 		return nil, &InvalidModelError{LoadBalancer: lb.Name, Err: err}
 	}
+	if n := Size(out); n > MaxModelBytes {
+		return nil, &InvalidModelError{LoadBalancer: lb.Name, Err: fmt.Errorf("%d bytes, more than %d", n, MaxModelBytes)}
+	}
 	return out, nil
 }
 
