@@ -72,11 +72,14 @@ type gatewayReconciler struct {
 	// npl-lbsync may not read, as last told in a Warning Event, so that
 	// the Event fires when they change, not on every poll.
 	forbiddenTold map[queueKey]string
+	// routesTold holds, per Gateway, the Events last told its routes
+	// (tellRoutes), so that they fire when they change, not on every sync.
+	routesTold map[queueKey]string
 }
 
 func newGatewayReconciler(cl *cluster, a *applier, checker providers.ModelChecker) *gatewayReconciler {
 	return &gatewayReconciler{cluster: cl, applier: a, checker: checker,
-		vips: map[queueKey][]string{}, gone: map[queueKey]bool{}, forbiddenTold: map[queueKey]string{}}
+		vips: map[queueKey][]string{}, gone: map[queueKey]bool{}, forbiddenTold: map[queueKey]string{}, routesTold: map[queueKey]string{}}
 }
 
 func (r *gatewayReconciler) kinds() []kind { return []kind{kindGateway} }
@@ -188,6 +191,7 @@ func (r *gatewayReconciler) sync(ctx context.Context, key queueKey) syncResult {
 	for _, e := range res.Report.Errors {
 		r.recorder.Event(gw, corev1.EventTypeWarning, "InvalidGateway", e)
 	}
+	r.tellRoutes(key, &in, res.RouteEvents)
 	for _, w := range res.Report.Warnings {
 		r.recorder.Event(gw, corev1.EventTypeWarning, "GatewayWarning", w)
 	}
@@ -245,6 +249,7 @@ func (r *gatewayReconciler) release(ctx context.Context, key queueKey, missing b
 	r.forget(key)
 	r.mu.Lock()
 	delete(r.forbiddenTold, key)
+	delete(r.routesTold, key)
 	r.mu.Unlock()
 	return r.writeRouteStatuses(ctx, key, nil)
 }
@@ -427,6 +432,34 @@ func (r *gatewayReconciler) tellForbidden(gw *gatewayv1.Gateway, forbidden []str
 	for _, secret := range forbidden {
 		r.recorder.Eventf(gw, corev1.EventTypeWarning, "TLSSecretForbidden",
 			"Cannot read TLS Secret %s: npl-lbsync may not read Secrets", secret)
+	}
+}
+
+// tellRoutes sends the routes of a Gateway's build their Warning Events
+// (a host another namespace owns, a route too large) when they differ
+// from those last told for the Gateway: a Gateway syncs on every change of
+// its backends' Pods.
+func (r *gatewayReconciler) tellRoutes(key queueKey, in *gateway.Input, events []gateway.RouteEvent) {
+	var b strings.Builder
+	for _, ev := range events {
+		fmt.Fprintf(&b, "%s %s/%s %s %s\n", ev.Kind, ev.Namespace, ev.Name, ev.Reason, ev.Message)
+	}
+	now := b.String()
+	r.mu.Lock()
+	told := r.routesTold[key]
+	if now == "" {
+		delete(r.routesTold, key)
+	} else {
+		r.routesTold[key] = now
+	}
+	r.mu.Unlock()
+	if now == told {
+		return
+	}
+	for _, ev := range events {
+		if obj := in.Route(ev.Kind, ev.Namespace, ev.Name); obj != nil {
+			r.recorder.Event(obj, corev1.EventTypeWarning, ev.Reason, ev.Message)
+		}
 	}
 }
 

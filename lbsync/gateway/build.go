@@ -86,7 +86,27 @@ type Result struct {
 	// MissingSecrets is set when a listener names a Secret that does not
 	// exist (yet): npl-lbsync watches no Secret, so it looks again later.
 	MissingSecrets bool
+	// RouteEvents are Warning Events for the owners of routes: a route's
+	// condition says the same, in the Gateway's parent status.
+	RouteEvents []RouteEvent
 }
+
+// RouteEvent is a Warning Event for a route.
+type RouteEvent struct {
+	// Kind is the route's kind: KindHTTPRoute, KindGRPCRoute, ...
+	Kind, Namespace, Name string
+	Reason, Message       string
+}
+
+// ReasonHostnameInUse is the reason of a route's Accepted condition and
+// Event when a host it claims on a shared listener belongs to another
+// namespace (ownership.go).
+const ReasonHostnameInUse = "HostnameInUse"
+
+// ReasonTooLarge is the reason of a route's Event when it is left out for
+// its size: more rules than one object may add, or more bytes than the
+// model has left (lbmodel.MaxObjectRules, MaxModelBytes).
+const ReasonTooLarge = "TooLarge"
 
 // ListenerResult is one listener's status as Build decides it.
 type ListenerResult struct {
@@ -126,6 +146,14 @@ type build struct {
 	secrets  map[string]*corev1.Secret
 	nsLabels map[string]labels.Set
 	pools    map[string]*lbmodel.Pool
+	// poolOrder are the names of the rules' pools in the order they were
+	// made, so that a refused route takes away its own only.
+	poolOrder []string
+	// size is the bytes the model takes so far (lbmodel.Size): the
+	// listeners' certificates, then the routes' rules and pools.
+	size int
+	// owners holds who owns each host of a shared listener (ownership.go).
+	owners   map[hostKey]*routeView
 	backends map[ServiceRef]bool
 	// missingSecrets: see Result.MissingSecrets.
 	missingSecrets bool
@@ -182,6 +210,7 @@ func Build(in Input) Result {
 
 	listeners := b.listeners()
 	res.Accepted = b.acceptedCondition(listeners, addrErr)
+	b.size = certBytes(listeners)
 
 	res.MissingSecrets = b.missingSecrets
 	for _, at := range b.routes(listeners, &res) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
@@ -190,6 +191,35 @@ func WithStatusParents(obj any, parents []gatewayv1.RouteParentStatus) any {
 // compareRoutes orders routes by kind, namespace and name.
 func compareRoutes(a, b *routeView) int {
 	return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.meta.Namespace, b.meta.Namespace), cmp.Compare(a.meta.Name, b.meta.Name))
+}
+
+// Route returns the route object of kind, namespace and name among in's
+// routes, nil when it has none.
+func (in *Input) Route(kind, namespace, name string) runtime.Object {
+	find := func(o metav1.Object) bool { return o.GetNamespace() == namespace && o.GetName() == name }
+	switch kind {
+	case KindHTTPRoute:
+		if i := slices.IndexFunc(in.Routes, func(r *gatewayv1.HTTPRoute) bool { return find(r) }); i >= 0 {
+			return in.Routes[i]
+		}
+	case KindGRPCRoute:
+		if i := slices.IndexFunc(in.GRPCRoutes, func(r *gatewayv1.GRPCRoute) bool { return find(r) }); i >= 0 {
+			return in.GRPCRoutes[i]
+		}
+	case KindTCPRoute:
+		if i := slices.IndexFunc(in.TCPRoutes, func(r *gatewayv1.TCPRoute) bool { return find(r) }); i >= 0 {
+			return in.TCPRoutes[i]
+		}
+	case KindUDPRoute:
+		if i := slices.IndexFunc(in.UDPRoutes, func(r *gatewayv1.UDPRoute) bool { return find(r) }); i >= 0 {
+			return in.UDPRoutes[i]
+		}
+	case KindTLSRoute:
+		if i := slices.IndexFunc(in.TLSRoutes, func(r *gatewayv1.TLSRoute) bool { return find(r) }); i >= 0 {
+			return in.TLSRoutes[i]
+		}
+	}
+	return nil
 }
 
 // AddRoute puts a route object of any kind npl-lbsync reads into the
