@@ -416,17 +416,7 @@ func (r *gatewayReconciler) input(ctx context.Context, gw *gatewayv1.Gateway) (g
 // the Gateway is polled while it names one (forbiddenSecretRetry), and
 // one Event per poll would flood its Events.
 func (r *gatewayReconciler) tellForbidden(gw *gatewayv1.Gateway, forbidden []string) {
-	key := gatewayKey(gw.Namespace, gw.Name)
-	now := strings.Join(forbidden, ",")
-	r.mu.Lock()
-	told := r.forbiddenTold[key]
-	if now == "" {
-		delete(r.forbiddenTold, key)
-	} else {
-		r.forbiddenTold[key] = now
-	}
-	r.mu.Unlock()
-	if now == told {
+	if !r.retell(r.forbiddenTold, gatewayKey(gw.Namespace, gw.Name), strings.Join(forbidden, ",")) {
 		return
 	}
 	for _, secret := range forbidden {
@@ -444,16 +434,7 @@ func (r *gatewayReconciler) tellRoutes(key queueKey, in *gateway.Input, events [
 	for _, ev := range events {
 		fmt.Fprintf(&b, "%s %s/%s %s %s\n", ev.Kind, ev.Namespace, ev.Name, ev.Reason, ev.Message)
 	}
-	now := b.String()
-	r.mu.Lock()
-	told := r.routesTold[key]
-	if now == "" {
-		delete(r.routesTold, key)
-	} else {
-		r.routesTold[key] = now
-	}
-	r.mu.Unlock()
-	if now == told {
+	if !r.retell(r.routesTold, key, b.String()) {
 		return
 	}
 	for _, ev := range events {
@@ -461,6 +442,21 @@ func (r *gatewayReconciler) tellRoutes(key queueKey, in *gateway.Input, events [
 			r.recorder.Event(obj, corev1.EventTypeWarning, ev.Reason, ev.Message)
 		}
 	}
+}
+
+// retell records now as what key was last told in told ("" forgets it)
+// and reports whether it differs from what was told before: Events fire
+// when what they say changes, not on every sync.
+func (r *gatewayReconciler) retell(told map[queueKey]string, key queueKey, now string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	before := told[key]
+	if now == "" {
+		delete(told, key)
+	} else {
+		told[key] = now
+	}
+	return now != before
 }
 
 // statusPatch is a merge patch that sets status to st, with the listed

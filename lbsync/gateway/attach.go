@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
@@ -61,29 +62,14 @@ type listenerHosts struct {
 // sorted by kind, namespace and name.
 func (b *build) candidates() []*routeView {
 	var out []*routeView
-	add := func(obj any) {
+	b.in.eachRoute(func(obj runtime.Object) {
 		r := routeOf(obj)
 		if r != nil && slices.ContainsFunc(r.parents, func(p gatewayv1.ParentReference) bool {
 			return NamesGateway(r.meta.Namespace, p, b.gw.Namespace, b.gw.Name)
 		}) {
 			out = append(out, r)
 		}
-	}
-	for _, r := range b.in.Routes {
-		add(r)
-	}
-	for _, r := range b.in.GRPCRoutes {
-		add(r)
-	}
-	for _, r := range b.in.TCPRoutes {
-		add(r)
-	}
-	for _, r := range b.in.UDPRoutes {
-		add(r)
-	}
-	for _, r := range b.in.TLSRoutes {
-		add(r)
-	}
+	})
 	slices.SortFunc(out, compareRoutes)
 	return out
 }

@@ -196,30 +196,32 @@ func compareRoutes(a, b *routeView) int {
 // Route returns the route object of kind, namespace and name among in's
 // routes, nil when it has none.
 func (in *Input) Route(kind, namespace, name string) runtime.Object {
-	find := func(o metav1.Object) bool { return o.GetNamespace() == namespace && o.GetName() == name }
-	switch kind {
-	case KindHTTPRoute:
-		if i := slices.IndexFunc(in.Routes, func(r *gatewayv1.HTTPRoute) bool { return find(r) }); i >= 0 {
-			return in.Routes[i]
+	var found runtime.Object
+	in.eachRoute(func(obj runtime.Object) {
+		if r := routeOf(obj); r != nil && r.kind == kind && r.meta.Namespace == namespace && r.meta.Name == name {
+			found = obj
 		}
-	case KindGRPCRoute:
-		if i := slices.IndexFunc(in.GRPCRoutes, func(r *gatewayv1.GRPCRoute) bool { return find(r) }); i >= 0 {
-			return in.GRPCRoutes[i]
-		}
-	case KindTCPRoute:
-		if i := slices.IndexFunc(in.TCPRoutes, func(r *gatewayv1.TCPRoute) bool { return find(r) }); i >= 0 {
-			return in.TCPRoutes[i]
-		}
-	case KindUDPRoute:
-		if i := slices.IndexFunc(in.UDPRoutes, func(r *gatewayv1.UDPRoute) bool { return find(r) }); i >= 0 {
-			return in.UDPRoutes[i]
-		}
-	case KindTLSRoute:
-		if i := slices.IndexFunc(in.TLSRoutes, func(r *gatewayv1.TLSRoute) bool { return find(r) }); i >= 0 {
-			return in.TLSRoutes[i]
-		}
+	})
+	return found
+}
+
+// eachRoute calls f with each route of in, of every kind.
+func (in *Input) eachRoute(f func(runtime.Object)) {
+	for _, r := range in.Routes {
+		f(r)
 	}
-	return nil
+	for _, r := range in.GRPCRoutes {
+		f(r)
+	}
+	for _, r := range in.TCPRoutes {
+		f(r)
+	}
+	for _, r := range in.UDPRoutes {
+		f(r)
+	}
+	for _, r := range in.TLSRoutes {
+		f(r)
+	}
 }
 
 // AddRoute puts a route object of any kind npl-lbsync reads into the

@@ -41,6 +41,35 @@ import (
 // attack of the security review (docs/design.md, Tenant isolation), with
 // real requests through the VIP.
 
+// hostileLBSync starts, on the cluster bed, npl-lbsync name with config
+// added to its configuration and the chart's grants for values, and
+// returns the bed and the clients (the Gateway API's installed when
+// gatewayAPI).
+func hostileLBSync(t *testing.T, name, config string, values map[string]any, gatewayAPI bool) (*cluster.Cluster, *edgebed.Bed,
+	kubernetes.Interface, gatewayclient.Interface) {
+	t.Helper()
+	c, b := clusterBed(t)
+	ctx := context.Background()
+	if gatewayAPI {
+		if err := c.InstallGatewayAPI(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(values) > 0 {
+		if err := stack.GrantChartValues(ctx, c, values); err != nil {
+			t.Fatal(err)
+		}
+	}
+	extraConfig = config
+	startLBSync(t, c, b, name)
+	extraConfig = ""
+	gc, err := gatewayclient.NewForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, b, c.Client(), gc
+}
+
 // tenantApp runs app (a Deployment of the test server and its Service on
 // port 80) in ns.
 func tenantApp(t *testing.T, client kubernetes.Interface, ns, app string, replicas int32) {
@@ -181,16 +210,10 @@ func warningEvent(t *testing.T, client kubernetes.Interface, ns, kind, name, rea
 // shop's certificate, and its /login reaches the shop's Pod; the tenant's
 // own host works, and its Ingress says what was refused.
 func TestHostile_aStolenHostAndCertificate(t *testing.T) {
-	c, b := clusterBed(t)
+	const class = "npl-hostile-tls"
+	c, b, client, _ := hostileLBSync(t, "hostile-tls", "ingressClass: "+class+"\ningressSharedVIP: true\n",
+		map[string]any{"ingressClass.readTLSSecrets": true}, false)
 	ctx := context.Background()
-	if err := stack.GrantChartValues(ctx, c, map[string]any{"ingressClass.readTLSSecrets": true}); err != nil {
-		t.Fatal(err)
-	}
-	class := "npl-hostile-tls"
-	extraConfig = "ingressClass: " + class + "\ningressSharedVIP: true\n"
-	startLBSync(t, c, b, "hostile-tls")
-	extraConfig = ""
-	client := c.Client()
 	ingressClass(t, client, class)
 	// The attacker's namespace sorts first: the certificates of the shared
 	// listener were sorted by namespace/name, the first one HAProxy's
@@ -259,12 +282,8 @@ func TestHostile_aStolenHostAndCertificate(t *testing.T) {
 // 0.0.0.0 (HAProxy bound it as every address of the edge) or 127.0.0.1 is
 // refused: its condition says why, and the edge serves nothing for it.
 func TestHostile_theUnspecifiedAndLoopbackVIPsAreNeverServed(t *testing.T) {
-	c, b := clusterBed(t)
 	const name = "hostile-vip"
-	extraConfig = "allowedVIPs: [\"0.0.0.0/0\"]\n"
-	startLBSync(t, c, b, name)
-	extraConfig = ""
-	client := c.Client()
+	c, b, client, _ := hostileLBSync(t, name, "allowedVIPs: [\"0.0.0.0/0\"]\n", nil, false)
 	ctx := context.Background()
 	ns := c.TestNamespace(t)
 	tenantApp(t, client, ns, "web", 1)
@@ -419,23 +438,10 @@ func scaleServed(t *testing.T, client kubernetes.Interface, b *edgebed.Bed, ns, 
 // tenant's members change on both load balancers within the usual time,
 // and each bad object is refused alone and says why.
 func TestHostile_badObjectsStopOnlyThemselves(t *testing.T) {
-	c, b := clusterBed(t)
+	const class = "npl-hostile-bad"
+	c, b, client, gc := hostileLBSync(t, "hostile-bad", "ingressClass: "+class+"\ningressSharedVIP: true\ngatewayAPI: {enabled: true}\n",
+		map[string]any{"gatewayAPI.enabled": true}, true)
 	ctx := context.Background()
-	if err := c.InstallGatewayAPI(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := stack.GrantChartValues(ctx, c, map[string]any{"gatewayAPI.enabled": true}); err != nil {
-		t.Fatal(err)
-	}
-	class := "npl-hostile-bad"
-	extraConfig = "ingressClass: " + class + "\ningressSharedVIP: true\ngatewayAPI: {enabled: true}\n"
-	startLBSync(t, c, b, "hostile-bad")
-	extraConfig = ""
-	client := c.Client()
-	gc, err := gatewayclient.NewForConfig(c.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	ingressClass(t, client, class)
 	infra, shop, evil := c.TestNamespace(t), c.TestNamespace(t), c.TestNamespace(t)
 	tenantApp(t, client, shop, "shop", 1)
@@ -479,22 +485,8 @@ func TestHostile_badObjectsStopOnlyThemselves(t *testing.T) {
 // 8 MiB) on a shared Gateway is refused alone, with a TooLarge Event, and
 // another tenant's route keeps updating.
 func TestHostile_anOversizeRouteStopsOnlyItself(t *testing.T) {
-	c, b := clusterBed(t)
+	c, b, client, gc := hostileLBSync(t, "hostile-size", "gatewayAPI: {enabled: true}\n", map[string]any{"gatewayAPI.enabled": true}, true)
 	ctx := context.Background()
-	if err := c.InstallGatewayAPI(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := stack.GrantChartValues(ctx, c, map[string]any{"gatewayAPI.enabled": true}); err != nil {
-		t.Fatal(err)
-	}
-	extraConfig = "gatewayAPI: {enabled: true}\n"
-	startLBSync(t, c, b, "hostile-size")
-	extraConfig = ""
-	client := c.Client()
-	gc, err := gatewayclient.NewForConfig(c.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	infra, shop, evil := c.TestNamespace(t), c.TestNamespace(t), c.TestNamespace(t)
 	tenantApp(t, client, shop, "shop", 1)
 	tenantApp(t, client, evil, "evil", 1)
