@@ -163,16 +163,20 @@ func buildFrom(in Input, mode string, ingresses []*networkingv1.Ingress, r *buil
 		rules, pools := len(lb.HTTP.Rules), len(b.poolOrder)
 		b.add(ing, lb)
 		added := lb.HTTP.Rules[rules:]
-		size += lbmodel.JSONSize(added) + b.certBytes[ing]
+		n := lbmodel.JSONSize(added) + b.certBytes[ing]
 		for _, name := range b.poolOrder[pools:] {
-			size += lbmodel.JSONSize(b.pools[name])
+			n += lbmodel.JSONSize(b.pools[name])
 		}
+		// The Ingresses refused here are built again without: they take
+		// no room from the newer ones.
 		switch {
 		case !in.SharedVIP:
 		case len(added) > lbmodel.MaxObjectRules:
 			refused[ing] = fmt.Sprintf("it adds %d rules, more than %d", len(added), lbmodel.MaxObjectRules)
-		case size > lbmodel.MaxModelBytes:
-			refused[ing] = fmt.Sprintf("with it the model would take more than %d bytes", lbmodel.MaxModelBytes)
+		case size+n > lbmodel.MaxModelBytes:
+			refused[ing] = fmt.Sprintf("with its %d bytes the model would take more than %d: the older Ingresses fill it", n, lbmodel.MaxModelBytes)
+		default:
+			size += n
 		}
 	}
 
