@@ -61,6 +61,9 @@ func TestCheckRequest(t *testing.T) {
 		{"a name a configuration would quote", "c1", lb("c1--ns-web\nfrontend x", "198.18.200.1", 80), "holds a character"},
 		{"a policy HAProxy serves", "c1", sticky, ""},
 		{"a policy the edge cannot serve", "c1", stickyUDP, "pool c1--ns-web-UDP-53: policy persistence.type=SourceIP is not supported by the haproxy provider"},
+		{"the unspecified VIP", "c1", lb("c1--ns-web", "0.0.0.0", 8443), "0.0.0.0 is the unspecified address"},
+		{"a loopback VIP", "c1", lb("c1--ns-web", "127.0.0.1", 8443), "127.0.0.1 is a loopback address"},
+		{"a link-local VIP", "c1", lb("c1--ns-web", "169.254.169.254", 80), "a link-local address"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := checkRequest(c.cluster, c.lb)

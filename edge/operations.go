@@ -229,6 +229,9 @@ func checkRequest(cluster string, lb *lbmodel.LoadBalancer) (*lbmodel.LoadBalanc
 	if err != nil || vip.Zone() != "" {
 		return nil, fmt.Errorf("%w: load balancer %s: VIP %q is not an IP address", ErrInvalid, n.Name, n.VIPs[0])
 	}
+	if err := lbmodel.UsableVIP(vip); err != nil {
+		return nil, fmt.Errorf("%w: load balancer %s: VIP: %v", ErrInvalid, n.Name, err)
+	}
 	n.VIPs = []string{vip.Unmap().String()}
 	return n, nil
 }

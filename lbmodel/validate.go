@@ -53,6 +53,9 @@ func Normalize(lb *LoadBalancer) (*LoadBalancer, error) {
 	if err := out.normalize(); err != nil {
 		return nil, &InvalidModelError{LoadBalancer: lb.Name, Err: err}
 	}
+	if n := Size(out); n > MaxModelBytes {
+		return nil, &InvalidModelError{LoadBalancer: lb.Name, Err: fmt.Errorf("%d bytes, more than %d", n, MaxModelBytes)}
+	}
 	return out, nil
 }
 
@@ -70,6 +73,9 @@ func (lb *LoadBalancer) normalize() error {
 	}
 	if lb.RequestedVIP != "" {
 		a, err := canonicalIP(lb.RequestedVIP)
+		if err == nil {
+			err = UsableVIP(netip.MustParseAddr(a))
+		}
 		if err != nil {
 			return fmt.Errorf("requested VIP %q: %w", lb.RequestedVIP, err)
 		}
@@ -407,11 +413,8 @@ func (r *Rule) normalize(ports map[int32]Protocol, hasPool func(string) bool) er
 			return errors.New("a Prefix path other than / has no trailing /")
 		}
 	case PathRegex:
-		if r.Path == "" {
-			return errors.New("an empty regular expression")
-		}
-		if _, err := regexp.Compile(r.Path); err != nil {
-			return fmt.Errorf("the path is not a regular expression: %w", err)
+		if err := CheckRegex(r.Path); err != nil {
+			return fmt.Errorf("the path: %w", err)
 		}
 	default:
 		return fmt.Errorf("path type %q is not Exact, Prefix or RegularExpression", r.PathType)
@@ -546,8 +549,8 @@ func normalizeMatches(what string, ms []ValueMatch, fold func(string) string) ([
 			return nil, err
 		}
 		if m.Regex {
-			if _, err := regexp.Compile(m.Value); err != nil {
-				return nil, fmt.Errorf("%s %s: not a regular expression: %w", what, m.Name, err)
+			if err := CheckRegex(m.Value); err != nil {
+				return nil, fmt.Errorf("%s %s: %w", what, m.Name, err)
 			}
 		}
 	}
@@ -709,6 +712,30 @@ func normalizeMembers(pool Pool) ([]Member, error) {
 const maxWeight = 256
 
 func validPort(p int32) bool { return p >= 1 && p <= 65535 }
+
+// UsableVIP returns why no load balancer may serve on a: the unspecified
+// address (HAProxy binds it as every address of the host), loopback,
+// link-local and multicast addresses, and IPv4's limited broadcast; nil
+// when it may. Normalize refuses a model that requests such a VIP, and
+// npl-edge a request to serve one.
+func UsableVIP(a netip.Addr) error {
+	a = a.Unmap()
+	switch {
+	case !a.IsValid():
+		return errors.New("not an IP address")
+	case a.IsUnspecified():
+		return fmt.Errorf("%s is the unspecified address", a)
+	case a.IsLoopback():
+		return fmt.Errorf("%s is a loopback address", a)
+	case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast():
+		return fmt.Errorf("%s is a link-local address", a)
+	case a.IsMulticast():
+		return fmt.Errorf("%s is a multicast address", a)
+	case a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return fmt.Errorf("%s is the broadcast address", a)
+	}
+	return nil
+}
 
 // canonicalIP returns s as netip spells it, an IPv4-mapped IPv6 address as
 // IPv4; an address with a zone is refused, as no load balancer takes one.

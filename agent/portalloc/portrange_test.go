@@ -15,9 +15,9 @@ func TestParseRange(t *testing.T) {
 		want    Range
 		wantErr string
 	}{
-		{in: "61000-62000", want: Range{61000, 62000}},
-		{in: " 1-65535 ", want: Range{1, 65535}},
-		{in: "61000-61000", want: Range{61000, 61000}},
+		{in: "61000-62000", want: Range{Start: 61000, End: 62000}},
+		{in: " 1-65535 ", want: Range{Start: 1, End: 65535}},
+		{in: "61000-61000", want: Range{Start: 61000, End: 61000}},
 		{in: "62000-61000", wantErr: "reversed"},
 		{in: "0-100", wantErr: "out of 1-65535"},
 		{in: "61000-65536", wantErr: "out of 1-65535"},
@@ -51,18 +51,18 @@ func TestParseRange(t *testing.T) {
 }
 
 func TestRange_Overlaps(t *testing.T) {
-	npl := Range{61000, 62000}
+	npl := Range{Start: 61000, End: 62000}
 	tests := []struct {
 		name  string
 		other Range
 		want  bool
 	}{
-		{"default ephemeral range ends below", Range{32768, 60999}, false},
-		{"ephemeral range reaching into it", Range{32768, 61000}, true},
-		{"starts at its end", Range{62000, 65535}, true},
-		{"starts after its end", Range{62001, 65535}, false},
-		{"inside it", Range{61500, 61501}, true},
-		{"around it", Range{1024, 65535}, true},
+		{"default ephemeral range ends below", Range{Start: 32768, End: 60999}, false},
+		{"ephemeral range reaching into it", Range{Start: 32768, End: 61000}, true},
+		{"starts at its end", Range{Start: 62000, End: 65535}, true},
+		{"starts after its end", Range{Start: 62001, End: 65535}, false},
+		{"inside it", Range{Start: 61500, End: 61501}, true},
+		{"around it", Range{Start: 1024, End: 65535}, true},
 		{"NodePort range", DefaultNodePortRange, false},
 	}
 	for _, tt := range tests {
@@ -84,7 +84,7 @@ func TestReadLocalPortRange(t *testing.T) {
 		want    Range
 		wantErr string
 	}{
-		{name: "kernel format", content: "32768\t60999\n", want: Range{32768, 60999}},
+		{name: "kernel format", content: "32768\t60999\n", want: Range{Start: 32768, End: 60999}},
 		{name: "one field", content: "32768\n", wantErr: "unexpected content"},
 		{name: "reversed", content: "60999 32768\n", wantErr: "reversed"},
 	}
@@ -131,12 +131,12 @@ func TestCheckRange(t *testing.T) {
 		r       Range
 		wantErr string
 	}{
-		{name: "overlaps the NodePort range", r: Range{30000, 30010}, wantErr: "NodePort range"},
-		{name: "overlaps the ephemeral range", r: Range{local.End, local.End}, wantErr: "ephemeral port range"},
-		{name: "reversed", r: Range{62000, 61000}, wantErr: "reversed"},
+		{name: "overlaps the NodePort range", r: Range{Start: 30000, End: 30010}, wantErr: "NodePort range"},
+		{name: "overlaps the ephemeral range", r: Range{Start: local.End, End: local.End}, wantErr: "ephemeral port range"},
+		{name: "reversed", r: Range{Start: 62000, End: 61000}, wantErr: "reversed"},
 	}
 	// A range clear of both, when the machine's ephemeral range leaves one.
-	if clear := (Range{local.End + 1, local.End + 1}); local.End < 65535 && !clear.Overlaps(DefaultNodePortRange) {
+	if clear := (Range{Start: local.End + 1, End: local.End + 1}); local.End < 65535 && !clear.Overlaps(DefaultNodePortRange) {
 		tests = append(tests, struct {
 			name    string
 			r       Range

@@ -60,7 +60,7 @@ writes the Antrea-compatible Pod annotation nodeportlocal.antrea.io.`,
 	o.kubeconfig = cli.AddKubeconfigFlag(cmd)
 	cmd.PersistentFlags().StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node (default $NODE_NAME)")
 	f := cmd.Flags()
-	f.StringVar(&o.portRange, "port-range", "61000-62000", "node ports to allocate from, inclusive")
+	f.StringVar(&o.portRange, "port-range", contract.DefaultPortRange.String(), "node ports to allocate from, inclusive")
 	f.StringVar(&o.serviceNodePorts, "service-node-port-range", "30000-32767", "the cluster's NodePort range, which --port-range must not overlap")
 	f.StringVar(&o.nodeIPPreference, "node-ip-preference", "InternalIP,ExternalIP", "Node address types to publish as nodeIP, most preferred first")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":9101", "address of the Prometheus metrics listener (0 disables it)")

@@ -144,6 +144,8 @@ func run(ctx context.Context, o *options) error {
 		IngressClass:     cfg.IngressClass(),
 		IngressSharedVIP: cfg.IngressSharedVIP(),
 		GatewayFeatures:  gateway.FeaturesFor(cfg.ProviderName()),
+		AllowedVIPs:      cfg.AllowedVIPs(),
+		NodePortRange:    cfg.NodePortRange(),
 	}, client, provider, metrics)
 	if err := enablePolicies(ctx, restCfg, client, ctrl); err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/internal/cli"
 	"github.com/nodeportlocal/npl/lbsync/config"
 	"github.com/nodeportlocal/npl/lbsync/inputs"
@@ -85,7 +86,7 @@ and policy fields.`,
 
 func pools(ctx context.Context, g *globals, configPath string) (inspect.Report, error) {
 	settings := inspect.Settings{ClusterName: "", ServiceType: config.DefaultServiceType, Family: string(config.DefaultIPFamily),
-		IngressClass: config.DefaultIngressClass}
+		IngressClass: config.DefaultIngressClass, AgentPorts: contract.DefaultPortRange}
 	settings.Claim.LoadBalancerClass = config.DefaultLoadBalancerClass
 	var cfg *config.Config
 	if configPath != "" {
@@ -95,7 +96,7 @@ func pools(ctx context.Context, g *globals, configPath string) (inspect.Report, 
 			return inspect.Report{}, &cli.UsageError{Err: err}
 		}
 		settings = inspect.Settings{ClusterName: cfg.ClusterName(), ServiceType: cfg.ServiceType(), Family: cfg.IPFamily(), Claim: cfg.Claim(),
-			IngressClass: cfg.IngressClass(), IngressSharedVIP: cfg.IngressSharedVIP()}
+			IngressClass: cfg.IngressClass(), IngressSharedVIP: cfg.IngressSharedVIP(), AgentPorts: cfg.NodePortRange()}
 	}
 	restCfg, err := cli.RESTConfig(*g.kubeconfig, "nplctl")
 	if err != nil {

@@ -51,8 +51,20 @@ type Input struct {
 	// without a selector, their targetRefs choose its Pods
 	// (contract.Chooses). Slices of other Services are ignored.
 	EndpointSlices []*discoveryv1.EndpointSlice
-	// Nodes are used in ServiceTypeNodePort mode only.
+	// Nodes are, in ServiceTypeNodePort mode, the nodes that may be
+	// members; in ServiceTypeNodePortLocal mode, the nodes of the Pods, whose
+	// addresses the annotation entries must name (AgentPorts).
 	Nodes []*corev1.Node
+	// AgentPorts, in ServiceTypeNodePortLocal mode, is the range npl-agent
+	// allocates node ports from. When set, an annotation entry is a member
+	// only when its nodeIP is an address of the Pod's node (the Node in
+	// Nodes that spec.nodeName names) and its nodePort lies in the range:
+	// whoever may write a Pod's annotations could otherwise send the load
+	// balancer's traffic to any address and port (169.254.169.254:80, a
+	// node's port 22). Other entries are skipped (SkipEntry). The zero range
+	// takes every entry as it is (the builders' own tests); npl-lbsync and
+	// nplctl always set it (lbsync/inputs).
+	AgentPorts contract.PortRange
 }
 
 // Report says what Build could not use and why, for Events and logs.
@@ -113,6 +125,10 @@ const (
 	SkipPort SkipKind = "port"
 	// SkipPod is a Pod that contributes nothing to one or all pools.
 	SkipPod SkipKind = "pod"
+	// SkipEntry is an annotation entry of a Pod that is no member: its
+	// nodeIP is not an address of the Pod's node, or its nodePort lies
+	// outside Input.AgentPorts. Name is the Pod's "namespace/name".
+	SkipEntry SkipKind = "entry"
 )
 
 // Skip is one port or Pod that Build left out.
@@ -265,10 +281,23 @@ type backends struct {
 	r          *Report
 	candidates []candidate
 	nodes      []*corev1.Node
+	// agentPorts and podNodes check annotation entries (Input.AgentPorts):
+	// the range, and the Pods' nodes by name; podNodes is nil when entries
+	// are taken as they are.
+	agentPorts contract.PortRange
+	podNodes   map[string]*corev1.Node
 }
 
 func newBackends(in Input, mode string, family contract.Family, r *Report) *backends {
-	b := &backends{svc: in.Service, family: family, r: r}
+	b := &backends{svc: in.Service, family: family, r: r, agentPorts: in.AgentPorts}
+	if mode == ServiceTypeNodePortLocal && in.AgentPorts != (contract.PortRange{}) {
+		b.podNodes = make(map[string]*corev1.Node, len(in.Nodes))
+		for _, n := range in.Nodes {
+			if n != nil {
+				b.podNodes[n.Name] = n
+			}
+		}
+	}
 	if len(in.Service.Spec.Selector) == 0 && mode != ServiceTypeNodePort && !namesPods(in.Service, in.EndpointSlices) {
 		r.Warnings = append(r.Warnings, "the Service has no selector and no EndpointSlice of it names a Pod: no Pods are selected")
 		return b
@@ -342,9 +371,37 @@ func (b *backends) podEntries(pod *corev1.Pod, enabled bool) ([]contract.Entry, 
 			continue // contract.Parse rejects this; kept for safety.
 		}
 		e.NodeIP = ip
+		if why := b.untrusted(pod, e); why != "" {
+			b.r.Skipped = append(b.r.Skipped, Skip{Kind: SkipEntry, Name: pod.Namespace + "/" + pod.Name, Reason: why})
+			continue
+		}
 		kept = append(kept, e)
 	}
 	return kept, true
+}
+
+// untrusted says why an annotation entry of pod (its nodeIP canonical)
+// cannot be a member: it names an address that is not one of the Pod's
+// node, or a node port outside the range npl-agent allocates from; "" when
+// it can, or when entries are taken as they are (Input.AgentPorts).
+func (b *backends) untrusted(pod *corev1.Pod, e contract.Entry) string {
+	if b.podNodes == nil {
+		return ""
+	}
+	entry := fmt.Sprintf("entry %s:%d (Pod port %d/%s)", e.NodeIP, e.NodePort, e.PodPort, e.Protocol)
+	if !b.agentPorts.Contains(e.NodePort) {
+		return fmt.Sprintf("%s: node port %d is outside npl-agent's range %s (nodePortRange)", entry, e.NodePort, b.agentPorts)
+	}
+	node := b.podNodes[pod.Spec.NodeName]
+	if node == nil {
+		return fmt.Sprintf("%s: the Pod's node %q is not known", entry, pod.Spec.NodeName)
+	}
+	for _, a := range node.Status.Addresses {
+		if a.Type != corev1.NodeHostName && ofFamily(a.Address, b.family) == e.NodeIP {
+			return ""
+		}
+	}
+	return fmt.Sprintf("%s: %s is not an address of the Pod's node %s", entry, e.NodeIP, node.Name)
 }
 
 // memberIP is the node IP of an annotation entry as NodePortLocal members

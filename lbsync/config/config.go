@@ -54,6 +54,8 @@ type Config struct {
 	ingressSharedVIP    bool
 	gatewayAPI          bool
 	vipPool             []netip.Prefix
+	allowedVIPs         []netip.Prefix
+	nodePortRange       contract.PortRange
 	resyncPeriod        time.Duration
 	drainSeconds        int
 	ipFamily            string
@@ -90,6 +92,21 @@ func (c *Config) GatewayAPIEnabled() bool { return c.gatewayAPI }
 // VIPPool returns the ranges VIPs are taken from, for providers that do not
 // allocate them.
 func (c *Config) VIPPool() []netip.Prefix { return slices.Clone(c.vipPool) }
+
+// AllowedVIPs returns the ranges a requested VIP (spec.loadBalancerIP,
+// npl.io/load-balancer-ip, a Gateway's spec.addresses) must lie in:
+// allowedVIPs when set, else vipPool; none refuses every requested VIP.
+func (c *Config) AllowedVIPs() []netip.Prefix {
+	if len(c.allowedVIPs) > 0 {
+		return slices.Clone(c.allowedVIPs)
+	}
+	return c.VIPPool()
+}
+
+// NodePortRange is the range npl-agent allocates node ports from
+// (nodePortRange, default contract.DefaultPortRange): an annotation entry
+// outside it is no member.
+func (c *Config) NodePortRange() contract.PortRange { return c.nodePortRange }
 
 // ResyncPeriod is how often every Service is synced again.
 func (c *Config) ResyncPeriod() time.Duration { return c.resyncPeriod }
@@ -141,6 +158,8 @@ type file struct {
 	IngressSharedVIP    bool            `json:"ingressSharedVIP"`
 	GatewayAPI          json.RawMessage `json:"gatewayAPI"`
 	VIPPool             []string        `json:"vipPool"`
+	AllowedVIPs         []string        `json:"allowedVIPs"`
+	NodePortRange       string          `json:"nodePortRange"`
 	ResyncPeriod        string          `json:"resyncPeriod"`
 	DrainSeconds        *int            `json:"drainSeconds"`
 	IPFamily            string          `json:"ipFamily"`
@@ -177,6 +196,7 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 		resyncPeriod:        DefaultResyncPeriod,
 		drainSeconds:        DefaultDrainSeconds,
 		ipFamily:            or(f.IPFamily, string(DefaultIPFamily)),
+		nodePortRange:       contract.DefaultPortRange,
 	}
 	if err := c.validate(&f); err != nil {
 		return nil, err
@@ -208,20 +228,17 @@ func (c *Config) validate(f *file) error {
 	if msgs := content.IsDNS1123Subdomain(c.ingressClass); len(msgs) > 0 {
 		return fieldError("ingressClass", "%q: %s", c.ingressClass, strings.Join(msgs, "; "))
 	}
-	for i, s := range f.VIPPool {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return fieldError(fmt.Sprintf("vipPool[%d]", i), "%v", err)
+	var err error
+	if c.vipPool, err = parseRanges("vipPool", f.VIPPool); err != nil {
+		return err
+	}
+	if c.allowedVIPs, err = parseRanges("allowedVIPs", f.AllowedVIPs); err != nil {
+		return err
+	}
+	if f.NodePortRange != "" {
+		if c.nodePortRange, err = contract.ParsePortRange(f.NodePortRange); err != nil {
+			return fieldError("nodePortRange", "%v", err)
 		}
-		if p != p.Masked() {
-			return fieldError(fmt.Sprintf("vipPool[%d]", i), "%s has host bits set; the range is %s", s, p.Masked())
-		}
-		for j, q := range c.vipPool {
-			if p.Overlaps(q) {
-				return fieldError(fmt.Sprintf("vipPool[%d]", i), "%s overlaps vipPool[%d] %s", p, j, q)
-			}
-		}
-		c.vipPool = append(c.vipPool, p)
 	}
 	if f.ResyncPeriod != "" {
 		d, err := time.ParseDuration(f.ResyncPeriod)
@@ -243,6 +260,28 @@ func (c *Config) validate(f *file) error {
 		return fieldError("ipFamily", "%v", err)
 	}
 	return nil
+}
+
+// parseRanges parses the list of address ranges of field: CIDRs without
+// host bits that do not overlap.
+func parseRanges(field string, list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for i, s := range list {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fieldError(fmt.Sprintf("%s[%d]", field, i), "%v", err)
+		}
+		if p != p.Masked() {
+			return nil, fieldError(fmt.Sprintf("%s[%d]", field, i), "%s has host bits set; the range is %s", s, p.Masked())
+		}
+		for j, q := range out {
+			if p.Overlaps(q) {
+				return nil, fieldError(fmt.Sprintf("%s[%d]", field, i), "%s overlaps %s[%d] %s", p, field, j, q)
+			}
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // fieldPathRE matches an error message that starts with a field path such as

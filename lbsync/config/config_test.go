@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/providers"
 	"github.com/nodeportlocal/npl/providers/mock"
@@ -142,6 +144,18 @@ func TestParse_accepts(t *testing.T) {
 			func(c *Config) bool { return c.ServiceType() == "ClusterIP" }},
 		{"class without a prefix", "clusterName: a\nloadBalancerClass: mylb\nprovider: {name: mock}\n",
 			func(c *Config) bool { return c.Claim().LoadBalancerClass == "mylb" }},
+		{"requested VIPs from vipPool by default", "clusterName: a\nvipPool: [203.0.113.0/28]\nprovider: {name: mock}\n",
+			func(c *Config) bool { return slices.Equal(c.AllowedVIPs(), prefixes("203.0.113.0/28")) }},
+		{"requested VIPs from allowedVIPs", "clusterName: a\nvipPool: [203.0.113.0/28]\nallowedVIPs: [198.51.100.0/24, 2001:db8::/64]\nprovider: {name: mock}\n",
+			func(c *Config) bool {
+				return slices.Equal(c.AllowedVIPs(), prefixes("198.51.100.0/24", "2001:db8::/64"))
+			}},
+		{"no requested VIP without either", "clusterName: a\nprovider: {name: mock}\n",
+			func(c *Config) bool { return len(c.AllowedVIPs()) == 0 }},
+		{"nodePortRange defaults to npl-agent's", "clusterName: a\nprovider: {name: mock}\n",
+			func(c *Config) bool { return c.NodePortRange() == contract.PortRange{Start: 61000, End: 62000} }},
+		{"nodePortRange", "clusterName: a\nnodePortRange: 40000-40999\nprovider: {name: mock}\n",
+			func(c *Config) bool { return c.NodePortRange() == contract.PortRange{Start: 40000, End: 40999} }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -192,6 +206,12 @@ func TestParse_errorsNameTheField(t *testing.T) {
 			"config: vipPool[0]: 203.0.113.5/28 has host bits set; the range is 203.0.113.0/28"},
 		{"overlapping ranges", ok + "vipPool: [203.0.113.0/28, 203.0.113.8/29]\n",
 			"config: vipPool[1]: 203.0.113.8/29 overlaps vipPool[0] 203.0.113.0/28"},
+		{"overlapping allowedVIPs", ok + "allowedVIPs: [203.0.113.0/28, 203.0.113.8/29]\n",
+			"config: allowedVIPs[1]: 203.0.113.8/29 overlaps allowedVIPs[0] 203.0.113.0/28"},
+		{"allowedVIPs host bits", ok + "allowedVIPs: [203.0.113.5/28]\n",
+			"config: allowedVIPs[0]: 203.0.113.5/28 has host bits set; the range is 203.0.113.0/28"},
+		{"bad nodePortRange", ok + "nodePortRange: 62000-61000\n", `config: nodePortRange: parse port range "62000-61000": range 62000-61000 is reversed`},
+		{"nodePortRange of one number", ok + "nodePortRange: \"61000\"\n", `config: nodePortRange: parse port range "61000": want START-END`},
 		{"bad duration", ok + "resyncPeriod: 10 minutes\n", `config: resyncPeriod: time: unknown unit " minutes" in duration "10 minutes"`},
 		{"duration without a unit", ok + "resyncPeriod: 600\n", "config: resyncPeriod: want a string, got a JSON number"},
 		{"zero resyncPeriod", ok + "resyncPeriod: 0s\n", "config: resyncPeriod: 0s is not positive"},

@@ -47,12 +47,17 @@ type applier struct {
 	// longestDrain is the longest drain of a pool's policy applied so far
 	// (a time.Duration): moves are remembered that long.
 	longestDrain atomic.Int64
+	// vips decides whether a model may have the VIP it requests (vips.go).
+	vips *vipGuard
+	// entries tells Pods why entries of their annotation are no members.
+	entries untrustedEntries
 }
 
 func newApplier(cl *cluster, provider providers.Provider) *applier {
 	return &applier{cluster: cl, provider: provider,
 		applied: map[queueKey]string{}, rejected: map[queueKey]string{},
-		drains: map[queueKey]*drainTracker{}, moved: map[memberAddr]time.Time{}}
+		drains: map[queueKey]*drainTracker{}, moved: map[memberAddr]time.Time{},
+		vips: newVIPGuard(cl.settings.AllowedVIPs)}
 }
 
 // model is one built load balancer and the objects it is applied for: a
@@ -100,6 +105,7 @@ type failure struct {
 // stays as it is: the key is not retried. It returns the model as applied,
 // nil when it was not.
 func (a *applier) apply(ctx context.Context, m model) (*lbmodel.LoadBalancer, syncResult) {
+	a.entries.tell(a.cluster, m.report)
 	lb := m.lb
 	a.applyDrains(m.key, lb)
 	hash := modelHash(lb)
@@ -109,9 +115,18 @@ func (a *applier) apply(ctx context.Context, m model) (*lbmodel.LoadBalancer, sy
 	if unchanged && !m.needsStatus {
 		return lb, synced() // applied, so it passed the check then
 	}
+	// A VIP the model may not have leaves the load balancer as it is.
+	if f := a.vips.claim(m.key, lb); f != nil {
+		return nil, a.refuse(ctx, m, *f)
+	}
 	// The provider is behind providers.Validated: the one check of the
 	// model runs there, before any call to the load balancer.
 	status, err := a.provider.Ensure(ctx, lb)
+	if err != nil {
+		a.vips.release(m.key)
+	} else {
+		a.vips.applied(m.key, status.VIPs, lb)
+	}
 	var invalid *lbmodel.InvalidModelError
 	if errors.As(err, &invalid) {
 		return nil, a.rejectModel(ctx, m, err)
@@ -169,18 +184,24 @@ func (a *applier) rejectModel(ctx context.Context, m model, err error) syncResul
 		}
 		message += "; the load balancer is left as it is"
 	}
+	return a.refuse(ctx, m, failure{reason: reason, message: message, refused: true})
+}
+
+// refuse reports a model at fault (f.refused), once per distinct reason
+// and message, and records it in the condition.
+func (a *applier) refuse(ctx context.Context, m model, f failure) syncResult {
 	a.mu.Lock()
-	repeated := a.rejected[m.key] == message
-	a.rejected[m.key] = message
+	repeated := a.rejected[m.key] == f.reason+": "+f.message
+	a.rejected[m.key] = f.reason + ": " + f.message
 	a.mu.Unlock()
 	if !repeated {
 		for _, o := range m.objects {
-			a.recorder.Event(o, corev1.EventTypeWarning, reason, message)
+			a.recorder.Event(o, corev1.EventTypeWarning, f.reason, f.message)
 		}
-		klog.FromContext(ctx).Info("Model not applied", "key", m.key, "reason", reason, "message", message)
+		klog.FromContext(ctx).Info("Model not applied", "key", m.key, "reason", f.reason, "message", f.message)
 	}
 	if m.setFailed != nil {
-		return refused(m.setFailed(ctx, failure{reason: reason, message: message, refused: true}))
+		return refused(m.setFailed(ctx, f))
 	}
 	return refused(nil)
 }
@@ -224,6 +245,7 @@ func (a *applier) hasApplied(key queueKey) bool {
 // forget drops what is known of key's load balancer: it is deleted, or no
 // longer ours.
 func (a *applier) forget(key queueKey) {
+	a.vips.forget(key)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.applied, key)

@@ -59,7 +59,7 @@ func (c *cluster) queueKeys(keys []queueKey) []queueKey {
 // inputSettings are the settings builds read their inputs with.
 func (c *cluster) inputSettings() inputs.Settings {
 	return inputs.Settings{ClusterName: c.settings.ClusterName, ServiceType: c.settings.ServiceType,
-		Family: c.settings.Family, IngressClass: c.settings.IngressClass}
+		Family: c.settings.Family, IngressClass: c.settings.IngressClass, AgentPorts: c.settings.NodePortRange}
 }
 
 // The marks themselves (claim, opt-in, status, condition) are built by

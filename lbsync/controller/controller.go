@@ -13,12 +13,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -71,6 +73,15 @@ type Settings struct {
 	// GatewayFeatures are the features announced in the status of npl's
 	// GatewayClasses (gateway.FeaturesFor the provider).
 	GatewayFeatures []gatewayv1.FeatureName
+	// AllowedVIPs are the ranges a requested VIP must lie in (the
+	// configuration's allowedVIPs, else vipPool); none refuses every
+	// requested VIP.
+	AllowedVIPs []netip.Prefix
+	// NodePortRange is the range npl-agent allocates node ports from
+	// (default contract.DefaultPortRange): annotation entries outside it,
+	// or that name an address of another node than the Pod's, are no
+	// members (builder.Input.AgentPorts).
+	NodePortRange contract.PortRange
 }
 
 // Controller reconciles load balancers with Services, Ingresses and
@@ -117,6 +128,9 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	}
 	if settings.ResyncPeriod <= 0 {
 		settings.ResyncPeriod = 10 * time.Minute
+	}
+	if settings.NodePortRange == (contract.PortRange{}) {
+		settings.NodePortRange = contract.DefaultPortRange
 	}
 	cl := &cluster{
 		settings: settings,
@@ -188,7 +202,10 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 	_, _ = podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.services.podChanged(nil, obj) },
 		UpdateFunc: c.services.podChanged,
-		DeleteFunc: func(obj any) { c.services.podChanged(nil, obj) },
+		DeleteFunc: func(obj any) {
+			c.services.podChanged(nil, obj)
+			c.applier.entries.podDeleted(obj)
+		},
 	})
 	_, _ = sliceInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.services.sliceChanged(nil, obj) },
@@ -345,8 +362,11 @@ func keyOf(obj metav1.Object) string {
 	return obj.GetNamespace() + "/" + obj.GetName()
 }
 
+// nodesChanged queues everything when a Node comes or goes: in NodePort
+// mode nodes are the members, in NodePortLocal mode their addresses are
+// those the annotation entries of their Pods may name.
 func (c *Controller) nodesChanged() {
-	if c.settings.ServiceType != builder.ServiceTypeNodePort {
+	if c.settings.ServiceType == builder.ServiceTypeClusterIP {
 		return
 	}
 	c.queueAll(false)
@@ -355,10 +375,16 @@ func (c *Controller) nodesChanged() {
 func (c *Controller) nodeUpdated(oldObj, obj any) {
 	old, ok1 := oldObj.(*corev1.Node)
 	cur, ok2 := obj.(*corev1.Node)
-	if !ok1 || !ok2 || nodeView(old) == nodeView(cur) {
+	if !ok1 || !ok2 {
 		return
 	}
-	c.nodesChanged()
+	changed := nodeView(old) != nodeView(cur)
+	if c.settings.ServiceType != builder.ServiceTypeNodePort {
+		changed = !apiequality.Semantic.DeepEqual(old.Status.Addresses, cur.Status.Addresses)
+	}
+	if changed {
+		c.nodesChanged()
+	}
 }
 
 // nodeView is what NodePort mode reads of a Node, to ignore heartbeats.

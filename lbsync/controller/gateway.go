@@ -76,11 +76,14 @@ type gatewayReconciler struct {
 	// npl-lbsync may not read, as last told in a Warning Event, so that
 	// the Event fires when they change, not on every poll.
 	forbiddenTold map[queueKey]string
+	// routesTold holds, per Gateway, the Events last told its routes
+	// (tellRoutes), so that they fire when they change, not on every sync.
+	routesTold map[queueKey]string
 }
 
 func newGatewayReconciler(cl *cluster, a *applier, checker providers.ModelChecker, caps lbmodel.PolicyCapabilities) *gatewayReconciler {
 	return &gatewayReconciler{cluster: cl, applier: a, checker: checker, policyCaps: &caps,
-		vips: map[queueKey][]string{}, gone: map[queueKey]bool{}, forbiddenTold: map[queueKey]string{}}
+		vips: map[queueKey][]string{}, gone: map[queueKey]bool{}, forbiddenTold: map[queueKey]string{}, routesTold: map[queueKey]string{}}
 }
 
 func (r *gatewayReconciler) kinds() []kind { return []kind{kindGateway} }
@@ -202,6 +205,7 @@ func (r *gatewayReconciler) sync(ctx context.Context, key queueKey) syncResult {
 	for _, e := range res.Report.Errors {
 		r.recorder.Event(gw, corev1.EventTypeWarning, "InvalidGateway", e)
 	}
+	r.tellRoutes(key, &in, res.RouteEvents)
 	for _, w := range res.Report.Warnings {
 		r.recorder.Event(gw, corev1.EventTypeWarning, "GatewayWarning", w)
 	}
@@ -260,6 +264,7 @@ func (r *gatewayReconciler) release(ctx context.Context, key queueKey, missing b
 	r.forget(key)
 	r.mu.Lock()
 	delete(r.forbiddenTold, key)
+	delete(r.routesTold, key)
 	r.mu.Unlock()
 	return errors.Join(r.writeRouteStatuses(ctx, key, nil), r.writeBackendTLSStatuses(ctx, key, nil))
 }
@@ -330,10 +335,14 @@ func (r *gatewayReconciler) apply(ctx context.Context, key queueKey, gw *gateway
 }
 
 // programmedAfter is the Programmed condition of a Gateway whose model
-// was not applied: Invalid when the model is at fault (retrying it cannot
-// help), else Pending (the provider failed; the retry may program it), with
-// the message.
+// was not applied: AddressNotUsable when it may not have the address it
+// requests, Invalid when the model is otherwise at fault (retrying it
+// cannot help), else Pending (the provider failed; the retry may program
+// it), with the message.
 func programmedAfter(f failure) gateway.Programmed {
+	if f.reason == reasonVIPNotAllowed || f.reason == reasonVIPInUse {
+		return gateway.Programmed{Reason: string(gatewayv1.GatewayReasonAddressNotUsable), Message: f.reason + ": " + f.message}
+	}
 	if f.refused {
 		return gateway.Programmed{Reason: string(gatewayv1.GatewayReasonInvalid), Message: f.reason + ": " + f.message}
 	}
@@ -414,8 +423,7 @@ func (r *gatewayReconciler) input(ctx context.Context, gw *gatewayv1.Gateway) (g
 	if g.backendTLS != nil {
 		src.BackendTLSPolicies, src.ConfigMaps = g.backendTLS.policiesOf(src.Routes), g.backendTLS.configMaps.get
 	}
-	set := inputs.Settings{ClusterName: r.settings.ClusterName, ServiceType: r.settings.ServiceType, Family: r.settings.Family}
-	in, err := r.store.GatewayInput(ctx, set, gw, src, inputs.APISecrets(r.client))
+	in, err := r.store.GatewayInput(ctx, r.inputSettings(), gw, src, inputs.APISecrets(r.client))
 	in.Checker, in.PolicyCapabilities = r.checker, r.policyCaps
 	if err == nil {
 		r.tellForbidden(gw, in.ForbiddenSecrets)
@@ -428,23 +436,47 @@ func (r *gatewayReconciler) input(ctx context.Context, gw *gatewayv1.Gateway) (g
 // the Gateway is polled while it names one (forbiddenSecretRetry), and
 // one Event per poll would flood its Events.
 func (r *gatewayReconciler) tellForbidden(gw *gatewayv1.Gateway, forbidden []string) {
-	key := gatewayKey(gw.Namespace, gw.Name)
-	now := strings.Join(forbidden, ",")
-	r.mu.Lock()
-	told := r.forbiddenTold[key]
-	if now == "" {
-		delete(r.forbiddenTold, key)
-	} else {
-		r.forbiddenTold[key] = now
-	}
-	r.mu.Unlock()
-	if now == told {
+	if !r.retell(r.forbiddenTold, gatewayKey(gw.Namespace, gw.Name), strings.Join(forbidden, ",")) {
 		return
 	}
 	for _, secret := range forbidden {
 		r.recorder.Eventf(gw, corev1.EventTypeWarning, "TLSSecretForbidden",
 			"Cannot read TLS Secret %s: npl-lbsync may not read Secrets", secret)
 	}
+}
+
+// tellRoutes sends the routes of a Gateway's build their Warning Events
+// (a host another namespace owns, a route too large) when they differ
+// from those last told for the Gateway: a Gateway syncs on every change of
+// its backends' Pods.
+func (r *gatewayReconciler) tellRoutes(key queueKey, in *gateway.Input, events []gateway.RouteEvent) {
+	var b strings.Builder
+	for _, ev := range events {
+		fmt.Fprintf(&b, "%s %s/%s %s %s\n", ev.Kind, ev.Namespace, ev.Name, ev.Reason, ev.Message)
+	}
+	if !r.retell(r.routesTold, key, b.String()) {
+		return
+	}
+	for _, ev := range events {
+		if obj := in.Route(ev.Kind, ev.Namespace, ev.Name); obj != nil {
+			r.recorder.Event(obj, corev1.EventTypeWarning, ev.Reason, ev.Message)
+		}
+	}
+}
+
+// retell records now as what key was last told in told ("" forgets it)
+// and reports whether it differs from what was told before: Events fire
+// when what they say changes, not on every sync.
+func (r *gatewayReconciler) retell(told map[queueKey]string, key queueKey, now string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	before := told[key]
+	if now == "" {
+		delete(told, key)
+	} else {
+		told[key] = now
+	}
+	return now != before
 }
 
 // statusPatch is a merge patch that sets status to st, with the listed

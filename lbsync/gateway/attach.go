@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
@@ -44,6 +46,9 @@ type attachment struct {
 	// accepted is false when the route itself cannot be served.
 	accepted metav1.Condition
 	resolved metav1.Condition
+	// refused are the hosts it claims on shared listeners that another
+	// namespace owns (ownership.go).
+	refused []refusedHost
 }
 
 // listenerHosts is a listener a route attaches to and the route's hosts
@@ -57,29 +62,14 @@ type listenerHosts struct {
 // sorted by kind, namespace and name.
 func (b *build) candidates() []*routeView {
 	var out []*routeView
-	add := func(obj any) {
+	b.in.eachRoute(func(obj runtime.Object) {
 		r := routeOf(obj)
 		if r != nil && slices.ContainsFunc(r.parents, func(p gatewayv1.ParentReference) bool {
 			return NamesGateway(r.meta.Namespace, p, b.gw.Namespace, b.gw.Name)
 		}) {
 			out = append(out, r)
 		}
-	}
-	for _, r := range b.in.Routes {
-		add(r)
-	}
-	for _, r := range b.in.GRPCRoutes {
-		add(r)
-	}
-	for _, r := range b.in.TCPRoutes {
-		add(r)
-	}
-	for _, r := range b.in.UDPRoutes {
-		add(r)
-	}
-	for _, r := range b.in.TLSRoutes {
-		add(r)
-	}
+	})
 	slices.SortFunc(out, compareRoutes)
 	return out
 }
@@ -88,7 +78,11 @@ func (b *build) candidates() []*routeView {
 // and returns where the accepted ones attach, oldest first.
 func (b *build) routes(ls []*listener, res *Result) []*attachment {
 	var out []*attachment
-	for _, rt := range b.candidates() {
+	// Oldest first: a route claims the hosts of shared listeners in that
+	// order (ownership.go).
+	cands := b.candidates()
+	slices.SortStableFunc(cands, byAge)
+	for _, rt := range cands {
 		at := &attachment{route: rt, hosts: map[int32][]string{}}
 		at.accepted, at.resolved = b.checkRoute(rt)
 		rr := RouteResult{Kind: rt.kind, Namespace: rt.meta.Namespace, Name: rt.meta.Name}
@@ -96,23 +90,59 @@ func (b *build) routes(ls []*listener, res *Result) []*attachment {
 			if !NamesGateway(rt.meta.Namespace, ref, b.gw.Namespace, b.gw.Name) {
 				continue
 			}
+			refused, hosts := len(at.refused), countHosts(at.hosts)
 			accepted := b.attach(rt, ref, ls, at)
 			if accepted.Status == metav1.ConditionTrue && at.accepted.Status != metav1.ConditionTrue {
 				accepted = at.accepted
 			}
+			if len(at.refused) > refused && accepted.Status == metav1.ConditionTrue {
+				accepted = b.hostsRefused(rt, accepted, at.refused[refused:], countHosts(at.hosts) > hosts)
+			}
 			ps := gatewayv1.RouteParentStatus{ParentRef: parentRefWithDefaults(ref), ControllerName: ControllerName,
 				Conditions: []metav1.Condition{accepted, at.resolved}}
 			rr.Parents = append(rr.Parents, ps)
+		}
+		if len(at.refused) > 0 {
+			msg := refusedMessage(at.refused)
+			b.errorf("%s: %s", rt, msg)
+			res.RouteEvents = append(res.RouteEvents, RouteEvent{Kind: rt.kind, Namespace: rt.meta.Namespace, Name: rt.meta.Name,
+				Reason: ReasonHostnameInUse, Message: msg})
 		}
 		res.Routes = append(res.Routes, rr)
 		if len(at.hosts) > 0 && at.accepted.Status == metav1.ConditionTrue {
 			out = append(out, at)
 		}
 	}
-	slices.SortStableFunc(out, func(x, y *attachment) int {
-		return x.route.meta.CreationTimestamp.Compare(y.route.meta.CreationTimestamp.Time)
+	slices.SortFunc(res.Routes, func(x, y RouteResult) int {
+		return cmp.Or(cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))
+	})
+	// The order of precedence: the oldest first, then by kind, namespace
+	// and name, as before routes claimed hosts.
+	slices.SortFunc(out, func(x, y *attachment) int {
+		return cmp.Or(x.route.meta.CreationTimestamp.Compare(y.route.meta.CreationTimestamp.Time), compareRoutes(x.route, y.route))
 	})
 	return out
+}
+
+// hostsRefused is the Accepted condition of a parentRef through which a
+// route attached but some of its hosts are owned by another namespace:
+// still True when it got others (served), with the refused ones in the
+// message, else False HostnameInUse.
+func (b *build) hostsRefused(rt *routeView, accepted metav1.Condition, refused []refusedHost, served bool) metav1.Condition {
+	if served {
+		accepted.Message = "Accepted; " + refusedMessage(refused)
+		return accepted
+	}
+	return b.cond(accepted.Type, false, ReasonHostnameInUse, refusedMessage(refused), rt.meta.Generation)
+}
+
+// countHosts counts the hosts of an attachment over its ports.
+func countHosts(hosts map[int32][]string) int {
+	n := 0
+	for _, hs := range hosts {
+		n += len(hs)
+	}
+	return n
 }
 
 func parentRefWithDefaults(ref gatewayv1.ParentReference) gatewayv1.ParentReference {
@@ -171,10 +201,17 @@ func (b *build) attach(rt *routeView, ref gatewayv1.ParentReference, ls []*liste
 			port := l.spec.Port
 			on := listenerHosts{l: l}
 			for _, h := range hosts {
-				if !capturedElsewhere(l, h, ls) {
-					at.hosts[port] = append(at.hosts[port], h)
-					on.hosts = append(on.hosts, h)
+				if capturedElsewhere(l, h, ls) {
+					continue
 				}
+				if l.shared() {
+					if o := b.owner(l, h, rt); o.meta.Namespace != rt.meta.Namespace {
+						at.refused = append(at.refused, refusedHost{port: port, host: h, owner: o})
+						continue
+					}
+				}
+				at.hosts[port] = append(at.hosts[port], h)
+				on.hosts = append(on.hosts, h)
 			}
 			if !slices.ContainsFunc(at.on, func(o listenerHosts) bool { return o.l == l }) {
 				at.on = append(at.on, on)

@@ -144,7 +144,7 @@ func (b *build) members(rt *routeView, be backend, proto corev1.Protocol) []lbmo
 	}
 	members, rep := builder.Members(builder.Input{
 		ClusterName: b.in.ClusterName, ServiceType: b.in.ServiceType, Family: b.in.Family, Service: be.svc,
-		Pods: b.in.Pods, Nodes: b.in.Nodes, EndpointSlices: b.in.EndpointSlices,
+		Pods: b.in.Pods, Nodes: b.in.Nodes, EndpointSlices: b.in.EndpointSlices, AgentPorts: b.in.AgentPorts,
 	}, be.port)
 	b.r.AddBackend(svcID, rep)
 	return members

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/builder"
 	"github.com/nodeportlocal/npl/providers"
@@ -40,7 +41,7 @@ type Input struct {
 	// Services from routes, to certificate Secrets from the Gateway.
 	ReferenceGrants []*gatewayv1.ReferenceGrant
 	// Services, Pods, Nodes and Secrets are candidates; Build matches
-	// namespaces and names itself. Nodes are used in NodePort mode only.
+	// namespaces and names itself. Nodes are as for builder.Input.
 	Services []*corev1.Service
 	Pods     []*corev1.Pod
 	Nodes    []*corev1.Node
@@ -69,6 +70,9 @@ type Input struct {
 	// PolicyCapabilities, when set, are what the provider expresses of a
 	// pool's policy: a BackendTLSPolicy it cannot verify is not accepted.
 	PolicyCapabilities *lbmodel.PolicyCapabilities
+	// AgentPorts is as for builder.Input: which annotation entries may be
+	// members (Nodes are then the Pods' nodes).
+	AgentPorts contract.PortRange
 }
 
 // Result is what Build returns: the model, and the statuses it decides.
@@ -95,7 +99,27 @@ type Result struct {
 	// BackendTLSPolicies are the statuses, for the Gateway, of the
 	// BackendTLSPolicies that target Services among Backends, sorted.
 	BackendTLSPolicies []PolicyResult
+	// RouteEvents are Warning Events for the owners of routes: a route's
+	// condition says the same, in the Gateway's parent status.
+	RouteEvents []RouteEvent
 }
+
+// RouteEvent is a Warning Event for a route.
+type RouteEvent struct {
+	// Kind is the route's kind: KindHTTPRoute, KindGRPCRoute, ...
+	Kind, Namespace, Name string
+	Reason, Message       string
+}
+
+// ReasonHostnameInUse is the reason of a route's Accepted condition and
+// Event when a host it claims on a shared listener belongs to another
+// namespace (ownership.go).
+const ReasonHostnameInUse = "HostnameInUse"
+
+// ReasonTooLarge is the reason of a route's Event when it is left out for
+// its size: more rules than one object may add, or more bytes than the
+// model has left (lbmodel.MaxObjectRules, MaxModelBytes).
+const ReasonTooLarge = "TooLarge"
 
 // ListenerResult is one listener's status as Build decides it.
 type ListenerResult struct {
@@ -135,6 +159,14 @@ type build struct {
 	secrets  map[string]*corev1.Secret
 	nsLabels map[string]labels.Set
 	pools    map[string]*lbmodel.Pool
+	// poolOrder are the names of the rules' pools in the order they were
+	// made, so that a refused route takes away its own only.
+	poolOrder []string
+	// size is the bytes the model takes so far (lbmodel.Size): the
+	// listeners' certificates, then the routes' rules and pools.
+	size int
+	// owners holds who owns each host of a shared listener (ownership.go).
+	owners   map[hostKey]*routeView
 	backends map[ServiceRef]bool
 	// missingSecrets: see Result.MissingSecrets.
 	missingSecrets bool
@@ -199,6 +231,7 @@ func Build(in Input) Result {
 
 	listeners := b.listeners()
 	res.Accepted = b.acceptedCondition(listeners, addrErr)
+	b.size = certBytes(listeners)
 
 	res.MissingSecrets = b.missingSecrets
 	for _, at := range b.routes(listeners, &res) {

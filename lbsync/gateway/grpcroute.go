@@ -25,14 +25,14 @@ func checkGRPCRule(rule *gatewayv1.GRPCRouteRule) (gatewayv1.RouteConditionReaso
 				if v == nil {
 					continue
 				}
-				if _, err := regexp.Compile(*v); err != nil {
+				if err := lbmodel.CheckRegex(*v); err != nil {
 					return gatewayv1.RouteReasonUnsupportedValue, fmt.Errorf("method regular expression %q: %w", *v, err)
 				}
 			}
 		}
 		for _, h := range m.Headers {
 			if h.Type != nil && *h.Type == gatewayv1.GRPCHeaderMatchRegularExpression {
-				if _, err := regexp.Compile(h.Value); err != nil {
+				if err := lbmodel.CheckRegex(h.Value); err != nil {
 					return gatewayv1.RouteReasonUnsupportedValue, fmt.Errorf("header %s regular expression %q: %w", h.Name, h.Value, err)
 				}
 			}

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -30,25 +29,25 @@ func (b *build) checkHTTPRule(rt *routeView, i int) (gatewayv1.RouteConditionRea
 	return "", nil
 }
 
-// checkRegexes checks the regular expressions of a rule's matches: the
-// data planes take Go's (RE2) syntax.
+// checkRegexes checks the regular expressions of a rule's matches: only
+// the subset the data planes run alike and cheaply (lbmodel.CheckRegex).
 func checkRegexes(rule *gatewayv1.HTTPRouteRule) error {
 	for _, m := range rule.Matches {
 		if m.Path != nil && m.Path.Type != nil && *m.Path.Type == gatewayv1.PathMatchRegularExpression && m.Path.Value != nil {
-			if _, err := regexp.Compile(*m.Path.Value); err != nil {
+			if err := lbmodel.CheckRegex(*m.Path.Value); err != nil {
 				return fmt.Errorf("path regular expression %q: %w", *m.Path.Value, err)
 			}
 		}
 		for _, h := range m.Headers {
 			if h.Type != nil && *h.Type == gatewayv1.HeaderMatchRegularExpression {
-				if _, err := regexp.Compile(h.Value); err != nil {
+				if err := lbmodel.CheckRegex(h.Value); err != nil {
 					return fmt.Errorf("header %s regular expression %q: %w", h.Name, h.Value, err)
 				}
 			}
 		}
 		for _, q := range m.QueryParams {
 			if q.Type != nil && *q.Type == gatewayv1.QueryParamMatchRegularExpression {
-				if _, err := regexp.Compile(q.Value); err != nil {
+				if err := lbmodel.CheckRegex(q.Value); err != nil {
 					return fmt.Errorf("query parameter %s regular expression %q: %w", q.Name, q.Value, err)
 				}
 			}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
@@ -190,6 +191,37 @@ func WithStatusParents(obj any, parents []gatewayv1.RouteParentStatus) any {
 // compareRoutes orders routes by kind, namespace and name.
 func compareRoutes(a, b *routeView) int {
 	return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.meta.Namespace, b.meta.Namespace), cmp.Compare(a.meta.Name, b.meta.Name))
+}
+
+// Route returns the route object of kind, namespace and name among in's
+// routes, nil when it has none.
+func (in *Input) Route(kind, namespace, name string) runtime.Object {
+	var found runtime.Object
+	in.eachRoute(func(obj runtime.Object) {
+		if r := routeOf(obj); r != nil && r.kind == kind && r.meta.Namespace == namespace && r.meta.Name == name {
+			found = obj
+		}
+	})
+	return found
+}
+
+// eachRoute calls f with each route of in, of every kind.
+func (in *Input) eachRoute(f func(runtime.Object)) {
+	for _, r := range in.Routes {
+		f(r)
+	}
+	for _, r := range in.GRPCRoutes {
+		f(r)
+	}
+	for _, r := range in.TCPRoutes {
+		f(r)
+	}
+	for _, r := range in.UDPRoutes {
+		f(r)
+	}
+	for _, r := range in.TLSRoutes {
+		f(r)
+	}
 }
 
 // AddRoute puts a route object of any kind npl-lbsync reads into the

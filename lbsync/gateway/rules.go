@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 
@@ -22,7 +23,7 @@ import (
 // is in the model, and refuseRoute says why in its status. Either would
 // otherwise fail the whole model, and the route's neighbours with it.
 func (b *build) addRouteRules(at *attachment, lb *lbmodel.LoadBalancer, ls []*listener, res *Result) {
-	rules, origins := len(lb.HTTP.Rules), len(b.origins)
+	rules, origins, pools := len(lb.HTTP.Rules), len(b.origins), len(b.poolOrder)
 	backends := maps.Clone(b.backends)
 	if at.route.kind == KindGRPCRoute {
 		b.addGRPCRules(at, lb)
@@ -30,7 +31,30 @@ func (b *build) addRouteRules(at *attachment, lb *lbmodel.LoadBalancer, ls []*li
 		b.addRules(at, lb)
 	}
 	added := lb.HTTP.Rules[rules:]
-	for _, r := range added {
+	err := b.checkRules(added)
+	if err == nil {
+		if err = b.fits(added, b.poolOrder[pools:]); err != nil {
+			rt := at.route
+			res.RouteEvents = append(res.RouteEvents, RouteEvent{Kind: rt.kind, Namespace: rt.meta.Namespace, Name: rt.meta.Name,
+				Reason: ReasonTooLarge, Message: err.Error()})
+		}
+	}
+	if err == nil {
+		return
+	}
+	// Only the pools this route made go: another route's pool of the same
+	// name stays.
+	for _, name := range b.poolOrder[pools:] {
+		delete(b.pools, name)
+	}
+	lb.HTTP.Rules, b.origins, b.backends, b.poolOrder = lb.HTTP.Rules[:rules], b.origins[:origins], backends, b.poolOrder[:pools]
+	b.refuseRoute(at.route, ls, res, err)
+}
+
+// checkRules returns why the model or the provider refuses one of rules
+// with its pool, nil when neither does.
+func (b *build) checkRules(rules []lbmodel.Rule) error {
+	for _, r := range rules {
 		var pool *lbmodel.Pool
 		if r.Pool != "" {
 			pool = b.pools[r.Pool]
@@ -39,16 +63,32 @@ func (b *build) addRouteRules(at *attachment, lb *lbmodel.LoadBalancer, ls []*li
 		if err == nil && b.in.Checker != nil {
 			err = b.in.Checker.CheckModel(lbmodel.RuleModel(r, pool))
 		}
-		if err == nil {
-			continue
+		if err != nil {
+			return err
 		}
-		for _, r := range added {
-			delete(b.pools, r.Pool)
-		}
-		lb.HTTP.Rules, b.origins, b.backends = lb.HTTP.Rules[:rules], b.origins[:origins], backends
-		b.refuseRoute(at.route, ls, res, err)
-		return
 	}
+	return nil
+}
+
+// fits returns why the rules and the new pools of one route do not fit the
+// model: more rules than one object may add, or more bytes than the model
+// has left (lbmodel.MaxModelBytes, routes oldest first); nil when they fit,
+// and counts them.
+func (b *build) fits(rules []lbmodel.Rule, pools []string) error {
+	if len(rules) > lbmodel.MaxObjectRules {
+		return fmt.Errorf("the route adds %d rules to the Gateway's model, more than %d (its matches times its hostnames and listeners)",
+			len(rules), lbmodel.MaxObjectRules)
+	}
+	n := lbmodel.JSONSize(rules)
+	for _, name := range pools {
+		n += lbmodel.JSONSize(b.pools[name])
+	}
+	if b.size+n > lbmodel.MaxModelBytes {
+		return fmt.Errorf("with the route's %d bytes the Gateway's model would take more than %d: the older routes fill it",
+			n, lbmodel.MaxModelBytes)
+	}
+	b.size += n
+	return nil
 }
 
 // refuseRoute records that a route cannot be served: its accepted
@@ -118,6 +158,7 @@ func (b *build) rulePool(rt *routeView, index int) string {
 	p.Policy = withBackendTLS(policy, p.tls)
 	if _, ok := b.pools[name]; !ok {
 		b.pools[name] = &p.Pool
+		b.poolOrder = append(b.poolOrder, name)
 	}
 	return name
 }

@@ -3,6 +3,7 @@ package ingress
 import (
 	"cmp"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -43,7 +44,7 @@ type Input struct {
 	IngressClass string
 	// Services, Pods, Nodes and Secrets are candidates, for
 	// example those of the Ingresses' namespaces; Build matches namespaces
-	// and names itself. Nodes are used in NodePort mode only.
+	// and names itself. Nodes are as for builder.Input.
 	Services []*corev1.Service
 	Pods     []*corev1.Pod
 	Nodes    []*corev1.Node
@@ -51,6 +52,9 @@ type Input struct {
 	// EndpointSlices are the hand-written slices of the backend Services:
 	// they choose the Pods of a Service without a selector.
 	EndpointSlices []*discoveryv1.EndpointSlice
+	// AgentPorts is as for builder.Input: which annotation entries may be
+	// members (Nodes are then the Pods' nodes).
+	AgentPorts contract.PortRange
 }
 
 // LoadBalancerName returns the name of the load balancer that serves ing:
@@ -104,7 +108,35 @@ func Build(in Input) (*lbmodel.LoadBalancer, builder.Report) {
 
 	ingresses := slices.Clone(in.Ingresses)
 	slices.SortStableFunc(ingresses, olderFirst)
-	b := &build{in: in, mode: mode, r: &r, pools: map[string]*lbmodel.Pool{}, certs: map[string]*lbmodel.TLSCert{},
+	lb, refused := buildFrom(in, mode, ingresses, &r)
+	if len(refused) == 0 {
+		return lb, r
+	}
+	// An Ingress that would make the shared model invalid or too large is
+	// left out whole, and the others are built again without it.
+	var kept []*networkingv1.Ingress
+	var r2 builder.Report
+	for _, ing := range ingresses {
+		if why, out := refused[ing]; out {
+			r2.Errors = append(r2.Errors, fmt.Sprintf("ingress %s/%s: left out of the shared load balancer: %s", ing.Namespace, ing.Name, why))
+		} else {
+			kept = append(kept, ing)
+		}
+	}
+	if len(kept) == 0 {
+		return nil, r2
+	}
+	lb, _ = buildFrom(in, mode, kept, &r2)
+	return lb, r2
+}
+
+// buildFrom builds the model of ingresses, oldest first, into r, and
+// returns, on a shared VIP, the Ingresses to leave out and why: one that
+// adds more than lbmodel.MaxObjectRules rules, one that would take the
+// model over lbmodel.MaxModelBytes, or one whose model alone breaks
+// lbmodel's rules when the whole does.
+func buildFrom(in Input, mode string, ingresses []*networkingv1.Ingress, r *builder.Report) (*lbmodel.LoadBalancer, map[*networkingv1.Ingress]string) {
+	b := &build{in: in, mode: mode, r: r, pools: map[string]*lbmodel.Pool{}, certs: map[string]*lbmodel.TLSCert{},
 		rules: map[ruleKey]ruleOrigin{}}
 	b.index()
 	lb := &lbmodel.LoadBalancer{Kind: lbmodel.L7, HTTP: &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{}}}
@@ -119,11 +151,33 @@ func Build(in Input) (*lbmodel.LoadBalancer, builder.Report) {
 		ing := ingresses[0]
 		lb.Name = lbmodel.IngressLoadBalancerName(in.ClusterName, ing.Namespace, ing.Name)
 		lb.Ingress = ing.Namespace + "/" + ing.Name
-		lb.RequestedVIP = requestedVIP(ing, &r)
+		lb.RequestedVIP = requestedVIP(ing, b.r)
 	}
 	b.lbName = lb.Name
+	if in.SharedVIP {
+		b.claimHosts(ingresses)
+	}
+	refused := map[*networkingv1.Ingress]string{}
+	size := 0
 	for _, ing := range ingresses {
+		rules, pools := len(lb.HTTP.Rules), len(b.poolOrder)
 		b.add(ing, lb)
+		added := lb.HTTP.Rules[rules:]
+		n := lbmodel.JSONSize(added) + b.certBytes[ing]
+		for _, name := range b.poolOrder[pools:] {
+			n += lbmodel.JSONSize(b.pools[name])
+		}
+		// The Ingresses refused here are built again without: they take
+		// no room from the newer ones.
+		switch {
+		case !in.SharedVIP:
+		case len(added) > lbmodel.MaxObjectRules:
+			refused[ing] = fmt.Sprintf("it adds %d rules, more than %d", len(added), lbmodel.MaxObjectRules)
+		case size+n > lbmodel.MaxModelBytes:
+			refused[ing] = fmt.Sprintf("with its %d bytes the model would take more than %d: the older Ingresses fill it", n, lbmodel.MaxModelBytes)
+		default:
+			size += n
+		}
 	}
 
 	lb.Listeners = []lbmodel.Listener{{Port: HTTPPort, Protocol: lbmodel.HTTP}}
@@ -141,13 +195,24 @@ func Build(in Input) (*lbmodel.LoadBalancer, builder.Report) {
 		lb.Pools = append(lb.Pools, *p)
 		for _, m := range p.Members {
 			if m.Enabled {
-				r.ReadyBackends++
+				b.r.ReadyBackends++
 			}
 		}
 	}
 	lbmodel.SortPools(lb.Pools)
 	lbmodel.SortRules(lb.HTTP.Rules)
-	return lb, r
+	if in.SharedVIP && len(refused) == 0 && len(ingresses) > 1 {
+		if _, err := lbmodel.Normalize(lb); err != nil {
+			for _, ing := range ingresses {
+				var alone builder.Report
+				one, _ := buildFrom(in, mode, []*networkingv1.Ingress{ing}, &alone)
+				if _, err := lbmodel.Normalize(one); err != nil {
+					refused[ing] = err.Error()
+				}
+			}
+		}
+	}
+	return lb, refused
 }
 
 // olderFirst orders Ingresses by age, then namespace and name, so that the
@@ -178,10 +243,17 @@ type build struct {
 	services map[string]*corev1.Service // namespace/name
 	secrets  map[string]*corev1.Secret  // namespace/name
 	pools    map[string]*lbmodel.Pool   // by name
-	certs    map[string]*lbmodel.TLSCert
-	rules    map[ruleKey]ruleOrigin
+	// poolOrder are the names of pools in the order they were made.
+	poolOrder []string
+	certs     map[string]*lbmodel.TLSCert
+	// certBytes are the PEM bytes of the certificates each Ingress added.
+	certBytes map[*networkingv1.Ingress]int
+	rules     map[ruleKey]ruleOrigin
 	// defaultFrom is the Ingress whose default backend is the default pool.
 	defaultFrom string
+	// owners holds, on a shared VIP, the namespace that owns each host
+	// (ownership.go); nil otherwise.
+	owners map[string]string
 }
 
 func (b *build) index() {
@@ -230,6 +302,9 @@ func (b *build) add(ing *networkingv1.Ingress, lb *lbmodel.LoadBalancer) {
 			b.warnf(ing, "rule for host %q has no paths: ignored", rule.Host)
 			continue
 		}
+		if !b.owns(ing, host) {
+			continue
+		}
 		for i := range rule.HTTP.Paths {
 			p := &rule.HTTP.Paths[i]
 			what := fmt.Sprintf("path %s%s", rule.Host, p.Path)
@@ -249,9 +324,21 @@ func (b *build) add(ing *networkingv1.Ingress, lb *lbmodel.LoadBalancer) {
 				}
 				continue
 			}
+			r := lbmodel.Rule{Host: host, Path: path, PathType: typ, Pool: ref.pool}
+			// Checked alone, so that a value the API server lets through
+			// (a control character in a path) does not make the whole
+			// model invalid.
+			if err := lbmodel.CheckRule(r, &lbmodel.Pool{Name: ref.pool}); err != nil {
+				// Quoted: the path may hold the very control character.
+				if inner := errors.Unwrap(err); inner != nil {
+					err = inner // without "rule <host><path> (<type>):"
+				}
+				b.errorf(ing, "path %q of host %q (%s) ignored: %v", p.Path, rule.Host, typ, err)
+				continue
+			}
 			b.use(ing, ref)
 			b.rules[key] = ruleOrigin{ingress: id, pool: ref.pool}
-			lb.HTTP.Rules = append(lb.HTTP.Rules, lbmodel.Rule{Host: host, Path: path, PathType: typ, Pool: ref.pool})
+			lb.HTTP.Rules = append(lb.HTTP.Rules, r)
 		}
 	}
 	for _, t := range ing.Spec.TLS {
@@ -331,6 +418,7 @@ func (b *build) use(ing *networkingv1.Ingress, ref backendRef) {
 	}
 	b.r.AddPoolBackend(ref.pool, ref.svcID)
 	b.pools[ref.pool] = &lbmodel.Pool{Name: ref.pool, Members: b.members(ing, ref)}
+	b.poolOrder = append(b.poolOrder, ref.pool)
 }
 
 // members builds the members of one Service port, or reports why it has
@@ -358,7 +446,7 @@ func (b *build) members(ing *networkingv1.Ingress, ref backendRef) []lbmodel.Mem
 	}
 	members, rep := builder.Members(builder.Input{
 		ClusterName: b.in.ClusterName, ServiceType: b.in.ServiceType, Family: b.in.Family, Service: svc,
-		Pods: b.in.Pods, Nodes: b.in.Nodes, EndpointSlices: b.in.EndpointSlices,
+		Pods: b.in.Pods, Nodes: b.in.Nodes, EndpointSlices: b.in.EndpointSlices, AgentPorts: b.in.AgentPorts,
 	}, *sp)
 	b.r.AddBackend(svcID, rep)
 	if members == nil {
@@ -368,10 +456,22 @@ func (b *build) members(ing *networkingv1.Ingress, ref backendRef) []lbmodel.Mem
 }
 
 // addCert adds the certificate of one TLS entry, or reports why it cannot.
+// On a shared VIP it serves only hosts its Ingress's namespace owns, and
+// none at all when a name it holds meets a host another namespace owns
+// (certAllowed): the load balancer picks a certificate by those names.
 func (b *build) addCert(ing *networkingv1.Ingress, t networkingv1.IngressTLS) {
 	hosts := make([]string, 0, len(t.Hosts))
 	for _, h := range t.Hosts {
-		hosts = append(hosts, strings.ToLower(h))
+		h = strings.ToLower(h)
+		if owner := b.owners[h]; b.owners != nil && owner != ing.Namespace {
+			b.errorf(ing, "TLS host %s is not served over HTTPS with Secret %s/%s: namespace %s owns it (an older Ingress claims it)",
+				h, ing.Namespace, t.SecretName, owner)
+			continue
+		}
+		hosts = append(hosts, h)
+	}
+	if len(hosts) == 0 && len(t.Hosts) > 0 {
+		return
 	}
 	if t.SecretName == "" {
 		b.warnf(ing, "TLS entry for hosts %v has no secretName: they are not served over HTTPS", t.Hosts)
@@ -397,6 +497,14 @@ func (b *build) addCert(ing *networkingv1.Ingress, t networkingv1.IngressTLS) {
 		b.errorf(ing, "TLS Secret %s: %v: hosts %v are not served over HTTPS", id, err, t.Hosts)
 		return
 	}
+	if err := b.certAllowed(ing, cert); err != nil {
+		b.errorf(ing, "TLS Secret %s is not served: %v", id, err)
+		return
+	}
+	if b.certBytes == nil {
+		b.certBytes = map[*networkingv1.Ingress]int{}
+	}
+	b.certBytes[ing] += len(cert) + len(key)
 	b.certs[id] = &lbmodel.TLSCert{
 		Secret: id, Hosts: hosts, Fingerprint: lbmodel.CertFingerprint(cert),
 		CertPEM: slices.Clone(cert), KeyPEM: slices.Clone(key),

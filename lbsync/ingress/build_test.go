@@ -309,7 +309,6 @@ func TestBuild_tls(t *testing.T) {
 func TestBuild_sharedVIP(t *testing.T) {
 	shared := lbmodel.SharedIngressLoadBalancerName(testCluster, "npl")
 	cert := newCert(t, "b.example.com")
-	shopPool := lbmodel.IngressPoolName(shared, "shop", "shop", "80")
 	blogPool := lbmodel.IngressPoolName(shared, "blog", "blog", "80")
 	older := ingress("old", inNS("blog"), createdAt(100), defaultBackend(backend("blog", 80)),
 		rule("a.example.com", prefix("/", backend("blog", 80))),
@@ -318,7 +317,7 @@ func TestBuild_sharedVIP(t *testing.T) {
 		defaultBackend(backend("shop", 80)),
 		rule("a.example.com", prefix("/", backend("shop", 80)), exact("/shop", backend("shop", "http"))))
 	runBuildCases(t, []buildCase{{
-		name: "all Ingresses of the class on one load balancer; the oldest wins conflicts",
+		name: "all Ingresses of the class on one load balancer; the oldest wins conflicts, and owns its host",
 		in: Input{
 			SharedVIP: true, IngressClass: "npl",
 			Ingresses: ingresses(newer, older),
@@ -330,10 +329,9 @@ func TestBuild_sharedVIP(t *testing.T) {
 		want: &lbmodel.LoadBalancer{
 			Name: shared, Kind: lbmodel.L7,
 			Listeners: []lbmodel.Listener{httpListener, httpsListener},
-			Pools:     []lbmodel.Pool{pool(blogPool, up("198.18.0.11", 61000)), pool(shopPool, up("198.18.0.12", 61000))},
+			Pools:     []lbmodel.Pool{pool(blogPool, up("198.18.0.11", 61000))},
 			HTTP: &lbmodel.HTTPRoutes{
 				Rules: []lbmodel.Rule{
-					{Host: "a.example.com", Path: "/shop", PathType: lbmodel.PathExact, Pool: shopPool},
 					{Host: "a.example.com", Path: "/", PathType: lbmodel.PathPrefix, Pool: blogPool},
 				},
 				DefaultPool: blogPool,
@@ -341,11 +339,11 @@ func TestBuild_sharedVIP(t *testing.T) {
 			},
 		},
 		wantReport: builder.Report{
-			ReadyBackends: 2,
+			ReadyBackends: 1,
 			Warnings:      []string{"ingress shop/new: annotation npl.io/load-balancer-ip ignored: the Ingresses of class npl share one VIP"},
 			Errors: []string{
 				"ingress shop/new: default backend ignored: the VIP's default backend is that of ingress blog/old",
-				"ingress shop/new: path a.example.com/ (Prefix) ignored: ingress blog/old routes it already",
+				"ingress shop/new: host a.example.com ignored: namespace blog owns it on the shared VIP (an older Ingress claims it)",
 			},
 		},
 	}})

@@ -115,7 +115,7 @@ func APIConfigMaps(client kubernetes.Interface) ConfigMapGetter {
 func (s Store) GatewayInput(ctx context.Context, set Settings, gw *gatewayv1.Gateway, src GatewaySources, secrets SecretGetter) (gateway.Input, error) {
 	in := gateway.Input{
 		ClusterName: set.ClusterName, ServiceType: set.ServiceType, Family: set.Family, Gateway: gw,
-		Nodes: s.nodes(set), Namespaces: src.Namespaces, ReferenceGrants: src.ReferenceGrants,
+		Namespaces: src.Namespaces, ReferenceGrants: src.ReferenceGrants, AgentPorts: set.AgentPorts,
 	}
 	var b backends
 	for _, o := range src.Routes {
@@ -124,7 +124,7 @@ func (s Store) GatewayInput(ctx context.Context, set Settings, gw *gatewayv1.Gat
 			b.add(s, ref.Namespace, ref.Name)
 		}
 	}
-	in.Services, in.Pods, in.EndpointSlices = b.services, b.pods, b.slices
+	in.Services, in.Pods, in.EndpointSlices, in.Nodes = b.services, b.pods, b.slices, s.nodes(set, b.pods)
 	if err := s.backendTLS(ctx, &in, src); err != nil {
 		return in, err
 	}

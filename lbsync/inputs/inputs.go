@@ -49,6 +49,10 @@ type Settings struct {
 	Family      string
 	// IngressClass is our IngressClass, the name of a shared load balancer.
 	IngressClass string
+	// AgentPorts is the range npl-agent allocates node ports from
+	// (nodePortRange): annotation entries outside it, or that name an
+	// address of another node, are no members (builder.Input.AgentPorts).
+	AgentPorts contract.PortRange
 }
 
 // Store holds the objects builds read, indexed as Indexers says. Any
@@ -303,19 +307,42 @@ func Typed[T any](objs []any) []T {
 	return out
 }
 
-// nodes returns the Nodes, which only NodePort mode reads.
-func (s Store) nodes(set Settings) []*corev1.Node {
-	if set.ServiceType != builder.ServiceTypeNodePort || s.Nodes == nil {
+// nodes returns the Nodes a build of pods reads: every Node in NodePort
+// mode (they are the members), the Pods' own in NodePortLocal mode (their
+// addresses are those annotation entries may name), none otherwise.
+func (s Store) nodes(set Settings, pods []*corev1.Pod) []*corev1.Node {
+	if s.Nodes == nil {
 		return nil
 	}
-	return Typed[*corev1.Node](s.Nodes.List())
+	switch set.ServiceType {
+	case builder.ServiceTypeNodePort:
+		return Typed[*corev1.Node](s.Nodes.List())
+	case builder.ServiceTypeClusterIP:
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []*corev1.Node
+	for _, p := range pods {
+		name := p.Spec.NodeName
+		if name == "" || seen[name] {
+			continue
+		}
+		seen[name] = true
+		if obj, ok, _ := s.Nodes.GetByKey(name); ok {
+			if n, ok := obj.(*corev1.Node); ok {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
 }
 
 // ServiceInput is the builder's input for a LoadBalancer Service.
 func (s Store) ServiceInput(set Settings, svc *corev1.Service) builder.Input {
+	pods := s.PodsFor(svc)
 	return builder.Input{
 		ClusterName: set.ClusterName, ServiceType: set.ServiceType, Family: set.Family,
-		Service: svc, Pods: s.PodsFor(svc), EndpointSlices: s.SlicesOf(svc), Nodes: s.nodes(set),
+		Service: svc, Pods: pods, EndpointSlices: s.SlicesOf(svc), Nodes: s.nodes(set, pods), AgentPorts: set.AgentPorts,
 	}
 }
 
@@ -373,7 +400,7 @@ type ForbiddenSecret struct {
 func (s Store) IngressInput(ctx context.Context, set Settings, ings []*networkingv1.Ingress, shared bool, secrets SecretGetter) (in ingress.Input, forbidden []ForbiddenSecret, err error) {
 	in = ingress.Input{
 		ClusterName: set.ClusterName, ServiceType: set.ServiceType, Family: set.Family,
-		Ingresses: ings, SharedVIP: shared, IngressClass: set.IngressClass, Nodes: s.nodes(set),
+		Ingresses: ings, SharedVIP: shared, IngressClass: set.IngressClass, AgentPorts: set.AgentPorts,
 	}
 	var b backends
 	for _, ing := range ings {
@@ -381,7 +408,7 @@ func (s Store) IngressInput(ctx context.Context, set Settings, ings []*networkin
 			b.add(s, ref.Namespace, ref.Name)
 		}
 	}
-	in.Services, in.Pods, in.EndpointSlices = b.services, b.pods, b.slices
+	in.Services, in.Pods, in.EndpointSlices, in.Nodes = b.services, b.pods, b.slices, s.nodes(set, b.pods)
 	for _, ing := range ings {
 		for _, t := range ing.Spec.TLS {
 			if t.SecretName == "" || secrets == nil {
@@ -434,7 +461,7 @@ func FromAPI(ctx context.Context, client kubernetes.Interface, namespace string,
 	if err := fill(s.EndpointSlices, slices.Items); err != nil {
 		return s, err
 	}
-	if set.ServiceType == builder.ServiceTypeNodePort {
+	if set.ServiceType != builder.ServiceTypeClusterIP {
 		s.Nodes = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {

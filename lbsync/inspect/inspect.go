@@ -106,6 +106,8 @@ type Settings struct {
 	// the expected models are then normalized and hold only that, as the
 	// provider gets them (providers.Validated).
 	Capabilities *lbmodel.PolicyCapabilities
+	// AgentPorts is npl-lbsync's nodePortRange (inputs.Settings).
+	AgentPorts contract.PortRange
 }
 
 // Expected builds the load balancers the cluster expects for the Services,
@@ -115,7 +117,8 @@ type Settings struct {
 // Gateways are read with gc when it is not nil (npl-lbsync serves the
 // Gateway API) and the API server serves the Gateway API.
 func Expected(ctx context.Context, client kubernetes.Interface, gc gatewayclient.Interface, namespace string, s Settings, secrets inputs.SecretGetter) ([]*lbmodel.LoadBalancer, error) {
-	set := inputs.Settings{ClusterName: s.ClusterName, ServiceType: s.ServiceType, Family: s.Family, IngressClass: s.IngressClass}
+	set := inputs.Settings{ClusterName: s.ClusterName, ServiceType: s.ServiceType, Family: s.Family, IngressClass: s.IngressClass,
+		AgentPorts: s.AgentPorts}
 	store, err := inputs.FromAPI(ctx, client, namespace, set)
 	if err != nil {
 		return nil, err

@@ -451,8 +451,8 @@ const mockProvider = "provider:\n  name: mock\n  mock: {}\n"
 // caller times it. gogc, when set, is the GOGC of the process.
 func (f *lbFixture) startSyncer(ctx context.Context, set *serviceSet, provider, gogc string) (*stack.LBSync, error) {
 	f.runs++
-	cfg := fmt.Sprintf("clusterName: %s\nserviceType: NodePortLocal\nloadBalancerClass: %s\nvipPool: [%q]\nresyncPeriod: %s\n%s",
-		set.cluster, set.class, set.vips, lbResync, provider)
+	cfg := fmt.Sprintf("clusterName: %s\nserviceType: NodePortLocal\nloadBalancerClass: %s\nvipPool: [%q]\nresyncPeriod: %s\nnodePortRange: %d-%d\n%s",
+		set.cluster, set.class, set.vips, lbResync, set.basePort, set.basePort+2*portToggle-1, provider)
 	if gogc != "" {
 		// The child inherits the environment at Start; nothing else starts
 		// a process meanwhile (benchmarks run one at a time).

@@ -111,7 +111,7 @@ var standardLabels = []string{
 }
 
 var clusterScoped = map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "IngressClass": true, "MutatingWebhookConfiguration": true,
-	"CustomResourceDefinition": true}
+	"CustomResourceDefinition": true, "ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
 
 func checkLabels(t *testing.T, r *release) {
 	for _, o := range r.objects {

@@ -350,6 +350,9 @@ func (s *story) portRangeUpgrade(t *testing.T) {
 	began := time.Now()
 	s.vals["agent"].(map[string]any)["portRange"] = secondPortRange
 	s.vals["agent"].(map[string]any)["retiredPortGrace"] = "10s"
+	// As the README says (Members): npl-lbsync takes the entries of both
+	// ranges while the agents move them; the first holds the second.
+	s.vals["lbsync"].(map[string]any)["nodePortRange"] = firstPortRange
 	helmUpgrade(t, ctx, s.c, s.vals)
 	eventually(t, ctx, "every mapping in "+secondPortRange+" and the pools following", func(ctx context.Context) error {
 		for _, app := range []string{"web", "cart"} {

@@ -176,8 +176,10 @@ install with a message rather than crash-looping npl-lbsync.
   "ingressSharedVIP" $v.ingressClass.sharedVIP
   "gatewayAPI" (dict "enabled" $v.gatewayAPI.enabled)
   "vipPool" $v.vipPool
+  "allowedVIPs" $v.allowedVIPs
   "resyncPeriod" $v.lbsync.resyncPeriod
   "drainSeconds" $v.lbsync.drainSeconds
+  "nodePortRange" ($v.lbsync.nodePortRange | default $v.agent.portRange)
   "ipFamily" $v.ipFamily
   "provider" (dict "name" $name $name $section)
 }}

@@ -109,6 +109,7 @@ loadBalancerClass: %s
 vipPool: [%q]
 resyncPeriod: 1m
 drainSeconds: 1
+nodePortRange: 61000-62999
 `, cluster, serviceType, class, vipPool) + provider
 }
 
