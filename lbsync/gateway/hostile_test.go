@@ -72,7 +72,7 @@ func tenants(routes []*gatewayv1.HTTPRoute, ls ...gatewayv1.Listener) Input {
 func hostsOf(lb *lbmodel.LoadBalancer, ns string) []string {
 	var out []string
 	for _, r := range lb.HTTP.Rules {
-		if strings.Contains(r.Pool, "-"+ns+"-") && !slices.Contains(out, r.Host) {
+		if strings.Contains(r.Pool, "_"+ns+"_") && !slices.Contains(out, r.Host) {
 			out = append(out, r.Host)
 		}
 	}
