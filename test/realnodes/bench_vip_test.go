@@ -44,13 +44,9 @@ func BenchmarkRealNodes_podReadyToVIPWithGate(b *testing.B) { podReadyToVIP(b, "
 
 func podReadyToVIP(b *testing.B, name string, gate bool) {
 	const podsToVIP, step = 100, 10
+	c := startRealCluster(b, cluster.Options{Nodes: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Options{Nodes: 3, RealNodes: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = c.Close() })
 	tag := imageTag(b, c)
 	agents, err := stack.StartAgents(ctx, c, stack.AgentOptions{})
 	if err != nil {

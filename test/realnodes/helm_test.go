@@ -57,9 +57,10 @@ const (
 func TestRealNodes_theChartFromHelmInstallToHelmUninstall(t *testing.T) {
 	for _, mode := range []string{"iptables", "nftables"} {
 		t.Run("kube-proxy "+mode, func(t *testing.T) {
+			c := startRealCluster(t, cluster.Options{Nodes: 3, KubeProxyMode: mode})
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 			defer cancel()
-			s := &story{mode: mode, c: startRealCluster(t, ctx, cluster.Options{Nodes: 3, KubeProxyMode: mode}), off: map[string]bool{}}
+			s := &story{mode: mode, c: c, off: map[string]bool{}}
 			s.client = s.c.Client()
 			if !s.step(t, ctx, "helm install feeds the mock load balancer and every member reaches its Pod", s.helmInstallFeedsTheLoadBalancer) {
 				return

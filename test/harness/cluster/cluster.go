@@ -178,8 +178,11 @@ type Cluster struct {
 // Start starts a cluster and returns when the apiserver is ready, the
 // controller-manager and the scheduler are healthy, the nodes are registered
 // and the default ServiceAccount exists. ctx bounds the start only: the
-// cluster runs until Close. On error, everything started is removed and the
-// error carries the tail of each component log.
+// cluster runs until Close. Real nodes first wait for any other real-node
+// cluster on the machine to close, which ctx's cancellation ends but its
+// deadline does not: the start gets its whole time after the wait. On
+// error, everything started is removed and the error carries the tail of
+// each component log.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := CheckPrerequisites(); err != nil {
 		return nil, err
@@ -221,6 +224,16 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 }
 
 func (c *Cluster) start(ctx context.Context) error {
+	if c.opts.RealNodes {
+		// First: one real-node cluster at a time on the machine, and the
+		// wait for it is not the start's (lockRealNodes).
+		start, cancel, release, err := lockRealNodes(ctx, c.log)
+		if err != nil {
+			return err
+		}
+		defer cancel()
+		ctx, c.releaseRealNodes = start, release
+	}
 	removeStaleDirs(c.log)
 	dir, err := os.MkdirTemp("", "npl-cluster-"+c.runID+"-")
 	if err != nil {

@@ -144,11 +144,6 @@ func (c *Cluster) startRealNodes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	release, err := lockRealNodes(ctx, c.log)
-	if err != nil {
-		return err
-	}
-	c.releaseRealNodes = release
 	removeStaleCgroups(c.log)
 	hostPathsBefore()
 	for _, n := range c.nodes {
@@ -591,35 +586,74 @@ func (c *Cluster) stopRealNodes() error {
 // other (a node once stayed NotReady past its deadline that way).
 var realNodesLockFile = filepath.Join(os.TempDir(), "npl-real-nodes.lock")
 
-// lockRealNodes waits, within ctx, until no other real-node cluster runs on
-// the machine, and returns the function that lets the next one start. The
-// lock is a flock, so a process that dies releases it.
-func lockRealNodes(ctx context.Context, log klog.Logger) (func(), error) {
+// lockRealNodes waits until no other real-node cluster runs on the
+// machine, and returns the function that lets the next one start. The lock
+// is a flock, so a process that dies releases it. The wait is not the
+// start's: ctx's cancellation ends it, its deadline does not (a start given
+// two minutes behind another package's cluster that runs for six would fail
+// while it waits, and whether it does would depend on which package the
+// machine ran first). The context returned is ctx with its deadline moved
+// by the time waited, for the start that follows; its CancelFunc releases
+// what it holds.
+func lockRealNodes(ctx context.Context, log klog.Logger) (context.Context, context.CancelFunc, func(), error) {
 	f, err := os.OpenFile(realNodesLockFile, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("npl test cluster: real nodes lock: %w", err)
+		return nil, nil, nil, fmt.Errorf("npl test cluster: real nodes lock: %w", err)
 	}
+	wait, stopWait := withoutDeadline(ctx)
+	defer stopWait()
+	began := time.Now()
 	waited := false
 	for {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
-			return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+			break
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) {
 			f.Close()
-			return nil, fmt.Errorf("npl test cluster: real nodes lock %s: %w", realNodesLockFile, err)
+			return nil, nil, nil, fmt.Errorf("npl test cluster: real nodes lock %s: %w", realNodesLockFile, err)
 		}
 		if !waited {
 			log.Info("Waiting for another real-node cluster on this machine to close", "lock", realNodesLockFile)
 			waited = true
 		}
 		select {
-		case <-ctx.Done():
+		case <-wait.Done():
 			f.Close()
-			return nil, fmt.Errorf("npl test cluster: wait for another real-node cluster to close (%s): %w", realNodesLockFile, ctx.Err())
+			return nil, nil, nil, fmt.Errorf("npl test cluster: wait for another real-node cluster to close (%s): %w", realNodesLockFile, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	release := func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }
+	if waited {
+		log.Info("Another real-node cluster closed: starting", "waited", time.Since(began).Round(time.Second))
+	}
+	start, cancel := deadlineMoved(ctx, time.Since(began))
+	return start, cancel, release, nil
+}
+
+// withoutDeadline is ctx without its deadline: it ends when ctx is
+// canceled, not when ctx's deadline passes.
+func withoutDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel()
+		}
+	})
+	return out, func() { stop(); cancel() }
+}
+
+// deadlineMoved is ctx with its deadline, if it has one, d later; it ends
+// at once when ctx is canceled.
+func deadlineMoved(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok || d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	base, stop := withoutDeadline(ctx)
+	out, cancel := context.WithDeadline(base, deadline.Add(d))
+	return out, func() { cancel(); stop() }
 }
 
 var containerdConfig = template.Must(template.New("containerd").Parse(`version = 2
