@@ -104,6 +104,9 @@ type Options struct {
 	// containers on the CNI plugins bridge, host-local and portmap, and the
 	// images of ImagesDir imported into every node. The stand-ins
 	// (KubeProxy, ReadinessDelay, TerminationDelay, NoKubelet) do not apply.
+	// With DualStack too, each kubelet has both node IPs and both Pod
+	// CIDRs (host-local gets a range of each family, so every Pod an
+	// address of each), and kube-proxy serves both families.
 	RealNodes bool
 	// ImagesDir holds the image tarballs of `make images`; empty means
 	// BinDir/images.
@@ -139,9 +142,6 @@ func (o Options) withDefaults() (Options, error) {
 	case "iptables", "nftables":
 	default:
 		return o, fmt.Errorf("npl test cluster: KubeProxyMode %q: want iptables or nftables", o.KubeProxyMode)
-	}
-	if o.RealNodes && o.DualStack {
-		return o, errors.New("npl test cluster: real nodes are IPv4-only for now: DualStack does not apply")
 	}
 	return o, nil
 }

@@ -117,7 +117,10 @@ var realNodeStarted func(*realNode)
 // realNodeAPIServerArgs are the apiserver flags real kubelets need: node
 // credentials are restricted to their own Node and Pods, and the apiserver
 // reaches kubelets (logs, exec) at their InternalIP with its own client
-// certificate.
+// certificate. It calls admission webhooks (the chart's readiness-gate
+// injector) at their Pods' IPs rather than their Services' ClusterIPs, as
+// an apiserver outside the cluster network must: no kube-proxy runs where
+// it does, the Pod CIDRs are routed to the nodes.
 func (cp *controlPlane) realNodeAPIServerArgs() ([]string, error) {
 	pair, err := cp.ca.clientCert("kube-apiserver-kubelet-client", "system:masters")
 	if err != nil {
@@ -133,6 +136,7 @@ func (cp *controlPlane) realNodeAPIServerArgs() ([]string, error) {
 		"--kubelet-client-certificate=" + cp.path("kubelet-client.crt"),
 		"--kubelet-client-key=" + cp.path("kubelet-client.key"),
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
+		"--enable-aggregator-routing=true",
 	}, nil
 }
 
@@ -220,7 +224,10 @@ func (rn *realNode) writeFiles(sandboxImage string) error {
 	data := map[string]any{
 		"Dir": rn.dir, "BinDir": rn.c.opts.BinDir, "Node": rn.n, "CgroupRoot": rn.cgroupRoot,
 		"SandboxImage": sandboxImage, "CA": cp.path("ca.crt"), "ClusterCIDR": podNetwork,
-		"ProxyMode": rn.c.opts.KubeProxyMode,
+		"ProxyMode": rn.c.opts.KubeProxyMode, "DualStack": rn.c.opts.DualStack,
+	}
+	if rn.c.opts.DualStack {
+		data["ClusterCIDR"] = podNetwork + "," + podNetworkV6
 	}
 	for name, tmpl := range map[string]*template.Template{
 		"containerd.toml":   containerdConfig,
@@ -239,8 +246,12 @@ func (rn *realNode) writeFiles(sandboxImage string) error {
 	return nil
 }
 
-// podNetwork holds every node's Pod CIDR (198.19.i.0/24).
-const podNetwork = "198.19.0.0/16"
+// podNetwork holds every node's Pod CIDR (198.19.i.0/24), podNetworkV6
+// every node's IPv6 one in a dual-stack cluster (fd00:198:19:i::/64).
+const (
+	podNetwork   = "198.19.0.0/16"
+	podNetworkV6 = "fd00:198:19::/48"
+)
 
 // start creates the node's cgroups and starts its namespaces with
 // containerd, the kubelet and kube-proxy, and returns when containerd answers.
@@ -269,7 +280,7 @@ func (rn *realNode) start(ctx context.Context, sandboxImage string) error {
 		fmt.Sprintf("i=0; while [ ! -S %s ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done", rn.socket()),
 		fmt.Sprintf("%s --config=%s --kubeconfig=%s --root-dir=%s --hostname-override=%s --node-ip=%s >>%s 2>&1 &",
 			filepath.Join(bin, "kubelet"), rn.path("kubelet.yaml"), rn.path("kubelet.kubeconfig"), rn.path("kubelet"),
-			rn.n.Name, rn.n.IP, filepath.Join(logDir, rn.n.Name+"-kubelet.log")),
+			rn.n.Name, commaList(rn.n.IPs()), filepath.Join(logDir, rn.n.Name+"-kubelet.log")),
 		rn.kubeProxyCommand() + " &",
 		"wait",
 	}, "\n")
@@ -702,7 +713,7 @@ var cniTemplate = template.Must(template.New("cni").Delims("[[", "]]").Parse(`{
         "type": "host-local",
         "dataDir": "[[.Dir]]/cni/ipam",
         "ranges": [{{range $i, $range := .PodCIDRRanges}}{{if $i}}, {{end}}[{"subnet": "{{$range}}"}]{{end}}],
-        "routes": [{"dst": "0.0.0.0/0"}]
+        "routes": [{"dst": "0.0.0.0/0"}[[if .DualStack]], {"dst": "::/0"}[[end]]]
       }
     },
     {"type": "portmap", "capabilities": {"portMappings": true}}
