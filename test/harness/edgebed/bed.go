@@ -287,7 +287,7 @@ func (b *EdgeHost) StartEdge(ctx context.Context) error {
 	args := []string{"netns", "exec", b.Netns, bin,
 		"--listen", net.JoinHostPort(b.IP.String(), "8443"),
 		"--tls-cert-file", certs.ServerCert, "--tls-key-file", certs.ServerKey, "--client-ca-file", certs.CA,
-		"--state-dir", b.stateDir(),
+		"--state-dir", b.StateDir(),
 		"--check-interval", "300ms", "--check-fall", "1", "--check-rise", "1", "--resync-period", "1s", "-v", "2"}
 	if b.b.UDP != "" {
 		args = append(args, "--udp", b.b.UDP)
@@ -336,7 +336,10 @@ const (
 	HostAnswer = "the host's own frontend"
 )
 
-func (b *EdgeHost) stateDir() string        { return filepath.Join(b.Dir, "edge-state") }
+// StateDir is npl-edge's --state-dir: its configuration of HAProxy, its
+// sockets, desired.json and the certificates it serves (tls/).
+func (b *EdgeHost) StateDir() string { return filepath.Join(b.Dir, "edge-state") }
+
 func (b *EdgeHost) hostConfig() string      { return filepath.Join(b.Dir, "host", "haproxy.cfg") }
 func (b *EdgeHost) hostAdminSocket() string { return filepath.Join(b.Dir, "host", "admin.sock") }
 
@@ -405,8 +408,8 @@ func (b *EdgeHost) startHostHAProxy(withEdgeFile bool) error {
 	}
 	// The operator's install step: the state directory, and an empty
 	// npl.cfg for HAProxy to load before npl-edge first writes it.
-	edgeFile := filepath.Join(b.stateDir(), "npl.cfg")
-	if err := os.MkdirAll(b.stateDir(), 0o700); err != nil {
+	edgeFile := filepath.Join(b.StateDir(), "npl.cfg")
+	if err := os.MkdirAll(b.StateDir(), 0o700); err != nil {
 		return err
 	}
 	if _, err := os.Stat(edgeFile); errors.Is(err, os.ErrNotExist) {
