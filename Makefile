@@ -67,7 +67,7 @@ test-real-nodes: deps tools build images ## The tests on real nodes alone (kubel
 	$(GOTEST) -v -timeout 20m -run 'RealNodes' ./test/harness/cluster/ ./test/realnodes/...
 
 .PHONY: conformance
-conformance: deps tools build ## Run the Gateway API conformance suite (profiles GATEWAY-HTTP, -TCP, -UDP, -TLS, -GRPC) and write its official report to CONFORMANCE_REPORT.
+conformance: deps tools build ## Run the Gateway API conformance suite (profiles GATEWAY-HTTP, -TCP, -UDP, -TLS, -GRPC), write its official report to CONFORMANCE_REPORT; fails when its results differ from the committed report's.
 	@mkdir -p $(dir $(CONFORMANCE_REPORT))
 	$(GOTEST) -v -timeout 60m -ldflags "-X github.com/nodeportlocal/npl/internal/buildinfo.Version=$(VERSION)" \
 	  -run '^TestGatewayAPIConformance$$' ./test/conformance/ -args -npl.report=$(abspath $(CONFORMANCE_REPORT))

@@ -3,6 +3,7 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io/fs"
@@ -45,17 +46,20 @@ import (
 
 func TestMain(m *testing.M) { cluster.RunMain(m) }
 
-// reportPath, when set, is `make conformance`: every profile of Profiles
-// whole (the extended features the GatewayClass claims), nothing skipped,
-// the official report written there.
-var reportPath = flag.String("npl.report", "", "run every profile (GATEWAY-HTTP, -TCP, -UDP, -TLS, -GRPC) whole and write the official conformance report to this file")
+// reportPath, when set, is `make conformance`: the official report is
+// written there (docs/conformance/), not to a temporary file.
+var reportPath = flag.String("npl.report", "", "write the official conformance report to this file (make conformance)")
+
+// coreFlag narrows the run to the core tests of TestedProfiles, a quicker
+// run for debugging, whose report is not compared with the committed one.
+var coreFlag = flag.Bool("npl.core", false, "run only the core tests of TestedProfiles (KnownFailures skipped), without comparing with the committed report")
 
 // logsFlag, when set, keeps the logs of the cluster's components, of
 // npl-lbsync and of the suite's backends in that directory.
 var logsFlag = flag.String("npl.logs", "", "keep the logs of the control plane, npl-agent, npl-lbsync and the Pods' processes in this directory")
 
 // profilesFlag, when set, narrows the run to some profiles, for debugging.
-var profilesFlag = flag.String("npl.profiles", "", "run only these profiles (comma-separated, e.g. GATEWAY-TCP,GATEWAY-UDP) instead of TestedProfiles (or Profiles with -npl.report)")
+var profilesFlag = flag.String("npl.profiles", "", "run only these profiles (comma-separated, e.g. GATEWAY-TCP,GATEWAY-UDP) instead of Profiles (or TestedProfiles with -npl.core), without comparing with the committed report")
 
 const (
 	// GatewayClassName is the GatewayClass the suite's Gateways use.
@@ -66,13 +70,25 @@ const (
 	lbsyncCluster = "conformance"
 )
 
-// TestGatewayAPIConformance runs the suite. In `make test` it runs the core
-// tests of TestedProfiles, skips KnownFailures, and requires the report to
-// show, for each of these profiles, every other core test passed and
-// exactly its KnownFailures skipped. In `make conformance` it runs every
-// profile of Profiles whole and writes the official report.
+// TestGatewayAPIConformance runs the suite, in `make test` and in `make
+// conformance` alike: every profile of Profiles whole (its core, and the
+// extended features the GatewayClass announces), nothing skipped. It
+// requires every core test to have run and each that failed to be among
+// KnownFailures, and the results (per profile and level: the tests passed,
+// failed and skipped, and the features claimed) to be those of the
+// committed report, so that a change that breaks a feature, or adds one,
+// brings the report along. `make conformance` writes the report to
+// docs/conformance/ (-npl.report), to be committed; `make test` to a
+// temporary file. -npl.core runs the core tests of TestedProfiles only
+// (KnownFailures skipped), a quicker run for debugging.
 func TestGatewayAPIConformance(t *testing.T) {
 	began := time.Now()
+	committedPath, err := committedReportPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Read first: make conformance writes the new report over it.
+	committed, committedErr := readReport(committedPath)
 	binDir, err := cluster.DefaultBinDir()
 	if err != nil {
 		t.Fatal(err)
@@ -166,14 +182,83 @@ func TestGatewayAPIConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *reportPath != "" {
-		checkFullRun(t, report, opts.ConformanceProfiles)
-	} else {
+	if *coreFlag {
 		checkCoreRun(t, report, opts.ConformanceProfiles)
+	} else {
+		checkFullRun(t, report, opts.ConformanceProfiles)
 	}
 	if err := annotateReport(out, report); err != nil {
 		t.Error(err)
 	}
+	switch partial := *coreFlag || *profilesFlag != "" || opts.RunTest != "" || (!*coreFlag && len(opts.SkipTests) > 0); {
+	case partial:
+		t.Logf("a partial run (-npl.core, -npl.profiles, -run-test or -skip-tests): not compared with the committed report %s", committedPath)
+	case committedErr != nil && out == committedPath && errors.Is(committedErr, fs.ErrNotExist):
+		t.Logf("no committed report for this suite version yet: %s is the first, to commit", committedPath)
+	case committedErr != nil:
+		t.Errorf("the committed report, which the results must equal: %v (make conformance writes it)", committedErr)
+	default:
+		if diff := resultChanges(committed, report); diff != "" {
+			t.Errorf("the results differ from the committed report %s (-committed +this run):\n%s\n"+
+				"A change that breaks a feature, or adds one, brings the report along: run make conformance and commit %s (this run's report: %s).",
+				committedPath, diff, committedPath, out)
+		}
+	}
+}
+
+// committedReportPath is the report the repository holds for the suite
+// version go.mod pins, docs/conformance/gateway-api-<version>-report.yaml:
+// where `make conformance` writes it (the Makefile reads go.mod the same
+// way).
+func committedReportPath() (string, error) {
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "sigs.k8s.io/gateway-api/conformance" {
+			return filepath.Join(root, "docs", "conformance", "gateway-api-"+f[1]+"-report.yaml"), nil
+		}
+	}
+	return "", errors.New("go.mod requires no sigs.k8s.io/gateway-api/conformance")
+}
+
+// profileResults are what a report says npl does in one profile: the
+// statistics of each level, the tests that failed and were skipped (of
+// either level), and the extended features it claimed. They are what the
+// committed report must agree with; the date and the version it was made
+// with are not.
+type profileResults struct {
+	Core, Extended    confv1.Statistics
+	Failed, Skipped   []string
+	SupportedFeatures []string
+}
+
+// resultsOf are the results of a report, by profile.
+func resultsOf(r *confv1.ConformanceReport) map[string]profileResults {
+	out := map[string]profileResults{}
+	for _, pr := range r.ProfileReports {
+		res := profileResults{Core: pr.Core.Statistics,
+			Failed: sorted(pr.Core.FailedTests), Skipped: sorted(pr.Core.SkippedTests), SupportedFeatures: []string{}}
+		if ext := pr.Extended; ext != nil {
+			res.Extended = ext.Statistics
+			res.Failed = sorted(append(res.Failed, ext.FailedTests...))
+			res.Skipped = sorted(append(res.Skipped, ext.SkippedTests...))
+			res.SupportedFeatures = sorted(ext.SupportedFeatures)
+		}
+		out[pr.Name] = res
+	}
+	return out
+}
+
+// resultChanges is how the results of report differ from those of
+// committed (cmp.Diff, -committed +report); empty when they agree.
+func resultChanges(committed, report *confv1.ConformanceReport) string {
+	return cmp.Diff(resultsOf(committed), resultsOf(report))
 }
 
 // checkCoreRun checks the report of a `make test` run (coreRunProblems)
@@ -220,8 +305,9 @@ func coreRunProblems(report *confv1.ConformanceReport, profiles []suite.Conforma
 	return out
 }
 
-// options are the suite's options: the core features only in `make test`,
-// what the GatewayClass claims (at least the core) in `make conformance`.
+// options are the suite's options: every profile of Profiles with what the
+// GatewayClass claims (at least the core), nothing skipped; with -npl.core
+// the core features of TestedProfiles only, KnownFailures skipped.
 func options(t *testing.T, c *cluster.Cluster, kube client.Client, bed *edgebed.Bed, report string) suite.ConformanceOptions {
 	t.Helper()
 	clientset := c.Client()
@@ -249,7 +335,7 @@ func options(t *testing.T, c *cluster.Cluster, kube client.Client, bed *edgebed.
 		RestConfig:    c.RESTConfig(),
 		ManifestFS:    []fs.FS{&gwconformance.Manifests},
 	}
-	if *reportPath != "" {
+	if !*coreFlag {
 		opts.ConformanceProfiles = Profiles
 		opts.SkipTests = nil
 		opts.SupportedFeatures = claimedFeatures(t, kube)
@@ -262,7 +348,7 @@ func options(t *testing.T, c *cluster.Cluster, kube client.Client, bed *edgebed.
 			}
 		}
 	}
-	if *reportPath == "" {
+	if *coreFlag {
 		opts.SupportedFeatures = testFeatures(coreFeatures(opts.ConformanceProfiles...), claimedFeatures(t, kube))
 		opts.SkipTests = append(opts.SkipTests, extendedTests(opts.SupportedFeatures, opts.ConformanceProfiles)...)
 	}
@@ -486,9 +572,10 @@ func coreStatus(r *confv1.ConformanceReport, p suite.ConformanceProfileName) (co
 	return confv1.Status{}, fmt.Errorf("the report has no %s profile: none of its tests ran", p)
 }
 
-// checkFullRun compares a `make conformance` run with KnownFailures, profile
-// by profile: a core failure not listed is an error; a listed test that
-// passed may leave the list.
+// checkFullRun compares a run of whole profiles with KnownFailures, profile
+// by profile: a core failure not listed is an error, and so is a core test
+// that did not run (the suite's core tests of the profile, coreTestsOf, are
+// each passed or failed); a listed test that passed may leave the list.
 func checkFullRun(t *testing.T, report *confv1.ConformanceReport, profiles []suite.ConformanceProfileName) {
 	t.Helper()
 	failed := map[string]bool{}
@@ -503,6 +590,9 @@ func checkFullRun(t *testing.T, report *confv1.ConformanceReport, profiles []sui
 			if _, ok := KnownFailures[name]; !ok {
 				t.Errorf("%s: core test %s failed and is not in KnownFailures", p, name)
 			}
+		}
+		if ran, want := int(core.Passed)+len(core.FailedTests), len(coreTestsOf(p)); ran != want || core.Skipped > 0 {
+			t.Errorf("%s: %d core tests passed or failed and %d skipped, of the suite's %d: some did not run", p, ran, core.Skipped, want)
 		}
 		t.Logf("%s core: %d passed, %d failed: %v", p, core.Passed, core.Failed, core.FailedTests)
 	}
@@ -713,5 +803,62 @@ func TestCoreRunProblems_everyCoreTestOfTheSuiteMustPass(t *testing.T) {
 		if got := coreRunProblems(tc.report, profiles); len(got) != tc.want {
 			t.Errorf("%s: problems %q, want %d", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestResultChanges_seeWhatNplDoesNotWhenOrWhichBuildRan: the committed
+// report (the one for the suite version go.mod pins) is there and reads;
+// the same results on another date from another build are no change, an
+// extended feature dropped or a test failed is one, named in the diff.
+func TestResultChanges_seeWhatNplDoesNotWhenOrWhichBuildRan(t *testing.T) {
+	path, err := committedReportPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed, err := readReport(path)
+	if err != nil {
+		t.Fatalf("the committed report: %v (make conformance writes it)", err)
+	}
+	if len(committed.ProfileReports) != len(Profiles) {
+		t.Errorf("the committed report has %d profiles; want one for each of %v", len(committed.ProfileReports), Profiles)
+	}
+	variant := func(change func(r *confv1.ConformanceReport)) *confv1.ConformanceReport {
+		b, err := yaml.Marshal(committed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r confv1.ConformanceReport
+		if err := yaml.UnmarshalStrict(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		change(&r)
+		return &r
+	}
+	later := variant(func(r *confv1.ConformanceReport) {
+		r.Date, r.Version = "2030-01-01T00:00:00Z", "v9.9.9-1-gabcdef0"
+	})
+	if diff := resultChanges(committed, later); diff != "" {
+		t.Errorf("another date and build changed the results:\n%s", diff)
+	}
+	var dropped string
+	lost := variant(func(r *confv1.ConformanceReport) {
+		ext := r.ProfileReports[0].Extended
+		if ext == nil || len(ext.SupportedFeatures) == 0 {
+			t.Fatalf("the committed report's %s claims no extended feature", r.ProfileReports[0].Name)
+		}
+		dropped = ext.SupportedFeatures[0]
+		ext.SupportedFeatures, ext.UnsupportedFeatures = ext.SupportedFeatures[1:], append(ext.UnsupportedFeatures, dropped)
+		ext.Passed--
+	})
+	if diff := resultChanges(committed, lost); !strings.Contains(diff, dropped) {
+		t.Errorf("an extended feature (%s) dropped: diff %q; want it named", dropped, diff)
+	}
+	failed := variant(func(r *confv1.ConformanceReport) {
+		r.ProfileReports[0].Core.Passed--
+		r.ProfileReports[0].Core.Failed++
+		r.ProfileReports[0].Core.FailedTests = []string{"HTTPRouteSimpleSameNamespace"}
+	})
+	if diff := resultChanges(committed, failed); !strings.Contains(diff, "HTTPRouteSimpleSameNamespace") {
+		t.Errorf("a core test failed: diff %q; want it named", diff)
 	}
 }

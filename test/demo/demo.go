@@ -135,8 +135,10 @@ type run struct {
 }
 
 // Run runs the demo; it cleans up everything it started before returning,
-// also on failure (after ctx ends when Keep is set).
-func Run(ctx context.Context, opts Options) (*Result, error) {
+// also on failure (after ctx ends when Keep is set), and returns only once
+// every process it started has exited (an error says what it could not
+// stop).
+func Run(ctx context.Context, opts Options) (_ *Result, err error) {
 	if opts.Out == nil {
 		opts.Out = os.Stdout
 	}
@@ -156,7 +158,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		NodePortOpen: map[string]bool{}, NPLOpen: map[string]bool{}, Backends: map[string]int{}, VIPAnswers: map[string]int{},
 		UDPVIPAnswers: map[string]int{},
 	}}
-	defer r.cleanup()
+	defer func() { err = errors.Join(err, r.cleanup()) }()
 	if err := r.steps(ctx); err != nil {
 		return r.res, err
 	}
@@ -957,17 +959,22 @@ The demo keeps running (Ctrl-C ends it and removes everything). Its network is p
 	<-ctx.Done()
 }
 
-func (r *run) cleanup() {
+// cleanup stops everything the demo started, each returning once its
+// processes have exited; it says what it could not stop.
+func (r *run) cleanup() error {
+	var errs []error
 	if r.lbsync != nil {
-		_ = r.lbsync.Stop()
+		errs = append(errs, r.lbsync.Stop())
 	}
 	stack.StopAgents(r.agents)
-	if r.backend != nil {
+	switch {
+	case r.bed != nil: // the haproxy provider's backend is the bed
+		errs = append(errs, r.bed.Close())
+	case r.backend != nil:
 		r.backend.Close()
-	} else if r.bed != nil {
-		_ = r.bed.Close()
 	}
 	if r.c != nil {
-		_ = r.c.Close()
+		errs = append(errs, r.c.Close())
 	}
+	return errors.Join(errs...)
 }

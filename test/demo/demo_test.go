@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nodeportlocal/npl/test/harness/cluster"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
 )
 
 func TestMain(m *testing.M) { cluster.RunMain(m) }
@@ -81,15 +82,20 @@ func demoWithoutDataPlane(t *testing.T, provider string) {
 // request to web's VIP reached the Pod behind the member HAProxy chose (one
 // hop) and every Pod answered; requests to the NodePort VIP took second
 // hops (the third node runs no web Pod, so each request HAProxy sends there
-// takes one).
+// takes one). Once it returned, nothing of its edge runs: npl-edge and
+// every HAProxy process it started have exited.
 func TestDemo_haproxy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
 	res, err := Run(ctx, Options{Out: &out, StateDir: t.TempDir()})
+	left := edgebed.LeftBehind()
 	t.Logf("demo output:\n%s", out.String())
 	if err != nil {
 		t.Fatalf("demo failed: %v", err)
+	}
+	if len(left) > 0 {
+		t.Errorf("processes of the demo's edge still run after it returned: %v", left)
 	}
 	if !strings.Contains(out.String(), "load balancer: haproxy") {
 		t.Error("the demo does not run on HAProxy by default")

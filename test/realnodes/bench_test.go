@@ -51,13 +51,9 @@ const podsPerRound = 100
 // agent's annotation: podsPerRound Pods created at once per round, p50 and
 // p99 over all of them.
 func BenchmarkRealNodes_podStartToAnnotation(b *testing.B) {
+	c := startRealCluster(b, cluster.Options{Nodes: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Options{Nodes: 3, RealNodes: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = c.Close() })
 	tag := imageTag(b, c)
 	helmInstall(b, ctx, c, map[string]any{
 		"clusterName": "bench", "vipPool": []any{vipRange}, "provider": map[string]any{"name": "mock"},
@@ -190,13 +186,9 @@ func podRound(b *testing.B, ctx context.Context, client kubernetes.Interface, ns
 // runs the new tag, Ready, on every node (the chart's maxUnavailable 1: one
 // node after another).
 func BenchmarkRealNodes_agentDaemonSetRollout(b *testing.B) {
+	c := startRealCluster(b, cluster.Options{Nodes: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Options{Nodes: 3, RealNodes: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = c.Close() })
 	tag := imageTag(b, c)
 	vals := map[string]any{
 		"clusterName": "bench", "vipPool": []any{vipRange}, "provider": map[string]any{"name": "mock"},

@@ -31,7 +31,16 @@ import (
 // edgebed.LoadWindow do. A real kubelet reports a Pod's IP before its
 // containers start and the readiness probe passes, so npl-agent's work may
 // come before Ready (annotated-* negative).
-func BenchmarkRealNodes_podReadyToVIP(b *testing.B) { podReadyToVIP(b, "rn-vip", false) }
+func BenchmarkRealNodes_podReadyToVIP(b *testing.B) { podReadyToVIP(b, "rn-vip", false, true) }
+
+// BenchmarkRealNodes_podReadyToServed is the control path on its own:
+// BenchmarkRealNodes_podReadyToVIP without the request stream, each Pod
+// from Ready to its member up and enabled in HAProxy's runtime state, read
+// from the admin socket every 10 ms (not sampled by requests), over the
+// same 100 real Pods. It reports what edgebed.ReportControlPath does (p50,
+// p99 and each component's share) and the machine's load; the end-to-end
+// figure with the stream is BenchmarkRealNodes_podReadyToVIP's.
+func BenchmarkRealNodes_podReadyToServed(b *testing.B) { podReadyToVIP(b, "rn-served", false, false) }
 
 // BenchmarkRealNodes_podReadyToVIPWithGate is
 // BenchmarkRealNodes_podReadyToVIP with the npl.io/lb-registered readiness
@@ -40,17 +49,16 @@ func BenchmarkRealNodes_podReadyToVIP(b *testing.B) { podReadyToVIP(b, "rn-vip",
 // are ready and sets the gate's condition once the edge has applied it, and
 // the kubelet turns the Pod Ready only then, so Ready means "served by the
 // VIP" (a first request before Ready counts as 0).
-func BenchmarkRealNodes_podReadyToVIPWithGate(b *testing.B) { podReadyToVIP(b, "rn-gate", true) }
+func BenchmarkRealNodes_podReadyToVIPWithGate(b *testing.B) { podReadyToVIP(b, "rn-gate", true, true) }
 
-func podReadyToVIP(b *testing.B, name string, gate bool) {
+// podReadyToVIP is the body of the Pod Ready → VIP benchmarks: with the
+// readiness gate or not, with the request stream (Ready → first request)
+// or not (Ready → served, the control path alone).
+func podReadyToVIP(b *testing.B, name string, gate, stream bool) {
 	const podsToVIP, step = 100, 10
+	c := startRealCluster(b, cluster.Options{Nodes: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Options{Nodes: 3, RealNodes: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = c.Close() })
 	tag := imageTag(b, c)
 	agents, err := stack.StartAgents(ctx, c, stack.AgentOptions{})
 	if err != nil {
@@ -146,15 +154,23 @@ func podReadyToVIP(b *testing.B, name string, gate bool) {
 		}
 		start := time.Now()
 		su := edgebed.StartServersUp(ctx, bed.Edges[0], pool)
-		fa := edgebed.StartFirstAnswers(ctx, bed, url, 8, 10*time.Minute)
+		var fa *edgebed.FirstAnswers
+		if stream {
+			fa = edgebed.StartFirstAnswers(ctx, bed, url, 8, 10*time.Minute)
+		}
 		for n := 1 + step; n <= 1+podsToVIP; n += step {
 			scale(n)
-			eventually(b, ctx, fmt.Sprintf("%d Pods ready and answering through the VIP", n), func(context.Context) error {
+			eventually(b, ctx, fmt.Sprintf("%d Pods ready and served through the VIP", n), func(ctx context.Context) error {
 				// From the watch: a List of 100 Pods every poll would be
 				// work for the API server that carries the annotations.
 				ready := rw.ReadyNow()
 				if len(ready) != n {
 					return fmt.Errorf("%d of %d Pods ready", len(ready), n)
+				}
+				if !stream {
+					wctx, cancel := context.WithTimeout(ctx, time.Second)
+					defer cancel()
+					return bed.Edges[0].WaitUp(wctx, pool, n)
 				}
 				for _, p := range ready {
 					if fa.First(p).IsZero() {
@@ -164,7 +180,9 @@ func podReadyToVIP(b *testing.B, name string, gate bool) {
 				return nil
 			})
 		}
-		fa.Stop()
+		if fa != nil {
+			fa.Stop()
+		}
 		su.Stop()
 		streamTime += time.Since(start)
 		to, err := edgebed.SampleLoad(ctx, client, lbsync.MetricsURL())
@@ -172,8 +190,10 @@ func podReadyToVIP(b *testing.B, name string, gate bool) {
 			b.Fatal(err)
 		}
 		load.Add(from, to)
-		ok, fail := fa.Counts()
-		requests, failed = requests+ok+fail, failed+fail
+		if fa != nil {
+			ok, fail := fa.Counts()
+			requests, failed = requests+ok+fail, failed+fail
+		}
 		pods, err = client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 		if err != nil {
 			b.Fatal(err)
@@ -193,8 +213,12 @@ func podReadyToVIP(b *testing.B, name string, gate bool) {
 		converged(1)
 		b.StartTimer()
 	}
-	edgebed.ReportReadyToVIP(b, timelines, gate)
 	load.Report(b)
+	if !stream {
+		edgebed.ReportControlPath(b, timelines)
+		return
+	}
+	edgebed.ReportReadyToVIP(b, timelines, gate)
 	b.ReportMetric(float64(requests)/streamTime.Seconds(), "stream-req/s")
 	b.ReportMetric(float64(failed), "failed")
 }

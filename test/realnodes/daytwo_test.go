@@ -46,7 +46,7 @@ func (s *story) agentRollingUpdate(t *testing.T) {
 	changes := s.watchAnnotations(t, before)
 	oldAgents := s.agentPods(t)
 
-	stream := streamTo(members)
+	stream, vip := streamTo(members), s.vipStream(t, workloadNS, "web")
 	began := time.Now()
 	s.vals["agent"].(map[string]any)["image"] = map[string]any{"tag": newTag}
 	helmUpgrade(t, ctx, s.c, s.vals)
@@ -59,6 +59,7 @@ func (s *story) agentRollingUpdate(t *testing.T) {
 	if res.failed > 0 || res.sent < 100 {
 		t.Errorf("request stream: %s; want no failure among at least 100", res)
 	}
+	checkVIPStream(t, vip, "web", 100)
 	for _, p := range s.agentPods(t) {
 		if slices.Contains(oldAgents, p) {
 			t.Errorf("agent Pod %s was not replaced", p)
@@ -209,11 +210,12 @@ func (s *story) kubeProxyRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream := streamTo(members)
+	stream, vip := streamTo(members), s.vipStream(t, workloadNS, "web")
 	for _, n := range s.c.Nodes() {
 		began := time.Now()
 		if err := s.c.RestartKubeProxy(ctx, n.Name); err != nil {
 			stream.stop()
+			vip.stop()
 			t.Fatal(err)
 		}
 		t.Logf("kube-proxy of %s restarted and synced in %s", n.Name, time.Since(began).Round(100*time.Millisecond))
@@ -225,6 +227,7 @@ func (s *story) kubeProxyRestart(t *testing.T) {
 	if res.failed > 0 || res.sent < 30 {
 		t.Errorf("request stream: %s; want no failure among at least 30", res)
 	}
+	checkVIPStream(t, vip, "web", 100)
 	for _, n := range s.c.Nodes() {
 		r, err := readRules(ctx, n)
 		if err != nil {
@@ -347,6 +350,7 @@ func (s *story) portRangeUpgrade(t *testing.T) {
 
 	staying := streamTo(cart)
 	listed := streamToListed(s, "web")
+	vip := s.vipStream(t, workloadNS, "web")
 	began := time.Now()
 	s.vals["agent"].(map[string]any)["portRange"] = secondPortRange
 	s.vals["agent"].(map[string]any)["retiredPortGrace"] = "10s"
@@ -383,6 +387,7 @@ func (s *story) portRangeUpgrade(t *testing.T) {
 	if listedRes.failed > 0 || listedRes.sent < 100 {
 		t.Errorf("request stream to web's listed members: %s; want no failure among at least 100", listedRes)
 	}
+	checkVIPStream(t, vip, "web", 100)
 	if after, err := s.poolIs(ctx, "cart"); err != nil || !maps.Equal(after, cart) {
 		t.Errorf("cart's members after the upgrade %v (%v); want them unchanged: %v", after, err, cart)
 	}
@@ -453,12 +458,18 @@ const secondHopRequests = 30
 // every request to it reaches that Pod.
 func (s *story) nodePortContrast(t *testing.T) {
 	ctx := s.ctx
-	members, pods, err := s.appPods(ctx, "web")
+	members, _, err := s.appPods(ctx, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every workload Pod's node: another app's Pod may hold the same node
+	// port number on its own node.
+	all, err := s.client.CoreV1().Pods(workloadNS).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	podNode := map[string]string{} // namespace/name -> node IP
-	for _, p := range pods {
+	for _, p := range all.Items {
 		podNode[p.Namespace+"/"+p.Name] = p.Status.HostIP
 	}
 	svc, err := s.client.CoreV1().Services(workloadNS).Create(ctx, &corev1.Service{
@@ -657,7 +668,14 @@ func (s *story) drainAndDeleteANode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// kubectl drain: cordon, then evict what is not a DaemonSet's.
+	// kubectl drain: cordon, then evict what is not a DaemonSet's; users
+	// keep sending requests to web's VIP.
+	vip := s.vipStream(t, workloadNS, "web")
+	defer func() {
+		if vip != nil {
+			vip.stop()
+		}
+	}()
 	if _, err := s.client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -710,6 +728,8 @@ func (s *story) drainAndDeleteANode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkVIPStream(t, vip, "web", 100)
+	vip = nil
 	if !maps.Equal(final, after) {
 		t.Errorf("members after the node's deletion %v; want %v", final, after)
 	}

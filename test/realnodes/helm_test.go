@@ -2,7 +2,6 @@ package realnodes
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -25,9 +24,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeportlocal/npl/contract"
-	"github.com/nodeportlocal/npl/lbmodel"
-	"github.com/nodeportlocal/npl/providers/mock"
 	"github.com/nodeportlocal/npl/test/harness/cluster"
+	"github.com/nodeportlocal/npl/test/harness/edgebed"
 	"github.com/nodeportlocal/npl/test/harness/images"
 	"github.com/nodeportlocal/npl/test/harness/podreply"
 )
@@ -35,21 +33,21 @@ import (
 const (
 	releaseNamespace = "npl-system"
 	releaseName      = "npl"
-	// vipRange is where the mock provider takes VIPs from.
+	// vipRange is where npl-lbsync takes VIPs from: routed to the edge.
 	vipRange = "198.18.200.0/28"
-	// lbsyncMetricsPort is the chart's lbsync.metricsPort, where the mock
-	// provider serves its state.
-	lbsyncMetricsPort = 9103
 )
 
 // TestRealNodes_theChartFromHelmInstallToHelmUninstall is the chart's life
-// as users live it, on three real nodes (kubelet, containerd, kube-proxy, CNI
-// bridge) sharing one cluster per kube-proxy mode: the first hour (`helm
-// install` with the mock provider, a 3-replica Deployment behind a
-// LoadBalancer Service), then day two (the agent's rolling update to a new
-// image tag, kube-proxy restarted, `helm upgrade` to another port range, the
-// NodePort contrast, a node drained and deleted) and `helm uninstall`. A
-// step that fails leaves the later ones to run on what is left, except the
+// as users live it, on three dual-stack real nodes (kubelet, containerd,
+// kube-proxy, CNI bridge) sharing one cluster per kube-proxy mode, with
+// HAProxy on an edge host as the load balancer (the haproxy provider and
+// npl-edge): the first hour (`helm install`, a 3-replica Deployment behind a
+// LoadBalancer Service and a TLS Ingress, a dual-stack Service), a rolling
+// update with and without the readiness gate, then day two (the agent's
+// rolling update to a new image tag, kube-proxy restarted, `helm upgrade` to
+// another port range, the NodePort contrast, a node drained and deleted)
+// and `helm uninstall`, the steps' requests going through the VIPs. A step
+// that fails leaves the later ones to run on what is left, except the
 // install, without which nothing follows.
 //
 // It runs once with kube-proxy in iptables mode and once in nftables mode:
@@ -57,13 +55,16 @@ const (
 func TestRealNodes_theChartFromHelmInstallToHelmUninstall(t *testing.T) {
 	for _, mode := range []string{"iptables", "nftables"} {
 		t.Run("kube-proxy "+mode, func(t *testing.T) {
+			c := startRealCluster(t, cluster.Options{Nodes: 3, KubeProxyMode: mode, DualStack: true})
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 			defer cancel()
-			s := &story{mode: mode, c: startRealCluster(t, ctx, cluster.Options{Nodes: 3, KubeProxyMode: mode}), off: map[string]bool{}}
-			s.client = s.c.Client()
-			if !s.step(t, ctx, "helm install feeds the mock load balancer and every member reaches its Pod", s.helmInstallFeedsTheLoadBalancer) {
+			s := &story{mode: mode, c: c, client: c.Client(), off: map[string]bool{}}
+			s.startEdge(t, ctx)
+			if !s.step(t, ctx, "helm install feeds HAProxy on the edge and every Pod answers through the VIPs", s.helmInstallFeedsTheLoadBalancer) {
 				return
 			}
+			s.step(t, ctx, "a dual-stack Service's Pods get an entry per family, and IPv6 reaches every member", s.dualStackService)
+			s.step(t, ctx, "a rolling update through the VIP: without the readiness gate Pods are Ready before the load balancer has them, with it none is and no request fails", s.readinessGateRollout)
 			s.step(t, ctx, "an agent rolling update to a new image tag changes no port and fails no request", s.agentRollingUpdate)
 			s.step(t, ctx, "kube-proxy restarted keeps npl's rules, and npl's repair leaves kube-proxy's alone", s.kubeProxyRestart)
 			s.step(t, ctx, "helm upgrade to another port range moves the mappings outside it, the pools follow, the members that stay never fail", s.portRangeUpgrade)
@@ -84,9 +85,14 @@ type story struct {
 	client kubernetes.Interface
 	tag    string         // of the images the nodes imported
 	vals   map[string]any // the release's values
-	// lbsyncIP and lbsyncPod are the Pod IP and name of npl-lbsync's ready
-	// replica, where the mock provider's state is served.
-	lbsyncIP, lbsyncPod string
+	// bed is the edge host, lb what it serves of lbCluster (through
+	// npl-edge's API), foreignServed whether it still serves the load
+	// balancer of another cluster it was given.
+	bed           *edgebed.Bed
+	lb            *edgebed.LBBackend
+	foreignServed func() bool
+	// lbsyncPod is the name of npl-lbsync's ready replica.
+	lbsyncPod string
 	// off holds the nodes switched off.
 	off map[string]bool
 }
@@ -113,12 +119,13 @@ func (s *story) helmInstallFeedsTheLoadBalancer(t *testing.T) {
 	s.tag = imageTag(t, c)
 	tag := s.tag
 	s.vals = map[string]any{
-		"clusterName": "real-nodes",
+		"clusterName": lbCluster,
 		"vipPool":     []any{vipRange},
 		"lbsync":      map[string]any{"replicas": 1, "image": map[string]any{"tag": tag}},
 		// A short drift check, so that a repair shows within seconds.
-		"agent":    map[string]any{"image": map[string]any{"tag": tag}, "datapathCheckInterval": datapathCheckInterval.String()},
-		"provider": map[string]any{"name": "mock"},
+		"agent":        map[string]any{"image": map[string]any{"tag": tag}, "datapathCheckInterval": datapathCheckInterval.String()},
+		"provider":     s.providerValues(),
+		"ingressClass": map[string]any{"readTLSSecrets": true},
 	}
 	helmInstall(t, ctx, c, s.vals)
 	proxyMode := s.mode
@@ -191,7 +198,7 @@ func (s *story) helmInstallFeedsTheLoadBalancer(t *testing.T) {
 		}
 		for _, p := range pods.Items {
 			if podutils.IsPodReady(&p) {
-				s.lbsyncIP, s.lbsyncPod = p.Status.PodIP, p.Name
+				s.lbsyncPod = p.Name
 				return nil
 			}
 		}
@@ -246,42 +253,41 @@ func (s *story) helmInstallFeedsTheLoadBalancer(t *testing.T) {
 		return nil
 	})
 
-	// The load balancer has exactly those members and a VIP, in the Service
-	// status too.
-	eventually(t, ctx, "the load balancer's members are the Pods' node ports", func(ctx context.Context) error {
-		st, err := mockState(ctx, s.lbsyncIP)
+	// HAProxy on the edge serves exactly those members on a VIP, the one in
+	// the Service's status.
+	var vip string
+	eventually(t, ctx, "HAProxy's members are the Pods' node ports, on the VIP of the Service's status", func(ctx context.Context) error {
+		have, vips, err := s.edgeMembers(ns, "web")
 		if err != nil {
 			return err
 		}
-		lb := findLB(st, ns+"/web")
-		if lb == nil {
-			return fmt.Errorf("no load balancer for %s/web in %d", ns, len(st.LoadBalancers))
-		}
-		if len(lb.Listeners) != 1 || lb.Listeners[0].Port != 80 {
-			return fmt.Errorf("listeners %+v", lb.Listeners)
-		}
-		var have []string
-		for _, m := range lb.Listeners[0].Pool.Members {
-			if m.Enabled {
-				have = append(have, net.JoinHostPort(m.IP, strconv.Itoa(int(m.Port))))
-			}
-		}
-		slices.Sort(have)
 		if want := slices.Sorted(maps.Keys(members)); !slices.Equal(have, want) {
 			return fmt.Errorf("members %v; want %v", have, want)
 		}
-		if len(lb.VIPs) != 1 || !netipIn(lb.VIPs[0], vipRange) {
-			return fmt.Errorf("VIPs %v; want one from %s", lb.VIPs, vipRange)
+		if len(vips) != 1 || !netipIn(vips[0], vipRange) {
+			return fmt.Errorf("VIPs %v; want one from %s", vips, vipRange)
 		}
-		s, err := client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			return err
+		if vip, err = s.vipOf(ctx, ns, "web"); err != nil || vip != vips[0] {
+			return fmt.Errorf("Service status VIP %q (%v); want the VIP %s", vip, err, vips[0])
 		}
-		if ing := s.Status.LoadBalancer.Ingress; len(ing) != 1 || ing[0].IP != lb.VIPs[0] {
-			return fmt.Errorf("Service status %+v; want the VIP %s", ing, lb.VIPs[0])
-		}
-		return nil
+		return s.waitServed(ctx, ns, "web", 3)
 	})
+	// Through the VIP, from outside the nodes, every Pod answers.
+	answered := map[string]int{}
+	for range 3 * len(members) {
+		pod, err := get(ctx, net.JoinHostPort(vip, "80"))
+		if err != nil {
+			t.Fatalf("GET through the VIP %s: %v", vip, err)
+		}
+		answered[pod]++
+	}
+	t.Logf("through the VIP %s: %v", vip, answered)
+	for _, name := range members {
+		if pod := ns + "/" + name; answered[pod] == 0 {
+			t.Errorf("%s never answered through the VIP %s (answers: %v)", pod, vip, answered)
+		}
+	}
+	s.tlsIngress(t, members)
 
 	// Least privilege in operation, with the Pods' own tokens.
 	checkLeastPrivilege(t, ctx, c, agentPod, s.lbsyncPod, ns, webPod)
@@ -317,8 +323,13 @@ func loadBalancerService(ns, app string) *corev1.Service {
 	}
 }
 
+// workloadPreStop is how long a deleted workload Pod keeps serving, a
+// preStop sleep, while npl-lbsync drains its member: what users give Pods
+// behind a load balancer (README: Zero-downtime rollouts).
+const workloadPreStop = 2
+
 // workloadDeployment is app, 3 replicas of the workload image answering on
-// port 8080.
+// port 8080, each Pod serving workloadPreStop seconds once deleted.
 func workloadDeployment(ns, app, tag string) *appsv1.Deployment {
 	labels := map[string]string{"app": app}
 	fieldEnv := func(name, path string) corev1.EnvVar {
@@ -332,9 +343,10 @@ func workloadDeployment(ns, app, tag string) *appsv1.Deployment {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr.To[int64](1),
+					TerminationGracePeriodSeconds: ptr.To[int64](workloadPreStop + 3),
 					Containers: []corev1.Container{{
 						Name:            "web",
+						Lifecycle:       &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: workloadPreStop}}},
 						Image:           images.Ref(images.Workload, tag),
 						ImagePullPolicy: corev1.PullNever,
 						Env:             []corev1.EnvVar{{Name: "TCP_PORTS", Value: "8080"}, fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace")},
@@ -348,33 +360,6 @@ func workloadDeployment(ns, app, tag string) *appsv1.Deployment {
 			},
 		},
 	}
-}
-
-// mockState reads the mock provider's state from npl-lbsync's metrics port.
-func mockState(ctx context.Context, podIP string) (*mock.State, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(podIP, strconv.Itoa(lbsyncMetricsPort))+mock.StatePath, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", mock.StatePath, resp.Status)
-	}
-	var st mock.State
-	return &st, json.NewDecoder(resp.Body).Decode(&st)
-}
-
-func findLB(st *mock.State, service string) *lbmodel.LoadBalancer {
-	for i := range st.LoadBalancers {
-		if st.LoadBalancers[i].Service == service {
-			return &st.LoadBalancers[i]
-		}
-	}
-	return nil
 }
 
 // imageTag is the tag of the images the nodes imported.

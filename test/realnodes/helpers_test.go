@@ -16,23 +16,31 @@ import (
 	"github.com/nodeportlocal/npl/test/harness/cluster"
 )
 
-// startRealCluster starts a cluster of real nodes, closed when the test ends.
-func startRealCluster(t *testing.T, ctx context.Context, opts cluster.Options) *cluster.Cluster {
-	t.Helper()
+// startRealCluster starts a cluster of real nodes, closed when the test
+// ends, within startTimeout after any other real-node cluster on the
+// machine closed: the caller's own time starts when it returns.
+func startRealCluster(tb testing.TB, opts cluster.Options) *cluster.Cluster {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
 	began := time.Now()
 	opts.RealNodes = true
 	c, err := cluster.Start(ctx, opts)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Logf("%d real nodes Ready in %s (logs: %s)", len(c.Nodes()), time.Since(began).Round(100*time.Millisecond), c.LogDir())
-	t.Cleanup(func() {
+	tb.Logf("%d real nodes Ready %s after the start (the wait for another real-node cluster included; logs: %s)",
+		len(c.Nodes()), time.Since(began).Round(100*time.Millisecond), c.LogDir())
+	tb.Cleanup(func() {
 		if err := c.Close(); err != nil {
-			t.Errorf("close the cluster: %v", err)
+			tb.Errorf("close the cluster: %v", err)
 		}
 	})
 	return c
 }
+
+// startTimeout bounds a real-node cluster's start, once it may start.
+const startTimeout = 5 * time.Minute
 
 // helmInstall installs charts/npl as `helm install npl charts/npl -n
 // npl-system --create-namespace` would, with vals.

@@ -32,8 +32,9 @@ func podClient(t *testing.T, ctx context.Context, c *cluster.Cluster, namespace,
 
 // checkLeastPrivilege checks, with the agent's and npl-lbsync's own tokens,
 // that the agent can patch a Pod's status (where it writes the annotation)
-// but not the Pod itself, and that neither reads Secrets (the chart's
-// default: ingressClass.readTLSSecrets off).
+// but not the Pod itself, and that neither lists Secrets (with
+// ingressClass.readTLSSecrets npl-lbsync may get a TLS Secret an Ingress
+// names, never list them).
 func checkLeastPrivilege(t *testing.T, ctx context.Context, c *cluster.Cluster, agentPod, lbsyncPod, workloadNS, workloadPod string) {
 	t.Helper()
 	agent := podClient(t, ctx, c, releaseNamespace, agentPod)

@@ -3,6 +3,7 @@ package realnodes
 import (
 	"context"
 	"fmt"
+	"iter"
 	"regexp"
 	"strconv"
 	"strings"
@@ -25,24 +26,25 @@ func run(ctx context.Context, n *cluster.Node, name string, args ...string) (str
 	return string(out), nil
 }
 
-// nodeRules is the node's iptables rules (every table, iptables-save) and
-// its nftables ruleset.
-type nodeRules struct{ iptables, nft string }
+// nodeRules is the node's iptables rules of both families (every table,
+// iptables-save and ip6tables-save) and its nftables ruleset (every family).
+type nodeRules struct{ iptables, ip6tables, nft string }
 
 func readRules(ctx context.Context, n *cluster.Node) (nodeRules, error) {
-	ipt, err := run(ctx, n, "iptables-save")
-	if err != nil {
-		return nodeRules{}, err
+	var r nodeRules
+	var err error
+	if r.iptables, err = run(ctx, n, "iptables-save"); err != nil {
+		return r, err
 	}
-	nft, err := run(ctx, n, "nft", "list", "ruleset")
-	if err != nil {
-		return nodeRules{}, err
+	if r.ip6tables, err = run(ctx, n, "ip6tables-save"); err != nil {
+		return r, err
 	}
-	return nodeRules{iptables: ipt, nft: nft}, nil
+	r.nft, err = run(ctx, n, "nft", "list", "ruleset")
+	return r, err
 }
 
-// npl is npl's part: the lines of its chains and jumps (iptables) and its
-// tables (nftables).
+// npl is npl's part: the lines of its chains and jumps (iptables and
+// ip6tables, the latter marked) and its tables (nftables).
 func (r nodeRules) npl() string {
 	var b strings.Builder
 	for _, line := range lines(r.iptables) {
@@ -50,16 +52,28 @@ func (r nodeRules) npl() string {
 			b.WriteString(line + "\n")
 		}
 	}
-	inNPL := false
-	for _, line := range lines(r.nft) {
-		if nplTable(line) {
-			inNPL = true
-		}
-		if inNPL || strings.Contains(line, "NPL-") {
+	b.WriteString(r.nplIPv6())
+	for line, table := range nftLines(r.nft) {
+		if (table.npl && !table.ipv6) || (!table.npl && strings.Contains(line, "NPL-")) {
 			b.WriteString(line + "\n")
 		}
-		if line == "}" {
-			inNPL = false
+	}
+	return b.String()
+}
+
+// nplIPv6 is npl's IPv6 part: the lines of its ip6tables chains and jumps
+// and of its nftables tables of the ip6 and inet families (which hold
+// IPv6 traffic too), each ip6tables line marked "ip6: ".
+func (r nodeRules) nplIPv6() string {
+	var b strings.Builder
+	for _, line := range lines(r.ip6tables) {
+		if strings.Contains(line, "NPL-") {
+			b.WriteString("ip6: " + line + "\n")
+		}
+	}
+	for line, table := range nftLines(r.nft) {
+		if table.npl && table.ipv6 {
+			b.WriteString(line + "\n")
 		}
 	}
 	return b.String()
@@ -73,22 +87,43 @@ func (r nodeRules) others() string {
 			b.WriteString(line + "\n")
 		}
 	}
-	inNPL := false
-	for _, line := range lines(r.nft) {
-		if nplTable(line) {
-			inNPL = true
+	for _, line := range lines(r.ip6tables) {
+		if !strings.Contains(line, "NPL-") && !strings.HasPrefix(line, "#") {
+			b.WriteString("ip6: " + line + "\n")
 		}
-		if !inNPL && !strings.Contains(line, "NPL-") {
+	}
+	for line, table := range nftLines(r.nft) {
+		if !table.npl && !strings.Contains(line, "NPL-") {
 			b.WriteString(line + "\n")
-		}
-		if line == "}" {
-			inNPL = false
 		}
 	}
 	return b.String()
 }
 
-func nplTable(line string) bool { return line == "table ip npl {" || line == "table ip6 npl {" }
+// nftTable is the table a line of an nft listing is in: npl's (its name
+// starts with npl), and of a family that holds IPv6 traffic (ip6, inet).
+type nftTable struct{ npl, ipv6 bool }
+
+// nftLines yields each line of an nft listing (counters cut) with the
+// table it is in, its opening and closing lines included.
+func nftLines(listing string) iter.Seq2[string, nftTable] {
+	return func(yield func(string, nftTable) bool) {
+		var table nftTable
+		for _, line := range lines(listing) {
+			if m := nftTableLine.FindStringSubmatch(line); m != nil {
+				table = nftTable{npl: strings.HasPrefix(m[2], "npl"), ipv6: m[1] == "ip6" || m[1] == "inet"}
+			}
+			if !yield(line, table) {
+				return
+			}
+			if line == "}" {
+				table = nftTable{}
+			}
+		}
+	}
+}
+
+var nftTableLine = regexp.MustCompile(`^table (\S+) (\S+) \{$`)
 
 func lines(s string) []string {
 	return strings.Split(strings.TrimRight(counters.ReplaceAllString(s, "[counters]"), "\n"), "\n")

@@ -71,12 +71,15 @@ var streamClient = &http.Client{
 
 // get asks addr for / and returns the namespace/name of the Pod that
 // answered.
-func get(ctx context.Context, addr string) (string, error) {
+func get(ctx context.Context, addr string) (string, error) { return getWith(ctx, streamClient, addr) }
+
+// getWith is get through client.
+func getWith(ctx context.Context, client *http.Client, addr string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
 	if err != nil {
 		return "", err
 	}
-	resp, err := streamClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return "", err
 	}
@@ -214,24 +217,10 @@ func (s *story) appPods(ctx context.Context, app string) (map[string]string, []c
 }
 
 // poolMembers lists the enabled members of the load balancer of app's
-// Service, sorted.
-func (s *story) poolMembers(ctx context.Context, app string) ([]string, error) {
-	st, err := mockState(ctx, s.lbsyncIP)
-	if err != nil {
-		return nil, err
-	}
-	lb := findLB(st, workloadNS+"/"+app)
-	if lb == nil || len(lb.Listeners) != 1 {
-		return nil, fmt.Errorf("no load balancer with one listener for %s/%s", workloadNS, app)
-	}
-	var have []string
-	for _, m := range lb.Listeners[0].Pool.Members {
-		if m.Enabled {
-			have = append(have, net.JoinHostPort(m.IP, strconv.Itoa(int(m.Port))))
-		}
-	}
-	slices.Sort(have)
-	return have, nil
+// Service as the edge serves them, sorted.
+func (s *story) poolMembers(_ context.Context, app string) ([]string, error) {
+	have, _, err := s.edgeMembers(workloadNS, app)
+	return have, err
 }
 
 // poolIs checks that the members of the load balancer of app's Service are

@@ -17,10 +17,13 @@ import (
 // helmUninstall: `helm uninstall` runs the chart's pre-delete hooks as real
 // Pods (the uninstall Job, the agent-cleanup DaemonSet on every node, the
 // Job that waits for it), then deletes the release. Afterwards no node has
-// an npl chain, jump or nftables table, no Pod has the annotation, no
-// Service or Node carries an npl.io/ mark, finalizer or condition, the
-// Service has no load balancer status, and the workload's Pods, untouched,
-// still serve.
+// an npl chain or jump of either family (iptables-save, ip6tables-save) or
+// an nftables table of npl's (ip, ip6, inet), no Pod has the annotation,
+// no Service, Ingress or Node carries an npl.io/ mark, finalizer or
+// condition, the Services and the Ingress have no load balancer status,
+// the edge holds no listener, backend or certificate of the cluster (and
+// still serves another cluster's load balancer), and the workload's Pods,
+// untouched, still serve.
 func (s *story) helmUninstall(t *testing.T) {
 	ctx := s.ctx
 	_, before, err := s.appPods(ctx, "web")
@@ -96,6 +99,18 @@ func (s *story) helmUninstall(t *testing.T) {
 			}
 		}
 	}
+	ings, err := s.client.NetworkingV1().Ingresses("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ing := range ings.Items {
+		what := "ingress " + ing.Namespace + "/" + ing.Name
+		checkNoMark(t, what, ing.ObjectMeta)
+		if len(ing.Status.LoadBalancer.Ingress) > 0 {
+			t.Errorf("%s keeps its load balancer status %+v", what, ing.Status.LoadBalancer.Ingress)
+		}
+	}
+	s.checkEdgeHoldsNothingOfTheCluster(t, ctx)
 	nodes, err := s.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -104,6 +104,9 @@ type Options struct {
 	// containers on the CNI plugins bridge, host-local and portmap, and the
 	// images of ImagesDir imported into every node. The stand-ins
 	// (KubeProxy, ReadinessDelay, TerminationDelay, NoKubelet) do not apply.
+	// With DualStack too, each kubelet has both node IPs and both Pod
+	// CIDRs (host-local gets a range of each family, so every Pod an
+	// address of each), and kube-proxy serves both families.
 	RealNodes bool
 	// ImagesDir holds the image tarballs of `make images`; empty means
 	// BinDir/images.
@@ -140,9 +143,6 @@ func (o Options) withDefaults() (Options, error) {
 	default:
 		return o, fmt.Errorf("npl test cluster: KubeProxyMode %q: want iptables or nftables", o.KubeProxyMode)
 	}
-	if o.RealNodes && o.DualStack {
-		return o, errors.New("npl test cluster: real nodes are IPv4-only for now: DualStack does not apply")
-	}
 	return o, nil
 }
 
@@ -178,8 +178,11 @@ type Cluster struct {
 // Start starts a cluster and returns when the apiserver is ready, the
 // controller-manager and the scheduler are healthy, the nodes are registered
 // and the default ServiceAccount exists. ctx bounds the start only: the
-// cluster runs until Close. On error, everything started is removed and the
-// error carries the tail of each component log.
+// cluster runs until Close. Real nodes first wait for any other real-node
+// cluster on the machine to close, which ctx's cancellation ends but its
+// deadline does not: the start gets its whole time after the wait. On
+// error, everything started is removed and the error carries the tail of
+// each component log.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := CheckPrerequisites(); err != nil {
 		return nil, err
@@ -221,6 +224,16 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 }
 
 func (c *Cluster) start(ctx context.Context) error {
+	if c.opts.RealNodes {
+		// First: one real-node cluster at a time on the machine, and the
+		// wait for it is not the start's (lockRealNodes).
+		start, cancel, release, err := lockRealNodes(ctx, c.log)
+		if err != nil {
+			return err
+		}
+		defer cancel()
+		ctx, c.releaseRealNodes = start, release
+	}
 	removeStaleDirs(c.log)
 	dir, err := os.MkdirTemp("", "npl-cluster-"+c.runID+"-")
 	if err != nil {
@@ -296,11 +309,6 @@ func (c *Cluster) start(ctx context.Context) error {
 
 	c.bgCtx, c.bgCancel = context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), c.log))
 	if c.opts.RealNodes {
-		ctx, cancel, err := c.lockRealNodes(ctx)
-		if err != nil {
-			return err
-		}
-		defer cancel()
 		if err := c.startRealNodes(ctx); err != nil {
 			return err
 		}

@@ -307,11 +307,12 @@ func serviceCIDRs(dualStack bool) []netip.Prefix {
 	return []netip.Prefix{serviceCIDR}
 }
 
-// joinPrefixes is the comma-separated list the components' flags take.
-func joinPrefixes(ps []netip.Prefix) string {
-	s := make([]string, len(ps))
-	for i, p := range ps {
-		s[i] = p.String()
+// commaList is the comma-separated list of addresses or prefixes the
+// components' flags take.
+func commaList[T fmt.Stringer](xs []T) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = x.String()
 	}
 	return strings.Join(s, ",")
 }
@@ -358,7 +359,7 @@ func (cp *controlPlane) startAPIServer(etcdURL string, port int) error {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+cp.path("sa.pub"),
 		"--service-account-signing-key-file="+cp.path("sa.key"),
-		"--service-cluster-ip-range="+joinPrefixes(cp.serviceCIDRs),
+		"--service-cluster-ip-range="+commaList(cp.serviceCIDRs),
 		"--service-node-port-range=30000-32767",
 		"--allow-privileged=true",
 		"--profiling=false",
@@ -396,7 +397,7 @@ func (cp *controlPlane) startControllers() error {
 		// Nodes register with their Pod CIDRs (both families in a
 		// dual-stack cluster), so node IPAM and --cluster-cidr stay off.
 		"--allocate-node-cidrs=false",
-		"--service-cluster-ip-range="+joinPrefixes(cp.serviceCIDRs),
+		"--service-cluster-ip-range="+commaList(cp.serviceCIDRs),
 		// Scale runs create many objects; the default 20 QPS would pace them.
 		"--kube-api-qps=100",
 		"--kube-api-burst=200",

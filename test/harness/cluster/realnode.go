@@ -117,7 +117,10 @@ var realNodeStarted func(*realNode)
 // realNodeAPIServerArgs are the apiserver flags real kubelets need: node
 // credentials are restricted to their own Node and Pods, and the apiserver
 // reaches kubelets (logs, exec) at their InternalIP with its own client
-// certificate.
+// certificate. It calls admission webhooks (the chart's readiness-gate
+// injector) at their Pods' IPs rather than their Services' ClusterIPs, as
+// an apiserver outside the cluster network must: no kube-proxy runs where
+// it does, the Pod CIDRs are routed to the nodes.
 func (cp *controlPlane) realNodeAPIServerArgs() ([]string, error) {
 	pair, err := cp.ca.clientCert("kube-apiserver-kubelet-client", "system:masters")
 	if err != nil {
@@ -133,6 +136,7 @@ func (cp *controlPlane) realNodeAPIServerArgs() ([]string, error) {
 		"--kubelet-client-certificate=" + cp.path("kubelet-client.crt"),
 		"--kubelet-client-key=" + cp.path("kubelet-client.key"),
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
+		"--enable-aggregator-routing=true",
 	}, nil
 }
 
@@ -220,7 +224,10 @@ func (rn *realNode) writeFiles(sandboxImage string) error {
 	data := map[string]any{
 		"Dir": rn.dir, "BinDir": rn.c.opts.BinDir, "Node": rn.n, "CgroupRoot": rn.cgroupRoot,
 		"SandboxImage": sandboxImage, "CA": cp.path("ca.crt"), "ClusterCIDR": podNetwork,
-		"ProxyMode": rn.c.opts.KubeProxyMode,
+		"ProxyMode": rn.c.opts.KubeProxyMode, "DualStack": rn.c.opts.DualStack,
+	}
+	if rn.c.opts.DualStack {
+		data["ClusterCIDR"] = podNetwork + "," + podNetworkV6
 	}
 	for name, tmpl := range map[string]*template.Template{
 		"containerd.toml":   containerdConfig,
@@ -239,8 +246,12 @@ func (rn *realNode) writeFiles(sandboxImage string) error {
 	return nil
 }
 
-// podNetwork holds every node's Pod CIDR (198.19.i.0/24).
-const podNetwork = "198.19.0.0/16"
+// podNetwork holds every node's Pod CIDR (198.19.i.0/24), podNetworkV6
+// every node's IPv6 one in a dual-stack cluster (fd00:198:19:i::/64).
+const (
+	podNetwork   = "198.19.0.0/16"
+	podNetworkV6 = "fd00:198:19::/48"
+)
 
 // start creates the node's cgroups and starts its namespaces with
 // containerd, the kubelet and kube-proxy, and returns when containerd answers.
@@ -269,7 +280,7 @@ func (rn *realNode) start(ctx context.Context, sandboxImage string) error {
 		fmt.Sprintf("i=0; while [ ! -S %s ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done", rn.socket()),
 		fmt.Sprintf("%s --config=%s --kubeconfig=%s --root-dir=%s --hostname-override=%s --node-ip=%s >>%s 2>&1 &",
 			filepath.Join(bin, "kubelet"), rn.path("kubelet.yaml"), rn.path("kubelet.kubeconfig"), rn.path("kubelet"),
-			rn.n.Name, rn.n.IP, filepath.Join(logDir, rn.n.Name+"-kubelet.log")),
+			rn.n.Name, commaList(rn.n.IPs()), filepath.Join(logDir, rn.n.Name+"-kubelet.log")),
 		rn.kubeProxyCommand() + " &",
 		"wait",
 	}, "\n")
@@ -586,63 +597,74 @@ func (c *Cluster) stopRealNodes() error {
 // other (a node once stayed NotReady past its deadline that way).
 var realNodesLockFile = filepath.Join(os.TempDir(), "npl-real-nodes.lock")
 
-// realNodesLockWait bounds the wait for another real-node cluster: longer
-// than any test that holds one (the Helm story, the benchmarks), shorter
-// than CI's budget.
-const realNodesLockWait = 30 * time.Minute
-
-// lockRealNodes waits until no other real-node cluster runs on the machine
-// (at most realNodesLockWait) and takes the lock for c. The wait is not the
-// start's: `go test ./...` runs the packages with real-node tests in
-// parallel, and a start with a two-minute budget must not spend it behind
-// a four-minute story. It returns ctx with its deadline moved by the time
-// waited.
-func (c *Cluster) lockRealNodes(ctx context.Context) (context.Context, context.CancelFunc, error) {
-	began := time.Now()
-	waitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), realNodesLockWait)
-	release, err := lockRealNodesFile(waitCtx, c.log)
-	cancel()
-	if err != nil {
-		return ctx, func() {}, err
-	}
-	c.releaseRealNodes = release
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		return ctx, func() {}, nil
-	}
-	moved, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(time.Since(began)))
-	return moved, cancel, nil
-}
-
-// lockRealNodesFile waits, within ctx, until no other real-node cluster runs on
-// the machine, and returns the function that lets the next one start. The
-// lock is a flock, so a process that dies releases it.
-func lockRealNodesFile(ctx context.Context, log klog.Logger) (func(), error) {
+// lockRealNodes waits until no other real-node cluster runs on the
+// machine, and returns the function that lets the next one start. The lock
+// is a flock, so a process that dies releases it. The wait is not the
+// start's: ctx's cancellation ends it, its deadline does not (a start given
+// two minutes behind another package's cluster that runs for six would fail
+// while it waits, and whether it does would depend on which package the
+// machine ran first). The context returned is ctx with its deadline moved
+// by the time waited, for the start that follows; its CancelFunc releases
+// what it holds.
+func lockRealNodes(ctx context.Context, log klog.Logger) (context.Context, context.CancelFunc, func(), error) {
 	f, err := os.OpenFile(realNodesLockFile, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("npl test cluster: real nodes lock: %w", err)
+		return nil, nil, nil, fmt.Errorf("npl test cluster: real nodes lock: %w", err)
 	}
+	wait, stopWait := withoutDeadline(ctx)
+	defer stopWait()
+	began := time.Now()
 	waited := false
 	for {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
-			return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+			break
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) {
 			f.Close()
-			return nil, fmt.Errorf("npl test cluster: real nodes lock %s: %w", realNodesLockFile, err)
+			return nil, nil, nil, fmt.Errorf("npl test cluster: real nodes lock %s: %w", realNodesLockFile, err)
 		}
 		if !waited {
 			log.Info("Waiting for another real-node cluster on this machine to close", "lock", realNodesLockFile)
 			waited = true
 		}
 		select {
-		case <-ctx.Done():
+		case <-wait.Done():
 			f.Close()
-			return nil, fmt.Errorf("npl test cluster: wait for another real-node cluster to close (%s): %w", realNodesLockFile, ctx.Err())
+			return nil, nil, nil, fmt.Errorf("npl test cluster: wait for another real-node cluster to close (%s): %w", realNodesLockFile, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	release := func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }
+	if waited {
+		log.Info("Another real-node cluster closed: starting", "waited", time.Since(began).Round(time.Second))
+	}
+	start, cancel := deadlineMoved(ctx, time.Since(began))
+	return start, cancel, release, nil
+}
+
+// withoutDeadline is ctx without its deadline: it ends when ctx is
+// canceled, not when ctx's deadline passes.
+func withoutDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel()
+		}
+	})
+	return out, func() { stop(); cancel() }
+}
+
+// deadlineMoved is ctx with its deadline, if it has one, d later; it ends
+// at once when ctx is canceled.
+func deadlineMoved(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok || d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	base, stop := withoutDeadline(ctx)
+	out, cancel := context.WithDeadline(base, deadline.Add(d))
+	return out, func() { cancel(); stop() }
 }
 
 var containerdConfig = template.Must(template.New("containerd").Parse(`version = 2
@@ -691,7 +713,7 @@ var cniTemplate = template.Must(template.New("cni").Delims("[[", "]]").Parse(`{
         "type": "host-local",
         "dataDir": "[[.Dir]]/cni/ipam",
         "ranges": [{{range $i, $range := .PodCIDRRanges}}{{if $i}}, {{end}}[{"subnet": "{{$range}}"}]{{end}}],
-        "routes": [{"dst": "0.0.0.0/0"}]
+        "routes": [{"dst": "0.0.0.0/0"}[[if .DualStack]], {"dst": "::/0"}[[end]]]
       }
     },
     {"type": "portmap", "capabilities": {"portMappings": true}}

@@ -53,12 +53,15 @@ func recordRealNodes(t *testing.T) *[]*realNode {
 func TestRealNodes_closeLeavesNoProcessCgroupOrFileBehind(t *testing.T) {
 	before := leftovers(t, nil)
 	started := recordRealNodes(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c, err := Start(ctx, Options{Nodes: 1, RealNodes: true})
+	startCtx, cancelStart := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancelStart()
+	c, err := Start(startCtx, Options{Nodes: 1, RealNodes: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// After the start, which may have waited for another real-node cluster.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	closed := false
 	defer func() {
 		if !closed {
@@ -216,5 +219,51 @@ func TestRealNodes_aDeadRunsCgroupsAreRemovedAtTheNextStart(t *testing.T) {
 	}
 	if _, err := os.Stat(alive); err != nil {
 		t.Errorf("the live run's cgroup %s was removed: %v", alive, err)
+	}
+}
+
+// TestLockRealNodes_theWaitIsNotChargedToTheStart: a start whose context
+// is shorter than another cluster's hold on the machine's real-node lock
+// waits for it and then has its whole time (its deadline moved by the
+// wait); cancelling the context still ends the wait.
+func TestLockRealNodes_theWaitIsNotChargedToTheStart(t *testing.T) {
+	saved := realNodesLockFile
+	realNodesLockFile = filepath.Join(t.TempDir(), "npl-real-nodes.lock")
+	t.Cleanup(func() { realNodesLockFile = saved })
+	hold := func() func() {
+		t.Helper()
+		_, cancel, release, err := lockRealNodes(context.Background(), klog.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		return release
+	}
+
+	// Another cluster holds the lock three times as long as the start may take.
+	release := hold()
+	time.AfterFunc(1500*time.Millisecond, release)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start, cancelStart, releaseStart, err := lockRealNodes(ctx, klog.Background())
+	if err != nil {
+		t.Fatalf("a start behind another real-node cluster: %v; want it to wait for the lock", err)
+	}
+	if err := start.Err(); err != nil {
+		t.Errorf("the start's context ended while it waited for the lock: %v", err)
+	}
+	if d, ok := start.Deadline(); !ok || !d.After(time.Now()) {
+		t.Errorf("the start's deadline %v (set %v) is not after the wait", d, ok)
+	}
+	cancelStart()
+	releaseStart()
+
+	// Cancelled, the wait ends.
+	release = hold()
+	defer release()
+	ctx, cancel = context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	if _, _, _, err := lockRealNodes(ctx, klog.Background()); !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled wait: %v; want context.Canceled", err)
 	}
 }

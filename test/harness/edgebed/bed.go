@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -120,6 +121,9 @@ type EdgeHost struct {
 	edgeLog  *os.File
 	host     *exec.Cmd
 	hostDone chan struct{}
+	// stopErr says what of the edge host's processes a stop could not
+	// end; Close reports it.
+	stopErr error
 }
 
 // Start makes the namespaces and links of the bed and the certificates of
@@ -287,7 +291,7 @@ func (b *EdgeHost) StartEdge(ctx context.Context) error {
 	args := []string{"netns", "exec", b.Netns, bin,
 		"--listen", net.JoinHostPort(b.IP.String(), "8443"),
 		"--tls-cert-file", certs.ServerCert, "--tls-key-file", certs.ServerKey, "--client-ca-file", certs.CA,
-		"--state-dir", b.stateDir(),
+		"--state-dir", b.StateDir(),
 		"--check-interval", "300ms", "--check-fall", "1", "--check-rise", "1", "--resync-period", "1s", "-v", "2"}
 	if b.b.UDP != "" {
 		args = append(args, "--udp", b.b.UDP)
@@ -303,11 +307,13 @@ func (b *EdgeHost) StartEdge(ctx context.Context) error {
 	}
 	cmd := exec.Command("ip", args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(os.Environ(), b.marker(edgeProcesses))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return fmt.Errorf("start npl-edge: %w", err)
 	}
+	remember(b.marker(edgeProcesses))
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	b.edgeCmd, b.edgeDone, b.edgeLog = cmd, done, logFile
@@ -336,7 +342,10 @@ const (
 	HostAnswer = "the host's own frontend"
 )
 
-func (b *EdgeHost) stateDir() string        { return filepath.Join(b.Dir, "edge-state") }
+// StateDir is npl-edge's --state-dir: its configuration of HAProxy, its
+// sockets, desired.json and the certificates it serves (tls/).
+func (b *EdgeHost) StateDir() string { return filepath.Join(b.Dir, "edge-state") }
+
 func (b *EdgeHost) hostConfig() string      { return filepath.Join(b.Dir, "host", "haproxy.cfg") }
 func (b *EdgeHost) hostAdminSocket() string { return filepath.Join(b.Dir, "host", "admin.sock") }
 
@@ -405,8 +414,8 @@ func (b *EdgeHost) startHostHAProxy(withEdgeFile bool) error {
 	}
 	// The operator's install step: the state directory, and an empty
 	// npl.cfg for HAProxy to load before npl-edge first writes it.
-	edgeFile := filepath.Join(b.stateDir(), "npl.cfg")
-	if err := os.MkdirAll(b.stateDir(), 0o700); err != nil {
+	edgeFile := filepath.Join(b.StateDir(), "npl.cfg")
+	if err := os.MkdirAll(b.StateDir(), 0o700); err != nil {
 		return err
 	}
 	if _, err := os.Stat(edgeFile); errors.Is(err, os.ErrNotExist) {
@@ -425,12 +434,14 @@ func (b *EdgeHost) startHostHAProxy(withEdgeFile bool) error {
 	}
 	cmd := exec.Command("ip", args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(os.Environ(), b.marker(hostProcesses))
 	// Its own process group, so that a kill takes the workers too; gone
 	// with the test process.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start the host's HAProxy: %w", err)
 	}
+	remember(b.marker(hostProcesses))
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	b.host, b.hostDone = cmd, done
@@ -453,7 +464,7 @@ func (b *EdgeHost) startHostHAProxy(withEdgeFile bool) error {
 }
 
 // KillHostHAProxy kills the host's HAProxy, master and workers (SIGKILL),
-// and waits for the master.
+// and waits until every one of its processes is gone.
 func (b *EdgeHost) KillHostHAProxy() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -463,6 +474,7 @@ func (b *EdgeHost) KillHostHAProxy() {
 	_ = syscall.Kill(-b.host.Process.Pid, syscall.SIGKILL)
 	<-b.hostDone
 	b.host = nil
+	b.stopErr = errors.Join(b.stopErr, waitGone(b.marker(hostProcesses), 5*time.Second))
 }
 
 // HostMasterPID is the PID of the host's HAProxy master, 0 when it does
@@ -482,7 +494,15 @@ func (b *EdgeHost) HostLog() string {
 	return string(out)
 }
 
-// StopEdge stops npl-edge (SIGTERM; it stops HAProxy) and waits for it.
+// edgeStopTimeout is how long npl-edge gets to stop before SIGKILL, and
+// exitGrace how long what it started (HAProxy's master and workers) then
+// gets to exit before SIGKILL.
+var edgeStopTimeout, exitGrace = 15 * time.Second, 10 * time.Second
+
+// StopEdge stops npl-edge (SIGTERM; it stops HAProxy) and waits until it
+// and every process it started (HAProxy's master and workers, a check)
+// are gone: SIGKILL for npl-edge after edgeStopTimeout, for what it left
+// exitGrace later.
 func (b *EdgeHost) StopEdge() {
 	b.mu.Lock()
 	cmd, done, logFile := b.edgeCmd, b.edgeDone, b.edgeLog
@@ -494,11 +514,104 @@ func (b *EdgeHost) StopEdge() {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-done:
-	case <-time.After(15 * time.Second):
+	case <-time.After(edgeStopTimeout):
 		_ = cmd.Process.Kill()
 		<-done
 	}
 	logFile.Close()
+	err := waitGone(b.marker(edgeProcesses), exitGrace)
+	b.mu.Lock()
+	b.stopErr = errors.Join(b.stopErr, err)
+	b.mu.Unlock()
+}
+
+// What of an edge host runs: npl-edge and what it starts, or the host's
+// own HAProxy (Options.Attach), each process carrying its marker.
+const (
+	edgeProcesses = "npl-edge"
+	hostProcesses = "host-haproxy"
+)
+
+// marker is the environment entry that every process of what (npl-edge
+// and what it starts, or the host's HAProxy) of this edge host inherits,
+// unique to it: after a stop, what still carries it is left behind.
+func (b *EdgeHost) marker(what string) string { return "NPL_EDGE_BED=" + what + ":" + b.Dir }
+
+// markers are those of the edge hosts this process started processes of.
+var markers struct {
+	sync.Mutex
+	all []string
+}
+
+func remember(marker string) {
+	markers.Lock()
+	defer markers.Unlock()
+	if !slices.Contains(markers.all, marker) {
+		markers.all = append(markers.all, marker)
+	}
+}
+
+// processesWith lists the running processes whose environment holds
+// marker, by PID.
+func processesWith(marker string) []int {
+	entries, _ := os.ReadDir("/proc")
+	want := []byte(marker + "\x00")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		// A zombie's environment reads empty: it runs no more.
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err == nil && (bytes.HasPrefix(env, want) || bytes.Contains(env, append([]byte{0}, want...))) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// waitGone waits until no process carries marker, SIGKILLs those still
+// there after grace and waits for them too; it names what it could not end.
+func waitGone(marker string, grace time.Duration) error {
+	wait := func(d time.Duration) []int {
+		deadline := time.Now().Add(d)
+		for {
+			pids := processesWith(marker)
+			if len(pids) == 0 || time.Now().After(deadline) {
+				return pids
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	left := wait(grace)
+	if len(left) == 0 {
+		return nil
+	}
+	for _, pid := range left {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if left = wait(5 * time.Second); len(left) > 0 {
+		return fmt.Errorf("processes %v (%s) still run after SIGKILL", left, marker)
+	}
+	return nil
+}
+
+// LeftBehind lists the processes of the edge hosts this process started
+// (npl-edge, HAProxy and what they started) that still run: none once
+// every bed closed, whose Close waits for them.
+func LeftBehind() []string {
+	markers.Lock()
+	all := slices.Clone(markers.all)
+	markers.Unlock()
+	var out []string
+	for _, m := range all {
+		for _, pid := range processesWith(m) {
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			out = append(out, fmt.Sprintf("%d (%s): %s", pid, m, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))))
+		}
+	}
+	return out
 }
 
 // EdgeLog returns the log of npl-edge (and HAProxy).
@@ -507,7 +620,8 @@ func (b *EdgeHost) EdgeLog() string {
 	return string(out)
 }
 
-// Close stops npl-edge and removes the namespaces, links and routes.
+// Close stops npl-edge and the host's HAProxy, and returns once every
+// process of theirs is gone; it removes the namespaces, links and routes.
 func (b *Bed) Close() error {
 	peers, netns := []string{"npl-ec-" + b.Name}, []string{b.ClientNetns}
 	var errs []error
@@ -515,7 +629,9 @@ func (b *Bed) Close() error {
 		e.StopEdge()
 		e.KillHostHAProxy()
 		peers, netns = append(peers, e.peer), append(netns, e.Netns)
-		errs = append(errs, os.RemoveAll(e.Dir))
+		e.mu.Lock()
+		errs = append(errs, e.stopErr, os.RemoveAll(e.Dir))
+		e.mu.Unlock()
 	}
 	_ = Run(context.Background(), "ip", "route", "del", VIPRange.String())
 	if b.BridgeIPv6.IsValid() {

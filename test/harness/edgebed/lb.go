@@ -25,7 +25,7 @@ func (e *EdgeHost) AdminSocket() string {
 	if e.b.Attach {
 		return e.hostAdminSocket()
 	}
-	return filepath.Join(e.stateDir(), "admin.sock")
+	return filepath.Join(e.StateDir(), "admin.sock")
 }
 
 // ServerSessions reads, from HAProxy's own counters ("show stat"), how many
@@ -156,6 +156,9 @@ func (l *LBBackend) Pools(lbName string) (map[string][]lbmodel.Member, []string,
 	}
 	return nil, nil, false, nil
 }
+
+// List returns the load balancers of the cluster the edge serves.
+func (l *LBBackend) List(ctx context.Context) ([]lbmodel.LoadBalancer, error) { return l.p.List(ctx) }
 
 // Writes counts the changes the first edge applied.
 func (l *LBBackend) Writes() int {

@@ -35,6 +35,7 @@ const lbsyncEnsure = "npl_lbsync_provider_call_duration_seconds"
 // takes the load between two.
 type LoadSample struct {
 	busy, total float64
+	loadavg     float64 // the host's 1-minute load average
 	patches     histogram
 	ensures     histogram
 }
@@ -48,6 +49,9 @@ func SampleLoad(ctx context.Context, client kubernetes.Interface, lbsyncMetrics 
 		return s, fmt.Errorf("read the host's CPU times: %w", err)
 	}
 	if s.busy, s.total, err = cpuTimes(string(stat)); err != nil {
+		return s, err
+	}
+	if s.loadavg, err = loadAverage(); err != nil {
 		return s, err
 	}
 	raw, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
@@ -88,6 +92,19 @@ func cpuTimes(stat string) (busy, total float64, err error) {
 		return busy, total, nil
 	}
 	return 0, 0, fmt.Errorf("/proc/stat has no cpu line")
+}
+
+// loadAverage is the host's 1-minute load average (/proc/loadavg).
+func loadAverage() (float64, error) {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0, fmt.Errorf("read the host's load average: %w", err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("/proc/loadavg is empty")
+	}
+	return strconv.ParseFloat(f[0], 64)
 }
 
 // histogram is a cumulative Prometheus histogram: counts by upper bound
@@ -163,6 +180,7 @@ func (h histogram) quantile(q float64) float64 {
 // benchmark's iterations with Add.
 type LoadWindow struct {
 	busy, total float64
+	loadavg     float64 // the highest 1-minute load average sampled
 	patches     histogram
 	ensures     histogram
 }
@@ -171,6 +189,7 @@ type LoadWindow struct {
 func (w *LoadWindow) Add(from, to LoadSample) {
 	w.busy += to.busy - from.busy
 	w.total += to.total - from.total
+	w.loadavg = max(w.loadavg, from.loadavg, to.loadavg)
 	w.patches = w.patches.addDelta(from.patches, to.patches)
 	w.ensures = w.ensures.addDelta(from.ensures, to.ensures)
 }
@@ -187,7 +206,8 @@ func (h histogram) addDelta(from, to histogram) histogram {
 }
 
 // Report adds the window's figures to b: host-busy-% (the share of the
-// host's CPU time spent busy), apiserver-patch-p50/p99-ms (the API
+// host's CPU time spent busy), loadavg-1m (the highest 1-minute load
+// average at the window's samples), apiserver-patch-p50/p99-ms (the API
 // server's time for the window's Pod status PATCHes, from its histogram,
 // so interpolated inside buckets) and apiserver-patches (how many);
 // lbsync-ensure-p50/p99-ms, npl-lbsync's time for its Ensure calls in the
@@ -196,6 +216,7 @@ func (w LoadWindow) Report(b *testing.B) {
 	if w.total > 0 {
 		b.ReportMetric(100*w.busy/w.total, "host-busy-%")
 	}
+	b.ReportMetric(w.loadavg, "loadavg-1m")
 	b.ReportMetric(1000*w.patches.quantile(0.50), "apiserver-patch-p50-ms")
 	b.ReportMetric(1000*w.patches.quantile(0.99), "apiserver-patch-p99-ms")
 	b.ReportMetric(w.patches[math.Inf(1)], "apiserver-patches")

@@ -315,7 +315,7 @@ func (t PodTimeline) String() string {
 }
 
 // Timeline puts together what rw, su and fa saw of pod, whose annotation
-// names its one member.
+// names its one member; fa is nil for a run without a stream (First 0).
 func Timeline(pod *corev1.Pod, rw *ReadyWatch, su *ServersUp, fa *FirstAnswers) (PodTimeline, error) {
 	ready, annotated := rw.Times(pod.Name)
 	if ready.IsZero() || annotated.IsZero() {
@@ -335,8 +335,12 @@ func Timeline(pod *corev1.Pod, rw *ReadyWatch, su *ServersUp, fa *FirstAnswers) 
 		}
 		return 0
 	}
+	var first time.Duration
+	if fa != nil {
+		first = fa.First(pod.Name).Sub(ready)
+	}
 	return PodTimeline{Pod: pod.Name, Annotated: annotated.Sub(ready), Added: present.Sub(ready), Up: up.Sub(ready),
-		First: fa.First(pod.Name).Sub(ready), ContainersReady: since(corev1.ContainersReady), Registered: since(contract.RegisteredReadinessGate)}, nil
+		First: first, ContainersReady: since(corev1.ContainersReady), Registered: since(contract.RegisteredReadinessGate)}, nil
 }
 
 // ReportReadyToVIP reports the percentiles of timelines as b's metrics and
@@ -392,4 +396,54 @@ func ReportReadyToVIP(b *testing.B, timelines []PodTimeline, gate bool) {
 	report("served-", served)
 	b.ReportMetric(float64(len(lat)), "pods")
 	report("", lat)
+}
+
+// ReportControlPath reports the control path on its own, from the
+// timelines of a run without a stream (and without the readiness gate):
+// served-p50/p99-ms, Pod Ready → its server up and enabled in HAProxy's
+// runtime state, and the parts it is made of, each as <part>-p50/p99-ms and
+// <part>-share-% (the part's sum over every Pod against the sum of the
+// served times): agent-, Ready → npl-agent's annotation (0 when it came
+// first, as real kubelets report a Pod's IP before its probe passes);
+// lbsync-, from the later of the two → the server present (npl-lbsync's
+// sync and Ensure, npl-edge's runtime commands); health-, present → up
+// (HAProxy's health check, when a server starts down). It logs the five
+// slowest Pods.
+func ReportControlPath(b *testing.B, timelines []PodTimeline) {
+	var served, agent, lbsync, health []time.Duration
+	var sums [4]time.Duration
+	for _, t := range timelines {
+		up, a, l, h := controlPath(t)
+		served, agent, lbsync, health = append(served, up), append(agent, a), append(lbsync, l), append(health, h)
+		for i, d := range []time.Duration{up, a, l, h} {
+			sums[i] += d
+		}
+	}
+	slow := slices.Clone(timelines)
+	slices.SortFunc(slow, func(a, b PodTimeline) int { return cmp.Compare(b.Up, a.Up) })
+	for _, t := range slow[:min(5, len(slow))] {
+		b.Logf("slow: %s", t)
+	}
+	for i, part := range []struct {
+		prefix string
+		ds     []time.Duration
+	}{{"served-", served}, {"agent-", agent}, {"lbsync-", lbsync}, {"health-", health}} {
+		slices.Sort(part.ds)
+		b.ReportMetric(Percentile(part.ds, 50), part.prefix+"p50-ms")
+		b.ReportMetric(Percentile(part.ds, 99), part.prefix+"p99-ms")
+		if i > 0 && sums[0] > 0 {
+			b.ReportMetric(100*float64(sums[i])/float64(sums[0]), part.prefix+"share-%")
+		}
+	}
+	b.ReportMetric(float64(len(served)), "pods")
+}
+
+// controlPath splits t's time from Ready until its server is up into the
+// parts ReportControlPath names: agent, lbsync and health, which sum to
+// served; a part that came before Ready counts 0.
+func controlPath(t PodTimeline) (served, agent, lbsync, health time.Duration) {
+	served = max(t.Up, 0)
+	agent = min(max(t.Annotated, 0), served)
+	lbsync = min(max(t.Added-agent, 0), served-agent)
+	return served, agent, lbsync, served - agent - lbsync
 }

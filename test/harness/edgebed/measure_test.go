@@ -78,3 +78,25 @@ func TestReadyWatch_readyNowFollowsThePods(t *testing.T) {
 		t.Errorf("c seen with its containers ready at %v, not before it was seen Ready at %v", rw.TrueAt("c", corev1.ContainersReady), ready)
 	}
 }
+
+// TestControlPath_splitsReadyToServedIntoItsParts: the parts of a Pod's
+// Ready → served time sum to it, whatever came before Ready counting 0.
+func TestControlPath_splitsReadyToServedIntoItsParts(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	for _, tc := range []struct {
+		name                          string
+		t                             PodTimeline
+		served, agent, lbsync, health time.Duration
+	}{
+		{"annotated after Ready", PodTimeline{Annotated: ms(40), Added: ms(90), Up: ms(100)}, ms(100), ms(40), ms(50), ms(10)},
+		{"annotated before Ready, as real kubelets have it", PodTimeline{Annotated: ms(-300), Added: ms(60), Up: ms(60)}, ms(60), 0, ms(60), 0},
+		{"the server up as it is added", PodTimeline{Annotated: ms(10), Added: ms(30), Up: ms(30)}, ms(30), ms(10), ms(20), 0},
+		{"served before Ready (a readiness gate)", PodTimeline{Annotated: ms(-900), Added: ms(-500), Up: ms(-400)}, 0, 0, 0, 0},
+	} {
+		served, agent, lbsync, health := controlPath(tc.t)
+		if served != tc.served || agent != tc.agent || lbsync != tc.lbsync || health != tc.health {
+			t.Errorf("%s: served %v = agent %v + lbsync %v + health %v; want %v = %v + %v + %v",
+				tc.name, served, agent, lbsync, health, tc.served, tc.agent, tc.lbsync, tc.health)
+		}
+	}
+}

@@ -66,9 +66,6 @@ func parseFlags(args []string) (cfg config, help bool, err error) {
 	if cfg.kubeProxyMode != "iptables" && cfg.kubeProxyMode != "nftables" {
 		return cfg, false, fmt.Errorf("npl-cluster: --kube-proxy-mode is %q; want iptables or nftables", cfg.kubeProxyMode)
 	}
-	if cfg.realNodes > 0 && cfg.dualStack {
-		return cfg, false, errors.New("npl-cluster: --real-nodes are IPv4-only for now: drop --dual-stack")
-	}
 	return cfg, false, nil
 }
 
@@ -78,7 +75,8 @@ Runs a local Kubernetes control plane with N nodes (network namespaces) and a
 kubelet stand-in, inside private namespaces, until interrupted. With
 --dual-stack, nodes, Pods and Services also get IPv6 addresses. With
 --real-nodes N, the N nodes are real: containerd, a kubelet and kube-proxy
-(iptables or nftables mode) each, with the images of 'make images' loaded.
+(iptables or nftables mode) each, with the images of 'make images' loaded
+(dual-stack too with --dual-stack).
 `
 
 func run(args []string, stdout, stderr io.Writer) int {

@@ -28,8 +28,8 @@ func TestParseFlags(t *testing.T) {
 		{name: "bad kube-proxy mode", args: []string{"--real-nodes", "1", "--kube-proxy-mode", "ipvs"},
 			wantErr: `npl-cluster: --kube-proxy-mode is "ipvs"; want iptables or nftables`},
 		{name: "too many real nodes", args: []string{"--real-nodes", "11"}, wantErr: "npl-cluster: --real-nodes must be between 1 and 10, not 11"},
-		{name: "real nodes are IPv4-only", args: []string{"--real-nodes", "1", "--dual-stack"},
-			wantErr: "npl-cluster: --real-nodes are IPv4-only for now: drop --dual-stack"},
+		{name: "dual-stack real nodes", args: []string{"--real-nodes", "1", "--dual-stack"},
+			want: config{nodes: 3, realNodes: 1, dualStack: true, kubeProxyMode: "iptables"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
