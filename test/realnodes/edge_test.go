@@ -79,8 +79,14 @@ func (s *story) startEdge(t *testing.T, ctx context.Context) {
 	if s.foreignServed, err = s.lb.AddForeign(); err != nil {
 		t.Fatal(err)
 	}
+	// npl-lbsync's client certificate names its cluster, as the edge
+	// requires of a client that changes the cluster's load balancers.
+	certFile, keyFile, err := bed.Certs.ClientFor(lbCluster)
+	if err != nil {
+		t.Fatal(err)
+	}
 	data := map[string][]byte{}
-	for key, file := range map[string]string{"tls.crt": bed.Certs.ClientCert, "tls.key": bed.Certs.ClientKey, "ca.crt": bed.Certs.CA} {
+	for key, file := range map[string]string{"tls.crt": certFile, "tls.key": keyFile, "ca.crt": bed.Certs.CA} {
 		if data[key], err = os.ReadFile(file); err != nil {
 			t.Fatal(err)
 		}
