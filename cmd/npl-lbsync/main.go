@@ -150,9 +150,9 @@ func run(ctx context.Context, o *options) error {
 	if err := enablePolicies(ctx, restCfg, client, ctrl); err != nil {
 		return err
 	}
-	watchCRDs := false
+	watchGateway := false
 	if cfg.GatewayAPIEnabled() {
-		if watchCRDs, err = enableGatewayAPI(ctx, restCfg, client, ctrl); err != nil {
+		if watchGateway, err = enableGatewayAPI(ctx, restCfg, client, ctrl); err != nil {
 			return err
 		}
 	}
@@ -185,10 +185,8 @@ func run(ctx context.Context, o *options) error {
 	if err := ctrl.Start(ctx); err != nil {
 		return err
 	}
-	if watchCRDs {
-		if err := watchGatewayCRDs(ctx, restCfg, client, ctrl); err != nil {
-			return err
-		}
+	if err := watchCRDs(ctx, restCfg, client, ctrl, watchGateway); err != nil {
+		return err
 	}
 	if o.webhookAddr != "" {
 		if err := serveWebhook(ctx, o, client, ctrl, cfg); err != nil {
@@ -248,7 +246,7 @@ func run(ctx context.Context, o *options) error {
 // enableGatewayAPI makes ctrl serve Gateways when the API server serves the
 // Gateway API resources; without their CRDs it says so once and the rest
 // runs as usual. It reports whether some CRDs are missing: then
-// watchGatewayCRDs serves them when they are installed.
+// watchCRDs serves them when they are installed.
 func enableGatewayAPI(ctx context.Context, restCfg *rest.Config, client kubernetes.Interface, ctrl *controller.Controller) (bool, error) {
 	served, missing, err := inputs.GatewayAPIServed(client.Discovery())
 	if err != nil {
@@ -278,14 +276,15 @@ func enableGatewayAPI(ctx context.Context, restCfg *rest.Config, client kubernet
 }
 
 // enablePolicies makes ctrl apply LoadBalancerPolicies when the API server
-// serves their CRD; without it, it says so once and the rest runs.
+// serves their CRD at the start; without it, it says so once and the rest
+// runs (watchCRDs applies them once the CRD is installed).
 func enablePolicies(ctx context.Context, restCfg *rest.Config, client kubernetes.Interface, ctrl *controller.Controller) error {
 	served, err := inputs.PoliciesServed(client.Discovery())
 	if err != nil {
 		return err
 	}
 	if !served {
-		klog.FromContext(ctx).Info("The LoadBalancerPolicy CRD is not installed: LoadBalancerPolicies are not applied; install it and restart npl-lbsync to apply them",
+		klog.FromContext(ctx).Info("The LoadBalancerPolicy CRD is not installed: LoadBalancerPolicies are applied once it is",
 			"crd", v1alpha1.CRDName)
 		return nil
 	}
@@ -298,17 +297,27 @@ func enablePolicies(ctx context.Context, restCfg *rest.Config, client kubernetes
 	return nil
 }
 
-// watchGatewayCRDs serves the Gateway API CRDs installed after the start
-// (controller.WatchGatewayCRDs), in the background.
-func watchGatewayCRDs(ctx context.Context, restCfg *rest.Config, client kubernetes.Interface, ctrl *controller.Controller) error {
-	gc, err := gatewayclient.NewForConfig(restCfg)
-	if err != nil {
-		return fmt.Errorf("gateway API client: %w", err)
-	}
+// watchCRDs follows, in the background, the LoadBalancerPolicy CRD (its
+// policies are applied while it is served) and, with gateway, the Gateway
+// API CRDs missing at the start (served once installed):
+// controller.WatchCRDs.
+func watchCRDs(ctx context.Context, restCfg *rest.Config, client kubernetes.Interface, ctrl *controller.Controller, gateway bool) error {
 	meta, err := metadata.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("metadata client: %w", err)
 	}
-	go ctrl.WatchGatewayCRDs(ctx, meta, client.Discovery(), gc)
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	watches := []controller.CRDWatch{ctrl.PolicyCRD(client.Discovery(), dyn)}
+	if gateway {
+		gc, err := gatewayclient.NewForConfig(restCfg)
+		if err != nil {
+			return fmt.Errorf("gateway API client: %w", err)
+		}
+		watches = append(watches, ctrl.GatewayCRDs(client.Discovery(), gc))
+	}
+	go controller.WatchCRDs(ctx, meta, watches...)
 	return nil
 }

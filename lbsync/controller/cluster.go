@@ -32,9 +32,9 @@ type cluster struct {
 	// or ServeGatewayAPI. ServeGatewayAPI replaces it whole when CRDs
 	// appear after the start.
 	gwp atomic.Pointer[gatewayState]
-	// pol holds the LoadBalancerPolicy part; nil unless EnablePolicies
-	// was called before Start.
-	pol      *policyState
+	// polp holds the LoadBalancerPolicy part (polState); nil until
+	// EnablePolicies or ServePolicies, and again after StopPolicies.
+	polp     atomic.Pointer[policyState]
 	recorder record.EventRecorder
 	queue    workqueue.TypedRateLimitingInterface[queueKey]
 	// writes are the objects our writes returned, until the caches show

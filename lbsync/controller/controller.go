@@ -250,8 +250,8 @@ func (c *Controller) Start(ctx context.Context) error {
 		g.run(ctx)
 		g.factory.Start(ctx.Done())
 	}
-	if c.pol != nil {
-		go c.pol.informer.RunWithContext(ctx)
+	if s := c.polState(); s != nil {
+		s.run(ctx)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("wait for informer caches: %w", ctx.Err())

@@ -48,7 +48,7 @@ func (c *Controller) EnableGatewayAPI(client gatewayclient.Interface, kinds ...s
 
 // ServeGatewayAPI makes a started controller serve the Gateway API with
 // the kinds given, HTTPRoute always: when the CRDs appear after the start
-// (WatchGatewayCRDs). It starts new informers, waits for their caches,
+// (GatewayCRDs). It starts new informers, waits for their caches,
 // then replaces the Gateway API part, if any, stops its informers and
 // queues every GatewayClass and Gateway.
 func (c *Controller) ServeGatewayAPI(ctx context.Context, client gatewayclient.Interface, kinds ...string) error {

@@ -13,15 +13,18 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
+	"github.com/nodeportlocal/npl/lbsync/inputs"
 	"github.com/nodeportlocal/npl/lbsync/lbpolicy"
 	"github.com/nodeportlocal/npl/lbsync/lbpolicy/v1alpha1"
 )
@@ -31,14 +34,16 @@ import (
 // valid one of a policy now invalid.
 const policyTargetIndex = "target"
 
-// policyState is the LoadBalancerPolicy part of the controller, set by
-// EnablePolicies when the API server serves the CRD: the policies' client
-// and informer, what the provider expresses of a policy, and what is
-// remembered of each policy.
+// policyState is the LoadBalancerPolicy part of the controller, set while
+// the API server serves the CRD (EnablePolicies, ServePolicies): the
+// policies' client and informer, what the provider expresses of a policy,
+// and what is remembered of each policy.
 type policyState struct {
 	client   dynamic.NamespaceableResourceInterface
 	informer cache.SharedIndexInformer
 	caps     lbmodel.PolicyCapabilities
+	// cancel stops the informer (run).
+	cancel context.CancelFunc
 
 	mu sync.Mutex
 	// checked holds, per policy, the check of its last generation seen and
@@ -55,23 +60,97 @@ type policyCheck struct {
 
 // EnablePolicies makes the controller apply the LoadBalancerPolicies read
 // with client; call it before Start, once the CRD is known to be served
-// (inputs.PoliciesServed).
+// (inputs.PoliciesServed). PolicyCRD follows the CRD after the start.
 func (c *Controller) EnablePolicies(client dynamic.Interface) {
+	s := c.newPolicyState(client)
+	c.synced = append(c.synced, s.informer.HasSynced)
+	c.polp.Store(s)
+}
+
+// ServePolicies makes a started controller apply LoadBalancerPolicies: when
+// their CRD is installed after the start (PolicyCRD). It starts the
+// informer, waits for its cache (at most crdMaxBackoff: a CRD deleted
+// meanwhile never syncs), then serves it and queues every policy and the
+// targets of each, whose pools then get their policies.
+func (c *Controller) ServePolicies(ctx context.Context, client dynamic.Interface) error {
+	s := c.newPolicyState(client)
+	s.run(ctx)
+	wait, cancel := context.WithTimeout(ctx, crdMaxBackoff)
+	defer cancel()
+	if !cache.WaitForCacheSync(wait.Done(), s.informer.HasSynced) {
+		s.cancel()
+		return fmt.Errorf("wait for the LoadBalancerPolicy informer cache: %w", wait.Err())
+	}
+	if old := c.polp.Swap(s); old != nil {
+		old.cancel()
+	}
+	c.queueAllOf(s)
+	return nil
+}
+
+// StopPolicies stops applying LoadBalancerPolicies: when their CRD is
+// deleted (PolicyCRD). It stops the informer and queues the targets of
+// the policies it still held, whose pools then lose their policies.
+func (c *Controller) StopPolicies() {
+	s := c.polp.Swap(nil)
+	if s == nil {
+		return
+	}
+	s.cancel()
+	c.queueAllOf(s)
+}
+
+// PoliciesServed reports whether the controller applies LoadBalancerPolicies.
+func (c *Controller) PoliciesServed() bool { return c.polState() != nil }
+
+// PolicyCRD is the CRDWatch (WatchCRDs) of the LoadBalancerPolicy CRD: after
+// each change it asks discovery whether the CRD is served, and calls
+// ServePolicies when it now is, StopPolicies when it no longer is.
+func (c *Controller) PolicyCRD(disco discovery.DiscoveryInterface, client dynamic.Interface) CRDWatch {
+	return CRDWatch{Group: v1alpha1.GroupName, Sync: func(ctx context.Context) error {
+		served, err := inputs.PoliciesServed(disco)
+		if err != nil {
+			return err
+		}
+		logger := klog.FromContext(ctx)
+		switch {
+		case served && !c.PoliciesServed():
+			if err := c.ServePolicies(ctx, client); err != nil {
+				return err
+			}
+			logger.Info("LoadBalancerPolicy CRD installed: applying LoadBalancerPolicies", "controllerName", v1alpha1.ControllerName)
+		case !served && c.PoliciesServed():
+			c.StopPolicies()
+			logger.Info("LoadBalancerPolicy CRD deleted: LoadBalancerPolicies are no longer applied", "crd", v1alpha1.CRDName)
+		}
+		return nil
+	}}
+}
+
+// polState returns the LoadBalancerPolicy part, nil when the CRD is not
+// served.
+func (c *cluster) polState() *policyState { return c.polp.Load() }
+
+// newPolicyState makes the informer of LoadBalancerPolicies, with its
+// handlers.
+func (c *Controller) newPolicyState(client dynamic.Interface) *policyState {
 	s := &policyState{client: client.Resource(v1alpha1.Resource), caps: c.policyCaps, checked: map[types.UID]policyCheck{}}
 	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, v1alpha1.Resource, metav1.NamespaceAll, 0,
 		cache.Indexers{policyTargetIndex: s.targetsIndex}, nil).Informer()
 	utilruntime.Must(s.informer.SetTransform(s.transform))
 	_, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.policyChanged(nil, obj) },
-		UpdateFunc: c.policyChanged,
-		DeleteFunc: func(obj any) { c.policyChanged(obj, nil) },
+		AddFunc:    func(obj any) { c.policyChanged(s, nil, obj) },
+		UpdateFunc: func(old, obj any) { c.policyChanged(s, old, obj) },
+		DeleteFunc: func(obj any) { c.policyChanged(s, obj, nil) },
 	})
-	c.synced = append(c.synced, s.informer.HasSynced)
-	c.pol = s
+	return s
 }
 
-// PoliciesServed reports whether the controller applies LoadBalancerPolicies.
-func (c *Controller) PoliciesServed() bool { return c.pol != nil }
+// run starts the informer until ctx ends or cancel is called.
+func (s *policyState) run(ctx context.Context) {
+	ctx, s.cancel = context.WithCancel(ctx)
+	go s.informer.RunWithContext(ctx)
+}
 
 // transform makes the informer's typed policy of a listed or watched one,
 // and checks it once per generation before its indexes are computed.
@@ -174,17 +253,17 @@ func (s *policyState) lookup(t lbpolicy.Target) *v1alpha1.TrafficPolicy {
 // attachPolicies sets the policies of the targets of lb on its pools
 // (lbpolicy.Attach); nothing when LoadBalancerPolicies are not served.
 func (c *cluster) attachPolicies(lb *lbmodel.LoadBalancer, own *lbpolicy.Target, backends map[string][]string) {
-	if c.pol == nil || lb == nil {
+	s := c.polState()
+	if s == nil || lb == nil {
 		return
 	}
-	lbpolicy.Attach(lb, own, backends, c.pol.lookup)
+	lbpolicy.Attach(lb, own, backends, s.lookup)
 }
 
-// policyChanged queues a policy whose spec changed (a write of its status
-// is ours: nothing to do), the targets it applies to or named before and
-// after, and the other policies of those targets, whose status may
-// change with it.
-func (c *Controller) policyChanged(oldObj, obj any) {
+// policyChanged queues, for a policy of s whose spec changed (a write of
+// its status is ours: nothing to do), what queuePolicy does of it before
+// and after.
+func (c *Controller) policyChanged(s *policyState, oldObj, obj any) {
 	if d, ok := oldObj.(cache.DeletedFinalStateUnknown); ok {
 		oldObj = d.Obj
 	}
@@ -193,19 +272,34 @@ func (c *Controller) policyChanged(oldObj, obj any) {
 	if old != nil && cur != nil && old.Generation == cur.Generation {
 		return
 	}
-	var targets []lbpolicy.Target
 	for _, p := range []*v1alpha1.LoadBalancerPolicy{old, cur} {
-		if p == nil {
-			continue
-		}
-		c.queue.Add(policyKey(p.Namespace, p.Name))
-		targets = append(targets, lbpolicy.Targets(p.Namespace, &p.Spec)...)
-		if spec, _, _ := c.pol.usable(p); spec != nil {
-			targets = append(targets, lbpolicy.Targets(p.Namespace, spec)...)
+		if p != nil {
+			c.queuePolicy(s, p)
 		}
 	}
 	if old != nil && cur == nil {
-		c.pol.forget(old.UID)
+		s.forget(old.UID)
+	}
+}
+
+// queueAllOf queues what queuePolicy does of every policy s holds: when s
+// starts or stops being served.
+func (c *Controller) queueAllOf(s *policyState) {
+	for _, o := range s.informer.GetStore().List() {
+		if p, ok := o.(*v1alpha1.LoadBalancerPolicy); ok {
+			c.queuePolicy(s, p)
+		}
+	}
+}
+
+// queuePolicy queues a policy of s, the targets it applies to or names,
+// and the other policies of those targets, whose status may change with
+// it.
+func (c *Controller) queuePolicy(s *policyState, p *v1alpha1.LoadBalancerPolicy) {
+	c.queue.Add(policyKey(p.Namespace, p.Name))
+	targets := lbpolicy.Targets(p.Namespace, &p.Spec)
+	if spec, _, _ := s.usable(p); spec != nil {
+		targets = append(targets, lbpolicy.Targets(p.Namespace, spec)...)
 	}
 	for _, t := range targets {
 		switch t.Kind {
@@ -214,17 +308,21 @@ func (c *Controller) policyChanged(oldObj, obj any) {
 		case v1alpha1.KindGateway:
 			c.queue.Add(gatewayKey(t.Namespace, t.Name))
 		}
-		c.queuePoliciesOf(t)
+		c.queuePoliciesIn(s, t)
 	}
 }
 
 // queuePoliciesOf queues the policies that apply to a target, whose status
 // says whether it exists and is served.
 func (c *cluster) queuePoliciesOf(t lbpolicy.Target) {
-	if c.pol == nil {
-		return
+	if s := c.polState(); s != nil {
+		c.queuePoliciesIn(s, t)
 	}
-	for _, p := range c.pol.policiesOf(t) {
+}
+
+// queuePoliciesIn queues the policies of s that apply to a target.
+func (c *cluster) queuePoliciesIn(s *policyState, t lbpolicy.Target) {
+	for _, p := range s.policiesOf(t) {
 		c.queue.Add(policyKey(p.Namespace, p.Name))
 	}
 }
@@ -241,11 +339,12 @@ func (r *policyReconciler) kinds() []kind { return []kind{kindPolicy} }
 
 // keys returns the key of every policy.
 func (r *policyReconciler) keys() []queueKey {
-	if r.pol == nil {
+	s := r.polState()
+	if s == nil {
 		return nil
 	}
 	var keys []queueKey
-	for _, o := range r.pol.informer.GetStore().List() {
+	for _, o := range s.informer.GetStore().List() {
 		if p, ok := o.(*v1alpha1.LoadBalancerPolicy); ok {
 			keys = append(keys, policyKey(p.Namespace, p.Name))
 		}
@@ -258,15 +357,16 @@ func (r *policyReconciler) claimed(map[string]bool) {}
 
 // sync writes the status of one policy when it changes.
 func (r *policyReconciler) sync(ctx context.Context, key queueKey) syncResult {
-	if r.pol == nil {
+	s := r.polState()
+	if s == nil {
 		return synced()
 	}
-	obj, exists, err := r.pol.informer.GetStore().GetByKey(key.namespace + "/" + key.name)
+	obj, exists, err := s.informer.GetStore().GetByKey(key.namespace + "/" + key.name)
 	p, ok := obj.(*v1alpha1.LoadBalancerPolicy)
 	if err != nil || !exists || !ok {
 		return synced()
 	}
-	spec, invalid, kept := r.pol.usable(p)
+	spec, invalid, kept := s.usable(p)
 	targets := lbpolicy.Targets(p.Namespace, &p.Spec)
 	if spec != nil {
 		targets = append(targets, lbpolicy.Targets(p.Namespace, spec)...)
@@ -279,7 +379,7 @@ func (r *policyReconciler) sync(ctx context.Context, key queueKey) syncResult {
 		kinds, notFound := r.poolKinds(t)
 		o := lbpolicy.Outcome{NotFound: notFound}
 		if notFound == "" && spec != nil {
-			o = r.pol.resolve(t).OutcomeOf(p.Name, &spec.TrafficPolicy, kinds, r.pol.caps)
+			o = s.resolve(t).OutcomeOf(p.Name, &spec.TrafficPolicy, kinds, s.caps)
 		}
 		o.Invalid, o.KeptLast = invalid, kept
 		desired[t] = o.Condition(p.Generation)
@@ -299,7 +399,7 @@ func (r *policyReconciler) sync(ctx context.Context, key queueKey) syncResult {
 	}
 	// The resourceVersion read makes a concurrent change a conflict: the
 	// sync is retried with the newer object.
-	if _, err := r.pol.client.Namespace(p.Namespace).UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{}); err != nil {
+	if _, err := s.client.Namespace(p.Namespace).UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{}); err != nil {
 		return retryOn(fmt.Errorf("update LoadBalancerPolicy %s/%s status: %w", p.Namespace, p.Name, err))
 	}
 	return synced()

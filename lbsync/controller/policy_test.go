@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,7 +49,7 @@ func policyController(t *testing.T, services []*corev1.Service, policies ...*v1a
 		}
 	}
 	for _, p := range policies {
-		if err := c.pol.informer.GetIndexer().Add(p); err != nil {
+		if err := c.polState().informer.GetIndexer().Add(p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -123,19 +124,19 @@ func TestPolicyState_keepsTheLastValidSpec(t *testing.T) {
 		v1alpha1.TrafficPolicy{HealthCheck: &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP, Path: "/ok"}})
 	c, dyn := policyController(t, []*corev1.Service{web}, valid)
 	target := lbpolicy.ServiceTarget("shop", "web")
-	if tp := c.pol.lookup(target); tp == nil || tp.HealthCheck.Path != "/ok" {
+	if tp := c.polState().lookup(target); tp == nil || tp.HealthCheck.Path != "/ok" {
 		t.Fatalf("lookup %+v", tp)
 	}
 	// Generation 2 targets another Service with a path no check takes.
 	invalid := testPolicy("p", 2, []v1alpha1.LocalPolicyTargetReference{svcRef("api")},
 		v1alpha1.TrafficPolicy{HealthCheck: &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP, Path: "ok"}})
-	if err := c.pol.informer.GetIndexer().Update(invalid); err != nil {
+	if err := c.polState().informer.GetIndexer().Update(invalid); err != nil {
 		t.Fatal(err)
 	}
-	if tp := c.pol.lookup(target); tp == nil || tp.HealthCheck.Path != "/ok" {
+	if tp := c.polState().lookup(target); tp == nil || tp.HealthCheck.Path != "/ok" {
 		t.Errorf("lookup after the invalid generation %+v, want the last valid spec", tp)
 	}
-	if tp := c.pol.lookup(lbpolicy.ServiceTarget("shop", "api")); tp != nil {
+	if tp := c.polState().lookup(lbpolicy.ServiceTarget("shop", "api")); tp != nil {
 		t.Errorf("the invalid spec's target got %+v", tp)
 	}
 	if res := c.policies.sync(context.Background(), policyKey("shop", "p")); res.state != syncDone {
@@ -157,4 +158,60 @@ func TestPolicyState_keepsTheLastValidSpec(t *testing.T) {
 	if len(ancestors) != len(want) {
 		t.Errorf("%d entries, want %d", len(ancestors), len(want))
 	}
+}
+
+// queued drains the controller's queue (nothing runs its workers).
+func queued(c *Controller) map[queueKey]bool {
+	out := map[queueKey]bool{}
+	for c.queue.Len() > 0 {
+		k, _ := c.queue.Get()
+		c.queue.Done(k)
+		out[k] = true
+	}
+	return out
+}
+
+// A started controller serves the policies once their CRD is served, and
+// queues each policy and its targets, whose pools then get it; when the
+// CRD goes it stops, and queues the targets again, whose pools lose it.
+func TestController_servesPoliciesWhileTheCRDIs(t *testing.T) {
+	p := testPolicy("p", 1, []v1alpha1.LocalPolicyTargetReference{svcRef("web")},
+		v1alpha1.TrafficPolicy{HealthCheck: &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP, Path: "/ok"}})
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A scheme without the typed policy: the fake lists unstructured ones.
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{v1alpha1.Resource: "LoadBalancerPolicyList"}, &unstructured.Unstructured{Object: u})
+	c := New(Settings{ClusterName: "c1", Claim: claim.ClaimConfig{LoadBalancerClass: "npl.io/lb"}}, fake.NewClientset(), failing{}, NewMetrics(prometheus.NewRegistry()))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if c.PoliciesServed() {
+		t.Fatal("policies served before their CRD")
+	}
+	target := lbpolicy.ServiceTarget("shop", "web")
+	want := map[queueKey]bool{policyKey("shop", "p"): true, serviceKey("shop", "web"): true}
+
+	if err := c.ServePolicies(ctx, dyn); err != nil {
+		t.Fatal(err)
+	}
+	if !c.PoliciesServed() {
+		t.Fatal("policies not served after ServePolicies")
+	}
+	if tp := c.polState().lookup(target); tp == nil || tp.HealthCheck.Path != "/ok" {
+		t.Errorf("lookup %+v, want the policy", tp)
+	}
+	if got := queued(c); !cmp.Equal(got, want) {
+		t.Errorf("queued when served %v, want %v", got, want)
+	}
+
+	c.StopPolicies()
+	if c.PoliciesServed() {
+		t.Fatal("policies served after StopPolicies")
+	}
+	if got := queued(c); !cmp.Equal(got, want) {
+		t.Errorf("queued when stopped %v, want %v", got, want)
+	}
+	c.StopPolicies() // stopping twice is harmless
 }

@@ -614,6 +614,7 @@ var (
 		expand([]string{"/events", "events.k8s.io/events"}, "create", "patch"),
 		expand([]string{"npl.io/loadbalancerpolicies"}, "get", "list", "watch"),
 		[]string{"npl.io/loadbalancerpolicies/status:update"},
+		expand([]string{"apiextensions.k8s.io/customresourcedefinitions"}, "get", "list", "watch"),
 	)
 	// The webhook reads the readiness-gate label of Namespaces, the Gateway
 	// API support their labels (listeners' namespace selectors).
@@ -627,8 +628,7 @@ var (
 		expand([]string{"gateway.networking.k8s.io/gatewayclasses/status", "gateway.networking.k8s.io/gateways/status",
 			"gateway.networking.k8s.io/httproutes/status", "gateway.networking.k8s.io/grpcroutes/status", "gateway.networking.k8s.io/tcproutes/status",
 			"gateway.networking.k8s.io/udproutes/status", "gateway.networking.k8s.io/tlsroutes/status",
-			"gateway.networking.k8s.io/backendtlspolicies/status"}, "update", "patch"),
-		expand([]string{"apiextensions.k8s.io/customresourcedefinitions"}, "get", "list", "watch"))
+			"gateway.networking.k8s.io/backendtlspolicies/status"}, "update", "patch"))
 	lbsyncLeaseGrants = []string{"coordination.k8s.io/leases:create", "coordination.k8s.io/leases:get@npl-lbsync", "coordination.k8s.io/leases:update@npl-lbsync"}
 	uninstallGrants   = sortedJoin(expand([]string{"/services", "networking.k8s.io/ingresses"}, "get", "list", "patch"),
 		expand([]string{"/services/status", "networking.k8s.io/ingresses/status"}, "patch"),

@@ -36,12 +36,19 @@ func policyFor(ns, name, svc string, tp v1alpha1.TrafficPolicy) *v1alpha1.LoadBa
 // the Service.
 func waitPoolPolicy(t *testing.T, e *lbsyncbed.Env, ns, svc, pool string, want *lbmodel.Policy) {
 	t.Helper()
+	waitSyncerPoolPolicy(t, e.NPL, ns, svc, pool, want)
+}
+
+// waitSyncerPoolPolicy waits until the mock of an npl-lbsync holds want as
+// the policy of pool of the Service.
+func waitSyncerPoolPolicy(t *testing.T, l *lbsyncbed.Syncer, ns, svc, pool string, want *lbmodel.Policy) {
+	t.Helper()
 	var got map[string]*lbmodel.Policy
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		var ok bool
 		var err error
-		got, ok, err = lbsyncbed.PoolPolicies(e.NPL, ns, svc)
+		got, ok, err = lbsyncbed.PoolPolicies(l, ns, svc)
 		if err == nil && ok && cmp.Equal(want, got[pool]) {
 			return
 		}

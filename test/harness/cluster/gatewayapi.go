@@ -69,6 +69,29 @@ func (c *Cluster) InstallCRDs(ctx context.Context, manifests ...[]byte) error {
 	return c.WaitCRDsEstablished(ctx, names...)
 }
 
+// DeleteCRDs deletes the named CRDs, and with them their objects, and
+// waits until they are gone.
+func (c *Cluster) DeleteCRDs(ctx context.Context, names ...string) error {
+	dyn, err := dynamic.NewForConfig(c.RESTConfig())
+	if err != nil {
+		return err
+	}
+	crds := dyn.Resource(crdResource)
+	for _, n := range names {
+		if err := crds.Delete(ctx, n, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete CRD %s: %w", n, err)
+		}
+	}
+	return pollUntil(ctx, 200*time.Millisecond, func() (bool, error) {
+		for _, n := range names {
+			if _, err := crds.Get(ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
 // WaitCRDsEstablished waits until the apiserver serves each named CRD: its
 // Established condition is True.
 func (c *Cluster) WaitCRDsEstablished(ctx context.Context, names ...string) error {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/nodeportlocal/npl/lbmodel"
+	"github.com/nodeportlocal/npl/lbsync/inputs"
 	"github.com/nodeportlocal/npl/lbsync/lbpolicy/v1alpha1"
 	"github.com/nodeportlocal/npl/test/harness/stack"
 )
@@ -36,6 +37,29 @@ func PolicyObject(t *testing.T, p *v1alpha1.LoadBalancerPolicy) *unstructured.Un
 		t.Fatal(err)
 	}
 	return &unstructured.Unstructured{Object: u}
+}
+
+// WithoutPolicyCRD deletes the LoadBalancerPolicy CRD, and with it every
+// policy, until the end of the test, which installs it again: for what
+// npl-lbsync does when it is installed after its start, or deleted.
+func (e *Env) WithoutPolicyCRD(t *testing.T) {
+	t.Helper()
+	ctx := Context(t, time.Minute)
+	if err := e.Cluster.DeleteCRDs(ctx, v1alpha1.CRDName); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := e.Cluster.InstallLoadBalancerPolicyCRD(ctx); err != nil {
+			t.Errorf("install the LoadBalancerPolicy CRD again: %v", err)
+		}
+	})
+	// npl-lbsync asks discovery, which may lag behind the CRD's deletion.
+	WaitFor(t, 30*time.Second, "discovery to no longer serve LoadBalancerPolicies", func() (bool, error) {
+		served, err := inputs.PoliciesServed(e.Client.Discovery())
+		return !served, err
+	})
 }
 
 // CreatePolicy creates p, or returns why the API server refused it.

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// WatchGatewayCRDs retries a failed look with a backoff that doubles up to
+// A CRDWatch retries a failed look with a backoff that doubles up to
 // crdMaxBackoff and never gives up; each distinct error is logged once
 // while it lasts, and again after a success.
 func TestCRDRetry_backsOffAndLogsEachErrorOnce(t *testing.T) {
