@@ -10,7 +10,6 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/discovery"
@@ -20,7 +19,6 @@ import (
 	"k8s.io/klog/v2"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/lbsync/gateway"
@@ -159,9 +157,9 @@ func (s *policyState) transform(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	p := &v1alpha1.LoadBalancerPolicy{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, p); err != nil {
-		return nil, fmt.Errorf("decode LoadBalancerPolicy %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+	p, err := v1alpha1.FromUnstructured(u)
+	if err != nil {
+		return nil, err
 	}
 	p.ManagedFields = nil
 	s.check(p)
@@ -385,39 +383,33 @@ func (r *policyReconciler) sync(ctx context.Context, key queueKey) syncResult {
 		desired[t] = o.Condition(p.Generation)
 	}
 	ancestors := lbpolicy.Ancestors(p.Status.Ancestors, desired, func(ref v1alpha1.ObjectReference) bool {
-		return r.speaksFor(lbpolicy.Target{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name})
+		return r.speaksFor(lbpolicy.TargetOf(ref))
 	}, metav1.Now())
 	if apiequality.Semantic.DeepEqual(p.Status.Ancestors, ancestors) {
 		return synced()
 	}
 	upd := p.DeepCopy()
 	upd.Status.Ancestors = ancestors
-	upd.APIVersion, upd.Kind = v1alpha1.SchemeGroupVersion.String(), v1alpha1.Kind
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(upd)
+	u, err := v1alpha1.ToUnstructured(upd)
 	if err != nil {
-		return retryOn(fmt.Errorf("encode LoadBalancerPolicy %s/%s: %w", p.Namespace, p.Name, err))
+		return retryOn(err)
 	}
 	// The resourceVersion read makes a concurrent change a conflict: the
 	// sync is retried with the newer object.
-	if _, err := s.client.Namespace(p.Namespace).UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{}); err != nil {
+	if _, err := s.client.Namespace(p.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
 		return retryOn(fmt.Errorf("update LoadBalancerPolicy %s/%s status: %w", p.Namespace, p.Name, err))
 	}
 	return synced()
 }
 
 // speaksFor reports whether this installation writes the status entry of
-// a target: not for a Service another installation claims (its
-// npl-lbsync does).
+// a target (lbpolicy.SpeaksFor).
 func (r *policyReconciler) speaksFor(t lbpolicy.Target) bool {
-	if t.Kind != v1alpha1.KindService {
-		return true
+	var svc *corev1.Service
+	if t.Kind == v1alpha1.KindService {
+		svc = r.store.Service(t.Namespace, t.Name)
 	}
-	svc := r.store.Service(t.Namespace, t.Name)
-	by := ""
-	if svc != nil {
-		by = svc.Annotations[contract.ClaimedByKey]
-	}
-	return by == "" || by == r.settings.ClusterName
+	return lbpolicy.SpeaksFor(t, svc, r.settings.ClusterName)
 }
 
 // poolKinds returns the kinds of the pools npl-lbsync builds of a target

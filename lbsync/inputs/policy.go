@@ -7,7 +7,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 
@@ -35,10 +34,10 @@ func PoliciesFromAPI(ctx context.Context, client dynamic.Interface, namespace st
 		return nil, fmt.Errorf("list LoadBalancerPolicies: %w", err)
 	}
 	out := make([]*v1alpha1.LoadBalancerPolicy, 0, len(list.Items))
-	for _, u := range list.Items {
-		p := &v1alpha1.LoadBalancerPolicy{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, p); err != nil {
-			return nil, fmt.Errorf("decode LoadBalancerPolicy %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+	for i := range list.Items {
+		p, err := v1alpha1.FromUnstructured(&list.Items[i])
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, p)
 	}

@@ -5,10 +5,12 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeportlocal/npl/lbmodel"
+	"github.com/nodeportlocal/npl/lbsync/claim"
 	"github.com/nodeportlocal/npl/lbsync/lbpolicy/v1alpha1"
 )
 
@@ -130,6 +132,19 @@ func onePool(p *lbmodel.Policy, kind PoolKind) *lbmodel.LoadBalancer {
 		return &lbmodel.LoadBalancer{Listeners: []lbmodel.Listener{{Protocol: lbmodel.UDP, Pool: pool}}}
 	}
 	return &lbmodel.LoadBalancer{Kind: lbmodel.L7, Listeners: []lbmodel.Listener{{Protocol: lbmodel.HTTP}}, Pools: []lbmodel.Pool{pool}}
+}
+
+// SpeaksFor reports whether the installation of clusterName writes the
+// status entry of a policy for a target: for every target but a Service
+// another installation claims, whose npl-lbsync writes it. service is the
+// target's Service, nil when there is none (or the target is a Gateway).
+func SpeaksFor(t Target, service *corev1.Service, clusterName string) bool {
+	return t.Kind != v1alpha1.KindService || service == nil || !claim.ClaimedByOther(service, clusterName)
+}
+
+// TargetOf is the target a status entry names.
+func TargetOf(ref v1alpha1.ObjectReference) Target {
+	return Target{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}
 }
 
 // Ancestors returns a policy's status entries from the current ones:
