@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -33,7 +35,9 @@ workloads named by --stop-deployment (scaled to 0) and --stop-daemonset
 what it removes. Then it deletes every load balancer the provider lists for this
 cluster, and removes from Services and Ingresses every mark of npl-lbsync: the
 NodePortLocal opt-ins it added (the ones users set stay), its claim record and
-finalizer, its condition and the load balancer status it wrote. An object whose
+finalizer, its condition and the load balancer status it wrote; and from the
+status of LoadBalancerPolicies its own entries (other controllers' and other
+installations' stay). An object whose
 load balancer could not be deleted keeps its marks, so that running cleanup
 again finishes the job. Any failure is reported and exits 1.`,
 		Args: cobra.NoArgs,
@@ -60,32 +64,43 @@ wait until ` + "`npl-agent cleanup`" + ` (the init container of such a DaemonSet
 every node. It exits 1 at --timeout, naming the nodes still not done.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel, client, err := cleanupClient(cmd.Context(), o, c)
+			ctx, cancel, clients, err := cleanupClient(cmd.Context(), o, c)
 			if err != nil {
 				return err
 			}
 			defer cancel()
-			return uninstall.WaitDaemonSetReady(ctx, client, c.workloads.Namespace, args[0], c.workloads.PollInterval)
+			return uninstall.WaitDaemonSetReady(ctx, clients.kube, c.workloads.Namespace, args[0], c.workloads.PollInterval)
 		},
 	}
 }
 
-// cleanupClient bounds ctx by the timeout and signals and builds the client.
-func cleanupClient(ctx context.Context, o *options, c *cleanupOptions) (context.Context, context.CancelFunc, kubernetes.Interface, error) {
+// cleanupClients are the API clients of cleanup: typed, and dynamic for
+// LoadBalancerPolicies.
+type cleanupClients struct {
+	kube kubernetes.Interface
+	dyn  dynamic.Interface
+}
+
+// cleanupClient bounds ctx by the timeout and signals and builds the
+// clients.
+func cleanupClient(ctx context.Context, o *options, c *cleanupOptions) (context.Context, context.CancelFunc, cleanupClients, error) {
+	var clients cleanupClients
 	if c.timeout <= 0 {
-		return nil, nil, nil, cli.Usagef("--timeout must be positive")
+		return nil, nil, clients, cli.Usagef("--timeout must be positive")
 	}
 	restCfg, err := cli.RESTConfig(*o.kubeconfig, "npl-lbsync-cleanup")
 	if err != nil {
-		return nil, nil, nil, cli.Usagef("%v", err)
+		return nil, nil, clients, cli.Usagef("%v", err)
 	}
-	client, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		return nil, nil, nil, cli.Usagef("kubernetes client: %v", err)
+	if clients.kube, err = kubernetes.NewForConfig(restCfg); err != nil {
+		return nil, nil, clients, cli.Usagef("kubernetes client: %v", err)
+	}
+	if clients.dyn, err = dynamic.NewForConfig(restCfg); err != nil {
+		return nil, nil, clients, cli.Usagef("dynamic client: %v", err)
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	return ctx, func() { cancel(); stop() }, client, nil
+	return ctx, func() { cancel(); stop() }, clients, nil
 }
 
 func runCleanup(ctx context.Context, o *options, c *cleanupOptions) error {
@@ -93,7 +108,7 @@ func runCleanup(ctx context.Context, o *options, c *cleanupOptions) error {
 	if err != nil {
 		return &cli.UsageError{Err: err}
 	}
-	ctx, cancel, client, err := cleanupClient(ctx, o, c)
+	ctx, cancel, clients, err := cleanupClient(ctx, o, c)
 	if err != nil {
 		return err
 	}
@@ -109,10 +124,10 @@ func runCleanup(ctx context.Context, o *options, c *cleanupOptions) error {
 	}
 	// A running npl-lbsync would re-create load balancers and marks, and a
 	// running agent would keep its mappings: stop both before cleaning.
-	if err := uninstall.StopWorkloads(ctx, client, c.workloads); err != nil {
+	if err := uninstall.StopWorkloads(ctx, clients.kube, c.workloads); err != nil {
 		return err
 	}
-	return uninstall.Clean(ctx, client, provider, uninstall.Installation{
-		ClusterName: cfg.ClusterName(), Claim: cfg.Claim(), IngressClass: cfg.IngressClass(),
-	})
+	inst := uninstall.Installation{ClusterName: cfg.ClusterName(), Claim: cfg.Claim(), IngressClass: cfg.IngressClass()}
+	return errors.Join(uninstall.Clean(ctx, clients.kube, provider, inst),
+		uninstall.CleanPolicies(ctx, clients.kube, clients.dyn, inst))
 }

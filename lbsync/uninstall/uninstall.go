@@ -2,8 +2,10 @@
 // stops the workloads that would re-create what it removes, deletes every
 // load balancer of the cluster, and removes npl-lbsync's marks from
 // Services and Ingresses with the very patch builders the controller writes
-// them with (package claim). After it, no object carries an npl.io key,
-// finalizer or condition, the opt-ins npl-lbsync added are gone, and the
+// them with (package claim), and its entries from the status of
+// LoadBalancerPolicies with the controller's rule (package lbpolicy). After
+// it, no object carries an npl.io key, finalizer or condition, no policy an
+// entry of the installation, the opt-ins npl-lbsync added are gone, and the
 // opt-ins users set remain.
 package uninstall
 

@@ -632,7 +632,9 @@ var (
 	lbsyncLeaseGrants = []string{"coordination.k8s.io/leases:create", "coordination.k8s.io/leases:get@npl-lbsync", "coordination.k8s.io/leases:update@npl-lbsync"}
 	uninstallGrants   = sortedJoin(expand([]string{"/services", "networking.k8s.io/ingresses"}, "get", "list", "patch"),
 		expand([]string{"/services/status", "networking.k8s.io/ingresses/status"}, "patch"),
-		expand([]string{"networking.k8s.io/ingressclasses"}, "list"))
+		expand([]string{"networking.k8s.io/ingressclasses"}, "list"),
+		expand([]string{"npl.io/loadbalancerpolicies"}, "get", "list"),
+		[]string{"npl.io/loadbalancerpolicies/status:update"})
 )
 
 func checkRBAC(t *testing.T, r *release) {

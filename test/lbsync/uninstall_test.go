@@ -19,6 +19,7 @@ import (
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbsync/config"
 	"github.com/nodeportlocal/npl/lbsync/ingress"
+	"github.com/nodeportlocal/npl/lbsync/lbpolicy/v1alpha1"
 	"github.com/nodeportlocal/npl/test/harness/lbsyncbed"
 	"github.com/nodeportlocal/npl/test/harness/stack"
 )
@@ -51,7 +52,9 @@ func nplMarks(meta metav1.ObjectMeta, conditions []metav1.Condition) []string {
 // as the chart's uninstall hook does, runs `npl-lbsync cleanup`, and then
 // requires that no object carries an npl.io key, finalizer or condition, that
 // the opt-ins npl-lbsync added are gone while the user's own remains, that
-// the load balancers are deleted, and that the Ingress deletes at once.
+// the load balancers are deleted, that a policy of the Service keeps no
+// entry of npl-lbsync's but another controller's, and that the Ingress
+// deletes at once.
 func TestLBSync_uninstallLeavesNoMark(t *testing.T) {
 	e := lbsyncbed.Setup(t)
 	ns := e.Namespace(t)
@@ -138,6 +141,24 @@ func TestLBSync_uninstallLeavesNoMark(t *testing.T) {
 	if len(st.LoadBalancers) != 2 {
 		t.Fatalf("load balancers before uninstall: %d; want 2 (the Service's and the Ingress's)", len(st.LoadBalancers))
 	}
+	// A policy of the Service, with the entry npl-lbsync writes and one of
+	// another controller.
+	if err := e.CreatePolicy(t, policyFor(ns, "un", "lb", v1alpha1.TrafficPolicy{SlowStartSeconds: ptr.To[int32](5)})); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitPolicyCondition(t, ns, "un", "Service", "lb", metav1.ConditionTrue, v1alpha1.ReasonAccepted)
+	foreign := v1alpha1.PolicyAncestorStatus{
+		AncestorRef:    v1alpha1.ObjectReference{Kind: v1alpha1.KindService, Namespace: ns, Name: "lb"},
+		ControllerName: "example.com/other-controller",
+		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionTrue,
+			Reason: v1alpha1.ReasonAccepted, LastTransitionTime: metav1.Now()}},
+	}
+	lbsyncbed.WaitFor(t, 20*time.Second, "the other controller's entry to be written", func() (bool, error) {
+		p := e.Policy(t, ns, "un")
+		p.Status.Ancestors = append(p.Status.Ancestors, foreign)
+		_, err := e.Policies(t).Namespace(ns).UpdateStatus(ctx, lbsyncbed.PolicyObject(t, p), metav1.UpdateOptions{})
+		return err == nil, err
+	})
 
 	// Uninstall: npl-lbsync stopped, then its cleanup.
 	if err := l.Stop(); err != nil {
@@ -179,6 +200,23 @@ func TestLBSync_uninstallLeavesNoMark(t *testing.T) {
 		if name == "lb" && len(svc.Status.LoadBalancer.Ingress) != 0 {
 			t.Errorf("service lb after uninstall: status %v; want no load balancer ingress", svc.Status.LoadBalancer.Ingress)
 		}
+	}
+	// The policy keeps the other controller's entry and none of the
+	// uninstalled npl-lbsync's. The shared npl-lbsync may since have
+	// written its own for the Service, now unclaimed (TargetNotFound),
+	// over the entry: cleanup's log says that it removed it.
+	cleaned := slices.ContainsFunc(strings.Split(string(out), "\n"), func(line string) bool {
+		return strings.Contains(line, `"Cleaned LoadBalancerPolicy status"`) && strings.Contains(line, `policy="`+ns+`/un"`)
+	})
+	if !cleaned {
+		t.Errorf("npl-lbsync cleanup did not clean the status of policy %s/un:\n%s", ns, out)
+	}
+	p := e.Policy(t, ns, "un")
+	if !slices.ContainsFunc(p.Status.Ancestors, func(a v1alpha1.PolicyAncestorStatus) bool { return a.ControllerName == foreign.ControllerName }) {
+		t.Errorf("policy after uninstall lost the other controller's entry: %+v", p.Status.Ancestors)
+	}
+	if c := lbsyncbed.PolicyCondition(p, "Service", "lb"); c != nil && c.Reason == v1alpha1.ReasonAccepted {
+		t.Errorf("policy after uninstall keeps the uninstalled npl-lbsync's entry: %+v", c)
 	}
 	got, err := e.Client.NetworkingV1().Ingresses(ns).Get(ctx, "ing", metav1.GetOptions{})
 	if err != nil {
