@@ -34,6 +34,10 @@ type PolicySupport struct {
 	// BackendTLSManySANs: more than one subject alternative name, one of
 	// which the certificate must carry.
 	BackendTLSManySANs bool
+	// BackendTLSOtherSAN: a subject alternative name other than the
+	// hostname, which the certificate must carry instead of the hostname
+	// (still the SNI).
+	BackendTLSOtherSAN bool
 }
 
 // PolicyCapabilities are what a provider can express of the policy of each
@@ -168,6 +172,7 @@ func (s PolicySupport) strip(in *Policy) (*Policy, []string) {
 	}
 	if x := p.BackendTLS; x != nil {
 		uri := slices.ContainsFunc(x.SubjectAltNames, func(n SubjectAltName) bool { return n.Type == SANURI })
+		otherSAN := slices.ContainsFunc(x.SubjectAltNames, func(n SubjectAltName) bool { return !strings.EqualFold(n.Value, x.Hostname) })
 		switch {
 		case !s.BackendTLS:
 			drop("backendTLS")
@@ -182,6 +187,11 @@ func (s PolicySupport) strip(in *Policy) (*Policy, []string) {
 			// Verifying one name of several would refuse members the
 			// policy accepts; the same safe way to fail.
 			drop("backendTLS.subjectAltNames (more than one)")
+			p.BackendTLS = nil
+		case otherSAN && !s.BackendTLSOtherSAN:
+			// Verifying the hostname instead would accept a member the
+			// policy refuses; the same safe way to fail.
+			drop("backendTLS.subjectAltNames (other than the hostname)")
 			p.BackendTLS = nil
 		}
 	}

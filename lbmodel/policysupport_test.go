@@ -75,6 +75,22 @@ func TestStripPolicies_leavesOutAndNamesWhatTheProviderCannotExpress(t *testing.
 		t.Errorf("gaps (-want +got):\n%s", diff)
 	}
 
+	// Backend TLS whose one name is not the hostname, which a provider
+	// that verifies the hostname alone cannot check, is left out whole;
+	// a name equal to the hostname (in any case) stays.
+	for san, want := range map[string]bool{"b.example": false, "Web.Example": true} {
+		tls := &BackendTLS{Hostname: "web.example", SystemCAs: true, SubjectAltNames: []SubjectAltName{{SANHostname, san}}}
+		lb, err = Normalize(withPolicy(true, &Policy{BackendTLS: tls}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, gaps = PolicyCapabilities{HTTP: PolicySupport{BackendTLS: true}}.StripPolicies(lb)
+		if kept := got.Pools[0].Policy != nil; kept != want || len(gaps) != map[bool]int{true: 0, false: 1}[want] ||
+			(!want && gaps[0].Field != "backendTLS.subjectAltNames (other than the hostname)") {
+			t.Errorf("subject alternative name %s: policy %+v, gaps %v; want it kept %v", san, got.Pools[0].Policy, gaps, want)
+		}
+	}
+
 	// Nothing supported: an L4 pool keeps its members and loses its policy.
 	l4, _ := Normalize(withPolicy(false, &Policy{Persistence: &Persistence{Type: PersistSourceIP, TimeoutSeconds: 10800}}))
 	got, gaps = PolicyCapabilities{}.StripPolicies(l4)

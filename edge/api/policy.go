@@ -23,7 +23,8 @@ func PolicyCapabilities() lbmodel.PolicyCapabilities {
 	http.PersistenceIdleTimeout = true
 	http.HashKeys = []lbmodel.HashKey{lbmodel.HashSourceIP, lbmodel.HashHeader, lbmodel.HashCookie}
 	// HAProxy's retry-on takes these statuses only, and retries at once;
-	// its verifyhost checks one name, never a URI.
+	// it checks a member's certificate against the one name it sends as
+	// SNI, the hostname: never a URI, several names or another one.
 	http.Timeouts, http.Retry, http.RetryCodes, http.BackendTLS = true, true, []int32{401, 403, 404, 408, 425, 500, 501, 502, 503, 504}, true
 	return lbmodel.PolicyCapabilities{Provider: "haproxy", TCP: tcp, HTTP: http}
 }

@@ -78,7 +78,7 @@ func sampleProxies() Proxies {
 				Timeouts:    &lbmodel.Timeouts{RequestMillis: 1000, BackendRequestMillis: 300},
 				Retry:       &lbmodel.Retry{Attempts: 5, Codes: []int32{500, 503}},
 				BackendTLS: &lbmodel.BackendTLS{Hostname: "a.example", CACertPEM: "-----BEGIN CERTIFICATE-----\n",
-					SubjectAltNames: []lbmodel.SubjectAltName{{Type: lbmodel.SANHostname, Value: "b.example"}}},
+					SubjectAltNames: []lbmodel.SubjectAltName{{Type: lbmodel.SANHostname, Value: "a.example"}}},
 			}},
 			{Name: "c1--ns-ing-L7-ns-web-80", Cluster: "c1", LoadBalancer: "c1--ns-ing-L7", HTTP: true, Members: []lbmodel.Member{},
 				Policy: &lbmodel.Policy{

@@ -225,12 +225,12 @@ func (b Backend) serverPolicy(c Checks) string {
 		if !t.SystemCAs {
 			ca = b.CAFile
 		}
-		verify := t.Hostname
-		if len(t.SubjectAltNames) == 1 {
-			verify = t.SubjectAltNames[0].Value
-		}
+		// HAProxy checks the certificate against the SNI it sends, and
+		// verifyhost only without one: the hostname is the one name it
+		// verifies (a subject alternative name, when the policy has one,
+		// is the hostname: api.PolicyCapabilities).
 		s += " ssl verify required ca-file " + serverWord(ca) + " sni " + serverWord("str("+t.Hostname+")") +
-			" verifyhost " + serverWord(verify) + " check-sni " + serverWord(t.Hostname)
+			" verifyhost " + serverWord(t.Hostname) + " check-sni " + serverWord(t.Hostname)
 	}
 	return s
 }

@@ -30,7 +30,7 @@ func TestRender_policyAsHAProxyKeywords(t *testing.T) {
 		// Timeouts, and retries the request timeout caps (1000/300: 2).
 		"    timeout server 300ms\n    retries 2\n    retry-on conn-failure empty-response response-timeout 500 503\n",
 		// TLS to the members, verifying the one subject alternative name.
-		"check inter 2000ms fall 2 rise 1 ssl verify required ca-file /run/ca/a\\ b.pem sni str(a.example) verifyhost b.example check-sni a.example\n",
+		"check inter 2000ms fall 2 rise 1 ssl verify required ca-file /run/ca/a\\ b.pem sni str(a.example) verifyhost a.example check-sni a.example\n",
 		"backend npl_ca_files\n    server ca0 127.0.0.1:1 disabled ssl verify required ca-file /run/ca/a\\ b.pem\n",
 		// Header persistence and a hash of a header; a request timeout
 		// alone leaves no retry.

@@ -41,7 +41,10 @@ var CoreFeatures = []gatewayv1.FeatureName{"Gateway", "HTTPRoute", "ReferenceGra
 
 // ExtendedFeatures are the extended features that pass the official suite
 // with a provider that serves the whole L7 model (haproxy, mock); sorted.
+// Not BackendTLSPolicySANValidation: HAProxy verifies one name, the SNI
+// (URI names, several names or one other than the hostname are refused).
 var ExtendedFeatures = []gatewayv1.FeatureName{
+	"BackendTLSPolicy",
 	"GatewayAddressEmpty",
 	"GatewayHTTPListenerIsolation",
 	"GatewayPort8080",

@@ -87,13 +87,14 @@ func TestClassStatus(t *testing.T) {
 	if a := cond(st.Conditions, "Accepted"); a.Status != metav1.ConditionTrue || a.ObservedGeneration != 4 {
 		t.Errorf("Accepted %+v", a)
 	}
-	if len(st.SupportedFeatures) != len(CoreFeatures)+len(ExtendedFeatures)+len(RouteFeatures) || st.SupportedFeatures[0].Name != "GRPCRoute" ||
+	if len(st.SupportedFeatures) != len(CoreFeatures)+len(ExtendedFeatures)+len(RouteFeatures) || st.SupportedFeatures[0].Name != "BackendTLSPolicy" ||
 		!slices.IsSortedFunc(st.SupportedFeatures, func(a, b gatewayv1.SupportedFeature) int { return strings.Compare(string(a.Name), string(b.Name)) }) {
 		t.Errorf("features %+v", st.SupportedFeatures)
 	}
 	for _, p := range []string{"avi", "bigip"} {
 		got := FeaturesFor(p)
 		if !slices.Contains(got, "TCPRoute") || slices.Contains(got, "TLSRoute") || slices.Contains(got, "GRPCRoute") ||
+			slices.Contains(got, "BackendTLSPolicy") ||
 			slices.Contains(got, "HTTPRoutePathRewrite") || !slices.IsSorted(got) {
 			t.Errorf("%s features %v", p, got)
 		}

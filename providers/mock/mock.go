@@ -562,7 +562,7 @@ func (m *Mock) PolicyCapabilities() lbmodel.PolicyCapabilities {
 		Algorithms:             []lbmodel.AlgorithmType{lbmodel.RoundRobin, lbmodel.LeastConnections, lbmodel.ConsistentHash},
 		HashKeys:               []lbmodel.HashKey{lbmodel.HashSourceIP, lbmodel.HashHeader, lbmodel.HashCookie},
 		SlowStart:              true, MaxConnections: true, Timeouts: true, Retry: true, RetryBackoff: true,
-		BackendTLS: true, BackendTLSURI: true, BackendTLSManySANs: true,
+		BackendTLS: true, BackendTLSURI: true, BackendTLSManySANs: true, BackendTLSOtherSAN: true,
 	}
 	return lbmodel.PolicyCapabilities{Provider: Name, TCP: all, UDP: all, HTTP: all}
 }

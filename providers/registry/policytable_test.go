@@ -57,6 +57,8 @@ var policyRows = []struct {
 	{"`BackendTLSPolicy`", lbmodel.Policy{BackendTLS: &lbmodel.BackendTLS{Hostname: "h", SystemCAs: true}}, httpOnly},
 	{"`BackendTLSPolicy` subject alternative names of type `URI`", lbmodel.Policy{BackendTLS: &lbmodel.BackendTLS{Hostname: "h", SystemCAs: true,
 		SubjectAltNames: []lbmodel.SubjectAltName{{Type: lbmodel.SANURI, Value: "spiffe://x"}}}}, httpOnly},
+	{"`BackendTLSPolicy` subject alternative name other than its `hostname`", lbmodel.Policy{BackendTLS: &lbmodel.BackendTLS{Hostname: "h", SystemCAs: true,
+		SubjectAltNames: []lbmodel.SubjectAltName{{Type: lbmodel.SANHostname, Value: "other"}}}}, httpOnly},
 }
 
 var (

@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nodeportlocal/npl/edge/api"
 	"github.com/nodeportlocal/npl/edge/haproxy"
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/providers"
@@ -355,7 +356,9 @@ func TestProvider_slowStartRampsANewMember(t *testing.T) {
 // given and the hostname (SNI and name); a member whose certificate names
 // another host is refused (503), and a pool without backend TLS speaks
 // clear text, which the TLS member answers 400. The CA file is loaded for members added at
-// runtime too.
+// runtime too. Backend TLS whose subject alternative name is not the
+// hostname is left out (a warning): HAProxy verifies the name it sends
+// as SNI, which would accept a member the name refuses.
 func TestProvider_backendTLSVerifiesTheMember(t *testing.T) {
 	b, _ := newBed(t)
 	p := openProvider(t, b, b.ProviderSection(testCluster))
@@ -363,7 +366,7 @@ func TestProvider_backendTLSVerifiesTheMember(t *testing.T) {
 	member := startTLSBackend(t, "secure", "abc.example")
 	caPEM, _ := certFor(t, "unrelated.example")
 	name := testCluster + "--ns-btls-L7"
-	verified, mismatch, plain := name+"-ok", name+"-mismatch", name+"-plain"
+	verified, mismatch, plain, san := name+"-ok", name+"-mismatch", name+"-plain", name+"-san"
 	tlsTo := func(host string, ca []byte) *lbmodel.Policy {
 		return &lbmodel.Policy{BackendTLS: &lbmodel.BackendTLS{Hostname: host, CACertPEM: string(ca)}}
 	}
@@ -376,11 +379,15 @@ func TestProvider_backendTLSVerifiesTheMember(t *testing.T) {
 			{Name: verified, Policy: tlsTo("abc.example", append(slices.Clone(caPEM), own...))},
 			{Name: mismatch, Members: []lbmodel.Member{member}, Policy: tlsTo("xyz.example", own)},
 			{Name: plain, Members: []lbmodel.Member{member}},
+			{Name: san, Members: []lbmodel.Member{member}, Policy: &lbmodel.Policy{BackendTLS: &lbmodel.BackendTLS{
+				Hostname: "abc.example", CACertPEM: string(own),
+				SubjectAltNames: []lbmodel.SubjectAltName{{Type: lbmodel.SANHostname, Value: "xyz.example"}}}}},
 		},
 		HTTP: &lbmodel.HTTPRoutes{Rules: []lbmodel.Rule{
 			{Path: "/ok", PathType: lbmodel.PathExact, Pool: verified},
 			{Path: "/mismatch", PathType: lbmodel.PathExact, Pool: mismatch},
 			{Path: "/plain", PathType: lbmodel.PathExact, Pool: plain},
+			{Path: "/san", PathType: lbmodel.PathExact, Pool: san},
 		}}}
 	st, err := p.Ensure(ctx, lb)
 	if err != nil {
@@ -402,7 +409,10 @@ func TestProvider_backendTLSVerifiesTheMember(t *testing.T) {
 		a := send(t, c, http.MethodGet, url+"/ok", "", nil)
 		return a.status == http.StatusOK && a.backend == "secure", nil
 	})
-	for path, want := range map[string]int{"/ok": 200, "/mismatch": 503, "/plain": 400} {
+	if !slices.ContainsFunc(st.Warnings, func(w string) bool { return strings.Contains(w, "pool "+san+": policy backendTLS.subjectAltNames") }) {
+		t.Errorf("no warning for the subject alternative name of pool %s: %q", san, st.Warnings)
+	}
+	for path, want := range map[string]int{"/ok": 200, "/mismatch": 503, "/plain": 400, "/san": 400} {
 		if a := send(t, c, http.MethodGet, url+path, "", nil); a.status != want {
 			t.Errorf("%s: HTTP %d, want %d", path, a.status, want)
 		}
@@ -411,6 +421,7 @@ func TestProvider_backendTLSVerifiesTheMember(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	n, _ = api.PolicyCapabilities().StripPolicies(n)
 	if diff := cmp.Diff(n.Pools, listOne(t, p, name).Pools); diff != "" {
 		t.Errorf("List reads the pools back (-applied +listed):\n%s", diff)
 	}
