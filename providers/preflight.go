@@ -1,6 +1,12 @@
 package providers
 
-import "context"
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"time"
+)
 
 // Check is one result of a preflight: what was checked and what was found.
 type Check struct {
@@ -56,4 +62,26 @@ func Failed(checks []Check) bool {
 		}
 	}
 	return false
+}
+
+// CheckTLS is the tls check of a preflight: it connects to host
+// ("host:port") within timeout and completes a TLS handshake with
+// tlsConfig, so the certificate is verified as the provider's client
+// will verify it; the detail says against what (insecure: not at all,
+// else caFile, or the system's CAs when caFile is empty).
+func CheckTLS(ctx context.Context, host string, timeout time.Duration, tlsConfig *tls.Config, insecure bool, caFile string) Check {
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: tlsConfig}
+	conn, err := d.DialContext(ctx, "tcp", host)
+	if err != nil {
+		return Check{Name: "tls", Result: CheckProblem, Detail: fmt.Sprintf("connect to %s: %v", host, err)}
+	}
+	conn.Close()
+	switch {
+	case insecure:
+		return Check{Name: "tls", Result: CheckWarning, Detail: host + ": the certificate is not verified: insecureSkipVerify is set"}
+	case caFile == "":
+		return Check{Name: "tls", Result: CheckOK, Detail: host + ": certificate verified against the system's CAs"}
+	default:
+		return Check{Name: "tls", Result: CheckOK, Detail: host + ": certificate verified against " + caFile}
+	}
 }

@@ -82,22 +82,9 @@ func (pf *bigipPreflight) checkTLS(ctx context.Context, tlsConfig *tls.Config) b
 	if u.Port() == "" {
 		host = net.JoinHostPort(u.Hostname(), "443")
 	}
-	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: pf.cfg.Timeout}, Config: tlsConfig}
-	conn, err := d.DialContext(ctx, "tcp", host)
-	if err != nil {
-		pf.add("tls", providers.CheckProblem, "connect to %s: %v", host, err)
-		return false
-	}
-	conn.Close()
-	switch {
-	case pf.cfg.InsecureSkipVerify:
-		pf.add("tls", providers.CheckWarning, "%s: the certificate is not verified: insecureSkipVerify is set", host)
-	case pf.cfg.CAFile == "":
-		pf.add("tls", providers.CheckOK, "%s: certificate verified against the system's CAs", host)
-	default:
-		pf.add("tls", providers.CheckOK, "%s: certificate verified against %s", host, pf.cfg.CAFile)
-	}
-	return true
+	c := providers.CheckTLS(ctx, host, pf.cfg.Timeout, tlsConfig, pf.cfg.InsecureSkipVerify, pf.cfg.CAFile)
+	pf.checks = append(pf.checks, c)
+	return c.Result != providers.CheckProblem
 }
 
 // login logs in for a token (tokenAuth) or checks basic authentication
