@@ -704,14 +704,21 @@ func measureBatches(b *testing.B, log *writeLog, batch func() ([]change, error))
 }
 
 // checkMock checks that the load balancers of the changes hold their Pods'
-// current node ports in a mock state.
+// current node ports in a mock state, as their enabled members: a moved
+// member's old node port stays, disabled, while it drains.
 func (s *serviceSet) checkMock(st mock.State, changes []change) error {
 	for _, c := range changes {
 		lb, ok := stack.FindLoadBalancer(st, c.lb)
 		if !ok || len(lb.Listeners) != 1 {
 			return fmt.Errorf("load balancer %s missing from the mock", c.lb)
 		}
-		got, want := memberStrings(lb.Listeners[0].Pool.Members), s.members(c.svc)
+		var enabled []lbmodel.Member
+		for _, m := range lb.Listeners[0].Pool.Members {
+			if m.Enabled {
+				enabled = append(enabled, m)
+			}
+		}
+		got, want := memberStrings(enabled), s.members(c.svc)
 		if !slices.Equal(got, want) {
 			return fmt.Errorf("load balancer %s: members %s, want %s", c.lb, strings.Join(got, " "), strings.Join(want, " "))
 		}
