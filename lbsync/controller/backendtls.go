@@ -72,7 +72,7 @@ func (c *Controller) newBackendTLSState(factory gatewayinformers.SharedInformerF
 		},
 		tlsAncestorIndex: func(obj any) ([]string, error) {
 			if p, ok := obj.(*gatewayv1.BackendTLSPolicy); ok {
-				return gateway.AncestorGateways(p), nil
+				return gateway.AncestorGateways(p.Namespace, p.Status.Ancestors), nil
 			}
 			return nil, nil
 		},
@@ -128,7 +128,7 @@ func (c *Controller) backendTLSPolicyChanged(s *backendTLSState, oldObj, obj any
 		for _, ref := range gateway.BackendTLSTargets(p) {
 			c.enqueueGatewaysOf(ref.String(), 0)
 		}
-		for _, k := range gateway.AncestorGateways(p) {
+		for _, k := range gateway.AncestorGateways(p.Namespace, p.Status.Ancestors) {
 			ns, name, _ := cache.SplitMetaNamespaceKey(k)
 			c.queue.Add(gatewayKey(ns, name))
 		}
