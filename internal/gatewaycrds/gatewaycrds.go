@@ -34,9 +34,56 @@ type File struct {
 // current directory, which must be inside npl's module; the download fetches
 // the module when the cache lacks it.
 func Standard(ctx context.Context) ([]File, error) {
+	dir, err := moduleDir(ctx)
+	if err != nil {
+		return nil, err
+	}
+	paths, err := filepath.Glob(filepath.Join(dir, "config", "crd", "standard", "gateway.networking.k8s.io_*.yaml"))
+	if err != nil || len(paths) == 0 {
+		return nil, fmt.Errorf("no standard CRDs under %s", dir)
+	}
+	slices.Sort(paths)
+	var files []File
+	for _, p := range paths {
+		if strings.Contains(filepath.Base(p), "_vap_") {
+			continue
+		}
+		f, err := read(p)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// Experimental returns the experimental-channel CRD manifests of the
+// pinned module named (base names, such as
+// gateway.networking.x-k8s.io_xbackendtrafficpolicies.yaml), as Standard
+// finds the module: the tests install those of the experimental kinds
+// npl-lbsync serves.
+func Experimental(ctx context.Context, names ...string) ([]File, error) {
+	dir, err := moduleDir(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var files []File
+	for _, n := range names {
+		f, err := read(filepath.Join(dir, "config", "crd", "experimental", n))
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// moduleDir returns the directory of the pinned module in the module
+// cache (go mod download).
+func moduleDir(ctx context.Context) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "mod", "download", "-json", Module).Output()
 	if err != nil {
-		return nil, fmt.Errorf("locate %s in the module cache (go mod download): %w", Module, err)
+		return "", fmt.Errorf("locate %s in the module cache (go mod download): %w", Module, err)
 	}
 	var mod struct{ Dir, Error string }
 	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
@@ -44,24 +91,15 @@ func Standard(ctx context.Context) ([]File, error) {
 		if why == "" {
 			why = "no directory"
 		}
-		return nil, fmt.Errorf("locate %s in the module cache: %s", Module, why)
+		return "", fmt.Errorf("locate %s in the module cache: %s", Module, why)
 	}
-	paths, err := filepath.Glob(filepath.Join(mod.Dir, "config", "crd", "standard", "gateway.networking.k8s.io_*.yaml"))
-	if err != nil || len(paths) == 0 {
-		return nil, fmt.Errorf("no standard CRDs under %s", mod.Dir)
+	return mod.Dir, nil
+}
+
+func read(path string) (File, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return File{}, fmt.Errorf("read %s: %w", path, err)
 	}
-	slices.Sort(paths)
-	var files []File
-	for _, p := range paths {
-		name := filepath.Base(p)
-		if strings.Contains(name, "_vap_") {
-			continue
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", p, err)
-		}
-		files = append(files, File{Name: name, Data: b})
-	}
-	return files, nil
+	return File{Name: filepath.Base(path), Data: b}, nil
 }

@@ -6,9 +6,7 @@ import (
 	"slices"
 	"sync"
 
-	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -22,61 +20,48 @@ import (
 	gatewayinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
 
 	"github.com/nodeportlocal/npl/lbsync/gateway"
-	"github.com/nodeportlocal/npl/lbsync/inputs"
 )
 
-// The indexes of the BackendTLSPolicy informer.
-const (
-	// tlsTargetIndex indexes policies by the "namespace/name" of each
-	// Service they target.
-	tlsTargetIndex = "targetService"
-	// tlsConfigMapIndex indexes policies by the "namespace/name" of each
-	// ConfigMap they name as CA certificates.
-	tlsConfigMapIndex = "caConfigMap"
-	// tlsAncestorIndex indexes policies by the "namespace/name" of each
-	// Gateway whose entry of ours their status holds.
-	tlsAncestorIndex = "ancestorGateway"
-)
+// tlsConfigMapIndex indexes BackendTLSPolicies by the "namespace/name" of
+// each ConfigMap they name as CA certificates.
+const tlsConfigMapIndex = "caConfigMap"
 
 // backendTLSState is the BackendTLSPolicy part of the Gateway API state,
 // when the API server serves the CRD: the policies' informer and client,
 // and the watches of the ConfigMaps they name.
 type backendTLSState struct {
-	informer   cache.SharedIndexInformer
-	client     gatewayclient.Interface
+	policyKind[*gatewayv1.BackendTLSPolicy]
 	configMaps *configMapWatch
 }
 
 // newBackendTLSState makes the informer of BackendTLSPolicies, with its
 // handlers.
 func (c *Controller) newBackendTLSState(factory gatewayinformers.SharedInformerFactory, client gatewayclient.Interface) *backendTLSState {
-	s := &backendTLSState{informer: factory.Gateway().V1().BackendTLSPolicies().Informer(), client: client}
-	s.configMaps = newConfigMapWatch(c.client, func(key string) { c.caConfigMapChanged(s, key) })
-	utilruntime.Must(s.informer.AddIndexers(cache.Indexers{
-		tlsTargetIndex: func(obj any) ([]string, error) {
-			p, ok := obj.(*gatewayv1.BackendTLSPolicy)
-			if !ok {
-				return nil, nil
-			}
-			var keys []string
-			for _, r := range gateway.BackendTLSTargets(p) {
-				keys = append(keys, r.String())
-			}
-			return keys, nil
+	s := &backendTLSState{policyKind: policyKind[*gatewayv1.BackendTLSPolicy]{
+		resource: "backendtlspolicy",
+		informer: factory.Gateway().V1().BackendTLSPolicies().Informer(),
+		targets:  gateway.BackendTLSTargets,
+		ancestors: func(p *gatewayv1.BackendTLSPolicy) []gatewayv1.PolicyAncestorStatus {
+			return p.Status.Ancestors
 		},
+		withAncestors: func(p *gatewayv1.BackendTLSPolicy, a []gatewayv1.PolicyAncestorStatus) *gatewayv1.BackendTLSPolicy {
+			p = p.DeepCopy()
+			p.Status.Ancestors = a
+			return p
+		},
+		updateStatus: func(ctx context.Context, p *gatewayv1.BackendTLSPolicy) (*gatewayv1.BackendTLSPolicy, error) {
+			return client.GatewayV1().BackendTLSPolicies(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		},
+	}}
+	s.configMaps = newConfigMapWatch(c.client, func(key string) { c.caConfigMapChanged(s, key) })
+	s.index(cache.Indexers{
 		tlsConfigMapIndex: func(obj any) ([]string, error) {
 			if p, ok := obj.(*gatewayv1.BackendTLSPolicy); ok {
 				return gateway.BackendTLSConfigMaps(p), nil
 			}
 			return nil, nil
 		},
-		tlsAncestorIndex: func(obj any) ([]string, error) {
-			if p, ok := obj.(*gatewayv1.BackendTLSPolicy); ok {
-				return gateway.AncestorGateways(p), nil
-			}
-			return nil, nil
-		},
-	}))
+	})
 	_, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.backendTLSPolicyChanged(s, nil, obj) },
 		UpdateFunc: func(old, obj any) { c.writes.observed(obj); c.backendTLSPolicyChanged(s, old, obj) },
@@ -85,54 +70,12 @@ func (c *Controller) newBackendTLSState(factory gatewayinformers.SharedInformerF
 	return s
 }
 
-// byIndex returns the policies under an index value.
-func (s *backendTLSState) byIndex(index, value string) []*gatewayv1.BackendTLSPolicy {
-	objs, _ := s.informer.GetIndexer().ByIndex(index, value)
-	return inputs.Typed[*gatewayv1.BackendTLSPolicy](objs)
-}
-
-// policiesOf returns the policies that target the backends of routes.
-func (s *backendTLSState) policiesOf(routes []any) []*gatewayv1.BackendTLSPolicy {
-	var out []*gatewayv1.BackendTLSPolicy
-	seen := map[string]bool{}
-	for _, rt := range routes {
-		for _, ref := range gateway.Backends(rt) {
-			if seen[ref.String()] {
-				continue
-			}
-			seen[ref.String()] = true
-			out = append(out, s.byIndex(tlsTargetIndex, ref.String())...)
-		}
-	}
-	return out
-}
-
-// backendTLSPolicyChanged queues the Gateways whose routes send to the
-// Services a policy targets or targeted, and those whose entry its status
-// holds; a write of its status (ours) needs no sync. It watches the
-// ConfigMaps the policies name from then on.
+// backendTLSPolicyChanged watches the ConfigMaps the policies name from
+// then on, and queues the Gateways a change of a policy concerns
+// (policyKind.changed).
 func (c *Controller) backendTLSPolicyChanged(s *backendTLSState, oldObj, obj any) {
-	if d, ok := oldObj.(cache.DeletedFinalStateUnknown); ok {
-		oldObj = d.Obj
-	}
-	old, _ := oldObj.(*gatewayv1.BackendTLSPolicy)
-	cur, _ := obj.(*gatewayv1.BackendTLSPolicy)
 	s.configMaps.set(s.informer.GetIndexer().ListIndexFuncValues(tlsConfigMapIndex))
-	if old != nil && cur != nil && old.Generation == cur.Generation {
-		return
-	}
-	for _, p := range []*gatewayv1.BackendTLSPolicy{old, cur} {
-		if p == nil {
-			continue
-		}
-		for _, ref := range gateway.BackendTLSTargets(p) {
-			c.enqueueGatewaysOf(ref.String(), 0)
-		}
-		for _, k := range gateway.AncestorGateways(p) {
-			ns, name, _ := cache.SplitMetaNamespaceKey(k)
-			c.queue.Add(gatewayKey(ns, name))
-		}
-	}
+	s.changed(c, oldObj, obj)
 }
 
 // caConfigMapChanged queues the Gateways whose routes send to the Services
@@ -145,54 +88,14 @@ func (c *Controller) caConfigMapChanged(s *backendTLSState, key string) {
 	}
 }
 
-// writeBackendTLSStatuses sets, in every BackendTLSPolicy of results or
-// that holds an entry of ours for the Gateway of key, that entry of its
-// status.ancestors (removed when results have none for the policy). A
-// conflict fails the sync, which is retried.
+// writeBackendTLSStatuses writes the Gateway's entries of the
+// BackendTLSPolicies' status.ancestors (policyKind.writeStatuses).
 func (r *gatewayReconciler) writeBackendTLSStatuses(ctx context.Context, key queueKey, results []gateway.PolicyResult) error {
 	g := r.gwState()
 	if g == nil || g.backendTLS == nil {
 		return nil
 	}
-	s := g.backendTLS
-	gw := key.namespace + "/" + key.name
-	policies := s.byIndex(tlsAncestorIndex, gw)
-	for _, res := range results {
-		obj, ok, _ := s.informer.GetIndexer().GetByKey(res.Namespace + "/" + res.Name)
-		if p, isPolicy := obj.(*gatewayv1.BackendTLSPolicy); ok && isPolicy && !slices.Contains(policies, p) {
-			policies = append(policies, p)
-		}
-	}
-	now := metav1.Now()
-	var eg errgroup.Group
-	eg.SetLimit(statusWriters)
-	for _, p := range policies {
-		if last, ok := pending(&r.writes, p); ok {
-			p = p.DeepCopy()
-			p.Status = last.Status // the spec stays the cache's
-		}
-		var desired []metav1.Condition
-		if i := slices.IndexFunc(results, func(res gateway.PolicyResult) bool {
-			return res.Namespace == p.Namespace && res.Name == p.Name
-		}); i >= 0 {
-			desired = results[i].Conditions
-		}
-		ancestors := gateway.PolicyAncestors(p.Status.Ancestors, key.namespace, key.name, desired, now)
-		if apiequality.Semantic.DeepEqual(p.Status.Ancestors, ancestors) || (len(ancestors) == 0 && len(p.Status.Ancestors) == 0) {
-			continue
-		}
-		upd := p.DeepCopy()
-		upd.Status.Ancestors = ancestors
-		eg.Go(func() error {
-			out, err := s.client.GatewayV1().BackendTLSPolicies(upd.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
-			if err != nil {
-				return fmt.Errorf("update backendtlspolicy %s/%s status: %w", upd.Namespace, upd.Name, err)
-			}
-			r.writes.wrote(out)
-			return nil
-		})
-	}
-	return eg.Wait()
+	return g.backendTLS.writeStatuses(ctx, &r.writes, key, results)
 }
 
 // configMapWatch watches the ConfigMaps BackendTLSPolicies name as CA

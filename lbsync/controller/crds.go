@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,18 +29,18 @@ const (
 	crdMaxBackoff = time.Minute
 )
 
-// CRDWatch is an API group whose CRDs WatchCRDs follows, and what makes
-// the controller serve what of it the API server serves.
+// CRDWatch is API groups whose CRDs WatchCRDs follows, and what makes the
+// controller serve what of them the API server serves.
 type CRDWatch struct {
-	// Group is the API group: its CRDs are named <plural>.<Group>.
-	Group string
-	// Sync asks discovery what of the group is served and makes the
-	// controller serve that; it runs after each change of the group's
+	// Groups are the API groups: their CRDs are named <plural>.<group>.
+	Groups []string
+	// Sync asks discovery what of the groups is served and makes the
+	// controller serve that; it runs after each change of the groups'
 	// CRDs, so it must do nothing when nothing changed.
 	Sync func(context.Context) error
 }
 
-// WatchCRDs follows the CustomResourceDefinitions of each watch's group
+// WatchCRDs follows the CustomResourceDefinitions of each watch's groups
 // (names only, one informer for all) until ctx ends, and calls the
 // watch's Sync after each change of one of them: optional kinds are
 // served when their CRDs are installed after the start, without a
@@ -58,7 +59,7 @@ func WatchCRDs(ctx context.Context, meta metadata.Interface, watches ...CRDWatch
 			return
 		}
 		for i, w := range watches {
-			if strings.HasSuffix(m.GetName(), "."+w.Group) {
+			if slices.ContainsFunc(w.Groups, func(g string) bool { return strings.HasSuffix(m.GetName(), "."+g) }) {
 				select {
 				case changed[i] <- struct{}{}:
 				default:
@@ -111,7 +112,7 @@ func (w CRDWatch) follow(ctx context.Context, changed <-chan struct{}) {
 		}
 		delay, log := failures.failed(err)
 		if log {
-			logger.Error(err, "Look for the CRDs installed", "group", w.Group, "retryIn", delay)
+			logger.Error(err, "Look for the CRDs installed", "groups", w.Groups, "retryIn", delay)
 		}
 		retry = time.After(delay)
 	}

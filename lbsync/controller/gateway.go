@@ -233,6 +233,7 @@ func (r *gatewayReconciler) sync(ctx context.Context, key queueKey) syncResult {
 	// reads Accepted is on the load balancer once the Gateway reads
 	// Programmed, so waiting for both is waiting for its traffic.
 	serr := errors.Join(r.writeRouteStatuses(ctx, key, res.Routes), r.writeBackendTLSStatuses(ctx, key, res.BackendTLSPolicies),
+		r.writeTrafficPolicyStatuses(ctx, key, res.TrafficPolicies),
 		r.writeStatus(ctx, gw, res, prog))
 	if applied.state == syncRetry {
 		if serr != nil {
@@ -249,7 +250,7 @@ func (r *gatewayReconciler) sync(ctx context.Context, key queueKey) syncResult {
 // release deletes the load balancer of a Gateway that is gone (missing
 // from the cache: it may have had one before a restart) or not ours (any
 // more) when it had one, and removes our entries for it from the statuses
-// of its routes and BackendTLSPolicies.
+// of its routes, BackendTLSPolicies and XBackendTrafficPolicies.
 func (r *gatewayReconciler) release(ctx context.Context, key queueKey, missing bool) error {
 	name := lbmodel.GatewayLoadBalancerName(r.settings.ClusterName, key.namespace, key.name)
 	had := r.applier.hasApplied(key)
@@ -266,7 +267,8 @@ func (r *gatewayReconciler) release(ctx context.Context, key queueKey, missing b
 	delete(r.forbiddenTold, key)
 	delete(r.routesTold, key)
 	r.mu.Unlock()
-	return errors.Join(r.writeRouteStatuses(ctx, key, nil), r.writeBackendTLSStatuses(ctx, key, nil))
+	return errors.Join(r.writeRouteStatuses(ctx, key, nil), r.writeBackendTLSStatuses(ctx, key, nil),
+		r.writeTrafficPolicyStatuses(ctx, key, nil))
 }
 
 // deleteUnserved deletes the load balancer of a Gateway that has nothing
@@ -422,6 +424,9 @@ func (r *gatewayReconciler) input(ctx context.Context, gw *gatewayv1.Gateway) (g
 	src.ReferenceGrants, _ = g.grants.List(labels.Everything())
 	if g.backendTLS != nil {
 		src.BackendTLSPolicies, src.ConfigMaps = g.backendTLS.policiesOf(src.Routes), g.backendTLS.configMaps.get
+	}
+	if g.traffic != nil {
+		src.TrafficPolicies = g.traffic.policiesOf(src.Routes)
 	}
 	in, err := r.store.GatewayInput(ctx, r.inputSettings(), gw, src, inputs.APISecrets(r.client))
 	in.Checker, in.PolicyCapabilities = r.checker, r.policyCaps

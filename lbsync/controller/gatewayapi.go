@@ -30,6 +30,8 @@ type gatewayState struct {
 	grants     gatewaylisters.ReferenceGrantLister
 	// backendTLS is nil unless BackendTLSPolicies are served.
 	backendTLS *backendTLSState
+	// traffic is nil unless XBackendTrafficPolicies are served.
+	traffic *trafficPolicyKind
 	// cancel stops the informers of a state ServeGatewayAPI started.
 	cancel    context.CancelFunc
 	namespace cache.Indexer
@@ -37,7 +39,8 @@ type gatewayState struct {
 
 // EnableGatewayAPI makes the controller serve the Gateways of npl's
 // GatewayClasses with client, with their HTTPRoutes and the kinds given
-// (of inputs.GatewayKindsServed: route kinds, BackendTLSPolicy); call it
+// (of inputs.GatewayKindsServed: route kinds, BackendTLSPolicy,
+// XBackendTrafficPolicy); call it
 // before Start, once the Gateway API CRDs are known to be served
 // (inputs.GatewayAPIServed).
 func (c *Controller) EnableGatewayAPI(client gatewayclient.Interface, kinds ...string) {
@@ -70,19 +73,23 @@ func (c *Controller) ServeGatewayAPI(ctx context.Context, client gatewayclient.I
 }
 
 // GatewayKinds returns the kinds served: the route kinds, HTTPRoute
-// first, and BackendTLSPolicy when it is; none when the Gateway API is not
+// first, and BackendTLSPolicy and XBackendTrafficPolicy when they are;
+// none when the Gateway API is not
 // served.
 func (c *Controller) GatewayKinds() []string {
 	g := c.gwState()
 	if g == nil {
 		return nil
 	}
-	out := make([]string, 0, len(g.routeKinds)+1)
+	out := make([]string, 0, len(g.routeKinds)+2)
 	for _, rk := range g.routeKinds {
 		out = append(out, rk.kind)
 	}
 	if g.backendTLS != nil {
 		out = append(out, gateway.KindBackendTLSPolicy)
+	}
+	if g.traffic != nil {
+		out = append(out, gateway.KindXBackendTrafficPolicy)
 	}
 	return out
 }
@@ -99,7 +106,8 @@ func (g *gatewayState) run(ctx context.Context) {
 func (c *cluster) gwState() *gatewayState { return c.gwp.Load() }
 
 // newGatewayState makes the informers of the Gateway API and the kinds
-// given (route kinds, HTTPRoute always; BackendTLSPolicy), with their
+// given (route kinds, HTTPRoute always; BackendTLSPolicy,
+// XBackendTrafficPolicy), with their
 // handlers, and returns them with what tells that their caches are synced.
 func (c *Controller) newGatewayState(client gatewayclient.Interface, kinds []string) (*gatewayState, []cache.InformerSynced) {
 	factory := gatewayinformers.NewSharedInformerFactoryWithOptions(client, 0, gatewayinformers.WithTransform(trimGatewayObject))
@@ -111,6 +119,8 @@ func (c *Controller) newGatewayState(client gatewayclient.Interface, kinds []str
 		switch {
 		case kind == gateway.KindBackendTLSPolicy:
 			g.backendTLS = c.newBackendTLSState(factory, client)
+		case kind == gateway.KindXBackendTrafficPolicy:
+			g.traffic = c.newTrafficPolicyKind(factory, client)
 		case kind == gateway.KindHTTPRoute && len(g.routeKinds) > 0:
 		default:
 			g.routeKinds = append(g.routeKinds, newRouteKind(kind, factory, client))
@@ -141,6 +151,9 @@ func (c *Controller) newGatewayState(client gatewayclient.Interface, kinds []str
 	}
 	if g.backendTLS != nil {
 		synced = append(synced, g.backendTLS.informer.HasSynced)
+	}
+	if g.traffic != nil {
+		synced = append(synced, g.traffic.informer.HasSynced)
 	}
 	all := func(any) { c.gateways.queueAll() }
 	_, _ = grantInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -7,6 +7,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/klog/v2"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayxv1a1 "sigs.k8s.io/gateway-api/apisx/v1alpha1"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/nodeportlocal/npl/lbsync/gateway"
@@ -14,11 +15,12 @@ import (
 )
 
 // GatewayCRDs is the CRDWatch (WatchCRDs) that serves the Gateway API, or
-// more of its kinds, when their CRDs are installed after the start: after
+// more of its kinds (of its standard group, or XBackendTrafficPolicy of
+// the experimental one), when their CRDs are installed after the start: after
 // each change it asks discovery what is served and calls ServeGatewayAPI
 // when that is more than the controller serves.
 func (c *Controller) GatewayCRDs(disco discovery.DiscoveryInterface, client gatewayclient.Interface) CRDWatch {
-	return CRDWatch{Group: gatewayv1.GroupName, Sync: func(ctx context.Context) error {
+	return CRDWatch{Groups: []string{gatewayv1.GroupName, gatewayxv1a1.GroupName}, Sync: func(ctx context.Context) error {
 		return c.serveInstalledGatewayKinds(ctx, disco, client)
 	}}
 }

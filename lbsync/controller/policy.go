@@ -105,7 +105,7 @@ func (c *Controller) PoliciesServed() bool { return c.polState() != nil }
 // each change it asks discovery whether the CRD is served, and calls
 // ServePolicies when it now is, StopPolicies when it no longer is.
 func (c *Controller) PolicyCRD(disco discovery.DiscoveryInterface, client dynamic.Interface) CRDWatch {
-	return CRDWatch{Group: v1alpha1.GroupName, Sync: func(ctx context.Context) error {
+	return CRDWatch{Groups: []string{v1alpha1.GroupName}, Sync: func(ctx context.Context) error {
 		served, err := inputs.PoliciesServed(disco)
 		if err != nil {
 			return err

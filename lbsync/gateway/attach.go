@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/nodeportlocal/npl/lbmodel"
 )
 
 // Which routes attach to which listeners: the routes that name the
@@ -305,7 +307,7 @@ func (b *build) checkRoute(rt *routeView) (accepted, resolved metav1.Condition) 
 }
 
 // checkRule says why rule i of a route cannot be served, by its kind, or
-// its traffic policy (rulePolicy, checkBackendTLS).
+// its traffic policy (rulePolicy, checkBackendTLS, checkTrafficPolicy).
 func (b *build) checkRule(rt *routeView, i int) (gatewayv1.RouteConditionReason, error) {
 	var reason gatewayv1.RouteConditionReason
 	var err error
@@ -318,8 +320,9 @@ func (b *build) checkRule(rt *routeView, i int) (gatewayv1.RouteConditionReason,
 		return "", nil
 	}
 	if err == nil {
-		if _, _, err = rulePolicy(rt, i); err == nil {
-			err = b.checkBackendTLS(rt, i)
+		var policy *lbmodel.Policy
+		if policy, _, err = rulePolicy(rt, i); err == nil {
+			err = cmp.Or(b.checkBackendTLS(rt, i), b.checkTrafficPolicy(rt, i, policy))
 		}
 		if err != nil {
 			reason = gatewayv1.RouteReasonUnsupportedValue

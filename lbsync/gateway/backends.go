@@ -54,6 +54,23 @@ type backend struct {
 	weight int32
 }
 
+// String is "Service namespace/name port N".
+func (be backend) String() string {
+	return fmt.Sprintf("Service %s/%s port %d", be.svc.Namespace, be.svc.Name, be.port.Port)
+}
+
+// servedBackends returns the valid backendRefs of rule i of a route with a
+// weight: those whose Pods its pool may hold.
+func (b *build) servedBackends(rt *routeView, i int) []backend {
+	var out []backend
+	for _, br := range rt.backendRefs[i] {
+		if be, reason, _ := b.backendRef(rt, br); reason == "" && be.weight > 0 {
+			out = append(out, be)
+		}
+	}
+	return out
+}
+
 // backendPool is the pool of the valid backendRefs of a route rule.
 type backendPool struct {
 	lbmodel.Pool

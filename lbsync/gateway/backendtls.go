@@ -74,11 +74,7 @@ type PolicyResult struct {
 // indexBackendTLS sorts the policies by precedence and indexes the
 // ConfigMaps.
 func (b *build) indexBackendTLS() {
-	b.tlsPolicies = slices.DeleteFunc(slices.Clone(b.in.BackendTLSPolicies), func(p *gatewayv1.BackendTLSPolicy) bool { return p == nil })
-	slices.SortStableFunc(b.tlsPolicies, func(x, y *gatewayv1.BackendTLSPolicy) int {
-		return cmp.Or(x.CreationTimestamp.Compare(y.CreationTimestamp.Time),
-			cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))
-	})
+	b.tlsPolicies = byPrecedence(b.in.BackendTLSPolicies)
 	b.tlsResolved = map[*gatewayv1.BackendTLSPolicy]*tlsPolicy{}
 	b.configMaps = map[string]*corev1.ConfigMap{}
 	for _, c := range b.in.ConfigMaps {
@@ -89,11 +85,31 @@ func (b *build) indexBackendTLS() {
 	b.terminated = map[string]bool{}
 }
 
+// byPrecedence returns the policies but nil ones, oldest first, then by
+// namespace and name (GEP-713's precedence).
+func byPrecedence[P interface {
+	comparable
+	metav1.Object
+}](policies []P) []P {
+	var zero P
+	out := slices.DeleteFunc(slices.Clone(policies), func(p P) bool { return p == zero })
+	slices.SortStableFunc(out, func(x, y P) int {
+		tx, ty := x.GetCreationTimestamp(), y.GetCreationTimestamp()
+		return cmp.Or(tx.Compare(ty.Time), cmp.Compare(x.GetNamespace(), y.GetNamespace()), cmp.Compare(x.GetName(), y.GetName()))
+	})
+	return out
+}
+
+// isService reports whether a policy's targetRef names the Service name.
+func isService(t gatewayv1.LocalPolicyTargetReference, name string) bool {
+	return (t.Group == "" || t.Group == "core") && t.Kind == KindService && string(t.Name) == name
+}
+
 // serviceTarget returns the section a policy's targetRef names of the
 // Service name ("" for the whole Service); ok is false when it names
 // another object.
 func serviceTarget(t gatewayv1.LocalPolicyTargetReferenceWithSectionName, name string) (section string, ok bool) {
-	if (t.Group != "" && t.Group != "core") || t.Kind != KindService || string(t.Name) != name {
+	if !isService(t.LocalPolicyTargetReference, name) {
 		return "", false
 	}
 	if t.SectionName != nil {
@@ -307,16 +323,12 @@ func (b *build) checkBackendTLS(rt *routeView, i int) error {
 	}
 	var first *lbmodel.BackendTLS
 	firstID := ""
-	for _, br := range rt.backendRefs[i] {
-		be, reason, _ := b.backendRef(rt, br)
-		if reason != "" || be.weight <= 0 {
-			continue
-		}
+	for _, be := range b.servedBackends(rt, i) {
 		tls, refused := b.backendTLS(rt, be)
 		if refused != "" {
 			continue // answered 500
 		}
-		id := fmt.Sprintf("Service %s/%s port %d", be.svc.Namespace, be.svc.Name, be.port.Port)
+		id := be.String()
 		if firstID == "" {
 			first, firstID = tls, id
 			continue
@@ -389,10 +401,13 @@ func (b *build) backendTLSResults(backends []ServiceRef) []PolicyResult {
 		}
 		out = append(out, PolicyResult{Namespace: p.Namespace, Name: p.Name, Conditions: []metav1.Condition{accepted, tp.resolved}})
 	}
-	slices.SortFunc(out, func(x, y PolicyResult) int {
-		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))
-	})
+	slices.SortFunc(out, comparePolicyResults)
 	return out
+}
+
+// comparePolicyResults orders results by namespace and name.
+func comparePolicyResults(x, y PolicyResult) int {
+	return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))
 }
 
 // targets reports whether a policy targets the section of a Service ("":
@@ -440,14 +455,15 @@ func PolicyAncestors(current []gatewayv1.PolicyAncestorStatus, namespace, name s
 }
 
 // AncestorGateways returns the Gateways ("namespace/name") of
-// npl-lbsync's entries in a policy's status.ancestors.
-func AncestorGateways(p *gatewayv1.BackendTLSPolicy) []string {
+// npl-lbsync's entries in the status.ancestors of a policy of namespace
+// (a BackendTLSPolicy, an XBackendTrafficPolicy).
+func AncestorGateways(namespace string, ancestors []gatewayv1.PolicyAncestorStatus) []string {
 	var out []string
-	for _, a := range p.Status.Ancestors {
+	for _, a := range ancestors {
 		if a.ControllerName != ControllerName {
 			continue
 		}
-		if ns, name, ok := gatewayOf(p.Namespace, a.AncestorRef); ok && !slices.Contains(out, ns+"/"+name) {
+		if ns, name, ok := gatewayOf(namespace, a.AncestorRef); ok && !slices.Contains(out, ns+"/"+name) {
 			out = append(out, ns+"/"+name)
 		}
 	}

@@ -396,7 +396,7 @@ func TestPolicyAncestors(t *testing.T) {
 	}
 	p := &gatewayv1.BackendTLSPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: appNS},
 		Status: gatewayv1.PolicyStatus{Ancestors: []gatewayv1.PolicyAncestorStatus{other, mine, neighbour, mine}}}
-	if got := AncestorGateways(p); !slices.Equal(got, []string{infraNS + "/gw", infraNS + "/gw2"}) {
+	if got := AncestorGateways(p.Namespace, p.Status.Ancestors); !slices.Equal(got, []string{infraNS + "/gw", infraNS + "/gw2"}) {
 		t.Errorf("AncestorGateways = %v", got)
 	}
 }

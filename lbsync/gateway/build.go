@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayxv1a1 "sigs.k8s.io/gateway-api/apisx/v1alpha1"
 
 	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbmodel"
@@ -67,8 +68,13 @@ type Input struct {
 	BackendTLSPolicies  []*gatewayv1.BackendTLSPolicy
 	ConfigMaps          []*corev1.ConfigMap
 	ForbiddenConfigMaps []string
+	// TrafficPolicies are candidates (trafficpolicy.go): the
+	// XBackendTrafficPolicies of the backend Services.
+	TrafficPolicies []*gatewayxv1a1.XBackendTrafficPolicy
 	// PolicyCapabilities, when set, are what the provider expresses of a
-	// pool's policy: a BackendTLSPolicy it cannot verify is not accepted.
+	// pool's policy: a BackendTLSPolicy it cannot verify is not accepted,
+	// and what an XBackendTrafficPolicy asks for beyond it is named in
+	// the policy's status.
 	PolicyCapabilities *lbmodel.PolicyCapabilities
 	// AgentPorts is as for builder.Input: which annotation entries may be
 	// members (Nodes are then the Pods' nodes).
@@ -99,6 +105,9 @@ type Result struct {
 	// BackendTLSPolicies are the statuses, for the Gateway, of the
 	// BackendTLSPolicies that target Services among Backends, sorted.
 	BackendTLSPolicies []PolicyResult
+	// TrafficPolicies are the statuses, for the Gateway, of the
+	// XBackendTrafficPolicies that target Services among Backends, sorted.
+	TrafficPolicies []PolicyResult
 	// RouteEvents are Warning Events for the owners of routes: a route's
 	// condition says the same, in the Gateway's parent status.
 	RouteEvents []RouteEvent
@@ -184,6 +193,10 @@ type build struct {
 	tlsResolved map[*gatewayv1.BackendTLSPolicy]*tlsPolicy
 	configMaps  map[string]*corev1.ConfigMap
 	terminated  map[string]bool
+	// trafficPolicies are the XBackendTrafficPolicies by precedence,
+	// trafficResolved each resolved (trafficpolicy.go).
+	trafficPolicies []*gatewayxv1a1.XBackendTrafficPolicy
+	trafficResolved map[*gatewayxv1a1.XBackendTrafficPolicy]*trafficPolicy
 }
 
 // Build returns the load balancer of in.Gateway and the statuses of the
@@ -267,6 +280,7 @@ func Build(in Input) Result {
 	}
 	slices.SortFunc(res.Backends, compareRefs)
 	res.BackendTLSPolicies = b.backendTLSResults(res.Backends)
+	res.TrafficPolicies = b.trafficPolicyResults(res.Backends)
 	res.LB = lb
 	return res
 }
@@ -291,6 +305,7 @@ func (b *build) index() {
 		}
 	}
 	b.indexBackendTLS()
+	b.indexTrafficPolicies()
 }
 
 func (b *build) errorf(format string, args ...any) {

@@ -155,6 +155,7 @@ func (b *build) rulePool(rt *routeView, index int) string {
 	for _, w := range warnings {
 		b.warnf("%s: rule %d: %s", rt, index, w)
 	}
+	policy, _ = b.withTrafficPolicy(rt, index, policy) // checked by checkRule
 	p.Policy = withBackendTLS(policy, p.tls)
 	if _, ok := b.pools[name]; !ok {
 		b.pools[name] = &p.Pool

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayxv1a1 "sigs.k8s.io/gateway-api/apisx/v1alpha1"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 	gatewayv1client "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/typed/apis/v1"
 
@@ -38,6 +39,11 @@ var optionalResources = map[string]string{
 // served: the route kinds of gateway.RouteKinds, then BackendTLSPolicy.
 var optionalKinds = append(slices.Clone(gateway.RouteKinds), gateway.KindBackendTLSPolicy)
 
+// trafficPolicyResource is the resource of XBackendTrafficPolicy, of the
+// experimental group gatewayxv1a1.GroupVersion, which npl-lbsync serves
+// when its CRD is installed.
+const trafficPolicyResource = "xbackendtrafficpolicies"
+
 // GatewayAPIServed reports whether the API server serves the Gateway API
 // resources npl-lbsync reads (their CRDs are installed), and which are
 // missing when not.
@@ -59,9 +65,10 @@ func GatewayAPIServed(d discovery.DiscoveryInterface) (bool, []string, error) {
 }
 
 // GatewayKindsServed returns the kinds beyond those npl-lbsync needs (the
-// route kinds beyond HTTPRoute, BackendTLSPolicy) whose v1 resources the
-// API server serves, and those it does not, in the order of
-// gateway.RouteKinds, BackendTLSPolicy last.
+// route kinds beyond HTTPRoute, BackendTLSPolicy, and the experimental
+// XBackendTrafficPolicy) whose resources the API server serves, and those
+// it does not, in the order of gateway.RouteKinds, then BackendTLSPolicy,
+// XBackendTrafficPolicy last.
 func GatewayKindsServed(d discovery.DiscoveryInterface) (served, missing []string, err error) {
 	list, err := d.ServerResourcesForGroupVersion(gatewayv1.GroupVersion.String())
 	if err != nil {
@@ -78,6 +85,17 @@ func GatewayKindsServed(d discovery.DiscoveryInterface) (served, missing []strin
 			missing = append(missing, kind)
 		}
 	}
+	xlist, err := d.ServerResourcesForGroupVersion(gatewayxv1a1.GroupVersion.String())
+	switch {
+	case apierrors.IsNotFound(err):
+		missing = append(missing, gateway.KindXBackendTrafficPolicy)
+	case err != nil:
+		return nil, nil, fmt.Errorf("discover %s: %w", gatewayxv1a1.GroupVersion, err)
+	case slices.ContainsFunc(xlist.APIResources, func(a metav1.APIResource) bool { return a.Name == trafficPolicyResource }):
+		served = append(served, gateway.KindXBackendTrafficPolicy)
+	default:
+		missing = append(missing, gateway.KindXBackendTrafficPolicy)
+	}
 	return served, missing, nil
 }
 
@@ -92,6 +110,9 @@ type GatewaySources struct {
 	ReferenceGrants    []*gatewayv1.ReferenceGrant
 	BackendTLSPolicies []*gatewayv1.BackendTLSPolicy
 	ConfigMaps         ConfigMapGetter
+	// TrafficPolicies are XBackendTrafficPolicies; GatewayInput keeps
+	// those of the routes' backends.
+	TrafficPolicies []*gatewayxv1a1.XBackendTrafficPolicy
 }
 
 // ConfigMapGetter reads one ConfigMap.
@@ -127,6 +148,11 @@ func (s Store) GatewayInput(ctx context.Context, set Settings, gw *gatewayv1.Gat
 	in.Services, in.Pods, in.EndpointSlices, in.Nodes = b.services, b.pods, b.slices, s.nodes(set, b.pods)
 	if err := s.backendTLS(ctx, &in, src); err != nil {
 		return in, err
+	}
+	for _, p := range src.TrafficPolicies {
+		if slices.ContainsFunc(gateway.TrafficPolicyTargets(p), func(r gateway.ServiceRef) bool { return b.seen[r.String()] }) {
+			in.TrafficPolicies = append(in.TrafficPolicies, p)
+		}
 	}
 	seen := map[string]bool{}
 	for _, l := range gw.Spec.Listeners {
@@ -207,14 +233,15 @@ type GatewayObjects struct {
 	ReferenceGrants    []*gatewayv1.ReferenceGrant
 	BackendTLSPolicies []*gatewayv1.BackendTLSPolicy
 	// ConfigMaps reads the CA ConfigMaps of the policies.
-	ConfigMaps ConfigMapGetter
+	ConfigMaps      ConfigMapGetter
+	TrafficPolicies []*gatewayxv1a1.XBackendTrafficPolicy
 }
 
 // Sources returns what gw's build reads of o: the routes whose parentRefs
 // name it, the Namespaces, the ReferenceGrants and the BackendTLSPolicies.
 func (o GatewayObjects) Sources(gw *gatewayv1.Gateway) GatewaySources {
 	src := GatewaySources{Namespaces: o.Namespaces, ReferenceGrants: o.ReferenceGrants,
-		BackendTLSPolicies: o.BackendTLSPolicies, ConfigMaps: o.ConfigMaps}
+		BackendTLSPolicies: o.BackendTLSPolicies, ConfigMaps: o.ConfigMaps, TrafficPolicies: o.TrafficPolicies}
 	for _, rt := range o.Routes {
 		if slices.Contains(gateway.Gateways(rt), gw.Namespace+"/"+gw.Name) {
 			src.Routes = append(src.Routes, rt)
@@ -267,6 +294,14 @@ func GatewaysFromAPI(ctx context.Context, client kubernetes.Interface, gc gatewa
 				return o, true, fmt.Errorf("list backendtlspolicies: %w", err)
 			}
 			o.BackendTLSPolicies = pointers(l.Items)
+			continue
+		}
+		if kind == gateway.KindXBackendTrafficPolicy {
+			l, err := gc.ExperimentalV1alpha1().XBackendTrafficPolicies(namespace).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return o, true, fmt.Errorf("list xbackendtrafficpolicies: %w", err)
+			}
+			o.TrafficPolicies = pointers(l.Items)
 			continue
 		}
 		routes, err := listRoutes(ctx, api, kind, namespace)

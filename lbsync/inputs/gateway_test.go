@@ -14,6 +14,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayxv1a1 "sigs.k8s.io/gateway-api/apisx/v1alpha1"
 )
 
 func TestGatewayAPIServed(t *testing.T) {
@@ -43,21 +44,34 @@ func TestGatewayAPIServed(t *testing.T) {
 	}
 }
 
-// The route kinds beyond HTTPRoute, and BackendTLSPolicy, are served when
-// their CRDs are.
+// The route kinds beyond HTTPRoute, BackendTLSPolicy and, of the
+// experimental group, XBackendTrafficPolicy are served when their CRDs
+// are.
 func TestGatewayKindsServed(t *testing.T) {
 	for _, tc := range []struct {
-		resources       []string
-		served, missing []string
+		resources, xresources []string
+		served, missing       []string
 	}{
-		{[]string{"tcproutes", "tlsroutes"}, []string{"TCPRoute", "TLSRoute"}, []string{"GRPCRoute", "UDPRoute", "BackendTLSPolicy"}},
-		{[]string{"backendtlspolicies", "grpcroutes"}, []string{"GRPCRoute", "BackendTLSPolicy"}, []string{"TCPRoute", "UDPRoute", "TLSRoute"}},
+		{[]string{"tcproutes", "tlsroutes"}, nil, []string{"TCPRoute", "TLSRoute"},
+			[]string{"GRPCRoute", "UDPRoute", "BackendTLSPolicy", "XBackendTrafficPolicy"}},
+		{[]string{"backendtlspolicies", "grpcroutes"}, []string{"xlistenersets"}, []string{"GRPCRoute", "BackendTLSPolicy"},
+			[]string{"TCPRoute", "UDPRoute", "TLSRoute", "XBackendTrafficPolicy"}},
+		{nil, []string{"xbackendtrafficpolicies"}, []string{"XBackendTrafficPolicy"},
+			[]string{"GRPCRoute", "TCPRoute", "UDPRoute", "TLSRoute", "BackendTLSPolicy"}},
 	} {
 		l := &metav1.APIResourceList{GroupVersion: gatewayv1.GroupVersion.String()}
 		for _, n := range append([]string{"gatewayclasses", "gateways", "httproutes", "referencegrants"}, tc.resources...) {
 			l.APIResources = append(l.APIResources, metav1.APIResource{Name: n})
 		}
-		d := &fakediscovery.FakeDiscovery{Fake: &k8stesting.Fake{Resources: []*metav1.APIResourceList{l}}}
+		lists := []*metav1.APIResourceList{l}
+		if tc.xresources != nil {
+			x := &metav1.APIResourceList{GroupVersion: gatewayxv1a1.GroupVersion.String()}
+			for _, n := range tc.xresources {
+				x.APIResources = append(x.APIResources, metav1.APIResource{Name: n})
+			}
+			lists = append(lists, x)
+		}
+		d := &fakediscovery.FakeDiscovery{Fake: &k8stesting.Fake{Resources: lists}}
 		served, missing, err := GatewayKindsServed(d)
 		if err != nil || !slices.Equal(served, tc.served) || !slices.Equal(missing, tc.missing) {
 			t.Errorf("%v: served %v missing %v err %v; want %v %v", tc.resources, served, missing, err, tc.served, tc.missing)
@@ -123,7 +137,8 @@ func TestStore_gatewayInput(t *testing.T) {
 	}
 }
 
-// GatewayInput keeps the BackendTLSPolicies of the routes' backends, and
+// GatewayInput keeps the BackendTLSPolicies and XBackendTrafficPolicies of
+// the routes' backends, and
 // reads each CA ConfigMap they name once: a missing one is left out, a
 // forbidden one named, any other error fails.
 func TestStore_gatewayInputBackendTLS(t *testing.T) {
@@ -152,11 +167,19 @@ func TestStore_gatewayInputBackendTLS(t *testing.T) {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	})
 	gw := &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "gw"}}
+	traffic := func(name, svc string) *gatewayxv1a1.XBackendTrafficPolicy {
+		return &gatewayxv1a1.XBackendTrafficPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
+			Spec: gatewayxv1a1.BackendTrafficPolicySpec{TargetRefs: []gatewayv1.LocalPolicyTargetReference{{Kind: "Service", Name: gatewayv1.ObjectName(svc)}}}}
+	}
 	src := GatewaySources{Routes: []any{hr}, ConfigMaps: configMaps, BackendTLSPolicies: []*gatewayv1.BackendTLSPolicy{
-		policy("db", "db", "ca", "gone", "secret"), policy("db2", "db", "ca"), policy("other", "web", "broken")}}
+		policy("db", "db", "ca", "gone", "secret"), policy("db2", "db", "ca"), policy("other", "web", "broken")},
+		TrafficPolicies: []*gatewayxv1a1.XBackendTrafficPolicy{traffic("web", "web"), traffic("db", "db")}}
 	in, err := s.GatewayInput(context.Background(), Settings{}, gw, src, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(in.TrafficPolicies) != 1 || in.TrafficPolicies[0].Name != "db" {
+		t.Errorf("XBackendTrafficPolicies %v, want those of db only", in.TrafficPolicies)
 	}
 	var names []string
 	for _, p := range in.BackendTLSPolicies {

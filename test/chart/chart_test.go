@@ -628,7 +628,9 @@ var (
 		expand([]string{"gateway.networking.k8s.io/gatewayclasses/status", "gateway.networking.k8s.io/gateways/status",
 			"gateway.networking.k8s.io/httproutes/status", "gateway.networking.k8s.io/grpcroutes/status", "gateway.networking.k8s.io/tcproutes/status",
 			"gateway.networking.k8s.io/udproutes/status", "gateway.networking.k8s.io/tlsroutes/status",
-			"gateway.networking.k8s.io/backendtlspolicies/status"}, "update", "patch"))
+			"gateway.networking.k8s.io/backendtlspolicies/status"}, "update", "patch"),
+		expand([]string{"gateway.networking.x-k8s.io/xbackendtrafficpolicies"}, "get", "list", "watch"),
+		[]string{"gateway.networking.x-k8s.io/xbackendtrafficpolicies/status:update"})
 	lbsyncLeaseGrants = []string{"coordination.k8s.io/leases:create", "coordination.k8s.io/leases:get@npl-lbsync", "coordination.k8s.io/leases:update@npl-lbsync"}
 	uninstallGrants   = sortedJoin(expand([]string{"/services", "networking.k8s.io/ingresses"}, "get", "list", "patch"),
 		expand([]string{"/services/status", "networking.k8s.io/ingresses/status"}, "patch"),

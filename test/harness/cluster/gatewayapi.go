@@ -26,11 +26,27 @@ func (c *Cluster) InstallGatewayAPI(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return c.installFiles(ctx, manifests)
+}
+
+// installFiles installs the CRDs of manifests (InstallCRDs).
+func (c *Cluster) installFiles(ctx context.Context, manifests []gatewaycrds.File) error {
 	docs := make([][]byte, 0, len(manifests))
 	for _, m := range manifests {
 		docs = append(docs, m.Data)
 	}
 	return c.InstallCRDs(ctx, docs...)
+}
+
+// InstallExperimentalGatewayCRDs creates (or updates) the named CRDs of the
+// Gateway API experimental channel (gatewaycrds.Experimental) and waits
+// until the apiserver serves them.
+func (c *Cluster) InstallExperimentalGatewayCRDs(ctx context.Context, names ...string) error {
+	manifests, err := gatewaycrds.Experimental(ctx, names...)
+	if err != nil {
+		return err
+	}
+	return c.installFiles(ctx, manifests)
 }
 
 // InstallLoadBalancerPolicyCRD creates (or updates) the LoadBalancerPolicy
