@@ -34,6 +34,7 @@ type options struct {
 	serviceNodePorts string
 	nodeIPPreference string
 	metricsAddr      string
+	profiling        *bool
 	healthAddr       string
 	datapath         string
 	checkInterval    time.Duration
@@ -64,6 +65,7 @@ writes the Antrea-compatible Pod annotation nodeportlocal.antrea.io.`,
 	f.StringVar(&o.serviceNodePorts, "service-node-port-range", "30000-32767", "the cluster's NodePort range, which --port-range must not overlap")
 	f.StringVar(&o.nodeIPPreference, "node-ip-preference", "InternalIP,ExternalIP", "Node address types to publish as nodeIP, most preferred first")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":9101", "address of the Prometheus metrics listener (0 disables it)")
+	o.profiling = cli.AddProfilingFlag(cmd)
 	f.StringVar(&o.healthAddr, "health-probe-bind-address", ":9102", "address of the /healthz and /readyz listener (0 disables it)")
 	f.StringVar(&o.datapath, "datapath", string(datapath.BackendAuto), "datapath backend: auto, iptables or nftables (auto: nftables when kube-proxy runs in nftables mode or iptables does not work, else iptables)")
 	f.DurationVar(&o.checkInterval, "datapath-check-interval", time.Minute, "how often the datapath (chains, or the nftables table) is checked for drift and repaired")
@@ -131,6 +133,7 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 	d := cli.StartDaemon(ctx, "node", o.nodeName)
+	d.Profiling = *o.profiling
 	defer d.Stop()
 	ctx, reg := d.Ctx, d.Registry
 

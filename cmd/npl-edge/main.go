@@ -40,6 +40,7 @@ type options struct {
 	checkRise    int
 	resync       time.Duration
 	metricsAddr  string
+	profiling    *bool
 	udp          string
 	hostConfigs  []string
 	hostAdmin    string
@@ -79,6 +80,7 @@ starts and restarts HAProxy.`,
 	f.IntVar(&o.checkRise, "check-rise", haproxy.DefaultChecks.Rise, "passed checks that mark a member up")
 	f.DurationVar(&o.resync, "resync-period", 10*time.Second, "how often HAProxy's runtime state is compared with the desired one and repaired")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:9105", "address of the Prometheus metrics and /healthz listener, such as the edge's management address and a port (0 disables it); loopback by default, as nothing authenticates it and it must not answer on the VIPs")
+	o.profiling = cli.AddProfilingFlag(cmd)
 	f.StringVar(&o.udp, "udp", "auto", "how to serve UDP listeners: nftables (the table inet npl-edge; needs nft and net.ipv4.ip_forward=1), off (reported as not served; the table is removed), or auto (nftables when it works here)")
 	f.StringSliceVar(&o.hostConfigs, "haproxy-config", nil, "attached: the host's HAProxy configuration files (or directories), in the order HAProxy loads them before <state-dir>/npl.cfg, such as /etc/haproxy/haproxy.cfg")
 	f.StringVar(&o.hostAdmin, "haproxy-admin-socket", "", "attached: the host's admin socket (a stats socket at level admin), such as /run/haproxy/admin.sock")
@@ -139,6 +141,7 @@ func run(ctx context.Context, o *options) error {
 		return cli.Usagef("listen on %s: %v", o.listen, err)
 	}
 	d := cli.StartDaemon(ctx)
+	d.Profiling = *o.profiling
 	defer d.Stop()
 	ctx = d.Ctx
 	e.Register(d.Registry)

@@ -49,6 +49,7 @@ type options struct {
 	renewDeadline  time.Duration
 	retryPeriod    time.Duration
 	metricsAddr    string
+	profiling      *bool
 	healthAddr     string
 	workers        int
 	maxBackoff     time.Duration
@@ -80,6 +81,7 @@ Pods' nodeportlocal.antrea.io annotations, makes the configured load balancer
 	f.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it steps down")
 	f.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":9103", "address of the Prometheus metrics listener (0 disables it)")
+	o.profiling = cli.AddProfilingFlag(cmd)
 	f.StringVar(&o.healthAddr, "health-probe-bind-address", ":9104", "address of the /healthz and /readyz listener (0 disables it)")
 	f.IntVar(&o.workers, "workers", 4, "Services synced in parallel")
 	f.DurationVar(&o.maxBackoff, "max-backoff", 30*time.Second, "cap of the retry delay of a failed sync")
@@ -110,6 +112,7 @@ func run(ctx context.Context, o *options) error {
 		return cli.Usagef("leader election needs lease duration > renew deadline > retry period > 0")
 	}
 	d := cli.StartDaemon(ctx)
+	d.Profiling = *o.profiling
 	defer d.Stop()
 	ctx, logger, reg := d.Ctx, d.Log, d.Registry
 

@@ -129,6 +129,15 @@ func AddKubeconfigFlag(cmd *cobra.Command) *string {
 	return &path
 }
 
+// AddProfilingFlag registers --profiling on cmd and returns its value, for
+// Daemon.Profiling: off by default, as the profiles show the process's
+// memory to whoever reaches the metrics listener.
+func AddProfilingFlag(cmd *cobra.Command) *bool {
+	var on bool
+	cmd.Flags().BoolVar(&on, "profiling", false, "serve Go's net/http/pprof profiles under /debug/pprof/ on the metrics listener")
+	return &on
+}
+
 // RESTConfig loads the client configuration: the --kubeconfig file when
 // given, else the in-cluster configuration, else $KUBECONFIG and
 // ~/.kube/config through the usual loading rules.

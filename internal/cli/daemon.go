@@ -23,7 +23,9 @@ type Daemon struct {
 	// Registry holds the Go runtime and process collectors; the binary
 	// adds its own metrics.
 	Registry *prometheus.Registry
-	stop     context.CancelFunc
+	// Profiling serves net/http/pprof beside /metrics (AddProfilingFlag).
+	Profiling bool
+	stop      context.CancelFunc
 }
 
 // StartDaemon starts a binary's run on ctx; keysAndValues name it in
@@ -40,12 +42,16 @@ func StartDaemon(ctx context.Context, keysAndValues ...any) *Daemon {
 func (d *Daemon) Stop() { d.stop() }
 
 // Serve starts the daemon's listeners until Ctx ends: on metricsAddr,
-// /metrics from Registry and handlers beside it (by pattern); on
+// /metrics from Registry, /debug/pprof/ when Profiling, and handlers beside
+// it (by pattern); on
 // healthAddr, /healthz and /readyz, which fails while ready does (nil:
 // never). An address that is empty or "0" disables its listener; one that
 // cannot be bound is a UsageError.
 func (d *Daemon) Serve(metricsAddr string, handlers map[string]http.Handler, healthAddr string, ready serve.Check) error {
 	mux := serve.Metrics(d.Registry)
+	if d.Profiling {
+		serve.Profiling(mux)
+	}
 	for pattern, h := range handlers {
 		mux.Handle(pattern, h)
 	}

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,5 +57,31 @@ current-context: c
 	var usage *UsageError
 	if _, _, err := KubeClient(filepath.Join(t.TempDir(), "missing"), "test/1", 7, 9, kubernetes.NewForConfig); !errors.As(err, &usage) {
 		t.Errorf("a missing kubeconfig: %v, want a UsageError", err)
+	}
+}
+
+func TestDaemonServe_profilingOnlyWhenAsked(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		d := StartDaemon(context.Background())
+		d.Profiling = on
+		if err := d.Serve(addr, nil, "", nil); err != nil {
+			d.Stop()
+			t.Fatal(err)
+		}
+		resp, err := http.Get("http://" + addr + "/debug/pprof/heap")
+		d.Stop()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.StatusCode == http.StatusOK; got != on {
+			t.Errorf("Profiling %v: /debug/pprof/heap answered %s", on, resp.Status)
+		}
 	}
 }

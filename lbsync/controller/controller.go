@@ -141,11 +141,12 @@ func New(settings Settings, client kubernetes.Interface, provider providers.Prov
 			workqueue.TypedRateLimitingQueueConfig[queueKey]{Name: "npl-lbsync"}),
 	}
 	a := newApplier(cl, metrics.instrument(providers.Validated(provider)))
+	trimmer := newTrimmer()
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(func(obj any) (any, error) {
 		if pod, ok := obj.(*corev1.Pod); ok {
 			a.recordMovesOf(pod)
 		}
-		return trim(obj)
+		return trimmer.trim(obj)
 	}))
 
 	svcInformer := factory.Core().V1().Services()

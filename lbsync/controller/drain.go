@@ -27,12 +27,13 @@ type drainTracker struct {
 	// until is when each draining member's period ends.
 	until map[drainKey]time.Time
 	// last holds the members of the model last applied, to tell which ones
-	// a move took out.
-	last map[drainKey]bool
+	// a move took out: a slice, a third of a map's size, as it is kept for
+	// every member of every load balancer.
+	last []drainKey
 }
 
 func newDrainTracker() *drainTracker {
-	return &drainTracker{until: map[drainKey]time.Time{}, last: map[drainKey]bool{}}
+	return &drainTracker{until: map[drainKey]time.Time{}}
 }
 
 // apply records the disabled members of lb and those of the last model
@@ -46,12 +47,18 @@ func (d *drainTracker) apply(lb *lbmodel.LoadBalancer, period time.Duration, now
 	pools := poolsOf(lb)
 	present := map[drainKey]bool{}
 	periods := make(map[string]time.Duration, len(pools))
+	members := 0
+	for _, pool := range pools {
+		members += len(pool.Members)
+	}
+	last := make([]drainKey, 0, members)
 	for _, pool := range pools {
 		p := poolDrain(pool, period)
 		periods[pool.Name] = p
 		for _, m := range pool.Members {
 			k := drainKey{pool.Name, m.IP, m.Port}
 			present[k] = true
+			last = append(last, k)
 			if m.Enabled || p <= 0 {
 				delete(d.until, k)
 			} else if _, ok := d.until[k]; !ok {
@@ -59,13 +66,13 @@ func (d *drainTracker) apply(lb *lbmodel.LoadBalancer, period time.Duration, now
 			}
 		}
 	}
-	for k := range d.last {
+	for _, k := range d.last {
 		p := periods[k.pool]
 		if _, ok := d.until[k]; !ok && p > 0 && !present[k] && moved(lbmodel.Member{IP: k.ip, Port: k.port}, p) {
 			d.until[k] = now.Add(p)
 		}
 	}
-	d.last = present
+	d.last = last
 	for _, pool := range pools {
 		added := false
 		for k, until := range d.until {

@@ -448,7 +448,9 @@ const mockProvider = "provider:\n  name: mock\n  mock: {}\n"
 // startSyncer starts an npl-lbsync for a set, with its own log file, and
 // returns as soon as the process runs: leader election is on, as in
 // production, so StartLBSync does not wait for the first sync and the
-// caller times it. gogc, when set, is the GOGC of the process.
+// caller times it. gogc, when set, is the GOGC of the process. With
+// $NPL_BENCH_HEAP_PROFILE set, it serves /debug/pprof/ (--profiling), for
+// BenchmarkLBSyncHeap to save a heap profile.
 func (f *lbFixture) startSyncer(ctx context.Context, set *serviceSet, provider, gogc string) (*stack.LBSync, error) {
 	f.runs++
 	cfg := fmt.Sprintf("clusterName: %s\nserviceType: NodePortLocal\nloadBalancerClass: %s\nvipPool: [%q]\nresyncPeriod: %s\nnodePortRange: %d-%d\n%s",
@@ -466,8 +468,12 @@ func (f *lbFixture) startSyncer(ctx context.Context, set *serviceSet, provider, 
 			}
 		}()
 	}
+	var args []string
+	if os.Getenv(heapProfileEnv) != "" {
+		args = append(args, "--profiling")
+	}
 	return stack.StartLBSync(ctx, f.e.c, stack.LBSyncOptions{
-		Name: fmt.Sprintf("npl-lbsync-%02d", f.runs), Config: cfg, LeaderElect: true,
+		Name: fmt.Sprintf("npl-lbsync-%02d", f.runs), Config: cfg, LeaderElect: true, ExtraArgs: args,
 	})
 }
 
@@ -548,6 +554,33 @@ func waitPools(l *stack.LBSync, set *serviceSet, timeout time.Duration) (time.Ti
 		err = fmt.Errorf("%w (%d of %d complete)", err, last, set.services)
 	}
 	return at, err
+}
+
+// heapProfileEnv names the file BenchmarkLBSyncHeap saves the heap profile
+// of npl-lbsync to, when set (go tool pprof -sample_index=inuse_space).
+const heapProfileEnv = "NPL_BENCH_HEAP_PROFILE"
+
+// saveHeapProfile saves l's heap profile, after a collection (gc=1), to
+// the file $NPL_BENCH_HEAP_PROFILE names, if it is set.
+func saveHeapProfile(l *stack.LBSync) error {
+	path := os.Getenv(heapProfileEnv)
+	if path == "" {
+		return nil
+	}
+	client := &http.Client{Timeout: time.Minute}
+	resp, err := client.Get("http://" + l.MetricsAddr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("heap profile: %s", resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return os.WriteFile(path, body, 0o644)
 }
 
 // heapInUse is the lowest go_memstats_heap_inuse_bytes of a few samples.

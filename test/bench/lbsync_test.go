@@ -179,7 +179,9 @@ func BenchmarkLBSyncResync(b *testing.B) {
 // Services and of the in-process mock's state is counted in). The in-use
 // heap also holds the garbage not yet collected, up to the size of the live
 // heap with the default GOGC=100, so B/pod-gogc10 is the same measured with
-// GOGC=10, closer to the live heap. Target: < 4 KiB.
+// GOGC=10, closer to the live heap. Target: < 4 KiB. With
+// $NPL_BENCH_HEAP_PROFILE=<file>, it saves npl-lbsync's heap profile (after
+// the measure) to that file.
 func BenchmarkLBSyncHeap(b *testing.B) {
 	f := lbEnv(b)
 	pods := float64(f.main.pods())
@@ -211,6 +213,9 @@ func BenchmarkLBSyncHeap(b *testing.B) {
 		heap, rss = h, max(rss, r)
 	}
 	b.StopTimer()
+	if err := saveHeapProfile(l); err != nil {
+		b.Fatal(err)
+	}
 	b.ReportMetric((heap-f.baseline)/pods, "B/pod")
 	b.ReportMetric((f.heapGC10-f.baselineGC10)/pods, "B/pod-gogc10")
 	b.ReportMetric(heap/mib, "MiB-heap")
