@@ -406,10 +406,17 @@ func (r *policyReconciler) sync(ctx context.Context, key queueKey) syncResult {
 // a target (lbpolicy.SpeaksFor).
 func (r *policyReconciler) speaksFor(t lbpolicy.Target) bool {
 	var svc *corev1.Service
-	if t.Kind == v1alpha1.KindService {
+	gatewayOfAnother := false
+	switch t.Kind {
+	case v1alpha1.KindService:
 		svc = r.store.Service(t.Namespace, t.Name)
+	case v1alpha1.KindGateway:
+		if g := r.gwState(); g != nil {
+			gw, err := g.gateways.Gateways(t.Namespace).Get(t.Name)
+			gatewayOfAnother = err == nil && !gateway.Ours(gw, r.gatewayClasses())
+		}
 	}
-	return lbpolicy.SpeaksFor(t, svc, r.settings.ClusterName)
+	return lbpolicy.SpeaksFor(t, svc, gatewayOfAnother, r.settings.ClusterName)
 }
 
 // poolKinds returns the kinds of the pools npl-lbsync builds of a target

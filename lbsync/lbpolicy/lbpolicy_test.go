@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodeportlocal/npl/contract"
 	"github.com/nodeportlocal/npl/lbmodel"
 	"github.com/nodeportlocal/npl/lbsync/lbpolicy/v1alpha1"
 )
@@ -332,5 +334,38 @@ func TestIndex_mergesValidPoliciesPerTarget(t *testing.T) {
 	}
 	if got := lookup(ServiceTarget("shop", "api")); got != nil {
 		t.Errorf("shop/api: %+v, want none", got)
+	}
+}
+
+// TestSpeaksFor_eachTargetHasOneInstallation: an installation writes the
+// entries of the targets it serves or nobody claims, never those of a
+// Service another installation claimed or of a Gateway of a GatewayClass it
+// does not serve: two installations writing one entry overwrote each
+// other's for ever (Accepted against TargetNotFound).
+func TestSpeaksFor_eachTargetHasOneInstallation(t *testing.T) {
+	svc := func(owner string) *corev1.Service {
+		s := &corev1.Service{}
+		if owner != "" {
+			s.Annotations = map[string]string{contract.ClaimedByKey: owner}
+		}
+		return s
+	}
+	for _, c := range []struct {
+		name             string
+		target           Target
+		service          *corev1.Service
+		gatewayOfAnother bool
+		want             bool
+	}{
+		{"a Service of ours", Target{Kind: v1alpha1.KindService}, svc("c1"), false, true},
+		{"an unclaimed Service", Target{Kind: v1alpha1.KindService}, svc(""), false, true},
+		{"a missing Service", Target{Kind: v1alpha1.KindService}, nil, false, true},
+		{"a Service another installation claimed", Target{Kind: v1alpha1.KindService}, svc("c2"), false, false},
+		{"a Gateway of ours, or missing", Target{Kind: v1alpha1.KindGateway}, nil, false, true},
+		{"a Gateway of another installation's class", Target{Kind: v1alpha1.KindGateway}, nil, true, false},
+	} {
+		if got := SpeaksFor(c.target, c.service, c.gatewayOfAnother, "c1"); got != c.want {
+			t.Errorf("%s: SpeaksFor = %t, want %t", c.name, got, c.want)
+		}
 	}
 }

@@ -136,10 +136,21 @@ func onePool(p *lbmodel.Policy, kind PoolKind) *lbmodel.LoadBalancer {
 
 // SpeaksFor reports whether the installation of clusterName writes the
 // status entry of a policy for a target: for every target but a Service
-// another installation claims, whose npl-lbsync writes it. service is the
-// target's Service, nil when there is none (or the target is a Gateway).
-func SpeaksFor(t Target, service *corev1.Service, clusterName string) bool {
-	return t.Kind != v1alpha1.KindService || service == nil || !claim.ClaimedByOther(service, clusterName)
+// another installation claims and a Gateway of a GatewayClass another
+// installation serves, whose npl-lbsync writes it. Two installations that
+// both wrote such an entry would overwrite each other's for ever (one
+// Accepted, the other TargetNotFound). service is the target's Service,
+// nil when there is none (or the target is a Gateway); gatewayOfAnother
+// is true for a Gateway that exists with a GatewayClass the installation
+// does not serve.
+func SpeaksFor(t Target, service *corev1.Service, gatewayOfAnother bool, clusterName string) bool {
+	switch t.Kind {
+	case v1alpha1.KindService:
+		return service == nil || !claim.ClaimedByOther(service, clusterName)
+	case v1alpha1.KindGateway:
+		return !gatewayOfAnother
+	}
+	return true
 }
 
 // TargetOf is the target a status entry names.

@@ -122,7 +122,10 @@ func (s policyScope) kept(ctx context.Context, current []v1alpha1.PolicyAncestor
 				return false
 			}
 		}
-		return lbpolicy.SpeaksFor(t, svc, s.inst.ClusterName)
+		// The installation's GatewayClasses are not known here: an entry of
+		// a Gateway another installation serves goes too, and its
+		// npl-lbsync writes it again on the policy's change.
+		return lbpolicy.SpeaksFor(t, svc, false, s.inst.ClusterName)
 	}
 	kept := lbpolicy.Ancestors(current, nil, mine, metav1.Time{})
 	return kept, lookupErr
