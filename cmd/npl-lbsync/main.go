@@ -296,7 +296,7 @@ func enablePolicies(ctx context.Context, restCfg *rest.Config, client kubernetes
 		return fmt.Errorf("dynamic client: %w", err)
 	}
 	ctrl.EnablePolicies(dyn)
-	klog.FromContext(ctx).Info("Applying LoadBalancerPolicies", "controllerName", v1alpha1.ControllerName)
+	klog.FromContext(ctx).Info("Applying LoadBalancerPolicies", "controllerName", ctrl.PolicyControllerName())
 	return nil
 }
 

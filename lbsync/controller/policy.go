@@ -98,6 +98,12 @@ func (c *Controller) StopPolicies() {
 	c.queueAllOf(s)
 }
 
+// PolicyControllerName is the controllerName of the status entries this
+// installation writes in LoadBalancerPolicies.
+func (c *Controller) PolicyControllerName() string {
+	return v1alpha1.ControllerNameOf(c.settings.ClusterName)
+}
+
 // PoliciesServed reports whether the controller applies LoadBalancerPolicies.
 func (c *Controller) PoliciesServed() bool { return c.polState() != nil }
 
@@ -116,7 +122,7 @@ func (c *Controller) PolicyCRD(disco discovery.DiscoveryInterface, client dynami
 			if err := c.ServePolicies(ctx, client); err != nil {
 				return err
 			}
-			logger.Info("LoadBalancerPolicy CRD installed: applying LoadBalancerPolicies", "controllerName", v1alpha1.ControllerName)
+			logger.Info("LoadBalancerPolicy CRD installed: applying LoadBalancerPolicies", "controllerName", c.PolicyControllerName())
 		case !served && c.PoliciesServed():
 			c.StopPolicies()
 			logger.Info("LoadBalancerPolicy CRD deleted: LoadBalancerPolicies are no longer applied", "crd", v1alpha1.CRDName)
@@ -382,9 +388,7 @@ func (r *policyReconciler) sync(ctx context.Context, key queueKey) syncResult {
 		o.Invalid, o.KeptLast = invalid, kept
 		desired[t] = o.Condition(p.Generation)
 	}
-	ancestors := lbpolicy.Ancestors(p.Status.Ancestors, desired, func(ref v1alpha1.ObjectReference) bool {
-		return r.speaksFor(lbpolicy.TargetOf(ref))
-	}, metav1.Now())
+	ancestors := lbpolicy.Ancestors(p.Status.Ancestors, v1alpha1.ControllerNameOf(r.settings.ClusterName), desired, metav1.Now())
 	if apiequality.Semantic.DeepEqual(p.Status.Ancestors, ancestors) {
 		return synced()
 	}

@@ -2,6 +2,7 @@ package lbpolicy
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -266,22 +267,34 @@ func TestAttach(t *testing.T) {
 
 func TestAncestors_keepOthersAndTransitionTimes(t *testing.T) {
 	earlier, now := metav1.NewTime(t0), metav1.NewTime(t0.Add(time.Hour))
+	ours := v1alpha1.ControllerNameOf("c1")
 	web, gone := ServiceTarget("shop", "web"), ServiceTarget("shop", "gone")
 	theirs := v1alpha1.PolicyAncestorStatus{AncestorRef: web.Ref(), ControllerName: "example.org/other"}
-	elsewhere := v1alpha1.PolicyAncestorStatus{AncestorRef: ServiceTarget("shop", "theirs").Ref(), ControllerName: v1alpha1.ControllerName}
+	// Another installation's entry of the same target stays.
+	otherInstallation := v1alpha1.PolicyAncestorStatus{AncestorRef: web.Ref(), ControllerName: v1alpha1.ControllerNameOf("c2"),
+		Conditions: []metav1.Condition{{Type: "Accepted", Status: metav1.ConditionFalse, Reason: "TargetNotFound"}}}
 	current := []v1alpha1.PolicyAncestorStatus{
-		theirs, elsewhere,
-		{AncestorRef: web.Ref(), ControllerName: v1alpha1.ControllerName, Conditions: []metav1.Condition{
+		theirs, otherInstallation,
+		{AncestorRef: web.Ref(), ControllerName: ours, Conditions: []metav1.Condition{
 			{Type: "Accepted", Status: metav1.ConditionTrue, Reason: "Accepted", Message: "old", LastTransitionTime: earlier}}},
-		{AncestorRef: gone.Ref(), ControllerName: v1alpha1.ControllerName},
+		{AncestorRef: gone.Ref(), ControllerName: ours},
 	}
 	desired := map[Target]metav1.Condition{web: {Type: "Accepted", Status: metav1.ConditionTrue, Reason: "Accepted", Message: "new"}}
-	mine := func(r v1alpha1.ObjectReference) bool { return r.Name != "theirs" }
-	got := Ancestors(current, desired, mine, now)
-	want := []v1alpha1.PolicyAncestorStatus{theirs, elsewhere, {AncestorRef: web.Ref(), ControllerName: v1alpha1.ControllerName,
+	got := Ancestors(current, ours, desired, now)
+	want := []v1alpha1.PolicyAncestorStatus{theirs, otherInstallation, {AncestorRef: web.Ref(), ControllerName: ours,
 		Conditions: []metav1.Condition{{Type: "Accepted", Status: metav1.ConditionTrue, Reason: "Accepted", Message: "new", LastTransitionTime: earlier}}}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ancestors (-want +got):\n%s", diff)
+	}
+
+	// Ours never take the list past MaxAncestors.
+	full := make([]v1alpha1.PolicyAncestorStatus, MaxAncestors-1)
+	for i := range full {
+		full[i] = v1alpha1.PolicyAncestorStatus{AncestorRef: ServiceTarget("shop", fmt.Sprintf("s%d", i)).Ref(), ControllerName: "example.org/other"}
+	}
+	two := map[Target]metav1.Condition{web: desired[web], gone: desired[web]}
+	if got := Ancestors(full, ours, two, now); len(got) != MaxAncestors || got[MaxAncestors-1].AncestorRef != gone.Ref() {
+		t.Errorf("%d entries, the last %+v; want %d, the last for %s", len(got), got[len(got)-1].AncestorRef, MaxAncestors, gone)
 	}
 }
 

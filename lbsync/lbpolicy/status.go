@@ -134,15 +134,14 @@ func onePool(p *lbmodel.Policy, kind PoolKind) *lbmodel.LoadBalancer {
 	return &lbmodel.LoadBalancer{Kind: lbmodel.L7, Listeners: []lbmodel.Listener{{Protocol: lbmodel.HTTP}}, Pools: []lbmodel.Pool{pool}}
 }
 
-// SpeaksFor reports whether the installation of clusterName writes the
-// status entry of a policy for a target: for every target but a Service
+// SpeaksFor reports whether the installation of clusterName writes an
+// entry in a policy's status for a target: for every target but a Service
 // another installation claims and a Gateway of a GatewayClass another
-// installation serves, whose npl-lbsync writes it. Two installations that
-// both wrote such an entry would overwrite each other's for ever (one
-// Accepted, the other TargetNotFound). service is the target's Service,
-// nil when there is none (or the target is a Gateway); gatewayOfAnother
-// is true for a Gateway that exists with a GatewayClass the installation
-// does not serve.
+// installation serves, which that installation's npl-lbsync reports on
+// (an entry of ours would only say TargetNotFound beside it). service is
+// the target's Service, nil when there is none (or the target is a
+// Gateway); gatewayOfAnother is true for a Gateway that exists with a
+// GatewayClass the installation does not serve.
 func SpeaksFor(t Target, service *corev1.Service, gatewayOfAnother bool, clusterName string) bool {
 	switch t.Kind {
 	case v1alpha1.KindService:
@@ -158,17 +157,22 @@ func TargetOf(ref v1alpha1.ObjectReference) Target {
 	return Target{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}
 }
 
-// Ancestors returns a policy's status entries from the current ones:
-// those of other controllers, and ours for targets this installation does
-// not speak for (mine reports false: another installation serves them),
-// stay as they are; ours for the targets of desired get their condition
-// (its lastTransitionTime kept when its status does not change); ours for
-// any other target go. Ours are sorted by target, after the others.
-func Ancestors(current []v1alpha1.PolicyAncestorStatus, desired map[Target]metav1.Condition, mine func(v1alpha1.ObjectReference) bool, now metav1.Time) []v1alpha1.PolicyAncestorStatus {
+// MaxAncestors is how many entries status.ancestors holds (the CRD's
+// maxItems, as Gateway API's PolicyStatus).
+const MaxAncestors = 16
+
+// Ancestors returns a policy's status entries from the current ones for
+// the installation whose entries are controllerName's
+// (v1alpha1.ControllerNameOf): those of other controllers and
+// installations stay as they are; ours for the targets of desired get
+// their condition (its lastTransitionTime kept when its status does not
+// change); ours for any other target go. Ours are sorted by target, after
+// the others, and those past MaxAncestors are left out.
+func Ancestors(current []v1alpha1.PolicyAncestorStatus, controllerName string, desired map[Target]metav1.Condition, now metav1.Time) []v1alpha1.PolicyAncestorStatus {
 	var out []v1alpha1.PolicyAncestorStatus
 	have := map[v1alpha1.ObjectReference][]metav1.Condition{}
 	for _, a := range current {
-		if a.ControllerName == v1alpha1.ControllerName && mine(a.AncestorRef) {
+		if a.ControllerName == controllerName {
 			have[a.AncestorRef] = a.Conditions
 			continue
 		}
@@ -185,7 +189,10 @@ func Ancestors(current []v1alpha1.PolicyAncestorStatus, desired map[Target]metav
 		c := desired[t]
 		c.LastTransitionTime = now
 		meta.SetStatusCondition(&conds, c)
-		out = append(out, v1alpha1.PolicyAncestorStatus{AncestorRef: ref, ControllerName: v1alpha1.ControllerName, Conditions: conds})
+		if len(out) >= MaxAncestors {
+			break
+		}
+		out = append(out, v1alpha1.PolicyAncestorStatus{AncestorRef: ref, ControllerName: controllerName, Conditions: conds})
 	}
 	return out
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,11 +19,10 @@ import (
 )
 
 // CleanPolicies removes the installation's entries from the status of
-// every LoadBalancerPolicy: those of npl-lbsync's controller name for the
-// targets it speaks for (lbpolicy.SpeaksFor), with the rule the
-// controller writes them by (lbpolicy.Ancestors); other controllers'
-// entries, and another installation's, stay. Without the CRD there is
-// nothing to clean.
+// every LoadBalancerPolicy: those of its controller name
+// (v1alpha1.ControllerNameOf), with the rule the controller writes them by
+// (lbpolicy.Ancestors); other controllers' entries, and another
+// installation's, stay. Without the CRD there is nothing to clean.
 func CleanPolicies(ctx context.Context, client kubernetes.Interface, policies dynamic.Interface, inst Installation) error {
 	served, err := inputs.PoliciesServed(client.Discovery())
 	if err != nil || !served {
@@ -34,7 +32,7 @@ func CleanPolicies(ctx context.Context, client kubernetes.Interface, policies dy
 	if err != nil {
 		return err
 	}
-	s := policyScope{client: client, policies: policies.Resource(v1alpha1.Resource), inst: inst, services: map[string]*corev1.Service{}}
+	s := policyScope{policies: policies.Resource(v1alpha1.Resource), inst: inst}
 	var errs []error
 	cleaned := 0
 	for _, p := range list {
@@ -50,13 +48,11 @@ func CleanPolicies(ctx context.Context, client kubernetes.Interface, policies dy
 	return errors.Join(errs...)
 }
 
-// policyScope is what cleaning a policy's status reads: the Services its
-// entries name, each read once.
+// policyScope is where cleaning a policy's status writes, and for which
+// installation.
 type policyScope struct {
-	client   kubernetes.Interface
 	policies dynamic.NamespaceableResourceInterface
 	inst     Installation
-	services map[string]*corev1.Service
 }
 
 // clean writes the policy's status without the installation's entries,
@@ -73,9 +69,9 @@ func (s policyScope) clean(ctx context.Context, p *v1alpha1.LoadBalancerPolicy) 
 			cur = fresh
 		}
 		refetch = true
-		kept, err := s.kept(ctx, cur.Status.Ancestors)
-		if err != nil || apiequality.Semantic.DeepEqual(kept, cur.Status.Ancestors) {
-			return err
+		kept := s.kept(cur.Status.Ancestors)
+		if apiequality.Semantic.DeepEqual(kept, cur.Status.Ancestors) {
+			return nil
 		}
 		upd := cur.DeepCopy()
 		upd.Status.Ancestors = kept
@@ -109,41 +105,7 @@ func (s policyScope) get(ctx context.Context, namespace, name string) (*v1alpha1
 }
 
 // kept returns the entries that stay: lbpolicy.Ancestors with nothing
-// desired.
-func (s policyScope) kept(ctx context.Context, current []v1alpha1.PolicyAncestorStatus) ([]v1alpha1.PolicyAncestorStatus, error) {
-	var lookupErr error
-	mine := func(ref v1alpha1.ObjectReference) bool {
-		t := lbpolicy.TargetOf(ref)
-		var svc *corev1.Service
-		if t.Kind == v1alpha1.KindService {
-			var err error
-			if svc, err = s.service(ctx, t.Namespace, t.Name); err != nil {
-				lookupErr = err
-				return false
-			}
-		}
-		// The installation's GatewayClasses are not known here: an entry of
-		// a Gateway another installation serves goes too, and its
-		// npl-lbsync writes it again on the policy's change.
-		return lbpolicy.SpeaksFor(t, svc, false, s.inst.ClusterName)
-	}
-	kept := lbpolicy.Ancestors(current, nil, mine, metav1.Time{})
-	return kept, lookupErr
-}
-
-// service reads a Service once; nil when it does not exist.
-func (s policyScope) service(ctx context.Context, namespace, name string) (*corev1.Service, error) {
-	key := namespace + "/" + name
-	if svc, ok := s.services[key]; ok {
-		return svc, nil
-	}
-	svc, err := s.client.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		svc, err = nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get service %s/%s: %w", namespace, name, err)
-	}
-	s.services[key] = svc
-	return svc, nil
+// desired, which leaves out exactly the installation's own.
+func (s policyScope) kept(current []v1alpha1.PolicyAncestorStatus) []v1alpha1.PolicyAncestorStatus {
+	return lbpolicy.Ancestors(current, v1alpha1.ControllerNameOf(s.inst.ClusterName), nil, metav1.Time{})
 }

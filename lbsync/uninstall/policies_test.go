@@ -62,10 +62,9 @@ func statusPolicy(name string, entries ...v1alpha1.PolicyAncestorStatus) *v1alph
 	}
 }
 
-// Cleanup removes npl-lbsync's entries for the targets this installation
-// speaks for (its Services, unclaimed or missing ones, Gateways) and
-// leaves other controllers' entries and those of a Service another
-// installation claims; a policy with nothing of ours is not written.
+// Cleanup removes this installation's entries (its controller name,
+// whatever the target) and leaves other controllers' entries and those of
+// another installation (c2); a policy with nothing of ours is not written.
 func TestCleanPolicies_removesExactlyOurEntries(t *testing.T) {
 	other := "example.com/other-controller"
 	services := []*corev1.Service{
@@ -73,13 +72,15 @@ func TestCleanPolicies_removesExactlyOurEntries(t *testing.T) {
 		svcSpec{name: "plain"}.build(),
 		svcSpec{name: "theirs", annotations: map[string]string{contract.ClaimedByKey: "c2"}}.build(),
 	}
+	ours, c2 := v1alpha1.ControllerNameOf(testCluster), v1alpha1.ControllerNameOf("c2")
 	mixed := statusPolicy("mixed",
 		entry(other, v1alpha1.KindService, "web"),
-		entry(v1alpha1.ControllerName, v1alpha1.KindService, "web"),
-		entry(v1alpha1.ControllerName, v1alpha1.KindService, "plain"),
-		entry(v1alpha1.ControllerName, v1alpha1.KindService, "gone"),
-		entry(v1alpha1.ControllerName, v1alpha1.KindService, "theirs"),
-		entry(v1alpha1.ControllerName, v1alpha1.KindGateway, "gw"),
+		entry(ours, v1alpha1.KindService, "web"),
+		entry(ours, v1alpha1.KindService, "plain"),
+		entry(ours, v1alpha1.KindService, "gone"),
+		entry(c2, v1alpha1.KindService, "theirs"),
+		entry(c2, v1alpha1.KindService, "plain"),
+		entry(ours, v1alpha1.KindGateway, "gw"),
 	)
 	foreign := statusPolicy("foreign", entry(other, v1alpha1.KindGateway, "gw"))
 	client, dyn := policyClients(t, true, services, mixed, foreign)
@@ -100,7 +101,8 @@ func TestCleanPolicies_removesExactlyOurEntries(t *testing.T) {
 	}
 	want := []v1alpha1.PolicyAncestorStatus{
 		entry(other, v1alpha1.KindService, "web"),
-		entry(v1alpha1.ControllerName, v1alpha1.KindService, "theirs"),
+		entry(c2, v1alpha1.KindService, "theirs"),
+		entry(c2, v1alpha1.KindService, "plain"),
 	}
 	if diff := cmp.Diff(want, read("mixed")); diff != "" {
 		t.Errorf("mixed's entries after cleanup (-want +got):\n%s", diff)

@@ -29,8 +29,16 @@ const (
 	GroupGateway = "gateway.networking.k8s.io"
 )
 
-// ControllerName is npl-lbsync's name in the status entries it writes.
+// ControllerName is npl-lbsync's name in the status entries it writes,
+// the prefix of each installation's (ControllerNameOf).
 const ControllerName = "npl.io/lbsync"
+
+// ControllerNameOf is the controllerName of the status entries the
+// installation of clusterName writes: ControllerName/<clusterName>. Two
+// installations on one cluster each keep their own entry of a target, as
+// two Gateway API controllers do; with one name, one wrote Accepted where
+// the other wrote TargetNotFound, for ever.
+func ControllerNameOf(clusterName string) string { return ControllerName + "/" + clusterName }
 
 // ConditionAccepted is the condition of a status entry, and its reasons
 // (those of GEP-713).

@@ -2,6 +2,7 @@ package lbsyncbed
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,29 +98,37 @@ func (e *Env) UpdatePolicy(t *testing.T, ns, name string, mutate func(*v1alpha1.
 	}
 }
 
-// PolicyCondition is the Accepted condition npl-lbsync wrote in the policy
-// for a target, nil when it wrote none.
-func PolicyCondition(p *v1alpha1.LoadBalancerPolicy, kind, name string) *metav1.Condition {
+// PolicyConditions returns the Accepted conditions npl-lbsync installations
+// wrote in the policy for a target, by their controllerName
+// (v1alpha1.ControllerNameOf): the bed's shared npl-lbsync and a test's
+// own each write theirs.
+func PolicyConditions(p *v1alpha1.LoadBalancerPolicy, kind, name string) map[string]*metav1.Condition {
+	out := map[string]*metav1.Condition{}
 	for _, a := range p.Status.Ancestors {
-		if a.ControllerName == v1alpha1.ControllerName && a.AncestorRef.Kind == kind && a.AncestorRef.Name == name {
+		if strings.HasPrefix(a.ControllerName, v1alpha1.ControllerName+"/") && a.AncestorRef.Kind == kind && a.AncestorRef.Name == name {
 			for i := range a.Conditions {
 				if a.Conditions[i].Type == v1alpha1.ConditionAccepted {
-					return &a.Conditions[i]
+					out[a.ControllerName] = &a.Conditions[i]
 				}
 			}
 		}
 	}
-	return nil
+	return out
 }
 
-// WaitPolicyCondition waits until the policy's condition for a target has
-// the status and reason, and returns it.
+// WaitPolicyCondition waits until an installation's condition in the policy
+// for a target has the status and reason, and returns it.
 func (e *Env) WaitPolicyCondition(t *testing.T, ns, name, kind, target string, status metav1.ConditionStatus, reason string) *metav1.Condition {
 	t.Helper()
 	var c *metav1.Condition
 	WaitFor(t, 20*time.Second, "policy "+name+" "+string(status)+"/"+reason+" for "+kind+" "+target, func() (bool, error) {
-		c = PolicyCondition(e.Policy(t, ns, name), kind, target)
-		return c != nil && c.Status == status && c.Reason == reason, nil
+		for _, got := range PolicyConditions(e.Policy(t, ns, name), kind, target) {
+			if got.Status == status && got.Reason == reason {
+				c = got
+				return true, nil
+			}
+		}
+		return false, nil
 	})
 	return c
 }
