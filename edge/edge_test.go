@@ -153,7 +153,7 @@ func stoppedEdge(t *testing.T) *Edge {
 	t.Helper()
 	bin, err := exec.LookPath("haproxy")
 	if err != nil {
-		t.Skip("no haproxy:", err)
+		t.Fatal("haproxy not found: run make deps (apt-get install haproxy)")
 	}
 	e, err := New(Config{HAProxyBin: bin, Dir: filepath.Join(t.TempDir(), "e")})
 	if err != nil {

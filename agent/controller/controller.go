@@ -224,7 +224,7 @@ func (c *Controller) informer(r kubeapi.Resource, obj runtime.Object, resync tim
 		Indexers:     cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 	})
 	// Only fails once the informer runs.
-	_ = inf.SetTransform(trim)
+	utilruntime.Must(inf.SetTransform(trim)) // fails only on a started informer
 	c.informers = append(c.informers, inf)
 	return inf
 }

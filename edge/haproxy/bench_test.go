@@ -44,14 +44,16 @@ func BenchmarkRender_gateway1000Rules(b *testing.B) {
 	px := bigGateway(1000)
 	g := Globals{AdminSocket: "/run/a.sock", Checks: DefaultChecks}
 	r := Render(g, px)
-	if bin, err := exec.LookPath("haproxy"); err == nil {
-		path := filepath.Join(b.TempDir(), "haproxy.cfg")
-		if err := os.WriteFile(path, r.Text, 0o600); err != nil {
-			b.Fatal(err)
-		}
-		if err := Check(context.Background(), bin, path); err != nil {
-			b.Fatalf("haproxy -c: %v", err)
-		}
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		b.Fatal("haproxy not found: run make deps (apt-get install haproxy)")
+	}
+	path := filepath.Join(b.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(path, r.Text, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	if err := Check(context.Background(), bin, path); err != nil {
+		b.Fatalf("haproxy -c: %v", err)
 	}
 	b.ReportMetric(float64(len(r.Text)), "config-bytes")
 	b.ResetTimer()

@@ -64,9 +64,6 @@ func (r rollout) String() string {
 // with it, no Pod is counted Ready before it is a member, and no request
 // fails. The failures of the run without the gate are reported.
 func (s *story) readinessGateRollout(t *testing.T) {
-	if s.mode != "iptables" {
-		t.Skip("the rollouts run in the iptables story; the datapath backend plays no part in them")
-	}
 	ctx := s.ctx
 	if _, err := s.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rollNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
