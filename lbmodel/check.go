@@ -111,6 +111,8 @@ func IngressSubset(lb *LoadBalancer) error {
 			field = "rewrite"
 		case r.FixedStatus != 0:
 			field = "fixedStatus"
+		case r.Backends != nil:
+			field = "backends"
 		default:
 			continue
 		}
@@ -128,11 +130,12 @@ func ListenerModel(l Listener) *LoadBalancer {
 }
 
 // RuleModel is the Gateway's load balancer that holds only rule r, its
-// pool (nil: none) and an HTTP listener on each of the rule's ports (on 80
-// when it names none): what CheckRule hands Normalize and the Gateway
-// builder a ModelChecker about one rule, so that the check that runs on a
-// whole model (Normalize, the provider's Ensure) decides both.
-func RuleModel(r Rule, pool *Pool) *LoadBalancer {
+// pools (those of its Pool and Backends; nil ones left out) and an HTTP
+// listener on each of the rule's ports (on 80 when it names none): what
+// CheckRule hands Normalize and the Gateway builder a ModelChecker about
+// one rule, so that the check that runs on a whole model (Normalize, the
+// provider's Ensure) decides both.
+func RuleModel(r Rule, pools ...*Pool) *LoadBalancer {
 	lb := &LoadBalancer{Name: "rule-check", Kind: L7, Gateway: "rule/check", HTTP: &HTTPRoutes{Rules: []Rule{r}}}
 	ports := r.Ports
 	if len(ports) == 0 {
@@ -141,8 +144,10 @@ func RuleModel(r Rule, pool *Pool) *LoadBalancer {
 	for _, p := range ports {
 		lb.Listeners = append(lb.Listeners, Listener{Port: p, Protocol: HTTP})
 	}
-	if pool != nil {
-		lb.Pools = []Pool{*pool}
+	for _, p := range pools {
+		if p != nil {
+			lb.Pools = append(lb.Pools, *p)
+		}
 	}
 	return lb
 }

@@ -192,6 +192,33 @@ type Rule struct {
 	// API requires (the pool of a rule with some invalid backends answers
 	// their share 500: Pool.InvalidWeight).
 	FixedStatus int32 `json:"fixedStatus,omitempty"`
+	// Backends, for a rule without Pool, Redirect or FixedStatus, splits
+	// its requests between pools, each request to one backend chosen at
+	// random in proportion to the weights, which then applies its own
+	// request header filter after the rule's: Gateway API's filters on
+	// one backendRef among several, which no pool of the backends' members
+	// joined can apply (a load balancer changes a request before it
+	// chooses a member).
+	Backends []RuleBackend `json:"backends,omitempty"`
+}
+
+// MaxRuleBackends is the most backends a rule splits its requests between:
+// the most backendRefs a Gateway API route rule has.
+const MaxRuleBackends = 16
+
+// RuleBackend is one of the backends a rule splits its requests between
+// (Rule.Backends).
+type RuleBackend struct {
+	// Pool names one of the load balancer's Pools; empty answers this
+	// share of the requests 500 (invalid backendRefs, as Gateway API
+	// requires).
+	Pool string `json:"pool,omitempty"`
+	// Weight is the backend's share: Weight of the sum of the rule's
+	// backends' weights, 1-1000000 (Gateway API's largest weight).
+	Weight int32 `json:"weight"`
+	// RequestHeaders changes the headers of the requests sent to Pool,
+	// after the rule's RequestHeaders.
+	RequestHeaders *HeaderFilter `json:"requestHeaders,omitempty"`
 }
 
 // SameModel reports whether two normalized load balancers are the same,

@@ -177,6 +177,14 @@ func GatewayRoutePoolName(lbName, kind, namespace, route string, rule int) strin
 	return fmt.Sprintf("%s%s%s%s%s-%s%d", lbName, partSeparator, namespace, partSeparator, route, mark, rule)
 }
 
+// GatewayRouteBackendPoolName is the name of the pool of backendRef ref of
+// rule rule of a route, when the rule splits its requests between its
+// backendRefs (Rule.Backends): GatewayRoutePoolName's with B<ref>, an
+// upper-case mark that no Kubernetes name holds, so that it is no rule's.
+func GatewayRouteBackendPoolName(lbName, kind, namespace, route string, rule, ref int) string {
+	return fmt.Sprintf("%sB%d", GatewayRoutePoolName(lbName, kind, namespace, route, rule), ref)
+}
+
 // LegacyName is the name the load balancer of lb had up to version 0.x,
 // which joined namespace and name with "-" (<clusterName>--<namespace>-<name>,
 // with -L7 for an Ingress's and -GW for a Gateway's), or "" when it had no

@@ -165,7 +165,9 @@ func TestNaming_everyNameParsesBackToItsObject(t *testing.T) {
 				check(o)
 				o.Object, o.Mark, o.Rule = "route", "R", 1
 				check(o)
-				o.Mark = "T"
+				o.Ref = 3
+				check(o)
+				o.Mark, o.Ref = "T", 0
 				check(o)
 				if dnsLabel.MatchString(n) {
 					o.Object, o.Mark, o.Rule, o.Port = "ingress", "", 0, 0
@@ -217,7 +219,7 @@ func fuzzObject(ns, name string, k uint8, port uint16) objectName {
 	case 2:
 		o.Object, o.SubNS, o.SubName = "cert", ns, name
 	case 3:
-		o.Object, o.SubNS, o.SubName, o.Mark, o.Rule = "route", ns, name, "G", int(port)
+		o.Object, o.SubNS, o.SubName, o.Mark, o.Rule, o.Ref = "route", ns, name, "G", int(port), int(port)%3
 	case 4:
 		o.Object, o.SubNS, o.SubName, o.PortName = "ingress", ns, validName(name, false), strconv.Itoa(int(port))
 	}
@@ -290,7 +292,8 @@ const (
 // name, or the IngressClass of a shared one) and, for a part of it, the
 // part (Object: pool with Protocol and Port; ingress pool with SubNS,
 // SubName and PortName; cert with SubNS and SubName (the Secret); route
-// pool with SubNS, SubName, Mark and Rule).
+// pool with SubNS, SubName, Mark, Rule and, for the pool of one of the
+// rule's backendRefs, Ref: its index plus one).
 type objectName struct {
 	Cluster, LB, NS, Name string
 	Object                string
@@ -300,6 +303,7 @@ type objectName struct {
 	PortName              string
 	Mark                  string
 	Rule                  int
+	Ref                   int
 }
 
 var kindOfMark = map[string]string{"R": "HTTPRoute", "G": "GRPCRoute", "T": "TLSRoute"}
@@ -324,6 +328,9 @@ func (o objectName) String() string {
 	case "cert":
 		return CertificateName(lb, o.SubNS+"/"+o.SubName)
 	case "route":
+		if o.Ref > 0 {
+			return GatewayRouteBackendPoolName(lb, kindOfMark[o.Mark], o.SubNS, o.SubName, o.Rule, o.Ref-1)
+		}
 		return GatewayRoutePoolName(lb, kindOfMark[o.Mark], o.SubNS, o.SubName, o.Rule)
 	}
 	return lb
@@ -333,7 +340,7 @@ var (
 	dnsLabel     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 	listenerTail = regexp.MustCompile(`-(TCP|UDP|HTTP|HTTPS|TLS)-([0-9]+)$`)
-	routeTail    = regexp.MustCompile(`-([RGT])([0-9]+)$`)
+	routeTail    = regexp.MustCompile(`-([RGT])([0-9]+)(?:B([0-9]+))?$`)
 )
 
 // parseName reads name back, from the right: the upper-case marks first,
@@ -358,6 +365,10 @@ func parseName(name string) (objectName, error) {
 		m := routeTail.FindStringSubmatchIndex(body)
 		o.Object, o.Mark = "route", body[m[2]:m[3]]
 		o.Rule, _ = strconv.Atoi(body[m[4]:m[5]])
+		if m[6] >= 0 {
+			ref, _ := strconv.Atoi(body[m[6]:m[7]])
+			o.Ref = ref + 1
+		}
 		lb, o.SubNS, o.SubName, err = cutParts(body[:m[0]])
 	case strings.Count(body, partSeparator) >= 3:
 		o.Object = "ingress"

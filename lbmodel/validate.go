@@ -385,13 +385,13 @@ const (
 )
 
 // CheckRule returns the error Normalize refuses the model that holds only
-// rule r of a Gateway's load balancer and its pool with (RuleModel), nil
+// rule r of a Gateway's load balancer and its pools with (RuleModel), nil
 // when it accepts it: lbsync/gateway leaves out the route of a rule that
 // would make the whole model invalid, so that its neighbours are still
 // served.
-func CheckRule(r Rule, pool *Pool) error {
+func CheckRule(r Rule, pools ...*Pool) error {
 	var invalid *InvalidModelError
-	if _, err := Normalize(RuleModel(r, pool)); errors.As(err, &invalid) {
+	if _, err := Normalize(RuleModel(r, pools...)); errors.As(err, &invalid) {
 		return invalid.Err
 	} else if err != nil {
 		return err
@@ -426,22 +426,25 @@ func (r *Rule) normalize(ports map[int32]Protocol, hasPool func(string) bool) er
 		return fmt.Errorf("%q is not a host name or a *. wildcard", r.Host)
 	}
 	answers := 0
-	for _, set := range []bool{r.Pool != "", r.Redirect != nil, r.FixedStatus != 0} {
+	for _, set := range []bool{r.Pool != "", r.Redirect != nil, r.FixedStatus != 0, r.Backends != nil} {
 		if set {
 			answers++
 		}
 	}
 	switch {
 	case answers != 1:
-		return errors.New("a rule has exactly one of a pool, a redirect and a fixed status")
+		return errors.New("a rule has exactly one of a pool, a redirect and a fixed status (or backends instead of its pool)")
 	case r.Pool != "" && !hasPool(r.Pool):
 		return fmt.Errorf("pool %s is not one of the pools", r.Pool)
 	case r.FixedStatus != 0 && (r.FixedStatus < 200 || r.FixedStatus > 599):
 		return fmt.Errorf("fixed status %d is out of 200-599", r.FixedStatus)
-	case r.Pool == "" && (r.Rewrite != nil || r.RequestHeaders != nil):
+	case r.Pool == "" && r.Backends == nil && (r.Rewrite != nil || r.RequestHeaders != nil):
 		return errors.New("a rewrite or request header filter needs a pool to send the request to")
 	}
 	var err error
+	if r.Backends, err = normalizeRuleBackends(r.Backends, hasPool); err != nil {
+		return err
+	}
 	if r.Ports, err = normalizePorts(r.Ports, func(p int32) error {
 		if ports[p] != HTTP && ports[p] != HTTPS {
 			return fmt.Errorf("port %d is not an HTTP or HTTPS listener", p)
@@ -496,6 +499,45 @@ func (r *Rule) normalize(ports map[int32]Protocol, hasPool func(string) bool) er
 		}
 	}
 	return nil
+}
+
+// normalizeRuleBackends checks the backends of a rule (Rule.Backends) and
+// returns a copy of them, nil for none: 1-MaxRuleBackends of them, at
+// least one with a pool, each pool one of the pools (hasPool) and named
+// once, each weight 1-1000000, header filters valid.
+func normalizeRuleBackends(bs []RuleBackend, hasPool func(string) bool) ([]RuleBackend, error) {
+	if bs == nil {
+		return nil, nil
+	}
+	if len(bs) == 0 || len(bs) > MaxRuleBackends {
+		return nil, fmt.Errorf("%d backends: a rule splits its requests between 1-%d", len(bs), MaxRuleBackends)
+	}
+	out := make([]RuleBackend, len(bs))
+	pools := map[string]bool{}
+	for i, b := range bs {
+		switch {
+		case b.Weight < 1 || b.Weight > 1000000:
+			return nil, fmt.Errorf("backend %d: weight %d is out of 1-1000000", i, b.Weight)
+		case b.Pool != "" && !hasPool(b.Pool):
+			return nil, fmt.Errorf("backend %d: pool %s is not one of the pools", i, b.Pool)
+		case b.Pool != "" && pools[b.Pool]:
+			return nil, fmt.Errorf("backend %d: pool %s is another backend's", i, b.Pool)
+		case b.Pool == "" && b.RequestHeaders != nil:
+			return nil, fmt.Errorf("backend %d: a request header filter needs a pool to send the request to", i)
+		}
+		if b.Pool != "" {
+			pools[b.Pool] = true
+		}
+		f, err := normalizeFilter(fmt.Sprintf("backend %d request", i), b.RequestHeaders)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = RuleBackend{Pool: b.Pool, Weight: b.Weight, RequestHeaders: f}
+	}
+	if len(pools) == 0 {
+		return nil, errors.New("backends: none has a pool (a fixed status 500 answers for invalid backendRefs alone)")
+	}
+	return out, nil
 }
 
 // normalizePathModifier checks the path modifier of a redirect or a

@@ -115,6 +115,33 @@ func TestNormalize_rejectsInvalidModels(t *testing.T) {
 		{"L7 a rule without pool, redirect or status", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Pool = "" }, "exactly one of a pool, a redirect and a fixed status"},
 		{"L7 a rule with a pool and a redirect", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Redirect = &Redirect{StatusCode: 302} }, "exactly one of"},
 		{"L7 a rule with a pool and a status", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].FixedStatus = 500 }, "exactly one of"},
+		{"L7 a rule with a pool and backends", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].Backends = []RuleBackend{{Pool: "p", Weight: 1}}
+		}, "exactly one of"},
+		{"L7 backends, none", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Pool, lb.HTTP.Rules[0].Backends = "", []RuleBackend{} }, "0 backends"},
+		{"L7 backends, 17", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].Pool, lb.HTTP.Rules[0].Backends = "", slices.Repeat([]RuleBackend{{Weight: 1}}, 17)
+		}, "17 backends"},
+		{"L7 backends, weight 0", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].Pool, lb.HTTP.Rules[0].Backends = "", []RuleBackend{{Pool: "p"}}
+		}, "backend 0: weight 0 is out of 1-1000000"},
+		{"L7 backends, a missing pool", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].Pool, lb.HTTP.Rules[0].Backends = "", []RuleBackend{{Pool: "p", Weight: 1}, {Pool: "x", Weight: 1}}
+		}, "backend 1: pool x is not one of the pools"},
+		{"L7 backends, a pool twice", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].Pool, lb.HTTP.Rules[0].Backends = "", []RuleBackend{{Pool: "p", Weight: 1}, {Pool: "p", Weight: 1}}
+		}, "backend 1: pool p is another backend's"},
+		{"L7 backends, none with a pool", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].Pool, lb.HTTP.Rules[0].Backends = "", []RuleBackend{{Weight: 1}}
+		}, "none has a pool"},
+		{"L7 backends, a header filter without a pool", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].Pool = ""
+			lb.HTTP.Rules[0].Backends = []RuleBackend{{Pool: "p", Weight: 1}, {Weight: 1, RequestHeaders: &HeaderFilter{Remove: []string{"x"}}}}
+		}, "backend 1: a request header filter needs a pool"},
+		{"L7 backends, a bad header filter", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].Pool = ""
+			lb.HTTP.Rules[0].Backends = []RuleBackend{{Pool: "p", Weight: 1, RequestHeaders: &HeaderFilter{Set: []Header{{Name: "a b", Value: "v"}}}}}
+		}, `backend 0 request header filter: header name "a b" is not a token`},
 		{"L7 a fixed status 99", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Pool, lb.HTTP.Rules[0].FixedStatus = "", 99 }, "fixed status 99 is out of 200-599"},
 		{"L7 a rewrite without pool", validL7, func(lb *LoadBalancer) {
 			r := &lb.HTTP.Rules[0]
@@ -269,5 +296,34 @@ func TestNormalize_returnsTheCanonicalFormWithoutTouchingItsArgument(t *testing.
 	}
 	if l7.Listeners[0].Protocol != HTTPS || l7.HTTP.TLS[0].Hosts[0] != "b.example.com" {
 		t.Error("Normalize modified its L7 argument")
+	}
+}
+
+// A rule may split its requests between pools, each with its own request
+// header filter, and a share answered 500; Normalize keeps the order and
+// sorts each filter as a rule's.
+func TestNormalize_acceptsRuleBackends(t *testing.T) {
+	lb := validL7()
+	lb.Pools = append(lb.Pools, Pool{Name: "q"})
+	lb.HTTP.Rules[0].Pool = ""
+	lb.HTTP.Rules[0].Backends = []RuleBackend{
+		{Pool: "q", Weight: 3, RequestHeaders: &HeaderFilter{Set: []Header{{Name: "b", Value: "2"}, {Name: "A", Value: "1"}}}},
+		{Weight: 1},
+		{Pool: "p", Weight: 1000000, RequestHeaders: &HeaderFilter{}},
+	}
+	got, err := Normalize(lb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []RuleBackend{
+		{Pool: "q", Weight: 3, RequestHeaders: &HeaderFilter{Set: []Header{{Name: "A", Value: "1"}, {Name: "b", Value: "2"}}}},
+		{Weight: 1},
+		{Pool: "p", Weight: 1000000},
+	}
+	if diff := cmp.Diff(want, got.HTTP.Rules[0].Backends); diff != "" {
+		t.Errorf("backends (-want +got):\n%s", diff)
+	}
+	if lb.HTTP.Rules[0].Backends[0].RequestHeaders.Set[0].Name != "b" || lb.HTTP.Rules[0].Backends[2].RequestHeaders == nil {
+		t.Errorf("Normalize modified its argument: %+v", lb.HTTP.Rules[0].Backends)
 	}
 }

@@ -124,7 +124,10 @@ func fromRule(r lbmodel.Rule) Rule {
 		Method: r.Method, Order: r.Order, FixedStatus: r.FixedStatus,
 		Headers:        mapSlice(r.Headers, func(v lbmodel.ValueMatch) ValueMatch { return ValueMatch(v) }),
 		Query:          mapSlice(r.Query, func(v lbmodel.ValueMatch) ValueMatch { return ValueMatch(v) }),
-		RequestHeaders: fromFilter(r.RequestHeaders), ResponseHeaders: fromFilter(r.ResponseHeaders)}
+		RequestHeaders: fromFilter(r.RequestHeaders), ResponseHeaders: fromFilter(r.ResponseHeaders),
+		Backends: mapSlice(r.Backends, func(b lbmodel.RuleBackend) RuleBackend {
+			return RuleBackend{Pool: b.Pool, Weight: b.Weight, RequestHeaders: fromFilter(b.RequestHeaders)}
+		})}
 	if d := r.Redirect; d != nil {
 		out.Redirect = &Redirect{Scheme: d.Scheme, Hostname: d.Hostname, Port: d.Port, Path: fromPathModifier(d.Path), StatusCode: d.StatusCode}
 	}
@@ -139,7 +142,10 @@ func (r Rule) model() lbmodel.Rule {
 		Method: r.Method, Order: r.Order, FixedStatus: r.FixedStatus,
 		Headers:        mapSlice(r.Headers, func(v ValueMatch) lbmodel.ValueMatch { return lbmodel.ValueMatch(v) }),
 		Query:          mapSlice(r.Query, func(v ValueMatch) lbmodel.ValueMatch { return lbmodel.ValueMatch(v) }),
-		RequestHeaders: r.RequestHeaders.model(), ResponseHeaders: r.ResponseHeaders.model()}
+		RequestHeaders: r.RequestHeaders.model(), ResponseHeaders: r.ResponseHeaders.model(),
+		Backends: mapSlice(r.Backends, func(b RuleBackend) lbmodel.RuleBackend {
+			return lbmodel.RuleBackend{Pool: b.Pool, Weight: b.Weight, RequestHeaders: b.RequestHeaders.model()}
+		})}
 	if d := r.Redirect; d != nil {
 		out.Redirect = &lbmodel.Redirect{Scheme: d.Scheme, Hostname: d.Hostname, Port: d.Port, Path: d.Path.model(), StatusCode: d.StatusCode}
 	}

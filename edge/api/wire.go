@@ -103,6 +103,20 @@ type Rule struct {
 	Rewrite *Rewrite `json:"rewrite,omitempty"`
 	// FixedStatus is the status a rule without Pool nor Redirect answers.
 	FixedStatus int32 `json:"fixedStatus,omitempty"`
+	// Backends, for a rule without Pool, Redirect or FixedStatus, are the
+	// pools its requests are split between at random by weight, each with
+	// its own request header filter (applied after the rule's).
+	Backends []RuleBackend `json:"backends,omitempty"`
+}
+
+// RuleBackend is one of the backends of a rule (Rule.Backends).
+type RuleBackend struct {
+	// Pool names the pool that serves this share; empty answers it 500.
+	Pool string `json:"pool,omitempty"`
+	// Weight is the share: Weight of the sum of the backends' weights.
+	Weight int32 `json:"weight"`
+	// RequestHeaders changes the headers of the requests sent to Pool.
+	RequestHeaders *HeaderFilter `json:"requestHeaders,omitempty"`
 }
 
 // ValueMatch tests a header or a query parameter.

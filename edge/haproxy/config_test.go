@@ -122,6 +122,12 @@ func gatewayRules() []lbmodel.Rule {
 		{Path: "/old", PathType: lbmodel.PathExact, Redirect: &lbmodel.Redirect{Scheme: "https", Hostname: "new.example", Port: 8443,
 			StatusCode: 301, Path: &lbmodel.PathModifier{Type: lbmodel.ReplaceFullPath, Value: "/new"}}},
 		{Path: "/", PathType: lbmodel.PathPrefix, Redirect: &lbmodel.Redirect{Scheme: "http", StatusCode: 302}, Order: 4},
+		{Path: "/split", PathType: lbmodel.PathExact, RequestHeaders: &lbmodel.HeaderFilter{Set: []lbmodel.Header{{Name: "X-Rule", Value: "r"}}},
+			Backends: []lbmodel.RuleBackend{
+				{Pool: "c1--ns-gw-a", Weight: 3, RequestHeaders: &lbmodel.HeaderFilter{Set: []lbmodel.Header{{Name: "Backend", Value: "it's a"}}}},
+				{Weight: 1},
+				{Pool: "c1--ns-gw-grpc", Weight: 2, RequestHeaders: &lbmodel.HeaderFilter{Remove: []string{"X-Rule"}}},
+			}},
 	}
 }
 
@@ -212,6 +218,18 @@ func TestRender_rulesAsHAProxyConditions(t *testing.T) {
 		"    http-request return status 404 if !{ var(txn.npl_rule) -m found }\n",
 		"    http-after-response set-header 'X-Resp' 'r' if npl_sel0\n",
 		"    use_backend c1--ns-gw-a if npl_sel0\n",
+		// A rule that splits its requests between backends: a number drawn
+		// below the sum of the weights picks one, the rule's header filter
+		// runs before the backend's.
+		"    http-request set-header 'X-Rule' 'r' if npl_sel4\n" +
+			"    http-request set-var(txn.npl_pick) rand(6) if npl_sel4\n" +
+			"    acl npl_pick4_0 var(txn.npl_pick) -m int 0:2\n" +
+			"    http-request set-header 'Backend' 'it'\\''s a' if npl_sel4 npl_pick4_0\n" +
+			"    acl npl_pick4_1 var(txn.npl_pick) -m int 3:3\n" +
+			"    http-request return status 500 if npl_sel4 npl_pick4_1\n" +
+			"    acl npl_pick4_2 var(txn.npl_pick) -m int 4:5\n" +
+			"    http-request del-header 'X-Rule' if npl_sel4 npl_pick4_2\n",
+		"    use_backend c1--ns-gw-a if npl_sel4 npl_pick4_0\n    use_backend c1--ns-gw-grpc if npl_sel4 npl_pick4_2\n",
 		"    server 198.18.0.11_61005 198.18.0.11:61005 check inter 2000ms fall 2 rise 1 weight 70\n",
 		// HTTPS offers HTTP/2; an h2c pool speaks it to its members.
 		"    bind 198.18.200.3:8443 ssl crt '/run/tls/a b.pem' crt '/run/tls/b.pem' alpn h2,http/1.1\n",

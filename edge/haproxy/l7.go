@@ -146,6 +146,7 @@ func renderRules(f Frontend, emit func(string)) {
 		if r.FixedStatus != 0 {
 			emit(fmt.Sprintf("    http-request return status %d if %s", r.FixedStatus, sel))
 		}
+		renderPick(r, i, emit)
 	}
 	if f.DefaultBackend == "" {
 		// Gateway API and Ingress controllers answer 404 to a request no
@@ -162,6 +163,48 @@ func renderRules(f Frontend, emit func(string)) {
 	for i, r := range f.Rules {
 		if r.Pool != "" {
 			emit("    use_backend " + r.Pool + " if npl_sel" + strconv.Itoa(i))
+		}
+		for j, b := range r.Backends {
+			if b.Pool != "" {
+				emit("    use_backend " + b.Pool + " if " + pickSel(i, j))
+			}
+		}
+	}
+}
+
+// pickVar holds the number drawn for the rule chosen, when it splits its
+// requests between backends (Rule.Backends).
+const pickVar = "txn.npl_pick"
+
+// pickSel is the condition of backend j of rule i: the rule chosen, and the
+// number drawn in the backend's range (renderPick).
+func pickSel(i, j int) string {
+	return "npl_sel" + strconv.Itoa(i) + " npl_pick" + strconv.Itoa(i) + "_" + strconv.Itoa(j)
+}
+
+// renderPick writes, for rule r (index i) with backends, the draw of a
+// number below the sum of their weights, an ACL per backend for its range
+// of numbers, its request header filter (after the rule's) and, for a
+// share without a pool, the answer 500.
+func renderPick(r lbmodel.Rule, i int, emit func(string)) {
+	if len(r.Backends) == 0 {
+		return
+	}
+	var total int64
+	for _, b := range r.Backends {
+		total += int64(b.Weight)
+	}
+	emit(fmt.Sprintf("    http-request set-var(%s) rand(%d) if npl_sel%d", pickVar, total, i))
+	var low int64
+	for j, b := range r.Backends {
+		high := low + int64(b.Weight) - 1
+		emit(fmt.Sprintf("    acl npl_pick%d_%d var(%s) -m int %d:%d", i, j, pickVar, low, high))
+		low = high + 1
+		if h := b.RequestHeaders; h != nil {
+			headerFilter("http-request", h, pickSel(i, j), emit)
+		}
+		if b.Pool == "" {
+			emit("    http-request return status 500 if " + pickSel(i, j))
 		}
 	}
 }

@@ -174,6 +174,8 @@ func unsupportedField(r lbmodel.Rule) string {
 		return "query (Avi matches a query only by substring)"
 	case r.ResponseHeaders != nil:
 		return "responseHeaders"
+	case r.Backends != nil:
+		return "backends (a pool group changes no request per pool)"
 	case r.FixedStatus != 0 && localCodes[r.FixedStatus] == "":
 		return fmt.Sprintf("fixedStatus %d (Avi answers 200, 204, 403, 404, 429 or 501)", r.FixedStatus)
 	}

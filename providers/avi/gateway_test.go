@@ -313,9 +313,13 @@ func TestProvider_gatewayRefusesWhatAviCannotExpress(t *testing.T) {
 			api(lb).ResponseHeaders = &lbmodel.HeaderFilter{Remove: []string{"server"}}
 		},
 		"a RegularExpression header match": func(lb *lbmodel.LoadBalancer) { api(lb).Headers[0].Regex = true },
-		"pathType RegularExpression":       func(lb *lbmodel.LoadBalancer) { rule(lb, "", "/gone").PathType = lbmodel.PathRegex },
-		"method QUERY":                     func(lb *lbmodel.LoadBalancer) { api(lb).Method = "QUERY" },
-		"appProtocol h2c":                  func(lb *lbmodel.LoadBalancer) { lb.Pools[1].AppProtocol = lbmodel.AppProtocolH2C },
+		"backends (a pool group changes no request per pool)": func(lb *lbmodel.LoadBalancer) {
+			r := api(lb)
+			r.Pool, r.Backends = "", []lbmodel.RuleBackend{{Pool: lb.Pools[0].Name, Weight: 1}, {Pool: lb.Pools[1].Name, Weight: 2}}
+		},
+		"pathType RegularExpression": func(lb *lbmodel.LoadBalancer) { rule(lb, "", "/gone").PathType = lbmodel.PathRegex },
+		"method QUERY":               func(lb *lbmodel.LoadBalancer) { api(lb).Method = "QUERY" },
+		"appProtocol h2c":            func(lb *lbmodel.LoadBalancer) { lb.Pools[1].AppProtocol = lbmodel.AppProtocolH2C },
 		// The share of invalid backendRefs that Gateway API answers 500.
 		"invalid weight 3 (the share of invalid backendRefs answered 500)": func(lb *lbmodel.LoadBalancer) { lb.Pools[1].InvalidWeight = 3 },
 		"ratio of 1280": func(lb *lbmodel.LoadBalancer) {

@@ -345,8 +345,12 @@ func TestProvider_l7RefusesGatewayFieldsItCannotExpress(t *testing.T) {
 		"query": func(lb *lbmodel.LoadBalancer) {
 			lb.HTTP.Rules[2].Query = []lbmodel.ValueMatch{{Name: "x", Value: "y"}}
 		},
-		"fixedStatus":         func(lb *lbmodel.LoadBalancer) { r := &lb.HTTP.Rules[0]; r.Pool, r.FixedStatus = "", 500 },
-		"member weights":      func(lb *lbmodel.LoadBalancer) { lb.Pools[1].Members[1].Weight = 70 },
+		"fixedStatus":    func(lb *lbmodel.LoadBalancer) { r := &lb.HTTP.Rules[0]; r.Pool, r.FixedStatus = "", 500 },
+		"member weights": func(lb *lbmodel.LoadBalancer) { lb.Pools[1].Members[1].Weight = 70 },
+		"backends": func(lb *lbmodel.LoadBalancer) {
+			r := &lb.HTTP.Rules[0]
+			r.Pool, r.Backends = "", []lbmodel.RuleBackend{{Pool: lb.Pools[0].Name, Weight: 1}, {Pool: lb.Pools[1].Name, Weight: 1}}
+		},
 		"some listeners only": func(lb *lbmodel.LoadBalancer) { lb.HTTP.Rules[1].Ports = []int32{443} },
 	} {
 		f := newFixture(t, fixtureOptions{})

@@ -279,6 +279,10 @@ func TestProvider_gatewayRefusesWhatLTMPoliciesCannotExpress(t *testing.T) {
 		"fixedStatus 500": func(lb *lbmodel.LoadBalancer) {
 			lb.HTTP.Rules[2].Pool, lb.HTTP.Rules[2].FixedStatus = "", 500
 		},
+		"backends (an LTM policy forwards a rule's requests to one pool)": func(lb *lbmodel.LoadBalancer) {
+			lb.HTTP.Rules[2].Pool = ""
+			lb.HTTP.Rules[2].Backends = []lbmodel.RuleBackend{{Pool: lb.Pools[0].Name, Weight: 1}, {Pool: lb.Pools[1].Name, Weight: 1}}
+		},
 		"redirect statusCode 301": func(lb *lbmodel.LoadBalancer) { lb.HTTP.Rules[1].Redirect.StatusCode = 301 },
 		"redirect path ReplaceFullPath": func(lb *lbmodel.LoadBalancer) {
 			lb.HTTP.Rules[1].Redirect.Path = &lbmodel.PathModifier{Type: lbmodel.ReplaceFullPath, Value: "/new"}
