@@ -322,7 +322,7 @@ func (b *build) checkRule(rt *routeView, i int) (gatewayv1.RouteConditionReason,
 	if err == nil {
 		var policy *lbmodel.Policy
 		if policy, _, err = rulePolicy(rt, i); err == nil {
-			err = cmp.Or(b.checkBackendTLS(rt, i), b.checkTrafficPolicy(rt, i, policy))
+			err = cmp.Or(b.checkBackendTLS(rt, i), b.checkTrafficPolicy(rt, i, policy), b.checkSplitPersistence(rt, i, policy))
 		}
 		if err != nil {
 			reason = gatewayv1.RouteReasonUnsupportedValue

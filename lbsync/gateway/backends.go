@@ -166,3 +166,86 @@ func (b *build) members(rt *routeView, be backend, proto corev1.Protocol) []lbmo
 	b.r.AddBackend(svcID, rep)
 	return members
 }
+
+// splitBackends builds, for rule index of an HTTPRoute that splits its
+// requests between its backendRefs (splitsBackends), a pool for each valid
+// backendRef with its own request header filter, and returns the rule's
+// backends in the backendRefs' order: each backendRef with a weight above
+// zero has its share, answered 500 when it is invalid (or its
+// BackendTLSPolicy is refused), as backendPool answers it. A valid
+// backendRef without members has no share, its requests go to the others
+// (as weighted does), unless none has members. Nil when no valid
+// backendRef has a weight: the rule answers 500.
+func (b *build) splitBackends(rt *routeView, index int) []lbmodel.RuleBackend {
+	policy, warnings, _ := rulePolicy(rt, index) // checked by checkRule
+	for _, w := range warnings {
+		b.warnf("%s: rule %d: %s", rt, index, w)
+	}
+	type split struct {
+		lbmodel.RuleBackend
+		pool *lbmodel.Pool
+		svc  string
+	}
+	var all []split
+	withMembers := false
+	for j, br := range rt.http.Spec.Rules[index].BackendRefs {
+		weight := refWeight(br.BackendRef)
+		if weight <= 0 {
+			continue
+		}
+		be, reason, _ := b.backendRef(rt, br.BackendRef)
+		if reason != "" {
+			all = append(all, split{RuleBackend: lbmodel.RuleBackend{Weight: weight}})
+			continue
+		}
+		b.backends[ServiceRef{Namespace: be.svc.Namespace, Name: be.svc.Name}] = true
+		tls, refused := b.backendTLS(rt, be)
+		if refused != "" {
+			b.warnf("%s: rule %d: backend Service %s/%s port %d is left out: %s", rt, index, be.svc.Namespace, be.svc.Name, be.port.Port, refused)
+			all = append(all, split{RuleBackend: lbmodel.RuleBackend{Weight: weight}})
+			continue
+		}
+		name := lbmodel.GatewayRouteBackendPoolName(b.lbName, rt.kind, rt.meta.Namespace, rt.meta.Name, index, j)
+		pool := &lbmodel.Pool{Name: name, Members: b.members(rt, be, corev1.ProtocolTCP), Policy: withBackendTLS(policy.Clone(), tls)}
+		if pool.Members == nil {
+			pool.Members = []lbmodel.Member{}
+		}
+		if be.port.AppProtocol != nil && *be.port.AppProtocol == appProtocolH2C {
+			pool.AppProtocol = lbmodel.AppProtocolH2C
+		}
+		filter, _ := backendRefFilter(br) // checked by checkRoute
+		withMembers = withMembers || len(pool.Members) > 0
+		all = append(all, split{RuleBackend: lbmodel.RuleBackend{Pool: name, Weight: weight, RequestHeaders: filter}, pool: pool,
+			svc: be.svc.Namespace + "/" + be.svc.Name})
+	}
+	var out []lbmodel.RuleBackend
+	pools := false
+	for _, s := range all {
+		if s.pool != nil && withMembers && len(s.pool.Members) == 0 {
+			continue
+		}
+		if s.pool != nil {
+			pools = true
+			b.r.AddPoolBackend(s.Pool, s.svc)
+			if _, ok := b.pools[s.Pool]; !ok {
+				b.pools[s.Pool] = s.pool
+				b.poolOrder = append(b.poolOrder, s.Pool)
+			}
+		}
+		out = append(out, s.RuleBackend)
+	}
+	if !pools {
+		return nil
+	}
+	return out
+}
+
+// backendPools are the pools of the backends of rule r (Rule.Backends),
+// "" for a share answered 500.
+func backendPools(r lbmodel.Rule) []string {
+	out := make([]string, len(r.Backends))
+	for i, be := range r.Backends {
+		out[i] = be.Pool
+	}
+	return out
+}

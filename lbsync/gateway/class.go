@@ -52,7 +52,9 @@ var ExtendedFeatures = []gatewayv1.FeatureName{
 	"HTTPRoute307RedirectStatusCode",
 	"HTTPRoute308RedirectStatusCode",
 	"HTTPRouteBackendProtocolWebSocket",
+	"HTTPRouteBackendRequestHeaderModification",
 	"HTTPRouteBackendTimeout",
+	"HTTPRouteDestinationPortMatching",
 	"HTTPRouteHostRewrite",
 	"HTTPRouteMethodMatching",
 	"HTTPRouteNamedRouteRule",
@@ -89,15 +91,15 @@ var providerFeatures = map[string][]gatewayv1.FeatureName{
 	// header changes, ReplacePrefixMatch, 303/308 redirects, TLS listeners
 	// or h2c pools.
 	"avi": {"GatewayAddressEmpty", "GatewayHTTPListenerIsolation", "GatewayPort8080", "HTTPRoute307RedirectStatusCode",
-		"HTTPRouteHostRewrite", "HTTPRouteMethodMatching", "HTTPRouteNamedRouteRule", "HTTPRouteParentRefPort",
-		"HTTPRoutePortRedirect", "HTTPRouteSchemeRedirect", "TCPRoute", "UDPRoute"},
+		"HTTPRouteDestinationPortMatching", "HTTPRouteHostRewrite", "HTTPRouteMethodMatching", "HTTPRouteNamedRouteRule",
+		"HTTPRouteParentRefPort", "HTTPRoutePortRedirect", "HTTPRouteSchemeRedirect", "TCPRoute", "UDPRoute"},
 	// BIG-IP: redirects with status 302 only and without path modifier
 	// (the scheme and port redirect tests use 301), no 404 for what no
 	// rule matches (method, query and listener isolation tests expect
 	// it), no regular expressions, fixed answers, ReplacePrefixMatch, TLS
 	// listeners or h2c pools.
-	"bigip": {"GatewayAddressEmpty", "GatewayPort8080", "HTTPRouteHostRewrite", "HTTPRouteNamedRouteRule",
-		"HTTPRouteParentRefPort", "HTTPRouteResponseHeaderModification", "TCPRoute", "UDPRoute"},
+	"bigip": {"GatewayAddressEmpty", "GatewayPort8080", "HTTPRouteDestinationPortMatching", "HTTPRouteHostRewrite",
+		"HTTPRouteNamedRouteRule", "HTTPRouteParentRefPort", "HTTPRouteResponseHeaderModification", "TCPRoute", "UDPRoute"},
 }
 
 // FeaturesFor returns the features npl-lbsync announces in its

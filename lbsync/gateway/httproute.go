@@ -64,12 +64,23 @@ type filters struct {
 }
 
 // ruleFilters turns the filters of a rule (and of its single backendRef)
-// into the model's, or says which npl-lbsync cannot serve.
+// into the model's, or says which npl-lbsync cannot serve. The filters of
+// a backendRef among several (splitsBackends) are its own
+// (backendRefFilter), checked here.
 func ruleFilters(rule *gatewayv1.HTTPRouteRule) (filters, error) {
 	var f filters
-	all, err := backendFilters(rule.Filters, rule.BackendRefs, func(br gatewayv1.HTTPBackendRef) []gatewayv1.HTTPRouteFilter { return br.Filters })
-	if err != nil {
-		return f, err
+	all := rule.Filters
+	if splitsBackends(rule) {
+		for j, br := range rule.BackendRefs {
+			if _, err := backendRefFilter(br); err != nil {
+				return f, fmt.Errorf("backendRef %d: %w", j, err)
+			}
+		}
+	} else {
+		var err error
+		if all, err = backendFilters(rule.Filters, rule.BackendRefs, func(br gatewayv1.HTTPBackendRef) []gatewayv1.HTTPRouteFilter { return br.Filters }); err != nil {
+			return f, err
+		}
 	}
 	seen := map[gatewayv1.HTTPRouteFilterType]bool{}
 	for _, flt := range all {
@@ -97,6 +108,46 @@ func ruleFilters(rule *gatewayv1.HTTPRouteRule) (filters, error) {
 		return f, fmt.Errorf("redirect status code %d is not supported", f.redirect.StatusCode)
 	}
 	return f, nil
+}
+
+// splitsBackends reports whether rule sends its requests to its
+// backendRefs as backends of their own (lbmodel.Rule.Backends, a pool
+// each): it has several, and one of them has filters, which apply to the
+// requests sent to it only.
+func splitsBackends(rule *gatewayv1.HTTPRouteRule) bool {
+	return len(rule.BackendRefs) > 1 &&
+		slices.ContainsFunc(rule.BackendRefs, func(br gatewayv1.HTTPBackendRef) bool { return len(br.Filters) > 0 })
+}
+
+// backendRefFilter returns the request header filter of a backendRef among
+// several (splitsBackends), the one filter npl-lbsync serves there: a load
+// balancer answers or rewrites a request before it picks the backend.
+func backendRefFilter(br gatewayv1.HTTPBackendRef) (*lbmodel.HeaderFilter, error) {
+	var out *lbmodel.HeaderFilter
+	for i, flt := range br.Filters {
+		switch {
+		case flt.Type != gatewayv1.HTTPRouteFilterRequestHeaderModifier:
+			return nil, fmt.Errorf("filter %s of one backendRef among several is not supported", flt.Type)
+		case i > 0:
+			return nil, fmt.Errorf("filter %s given twice", flt.Type)
+		}
+		out = headerFilter(flt.RequestHeaderModifier)
+	}
+	return out, nil
+}
+
+// checkSplitPersistence refuses session persistence (the rule's own, or
+// its backends' XBackendTrafficPolicy's: policy with withTrafficPolicy)
+// on a rule that splits its requests between its backendRefs: each
+// request picks its backend anew, so no session would stay on one.
+func (b *build) checkSplitPersistence(rt *routeView, i int, policy *lbmodel.Policy) error {
+	if rt.kind != KindHTTPRoute || !splitsBackends(&rt.http.Spec.Rules[i]) {
+		return nil
+	}
+	if policy, _ = b.withTrafficPolicy(rt, i, policy.Clone()); policy != nil && policy.Persistence != nil {
+		return fmt.Errorf("session persistence on a rule whose backendRefs have filters of their own is not supported (each request picks its backendRef anew)")
+	}
+	return nil
 }
 
 func headerFilter(h *gatewayv1.HTTPHeaderFilter) *lbmodel.HeaderFilter {
@@ -173,10 +224,14 @@ func (b *build) addRules(at *attachment, lb *lbmodel.LoadBalancer) {
 		rule := &rt.http.Spec.Rules[i]
 		f, _ := ruleFilters(rule) // checked by checkRoute
 		base := lbmodel.Rule{RequestHeaders: f.request, ResponseHeaders: f.response, Redirect: f.redirect, Rewrite: f.rewrite}
-		if f.redirect == nil {
+		switch {
+		case f.redirect != nil:
+		case splitsBackends(rule):
+			base.Backends = b.splitBackends(rt, i)
+		default:
 			base.Pool = b.rulePool(rt, i)
 		}
-		if base.Pool == "" {
+		if base.Pool == "" && base.Backends == nil {
 			// A rule that answers by itself sends nothing on: what
 			// changes the request has no use.
 			base.RequestHeaders, base.Rewrite = nil, nil

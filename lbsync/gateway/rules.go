@@ -55,13 +55,15 @@ func (b *build) addRouteRules(at *attachment, lb *lbmodel.LoadBalancer, ls []*li
 // with its pool, nil when neither does.
 func (b *build) checkRules(rules []lbmodel.Rule) error {
 	for _, r := range rules {
-		var pool *lbmodel.Pool
-		if r.Pool != "" {
-			pool = b.pools[r.Pool]
+		var pools []*lbmodel.Pool
+		for _, name := range append([]string{r.Pool}, backendPools(r)...) {
+			if name != "" {
+				pools = append(pools, b.pools[name])
+			}
 		}
-		err := lbmodel.CheckRule(r, pool)
+		err := lbmodel.CheckRule(r, pools...)
 		if err == nil && b.in.Checker != nil {
-			err = b.in.Checker.CheckModel(lbmodel.RuleModel(r, pool))
+			err = b.in.Checker.CheckModel(lbmodel.RuleModel(r, pools...))
 		}
 		if err != nil {
 			return err
