@@ -4,7 +4,9 @@
 // suite's echo-basic backends in their HTTP, TCP, UDP and gRPC modes and a
 // DNS server for its CoreDNS image), npl-agent on every node, and npl-lbsync
 // with the Gateway API enabled and the haproxy provider serving the VIPs on
-// the edge of test/harness/edgebed. `make test` and `make conformance` run
+// the edge of test/harness/edgebed, on the Gateway API CRDs of the
+// experimental channel (the report's gatewayAPIChannel), whose fields the
+// tests of experimental features npl announces need. `make test` and `make conformance` run
 // every profile of Profiles whole and require the results to be those of
 // the committed report, the failing core tests to be KnownFailures;
 // `make conformance` writes the official report (one report, one entry per
