@@ -50,6 +50,7 @@ var ExtendedFeatures = []gatewayv1.FeatureName{
 	"BackendTLSPolicy",
 	"GatewayAddressEmpty",
 	"GatewayHTTPListenerIsolation",
+	"GatewayStaticAddresses",
 	"GatewayPort8080",
 	"HTTPRoute303RedirectStatusCode",
 	"HTTPRoute307RedirectStatusCode",

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -322,6 +323,12 @@ func options(t *testing.T, c *cluster.Cluster, kube client.Client, bed *edgebed.
 			ConformanceProfiles:  TestedProfiles,
 			SkipTests:            knownFailureNames(),
 			ReportOutputPath:     report,
+			// GatewayStaticAddresses: an address of the bed's VIP range
+			// that no other Gateway takes (vipPool hands out the lowest
+			// free one), and one beyond it, which npl-lbsync refuses
+			// (VIPNotAllowed: not in vipPool).
+			UsableNetworkAddresses:   []gatewayv1.GatewaySpecAddress{ipAddress(lastOf(edgebed.VIPRange).Prev())},
+			UnusableNetworkAddresses: []gatewayv1.GatewaySpecAddress{ipAddress(lastOf(edgebed.VIPRange).Next())},
 			Implementation: confv1.Implementation{
 				Organization: "nodeportlocal",
 				Project:      "npl",
@@ -366,6 +373,33 @@ func options(t *testing.T, c *cluster.Cluster, kube client.Client, bed *edgebed.
 	}
 	return opts
 }
+
+// lastOf is the last address of p (IPv4: its broadcast address).
+func lastOf(p netip.Prefix) netip.Addr {
+	a := p.Masked().Addr().As16()
+	host := a[:]
+	if p.Addr().Is4() {
+		host = a[12:]
+	}
+	bits := p.Bits()
+	for i := range host {
+		for b := range 8 {
+			if i*8+b >= bits {
+				host[i] |= 0x80 >> b
+			}
+		}
+	}
+	if p.Addr().Is4() {
+		return netip.AddrFrom4([4]byte(host))
+	}
+	return netip.AddrFrom16(a)
+}
+
+func ipAddress(a netip.Addr) gatewayv1.GatewaySpecAddress {
+	return gatewayv1.GatewaySpecAddress{Type: ptrTo(gatewayv1.IPAddressType), Value: a.String()}
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 // newClient is a controller-runtime client of the cluster that knows the
 // Gateway API types the suite reads and writes.
@@ -879,5 +913,19 @@ func TestResultChanges_seeWhatNplDoesNotWhenOrWhichBuildRan(t *testing.T) {
 	})
 	if diff := resultChanges(committed, failed); !strings.Contains(diff, "HTTPRouteSimpleSameNamespace") {
 		t.Errorf("a core test failed: diff %q; want it named", diff)
+	}
+}
+
+// TestLastOf_isThePrefixsLastAddress: the static addresses of the run
+// come from the bed's VIP range, the usable one just below its last
+// address, the unusable one just beyond.
+func TestLastOf_isThePrefixsLastAddress(t *testing.T) {
+	for in, want := range map[string]string{
+		"198.18.200.0/24": "198.18.200.255", "198.18.200.7/30": "198.18.200.7", "10.0.0.0/8": "10.255.255.255",
+		"fd00:198:200::/120": "fd00:198:200::ff", "fd00::1/128": "fd00::1",
+	} {
+		if got := lastOf(netip.MustParsePrefix(in)); got.String() != want {
+			t.Errorf("lastOf(%s) = %s, want %s", in, got, want)
+		}
 	}
 }
