@@ -59,7 +59,7 @@ func (s *story) agentRollingUpdate(t *testing.T) {
 	if res.failed > 0 || res.sent < 100 {
 		t.Errorf("request stream: %s; want no failure among at least 100", res)
 	}
-	checkVIPStream(t, vip, "web", 100)
+	s.checkVIPStream(t, vip, "web", 100)
 	for _, p := range s.agentPods(t) {
 		if slices.Contains(oldAgents, p) {
 			t.Errorf("agent Pod %s was not replaced", p)
@@ -227,7 +227,7 @@ func (s *story) kubeProxyRestart(t *testing.T) {
 	if res.failed > 0 || res.sent < 30 {
 		t.Errorf("request stream: %s; want no failure among at least 30", res)
 	}
-	checkVIPStream(t, vip, "web", 100)
+	s.checkVIPStream(t, vip, "web", 100)
 	for _, n := range s.c.Nodes() {
 		r, err := readRules(ctx, n)
 		if err != nil {
@@ -387,7 +387,7 @@ func (s *story) portRangeUpgrade(t *testing.T) {
 	if listedRes.failed > 0 || listedRes.sent < 100 {
 		t.Errorf("request stream to web's listed members: %s; want no failure among at least 100", listedRes)
 	}
-	checkVIPStream(t, vip, "web", 100)
+	s.checkVIPStream(t, vip, "web", 100)
 	if after, err := s.poolIs(ctx, "cart"); err != nil || !maps.Equal(after, cart) {
 		t.Errorf("cart's members after the upgrade %v (%v); want them unchanged: %v", after, err, cart)
 	}
@@ -635,7 +635,8 @@ func (s *story) onePodNodePortContrast(t *testing.T) {
 }
 
 // drainAndDeleteANode: a node (not npl-lbsync's) is drained — cordoned, its
-// workload Pods (web's and cart's) evicted — switched off and deleted. Its
+// workload Pods (web's and cart's) evicted and gone, as `kubectl drain`
+// does it — switched off and deleted. Its
 // members leave the pools, the Pods that replace them on other nodes join,
 // and the other members stay as they were.
 func (s *story) drainAndDeleteANode(t *testing.T) {
@@ -679,6 +680,9 @@ func (s *story) drainAndDeleteANode(t *testing.T) {
 	if _, err := s.client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The steps' times, to set beside a failed request's.
+	at := func(what string) { t.Logf("%s at %s", what, time.Now().Format("15:04:05.000")) }
+	at("cordoned")
 	all, err := s.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		t.Fatal(err)
@@ -691,6 +695,7 @@ func (s *story) drainAndDeleteANode(t *testing.T) {
 			t.Fatalf("evict %s/%s: %v", p.Namespace, p.Name, err)
 		}
 	}
+	at("evicted")
 	var after map[string]string
 	eventually(t, ctx, "the drained node's member replaced in the pool", func(ctx context.Context) error {
 		m, err := s.poolIs(ctx, "web")
@@ -712,14 +717,37 @@ func (s *story) drainAndDeleteANode(t *testing.T) {
 		after = m
 		return nil
 	})
+	at("replaced")
+	// kubectl drain returns once the evicted Pods are gone (their preStop
+	// and exit included); only then is the machine switched off. Stopping
+	// it earlier would kill Pods that still serve.
+	eventually(t, ctx, "the evicted Pods gone, as kubectl drain waits for", func(ctx context.Context) error {
+		left, err := s.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			return err
+		}
+		var names []string
+		for _, p := range left.Items {
+			if owner := metav1.GetControllerOf(&p); owner == nil || owner.Kind != "DaemonSet" {
+				names = append(names, p.Namespace+"/"+p.Name)
+			}
+		}
+		if len(names) > 0 {
+			return fmt.Errorf("still on %s: %v", node, names)
+		}
+		return nil
+	})
+	at("drained")
 	// The machine goes away.
 	if err := s.c.StopNode(node); err != nil {
 		t.Fatal(err)
 	}
 	s.off[node] = true
+	at("stopped")
 	if err := s.client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	at("deleted")
 	nodeIP := strings.Split(gone, ":")[0]
 	// The pool settles with the node gone: a resync of npl-lbsync's may
 	// follow the Node's deletion.
@@ -728,7 +756,7 @@ func (s *story) drainAndDeleteANode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkVIPStream(t, vip, "web", 100)
+	s.checkVIPStream(t, vip, "web", 100)
 	vip = nil
 	if !maps.Equal(final, after) {
 		t.Errorf("members after the node's deletion %v; want %v", final, after)

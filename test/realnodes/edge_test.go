@@ -175,14 +175,50 @@ func (s *story) vipStream(t *testing.T, ns, app string) *requestStream {
 }
 
 // checkVIPStream stops stream and fails the test unless it sent at least
-// minimum requests through the VIP of app, none failed.
-func checkVIPStream(t *testing.T, stream *requestStream, app string, minimum int) {
+// minimum requests through the VIP of app, none failed. On a failure it
+// logs HAProxy's counters of app's servers, which tell where the failed
+// requests went (connection errors, retries, redispatches, state changes).
+func (s *story) checkVIPStream(t *testing.T, stream *requestStream, app string, minimum int) {
 	t.Helper()
 	res := stream.stop()
 	t.Logf("request stream through %s's VIP: %s", app, res)
 	if res.failed > 0 || res.sent < minimum {
 		t.Errorf("request stream through %s's VIP: %s; want no failure among at least %d", app, res, minimum)
+		t.Logf("HAProxy's servers of %s at %s:\n%s", app, time.Now().Format("15:04:05.000"), s.serverCounters(workloadNS, app))
 	}
+}
+
+// serverCounters are the rows of HAProxy's "show stat" for the backends of
+// the load balancer of ns/app: per server its state, weight, sessions and
+// errors, and how long ago its state last changed.
+func (s *story) serverCounters(ns, app string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stat, err := haproxy.Command(ctx, s.bed.Edges[0].AdminSocket(), "show stat")
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(stat), "\n")
+	header := strings.Split(strings.TrimPrefix(lines[0], "# "), ",")
+	want := []string{"pxname", "svname", "status", "weight", "scur", "stot", "econ", "eresp", "wretr", "wredis", "chkfail", "lastchg"}
+	var out strings.Builder
+	out.WriteString(strings.Join(want, " ") + "\n")
+	for _, l := range lines[1:] {
+		fields := strings.Split(l, ",")
+		if !strings.HasPrefix(fields[0], lbName(ns, app)) {
+			continue
+		}
+		for i, name := range want {
+			if i > 0 {
+				out.WriteString(" ")
+			}
+			if j := slices.Index(header, name); j >= 0 && j < len(fields) {
+				out.WriteString(fields[j])
+			}
+		}
+		out.WriteString("\n")
+	}
+	return out.String()
 }
 
 // checkEdgeHoldsNothingOfTheCluster: after the uninstall, the edge serves

@@ -148,6 +148,7 @@ func startStream(targets func(context.Context) []string, judge func(ctx context.
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					sent := time.Now()
 					pod, err := get(ctx, addr)
 					if ctx.Err() != nil {
 						return // stopped mid-request: not the datapath's doing
@@ -169,7 +170,8 @@ func startStream(targets func(context.Context) []string, judge func(ctx context.
 						rs.res.failing[addr] = w
 						rs.res.failed++
 						if len(rs.res.errs) < 5 {
-							rs.res.errs = append(rs.res.errs, time.Now().Format("15:04:05.000")+" "+ferr.Error())
+							rs.res.errs = append(rs.res.errs, fmt.Sprintf("sent %s, failed after %s: %v",
+								sent.Format("15:04:05.000"), now.Sub(sent).Round(time.Millisecond), ferr))
 						}
 					}
 				}()

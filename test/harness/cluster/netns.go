@@ -99,13 +99,21 @@ func writeSysctls(path string, values map[string]string) error {
 // createBridge replaces any npl-br0 left by an earlier cluster of this process
 // with a fresh one at 198.18.0.1/24 and, when dualStack, fd00:198:18::1/64
 // with IPv6 forwarding on in the test namespace.
+// bridgeMAC is npl-br0's MAC, locally administered, after bridgeIP.
+const bridgeMAC = "02:00:c6:12:00:01"
+
 func createBridge(ctx context.Context, dualStack bool) error {
 	if err := ensurePrivateNetns(); err != nil {
 		return err
 	}
 	_ = deleteBridge()
 	lines := []string{
-		"link add " + bridgeName + " type bridge",
+		// A MAC of its own: a bridge without one takes its ports' lowest,
+		// which changes when a node's port goes (a node switched off), and
+		// every neighbour that cached the old one loses packets to
+		// 198.18.0.1 until it asks again (the CNI bridge plugin pins its
+		// bridge's for the same reason).
+		"link add " + bridgeName + " address " + bridgeMAC + " type bridge",
 		"addr add " + bridgeIP.String() + "/24 dev " + bridgeName,
 	}
 	if dualStack {

@@ -139,8 +139,12 @@ func Start(ctx context.Context, dir string, o Options) (_ *Bed, err error) {
 	}()
 	if b.Bridge == "" {
 		b.Bridge, b.ownBridge = "npl-eb-"+o.Name, true
+		ip4 := o.BridgeIP.As4()
 		if err := ipBatch(ctx, "",
-			"link add "+b.Bridge+" type bridge",
+			// A MAC of its own, locally administered, after its address: a
+			// bridge without one takes its ports' lowest, which changes
+			// when a port goes.
+			fmt.Sprintf("link add %s address 02:00:%02x:%02x:%02x:%02x type bridge", b.Bridge, ip4[0], ip4[1], ip4[2], ip4[3]),
 			fmt.Sprintf("addr add %s/24 dev %s", o.BridgeIP, b.Bridge),
 			"link set "+b.Bridge+" up"); err != nil {
 			return nil, err
