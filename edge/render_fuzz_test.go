@@ -122,8 +122,13 @@ func renderSeeds() []renderSeed {
 	evilHost.HTTP.Rules[0].Host = "a.example.com'\n    http-request deny"
 	evilPath := l7.Clone()
 	evilPath.HTTP.Rules[0].Path = "/a\n    http-request deny"
+	// A client CA of a tenant's ConfigMap, with what would end the line
+	// of a comment or a word beside its certificate.
+	evilClientCA := l7.Clone()
+	evilClientCA.Listeners[1].ClientValidation = &lbmodel.ClientValidation{
+		CACertPEM: string(fuzzCert.cert) + "'\n    http-request deny # ${X}\r\n", Optional: true}
 	return []renderSeed{{c, l4}, {c, l7}, {c, evilService}, {c, evilName}, {c, evilPool}, {c, evilHost}, {c, evilPath},
-		{"c1--x", l4}, {"c1\nfrontend", l4}}
+		{c, evilClientCA}, {"c1--x", l4}, {"c1\nfrontend", l4}}
 }
 
 // fuzzCert is a certificate and key the fuzzed models' certificates use,

@@ -32,8 +32,9 @@ func (e *Edge) certPath(fingerprint string) string {
 	return filepath.Join(e.cfg.Dir, "tls", fingerprint+".pem")
 }
 
-// caPath is the file of the CA certificates of a pool's backend TLS, named
-// by a hash of their data, as a certificate's.
+// caPath is the file of the CA certificates of a pool's backend TLS or of
+// a listener's client validation, named by a hash of their data, as a
+// certificate's.
 func (e *Edge) caPath(pemData string) string {
 	sum := sha256.Sum256([]byte(pemData))
 	return filepath.Join(e.cfg.Dir, "ca", hex.EncodeToString(sum[:])+".pem")
@@ -42,14 +43,21 @@ func (e *Edge) caPath(pemData string) string {
 // files name the edge's files for the configuration.
 func (e *Edge) files() haproxy.Files { return haproxy.Files{Cert: e.certPath, CA: e.caPath} }
 
-// backendCAs returns the CA certificates (PEM) of the pools' backend TLS of
-// the desired state.
-func (e *Edge) backendCAs() []string {
+// caCerts returns the CA certificates (PEM) of the desired state: those of
+// the pools' backend TLS and of the listeners' client validation. A file
+// is named by its data, so two load balancers with the same CA
+// certificates share one, and neither's listeners verify with another's.
+func (e *Edge) caCerts() []string {
 	var out []string
 	for _, lb := range e.desired {
 		for _, p := range lb.Pools {
 			if p.Policy != nil && p.Policy.BackendTLS != nil && p.Policy.BackendTLS.CACertPEM != "" {
 				out = append(out, p.Policy.BackendTLS.CACertPEM)
+			}
+		}
+		for _, l := range lb.Listeners {
+			if l.ClientValidation != nil {
+				out = append(out, l.ClientValidation.CACertPEM)
 			}
 		}
 	}
@@ -59,9 +67,9 @@ func (e *Edge) backendCAs() []string {
 // writeCerts writes the certificate files of the desired state that do not
 // exist yet (mode 0600 in a 0700 directory): HAProxy reads them, and a
 // restarted edge reads the keys back from them. The CA files of backend
-// TLS are written beside them.
+// TLS and of client validation are written beside them.
 func (e *Edge) writeCerts() error {
-	for _, ca := range e.backendCAs() {
+	for _, ca := range e.caCerts() {
 		path := e.caPath(ca)
 		if _, err := os.Stat(path); err == nil {
 			continue
@@ -82,7 +90,7 @@ func (e *Edge) writeCerts() error {
 			}
 		}
 		if err := atomicfile.Write(path, certs, 0o600); err != nil {
-			return fmt.Errorf("write the CA certificates of a backend TLS: %w", err)
+			return fmt.Errorf("write CA certificates: %w", err)
 		}
 	}
 	for _, lb := range e.desired {
@@ -117,7 +125,7 @@ func (e *Edge) removeStaleCerts() {
 			}
 		}
 	}
-	for _, ca := range e.backendCAs() {
+	for _, ca := range e.caCerts() {
 		used[e.caPath(ca)] = true
 	}
 	tls, _ := filepath.Glob(filepath.Join(e.cfg.Dir, "tls", "*.pem"))

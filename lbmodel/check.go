@@ -122,11 +122,27 @@ func IngressSubset(lb *LoadBalancer) error {
 }
 
 // ListenerModel is the Gateway's load balancer that holds only listener l
-// (its pool, of a TCP or UDP listener, without members) and no rule: what
+// (its pool, of a TCP or UDP listener, without members; its client
+// validation) and no rule: what
 // the Gateway builder hands a ModelChecker about one listener.
 func ListenerModel(l Listener) *LoadBalancer {
 	return &LoadBalancer{Name: "listener-check", Kind: L7, Gateway: "listener/check", HTTP: &HTTPRoutes{},
-		Listeners: []Listener{{Port: l.Port, Protocol: l.Protocol, Pool: Pool{Name: l.Pool.Name}}}}
+		Listeners: []Listener{{Port: l.Port, Protocol: l.Protocol, Pool: Pool{Name: l.Pool.Name}, ClientValidation: l.ClientValidation}}}
+}
+
+// ClientValidationUnsupported returns the ErrUnsupported error of the
+// first listener of lb that verifies client certificates
+// (Listener.ClientValidation), for a provider that cannot: serving the
+// listener without the check would let in the clients it is there to
+// keep out. Nil when no listener has one.
+func ClientValidationUnsupported(lb *LoadBalancer) error {
+	for _, l := range lb.Listeners {
+		if l.ClientValidation != nil {
+			return fmt.Errorf("listener %s/%d: clientValidation (client certificates, Gateway spec.tls.frontend) is %w",
+				l.Protocol, l.Port, ErrUnsupported)
+		}
+	}
+	return nil
 }
 
 // RuleModel is the Gateway's load balancer that holds only rule r, its

@@ -107,6 +107,23 @@ type Listener struct {
 	// of its port and forward the plain TCP stream; otherwise it passes
 	// TLS through.
 	Terminate bool `json:"terminate,omitempty"`
+	// ClientValidation makes an HTTPS listener of a Gateway's load
+	// balancer ask its clients for a certificate and verify it (Gateway
+	// API's spec.tls.frontend); nil asks for none.
+	ClientValidation *ClientValidation `json:"clientValidation,omitempty"`
+}
+
+// ClientValidation is how an HTTPS listener verifies the certificates of
+// its clients (mutual TLS).
+type ClientValidation struct {
+	// CACertPEM holds the CA certificates (PEM) a client's certificate is
+	// verified with: public data, carried in the model as a pool's
+	// BackendTLS carries its own.
+	CACertPEM string `json:"caCertPEM"`
+	// Optional serves a client that sends no certificate or one that
+	// fails verification too (Gateway API's AllowInsecureFallback);
+	// otherwise the handshake fails without a valid certificate.
+	Optional bool `json:"optional,omitempty"`
 }
 
 // SNIRoute sends the TLS connections for a server name to a pool.

@@ -117,6 +117,8 @@ func (lb *LoadBalancer) normalizeL4() error {
 			return fmt.Errorf("listener %s/%d: pool %s is used by another listener", l.Protocol, l.Port, l.Pool.Name)
 		case len(l.SNI) > 0 || l.Terminate:
 			return fmt.Errorf("listener %s/%d: only a TLS listener has SNI routes or terminates", l.Protocol, l.Port)
+		case l.ClientValidation != nil:
+			return fmt.Errorf("listener %s/%d: only an HTTPS listener of a Gateway verifies client certificates", l.Protocol, l.Port)
 		case l.Pool.AppProtocol != "":
 			return fmt.Errorf("listener %s/%d: pool %s: an L4 pool has no appProtocol", l.Protocol, l.Port, l.Pool.Name)
 		}
@@ -157,6 +159,9 @@ func (lb *LoadBalancer) normalizeL7() error {
 		used[transport][l.Port] = true
 		if l.Protocol != TLS && (len(l.SNI) > 0 || l.Terminate) {
 			return fmt.Errorf("listener %s/%d: only a TLS listener has SNI routes or terminates", l.Protocol, l.Port)
+		}
+		if err := lb.checkClientValidation(l); err != nil {
+			return err
 		}
 		switch l.Protocol {
 		case TCP, UDP:
@@ -802,6 +807,10 @@ func (lb *LoadBalancer) Clone() *LoadBalancer {
 		out.Listeners[i].Pool.Members = slices.Clone(out.Listeners[i].Pool.Members)
 		out.Listeners[i].Pool.Policy = out.Listeners[i].Pool.Policy.clone()
 		out.Listeners[i].SNI = slices.Clone(out.Listeners[i].SNI)
+		if v := out.Listeners[i].ClientValidation; v != nil {
+			c := *v
+			out.Listeners[i].ClientValidation = &c
+		}
 	}
 	out.Pools = slices.Clone(lb.Pools)
 	for i := range out.Pools {
@@ -855,4 +864,21 @@ func (f *HeaderFilter) clone() *HeaderFilter {
 		return nil
 	}
 	return &HeaderFilter{Set: slices.Clone(f.Set), Add: slices.Clone(f.Add), Remove: slices.Clone(f.Remove)}
+}
+
+// checkClientValidation checks the client certificate validation of
+// listener l of L7 load balancer lb: only a Gateway's HTTPS listeners have
+// one (Gateway API's spec.tls.frontend), and its CA certificates hold at
+// least one PEM certificate.
+func (lb *LoadBalancer) checkClientValidation(l *Listener) error {
+	v := l.ClientValidation
+	switch {
+	case v == nil:
+		return nil
+	case l.Protocol != HTTPS || lb.Gateway == "":
+		return fmt.Errorf("listener %s/%d: only an HTTPS listener of a Gateway verifies client certificates", l.Protocol, l.Port)
+	case !holdsCertificate(v.CACertPEM):
+		return fmt.Errorf("listener %s/%d: client validation: the CA certificates hold no PEM certificate", l.Protocol, l.Port)
+	}
+	return nil
 }

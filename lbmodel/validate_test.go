@@ -57,6 +57,20 @@ func TestNormalize_rejectsInvalidModels(t *testing.T) {
 		{"L4 a Service without a namespace", validL4, func(lb *LoadBalancer) { lb.Service = "web" }, "is not namespace/name"},
 		{"L7 an Ingress with a newline", validL7, func(lb *LoadBalancer) { lb.Ingress = "shop/web\nbackend x" }, `ingress "shop/web\nbackend x" is not`},
 		{"L7 a Gateway with a blank", validL7, func(lb *LoadBalancer) { lb.Gateway = "shop/gw listener=TLS" }, "gateway"},
+		{"L7 client validation of an Ingress", validL7, func(lb *LoadBalancer) {
+			lb.Listeners[1].ClientValidation = &ClientValidation{CACertPEM: string(testCert)}
+		}, "HTTPS/443: only an HTTPS listener of a Gateway verifies client certificates"},
+		{"L7 client validation of an HTTP listener", validL7, func(lb *LoadBalancer) {
+			lb.Gateway = "shop/gw"
+			lb.Listeners[0].ClientValidation = &ClientValidation{CACertPEM: string(testCert)}
+		}, "HTTP/80: only an HTTPS listener of a Gateway verifies client certificates"},
+		{"L7 client validation without a certificate", validL7, func(lb *LoadBalancer) {
+			lb.Gateway = "shop/gw"
+			lb.Listeners[1].ClientValidation = &ClientValidation{CACertPEM: "not PEM"}
+		}, "HTTPS/443: client validation: the CA certificates hold no PEM certificate"},
+		{"L4 client validation", validL4, func(lb *LoadBalancer) {
+			lb.Listeners[0].ClientValidation = &ClientValidation{CACertPEM: string(testCert)}
+		}, "TCP/80: only an HTTPS listener of a Gateway verifies client certificates"},
 		{"L7 a shared pool name with a newline", validL7, func(lb *LoadBalancer) {
 			lb.Pools[0].Name = "p\nbackend q"
 			lb.HTTP.Rules[0].Pool, lb.HTTP.DefaultPool = lb.Pools[0].Name, lb.Pools[0].Name
@@ -325,5 +339,27 @@ func TestNormalize_acceptsRuleBackends(t *testing.T) {
 	}
 	if lb.HTTP.Rules[0].Backends[0].RequestHeaders.Set[0].Name != "b" || lb.HTTP.Rules[0].Backends[2].RequestHeaders == nil {
 		t.Errorf("Normalize modified its argument: %+v", lb.HTTP.Rules[0].Backends)
+	}
+}
+
+// A Gateway's HTTPS listener may verify its clients' certificates; the
+// model keeps the CA certificates and the mode as given.
+func TestNormalize_acceptsClientValidation(t *testing.T) {
+	lb := validL7()
+	lb.Gateway = "shop/gw"
+	lb.Listeners[1].ClientValidation = &ClientValidation{CACertPEM: string(testCert), Optional: true}
+	got, err := Normalize(lb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(lb.Listeners[1], got.Listeners[1]); diff != "" {
+		t.Errorf("listener (-given +normalized):\n%s", diff)
+	}
+	if err := ClientValidationUnsupported(got); err == nil || !errors.Is(err, ErrUnsupported) ||
+		!strings.Contains(err.Error(), "listener HTTPS/443: clientValidation") {
+		t.Errorf("ClientValidationUnsupported = %v, want the listener named", err)
+	}
+	if err := ClientValidationUnsupported(validL7()); err != nil {
+		t.Errorf("ClientValidationUnsupported without one = %v", err)
 	}
 }

@@ -26,13 +26,21 @@ func (lb LoadBalancer) Model() *lbmodel.LoadBalancer {
 }
 
 func fromListener(l lbmodel.Listener) Listener {
-	return Listener{Port: l.Port, Protocol: string(l.Protocol), Pool: fromPool(l.Pool),
+	out := Listener{Port: l.Port, Protocol: string(l.Protocol), Pool: fromPool(l.Pool),
 		SNI: mapSlice(l.SNI, func(r lbmodel.SNIRoute) SNIRoute { return SNIRoute(r) }), Terminate: l.Terminate}
+	if v := l.ClientValidation; v != nil {
+		out.ClientValidation = &ClientValidation{CACertPEM: v.CACertPEM, Optional: v.Optional}
+	}
+	return out
 }
 
 func (l Listener) model() lbmodel.Listener {
-	return lbmodel.Listener{Port: l.Port, Protocol: lbmodel.Protocol(l.Protocol), Pool: l.Pool.model(),
+	out := lbmodel.Listener{Port: l.Port, Protocol: lbmodel.Protocol(l.Protocol), Pool: l.Pool.model(),
 		SNI: mapSlice(l.SNI, func(r SNIRoute) lbmodel.SNIRoute { return lbmodel.SNIRoute(r) }), Terminate: l.Terminate}
+	if v := l.ClientValidation; v != nil {
+		out.ClientValidation = &lbmodel.ClientValidation{CACertPEM: v.CACertPEM, Optional: v.Optional}
+	}
+	return out
 }
 
 func fromPool(p lbmodel.Pool) Pool {

@@ -51,6 +51,22 @@ type Listener struct {
 	SNI []SNIRoute `json:"sni,omitempty"`
 	// Terminate makes a TLS listener terminate TLS and forward plain TCP.
 	Terminate bool `json:"terminate,omitempty"`
+	// ClientValidation makes an HTTPS listener of a Gateway verify its
+	// clients' certificates; absent: it asks for none. An npl-edge that
+	// does not know the field refuses the load balancer (400), so that no
+	// edge serves the listener without the check.
+	ClientValidation *ClientValidation `json:"clientValidation,omitempty"`
+}
+
+// ClientValidation is how an HTTPS listener verifies its clients'
+// certificates.
+type ClientValidation struct {
+	// CACertPEM are the CA certificates (PEM) a client's certificate must
+	// chain to.
+	CACertPEM string `json:"caCertPEM"`
+	// Optional also serves clients without a certificate, or with one
+	// that fails verification (Gateway API's AllowInsecureFallback).
+	Optional bool `json:"optional,omitempty"`
 }
 
 // SNIRoute sends the TLS connections for a server name to a pool.

@@ -121,6 +121,28 @@ type Frontend struct {
 	// them (lbmodel.SortSNI). Each names its backend, the TCP-mode
 	// copy of its pool (TLSBackendName).
 	SNI []lbmodel.SNIRoute
+	// ClientCA, on an HTTPS listener with Certificates, asks the clients
+	// for a certificate and verifies it; nil asks for none.
+	ClientCA *ClientCA
+}
+
+// ClientCA is the client certificate validation of an HTTPS frontend: the
+// file of its CA certificates, and the model's validation it comes from.
+type ClientCA struct {
+	Path       string
+	Validation lbmodel.ClientValidation
+}
+
+// bindWords are the words of ca's validation on a bind line: the CA file
+// and verify required; with Optional, verify optional and every error of
+// the client's chain ignored, so that a client without a certificate, or
+// with one that fails, is served too.
+func (ca *ClientCA) bindWords() string {
+	s := " ca-file " + quote(ca.Path) + " verify required"
+	if ca.Validation.Optional {
+		s = " ca-file " + quote(ca.Path) + " verify optional ca-ignore-err all crt-ignore-err all"
+	}
+	return s
 }
 
 // CertFile is a certificate and key HAProxy loads from Path (the chain then
@@ -308,6 +330,10 @@ func Render(g Globals, p Proxies) Rendered {
 				// them); clear-text frontends detect its preface.
 				bind += " alpn h2,http/1.1"
 			}
+			if f.ClientCA != nil {
+				emit(obj, "    "+clientComment+jsonLine(f.ClientCA.Validation), false)
+				bind += f.ClientCA.bindWords()
+			}
 		}
 		emit(obj, bind, false)
 		if f.HTTP {
@@ -409,10 +435,13 @@ func Parse(text []byte) (Proxies, error) {
 				f.VIP, f.Port = ip, port
 				ws, _ := Words(line)
 				k := 0
-				for i := 0; i+1 < len(ws) && k < len(f.Certificates); i++ {
-					if ws[i] == "crt" {
+				for i := 0; i+1 < len(ws); i++ {
+					switch {
+					case ws[i] == "crt" && k < len(f.Certificates):
 						f.Certificates[k].Path = ws[i+1]
 						k++
+					case ws[i] == "ca-file" && f.ClientCA != nil:
+						f.ClientCA.Path = ws[i+1]
 					}
 				}
 			case strings.HasPrefix(line, tlsComment):
@@ -429,6 +458,12 @@ func Parse(text []byte) (Proxies, error) {
 					return Proxies{}, fmt.Errorf("line %d: frontend %s: rule: %w", n, name, err)
 				}
 				f.Rules = append(f.Rules, r)
+			case strings.HasPrefix(line, clientComment):
+				var v lbmodel.ClientValidation
+				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, clientComment)), &v); err != nil {
+					return Proxies{}, fmt.Errorf("line %d: frontend %s: client validation: %w", n, name, err)
+				}
+				f.ClientCA = &ClientCA{Validation: v}
 			case strings.HasPrefix(line, sniComment):
 				var r lbmodel.SNIRoute
 				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, sniComment)), &r); err != nil {

@@ -325,6 +325,13 @@ func sampleWithCertsIn(t *testing.T, dir string) Proxies {
 		}
 	}
 	for i := range px.Frontends {
+		if ca := px.Frontends[i].ClientCA; ca != nil {
+			ca.Path = filepath.Join(dir, filepath.Base(ca.Path))
+			cert, _ := pem.Decode(selfSigned(t))
+			if err := os.WriteFile(ca.Path, pem.EncodeToMemory(cert), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
 		for j := range px.Frontends[i].Certificates {
 			c := &px.Frontends[i].Certificates[j]
 			c.Path = filepath.Join(dir, filepath.Base(c.Path))
@@ -353,6 +360,58 @@ func selfSigned(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})...)
+}
+
+// An HTTPS frontend that validates its clients' certificates binds with
+// its CA file and verify required, or with AllowInsecureFallback's
+// optional verification that ignores every error of the client's chain;
+// Parse reads the validation back, and HAProxy accepts both.
+func TestRender_clientValidationOnTheBind(t *testing.T) {
+	bin := haproxyBin(t)
+	for _, tc := range []struct {
+		optional bool
+		want     string
+	}{
+		{false, " alpn h2,http/1.1 ca-file '/run/ca/it'\\''s.pem' verify required"},
+		{true, " alpn h2,http/1.1 ca-file '/run/ca/it'\\''s.pem' verify optional ca-ignore-err all crt-ignore-err all"},
+	} {
+		px := sampleProxies()
+		f := &px.Frontends[4]
+		f.ClientCA = &ClientCA{Path: "/run/ca/it's.pem", Validation: lbmodel.ClientValidation{CACertPEM: "x\n#y", Optional: tc.optional}}
+		text := string(Render(testGlobals, px).Text)
+		i := strings.Index(text, "    bind 198.18.200.3:8443 ssl")
+		if i < 0 {
+			t.Fatalf("no bind of %s:\n%s", f.Name, text)
+		}
+		bind, _, _ := strings.Cut(text[i:], "\n")
+		if !strings.HasSuffix(bind, tc.want) {
+			t.Errorf("optional=%v: bind %q, want it to end with %q", tc.optional, bind, tc.want)
+		}
+		got, err := Parse([]byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(sorted(px), got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+			t.Errorf("optional=%v: Parse(Render) (-want +got):\n%s", tc.optional, diff)
+		}
+
+		dir := t.TempDir()
+		px = sampleWithCertsIn(t, dir)
+		ca := filepath.Join(dir, "client CA.pem")
+		cert, _ := pem.Decode(selfSigned(t))
+		if err := os.WriteFile(ca, pem.EncodeToMemory(cert), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		px.Frontends[4].ClientCA = &ClientCA{Path: ca, Validation: lbmodel.ClientValidation{CACertPEM: "x", Optional: tc.optional}}
+		r := Render(Globals{AdminSocket: filepath.Join(dir, "admin.sock"), InvalidSocket: filepath.Join(dir, "500.sock"), Checks: DefaultChecks}, px)
+		path := filepath.Join(dir, "haproxy.cfg")
+		if err := os.WriteFile(path, r.Text, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := Check(context.Background(), bin, path); err != nil {
+			t.Errorf("optional=%v: haproxy refused the rendered configuration: %v", tc.optional, err)
+		}
+	}
 }
 
 func TestParseServersState(t *testing.T) {

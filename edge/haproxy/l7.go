@@ -31,6 +31,9 @@ const (
 	ruleComment = "# npl rule "
 	tlsComment  = "# npl tls "
 	sniComment  = "# npl sni "
+	// clientComment records an HTTPS frontend's client certificate
+	// validation (lbmodel.ClientValidation).
+	clientComment = "# npl client-validation "
 )
 
 // quote writes s as one word of HAProxy's configuration: single-quoted

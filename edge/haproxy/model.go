@@ -107,6 +107,9 @@ func (out *Proxies) addL7(cluster string, lb *lbmodel.LoadBalancer, vip netip.Ad
 			}
 			if l.Protocol == lbmodel.HTTPS {
 				certs(&f)
+				if v := l.ClientValidation; v != nil {
+					f.ClientCA = &ClientCA{Path: files.CA(v.CACertPEM), Validation: *v}
+				}
 			}
 		case lbmodel.TCP:
 			f.Listener, f.DefaultBackend = lbmodel.TCP, l.Pool.Name
@@ -212,7 +215,12 @@ func LoadBalancers(px Proxies, states []ServerState, cluster string) map[string]
 		if len(f.Certificates) > 0 {
 			protocol = lbmodel.HTTPS
 		}
-		lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: f.Port, Protocol: protocol})
+		l := lbmodel.Listener{Port: f.Port, Protocol: protocol}
+		if f.ClientCA != nil {
+			v := f.ClientCA.Validation
+			l.ClientValidation = &v
+		}
+		lb.Listeners = append(lb.Listeners, l)
 		seen := seenRules[lb.Name]
 		if seen == nil {
 			seen = map[string]bool{}

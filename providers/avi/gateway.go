@@ -132,6 +132,11 @@ func gatewaySubset(lb *lbmodel.LoadBalancer) error {
 		}
 	}
 	slices.Sort(https)
+	// An SSL profile verifies no client certificate against a Gateway's
+	// CA ConfigMap here: the listener is refused, never served without it.
+	if err := lbmodel.ClientValidationUnsupported(lb); err != nil {
+		return err
+	}
 	pools := slices.Clone(lb.Pools)
 	for _, l := range lb.Listeners {
 		if l.Protocol == lbmodel.TCP || l.Protocol == lbmodel.UDP {

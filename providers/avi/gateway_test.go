@@ -700,3 +700,26 @@ func TestProvider_gatewayRequestedAddressMovesBothVirtualServices(t *testing.T) 
 		t.Errorf("List (-want +got):\n%s", diff)
 	}
 }
+
+// An HTTPS listener that verifies client certificates (Gateway
+// spec.tls.frontend) is refused by name before anything is written, and
+// the builder's listener check refuses that listener alone: it is never
+// served without the check.
+func TestProvider_gatewayRefusesClientCertificateValidation(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	lb := gatewayLB(t, tlsCert(t, "gw-tls", "shop.example.com"))
+	ca := tlsCert(t, "ca", "ca.example.com").CertPEM
+	lb.Listeners[1].ClientValidation = &lbmodel.ClientValidation{CACertPEM: string(ca)}
+	want := "listener HTTPS/443: clientValidation"
+	if _, err := providers.Validated(f.v).Ensure(context.Background(), lb); !errors.Is(err, lbmodel.ErrUnsupported) ||
+		!strings.Contains(err.Error(), want) {
+		t.Errorf("Ensure = %v, want ErrUnsupported naming %q", err, want)
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Errorf("writes %v, want none", w)
+	}
+	mc := providers.ModelCheckerOf(f.v)
+	if err := providertest.ListenerRefusal(mc, lb); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("the listener check = %v, want the error naming %q", err, want)
+	}
+}

@@ -448,3 +448,25 @@ func TestProvider_redirectLocationCarriesNoTclFromTheModel(t *testing.T) {
 		t.Errorf("no redirect to tcl:https://www.example.com[HTTP::uri] in %+v", e.sim.Dump().Policies)
 	}
 }
+
+// An HTTPS listener that verifies client certificates (Gateway
+// spec.tls.frontend) is refused by name before anything is written, and
+// the builder's listener check refuses that listener alone: it is never
+// served without the check.
+func TestProvider_gatewayRefusesClientCertificateValidation(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	lb := gatewayLB(t)
+	i := slices.IndexFunc(lb.Listeners, func(l lbmodel.Listener) bool { return l.Protocol == lbmodel.HTTPS })
+	lb.Listeners[i].ClientValidation = &lbmodel.ClientValidation{CACertPEM: string(lb.HTTP.TLS[0].CertPEM)}
+	want := "listener HTTPS/443: clientValidation"
+	before := writesOnly(e.sim.Calls())
+	if _, err := e.prov.Ensure(context.Background(), lb); !errors.Is(err, lbmodel.ErrUnsupported) || !strings.Contains(err.Error(), want) {
+		t.Errorf("Ensure = %v, want ErrUnsupported naming %q", err, want)
+	}
+	if w := writesOnly(e.sim.Calls()); !cmp.Equal(w, before) {
+		t.Errorf("writes %v, want none", w)
+	}
+	if err := providertest.ListenerRefusal(providers.ModelCheckerOf(e.prov), lb); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("the listener check = %v, want the error naming %q", err, want)
+	}
+}

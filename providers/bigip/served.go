@@ -18,6 +18,11 @@ func served(lb *lbmodel.LoadBalancer) error {
 			return fmt.Errorf("listener TLS/%d: a TLS listener (SNI routing, TLSRoute) is %w", l.Port, lbmodel.ErrUnsupported)
 		}
 	}
+	// Client SSL profiles that verify client certificates are not
+	// written: the listener is refused, never served without the check.
+	if err := lbmodel.ClientValidationUnsupported(lb); err != nil {
+		return err
+	}
 	for _, pl := range lb.Pools {
 		if pl.AppProtocol != "" {
 			return fmt.Errorf("pool %s: appProtocol %s is %w", pl.Name, pl.AppProtocol, lbmodel.ErrUnsupported)

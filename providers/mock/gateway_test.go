@@ -3,11 +3,15 @@ package mock
 import (
 	"context"
 	"encoding/pem"
+	"errors"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/nodeportlocal/npl/lbmodel"
+	"github.com/nodeportlocal/npl/providers/providertest"
 )
 
 // gatewayStreamsModel is a Gateway's load balancer with every kind of
@@ -106,5 +110,28 @@ func TestMock_gatewayStreamsWriteOnlyWhatChanged(t *testing.T) {
 				t.Errorf("List after the change: %+v", got)
 			}
 		})
+	}
+}
+
+// The mock serves no TLS: a listener that verifies client certificates is
+// refused by name, and its check refuses that listener alone.
+func TestMock_refusesClientCertificateValidation(t *testing.T) {
+	m := newMock(t, Config{Common: common("203.0.113.0/29")})
+	lb := gatewayStreamsModel()
+	lb.Listeners = append(lb.Listeners, lbmodel.Listener{Port: 9443, Protocol: lbmodel.HTTPS,
+		ClientValidation: &lbmodel.ClientValidation{CACertPEM: string(lb.HTTP.TLS[0].CertPEM)}})
+	lb.Listeners = slices.DeleteFunc(lb.Listeners, func(l lbmodel.Listener) bool { return l.Protocol == lbmodel.TLS && l.Port == 9443 })
+	want := "listener HTTPS/9443: clientValidation"
+	if _, err := m.Ensure(context.Background(), lb); !errors.Is(err, lbmodel.ErrUnsupported) || !strings.Contains(err.Error(), want) {
+		t.Errorf("Ensure = %v, want ErrUnsupported naming %q", err, want)
+	}
+	if got, _ := m.List(context.Background()); len(got) != 0 {
+		t.Errorf("List = %v, want nothing stored", got)
+	}
+	if err := providertest.ListenerRefusal(m, lb); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("the listener check = %v, want the error naming %q", err, want)
+	}
+	if err := providertest.ListenerRefusal(m, gatewayStreamsModel()); err != nil {
+		t.Errorf("the listener check of a model the mock serves: %v", err)
 	}
 }

@@ -405,6 +405,9 @@ func (m *Mock) normalise(lb *lbmodel.LoadBalancer) (*lbmodel.LoadBalancer, error
 	if !lbmodel.OwnedBy(m.cluster, lb.Name) {
 		return nil, fmt.Errorf("not owned by cluster %s", m.cluster)
 	}
+	if err := m.CheckModel(lb); err != nil {
+		return nil, err
+	}
 	out := lb.Clone()
 	out.VIPs = nil
 	if out.HTTP != nil {
@@ -565,4 +568,13 @@ func (m *Mock) PolicyCapabilities() lbmodel.PolicyCapabilities {
 		BackendTLS: true, BackendTLSURI: true, BackendTLSManySANs: true, BackendTLSOtherSAN: true,
 	}
 	return lbmodel.PolicyCapabilities{Provider: Name, TCP: all, UDP: all, HTTP: all}
+}
+
+var _ providers.ModelChecker = (*Mock)(nil)
+
+// CheckModel refuses a listener that verifies client certificates: the
+// mock serves no TLS, so it would claim a check no one makes (the haproxy
+// provider serves it).
+func (m *Mock) CheckModel(lb *lbmodel.LoadBalancer) error {
+	return lbmodel.ClientValidationUnsupported(lb)
 }
