@@ -412,7 +412,8 @@ func (r *gatewayReconciler) writeRouteStatuses(ctx context.Context, key queueKey
 
 // input gathers what Build reads for gw from the caches (with
 // inputs.Store.GatewayInput), its certificate Secrets from the API, and
-// the CA ConfigMaps of its backends' BackendTLSPolicies from their watches;
+// the CA ConfigMaps of its backends' BackendTLSPolicies and of its own
+// client validation from their watches;
 // the Secrets npl-lbsync may not read are told in a Warning Event when
 // they change (tellForbidden).
 func (r *gatewayReconciler) input(ctx context.Context, gw *gatewayv1.Gateway) (gateway.Input, error) {
@@ -428,6 +429,7 @@ func (r *gatewayReconciler) input(ctx context.Context, gw *gatewayv1.Gateway) (g
 	if g.traffic != nil {
 		src.TrafficPolicies = g.traffic.policiesOf(src.Routes)
 	}
+	src.FrontendConfigMaps = g.frontendCAs.get
 	in, err := r.store.GatewayInput(ctx, r.inputSettings(), gw, src, inputs.APISecrets(r.client))
 	in.Checker, in.PolicyCapabilities = r.checker, r.policyCaps
 	if err == nil {

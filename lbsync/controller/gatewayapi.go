@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
@@ -32,6 +33,11 @@ type gatewayState struct {
 	backendTLS *backendTLSState
 	// traffic is nil unless XBackendTrafficPolicies are served.
 	traffic *trafficPolicyKind
+	// frontendCAs watches the ConfigMaps the Gateways name as their
+	// client CA certificates (spec.tls.frontend), gateways indexes the
+	// Gateways by them (gatewayCAIndex).
+	frontendCAs *configMapWatch
+	gwIndexer   cache.Indexer
 	// cancel stops the informers of a state ServeGatewayAPI started.
 	cancel    context.CancelFunc
 	namespace cache.Indexer
@@ -95,11 +101,41 @@ func (c *Controller) GatewayKinds() []string {
 }
 
 // run starts what of the state is not a factory's informer: the watches
-// of the ConfigMaps BackendTLSPolicies name.
+// of the ConfigMaps BackendTLSPolicies and Gateways name.
 func (g *gatewayState) run(ctx context.Context) {
 	if g.backendTLS != nil {
 		g.backendTLS.configMaps.run(ctx)
 	}
+	g.frontendCAs.run(ctx)
+}
+
+// gatewayCAIndex indexes Gateways by the "namespace/name" of each
+// ConfigMap their spec.tls.frontend names.
+const gatewayCAIndex = "frontendCAConfigMap"
+
+// watchFrontendCAs indexes the Gateways of gwInf by their client CA
+// ConfigMaps, watches those ConfigMaps (and those only, each by name) and
+// queues the Gateways that name one when it changes.
+func (c *Controller) watchFrontendCAs(g *gatewayState, gwInf cache.SharedIndexInformer) {
+	utilruntime.Must(gwInf.AddIndexers(cache.Indexers{gatewayCAIndex: func(obj any) ([]string, error) {
+		if gw, ok := obj.(*gatewayv1.Gateway); ok {
+			return gateway.FrontendCAConfigMaps(gw), nil
+		}
+		return nil, nil
+	}}))
+	g.gwIndexer = gwInf.GetIndexer()
+	g.frontendCAs = newConfigMapWatch(c.client, func(key string) {
+		objs, _ := g.gwIndexer.ByIndex(gatewayCAIndex, key)
+		for _, o := range objs {
+			if gw, ok := o.(*gatewayv1.Gateway); ok {
+				c.queue.Add(gatewayKey(gw.Namespace, gw.Name))
+			}
+		}
+	})
+	set := func(any) { g.frontendCAs.set(g.gwIndexer.ListIndexFuncValues(gatewayCAIndex)) }
+	_, _ = gwInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: set, UpdateFunc: func(_, obj any) { set(obj) }, DeleteFunc: set,
+	})
 }
 
 // gwState returns the Gateway API part, nil when it is not served.
@@ -127,6 +163,7 @@ func (c *Controller) newGatewayState(client gatewayclient.Interface, kinds []str
 		}
 	}
 	g.classes, g.gateways, g.grants = classInf.Lister(), gwInf.Lister(), grantInf.Lister()
+	c.watchFrontendCAs(g, gwInf.Informer())
 	g.namespace = nsInf.Informer().GetIndexer()
 
 	_, _ = classInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -111,6 +111,9 @@ type Result struct {
 	// RouteEvents are Warning Events for the owners of routes: a route's
 	// condition says the same, in the Gateway's parent status.
 	RouteEvents []RouteEvent
+	// InsecureFrontend says where spec.tls.frontend lets clients in
+	// without a valid certificate (AllowInsecureFallback); "" nowhere.
+	InsecureFrontend string
 }
 
 // RouteEvent is a Warning Event for a route.
@@ -197,6 +200,10 @@ type build struct {
 	// trafficResolved each resolved (trafficpolicy.go).
 	trafficPolicies []*gatewayxv1a1.XBackendTrafficPolicy
 	trafficResolved map[*gatewayxv1a1.XBackendTrafficPolicy]*trafficPolicy
+	// frontend is the client certificate validation of each HTTPS port,
+	// clientCABytes the size of those accepted so far (frontendtls.go).
+	frontend      map[int32]*frontendValidation
+	clientCABytes int
 }
 
 // Build returns the load balancer of in.Gateway and the statuses of the
@@ -212,7 +219,8 @@ type build struct {
 //     weighted by their share, and whose invalid backendRefs' share is
 //     answered 500 (InvalidWeight); a rule whose backendRefs are all
 //     invalid answers 500 (FixedStatus);
-//   - the certificates of the HTTPS listeners, with their Ports;
+//   - the certificates of the HTTPS listeners, with their Ports, and the
+//     client certificate validation of their ports (frontendtls.go);
 //   - GRPCRoutes as HTTP rules to h2c pools (grpcroute.go), TCPRoutes and
 //     UDPRoutes as TCP and UDP listeners with the pool of their oldest
 //     route (tcproute.go, udproute.go), TLSRoutes as the SNI routes of TLS
@@ -244,7 +252,8 @@ func Build(in Input) Result {
 
 	listeners := b.listeners()
 	res.Accepted = b.acceptedCondition(listeners, addrErr)
-	b.size = certBytes(listeners)
+	res.InsecureFrontend = InsecureFrontend(gw)
+	b.size = certBytes(listeners) + b.clientCABytes
 
 	res.MissingSecrets = b.missingSecrets
 	for _, at := range b.routes(listeners, &res) {

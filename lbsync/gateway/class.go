@@ -87,10 +87,20 @@ var RouteFeatures = []gatewayv1.FeatureName{
 	"UDPRoute",
 }
 
+// ClientCertificateFeatures are the extended features of a Gateway's
+// spec.tls.frontend (client certificate validation, and its
+// AllowInsecureFallback mode), which the haproxy provider alone serves:
+// the mock serves no TLS, and Avi and BIG-IP refuse such listeners
+// (lbmodel.ClientValidationUnsupported).
+var ClientCertificateFeatures = []gatewayv1.FeatureName{
+	"GatewayFrontendClientCertificateValidation",
+	"GatewayFrontendClientCertificateValidationInsecureFallback",
+}
+
 // providerFeatures are the features beyond CoreFeatures each provider
 // serves, as its own Gateway layout does (docs/avi.md, docs/bigip.md).
 var providerFeatures = map[string][]gatewayv1.FeatureName{
-	"haproxy": slices.Concat(ExtendedFeatures, RouteFeatures),
+	"haproxy": slices.Concat(ExtendedFeatures, RouteFeatures, ClientCertificateFeatures),
 	"mock":    slices.Concat(ExtendedFeatures, RouteFeatures),
 	// Avi: no 500 answers, query or regular expression matches, response
 	// header changes, ReplacePrefixMatch, 303/308 redirects, TLS listeners

@@ -84,14 +84,15 @@ func (b *build) finish(lb *lbmodel.LoadBalancer, ls []*listener) {
 }
 
 // modelListener is the model's listener of a served listener (the first
-// of its port): HTTP and HTTPS without pool, TCP and UDP with the pool of
+// of its port): HTTP and HTTPS without pool (HTTPS with its port's client
+// validation), TCP and UDP with the pool of
 // their oldest route (none attached: a pool without members), TLS with
 // the SNI routes of its port.
 func (b *build) modelListener(l *listener) lbmodel.Listener {
 	port := l.spec.Port
 	switch l.spec.Protocol {
 	case gatewayv1.HTTPSProtocolType:
-		return lbmodel.Listener{Port: port, Protocol: lbmodel.HTTPS}
+		return lbmodel.Listener{Port: port, Protocol: lbmodel.HTTPS, ClientValidation: l.clientValidation}
 	case gatewayv1.TCPProtocolType, gatewayv1.UDPProtocolType:
 		proto := lbmodel.Protocol(l.spec.Protocol)
 		pool := lbmodel.Pool{Name: lbmodel.PoolName(b.lbName, proto, port), Members: []lbmodel.Member{}}

@@ -26,6 +26,11 @@ type listener struct {
 	conflict metav1.Condition
 	kinds    []gatewayv1.RouteGroupKind
 	certs    []lbmodel.TLSCert
+	// certsFailed is set when a certificateRef cannot be used: the
+	// listener is not programmed.
+	certsFailed bool
+	// clientValidation is that of an HTTPS listener's port, nil for none.
+	clientValidation *lbmodel.ClientValidation
 	// terminate is set on a TLS listener that terminates TLS.
 	terminate bool
 	// routes are the routes attached, by route.id.
@@ -51,8 +56,7 @@ func (l *listener) ok() bool { return l.accepted.Status == metav1.ConditionTrue 
 // served reports whether the listener's port is programmed.
 func (l *listener) served() bool {
 	return l.ok() && l.conflict.Status != metav1.ConditionTrue && len(l.kinds) > 0 &&
-		(!l.needsCerts() || (len(l.certs) > 0 && l.resolved.Reason != string(gatewayv1.ListenerReasonInvalidCertificateRef) &&
-			l.resolved.Reason != string(gatewayv1.ListenerReasonRefNotPermitted)))
+		(!l.needsCerts() || (len(l.certs) > 0 && !l.certsFailed))
 }
 
 func notServedReason(l *listener) string {
@@ -119,6 +123,9 @@ func (b *build) listeners() []*listener {
 		b.routeKinds(l)
 		if l.needsCerts() {
 			b.listenerCerts(l)
+		}
+		if spec.Protocol == gatewayv1.HTTPSProtocolType {
+			b.clientValidation(l)
 		}
 		out = append(out, l)
 	}
@@ -198,6 +205,7 @@ func (b *build) routeKinds(l *listener) {
 func (b *build) listenerCerts(l *listener) {
 	gen := b.gw.Generation
 	fail := func(reason gatewayv1.ListenerConditionReason, msg string) {
+		l.certsFailed = true
 		if l.resolved.Status == metav1.ConditionTrue || l.resolved.Reason == string(gatewayv1.ListenerReasonInvalidRouteKinds) {
 			l.resolved = b.cond(string(gatewayv1.ListenerConditionResolvedRefs), false, string(reason), msg, gen)
 		}

@@ -38,6 +38,13 @@ func GatewayStatus(gw *gatewayv1.Gateway, res Result, p Programmed) gatewayv1.Ga
 		prog.Status, prog.Reason, prog.Message = metav1.ConditionFalse, string(gatewayv1.GatewayReasonAddressNotAssigned), "the load balancer has no address yet"
 	}
 	st.Conditions = []metav1.Condition{res.Accepted, prog}
+	if res.InsecureFrontend != "" {
+		st.Conditions = append(st.Conditions, metav1.Condition{
+			Type: string(gatewayv1.GatewayConditionInsecureFrontendValidationMode), Status: metav1.ConditionTrue,
+			Reason:             string(gatewayv1.GatewayReasonConfigurationChanged),
+			Message:            "spec.tls.frontend lets clients without a valid certificate in (AllowInsecureFallback): " + res.InsecureFrontend,
+			ObservedGeneration: gen})
+	}
 	if prog.Status == metav1.ConditionTrue {
 		ip := gatewayv1.IPAddressType
 		for _, v := range p.VIPs {

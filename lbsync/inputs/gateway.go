@@ -113,6 +113,9 @@ type GatewaySources struct {
 	// TrafficPolicies are XBackendTrafficPolicies; GatewayInput keeps
 	// those of the routes' backends.
 	TrafficPolicies []*gatewayxv1a1.XBackendTrafficPolicy
+	// FrontendConfigMaps reads the ConfigMaps of the Gateway's client CA
+	// certificates (spec.tls.frontend); nil: none is read.
+	FrontendConfigMaps ConfigMapGetter
 }
 
 // ConfigMapGetter reads one ConfigMap.
@@ -148,6 +151,9 @@ func (s Store) GatewayInput(ctx context.Context, set Settings, gw *gatewayv1.Gat
 	in.Services, in.Pods, in.EndpointSlices, in.Nodes = b.services, b.pods, b.slices, s.nodes(set, b.pods)
 	if err := s.backendTLS(ctx, &in, src); err != nil {
 		return in, err
+	}
+	if err := readConfigMaps(ctx, &in, src.FrontendConfigMaps, gateway.FrontendCAConfigMaps(gw)); err != nil {
+		return in, fmt.Errorf("client CA certificates of gateway %s/%s: %w", gw.Namespace, gw.Name, err)
 	}
 	for _, p := range src.TrafficPolicies {
 		if slices.ContainsFunc(gateway.TrafficPolicyTargets(p), func(r gateway.ServiceRef) bool { return b.seen[r.String()] }) {
@@ -201,22 +207,40 @@ func (s Store) backendTLS(ctx context.Context, in *gateway.Input, src GatewaySou
 			continue
 		}
 		in.BackendTLSPolicies = append(in.BackendTLSPolicies, p)
+		var keys []string
 		for _, key := range gateway.BackendTLSConfigMaps(p) {
-			if seen[key] || src.ConfigMaps == nil {
-				continue
+			if !seen[key] {
+				seen[key] = true
+				keys = append(keys, key)
 			}
-			seen[key] = true
-			ns, name, _ := strings.Cut(key, "/")
-			c, err := src.ConfigMaps(ctx, ns, name)
-			switch {
-			case apierrors.IsNotFound(err):
-			case apierrors.IsForbidden(err):
-				in.ForbiddenConfigMaps = append(in.ForbiddenConfigMaps, key)
-			case err != nil:
-				return fmt.Errorf("get CA ConfigMap %s of BackendTLSPolicy %s/%s: %w", key, p.Namespace, p.Name, err)
-			default:
-				in.ConfigMaps = append(in.ConfigMaps, c)
-			}
+		}
+		if err := readConfigMaps(ctx, in, src.ConfigMaps, keys); err != nil {
+			return fmt.Errorf("BackendTLSPolicy %s/%s: %w", p.Namespace, p.Name, err)
+		}
+	}
+	return nil
+}
+
+// readConfigMaps adds to in the ConfigMaps of keys ("namespace/name") that
+// get reads (nil: none) and in is without: a missing one is left for the
+// builder to report, one npl-lbsync may not read is named in
+// ForbiddenConfigMaps.
+func readConfigMaps(ctx context.Context, in *gateway.Input, get ConfigMapGetter, keys []string) error {
+	for _, key := range keys {
+		if get == nil || slices.ContainsFunc(in.ConfigMaps, func(c *corev1.ConfigMap) bool { return c.Namespace+"/"+c.Name == key }) ||
+			slices.Contains(in.ForbiddenConfigMaps, key) {
+			continue
+		}
+		ns, name, _ := strings.Cut(key, "/")
+		c, err := get(ctx, ns, name)
+		switch {
+		case apierrors.IsNotFound(err):
+		case apierrors.IsForbidden(err):
+			in.ForbiddenConfigMaps = append(in.ForbiddenConfigMaps, key)
+		case err != nil:
+			return fmt.Errorf("get CA ConfigMap %s: %w", key, err)
+		default:
+			in.ConfigMaps = append(in.ConfigMaps, c)
 		}
 	}
 	return nil
@@ -232,7 +256,8 @@ type GatewayObjects struct {
 	Namespaces         []*corev1.Namespace
 	ReferenceGrants    []*gatewayv1.ReferenceGrant
 	BackendTLSPolicies []*gatewayv1.BackendTLSPolicy
-	// ConfigMaps reads the CA ConfigMaps of the policies.
+	// ConfigMaps reads the CA ConfigMaps of the policies and of the
+	// Gateways' client validation.
 	ConfigMaps      ConfigMapGetter
 	TrafficPolicies []*gatewayxv1a1.XBackendTrafficPolicy
 }
@@ -241,7 +266,8 @@ type GatewayObjects struct {
 // name it, the Namespaces, the ReferenceGrants and the BackendTLSPolicies.
 func (o GatewayObjects) Sources(gw *gatewayv1.Gateway) GatewaySources {
 	src := GatewaySources{Namespaces: o.Namespaces, ReferenceGrants: o.ReferenceGrants,
-		BackendTLSPolicies: o.BackendTLSPolicies, ConfigMaps: o.ConfigMaps, TrafficPolicies: o.TrafficPolicies}
+		BackendTLSPolicies: o.BackendTLSPolicies, ConfigMaps: o.ConfigMaps, TrafficPolicies: o.TrafficPolicies,
+		FrontendConfigMaps: o.ConfigMaps}
 	for _, rt := range o.Routes {
 		if slices.Contains(gateway.Gateways(rt), gw.Namespace+"/"+gw.Name) {
 			src.Routes = append(src.Routes, rt)

@@ -214,3 +214,40 @@ func fakeReads[T any](reads *int, resource string, made func(ns, name string) T)
 		return made(ns, name), nil
 	}
 }
+
+// GatewayInput reads the ConfigMaps of the Gateway's client CA
+// certificates (spec.tls.frontend), of any namespace (the builder checks
+// the ReferenceGrants), once each, a forbidden one named.
+func TestStore_gatewayInputFrontendCAs(t *testing.T) {
+	s := Store{
+		Services: cache.NewIndexer(cache.MetaNamespaceKeyFunc, ServiceIndexers()),
+		Pods:     cache.NewIndexer(cache.MetaNamespaceKeyFunc, PodIndexers()),
+	}
+	reads := 0
+	configMaps := fakeReads(&reads, "configmaps", func(ns, name string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	})
+	other := gatewayv1.Namespace("other")
+	gw := &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: "infra", Name: "gw"}}
+	gw.Spec.TLS = &gatewayv1.GatewayTLSConfig{Frontend: &gatewayv1.FrontendTLSConfig{
+		Default: gatewayv1.TLSConfig{Validation: &gatewayv1.FrontendTLSValidation{CACertificateRefs: []gatewayv1.ObjectReference{
+			{Kind: "ConfigMap", Name: "ca"}, {Kind: "ConfigMap", Name: "secret"}, {Kind: "Service", Name: "svc"}}}},
+		PerPort: []gatewayv1.TLSPortConfig{{Port: 8443, TLS: gatewayv1.TLSConfig{Validation: &gatewayv1.FrontendTLSValidation{
+			CACertificateRefs: []gatewayv1.ObjectReference{{Kind: "ConfigMap", Name: "ca"}, {Kind: "ConfigMap", Name: "ca", Namespace: &other}}}}}},
+	}}
+	in, err := s.GatewayInput(context.Background(), Settings{}, gw, GatewaySources{FrontendConfigMaps: configMaps}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range in.ConfigMaps {
+		got = append(got, c.Namespace+"/"+c.Name)
+	}
+	if !slices.Equal(got, []string{"infra/ca", "other/ca"}) || reads != 3 || !slices.Equal(in.ForbiddenConfigMaps, []string{"infra/secret"}) {
+		t.Errorf("ConfigMaps %v read %d times, forbidden %v; want infra/ca and other/ca, 3 reads, infra/secret forbidden",
+			got, reads, in.ForbiddenConfigMaps)
+	}
+	if in, _ := s.GatewayInput(context.Background(), Settings{}, gw, GatewaySources{}, nil); len(in.ConfigMaps) != 0 {
+		t.Errorf("without a reader: ConfigMaps %v", in.ConfigMaps)
+	}
+}
