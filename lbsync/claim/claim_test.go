@@ -278,3 +278,34 @@ func TestClaimAndReleasePatches(t *testing.T) {
 		})
 	}
 }
+
+// The claim rides with a status write: one patch for the status
+// subresource holding the claim's metadata beside the status, and the
+// resourceVersion that guards its finalizers.
+func TestWithClaim_onePatchForClaimAndStatus(t *testing.T) {
+	svc := lbService(nil)
+	svc.ResourceVersion = "7"
+	claimPatch := ClaimPatch(svc, "prod", true)
+	status := ServiceStatusPatch(svc, []string{"198.18.0.9"}, nil)
+	want := `{"metadata":{"annotations":{"nodeportlocal.antrea.io/enabled":"true","` + contract.AutoAnnotatedKey + `":"true","` +
+		contract.ClaimedByKey + `":"prod"},"finalizers":["` + contract.CleanupFinalizer + `"],"resourceVersion":"7"},` +
+		`"status":{"loadBalancer":{"ingress":[{"ip":"198.18.0.9"}]}}}`
+	if got := string(WithClaim(status, claimPatch)); got != want {
+		t.Errorf("WithClaim:\n got %s\nwant %s", got, want)
+	}
+	// ClearServiceStatusPatch has metadata of its own: both are kept.
+	svc.Status.Conditions = []metav1.Condition{{Type: contract.SyncedConditionType}}
+	var merged map[string]map[string]any
+	if err := json.Unmarshal(WithClaim(ClearServiceStatusPatch(svc, false), claimPatch), &merged); err != nil {
+		t.Fatal(err)
+	}
+	if merged["metadata"]["resourceVersion"] != "7" || merged["metadata"]["finalizers"] == nil || merged["status"]["conditions"] != nil {
+		t.Errorf("WithClaim of a clearing patch: %v", merged)
+	}
+	if p := WithClaim(nil, claimPatch); p != nil {
+		t.Errorf("no status write: WithClaim = %s, want nil", p)
+	}
+	if got := WithClaim(status, nil); !bytes.Equal(got, status) {
+		t.Errorf("nothing to claim: WithClaim = %s, want the status patch", got)
+	}
+}

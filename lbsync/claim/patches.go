@@ -83,6 +83,35 @@ func ClaimPatch(obj metav1.Object, clusterName string, optIn bool) []byte {
 	return mustJSON(map[string]any{"metadata": meta})
 }
 
+// WithClaim returns one patch for the Service status subresource that
+// carries both status, a status patch built here, and claimPatch
+// (ClaimPatch's metadata): the API server resets only the spec of a Service
+// written through status (k8s.io/kubernetes pkg/registry/core/service,
+// serviceStatusStrategy), so one request claims the Service and writes its
+// status. A nil claimPatch returns status; a nil status returns nil (no
+// status write to carry the claim).
+func WithClaim(status, claimPatch []byte) []byte {
+	if status == nil || claimPatch == nil {
+		return status
+	}
+	var s, c map[string]any
+	if err := json.Unmarshal(status, &s); err != nil {
+		panic(fmt.Sprintf("claim: status patch: %v", err)) // built here: valid JSON
+	}
+	if err := json.Unmarshal(claimPatch, &c); err != nil {
+		panic(fmt.Sprintf("claim: claim patch: %v", err))
+	}
+	meta, _ := s["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	for k, v := range c["metadata"].(map[string]any) {
+		meta[k] = v
+	}
+	s["metadata"] = meta
+	return mustJSON(s)
+}
+
 // ReleasePatch removes the finalizer and the claim record from obj, keeping
 // every other finalizer; nil when obj carries neither. It is the last step
 // of a release: without the finalizer, a deleted object goes.

@@ -154,20 +154,27 @@ func (r *serviceReconciler) claimed(names map[string]bool) {
 // sync makes the load balancer of one Service match it.
 func (r *serviceReconciler) sync(ctx context.Context, key queueKey) syncResult {
 	svc, err := r.lister.Services(key.namespace).Get(key.name)
-	if err == nil {
-		if last, ok := pending(&r.writes, svc); ok {
-			svc = svc.DeepCopy()
-			svc.Status = last.Status // the spec stays the cache's: never older than its events
-		}
-	}
 	if err != nil {
-		// Gone without our finalizer (or it was removed by hand): the
-		// garbage collector removes what may be left.
+		// Gone without our finalizer: deleted between its first apply and
+		// the status write that claims it (ensure), or the finalizer was
+		// removed by hand. Its load balancer goes now rather than at the
+		// next garbage collection.
+		if r.applier.hasApplied(key) {
+			name := lbmodel.LoadBalancerName(r.settings.ClusterName, key.namespace, key.name)
+			if err := r.applier.delete(ctx, name, lbmodel.L4); err != nil {
+				return retryOn(fmt.Errorf("delete load balancer %s: %w", name, err))
+			}
+		}
 		r.forget(key)
 		return synced()
 	}
+	last, ok := pending(&r.writes, svc)
+	if ok {
+		svc = svc.DeepCopy()
+		svc.Status = last.Status // the spec stays the cache's: never older than its events
+	}
 	if claim.Ours(svc, r.settings.Claim) && svc.DeletionTimestamp == nil {
-		return r.ensure(ctx, svc)
+		return r.ensure(ctx, svc, last)
 	}
 	if claim.Releasable(svc, r.settings.ClusterName) {
 		return retryOn(r.release(ctx, svc))
@@ -193,19 +200,40 @@ func (r *serviceReconciler) forget(key queueKey) {
 	delete(r.podEventAt, key)
 }
 
-// ensure claims a Service and applies its model.
-func (r *serviceReconciler) ensure(ctx context.Context, svc *corev1.Service) syncResult {
-	key := serviceKey(svc.Namespace, svc.Name)
+// ensure claims a Service and applies its model. The claim (finalizer,
+// claim record, opt-in) rides with the sync's status write, one request
+// where it took two (statusWrite): the first sync's status always changes
+// (the VIP, or the condition of a failure), so it carries the claim out
+// right after the first apply, before any member needs a node port. A sync
+// that writes no status sends the claim alone.
+func (r *serviceReconciler) ensure(ctx context.Context, svc *corev1.Service, last *corev1.Service) syncResult {
 	optIn := r.settings.ServiceType == builder.ServiceTypeNodePortLocal
-	if err := r.patchService(ctx, svc, claim.ClaimPatch(svc, r.settings.ClusterName, optIn)); err != nil {
+	w := &statusWrite{r: r, svc: svc}
+	// Our write that the cache does not show yet carries the claim
+	// already: claiming again from the cache would conflict.
+	if last == nil || claim.ClaimPatch(last, r.settings.ClusterName, optIn) != nil {
+		w.claim = claim.ClaimPatch(svc, r.settings.ClusterName, optIn)
+	}
+	res, applied := r.build(ctx, svc, w)
+	if err := w.claimAlone(ctx); err != nil {
 		return retryOn(err)
 	}
+	if applied == nil {
+		return res
+	}
+	return retryOn(r.updateRegistrations(ctx, svc, applied))
+}
+
+// build builds a Service's model and applies it, its status written
+// through w; it returns the model as applied, nil when it was not.
+func (r *serviceReconciler) build(ctx context.Context, svc *corev1.Service, w *statusWrite) (syncResult, *lbmodel.LoadBalancer) {
+	key := serviceKey(svc.Namespace, svc.Name)
 	lb, report := builder.Build(r.store.ServiceInput(r.inputSettings(), svc))
 	for _, e := range report.Errors {
 		r.recorder.Event(svc, corev1.EventTypeWarning, "InvalidService", e)
 	}
 	if lb == nil {
-		return refused(r.setCondition(ctx, svc, claim.Condition{Reason: "InvalidService", Message: fmt.Sprint(report.Errors)}))
+		return refused(w.condition(ctx, claim.Condition{Reason: "InvalidService", Message: fmt.Sprint(report.Errors)})), nil
 	}
 	own := lbpolicy.ServiceTarget(svc.Namespace, svc.Name)
 	r.attachPolicies(lb, &own, nil)
@@ -231,16 +259,56 @@ func (r *serviceReconciler) ensure(ctx context.Context, svc *corev1.Service) syn
 				cond.Reason = "SyncedWithWarnings"
 				cond.Message += "; " + strings.Join(status.Warnings, "; ")
 			}
-			return r.setStatus(ctx, svc, status.VIPs, cond)
+			vips := status.VIPs
+			if vips == nil {
+				vips = []string{}
+			}
+			return w.send(ctx, claim.ServiceStatusPatch(svc, vips, &cond))
 		},
 		setFailed: func(ctx context.Context, f failure) error {
-			return r.setCondition(ctx, svc, claim.Condition{Reason: f.reason, Message: f.message})
+			return w.condition(ctx, claim.Condition{Reason: f.reason, Message: f.message})
 		},
 	})
-	if applied == nil {
-		return res
+	return res, applied
+}
+
+// statusWrite is one sync's write of a Service's status, which carries the
+// Service's claim patch (claim.WithClaim) when it lacks the claim.
+type statusWrite struct {
+	r   *serviceReconciler
+	svc *corev1.Service
+	// claim is the claim patch not sent yet; nil when none is needed.
+	claim []byte
+}
+
+// send writes a status patch (nil: nothing changes) with the claim.
+func (w *statusWrite) send(ctx context.Context, status []byte) error {
+	if status == nil {
+		return nil
 	}
-	return retryOn(r.updateRegistrations(ctx, svc, applied))
+	if err := w.r.patchService(ctx, w.svc, claim.WithClaim(status, w.claim), "status"); err != nil {
+		return err
+	}
+	w.claim = nil
+	return nil
+}
+
+// condition sets the npl.io/LoadBalancerSynced condition alone, writing
+// only when its status, reason or message changes.
+func (w *statusWrite) condition(ctx context.Context, cond claim.Condition) error {
+	return w.send(ctx, claim.ServiceStatusPatch(w.svc, nil, &cond))
+}
+
+// claimAlone sends the claim when no status write carried it.
+func (w *statusWrite) claimAlone(ctx context.Context) error {
+	if w.claim == nil {
+		return nil
+	}
+	if err := w.r.patchService(ctx, w.svc, w.claim); err != nil {
+		return err
+	}
+	w.claim = nil
+	return nil
 }
 
 // release undoes ensure for a Service that is no longer ours or is being
@@ -278,20 +346,4 @@ func (r *serviceReconciler) optOut(ctx context.Context, svc *corev1.Service) err
 	}
 	patch, _ := claim.AnnotationPatch(svc, false)
 	return r.patchService(ctx, svc, patch)
-}
-
-// setStatus writes the VIPs into status.loadBalancer.ingress and sets the
-// npl.io/LoadBalancerSynced condition, in one patch and only when either
-// changes.
-func (r *serviceReconciler) setStatus(ctx context.Context, svc *corev1.Service, vips []string, cond claim.Condition) error {
-	if vips == nil {
-		vips = []string{}
-	}
-	return r.patchService(ctx, svc, claim.ServiceStatusPatch(svc, vips, &cond), "status")
-}
-
-// setCondition sets the npl.io/LoadBalancerSynced condition alone, writing
-// only when its status, reason or message changes.
-func (r *serviceReconciler) setCondition(ctx context.Context, svc *corev1.Service, cond claim.Condition) error {
-	return r.patchService(ctx, svc, claim.ServiceStatusPatch(svc, nil, &cond), "status")
 }

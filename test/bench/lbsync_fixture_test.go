@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -266,6 +268,36 @@ func (s *serviceSet) resetClaims(ctx context.Context, client kubernetes.Interfac
 		}
 		return nil
 	})
+}
+
+// countWrites starts counting the changes of the set's Services (a watch
+// from now on) and returns the function that stops and returns the count,
+// after a second for the last events to arrive.
+func (s *serviceSet) countWrites(ctx context.Context, client kubernetes.Interface) (func() int, error) {
+	list, err := client.CoreV1().Services(s.ns).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return nil, err
+	}
+	w, err := client.CoreV1().Services(s.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		return nil, err
+	}
+	var n atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Modified {
+				n.Add(1)
+			}
+		}
+	}()
+	return func() int {
+		time.Sleep(time.Second)
+		w.Stop()
+		<-done
+		return int(n.Load())
+	}, nil
 }
 
 // completeLBs counts the set's load balancers in a mock state that have one
