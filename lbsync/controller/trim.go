@@ -12,23 +12,27 @@ import (
 // trimmer is the informer transform: it keeps only what npl-lbsync reads, to
 // bound the memory of its caches (a Pod costs a few hundred bytes instead of
 // tens of KiB with managedFields, env, volumes and status details), and
-// hands the Pods of one template one copy of their labels and containers.
+// hands the Pods of one template one copy of their labels and containers,
+// and the Pods of one readiness one copy of their conditions.
 type trimmer struct {
 	mu sync.Mutex
-	// labels and containers hold one copy of each value seen, by its JSON.
+	// labels, containers and conditions hold one copy of each value seen,
+	// by its JSON.
 	// The cache's objects are read only, as every informer cache's, so Pods
 	// may share them. Each table is emptied when it reaches sharedMax
 	// entries, so that it stays bounded whatever the cluster's label sets
 	// (a StatefulSet's Pods each have their own): Pods keep what they got.
 	labels     map[string]map[string]string
 	containers map[string][]corev1.Container
+	conditions map[string][]corev1.PodCondition
 }
 
 // sharedMax bounds each table of the trimmer.
 const sharedMax = 4096
 
 func newTrimmer() *trimmer {
-	return &trimmer{labels: map[string]map[string]string{}, containers: map[string][]corev1.Container{}}
+	return &trimmer{labels: map[string]map[string]string{}, containers: map[string][]corev1.Container{},
+		conditions: map[string][]corev1.PodCondition{}}
 }
 
 func (t *trimmer) trim(obj any) (any, error) {
@@ -38,6 +42,9 @@ func (t *trimmer) trim(obj any) (any, error) {
 		t.mu.Lock()
 		pod.Labels = shared(t.labels, pod.Labels)
 		pod.Spec.Containers = shared(t.containers, pod.Spec.Containers)
+		// Without readiness gates only the Ready condition's status is
+		// kept: two values for most Pods.
+		pod.Status.Conditions = shared(t.conditions, pod.Status.Conditions)
 		t.mu.Unlock()
 		return pod, nil
 	case *corev1.Service:

@@ -27,7 +27,7 @@ func trimTestPod(name string, gates ...corev1.PodConditionType) *corev1.Pod {
 	return pod
 }
 
-func TestTrimmer_podsOfOneTemplateShareLabelsAndContainers(t *testing.T) {
+func TestTrimmer_podsOfOneTemplateShareLabelsContainersAndConditions(t *testing.T) {
 	tr := newTrimmer()
 	a, _ := tr.trim(trimTestPod("a"))
 	b, _ := tr.trim(trimTestPod("b"))
@@ -41,6 +41,9 @@ func TestTrimmer_podsOfOneTemplateShareLabelsAndContainers(t *testing.T) {
 	}
 	if &pa.Spec.Containers[0] != &pb.Spec.Containers[0] {
 		t.Error("two Pods with the same containers hold two slices")
+	}
+	if &pa.Status.Conditions[0] != &pb.Status.Conditions[0] {
+		t.Error("two Pods of the same readiness hold two slices of conditions")
 	}
 	other := trimTestPod("c")
 	other.Spec.Containers[0].Ports[0].ContainerPort = 9090
