@@ -66,7 +66,7 @@ type serviceSet struct {
 	basePort int
 	services int
 	podsPer  int
-	nodes    []*cluster.Node
+	nodes    []benchNode
 	// ports holds each Pod's current node port, by Pod index.
 	ports  []int
 	cursor int
@@ -84,7 +84,22 @@ func (s *serviceSet) lbName(i int) string {
 	return lbmodel.LoadBalancerName(s.cluster, s.ns, s.serviceName(i))
 }
 
-func (s *serviceSet) node(g int) *cluster.Node { return s.nodes[g%len(s.nodes)] }
+func (s *serviceSet) node(g int) benchNode { return s.nodes[g%len(s.nodes)] }
+
+// benchNode is a node of a set: one of the cluster's, or a Node object alone
+// (BenchmarkLBSyncScale).
+type benchNode struct {
+	Name string
+	IP   netip.Addr
+}
+
+func clusterNodes(c *cluster.Cluster) []benchNode {
+	var out []benchNode
+	for _, n := range c.Nodes() {
+		out = append(out, benchNode{Name: n.Name, IP: n.IP})
+	}
+	return out
+}
 
 func (s *serviceSet) vip(i int) netip.Addr {
 	a := s.vips.Addr()
@@ -121,6 +136,11 @@ func (s *serviceSet) pod(g int) *corev1.Pod {
 				{Name: "http", ContainerPort: firstPodPort, Protocol: corev1.ProtocolTCP},
 			}}},
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			// Nodes without a kubelet go Unknown: no eviction.
+			Tolerations: []corev1.Toleration{
+				{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+				{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+			},
 		},
 	}
 }
@@ -128,7 +148,7 @@ func (s *serviceSet) pod(g int) *corev1.Pod {
 // podStatusPatch makes Pod g Running and Ready, as a kubelet would. No
 // network runs the IP: npl-lbsync only reads it.
 func (s *serviceSet) podStatusPatch(g int) []byte {
-	ip := netip.AddrFrom4([4]byte{198, 19, byte(64 + g/250), byte(2 + g%250)}).String()
+	ip := netip.AddrFrom4([4]byte{10, byte(64 + g>>16), byte(g >> 8), byte(g)}).String()
 	now := metav1.Now()
 	hostIP := s.node(g).IP.String()
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{
@@ -196,7 +216,7 @@ func (s *serviceSet) create(ctx context.Context, c *cluster.Cluster, client kube
 	}
 	s.ports = make([]int, s.pods())
 	for g := range s.ports {
-		s.ports[g] = s.basePort + g/lbNodes
+		s.ports[g] = s.basePort + g/len(s.nodes)
 	}
 	pods := client.CoreV1().Pods(s.ns)
 	if err := parallel(s.pods(), 32, func(g int) error {
@@ -226,7 +246,7 @@ func (s *serviceSet) create(ctx context.Context, c *cluster.Cluster, client kube
 	}); err != nil {
 		return "", fmt.Errorf("create services: %w", err)
 	}
-	if err := pollUntil(3*time.Minute, time.Second, "an EndpointSlice per Service in "+s.ns, func() (bool, error) {
+	if err := pollUntil(3*time.Minute+time.Duration(s.pods())*5*time.Millisecond, time.Second, "an EndpointSlice per Service in "+s.ns, func() (bool, error) {
 		list, err := client.DiscoveryV1().EndpointSlices(s.ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
@@ -426,7 +446,7 @@ func lbEnv(b *testing.B) *lbFixture {
 	}
 	f := &lbFixture{e: e, main: &serviceSet{ns: "bench-lb", class: "npl.io/lb", cluster: "bench",
 		vips: netip.MustParsePrefix("198.18.160.0/22"), basePort: 40000,
-		services: *lbServices, podsPer: *lbPodsPerService, nodes: e.c.Nodes()}}
+		services: *lbServices, podsPer: *lbPodsPerService, nodes: clusterNodes(e.c)}}
 	e.lb = f
 	if err := f.setup(b); err != nil {
 		if cerr := closeEnv(); cerr != nil {
@@ -438,7 +458,7 @@ func lbEnv(b *testing.B) *lbFixture {
 }
 
 func (f *lbFixture) setup(b *testing.B) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute+time.Duration(f.main.pods())*10*time.Millisecond)
 	defer cancel()
 	// npl-lbsync applies LoadBalancerPolicies when their CRD is served at
 	// its start, as the chart installs it.
