@@ -112,7 +112,7 @@ demo-shell: kubectl ## Open a shell inside a running `make demo KEEP=1` (its net
 
 .PHONY: bench
 bench: deps tools build images ## Measure speed and memory (Go benchmarks and scale runs on the local cluster).
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x -timeout 30m ./...
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x -timeout 90m ./...
 
 .PHONY: clean
 clean: ## Remove ./bin and test caches.
