@@ -85,7 +85,7 @@ Pods' nodeportlocal.antrea.io annotations, makes the configured load balancer
 	f.StringVar(&o.healthAddr, "health-probe-bind-address", ":9104", "address of the /healthz and /readyz listener (0 disables it)")
 	f.IntVar(&o.workers, "workers", 4, "Services synced in parallel")
 	f.DurationVar(&o.maxBackoff, "max-backoff", 30*time.Second, "cap of the retry delay of a failed sync")
-	f.Float32Var(&o.apiQPS, "kube-api-qps", 100, "sustained rate of requests to the Kubernetes API (writes at a cold start: about 4 per Service)")
+	f.Float32Var(&o.apiQPS, "kube-api-qps", 100, "sustained rate of requests to the Kubernetes API (writes at a first start: one per Service, its claim and status together)")
 	f.IntVar(&o.apiBurst, "kube-api-burst", 200, "burst of requests to the Kubernetes API")
 	f.StringVar(&o.webhookAddr, "webhook-bind-address", "", "address of the HTTPS admission webhook that injects the npl.io/lb-registered readiness gate (empty disables it)")
 	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/etc/npl/webhook", "directory with the webhook's tls.crt and tls.key")
