@@ -127,8 +127,19 @@ func renderSeeds() []renderSeed {
 	evilClientCA := l7.Clone()
 	evilClientCA.Listeners[1].ClientValidation = &lbmodel.ClientValidation{
 		CACertPEM: string(fuzzCert.cert) + "'\n    http-request deny # ${X}\r\n", Optional: true}
+	// CORS of a tenant's route: header names with every character a token
+	// may hold that HAProxy treats specially; origins that would end a
+	// word or a line (Normalize refuses them).
+	cors := l7.Clone()
+	cors.HTTP.Rules[0].CORS = &lbmodel.CORS{AllowOrigins: []string{"https://*.example.com", "http://a.example:8080"}, AllowCredentials: true,
+		AllowMethods: []string{"GET", "X'#%$|"}, AllowHeaders: []string{"x-'a", "x-%src%%"}, ExposeHeaders: []string{"*", "x-#$HOME", "x-|`~^"},
+		MaxAgeSeconds: 3600}
+	cors.HTTP.Rules[2].CORS = &lbmodel.CORS{AllowOrigins: []string{"*"}, AllowMethods: []string{"*"}, AllowHeaders: []string{"*"}, MaxAgeSeconds: 5}
+	evilCORS := l7.Clone()
+	evilCORS.HTTP.Rules[0].CORS = &lbmodel.CORS{AllowOrigins: []string{"https://a.example'\n    http-request deny", "https://b.example' '.*"},
+		AllowHeaders: []string{"x-a\"\n    http-request deny"}, ExposeHeaders: []string{"x-b, ${X}"}, MaxAgeSeconds: 5}
 	return []renderSeed{{c, l4}, {c, l7}, {c, evilService}, {c, evilName}, {c, evilPool}, {c, evilHost}, {c, evilPath},
-		{c, evilClientCA}, {"c1--x", l4}, {"c1\nfrontend", l4}}
+		{c, evilClientCA}, {c, cors}, {c, evilCORS}, {"c1--x", l4}, {"c1\nfrontend", l4}}
 }
 
 // fuzzCert is a certificate and key the fuzzed models' certificates use,

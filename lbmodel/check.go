@@ -113,6 +113,8 @@ func IngressSubset(lb *LoadBalancer) error {
 			field = "fixedStatus"
 		case r.Backends != nil:
 			field = "backends"
+		case r.CORS != nil:
+			field = "cors"
 		default:
 			continue
 		}

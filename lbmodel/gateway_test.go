@@ -31,7 +31,9 @@ func gatewayL7() *LoadBalancer {
 			Query:           []ValueMatch{{Name: "z", Value: "1"}, {Name: "a", Value: "2"}},
 			RequestHeaders:  &HeaderFilter{Set: []Header{{Name: "X-S", Value: "a b \"c\""}}, Add: []Header{}, Remove: []string{"X-R", "x-q"}},
 			ResponseHeaders: &HeaderFilter{Set: []Header{}, Add: []Header{}, Remove: []string{}},
-			Rewrite:         &Rewrite{Hostname: "rewritten.example", Path: &PathModifier{Type: ReplacePrefixMatch, Value: "/"}}, Order: 2},
+			Rewrite:         &Rewrite{Hostname: "rewritten.example", Path: &PathModifier{Type: ReplacePrefixMatch, Value: "/"}}, Order: 2,
+			CORS: &CORS{AllowOrigins: []string{"https://*.Example.com", "http://a.example:8080"}, AllowCredentials: true,
+				AllowMethods: []string{"PUT", "GET"}, AllowHeaders: []string{"x-b", "X-A"}, ExposeHeaders: []string{"*"}, MaxAgeSeconds: 5}},
 		Rule{Path: "/old", PathType: PathPrefix, Ports: []int32{8443},
 			Redirect: &Redirect{Scheme: "https", Hostname: "new.example", Port: 8443, StatusCode: 301,
 				Path: &PathModifier{Type: ReplacePrefixMatch, Value: "/new"}}},
@@ -226,7 +228,9 @@ func TestNormalize_gatewayFieldsInCanonicalForm(t *testing.T) {
 		Headers:        []ValueMatch{{Name: "x-a", Value: "a.*", Regex: true}, {Name: "X-B", Value: "b"}},
 		Query:          []ValueMatch{{Name: "a", Value: "2"}, {Name: "z", Value: "1"}},
 		RequestHeaders: &HeaderFilter{Set: []Header{{Name: "X-S", Value: "a b \"c\""}}, Remove: []string{"x-q", "X-R"}},
-		Rewrite:        &Rewrite{Hostname: "rewritten.example", Path: &PathModifier{Type: ReplacePrefixMatch, Value: "/"}}, Order: 2}
+		Rewrite:        &Rewrite{Hostname: "rewritten.example", Path: &PathModifier{Type: ReplacePrefixMatch, Value: "/"}}, Order: 2,
+		CORS: &CORS{AllowOrigins: []string{"http://a.example:8080", "https://*.example.com"}, AllowCredentials: true,
+			AllowMethods: []string{"GET", "PUT"}, AllowHeaders: []string{"X-A", "x-b"}, ExposeHeaders: []string{"*"}, MaxAgeSeconds: 5}}
 	if diff := cmp.Diff(want, r); diff != "" {
 		t.Errorf("rule (-want +got):\n%s", diff)
 	}

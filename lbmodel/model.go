@@ -217,6 +217,9 @@ type Rule struct {
 	// joined can apply (a load balancer changes a request before it
 	// chooses a member).
 	Backends []RuleBackend `json:"backends,omitempty"`
+	// CORS, when set, answers the rule's cross-origin requests (preflight
+	// requests by itself) as Gateway API's CORS filter asks.
+	CORS *CORS `json:"cors,omitempty"`
 }
 
 // MaxRuleBackends is the most backends a rule splits its requests between:

@@ -473,6 +473,9 @@ func (r *Rule) normalize(ports map[int32]Protocol, hasPool func(string) bool) er
 	if r.ResponseHeaders, err = normalizeFilter("response", r.ResponseHeaders); err != nil {
 		return err
 	}
+	if r.CORS, err = normalizeCORS(r.CORS); err != nil {
+		return err
+	}
 	if d := r.Redirect; d != nil {
 		d := *d
 		switch {
@@ -840,6 +843,7 @@ func (r Rule) Clone() Rule {
 	r.Query = slices.Clone(r.Query)
 	r.RequestHeaders = r.RequestHeaders.clone()
 	r.ResponseHeaders = r.ResponseHeaders.clone()
+	r.CORS = r.CORS.clone()
 	if r.Redirect != nil {
 		d := *r.Redirect
 		if d.Path != nil {

@@ -3,6 +3,8 @@ package lbmodel
 import (
 	"encoding/pem"
 	"errors"
+	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -156,6 +158,47 @@ func TestNormalize_rejectsInvalidModels(t *testing.T) {
 			lb.HTTP.Rules[0].Pool = ""
 			lb.HTTP.Rules[0].Backends = []RuleBackend{{Pool: "p", Weight: 1, RequestHeaders: &HeaderFilter{Set: []Header{{Name: "a b", Value: "v"}}}}}
 		}, `backend 0 request header filter: header name "a b" is not a token`},
+		{"L7 cors, max age 0", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].CORS = &CORS{} }, "cors: maxAgeSeconds 0 is not positive"},
+		{"L7 cors, an origin with a path", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].CORS = &CORS{AllowOrigins: []string{"https://a.example/x"}, MaxAgeSeconds: 5}
+		}, `cors: allowOrigins: "https://a.example/x" is not *`},
+		{"L7 cors, an origin that ends a quoted word", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].CORS = &CORS{AllowOrigins: []string{"https://a.example'\n    http-request deny"}, MaxAgeSeconds: 5}
+		}, "is not * nor"},
+		{"L7 cors, an origin without scheme", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].CORS = &CORS{AllowOrigins: []string{"a.example"}, MaxAgeSeconds: 5}
+		}, "is not * nor"},
+		{"L7 cors, a wildcard inside a host", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].CORS = &CORS{AllowOrigins: []string{"https://a.*.example"}, MaxAgeSeconds: 5}
+		}, "is not * nor"},
+		{"L7 cors, port 99999", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].CORS = &CORS{AllowOrigins: []string{"https://a.example:99999"}, MaxAgeSeconds: 5}
+		}, "port 99999 is out of 1-65535"},
+		{"L7 cors, * beside an origin", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].CORS = &CORS{AllowOrigins: []string{"*", "https://a.example"}, MaxAgeSeconds: 5}
+		}, "cors: allowOrigins: * stands alone"},
+		{"L7 cors, an origin twice", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].CORS = &CORS{AllowOrigins: []string{"https://A.example", "https://a.example"}, MaxAgeSeconds: 5}
+		}, `cors: allowOrigins: "https://a.example" given twice`},
+		{"L7 cors, a method with a blank", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].CORS = &CORS{AllowMethods: []string{"GET POST"}, MaxAgeSeconds: 5}
+		}, `cors: allowMethods: "GET POST" is not a method`},
+		{"L7 cors, a header name with a quote and a newline", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].CORS = &CORS{AllowHeaders: []string{"x-a\"\n"}, MaxAgeSeconds: 5}
+		}, "cors: allowHeaders:"},
+		{"L7 cors, a header twice", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].CORS = &CORS{ExposeHeaders: []string{"X-A", "x-a"}, MaxAgeSeconds: 5}
+		}, "cors: exposeHeaders:"},
+		{"L7 cors, a header name too long", validL7, func(lb *LoadBalancer) {
+			lb.HTTP.Rules[0].CORS = &CORS{ExposeHeaders: []string{strings.Repeat("x", 257)}, MaxAgeSeconds: 5}
+		}, "is not a header name"},
+		{"L7 cors, 65 headers", validL7, func(lb *LoadBalancer) {
+			var hs []string
+			for i := range 65 {
+				hs = append(hs, fmt.Sprintf("x-%d", i))
+			}
+			lb.HTTP.Rules[0].CORS = &CORS{AllowHeaders: hs, MaxAgeSeconds: 5}
+		}, "cors: allowHeaders: 65 values, more than 64"},
 		{"L7 a fixed status 99", validL7, func(lb *LoadBalancer) { lb.HTTP.Rules[0].Pool, lb.HTTP.Rules[0].FixedStatus = "", 99 }, "fixed status 99 is out of 200-599"},
 		{"L7 a rewrite without pool", validL7, func(lb *LoadBalancer) {
 			r := &lb.HTTP.Rules[0]
@@ -361,5 +404,27 @@ func TestNormalize_acceptsClientValidation(t *testing.T) {
 	}
 	if err := ClientValidationUnsupported(validL7()); err != nil {
 		t.Errorf("ClientValidationUnsupported without one = %v", err)
+	}
+}
+
+// An allowed origin matches the request origins the CORS filter's spec
+// says: "*." one or more labels, a host "*" any host, the scheme's default
+// port given or not, no other port, scheme or suffix.
+func TestCORSOriginPattern_matchesWhatGatewayAPIAllows(t *testing.T) {
+	for origin, cases := range map[string]map[string]bool{
+		"https://www.foo.com": {"https://www.foo.com": true, "https://www.foo.com:443": true, "http://www.foo.com": false,
+			"https://www.foo.com:8443": false, "https://wwwxfoo.com": false, "https://a.www.foo.com": false, "https://www.foo.com.evil": false},
+		"https://*.bar.com": {"https://www.bar.com": true, "https://xpto.www.bar.com": true, "https://bar.com": false,
+			"https://evil.com/.bar.com": false, "https://a.bar.com:444": false},
+		"http://a.example:8080": {"http://a.example:8080": true, "http://a.example": false, "http://a.example:80": false},
+		"http://a.example:80":   {"http://a.example": true, "http://a.example:80": true},
+		"https://*":             {"https://a.example": true, "https://a": true, "http://a.example": false, "https://a.example:1": false},
+	} {
+		re := regexp.MustCompile(CORSOriginPattern(origin))
+		for in, want := range cases {
+			if got := re.MatchString(in); got != want {
+				t.Errorf("%s (%s) matches %s: %v, want %v", origin, re, in, got, want)
+			}
+		}
 	}
 }

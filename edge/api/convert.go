@@ -136,6 +136,10 @@ func fromRule(r lbmodel.Rule) Rule {
 		Backends: mapSlice(r.Backends, func(b lbmodel.RuleBackend) RuleBackend {
 			return RuleBackend{Pool: b.Pool, Weight: b.Weight, RequestHeaders: fromFilter(b.RequestHeaders)}
 		})}
+	if c := r.CORS; c != nil {
+		out.CORS = &CORS{AllowOrigins: clone(c.AllowOrigins), AllowCredentials: c.AllowCredentials, AllowMethods: clone(c.AllowMethods),
+			AllowHeaders: clone(c.AllowHeaders), ExposeHeaders: clone(c.ExposeHeaders), MaxAgeSeconds: c.MaxAgeSeconds}
+	}
 	if d := r.Redirect; d != nil {
 		out.Redirect = &Redirect{Scheme: d.Scheme, Hostname: d.Hostname, Port: d.Port, Path: fromPathModifier(d.Path), StatusCode: d.StatusCode}
 	}
@@ -154,6 +158,10 @@ func (r Rule) model() lbmodel.Rule {
 		Backends: mapSlice(r.Backends, func(b RuleBackend) lbmodel.RuleBackend {
 			return lbmodel.RuleBackend{Pool: b.Pool, Weight: b.Weight, RequestHeaders: b.RequestHeaders.model()}
 		})}
+	if c := r.CORS; c != nil {
+		out.CORS = &lbmodel.CORS{AllowOrigins: clone(c.AllowOrigins), AllowCredentials: c.AllowCredentials, AllowMethods: clone(c.AllowMethods),
+			AllowHeaders: clone(c.AllowHeaders), ExposeHeaders: clone(c.ExposeHeaders), MaxAgeSeconds: c.MaxAgeSeconds}
+	}
 	if d := r.Redirect; d != nil {
 		out.Redirect = &lbmodel.Redirect{Scheme: d.Scheme, Hostname: d.Hostname, Port: d.Port, Path: d.Path.model(), StatusCode: d.StatusCode}
 	}

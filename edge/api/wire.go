@@ -123,6 +123,32 @@ type Rule struct {
 	// pools its requests are split between at random by weight, each with
 	// its own request header filter (applied after the rule's).
 	Backends []RuleBackend `json:"backends,omitempty"`
+	// CORS answers the rule's cross-origin requests. An npl-edge older
+	// than this field refuses it (unknown field), so that no edge serves
+	// the rule without its answers.
+	CORS *CORS `json:"cors,omitempty"`
+}
+
+// CORS is how a rule answers cross-origin requests: preflight requests
+// (OPTIONS with Origin and Access-Control-Request-Method) by the edge, 204
+// with the Access-Control-* headers when the origin is allowed, without
+// them otherwise; the responses to the other requests from an allowed
+// origin get Access-Control-Allow-Origin (the request's Origin),
+// -Allow-Credentials and -Expose-Headers.
+type CORS struct {
+	// AllowOrigins: "*" alone, or <http or https>://<host>[:<port>], the
+	// host's leftmost label "*" for one or more labels; lower case.
+	AllowOrigins []string `json:"allowOrigins,omitempty"`
+	// AllowCredentials answers Access-Control-Allow-Credentials: true.
+	AllowCredentials bool `json:"allowCredentials,omitempty"`
+	// AllowMethods a preflight request may ask for; "*" alone: any.
+	AllowMethods []string `json:"allowMethods,omitempty"`
+	// AllowHeaders a preflight request may ask for; "*" alone: any.
+	AllowHeaders []string `json:"allowHeaders,omitempty"`
+	// ExposeHeaders are the response headers a script may read.
+	ExposeHeaders []string `json:"exposeHeaders,omitempty"`
+	// MaxAgeSeconds is Access-Control-Max-Age of a preflight answer.
+	MaxAgeSeconds int32 `json:"maxAgeSeconds"`
 }
 
 // RuleBackend is one of the backends of a rule (Rule.Backends).

@@ -128,6 +128,13 @@ func gatewayRules() []lbmodel.Rule {
 				{Weight: 1},
 				{Pool: "c1--ns-gw-grpc", Weight: 2, RequestHeaders: &lbmodel.HeaderFilter{Remove: []string{"X-Rule"}}},
 			}},
+		// CORS with origins, header names holding what HAProxy treats
+		// specially (a quote, %, #, |), and with a wildcard everywhere.
+		{Path: "/cors", PathType: lbmodel.PathPrefix, Pool: "c1--ns-gw-a", CORS: &lbmodel.CORS{
+			AllowOrigins: []string{"https://*.bar.com", "https://www.foo.com"}, AllowCredentials: true, AllowMethods: []string{"GET", "OPTIONS"},
+			AllowHeaders: []string{"x-it's", "x-100%"}, ExposeHeaders: []string{"*", "x-#|"}, MaxAgeSeconds: 3600}},
+		{Path: "/any", PathType: lbmodel.PathPrefix, FixedStatus: 500, CORS: &lbmodel.CORS{
+			AllowOrigins: []string{"*"}, AllowMethods: []string{"*"}, AllowHeaders: []string{"*"}, ExposeHeaders: []string{"*"}, MaxAgeSeconds: 5}},
 	}
 }
 
@@ -230,6 +237,29 @@ func TestRender_rulesAsHAProxyConditions(t *testing.T) {
 			"    acl npl_pick4_2 var(txn.npl_pick) -m int 4:5\n" +
 			"    http-request del-header 'X-Rule' if npl_sel4 npl_pick4_2\n",
 		"    use_backend c1--ns-gw-a if npl_sel4 npl_pick4_0\n    use_backend c1--ns-gw-grpc if npl_sel4 npl_pick4_2\n",
+		// CORS: the allowed Origin kept, a preflight answered 204 by
+		// HAProxy, the headers added after the response, those of a
+		// preflight only to a preflight from an allowed origin.
+		"    acl npl_sel5 var(txn.npl_rule) -m int 5\n" +
+			"    acl npl_cors5_origin 'req.fhdr(origin),lower' -m reg -- '^https://([a-z0-9-]+\\.)+bar\\.com(:443)?$' '^https://www\\.foo\\.com(:443)?$'\n" +
+			"    http-request set-var(txn.npl_cors_origin) req.fhdr(origin) if npl_sel5 npl_cors5_origin\n" +
+			"    http-request set-var(txn.npl_cors_method) req.fhdr(access-control-request-method) if npl_sel5 " + corsPreflight + " { var(txn.npl_cors_origin) -m found }\n" +
+			"    http-request set-var(txn.npl_cors_headers) req.fhdr(access-control-request-headers) if npl_sel5 " + corsPreflight +
+			" { var(txn.npl_cors_origin) -m found } { req.hdr(access-control-request-headers) -m found }\n" +
+			"    http-request return status 204 if npl_sel5 " + corsPreflight + "\n",
+		"    http-after-response add-header vary origin if npl_sel5\n" +
+			"    http-after-response set-header access-control-allow-origin '%[var(txn.npl_cors_origin)]' if npl_sel5 { var(txn.npl_cors_origin) -m found }\n" +
+			"    http-after-response set-header access-control-allow-credentials true if npl_sel5 { var(txn.npl_cors_origin) -m found }\n" +
+			"    http-after-response set-header access-control-expose-headers 'x-#|' if npl_sel5 { var(txn.npl_cors_origin) -m found }\n" +
+			"    http-after-response set-header access-control-allow-methods 'GET, OPTIONS' if npl_sel5 { var(txn.npl_cors_method) -m found }\n" +
+			"    http-after-response set-header access-control-allow-headers 'x-it'\\''s, x-100%%' if npl_sel5 { var(txn.npl_cors_method) -m found }\n" +
+			"    http-after-response set-header access-control-max-age 3600 if npl_sel5 { var(txn.npl_cors_method) -m found }\n",
+		// Any origin; the method and headers asked for are answered.
+		"    acl npl_cors6_origin req.hdr(origin) -m found\n",
+		"    http-request return status 204 if npl_sel6 " + corsPreflight + "\n    http-request return status 500 if npl_sel6\n",
+		"    http-after-response set-header access-control-expose-headers '*' if npl_sel6 { var(txn.npl_cors_origin) -m found }\n" +
+			"    http-after-response set-header access-control-allow-methods '%[var(txn.npl_cors_method)]' if npl_sel6 { var(txn.npl_cors_method) -m found }\n" +
+			"    http-after-response set-header access-control-allow-headers '%[var(txn.npl_cors_headers)]' if npl_sel6 { var(txn.npl_cors_method) -m found } { var(txn.npl_cors_headers) -m found }\n",
 		"    server 198.18.0.11_61005 198.18.0.11:61005 check inter 2000ms fall 2 rise 1 weight 70\n",
 		// HTTPS offers HTTP/2; an h2c pool speaks it to its members.
 		"    bind 198.18.200.3:8443 ssl crt '/run/tls/a b.pem' crt '/run/tls/b.pem' alpn h2,http/1.1\n",

@@ -13,8 +13,8 @@ import (
 // The L7 rules of an HTTP frontend, rendered in three passes: per rule,
 // named ACLs for its tests and an "http-request set-var" that records the
 // first rule whose tests all pass (txn.npl_rule, its index); then the
-// actions of the chosen rule (header filters, rewrites, redirect, fixed
-// status); then use_backend on the chosen rule. Named ACLs keep every value
+// actions of the chosen rule (CORS, header filters, rewrites, redirect,
+// fixed status); then use_backend on the chosen rule. Named ACLs keep every value
 // a pattern of its own (after "--"), so that no value can end an anonymous
 // ACL or pass for a flag.
 
@@ -129,6 +129,11 @@ func renderRules(f Frontend, emit func(string)) {
 	for i, r := range f.Rules {
 		sel := "npl_sel" + strconv.Itoa(i)
 		emit(fmt.Sprintf("    acl %s var(%s) -m int %d", sel, ruleVar, i))
+		if c := r.CORS; c != nil {
+			// Before the header filters: the client's Origin counts, and
+			// a preflight request is answered whatever else the rule does.
+			renderCORSRequest(c, i, sel, emit)
+		}
 		if h := r.RequestHeaders; h != nil {
 			headerFilter("http-request", h, sel, emit)
 		}
@@ -161,6 +166,9 @@ func renderRules(f Frontend, emit func(string)) {
 			// After-response rules also change the answers HAProxy makes
 			// itself (redirects, fixed statuses).
 			headerFilter("http-after-response", h, "npl_sel"+strconv.Itoa(i), emit)
+		}
+		if c := r.CORS; c != nil {
+			renderCORSResponse(c, "npl_sel"+strconv.Itoa(i), emit)
 		}
 	}
 	for i, r := range f.Rules {

@@ -181,6 +181,8 @@ func unsupportedField(r lbmodel.Rule) string {
 		return "responseHeaders"
 	case r.Backends != nil:
 		return "backends (a pool group changes no request per pool)"
+	case r.CORS != nil:
+		return "cors (the layout answers no preflight request)"
 	case r.FixedStatus != 0 && localCodes[r.FixedStatus] == "":
 		return fmt.Sprintf("fixedStatus %d (Avi answers 200, 204, 403, 404, 429 or 501)", r.FixedStatus)
 	}

@@ -317,6 +317,9 @@ func TestProvider_gatewayRefusesWhatAviCannotExpress(t *testing.T) {
 			r := api(lb)
 			r.Pool, r.Backends = "", []lbmodel.RuleBackend{{Pool: lb.Pools[0].Name, Weight: 1}, {Pool: lb.Pools[1].Name, Weight: 2}}
 		},
+		"cors (the layout answers no preflight request)": func(lb *lbmodel.LoadBalancer) {
+			api(lb).CORS = &lbmodel.CORS{AllowOrigins: []string{"*"}, MaxAgeSeconds: 5}
+		},
 		"pathType RegularExpression": func(lb *lbmodel.LoadBalancer) { rule(lb, "", "/gone").PathType = lbmodel.PathRegex },
 		"method QUERY":               func(lb *lbmodel.LoadBalancer) { api(lb).Method = "QUERY" },
 		"appProtocol h2c":            func(lb *lbmodel.LoadBalancer) { lb.Pools[1].AppProtocol = lbmodel.AppProtocolH2C },

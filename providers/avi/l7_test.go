@@ -351,6 +351,9 @@ func TestProvider_l7RefusesGatewayFieldsItCannotExpress(t *testing.T) {
 			r := &lb.HTTP.Rules[0]
 			r.Pool, r.Backends = "", []lbmodel.RuleBackend{{Pool: lb.Pools[0].Name, Weight: 1}, {Pool: lb.Pools[1].Name, Weight: 1}}
 		},
+		"cors": func(lb *lbmodel.LoadBalancer) {
+			lb.HTTP.Rules[0].CORS = &lbmodel.CORS{AllowOrigins: []string{"*"}, MaxAgeSeconds: 5}
+		},
 		"some listeners only": func(lb *lbmodel.LoadBalancer) { lb.HTTP.Rules[1].Ports = []int32{443} },
 	} {
 		f := newFixture(t, fixtureOptions{})

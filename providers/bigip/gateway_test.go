@@ -283,6 +283,9 @@ func TestProvider_gatewayRefusesWhatLTMPoliciesCannotExpress(t *testing.T) {
 			lb.HTTP.Rules[2].Pool = ""
 			lb.HTTP.Rules[2].Backends = []lbmodel.RuleBackend{{Pool: lb.Pools[0].Name, Weight: 1}, {Pool: lb.Pools[1].Name, Weight: 1}}
 		},
+		"cors (an LTM policy answers no preflight request)": func(lb *lbmodel.LoadBalancer) {
+			lb.HTTP.Rules[2].CORS = &lbmodel.CORS{AllowOrigins: []string{"https://a.example"}, MaxAgeSeconds: 5}
+		},
 		"redirect statusCode 301": func(lb *lbmodel.LoadBalancer) { lb.HTTP.Rules[1].Redirect.StatusCode = 301 },
 		"redirect path ReplaceFullPath": func(lb *lbmodel.LoadBalancer) {
 			lb.HTTP.Rules[1].Redirect.Path = &lbmodel.PathModifier{Type: lbmodel.ReplaceFullPath, Value: "/new"}

@@ -64,6 +64,8 @@ func unservedField(r lbmodel.Rule) string {
 		return fmt.Sprintf("fixedStatus %d (an LTM policy answers no status of its own)", r.FixedStatus)
 	case r.Backends != nil:
 		return "backends (an LTM policy forwards a rule's requests to one pool)"
+	case r.CORS != nil:
+		return "cors (an LTM policy answers no preflight request)"
 	case r.Redirect != nil && r.Redirect.StatusCode != 302:
 		return fmt.Sprintf("redirect statusCode %d (an LTM policy redirect answers 302)", r.Redirect.StatusCode)
 	case r.Redirect != nil && r.Redirect.Path != nil:

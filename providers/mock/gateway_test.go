@@ -135,3 +135,24 @@ func TestMock_refusesClientCertificateValidation(t *testing.T) {
 		t.Errorf("the listener check of a model the mock serves: %v", err)
 	}
 }
+
+// The mock answers no request: a rule that answers cross-origin requests
+// is refused by name, and the rule check refuses that rule alone.
+func TestMock_refusesCORS(t *testing.T) {
+	m := newMock(t, Config{Common: common("203.0.113.0/29")})
+	lb := gatewayStreamsModel()
+	lb.HTTP.Rules[0].CORS = &lbmodel.CORS{AllowOrigins: []string{"https://a.example"}, MaxAgeSeconds: 5}
+	want := "cors (cross-origin requests"
+	if _, err := m.Ensure(context.Background(), lb); !errors.Is(err, lbmodel.ErrUnsupported) || !strings.Contains(err.Error(), want) {
+		t.Errorf("Ensure = %v, want ErrUnsupported naming %q", err, want)
+	}
+	if got, _ := m.List(context.Background()); len(got) != 0 {
+		t.Errorf("List = %v, want nothing stored", got)
+	}
+	if err := providertest.RuleRefusal(m, lb); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("the rule check = %v, want the error naming %q", err, want)
+	}
+	if err := providertest.RuleRefusal(m, gatewayStreamsModel()); err != nil {
+		t.Errorf("the rule check of a model the mock serves: %v", err)
+	}
+}

@@ -572,9 +572,10 @@ func (m *Mock) PolicyCapabilities() lbmodel.PolicyCapabilities {
 
 var _ providers.ModelChecker = (*Mock)(nil)
 
-// CheckModel refuses a listener that verifies client certificates: the
-// mock serves no TLS, so it would claim a check no one makes (the haproxy
-// provider serves it).
+// CheckModel refuses a listener that verifies client certificates and a
+// rule that answers cross-origin requests: the mock serves no TLS and
+// answers no request, so it would claim a check and answers no one makes
+// (the haproxy provider serves both).
 func (m *Mock) CheckModel(lb *lbmodel.LoadBalancer) error {
-	return lbmodel.ClientValidationUnsupported(lb)
+	return errors.Join(lbmodel.ClientValidationUnsupported(lb), lbmodel.CORSUnsupported(lb))
 }
