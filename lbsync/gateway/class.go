@@ -97,10 +97,16 @@ var ClientCertificateFeatures = []gatewayv1.FeatureName{
 	"GatewayFrontendClientCertificateValidationInsecureFallback",
 }
 
+// CORSFeatures are the extended features of HTTPRoute's CORS filter, which
+// the haproxy provider alone serves: the mock answers no request, and Avi
+// and BIG-IP refuse such rules (their ModelChecker), so the route is not
+// accepted there.
+var CORSFeatures = []gatewayv1.FeatureName{"HTTPRouteCORS"}
+
 // providerFeatures are the features beyond CoreFeatures each provider
 // serves, as its own Gateway layout does (docs/avi.md, docs/bigip.md).
 var providerFeatures = map[string][]gatewayv1.FeatureName{
-	"haproxy": slices.Concat(ExtendedFeatures, RouteFeatures, ClientCertificateFeatures),
+	"haproxy": slices.Concat(ExtendedFeatures, RouteFeatures, ClientCertificateFeatures, CORSFeatures),
 	"mock":    slices.Concat(ExtendedFeatures, RouteFeatures),
 	// Avi: no 500 answers, query or regular expression matches, response
 	// header changes, ReplacePrefixMatch, 303/308 redirects, TLS listeners

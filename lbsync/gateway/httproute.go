@@ -61,6 +61,7 @@ type filters struct {
 	request, response *lbmodel.HeaderFilter
 	redirect          *lbmodel.Redirect
 	rewrite           *lbmodel.Rewrite
+	cors              *lbmodel.CORS
 }
 
 // ruleFilters turns the filters of a rule (and of its single backendRef)
@@ -97,6 +98,11 @@ func ruleFilters(rule *gatewayv1.HTTPRouteRule) (filters, error) {
 			f.redirect = redirect(flt.RequestRedirect)
 		case gatewayv1.HTTPRouteFilterURLRewrite:
 			f.rewrite = rewrite(flt.URLRewrite)
+		case gatewayv1.HTTPRouteFilterCORS:
+			if flt.CORS == nil {
+				return f, fmt.Errorf("filter CORS has no cors")
+			}
+			f.cors = cors(flt.CORS)
 		default:
 			return f, fmt.Errorf("filter %s is not supported", flt.Type)
 		}
@@ -206,6 +212,31 @@ func redirect(r *gatewayv1.HTTPRequestRedirectFilter) *lbmodel.Redirect {
 	return out
 }
 
+// defaultCORSMaxAge is the Access-Control-Max-Age of a CORS filter
+// without maxAge: Gateway API's default.
+const defaultCORSMaxAge = 5
+
+// cors is the model of a CORS filter; Normalize checks its values.
+func cors(c *gatewayv1.HTTPCORSFilter) *lbmodel.CORS {
+	out := &lbmodel.CORS{AllowCredentials: c.AllowCredentials != nil && *c.AllowCredentials, MaxAgeSeconds: c.MaxAge}
+	if out.MaxAgeSeconds == 0 {
+		out.MaxAgeSeconds = defaultCORSMaxAge
+	}
+	for _, o := range c.AllowOrigins {
+		out.AllowOrigins = append(out.AllowOrigins, string(o))
+	}
+	for _, m := range c.AllowMethods {
+		out.AllowMethods = append(out.AllowMethods, string(m))
+	}
+	for _, h := range c.AllowHeaders {
+		out.AllowHeaders = append(out.AllowHeaders, string(h))
+	}
+	for _, h := range c.ExposeHeaders {
+		out.ExposeHeaders = append(out.ExposeHeaders, string(h))
+	}
+	return out
+}
+
 func rewrite(r *gatewayv1.HTTPURLRewriteFilter) *lbmodel.Rewrite {
 	if r == nil {
 		return nil
@@ -223,7 +254,7 @@ func (b *build) addRules(at *attachment, lb *lbmodel.LoadBalancer) {
 	for i := range rt.http.Spec.Rules {
 		rule := &rt.http.Spec.Rules[i]
 		f, _ := ruleFilters(rule) // checked by checkRoute
-		base := lbmodel.Rule{RequestHeaders: f.request, ResponseHeaders: f.response, Redirect: f.redirect, Rewrite: f.rewrite}
+		base := lbmodel.Rule{RequestHeaders: f.request, ResponseHeaders: f.response, Redirect: f.redirect, Rewrite: f.rewrite, CORS: f.cors}
 		switch {
 		case f.redirect != nil:
 		case splitsBackends(rule):
