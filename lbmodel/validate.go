@@ -830,6 +830,8 @@ func (lb *LoadBalancer) Clone() *LoadBalancer {
 		for i := range h.TLS {
 			h.TLS[i].Hosts = slices.Clone(h.TLS[i].Hosts)
 			h.TLS[i].Ports = slices.Clone(h.TLS[i].Ports)
+			h.TLS[i].CertPEM = slices.Clone(h.TLS[i].CertPEM)
+			h.TLS[i].KeyPEM = slices.Clone(h.TLS[i].KeyPEM)
 		}
 		out.HTTP = &h
 	}
@@ -844,6 +846,10 @@ func (r Rule) Clone() Rule {
 	r.RequestHeaders = r.RequestHeaders.clone()
 	r.ResponseHeaders = r.ResponseHeaders.clone()
 	r.CORS = r.CORS.clone()
+	r.Backends = slices.Clone(r.Backends)
+	for i := range r.Backends {
+		r.Backends[i].RequestHeaders = r.Backends[i].RequestHeaders.clone()
+	}
 	if r.Redirect != nil {
 		d := *r.Redirect
 		if d.Path != nil {
