@@ -111,6 +111,13 @@ type Listener struct {
 	// balancer ask its clients for a certificate and verify it (Gateway
 	// API's spec.tls.frontend); nil asks for none.
 	ClientValidation *ClientValidation `json:"clientValidation,omitempty"`
+	// Hostnames are, on an HTTPS listener of a Gateway's load balancer,
+	// the hostnames of the Gateway listeners its port serves ("" for one
+	// without hostname), sorted by SortHostnames; set only when there are
+	// two or more. A request whose Host another of them takes than the one
+	// its TLS server name selected is misdirected (HTTP 421), as Gateway
+	// API asks of connections a client reuses for another host.
+	Hostnames []string `json:"hostnames,omitempty"`
 }
 
 // ClientValidation is how an HTTPS listener verifies the certificates of

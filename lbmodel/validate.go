@@ -119,6 +119,8 @@ func (lb *LoadBalancer) normalizeL4() error {
 			return fmt.Errorf("listener %s/%d: only a TLS listener has SNI routes or terminates", l.Protocol, l.Port)
 		case l.ClientValidation != nil:
 			return fmt.Errorf("listener %s/%d: only an HTTPS listener of a Gateway verifies client certificates", l.Protocol, l.Port)
+		case len(l.Hostnames) > 0:
+			return fmt.Errorf("listener %s/%d: only an HTTPS listener of a Gateway has hostnames", l.Protocol, l.Port)
 		case l.Pool.AppProtocol != "":
 			return fmt.Errorf("listener %s/%d: pool %s: an L4 pool has no appProtocol", l.Protocol, l.Port, l.Pool.Name)
 		}
@@ -161,6 +163,9 @@ func (lb *LoadBalancer) normalizeL7() error {
 			return fmt.Errorf("listener %s/%d: only a TLS listener has SNI routes or terminates", l.Protocol, l.Port)
 		}
 		if err := lb.checkClientValidation(l); err != nil {
+			return err
+		}
+		if err := lb.normalizeHostnames(l); err != nil {
 			return err
 		}
 		switch l.Protocol {
@@ -288,9 +293,18 @@ func (lb *LoadBalancer) normalizeListenerRoutes(pool func(string) *Pool) error {
 // connection the most specific route, as Gateway API prescribes.
 func SortSNI(routes []SNIRoute) {
 	slices.SortFunc(routes, func(a, b SNIRoute) int {
-		return cmp.Or(cmp.Compare(hostClass(a.Host), hostClass(b.Host)), cmp.Compare(len(b.Host), len(a.Host)),
-			cmp.Compare(a.Host, b.Host), cmp.Compare(a.Pool, b.Pool))
+		return cmp.Or(compareHosts(a.Host, b.Host), cmp.Compare(a.Pool, b.Pool))
 	})
+}
+
+// SortHostnames sorts listener hostnames by precedence, as SortSNI sorts
+// routes: the first that matches a name is the most specific.
+func SortHostnames(hosts []string) { slices.SortFunc(hosts, compareHosts) }
+
+// compareHosts orders hosts most specific first: names, wildcards, the
+// empty host (every name); the longer before the shorter, then by name.
+func compareHosts(a, b string) int {
+	return cmp.Or(cmp.Compare(hostClass(a), hostClass(b)), cmp.Compare(len(b), len(a)), cmp.Compare(a, b))
 }
 
 // normalizeTLS checks the certificates of an L7 load balancer whose HTTP,
@@ -814,6 +828,7 @@ func (lb *LoadBalancer) Clone() *LoadBalancer {
 			c := *v
 			out.Listeners[i].ClientValidation = &c
 		}
+		out.Listeners[i].Hostnames = slices.Clone(out.Listeners[i].Hostnames)
 	}
 	out.Pools = slices.Clone(lb.Pools)
 	for i := range out.Pools {
@@ -889,6 +904,29 @@ func (lb *LoadBalancer) checkClientValidation(l *Listener) error {
 		return fmt.Errorf("listener %s/%d: only an HTTPS listener of a Gateway verifies client certificates", l.Protocol, l.Port)
 	case !holdsCertificate(v.CACertPEM):
 		return fmt.Errorf("listener %s/%d: client validation: the CA certificates hold no PEM certificate", l.Protocol, l.Port)
+	}
+	return nil
+}
+
+// normalizeHostnames checks and sorts the hostnames of listener l of L7
+// load balancer lb: only a Gateway's HTTPS listeners have them, valid
+// hosts (lower case), two or more once each.
+func (lb *LoadBalancer) normalizeHostnames(l *Listener) error {
+	if len(l.Hostnames) == 0 {
+		return nil
+	}
+	if l.Protocol != HTTPS || lb.Gateway == "" {
+		return fmt.Errorf("listener %s/%d: only an HTTPS listener of a Gateway has hostnames", l.Protocol, l.Port)
+	}
+	for _, h := range l.Hostnames {
+		if !validHost(h) || h != strings.ToLower(h) {
+			return fmt.Errorf("listener %s/%d: hostname %q is not a lower-case host name or wildcard", l.Protocol, l.Port, h)
+		}
+	}
+	SortHostnames(l.Hostnames)
+	l.Hostnames = slices.Compact(l.Hostnames)
+	if len(l.Hostnames) < 2 {
+		return fmt.Errorf("listener %s/%d: hostnames: fewer than two", l.Protocol, l.Port)
 	}
 	return nil
 }

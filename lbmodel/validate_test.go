@@ -73,6 +73,28 @@ func TestNormalize_rejectsInvalidModels(t *testing.T) {
 		{"L4 client validation", validL4, func(lb *LoadBalancer) {
 			lb.Listeners[0].ClientValidation = &ClientValidation{CACertPEM: string(testCert)}
 		}, "TCP/80: only an HTTPS listener of a Gateway verifies client certificates"},
+		{"L7 hostnames of an Ingress", validL7, func(lb *LoadBalancer) {
+			lb.Listeners[1].Hostnames = []string{"a.example", ""}
+		}, "HTTPS/443: only an HTTPS listener of a Gateway has hostnames"},
+		{"L7 hostnames of an HTTP listener", validL7, func(lb *LoadBalancer) {
+			lb.Gateway = "shop/gw"
+			lb.Listeners[0].Hostnames = []string{"a.example", ""}
+		}, "HTTP/80: only an HTTPS listener of a Gateway has hostnames"},
+		{"L7 hostnames in upper case", validL7, func(lb *LoadBalancer) {
+			lb.Gateway = "shop/gw"
+			lb.Listeners[1].Hostnames = []string{"A.example", ""}
+		}, `HTTPS/443: hostname "A.example" is not`},
+		{"L7 a hostname with a blank", validL7, func(lb *LoadBalancer) {
+			lb.Gateway = "shop/gw"
+			lb.Listeners[1].Hostnames = []string{"a.example acl x", ""}
+		}, `HTTPS/443: hostname "a.example acl x" is not`},
+		{"L7 one hostname", validL7, func(lb *LoadBalancer) {
+			lb.Gateway = "shop/gw"
+			lb.Listeners[1].Hostnames = []string{"a.example", "a.example"}
+		}, "HTTPS/443: hostnames: fewer than two"},
+		{"L4 hostnames", validL4, func(lb *LoadBalancer) {
+			lb.Listeners[0].Hostnames = []string{"a.example", ""}
+		}, "TCP/80: only an HTTPS listener of a Gateway has hostnames"},
 		{"L7 a shared pool name with a newline", validL7, func(lb *LoadBalancer) {
 			lb.Pools[0].Name = "p\nbackend q"
 			lb.HTTP.Rules[0].Pool, lb.HTTP.DefaultPool = lb.Pools[0].Name, lb.Pools[0].Name
@@ -404,6 +426,22 @@ func TestNormalize_acceptsClientValidation(t *testing.T) {
 	}
 	if err := ClientValidationUnsupported(validL7()); err != nil {
 		t.Errorf("ClientValidationUnsupported without one = %v", err)
+	}
+}
+
+// A Gateway's HTTPS listener keeps the hostnames of its port's listeners,
+// most specific first, each once.
+func TestNormalize_sortsHostnames(t *testing.T) {
+	lb := validL7()
+	lb.Gateway = "shop/gw"
+	lb.Listeners[1].Hostnames = []string{"", "*.example", "b.example", "*.a.example", "a.example", "b.example"}
+	got, err := Normalize(lb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"a.example", "b.example", "*.a.example", "*.example", ""}
+	if diff := cmp.Diff(want, got.Listeners[1].Hostnames); diff != "" {
+		t.Errorf("hostnames (-want +got):\n%s", diff)
 	}
 }
 

@@ -27,7 +27,8 @@ func (lb LoadBalancer) Model() *lbmodel.LoadBalancer {
 
 func fromListener(l lbmodel.Listener) Listener {
 	out := Listener{Port: l.Port, Protocol: string(l.Protocol), Pool: fromPool(l.Pool),
-		SNI: mapSlice(l.SNI, func(r lbmodel.SNIRoute) SNIRoute { return SNIRoute(r) }), Terminate: l.Terminate}
+		SNI: mapSlice(l.SNI, func(r lbmodel.SNIRoute) SNIRoute { return SNIRoute(r) }), Terminate: l.Terminate,
+		Hostnames: clone(l.Hostnames)}
 	if v := l.ClientValidation; v != nil {
 		out.ClientValidation = &ClientValidation{CACertPEM: v.CACertPEM, Optional: v.Optional}
 	}
@@ -36,7 +37,8 @@ func fromListener(l lbmodel.Listener) Listener {
 
 func (l Listener) model() lbmodel.Listener {
 	out := lbmodel.Listener{Port: l.Port, Protocol: lbmodel.Protocol(l.Protocol), Pool: l.Pool.model(),
-		SNI: mapSlice(l.SNI, func(r SNIRoute) lbmodel.SNIRoute { return lbmodel.SNIRoute(r) }), Terminate: l.Terminate}
+		SNI: mapSlice(l.SNI, func(r SNIRoute) lbmodel.SNIRoute { return lbmodel.SNIRoute(r) }), Terminate: l.Terminate,
+		Hostnames: clone(l.Hostnames)}
 	if v := l.ClientValidation; v != nil {
 		out.ClientValidation = &lbmodel.ClientValidation{CACertPEM: v.CACertPEM, Optional: v.Optional}
 	}

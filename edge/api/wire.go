@@ -56,6 +56,12 @@ type Listener struct {
 	// does not know the field refuses the load balancer (400), so that no
 	// edge serves the listener without the check.
 	ClientValidation *ClientValidation `json:"clientValidation,omitempty"`
+	// Hostnames are, on an HTTPS listener of a Gateway, the hostnames of
+	// the Gateway listeners on its port ("" for one without hostname),
+	// when two or more: a request whose Host another of them takes than
+	// the one its TLS server name selected is answered 421. An npl-edge
+	// that does not know the field refuses the load balancer (400).
+	Hostnames []string `json:"hostnames,omitempty"`
 }
 
 // ClientValidation is how an HTTPS listener verifies its clients'

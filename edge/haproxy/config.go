@@ -124,6 +124,10 @@ type Frontend struct {
 	// ClientCA, on an HTTPS listener with Certificates, asks the clients
 	// for a certificate and verifies it; nil asks for none.
 	ClientCA *ClientCA
+	// Hostnames are those of the Gateway listeners an HTTPS frontend
+	// serves (lbmodel.Listener.Hostnames): a request whose Host another of
+	// them takes than its TLS server name is answered 421.
+	Hostnames []string
 }
 
 // ClientCA is the client certificate validation of an HTTPS frontend: the
@@ -464,6 +468,10 @@ func Parse(text []byte) (Proxies, error) {
 					return Proxies{}, fmt.Errorf("line %d: frontend %s: client validation: %w", n, name, err)
 				}
 				f.ClientCA = &ClientCA{Validation: v}
+			case strings.HasPrefix(line, hostnamesComment):
+				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, hostnamesComment)), &f.Hostnames); err != nil {
+					return Proxies{}, fmt.Errorf("line %d: frontend %s: hostnames: %w", n, name, err)
+				}
 			case strings.HasPrefix(line, sniComment):
 				var r lbmodel.SNIRoute
 				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, sniComment)), &r); err != nil {

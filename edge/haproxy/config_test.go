@@ -508,3 +508,52 @@ func TestParseShowProc(t *testing.T) {
 		t.Error("an answer without a master parsed")
 	}
 }
+
+// An HTTPS frontend of several Gateway listeners selects a listener by
+// the TLS server name and another by the Host header (port left out, any
+// case), each the first hostname that matches, most specific first, a
+// wildcard one or more labels, no hostname every name; a request whose two
+// differ is answered 421 before any rule. Parse reads the hostnames back,
+// and HAProxy accepts the lines.
+func TestRender_misdirectedRequestsAnswered421(t *testing.T) {
+	bin := haproxyBin(t)
+	hosts := []string{"a.example", "*.example", ""}
+	px := sampleProxies()
+	px.Frontends[4].Hostnames = hosts
+	text := string(Render(testGlobals, px).Text)
+	want := `    # npl hostnames ["a.example","*.example",""]
+    acl npl_l0_sni 'ssl_fc_sni,lower' -m str -- 'a.example'
+    acl npl_l0_host 'req.hdr(host),regsub(:[0-9]+$,),lower' -m str -- 'a.example'
+    http-request set-var(txn.npl_sni_listener) int(0) if !{ var(txn.npl_sni_listener) -m found } npl_l0_sni
+    http-request set-var(txn.npl_host_listener) int(0) if !{ var(txn.npl_host_listener) -m found } npl_l0_host
+    acl npl_l1_sni 'ssl_fc_sni,lower' -m reg -- '^.+\.example$'
+    acl npl_l1_host 'req.hdr(host),regsub(:[0-9]+$,),lower' -m reg -- '^.+\.example$'
+    http-request set-var(txn.npl_sni_listener) int(1) if !{ var(txn.npl_sni_listener) -m found } npl_l1_sni
+    http-request set-var(txn.npl_host_listener) int(1) if !{ var(txn.npl_host_listener) -m found } npl_l1_host
+    http-request set-var(txn.npl_sni_listener) int(2) if !{ var(txn.npl_sni_listener) -m found } { ssl_fc_sni -m found }
+    http-request set-var(txn.npl_host_listener) int(2) if !{ var(txn.npl_host_listener) -m found }
+    http-request return status 421 if { var(txn.npl_sni_listener) -m found } { var(txn.npl_host_listener) -m found } !{ var(txn.npl_sni_listener),sub(txn.npl_host_listener) -m int 0 }
+    # npl rule `
+	if !strings.Contains(text, want) {
+		t.Errorf("rendered configuration lacks the check before the rules:\n%s\nwant:\n%s", text, want)
+	}
+	got, err := Parse([]byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(sorted(px), got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("Parse(Render) (-want +got):\n%s", diff)
+	}
+
+	dir := t.TempDir()
+	px = sampleWithCertsIn(t, dir)
+	px.Frontends[4].Hostnames = hosts
+	r := Render(Globals{AdminSocket: filepath.Join(dir, "admin.sock"), InvalidSocket: filepath.Join(dir, "500.sock"), Checks: DefaultChecks}, px)
+	path := filepath.Join(dir, "haproxy.cfg")
+	if err := os.WriteFile(path, r.Text, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(context.Background(), bin, path); err != nil {
+		t.Errorf("haproxy refused the rendered configuration: %v", err)
+	}
+}

@@ -34,6 +34,9 @@ const (
 	// clientComment records an HTTPS frontend's client certificate
 	// validation (lbmodel.ClientValidation).
 	clientComment = "# npl client-validation "
+	// hostnamesComment records an HTTPS frontend's listener hostnames
+	// (lbmodel.Listener.Hostnames).
+	hostnamesComment = "# npl hostnames "
 )
 
 // quote writes s as one word of HAProxy's configuration: single-quoted
@@ -69,9 +72,62 @@ func jsonLine(v any) string {
 	return string(b)
 }
 
+// hostTest is the ACL test of host (a name or a wildcard *.name, not
+// empty) on fetch, a lower-case sample: the name exactly; for a wildcard,
+// one label before its suffix, or one or more when manyLabels (Gateway
+// API's wildcard hostnames).
+func hostTest(fetch, host string, manyLabels bool) string {
+	if !strings.HasPrefix(host, "*.") {
+		return quote(fetch) + " -m str -- " + quote(strings.ToLower(host))
+	}
+	labels := "[^.]+"
+	if manyLabels {
+		labels = ".+"
+	}
+	return quote(fetch) + " -m reg -- " + quote("^"+labels+regexp.QuoteMeta(strings.ToLower(host[1:]))+"$")
+}
+
+// Variables of the misdirected request check: the index in
+// Frontend.Hostnames of the listener the TLS server name selected, and of
+// the one the Host header selects.
+const (
+	sniListenerVar  = "txn.npl_sni_listener"
+	hostListenerVar = "txn.npl_host_listener"
+)
+
+// renderMisdirected writes the check of an HTTPS frontend f whose port
+// serves several Gateway listeners (f.Hostnames, most specific first): the
+// first hostname the server name matches selects the connection's
+// listener, the first the Host header matches the request's, and a request
+// whose listener is not its connection's is answered 421 (Misdirected
+// Request), as Gateway API asks (a client that reuses a connection for a
+// host another listener serves). A listener without hostname takes every
+// name; without a server name, or a Host no listener takes, nothing is
+// misdirected: the request gets its rule, or 404.
+func renderMisdirected(f Frontend, emit func(string)) {
+	if len(f.Hostnames) < 2 || len(f.Certificates) == 0 {
+		return
+	}
+	emit("    " + hostnamesComment + jsonLine(f.Hostnames))
+	for i, h := range f.Hostnames {
+		id := "npl_l" + strconv.Itoa(i)
+		sni, host := "{ ssl_fc_sni -m found }", ""
+		if h != "" {
+			emit("    acl " + id + "_sni " + hostTest("ssl_fc_sni,lower", h, true))
+			emit("    acl " + id + "_host " + hostTest(requestHost+",lower", h, true))
+			sni, host = id+"_sni", " "+id+"_host"
+		}
+		emit(fmt.Sprintf("    http-request set-var(%s) int(%d) if !{ var(%s) -m found } %s", sniListenerVar, i, sniListenerVar, sni))
+		emit(fmt.Sprintf("    http-request set-var(%s) int(%d) if !{ var(%s) -m found }%s", hostListenerVar, i, hostListenerVar, host))
+	}
+	emit(fmt.Sprintf("    http-request return status 421 if { var(%s) -m found } { var(%s) -m found } !{ var(%s),sub(%s) -m int 0 }",
+		sniListenerVar, hostListenerVar, sniListenerVar, hostListenerVar))
+}
+
 // renderRules writes the rules of an HTTP frontend f with emit.
 func renderRules(f Frontend, emit func(string)) {
 	https := len(f.Certificates) > 0
+	renderMisdirected(f, emit)
 	for i, r := range f.Rules {
 		emit("    " + ruleComment + jsonLine(r))
 		id := "npl_r" + strconv.Itoa(i)
@@ -79,19 +135,10 @@ func renderRules(f Frontend, emit func(string)) {
 		acl := func(name, test string) {
 			emit("    acl " + id + name + " " + test)
 		}
-		switch {
-		case strings.HasPrefix(r.Host, "*."):
-			// One label before the suffix for an Ingress, one or more for
-			// a Gateway (Gateway API's wildcard hostnames).
-			labels := "[^.]+"
-			if f.Gateway != "" {
-				labels = ".+"
-			}
-			acl("_host", quote(requestHost+",lower")+" -m reg -- "+quote("^"+labels+regexp.QuoteMeta(strings.ToLower(r.Host[1:]))+"$"))
-		case r.Host != "":
-			acl("_host", quote(requestHost+",lower")+" -m str -- "+quote(strings.ToLower(r.Host)))
-		}
 		if r.Host != "" {
+			// One label before a wildcard's suffix for an Ingress, one or
+			// more for a Gateway (Gateway API's wildcard hostnames).
+			acl("_host", hostTest(requestHost+",lower", r.Host, f.Gateway != ""))
 			conds = append(conds, id+"_host")
 		}
 		pathAll := false
@@ -329,16 +376,12 @@ func renderSNI(f Frontend, emit func(string)) {
 		emit("    " + sniComment + jsonLine(r))
 		backend := TLSBackendName(r.Pool)
 		id := "npl_s" + strconv.Itoa(i)
-		switch {
-		case r.Host == "":
+		if r.Host == "" {
 			emit("    use_backend " + backend)
 			continue
-		case strings.HasPrefix(r.Host, "*."):
-			// One or more labels, as Gateway API's wildcard hostnames.
-			emit("    acl " + id + " " + quote(fetch) + " -m reg -- " + quote("^.+"+regexp.QuoteMeta(strings.ToLower(r.Host[1:]))+"$"))
-		default:
-			emit("    acl " + id + " " + quote(fetch) + " -m str -- " + quote(strings.ToLower(r.Host)))
 		}
+		// One or more labels, as Gateway API's wildcard hostnames.
+		emit("    acl " + id + " " + hostTest(fetch, r.Host, true))
 		emit("    use_backend " + backend + " if " + id)
 	}
 }

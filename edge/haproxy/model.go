@@ -110,6 +110,7 @@ func (out *Proxies) addL7(cluster string, lb *lbmodel.LoadBalancer, vip netip.Ad
 				if v := l.ClientValidation; v != nil {
 					f.ClientCA = &ClientCA{Path: files.CA(v.CACertPEM), Validation: *v}
 				}
+				f.Hostnames = l.Hostnames
 			}
 		case lbmodel.TCP:
 			f.Listener, f.DefaultBackend = lbmodel.TCP, l.Pool.Name
@@ -215,7 +216,7 @@ func LoadBalancers(px Proxies, states []ServerState, cluster string) map[string]
 		if len(f.Certificates) > 0 {
 			protocol = lbmodel.HTTPS
 		}
-		l := lbmodel.Listener{Port: f.Port, Protocol: protocol}
+		l := lbmodel.Listener{Port: f.Port, Protocol: protocol, Hostnames: f.Hostnames}
 		if f.ClientCA != nil {
 			v := f.ClientCA.Validation
 			l.ClientValidation = &v

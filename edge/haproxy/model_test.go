@@ -70,7 +70,8 @@ func TestLoadBalancers_readsBackWhatProxiesOfServes(t *testing.T) {
 	l7 := &lbmodel.LoadBalancer{Name: gw, Kind: lbmodel.L7, Gateway: "ns/gw", VIPs: []string{"198.18.200.2"},
 		Listeners: []lbmodel.Listener{
 			{Port: 80, Protocol: lbmodel.HTTP},
-			{Port: 443, Protocol: lbmodel.HTTPS, ClientValidation: &lbmodel.ClientValidation{CACertPEM: "ca", Optional: true}},
+			{Port: 443, Protocol: lbmodel.HTTPS, ClientValidation: &lbmodel.ClientValidation{CACertPEM: "ca", Optional: true},
+				Hostnames: []string{"a.example", "*.example", ""}},
 			{Port: 8883, Protocol: lbmodel.TLS, SNI: []lbmodel.SNIRoute{{Host: "a.example", Pool: "both"}}},
 			{Port: 9000, Protocol: lbmodel.TCP, Pool: lbmodel.Pool{Name: gw + "-TCP-9000", Members: members}},
 		},
