@@ -531,3 +531,33 @@ func TestBuild_routePoolsOfCollidingNamesStayApart(t *testing.T) {
 		t.Errorf("the model does not pass Normalize: %v", err)
 	}
 }
+
+// An HTTPS port of Gateway listeners of several hostnames carries them,
+// most specific first ("" for the listener without one), so that the
+// provider answers 421 to a request whose Host another listener takes
+// than its server name (the conformance test
+// HTTPRouteHTTPSListenerDetectMisdirectedRequests's listeners). A port of
+// one hostname, a listener not served, and HTTP ports carry none.
+func TestBuild_httpsPortsCarryTheirListenersHostnames(t *testing.T) {
+	cert := newCert(t, "*.example.org")
+	tls := secretRef("", "tls")
+	gw := gateway(httpsL("any", 443, "", tls), httpsL("second", 443, "second.example.org", tls),
+		httpsL("wild", 443, "*.wildcard.org", tls), httpsL("fourth", 443, "fourth.wildcard.org", tls),
+		httpsL("unserved", 443, "x.example.org", secretRef("", "missing")),
+		httpsL("alone", 8443, "a.example.org", tls), httpL("http-a", 80, "a.example.org"), httpL("http-b", 80, ""))
+	res := Build(Input{ClusterName: testCluster, Gateway: gw, Secrets: []*corev1.Secret{cert.secret(infraNS, "tls")}})
+	if res.LB == nil {
+		t.Fatalf("no model: %v", res.Report.Errors)
+	}
+	got := map[int32][]string{}
+	for _, l := range res.LB.Listeners {
+		got[l.Port] = l.Hostnames
+	}
+	want := map[int32][]string{80: nil, 443: {"fourth.wildcard.org", "second.example.org", "*.wildcard.org", ""}, 8443: nil}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("hostnames by port (-want +got):\n%s", diff)
+	}
+	if _, err := lbmodel.Normalize(res.LB); err != nil {
+		t.Errorf("the model does not pass Normalize: %v", err)
+	}
+}

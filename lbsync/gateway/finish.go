@@ -38,6 +38,7 @@ func (b *build) finish(lb *lbmodel.LoadBalancer, ls []*listener) {
 		}
 	}
 	lbmodel.SortListeners(lb.Listeners)
+	misdirectedHostnames(lb, ls)
 	for _, c := range certs {
 		slices.Sort(c.Ports)
 		c.Ports = slices.Compact(c.Ports)
@@ -81,6 +82,26 @@ func (b *build) finish(lb *lbmodel.LoadBalancer, ls []*listener) {
 	}
 	lbmodel.SortPools(lb.Pools)
 	lbmodel.SortRules(lb.HTTP.Rules)
+}
+
+// misdirectedHostnames gives each HTTPS listener of lb whose port serves
+// Gateway listeners of two or more hostnames ("" for none) those hostnames,
+// so that a request whose Host another listener takes than the one its TLS
+// server name selected is answered 421 (Gateway API's misdirected
+// requests, lbmodel.Listener.Hostnames).
+func misdirectedHostnames(lb *lbmodel.LoadBalancer, ls []*listener) {
+	hosts := map[int32][]string{}
+	for _, l := range ls {
+		if l.served() && l.spec.Protocol == gatewayv1.HTTPSProtocolType && !slices.Contains(hosts[l.spec.Port], l.hostname) {
+			hosts[l.spec.Port] = append(hosts[l.spec.Port], l.hostname)
+		}
+	}
+	for i := range lb.Listeners {
+		if h := hosts[lb.Listeners[i].Port]; lb.Listeners[i].Protocol == lbmodel.HTTPS && len(h) > 1 {
+			lbmodel.SortHostnames(h)
+			lb.Listeners[i].Hostnames = h
+		}
+	}
 }
 
 // modelListener is the model's listener of a served listener (the first
