@@ -103,11 +103,19 @@ var ClientCertificateFeatures = []gatewayv1.FeatureName{
 // accepted there.
 var CORSFeatures = []gatewayv1.FeatureName{"HTTPRouteCORS"}
 
+// MisdirectedRequestFeatures are the extended features of HTTPS ports of
+// several listeners answering 421 to a request whose Host another listener
+// takes than its TLS server name (lbmodel.Listener.Hostnames), which the
+// haproxy provider alone serves: the mock answers no request, Avi and
+// BIG-IP route such a request by its Host.
+var MisdirectedRequestFeatures = []gatewayv1.FeatureName{"GatewayHTTPSListenerDetectMisdirectedRequests"}
+
 // providerFeatures are the features beyond CoreFeatures each provider
 // serves, as its own Gateway layout does (docs/avi.md, docs/bigip.md).
 var providerFeatures = map[string][]gatewayv1.FeatureName{
-	"haproxy": slices.Concat(ExtendedFeatures, RouteFeatures, ClientCertificateFeatures, CORSFeatures),
-	"mock":    slices.Concat(ExtendedFeatures, RouteFeatures),
+	"haproxy": slices.Concat(ExtendedFeatures, RouteFeatures, ClientCertificateFeatures, CORSFeatures,
+		MisdirectedRequestFeatures),
+	"mock": slices.Concat(ExtendedFeatures, RouteFeatures),
 	// Avi: no 500 answers, query or regular expression matches, response
 	// header changes, ReplacePrefixMatch, 303/308 redirects, TLS listeners
 	// or h2c pools.
