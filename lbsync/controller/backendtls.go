@@ -28,15 +28,15 @@ const tlsConfigMapIndex = "caConfigMap"
 
 // backendTLSState is the BackendTLSPolicy part of the Gateway API state,
 // when the API server serves the CRD: the policies' informer and client,
-// and the watches of the ConfigMaps they name.
+// and the watch of the ConfigMaps they name (shared with the Gateways').
 type backendTLSState struct {
 	policyKind[*gatewayv1.BackendTLSPolicy]
 	configMaps *configMapWatch
 }
 
 // newBackendTLSState makes the informer of BackendTLSPolicies, with its
-// handlers.
-func (c *Controller) newBackendTLSState(factory gatewayinformers.SharedInformerFactory, client gatewayclient.Interface) *backendTLSState {
+// handlers; the ConfigMaps they name are watched through configMaps.
+func (c *Controller) newBackendTLSState(factory gatewayinformers.SharedInformerFactory, client gatewayclient.Interface, configMaps *configMapWatch) *backendTLSState {
 	s := &backendTLSState{policyKind: policyKind[*gatewayv1.BackendTLSPolicy]{
 		resource: "backendtlspolicy",
 		informer: factory.Gateway().V1().BackendTLSPolicies().Informer(),
@@ -52,8 +52,7 @@ func (c *Controller) newBackendTLSState(factory gatewayinformers.SharedInformerF
 		updateStatus: func(ctx context.Context, p *gatewayv1.BackendTLSPolicy) (*gatewayv1.BackendTLSPolicy, error) {
 			return client.GatewayV1().BackendTLSPolicies(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
 		},
-	}}
-	s.configMaps = newConfigMapWatch(c.client, func(key string) { c.caConfigMapChanged(s, key) })
+	}, configMaps: configMaps}
 	s.index(cache.Indexers{
 		tlsConfigMapIndex: func(obj any) ([]string, error) {
 			if p, ok := obj.(*gatewayv1.BackendTLSPolicy); ok {
@@ -74,13 +73,13 @@ func (c *Controller) newBackendTLSState(factory gatewayinformers.SharedInformerF
 // then on, and queues the Gateways a change of a policy concerns
 // (policyKind.changed).
 func (c *Controller) backendTLSPolicyChanged(s *backendTLSState, oldObj, obj any) {
-	s.configMaps.set(s.informer.GetIndexer().ListIndexFuncValues(tlsConfigMapIndex))
+	s.configMaps.set(gateway.KindBackendTLSPolicy, s.informer.GetIndexer().ListIndexFuncValues(tlsConfigMapIndex))
 	s.changed(c, oldObj, obj)
 }
 
-// caConfigMapChanged queues the Gateways whose routes send to the Services
-// of the policies that name a ConfigMap.
-func (c *Controller) caConfigMapChanged(s *backendTLSState, key string) {
+// backendTLSConfigMapChanged queues the Gateways whose routes send to the
+// Services of the BackendTLSPolicies that name a ConfigMap.
+func (c *Controller) backendTLSConfigMapChanged(s *backendTLSState, key string) {
 	for _, p := range s.byIndex(tlsConfigMapIndex, key) {
 		for _, ref := range gateway.BackendTLSTargets(p) {
 			c.enqueueGatewaysOf(ref.String(), 0)
@@ -98,18 +97,20 @@ func (r *gatewayReconciler) writeBackendTLSStatuses(ctx context.Context, key que
 	return g.backendTLS.writeStatuses(ctx, &r.writes, key, results)
 }
 
-// configMapWatch watches the ConfigMaps BackendTLSPolicies name as CA
-// certificates, and those only: one informer per ConfigMap, selecting it
-// by name, started when a policy names it and stopped when none does. A
-// change of one calls changed with its "namespace/name".
+// configMapWatch watches the ConfigMaps that BackendTLSPolicies and
+// Gateways name as CA certificates, and those only: one informer per
+// ConfigMap, selecting it by name, started when an object of either names
+// it and stopped when none does, so a ConfigMap both name is listed and
+// watched once. A change of one calls changed with its "namespace/name".
 type configMapWatch struct {
 	client  kubernetes.Interface
 	changed func(key string)
 
 	mu sync.Mutex
 	// ctx is the life of the informers, nil until run.
-	ctx     context.Context
-	want    []string
+	ctx context.Context
+	// want is, per kind of object that names ConfigMaps, their keys.
+	want    map[string][]string
 	running map[string]*configMapInformer
 }
 
@@ -119,7 +120,7 @@ type configMapInformer struct {
 }
 
 func newConfigMapWatch(client kubernetes.Interface, changed func(string)) *configMapWatch {
-	return &configMapWatch{client: client, changed: changed, running: map[string]*configMapInformer{}}
+	return &configMapWatch{client: client, changed: changed, want: map[string][]string{}, running: map[string]*configMapInformer{}}
 }
 
 // run starts the watches of the ConfigMaps named so far and of those named
@@ -131,11 +132,12 @@ func (w *configMapWatch) run(ctx context.Context) {
 	w.reconcile()
 }
 
-// set makes the ConfigMaps watched those of keys ("namespace/name").
-func (w *configMapWatch) set(keys []string) {
+// set makes the ConfigMaps the objects of kind name those of keys
+// ("namespace/name").
+func (w *configMapWatch) set(kind string, keys []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.want = keys
+	w.want[kind] = keys
 	w.reconcile()
 }
 
@@ -145,8 +147,14 @@ func (w *configMapWatch) reconcile() {
 	if w.ctx == nil {
 		return
 	}
+	var want []string
+	for _, keys := range w.want {
+		want = append(want, keys...)
+	}
+	slices.Sort(want)
+	want = slices.Compact(want)
 	for key, ci := range w.running {
-		if !slices.Contains(w.want, key) || w.ctx.Err() != nil {
+		if !slices.Contains(want, key) || w.ctx.Err() != nil {
 			ci.stop()
 			delete(w.running, key)
 		}
@@ -154,7 +162,7 @@ func (w *configMapWatch) reconcile() {
 	if w.ctx.Err() != nil {
 		return
 	}
-	for _, key := range w.want {
+	for _, key := range want {
 		if w.running[key] != nil {
 			continue
 		}

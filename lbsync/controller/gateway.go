@@ -424,12 +424,12 @@ func (r *gatewayReconciler) input(ctx context.Context, gw *gatewayv1.Gateway) (g
 	}
 	src.ReferenceGrants, _ = g.grants.List(labels.Everything())
 	if g.backendTLS != nil {
-		src.BackendTLSPolicies, src.ConfigMaps = g.backendTLS.policiesOf(src.Routes), g.backendTLS.configMaps.get
+		src.BackendTLSPolicies, src.ConfigMaps = g.backendTLS.policiesOf(src.Routes), g.configMaps.get
 	}
 	if g.traffic != nil {
 		src.TrafficPolicies = g.traffic.policiesOf(src.Routes)
 	}
-	src.FrontendConfigMaps = g.frontendCAs.get
+	src.FrontendConfigMaps = g.configMaps.get
 	in, err := r.store.GatewayInput(ctx, r.inputSettings(), gw, src, inputs.APISecrets(r.client))
 	in.Checker, in.PolicyCapabilities = r.checker, r.policyCaps
 	if err == nil {

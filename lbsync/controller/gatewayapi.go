@@ -33,11 +33,12 @@ type gatewayState struct {
 	backendTLS *backendTLSState
 	// traffic is nil unless XBackendTrafficPolicies are served.
 	traffic *trafficPolicyKind
-	// frontendCAs watches the ConfigMaps the Gateways name as their
-	// client CA certificates (spec.tls.frontend), gateways indexes the
-	// Gateways by them (gatewayCAIndex).
-	frontendCAs *configMapWatch
-	gwIndexer   cache.Indexer
+	// configMaps watches the ConfigMaps the Gateways name as their
+	// client CA certificates (spec.tls.frontend) and BackendTLSPolicies as
+	// their backends'; gwIndexer indexes the Gateways by theirs
+	// (gatewayCAIndex).
+	configMaps *configMapWatch
+	gwIndexer  cache.Indexer
 	// cancel stops the informers of a state ServeGatewayAPI started.
 	cancel    context.CancelFunc
 	namespace cache.Indexer
@@ -103,10 +104,7 @@ func (c *Controller) GatewayKinds() []string {
 // run starts what of the state is not a factory's informer: the watches
 // of the ConfigMaps BackendTLSPolicies and Gateways name.
 func (g *gatewayState) run(ctx context.Context) {
-	if g.backendTLS != nil {
-		g.backendTLS.configMaps.run(ctx)
-	}
-	g.frontendCAs.run(ctx)
+	g.configMaps.run(ctx)
 }
 
 // gatewayCAIndex indexes Gateways by the "namespace/name" of each
@@ -114,8 +112,7 @@ func (g *gatewayState) run(ctx context.Context) {
 const gatewayCAIndex = "frontendCAConfigMap"
 
 // watchFrontendCAs indexes the Gateways of gwInf by their client CA
-// ConfigMaps, watches those ConfigMaps (and those only, each by name) and
-// queues the Gateways that name one when it changes.
+// ConfigMaps and has g.configMaps watch those ConfigMaps.
 func (c *Controller) watchFrontendCAs(g *gatewayState, gwInf cache.SharedIndexInformer) {
 	utilruntime.Must(gwInf.AddIndexers(cache.Indexers{gatewayCAIndex: func(obj any) ([]string, error) {
 		if gw, ok := obj.(*gatewayv1.Gateway); ok {
@@ -124,18 +121,25 @@ func (c *Controller) watchFrontendCAs(g *gatewayState, gwInf cache.SharedIndexIn
 		return nil, nil
 	}}))
 	g.gwIndexer = gwInf.GetIndexer()
-	g.frontendCAs = newConfigMapWatch(c.client, func(key string) {
-		objs, _ := g.gwIndexer.ByIndex(gatewayCAIndex, key)
-		for _, o := range objs {
-			if gw, ok := o.(*gatewayv1.Gateway); ok {
-				c.queue.Add(gatewayKey(gw.Namespace, gw.Name))
-			}
-		}
-	})
-	set := func(any) { g.frontendCAs.set(g.gwIndexer.ListIndexFuncValues(gatewayCAIndex)) }
+	set := func(any) { g.configMaps.set(gateway.KindGateway, g.gwIndexer.ListIndexFuncValues(gatewayCAIndex)) }
 	_, _ = gwInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: set, UpdateFunc: func(_, obj any) { set(obj) }, DeleteFunc: set,
 	})
+}
+
+// caConfigMapChanged queues the Gateways a change of a CA ConfigMap
+// concerns: those that name it for their clients, and those whose routes
+// send to Services of the BackendTLSPolicies that name it.
+func (c *Controller) caConfigMapChanged(g *gatewayState, key string) {
+	objs, _ := g.gwIndexer.ByIndex(gatewayCAIndex, key)
+	for _, o := range objs {
+		if gw, ok := o.(*gatewayv1.Gateway); ok {
+			c.queue.Add(gatewayKey(gw.Namespace, gw.Name))
+		}
+	}
+	if g.backendTLS != nil {
+		c.backendTLSConfigMapChanged(g.backendTLS, key)
+	}
 }
 
 // gwState returns the Gateway API part, nil when it is not served.
@@ -149,12 +153,13 @@ func (c *Controller) newGatewayState(client gatewayclient.Interface, kinds []str
 	factory := gatewayinformers.NewSharedInformerFactoryWithOptions(client, 0, gatewayinformers.WithTransform(trimGatewayObject))
 	v1 := factory.Gateway().V1()
 	g := &gatewayState{client: client, factory: factory}
+	g.configMaps = newConfigMapWatch(c.client, func(key string) { c.caConfigMapChanged(g, key) })
 	classInf, gwInf, grantInf := v1.GatewayClasses(), v1.Gateways(), v1.ReferenceGrants()
 	nsInf := c.factory.Core().V1().Namespaces()
 	for _, kind := range append([]string{gateway.KindHTTPRoute}, kinds...) {
 		switch {
 		case kind == gateway.KindBackendTLSPolicy:
-			g.backendTLS = c.newBackendTLSState(factory, client)
+			g.backendTLS = c.newBackendTLSState(factory, client, g.configMaps)
 		case kind == gateway.KindXBackendTrafficPolicy:
 			g.traffic = c.newTrafficPolicyKind(factory, client)
 		case kind == gateway.KindHTTPRoute && len(g.routeKinds) > 0:
