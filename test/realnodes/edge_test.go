@@ -189,8 +189,7 @@ func (s *story) checkVIPStream(t *testing.T, stream *requestStream, app string, 
 }
 
 // serverCounters are the rows of HAProxy's "show stat" for the backends of
-// the load balancer of ns/app: per server its state, weight, sessions and
-// errors, and how long ago its state last changed.
+// the load balancer of ns/app (serverCountersOf).
 func (s *story) serverCounters(ns, app string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -198,6 +197,13 @@ func (s *story) serverCounters(ns, app string) string {
 	if err != nil {
 		return err.Error()
 	}
+	return serverCountersOf(stat, lbName(ns, app))
+}
+
+// serverCountersOf picks from a "show stat" CSV the rows of the proxies
+// whose name starts with prefix, and of them per server its state, weight,
+// sessions and errors, and how long ago its state last changed.
+func serverCountersOf(stat, prefix string) string {
 	lines := strings.Split(strings.TrimSpace(stat), "\n")
 	header := strings.Split(strings.TrimPrefix(lines[0], "# "), ",")
 	want := []string{"pxname", "svname", "status", "weight", "scur", "stot", "econ", "eresp", "wretr", "wredis", "chkfail", "lastchg"}
@@ -205,7 +211,7 @@ func (s *story) serverCounters(ns, app string) string {
 	out.WriteString(strings.Join(want, " ") + "\n")
 	for _, l := range lines[1:] {
 		fields := strings.Split(l, ",")
-		if !strings.HasPrefix(fields[0], lbName(ns, app)) {
+		if !strings.HasPrefix(fields[0], prefix) {
 			continue
 		}
 		for i, name := range want {
