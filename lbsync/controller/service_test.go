@@ -40,26 +40,41 @@ func servicePatches(client *fake.Clientset) []string {
 	return out
 }
 
+// unclaimedService is shop/web, a LoadBalancer Service of class
+// npl.io/lb that npl-lbsync has not claimed yet.
+func unclaimedService() *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", UID: "u1", ResourceVersion: "5"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: ptr.To("npl.io/lb"),
+			Selector: map[string]string{"app": "web"},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
+	}
+}
+
+// startServiceController starts a Controller of cluster c1 for the
+// Services of class npl.io/lb on client, with provider p; it stops when
+// the test ends.
+func startServiceController(t *testing.T, client *fake.Clientset, serviceType string, p providers.Provider) (context.Context, *Controller) {
+	t.Helper()
+	c := New(Settings{ClusterName: "c1", ServiceType: serviceType, Claim: claim.ClaimConfig{LoadBalancerClass: "npl.io/lb"}},
+		client, p, NewMetrics(prometheus.NewRegistry()))
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, c
+}
+
 // The first sync of a Service claims it and writes its status in one
 // request to the status subresource (the API server keeps the metadata of
 // a Service written through status): a cold start claiming many Services
 // is bound by the client's rate of writes. A sync that has no status to
 // write sends the claim alone.
 func TestServiceSync_claimRidesWithTheStatus(t *testing.T) {
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", UID: "u1", ResourceVersion: "5"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: ptr.To("npl.io/lb"),
-			Selector: map[string]string{"app": "web"},
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
-	}
+	svc := unclaimedService()
 	client := fake.NewClientset(svc)
-	c := New(Settings{ClusterName: "c1", ServiceType: builder.ServiceTypeNodePortLocal,
-		Claim: claim.ClaimConfig{LoadBalancerClass: "npl.io/lb"}}, client, serving{}, NewMetrics(prometheus.NewRegistry()))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, c := startServiceController(t, client, builder.ServiceTypeNodePortLocal, serving{})
 	key := serviceKey("shop", "web")
 	if res := c.services.sync(ctx, key); res.state != syncDone {
 		t.Fatalf("first sync: %+v", res)
@@ -126,20 +141,9 @@ func (p *deletingDuringApply) Delete(_ context.Context, name string, _ lbmodel.K
 // claims it has no finalizer to wait on: the sync that finds it gone
 // deletes the load balancer, rather than the next garbage collection.
 func TestServiceSync_goneBeforeItsClaimDeletesItsLoadBalancer(t *testing.T) {
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", UID: "u1"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: ptr.To("npl.io/lb"),
-			Selector: map[string]string{"app": "web"},
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
-	}
-	client := fake.NewClientset(svc)
+	client := fake.NewClientset(unclaimedService())
 	p := &deletingDuringApply{client: client}
-	c := New(Settings{ClusterName: "c1", Claim: claim.ClaimConfig{LoadBalancerClass: "npl.io/lb"}}, client, p, NewMetrics(prometheus.NewRegistry()))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, c := startServiceController(t, client, "", p)
 	key := serviceKey("shop", "web")
 	if res := c.services.sync(ctx, key); res.state != syncRetry {
 		t.Fatalf("the claim's write to a deleted Service: %+v, want a retry", res)
@@ -166,20 +170,9 @@ func TestServiceSync_goneBeforeItsClaimDeletesItsLoadBalancer(t *testing.T) {
 // cache's older metadata would be a write, and its resourceVersion a
 // conflict.
 func TestServiceSync_ourUnseenClaimIsNotSentAgain(t *testing.T) {
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", UID: "u1", ResourceVersion: "5"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: ptr.To("npl.io/lb"),
-			Selector: map[string]string{"app": "web"},
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
-	}
+	svc := unclaimedService()
 	client := fake.NewClientset(svc)
-	c := New(Settings{ClusterName: "c1", ServiceType: builder.ServiceTypeNodePortLocal,
-		Claim: claim.ClaimConfig{LoadBalancerClass: "npl.io/lb"}}, client, serving{}, NewMetrics(prometheus.NewRegistry()))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, c := startServiceController(t, client, builder.ServiceTypeNodePortLocal, serving{})
 	// What our write of the claim and status returned, at a
 	// resourceVersion the cache has not shown.
 	written := svc.DeepCopy()
