@@ -150,24 +150,8 @@ func BenchmarkLBSyncScale(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		if err := f.stopSyncer(); err != nil {
-			b.Fatal(err)
-		}
-		if err := f.main.resetClaims(ctx, f.e.client); err != nil {
-			b.Fatal(err)
-		}
-		count, err := f.main.countWrites(ctx, f.e.client)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-		l, p, r, err := f.coldStart(ctx, f.main)
-		b.StopTimer()
-		f.syncer = l
-		if err != nil {
-			b.Fatal(err)
-		}
-		pools, ready, writes = append(pools, p), append(ready, r), writes+count()
+		l, p, r, w := f.restart(ctx, b, true)
+		pools, ready, writes = append(pools, p), append(ready, r), writes+w
 		read0, err := readBytes(l)
 		if err != nil {
 			b.Fatal(err)

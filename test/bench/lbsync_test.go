@@ -64,6 +64,34 @@ func BenchmarkLBSyncFirstStart(b *testing.B) { benchStart(b, true) }
 // last pool applied (pools-s) and to /readyz (ready-s). Target: pools-s < 15.
 func BenchmarkLBSyncColdStart(b *testing.B) { benchStart(b, false) }
 
+// restart stops f's npl-lbsync and starts it again on f.main, timed (the
+// timer runs during the start only); with unclaimed, it first finds every
+// Service unclaimed again. It returns the new npl-lbsync (kept running for
+// the benchmarks after this one), the times to its last pool and to ready,
+// and its writes to the Services until ready.
+func (f *lbFixture) restart(ctx context.Context, b *testing.B, unclaimed bool) (l *stack.LBSync, pools, ready time.Duration, writes int) {
+	if err := f.stopSyncer(); err != nil {
+		b.Fatal(err)
+	}
+	if unclaimed {
+		if err := f.main.resetClaims(ctx, f.e.client); err != nil {
+			b.Fatal(err)
+		}
+	}
+	count, err := f.main.countWrites(ctx, f.e.client)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.StartTimer()
+	l, pools, ready, err = f.coldStart(ctx, f.main)
+	b.StopTimer()
+	f.syncer = l
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l, pools, ready, count()
+}
+
 // benchStart measures npl-lbsync starts on the main fixture; with
 // unclaimed, each start first finds every Service unclaimed again.
 func benchStart(b *testing.B, unclaimed bool) {
@@ -74,26 +102,8 @@ func benchStart(b *testing.B, unclaimed bool) {
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		if err := f.stopSyncer(); err != nil {
-			b.Fatal(err)
-		}
-		if unclaimed {
-			if err := f.main.resetClaims(ctx, f.e.client); err != nil {
-				b.Fatal(err)
-			}
-		}
-		count, err := f.main.countWrites(ctx, f.e.client)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-		l, p, r, err := f.coldStart(ctx, f.main)
-		b.StopTimer()
-		f.syncer = l // kept running for the benchmarks after this one
-		if err != nil {
-			b.Fatal(err)
-		}
-		pools, ready, writes = append(pools, p), append(ready, r), writes+count()
+		_, p, r, w := f.restart(ctx, b, unclaimed)
+		pools, ready, writes = append(pools, p), append(ready, r), writes+w
 		b.StartTimer()
 	}
 	b.StopTimer()
