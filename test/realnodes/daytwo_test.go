@@ -634,6 +634,19 @@ func (s *story) onePodNodePortContrast(t *testing.T) {
 	t.Logf("solo's npl node port %s: open on %s only", npl, home.Name)
 }
 
+// drainable are the Pods on node that kubectl drain evicts: all but the
+// DaemonSets'.
+func (s *story) drainable(ctx context.Context, node string) ([]corev1.Pod, error) {
+	all, err := s.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all.Items, func(p corev1.Pod) bool {
+		owner := metav1.GetControllerOf(&p)
+		return owner != nil && owner.Kind == "DaemonSet"
+	}), nil
+}
+
 // drainAndDeleteANode: a node (not npl-lbsync's) is drained — cordoned, its
 // workload Pods (web's and cart's) evicted and gone, as `kubectl drain`
 // does it — switched off and deleted. Its
@@ -683,14 +696,11 @@ func (s *story) drainAndDeleteANode(t *testing.T) {
 	// The steps' times, to set beside a failed request's.
 	at := func(what string) { t.Logf("%s at %s", what, time.Now().Format("15:04:05.000")) }
 	at("cordoned")
-	all, err := s.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	evicted, err := s.drainable(ctx, node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range all.Items {
-		if owner := metav1.GetControllerOf(&p); owner != nil && owner.Kind == "DaemonSet" {
-			continue
-		}
+	for _, p := range evicted {
 		if err := s.client.CoreV1().Pods(p.Namespace).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}); err != nil {
 			t.Fatalf("evict %s/%s: %v", p.Namespace, p.Name, err)
 		}
@@ -722,15 +732,13 @@ func (s *story) drainAndDeleteANode(t *testing.T) {
 	// and exit included); only then is the machine switched off. Stopping
 	// it earlier would kill Pods that still serve.
 	eventually(t, ctx, "the evicted Pods gone, as kubectl drain waits for", func(ctx context.Context) error {
-		left, err := s.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		left, err := s.drainable(ctx, node)
 		if err != nil {
 			return err
 		}
 		var names []string
-		for _, p := range left.Items {
-			if owner := metav1.GetControllerOf(&p); owner == nil || owner.Kind != "DaemonSet" {
-				names = append(names, p.Namespace+"/"+p.Name)
-			}
+		for _, p := range left {
+			names = append(names, p.Namespace+"/"+p.Name)
 		}
 		if len(names) > 0 {
 			return fmt.Errorf("still on %s: %v", node, names)
