@@ -12,102 +12,24 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeportlocal/npl/charts"
+	"github.com/nodeportlocal/npl/internal/copytest"
 )
-
-// fill sets every field reachable from v to a non-zero value: pointers
-// allocated, slices and maps of one element.
-func fill(v reflect.Value, depth int) {
-	if depth > 8 {
-		return
-	}
-	switch v.Kind() {
-	case reflect.Pointer:
-		if v.Type().Elem().Kind() == reflect.Struct && v.Type().Elem().PkgPath() == "time" {
-			return
-		}
-		v.Set(reflect.New(v.Type().Elem()))
-		fill(v.Elem(), depth+1)
-	case reflect.Struct:
-		if v.Type().PkgPath() == "time" {
-			return
-		}
-		for i := range v.NumField() {
-			if v.Type().Field(i).IsExported() {
-				fill(v.Field(i), depth+1)
-			}
-		}
-	case reflect.Slice:
-		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
-		fill(v.Index(0), depth+1)
-	case reflect.Map:
-		v.Set(reflect.MakeMap(v.Type()))
-		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
-		fill(k, depth+1)
-		fill(e, depth+1)
-		v.SetMapIndex(k, e)
-	case reflect.String:
-		v.SetString("x")
-	case reflect.Int, reflect.Int32, reflect.Int64:
-		v.SetInt(1)
-	case reflect.Bool:
-		v.SetBool(true)
-	}
-}
-
-// shared returns the paths at which a and b share memory.
-func shared(a, b reflect.Value, path string) []string {
-	switch a.Kind() {
-	case reflect.Pointer:
-		if a.IsNil() {
-			return nil
-		}
-		if a.Pointer() == b.Pointer() {
-			return []string{path}
-		}
-		return shared(a.Elem(), b.Elem(), path)
-	case reflect.Struct:
-		var out []string
-		for i := range a.NumField() {
-			if a.Type().Field(i).IsExported() {
-				out = append(out, shared(a.Field(i), b.Field(i), path+"."+a.Type().Field(i).Name)...)
-			}
-		}
-		return out
-	case reflect.Slice:
-		if a.Len() == 0 {
-			return nil
-		}
-		if a.Pointer() == b.Pointer() {
-			return []string{path}
-		}
-		var out []string
-		for i := range a.Len() {
-			out = append(out, shared(a.Index(i), b.Index(i), path+"[]")...)
-		}
-		return out
-	case reflect.Map:
-		if a.Len() > 0 && a.Pointer() == b.Pointer() {
-			return []string{path}
-		}
-	}
-	return nil
-}
 
 // A copy equals its original and shares no memory with it: a field added
 // without its copy fails this.
 func TestDeepCopy_sharesNothing(t *testing.T) {
 	var p LoadBalancerPolicy
-	fill(reflect.ValueOf(&p).Elem(), 0)
+	copytest.Fill(&p)
 	c := p.DeepCopy()
 	if diff := cmp.Diff(&p, c); diff != "" {
 		t.Fatalf("copy differs (-original +copy):\n%s", diff)
 	}
-	if s := shared(reflect.ValueOf(&p).Elem(), reflect.ValueOf(c).Elem(), "policy"); len(s) > 0 {
+	if s := copytest.Shared(&p, c, "policy"); len(s) > 0 {
 		t.Errorf("the copy shares %v", s)
 	}
 	list := &LoadBalancerPolicyList{Items: []LoadBalancerPolicy{p}}
 	lc := list.DeepCopyObject().(*LoadBalancerPolicyList)
-	if s := shared(reflect.ValueOf(list).Elem(), reflect.ValueOf(lc).Elem(), "list"); len(s) > 0 {
+	if s := copytest.Shared(list, lc, "list"); len(s) > 0 {
 		t.Errorf("the list's copy shares %v", s)
 	}
 	var nilPolicy *LoadBalancerPolicy
